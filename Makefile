@@ -1,0 +1,97 @@
+# skiff top-level Makefile. Each part owns a fragment (PART/build.mk) that
+# appends to the lists below; this file holds the shared flags and targets.
+#   make            build everything buildable here (CUDA parts when nvcc exists)
+#   make test       install missing packages, build, run every test (what CI runs)
+#   make bench      run the benchmarks and print their tables
+#   make install PREFIX=/usr/local DESTDIR=
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BUILD   ?= build
+CC      ?= cc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
+VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+
+WARN := -Wall -Wextra -Werror -Wformat=2 -Wformat-security -Wshadow \
+        -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith -Wcast-qual \
+        -Wwrite-strings -Wundef -Wvla -Wnull-dereference -Wimplicit-fallthrough
+HARDEN := -fstack-protector-strong -D_FORTIFY_SOURCE=2 -fstack-clash-protection \
+          -fcf-protection -fno-strict-overflow
+OPT ?= -O2 -g
+CFLAGS ?=
+BASE_CFLAGS := -std=gnu11 $(OPT) $(WARN) $(HARDEN) -D_GNU_SOURCE \
+               -DSKIFF_VERSION='"$(VERSION)"' -Iruntime/lib -Ihooks/lib $(SAN) $(CFLAGS)
+PIE_CFLAGS  := $(BASE_CFLAGS) -fPIE
+PIC_CFLAGS  := $(BASE_CFLAGS) -fPIC
+LDHARDEN    := -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(SAN)
+EXE_LDFLAGS := -pie $(LDHARDEN)
+SO_LDFLAGS  := -shared $(LDHARDEN)
+
+# Lists filled by the fragments.
+BINS :=          # executables installed to $(PREFIX)/bin
+LIBEXEC :=       # executables installed to $(PREFIX)/libexec/skiff (hooks)
+PLUGINS :=       # shared objects installed to $(PREFIX)/lib/skiff
+UNIT_TESTS :=    # Criterion test executables
+INTEGRATION_TESTS := # scripts under tests/integration, run as root
+BENCHES :=       # benchmark scripts, each prints a table
+FUZZERS :=       # libFuzzer targets
+MAN1 :=
+MAN8 :=
+
+include runtime/build.mk
+-include hooks/build.mk
+-include plugin/build.mk
+-include trainer/build.mk
+-include tests/build.mk
+
+all: $(BINS) $(LIBEXEC) $(PLUGINS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(PIE_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(PIC_CFLAGS) -MMD -MP -c $< -o $@
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+deps:
+	scripts/install-deps all
+
+# Unit tests only (fast, no root needed).
+unit-test: $(UNIT_TESTS)
+	tests/run-all --unit $(UNIT_TESTS)
+
+# Everything CI runs: packages, build, unit tests, integration tests.
+test: deps
+	$(MAKE) all $(UNIT_TESTS)
+	tests/run-all --unit $(UNIT_TESTS) --integration $(INTEGRATION_TESTS)
+
+bench: deps all
+	tests/run-all --bench $(BENCHES)
+
+fuzz: $(FUZZERS)
+	tests/run-all --fuzz $(FUZZERS)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT='-O1 -g' SAN='-fsanitize=address,undefined -fno-omit-frame-pointer' unit-test
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/skiff/hooks \
+	  $(DESTDIR)$(PREFIX)/lib/skiff $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	$(if $(BINS),install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/)
+	$(if $(LIBEXEC),install -m 755 $(LIBEXEC) $(DESTDIR)$(PREFIX)/libexec/skiff/hooks/)
+	$(if $(PLUGINS),install -m 755 $(PLUGINS) $(DESTDIR)$(PREFIX)/lib/skiff/)
+	$(if $(MAN1),install -m 644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/)
+	$(if $(MAN8),install -m 644 $(MAN8) $(DESTDIR)$(PREFIX)/share/man/man8/)
+
+clean:
+	rm -rf $(BUILD) build-asan
+
+.PHONY: all deps unit-test test bench fuzz asan format install clean

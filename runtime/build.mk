@@ -1,0 +1,31 @@
+# runtime/: libskiff (static, also built PIC for the SPANK plugin) and the skiff CLI.
+RUNTIME_PKGS := mount libcap libarchive libsquashfs1 libcurl jansson
+RUNTIME_CFLAGS := $(shell pkg-config --cflags $(RUNTIME_PKGS) 2>/dev/null)
+RUNTIME_LIBS := $(shell pkg-config --libs $(RUNTIME_PKGS) 2>/dev/null) -lcrypto
+
+RUNTIME_LIB_SRC := $(wildcard runtime/lib/*.c)
+LIBSKIFF     := $(BUILD)/libskiff.a
+LIBSKIFF_PIC := $(BUILD)/libskiff_pic.a
+
+$(BUILD)/runtime/%.o $(BUILD)/pic/runtime/%.o: CFLAGS += $(RUNTIME_CFLAGS)
+
+$(LIBSKIFF): $(patsubst %.c,$(BUILD)/%.o,$(RUNTIME_LIB_SRC))
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(LIBSKIFF_PIC): $(patsubst %.c,$(BUILD)/pic/%.o,$(RUNTIME_LIB_SRC))
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+SKIFF_CLI := $(BUILD)/bin/skiff
+$(SKIFF_CLI): $(patsubst %.c,$(BUILD)/%.o,$(wildcard runtime/cli/*.c)) $(LIBSKIFF)
+	@mkdir -p $(@D)
+	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
+
+BINS += $(SKIFF_CLI)
+
+# Criterion unit tests: tests/unit/runtime/test_*.c, each linked with libskiff.
+RUNTIME_UNIT := $(patsubst tests/unit/runtime/%.c,$(BUILD)/tests/unit/runtime/%,$(wildcard tests/unit/runtime/test_*.c))
+$(BUILD)/tests/unit/runtime/%: $(BUILD)/tests/unit/runtime/%.o $(LIBSKIFF)
+	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS) -lcriterion
+UNIT_TESTS += $(RUNTIME_UNIT)

@@ -1,0 +1,30 @@
+# Shared helpers for integration test scripts (sourced, bash).
+# Each case prints one line that tests/run-all counts:
+#   PASS: name | FAIL: name | SKIP: name (why)
+# A script ends with `t_done`, which exits non-zero when any case failed.
+T_FAILED=0
+T_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+: "${BUILD:=$T_ROOT/build}"
+
+t_pass() { echo "PASS: $1"; }
+t_fail() { echo "FAIL: $1${2:+ — $2}"; T_FAILED=1; }
+t_skip() { echo "SKIP: $1 ($2)"; }
+
+# t_check NAME CMD...: the case passes when CMD exits 0.
+t_check() {
+  local name=$1; shift
+  if "$@"; then t_pass "$name"; else t_fail "$name" "command failed: $*"; fi
+}
+
+# t_fails_with NAME PATTERN CMD...: passes when CMD exits non-zero and its
+# stderr+stdout match the extended regex PATTERN (bad input must say why).
+t_fails_with() {
+  local name=$1 pat=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" -eq 0 ]; then t_fail "$name" "expected failure, got success: $out"
+  elif ! grep -Eq -- "$pat" <<<"$out"; then t_fail "$name" "message did not match /$pat/: $out"
+  else t_pass "$name"; fi
+}
+
+t_done() { exit "$T_FAILED"; }
