@@ -1,0 +1,248 @@
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct {
+    bool set;
+    unsigned uid;
+    char user[256];
+    char home[SKIFF_PATH_MAX];
+} who;
+
+void skiff_config_for_user(unsigned uid, const char *user, const char *home)
+{
+    if (uid == (unsigned)-1) {
+        who.set = false;
+        return;
+    }
+    who.set = true;
+    who.uid = uid;
+    snprintf(who.user, sizeof(who.user), "%s", user ? user : "");
+    snprintf(who.home, sizeof(who.home), "%s", home ? home : "/");
+}
+
+static void current_user(unsigned *uid, const char **user, const char **home)
+{
+    if (who.set) {
+        *uid = who.uid;
+        *user = who.user;
+        *home = who.home;
+        return;
+    }
+    *uid = getuid();
+    /* HOME and USER from the environment would let a caller point another
+     * user's paths anywhere; the passwd entry is the truth. */
+    struct passwd *pw = getpwuid(*uid);
+    *user = pw ? pw->pw_name : "unknown";
+    *home = pw ? pw->pw_dir : "/";
+}
+
+/* Expands ${HOME} ${UID} ${USER} ${XDG_RUNTIME_DIR} in src into dst. */
+static int expand(char *dst, size_t size, const char *key, const char *src, skiff_err *err)
+{
+    unsigned uid;
+    const char *user, *home;
+    current_user(&uid, &user, &home);
+    char uidbuf[16], xdg[64];
+    snprintf(uidbuf, sizeof(uidbuf), "%u", uid);
+    snprintf(xdg, sizeof(xdg), "/run/user/%u", uid);
+    size_t n = 0;
+    for (const char *p = src; *p;) {
+        const char *val = NULL;
+        size_t skip = 0;
+        if (p[0] == '$' && p[1] == '{') {
+            const char *end = strchr(p, '}');
+            if (!end)
+                return skiff_error(err, 0, "%s: unterminated '${' in '%s'", key, src);
+            size_t len = (size_t)(end - p - 2);
+            if (len == 4 && !strncmp(p + 2, "HOME", 4))
+                val = home;
+            else if (len == 3 && !strncmp(p + 2, "UID", 3))
+                val = uidbuf;
+            else if (len == 4 && !strncmp(p + 2, "USER", 4))
+                val = user;
+            else if (len == 15 && !strncmp(p + 2, "XDG_RUNTIME_DIR", 15))
+                val = xdg;
+            else
+                return skiff_error(err, 0,
+                                   "%s: unknown variable '%.*s' (use ${HOME}, ${UID}, ${USER} or "
+                                   "${XDG_RUNTIME_DIR})",
+                                   key, (int)(end - p + 1), p);
+            skip = (size_t)(end - p + 1);
+        }
+        if (val) {
+            size_t vl = strlen(val);
+            if (n + vl >= size)
+                return skiff_error(err, ENAMETOOLONG, "%s: value too long", key);
+            memcpy(dst + n, val, vl);
+            n += vl;
+            p += skip;
+        } else {
+            if (n + 1 >= size)
+                return skiff_error(err, ENAMETOOLONG, "%s: value too long", key);
+            dst[n++] = *p++;
+        }
+    }
+    dst[n] = '\0';
+    return 0;
+}
+
+enum kind { K_PATH, K_STR, K_BOOL, K_INT, K_COMP };
+
+#define F(field) offsetof(struct skiff_config, field), sizeof(((struct skiff_config *)0)->field)
+static const struct key {
+    const char *name;
+    enum kind kind;
+    size_t off, size;
+    const char *def;
+} keys[] = {
+    {"data_path", K_PATH, F(data_path), "${HOME}/.local/share/skiff"},
+    {"cache_path", K_PATH, F(cache_path), "${HOME}/.cache/skiff"},
+    {"runtime_path", K_PATH, F(runtime_path), "/tmp/skiff-${UID}"},
+    {"temp_path", K_PATH, F(temp_path), "/tmp"},
+    {"hooks_dir", K_PATH, F(hooks_dir), ""},
+    {"credentials_file", K_PATH, F(credentials_file), "${HOME}/.config/skiff/.credentials"},
+    {"default_registry", K_STR, F(default_registry), "registry-1.docker.io"},
+    {"registry_mirror", K_STR, F(registry_mirror), ""},
+    {"squash_compression", K_COMP, F(squash_compression), "zstd"},
+    {"squash_level", K_INT, F(squash_level), "0"},
+    {"allow_http", K_BOOL, F(allow_http), "no"},
+    {"connect_timeout", K_INT, F(connect_timeout_s), "30"},
+};
+#undef F
+
+static const char *const compressors[] = {"zstd", "gzip", "lz4", "xz", "lzo", "none"};
+
+int skiff_config_set(struct skiff_config *cfg, const char *key, const char *value, skiff_err *err)
+{
+    const struct key *k = NULL;
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (!strcmp(keys[i].name, key))
+            k = &keys[i];
+    if (!k)
+        return skiff_error(err, 0, "unknown configuration key '%s' (see doc/admin-guide.md)", key);
+    char *dst = (char *)cfg + k->off;
+    switch (k->kind) {
+    case K_PATH:
+        if (value[0] && value[0] != '/' && value[0] != '$')
+            return skiff_error(err, 0, "%s: '%s' is not an absolute path", key, value);
+        return expand(dst, k->size, key, value, err);
+    case K_STR:
+        if (strlen(value) >= k->size)
+            return skiff_error(err, ENAMETOOLONG, "%s: value too long", key);
+        strcpy(dst, value);
+        return 0;
+    case K_COMP:
+        for (size_t i = 0; i < sizeof(compressors) / sizeof(compressors[0]); i++)
+            if (!strcmp(value, compressors[i])) {
+                strcpy(dst, value);
+                return 0;
+            }
+        return skiff_error(err, 0, "%s: unknown compressor '%s' (use zstd, gzip, lz4, xz, lzo or none)",
+                           key, value);
+    case K_BOOL: {
+        bool *b = (bool *)dst;
+        if (!strcmp(value, "yes") || !strcmp(value, "true") || !strcmp(value, "1"))
+            *b = true;
+        else if (!strcmp(value, "no") || !strcmp(value, "false") || !strcmp(value, "0"))
+            *b = false;
+        else
+            return skiff_error(err, 0, "%s: '%s' is not a boolean (use yes or no)", key, value);
+        return 0;
+    }
+    case K_INT: {
+        char *end;
+        errno = 0;
+        long v = strtol(value, &end, 10);
+        if (errno || end == value || *end || v < 0 || v > INT_MAX)
+            return skiff_error(err, 0, "%s: '%s' is not a non-negative integer", key, value);
+        *(int *)dst = (int)v;
+        return 0;
+    }
+    }
+    return skiff_error(err, 0, "%s: internal error", key);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+static int load_file(struct skiff_config *cfg, const char *path, bool must_exist, skiff_err *err)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        if (errno == ENOENT && !must_exist)
+            return 0;
+        return skiff_error(err, errno, "open config %s", path);
+    }
+    char line[8192];
+    int lineno = 0, rv = 0;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *s = trim(line);
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            rv = skiff_error(err, 0, "%s:%d: expected 'key = value'", path, lineno);
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s), *val = trim(eq + 1);
+        size_t vl = strlen(val);
+        if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') {
+            val[vl - 1] = '\0';
+            val++;
+        }
+        if (skiff_config_set(cfg, key, val, err) < 0) {
+            rv = skiff_err_wrap(err, "%s:%d", path, lineno);
+            break;
+        }
+    }
+    fclose(f);
+    return rv;
+}
+
+int skiff_config_load(struct skiff_config *cfg, const char *path, bool use_env, skiff_err *err)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (skiff_config_set(cfg, keys[i].name, keys[i].def, err) < 0)
+            return -1;
+    bool must_exist = path != NULL;
+    if (!path && use_env && getenv("SKIFF_CONFIG")) {
+        path = getenv("SKIFF_CONFIG");
+        must_exist = true;
+    }
+    if (load_file(cfg, path ? path : SKIFF_CONFIG_DEFAULT_PATH, must_exist, err) < 0)
+        return -1;
+    if (!use_env)
+        return 0;
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        char name[64] = "SKIFF_";
+        size_t j = 6;
+        for (const char *p = keys[i].name; *p && j < sizeof(name) - 1; p++)
+            name[j++] = (char)toupper((unsigned char)*p);
+        name[j] = '\0';
+        const char *v = getenv(name);
+        if (v && skiff_config_set(cfg, keys[i].name, v, err) < 0)
+            return skiff_err_wrap(err, "environment %s", name);
+    }
+    return 0;
+}

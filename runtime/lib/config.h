@@ -1,0 +1,45 @@
+/* skiff configuration: /etc/skiff/skiff.conf (key = value, '#' comments) with
+ * SKIFF_<KEY> environment overrides. Every key has a default, so no file is
+ * needed. Keys are documented in doc/admin-guide.md. */
+#ifndef SKIFF_CONFIG_H
+#define SKIFF_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "error.h"
+
+#define SKIFF_CONFIG_DEFAULT_PATH "/etc/skiff/skiff.conf"
+#define SKIFF_PATH_MAX 4096
+
+struct skiff_config {
+    char data_path[SKIFF_PATH_MAX];    /* named containers, per user */
+    char cache_path[SKIFF_PATH_MAX];   /* layer + image cache, per user */
+    char runtime_path[SKIFF_PATH_MAX]; /* state of running containers */
+    char temp_path[SKIFF_PATH_MAX];    /* scratch for imports */
+    char hooks_dir[SKIFF_PATH_MAX];    /* executables run at container start */
+    char credentials_file[SKIFF_PATH_MAX]; /* netrc-style registry credentials */
+    char default_registry[256];        /* used when a docker:// ref names none */
+    char registry_mirror[256];         /* tried first for every registry, if set */
+    char squash_compression[16];       /* zstd (default), gzip, lz4, xz, lzo, none */
+    int squash_level;                  /* 0 = the compressor's default */
+    bool allow_http;                   /* plain http for non-loopback registries */
+    int connect_timeout_s;
+};
+
+/* Fills cfg with defaults, then the file at path (NULL: $SKIFF_CONFIG or the
+ * default path; a missing default file is not an error, a missing explicit one
+ * is), then SKIFF_* environment overrides when use_env is true. Paths may use
+ * ${HOME}, ${UID}, ${USER} and ${XDG_RUNTIME_DIR}; they are expanded for the
+ * calling process's user (or the user named with skiff_config_for_user). */
+int skiff_config_load(struct skiff_config *cfg, const char *path, bool use_env, skiff_err *err);
+
+/* Sets one key (as in the file) to a value, expanding variables. Unknown keys
+ * and bad values are errors naming the key and what is accepted. */
+int skiff_config_set(struct skiff_config *cfg, const char *key, const char *value, skiff_err *err);
+
+/* Sets the user whose ${HOME}/${UID}/${USER} expand in later load/set calls
+ * (the plugin runs as root for a job user). uid (unsigned)-1 = calling user. */
+void skiff_config_for_user(unsigned uid, const char *user, const char *home);
+
+#endif

@@ -1,0 +1,91 @@
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+static char tmpconf[] = "/tmp/skiff-test-conf-XXXXXX";
+
+static void write_conf(const char *text)
+{
+    int fd = mkstemp(tmpconf);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+Test(config, defaults_without_file)
+{
+    struct skiff_config cfg;
+    skiff_err err;
+    skiff_config_for_user(1234, "alice", "/home/alice");
+    cr_assert_eq(skiff_config_load(&cfg, NULL, false, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(cfg.cache_path, "/home/alice/.cache/skiff");
+    cr_assert_str_eq(cfg.runtime_path, "/tmp/skiff-1234");
+    cr_assert_str_eq(cfg.squash_compression, "zstd");
+    cr_assert_eq(cfg.allow_http, false);
+    skiff_config_for_user((unsigned)-1, NULL, NULL);
+}
+
+Test(config, file_values_and_comments)
+{
+    write_conf("# site config\ncache_path = /scratch/${USER}/cache  # per user\n"
+               "squash_compression=lz4\nallow_http = yes\ndefault_registry = \"reg.local:5000\"\n");
+    struct skiff_config cfg;
+    skiff_err err;
+    skiff_config_for_user(7, "bob", "/home/bob");
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, false, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(cfg.cache_path, "/scratch/bob/cache");
+    cr_assert_str_eq(cfg.squash_compression, "lz4");
+    cr_assert(cfg.allow_http);
+    cr_assert_str_eq(cfg.default_registry, "reg.local:5000");
+    unlink(tmpconf);
+    skiff_config_for_user((unsigned)-1, NULL, NULL);
+}
+
+Test(config, env_overrides_file)
+{
+    write_conf("squash_compression = gzip\n");
+    setenv("SKIFF_SQUASH_COMPRESSION", "xz", 1);
+    struct skiff_config cfg;
+    skiff_err err;
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, true, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(cfg.squash_compression, "xz");
+    unsetenv("SKIFF_SQUASH_COMPRESSION");
+    unlink(tmpconf);
+}
+
+Test(config, errors_name_line_and_key)
+{
+    struct skiff_config cfg;
+    skiff_err err;
+    write_conf("cache_path = /x\nbogus_key = 1\n");
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, false, &err), -1);
+    cr_assert(strstr(err.msg, ":2: unknown configuration key 'bogus_key'"), "%s", err.msg);
+    unlink(tmpconf);
+    strcpy(tmpconf, "/tmp/skiff-test-conf-XXXXXX");
+    write_conf("squash_compression = brotli\n");
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, false, &err), -1);
+    cr_assert(strstr(err.msg, "unknown compressor 'brotli'"), "%s", err.msg);
+    unlink(tmpconf);
+    strcpy(tmpconf, "/tmp/skiff-test-conf-XXXXXX");
+    write_conf("cache_path = relative/dir\n");
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, false, &err), -1);
+    cr_assert(strstr(err.msg, "not an absolute path"), "%s", err.msg);
+    unlink(tmpconf);
+    strcpy(tmpconf, "/tmp/skiff-test-conf-XXXXXX");
+    write_conf("cache_path = ${NOPE}/x\n");
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, false, &err), -1);
+    cr_assert(strstr(err.msg, "unknown variable '${NOPE}'"), "%s", err.msg);
+    unlink(tmpconf);
+}
+
+Test(config, explicit_missing_file_is_error)
+{
+    struct skiff_config cfg;
+    skiff_err err;
+    cr_assert_eq(skiff_config_load(&cfg, "/nonexistent/skiff.conf", false, &err), -1);
+    cr_assert(strstr(err.msg, "open config /nonexistent/skiff.conf"), "%s", err.msg);
+}
