@@ -43,6 +43,7 @@ MAN8 :=
 include runtime/build.mk
 -include hooks/build.mk
 -include plugin/build.mk
+-include trainer/cuda/build.mk
 -include trainer/build.mk
 -include tests/build.mk
 
