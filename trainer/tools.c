@@ -399,3 +399,65 @@ int tool_plot(int argc, char **argv, skiff_err *err)
     }
     return 0;
 }
+
+/* ---- compare ------------------------------------------------------------------ */
+
+static int load_params(const char *dir, struct train_ckpt *ck, float **out, skiff_err *err)
+{
+    memset(ck, 0, sizeof *ck);
+    if (train_ckpt_peek(dir, ck, err) < 0) return -1;
+    float *p = calloc(ck->num_params, sizeof(float));
+    if (!p) return skiff_error(err, ENOMEM, "parameters of %s", dir);
+    struct train_ckpt want = *ck;
+    want.params = p;
+    want.m = want.v = NULL;
+    if (train_ckpt_load(dir, &want, err) < 0) {
+        free(p);
+        return -1;
+    }
+    *out = p;
+    return 0;
+}
+
+int tool_compare(int argc, char **argv, skiff_err *err)
+{
+    double tol = 0;
+    if (argc == 5 && !strcmp(argv[3], "--tol")) {
+        char *end;
+        tol = strtod(argv[4], &end);
+        if (*end || !(tol >= 0)) return skiff_error(err, EINVAL, "--tol '%s'", argv[4]), 2;
+    } else if (argc != 3) {
+        return skiff_error(err, EINVAL, "usage: skiff-train compare CKPT_DIR_A CKPT_DIR_B [--tol X]"), 2;
+    }
+    struct train_ckpt a, b;
+    float *pa = NULL, *pb = NULL;
+    int rc = 1;
+    if (load_params(argv[1], &a, &pa, err) < 0 || load_params(argv[2], &b, &pb, err) < 0) goto out;
+    if (memcmp(&a.cfg, &b.cfg, sizeof a.cfg)) {
+        skiff_error(err, EINVAL, "%s and %s hold different models", argv[1], argv[2]);
+        goto out;
+    }
+    size_t n = gpt2_param_layout(&a.cfg, NULL, NULL);
+    double maxd = 0, maxv = 0;
+    size_t at = 0, ndiff = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)pa[i] - pb[i]);
+        if (pa[i] != pb[i]) ndiff++;
+        if (d > maxd) {
+            maxd = d;
+            at = i;
+        }
+        if (fabs(pa[i]) > maxv) maxv = fabs(pa[i]);
+    }
+    printf("params %zu, differing %zu, max abs diff %.3g (at %zu), max |param| %.3g, steps %d/%d\n",
+           n, ndiff, maxd, at, maxv, a.step, b.step);
+    if (maxd > tol) {
+        skiff_error(err, 0, "parameters differ by %.3g > --tol %g", maxd, tol);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(pa);
+    free(pb);
+    return rc;
+}
