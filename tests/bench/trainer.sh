@@ -1,5 +1,5 @@
 #!/bin/bash
-# skiff-train on CPU: tokens/s of the `mini` model (0.85M params) for 1, 2 and
+# skiff-train on CPU: tokens/s of the `mini` model (0.86M params) for 1, 2 and
 # 4 ranks on localhost at the same global batch (8 sequences x 128 tokens),
 # one OpenMP thread per rank. Per step (mean of steps 3..N from the JSONL):
 #   comm ms  = time the comm thread spent in collectives
