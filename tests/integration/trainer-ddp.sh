@@ -58,4 +58,8 @@ else t_fail "--grad-accum 4 runs"; fi
 
 if run p3b 3 4 --bucket-mb 0.05; then same "DDP P=3 is bit-for-bit reproducible" p3 p3b 0
 else t_fail "DDP P=3 second run"; fi
+# OpenMP threads do not change the bits either (each output element is
+# summed by one thread in a fixed order)
+if run p1t 1 12 --threads 2; then same "1 process: --threads 2 equals --threads 1 bit for bit" p1 p1t 0
+else t_fail "--threads 2 run"; fi
 t_done
