@@ -326,9 +326,10 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
                                             "ranks disagree (mean %.2f): a save was interrupted; "
                                             "remove %s or restart from scratch",
                                rank, c.step, mean, o->ckpt_dir);
-        if (*start_step >= o->steps)
-            return skiff_error(err, EINVAL, "--resume: checkpoint is at step %d, --steps is %d: "
-                                            "nothing left to do", *start_step, o->steps);
+        /* finished already: success, so a requeued job's `--resume` loop ends */
+        if (*start_step >= o->steps && rank == 0)
+            fprintf(stderr, "skiff-train: checkpoint in %s is at step %d of --steps %d: nothing "
+                            "left to do\n", o->ckpt_dir, *start_step, o->steps);
     }
     /* one source of truth for the weights: rank 0 */
     if (skiff_broadcast(r->comm, r->model.params, r->n_pad * sizeof(float), 0, err) < 0)
