@@ -4,8 +4,19 @@
 
 #include <stddef.h>
 
+/* The matmuls are most of the CPU time: on x86-64 GCC also builds an
+ * AVX2+FMA copy and picks it at load time (ifunc), so one binary runs
+ * everywhere and uses the wide units where they exist. FMA rounds once
+ * instead of twice, so bits differ between the two copies, but one machine
+ * always runs the same copy: runs there stay reproducible. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(SKIFF_CUDA_EMU)
+#define MATMUL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define MATMUL_CLONES
+#endif
+
 // out is (N,OC) with N = B*T; inp is (N,C); weight is (OC,C); bias is (OC) or NULL
-static inline void matmul_forward(float *out, const float *inp, const float *weight,
+MATMUL_CLONES static inline void matmul_forward(float *out, const float *inp, const float *weight,
                                   const float *bias, int N, int C, int OC)
 {
     // Four rows share each weight row load; `omp simd` lets GCC vectorise the
@@ -31,7 +42,7 @@ static inline void matmul_forward(float *out, const float *inp, const float *wei
 // Each output element is owned by one thread and summed in a fixed order
 // (dinp over o, dweight over n, ascending), so results do not depend on the
 // thread count. Blocks of four rows share each loaded weight / input row.
-static inline void matmul_backward(float *dinp, float *dweight, float *dbias,
+MATMUL_CLONES static inline void matmul_backward(float *dinp, float *dweight, float *dbias,
                                    const float *dout, const float *inp, const float *weight,
                                    int N, int C, int OC)
 {
