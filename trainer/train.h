@@ -152,6 +152,8 @@ struct train_step_log {
     double val_loss;    /* NAN when not evaluated this step */
     double comm_ms;     /* time the comm backend was busy this step */
     double wait_ms;     /* time compute waited on comm this step (exposed) */
+    double overlap_ms;  /* comm time that finished while the backward still ran
+                           (0 = not measured; logged only when > 0) */
 };
 
 struct train_log {
