@@ -62,6 +62,10 @@ $(BUILD)/pic/%.o: %.c
 deps:
 	scripts/install-deps all
 
+# The main job: containerised DDP training under srun on a local cluster.
+demo:
+	scripts/demo
+
 # Unit tests only (fast, no root needed).
 unit-test: $(UNIT_TESTS)
 	tests/run-all --unit $(UNIT_TESTS)
@@ -95,4 +99,4 @@ install: all
 clean:
 	rm -rf $(BUILD) build-asan
 
-.PHONY: all deps unit-test test bench fuzz asan format install clean
+.PHONY: all deps demo unit-test test bench fuzz asan format install clean
