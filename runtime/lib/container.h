@@ -51,7 +51,7 @@ struct skiff_start_opts {
     size_t ngroups;
     const char *state_key;      /* unique key for runtime state (plugin: node.job.step); NULL = auto */
     int fuse_fd;                /* an open /dev/fuse fd (root may pass one), or -1 to open it */
-    bool quiet;                 /* no progress messages on stderr */
+    bool die_with_parent;       /* holder gets SIGKILL when the starting thread dies (CLI) */
 };
 
 /* Default options: everything off, fuse_fd = -1, use_entrypoint = true. */
