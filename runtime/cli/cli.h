@@ -11,6 +11,20 @@
 #include "error.h"
 
 int cmd_import(int argc, char **argv);
+int cmd_start(int argc, char **argv);
+int cmd_create(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_remove(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_exec(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+
+struct skiff_container;
+/* start.c: runs user_argv (or the image's Entrypoint + Cmd) in the container
+ * whose namespaces join_pid holds, forwarding signals; returns the exit
+ * status (128+N for signal N). Shared by start and exec. */
+int cli_run_in(struct skiff_container *c, _Bool use_entrypoint, char *const *user_argv, const char *workdir,
+               _Bool remap_root, int join_pid);
 
 /* Loads the configuration the CLI uses (file + SKIFF_* env); on failure prints
  * "skiff: MESSAGE" and returns -1. */

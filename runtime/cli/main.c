@@ -22,6 +22,13 @@ static const struct verb {
     const char *summary;
 } verbs[] = {
     {"import", cmd_import, "import an image (docker://, docker-archive:, oci:, oci-archive:, dir:) into a squashfs file"},
+    {"start", cmd_start, "run a command in a container from a squashfs image or a named container"},
+    {"create", cmd_create, "create a named container (persistent writable layer) from a squashfs image"},
+    {"list", cmd_list, "list named containers"},
+    {"remove", cmd_remove, "remove a named container"},
+    {"export", cmd_export, "write a named container's root filesystem as a squashfs image"},
+    {"exec", cmd_exec, "run a command in a running container"},
+    {"doctor", cmd_doctor, "check this host for what unprivileged containers need"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "print this list"},
 };

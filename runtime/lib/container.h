@@ -51,6 +51,7 @@ struct skiff_start_opts {
     size_t ngroups;
     const char *state_key;      /* unique key for runtime state (plugin: node.job.step); NULL = auto */
     int fuse_fd;                /* an open /dev/fuse fd (root may pass one), or -1 to open it */
+    int hook_timeout_s;         /* per hook; 0 = 60 s */
     bool die_with_parent;       /* holder gets SIGKILL when the starting thread dies (CLI) */
 };
 
@@ -90,10 +91,18 @@ int skiff_container_argv(const struct skiff_container *c, bool use_entrypoint,
  * Safe to call twice and on a container whose start failed. */
 int skiff_container_stop(struct skiff_container *c, skiff_err *err);
 
+/* Frees c's memory without touching the holder (after skiff_container_load). */
+void skiff_container_free(struct skiff_container *c);
+
 /* Reads the state of a running container by holder pid or state key from
  * runtime_path (for `skiff exec`): fills c (holder, workdir, env). */
 int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff_container *c,
                          skiff_err *err);
+
+/* Squashes the merged view (image + persistent upper) of the named container
+ * into out_path (atomically: temp + rename). */
+int skiff_container_export(const struct skiff_config *cfg, const char *name, const char *out_path,
+                           skiff_err *err);
 
 void skiff_strv_free(char **v);
 
