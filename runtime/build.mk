@@ -1,7 +1,10 @@
 # runtime/: libskiff (static, also built PIC for the SPANK plugin) and the skiff CLI.
-RUNTIME_PKGS := mount libcap libarchive libsquashfs1 libcurl jansson
+RUNTIME_PKGS := mount libcap libarchive libsquashfs1 libcurl jansson fuse3
 RUNTIME_CFLAGS := $(shell pkg-config --cflags $(RUNTIME_PKGS) 2>/dev/null)
-RUNTIME_LIBS := $(shell pkg-config --libs $(RUNTIME_PKGS) 2>/dev/null) -lcrypto
+# squashfuse's static libraries (the in-process FUSE server, fusemount.c) and
+# the decompressors they call.
+RUNTIME_LIBS := -lsquashfuse_ll -lsquashfuse $(shell pkg-config --libs $(RUNTIME_PKGS) 2>/dev/null) -lcrypto \
+                -lz -llzma -llz4 -lzstd -llzo2
 
 RUNTIME_LIB_SRC := $(wildcard runtime/lib/*.c)
 LIBSKIFF     := $(BUILD)/libskiff.a
