@@ -162,7 +162,7 @@ static int parse_docker(const char *s, const char *default_registry, struct skif
 {
     char buf[1024];
     if (!*s)
-        return skiff_error(err, EINVAL, "empty image name");
+        return skiff_error(err, 0, "empty image name");
     if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
         return skiff_error(err, ENAMETOOLONG, "image reference too long");
     char *p = buf;
@@ -172,10 +172,10 @@ static int parse_docker(const char *s, const char *default_registry, struct skif
     if (at && strncmp(at + 1, "sha256:", 7) != 0) {
         *at = '\0';
         if (!*p)
-            return skiff_error(err, EINVAL, "'%s': empty user name before '@'", s);
+            return skiff_error(err, 0, "'%s': empty user name before '@'", s);
         for (char *q = p; *q; q++)
             if (!(isalnum((unsigned char)*q) || strchr("._-$", *q)))
-                return skiff_error(err, EINVAL, "'%s': bad character '%c' in user name", s, *q);
+                return skiff_error(err, 0, "'%s': bad character '%c' in user name", s, *q);
         COPY(ref->user, p, "user name");
         p = at + 1;
     }
@@ -184,7 +184,7 @@ static int parse_docker(const char *s, const char *default_registry, struct skif
     if (hash) {
         *hash = '\0';
         if (!valid_registry(p))
-            return skiff_error(err, EINVAL, "'%s': bad registry '%s' (want HOST[:PORT] before '#')", s, p);
+            return skiff_error(err, 0, "'%s': bad registry '%s' (want HOST[:PORT] before '#')", s, p);
         COPY(ref->registry, p, "registry");
         p = hash + 1;
     } else {
@@ -200,7 +200,7 @@ static int parse_docker(const char *s, const char *default_registry, struct skif
             if (reg) {
                 *slash = '\0';
                 if (!valid_registry(p))
-                    return skiff_error(err, EINVAL, "'%s': bad registry '%s'", s, p);
+                    return skiff_error(err, 0, "'%s': bad registry '%s'", s, p);
                 COPY(ref->registry, p, "registry");
                 p = slash + 1;
             }
@@ -216,7 +216,7 @@ static int parse_docker(const char *s, const char *default_registry, struct skif
     if (dig) {
         *dig = '\0';
         if (!skiff_ref_valid_digest(dig + 1))
-            return skiff_error(err, EINVAL, "'%s': bad digest '%s' (want sha256: and 64 hex digits)", s,
+            return skiff_error(err, 0, "'%s': bad digest '%s' (want sha256: and 64 hex digits)", s,
                                dig + 1);
         COPY(ref->digest, dig + 1, "digest");
     }
@@ -224,12 +224,12 @@ static int parse_docker(const char *s, const char *default_registry, struct skif
     if (colon && !strchr(colon, '/')) {
         *colon = '\0';
         if (!valid_tag(colon + 1))
-            return skiff_error(err, EINVAL, "'%s': bad tag '%s' (letters, digits, '_', '.', '-'; at most 128)",
+            return skiff_error(err, 0, "'%s': bad tag '%s' (letters, digits, '_', '.', '-'; at most 128)",
                                s, colon + 1);
         COPY(ref->tag, colon + 1, "tag");
     }
     if (!valid_repository(p))
-        return skiff_error(err, EINVAL,
+        return skiff_error(err, 0,
                            "'%s': bad image name '%s' (lowercase letters, digits and separators . _ - /)",
                            s, p);
     if (is_docker_hub(ref->registry) && !strchr(p, '/')) {
@@ -253,11 +253,11 @@ static int parse_path_tag(const char *s, const char *scheme, struct skiff_ref *r
     if (colon && !strchr(colon, '/')) {
         *colon = '\0';
         if (!valid_tag(colon + 1))
-            return skiff_error(err, EINVAL, "%s%s: bad tag '%s'", scheme, s, colon + 1);
+            return skiff_error(err, 0, "%s%s: bad tag '%s'", scheme, s, colon + 1);
         COPY(ref->tag, colon + 1, "tag");
     }
     if (!ref->path[0])
-        return skiff_error(err, EINVAL, "%s: missing path", scheme);
+        return skiff_error(err, 0, "%s: missing path", scheme);
     return 0;
 }
 
@@ -289,14 +289,14 @@ int skiff_ref_parse(const char *uri, const char *default_registry, struct skiff_
         case SKIFF_REF_DOCKER_ARCHIVE:
         case SKIFF_REF_DIR:
             if (!*rest)
-                return skiff_error(err, EINVAL, "%s: missing path", schemes[i].prefix);
+                return skiff_error(err, 0, "%s: missing path", schemes[i].prefix);
             COPY(ref->path, rest, "path");
             return 0;
         }
     }
     if (!strncmp(uri, "docker:", 7))
-        return skiff_error(err, EINVAL, "'%s': write docker://IMAGE (two slashes)", uri);
-    return skiff_error(err, EINVAL,
+        return skiff_error(err, 0, "'%s': write docker://IMAGE (two slashes)", uri);
+    return skiff_error(err, 0,
                        "'%s': unknown image source (use docker://, docker-archive:, oci:, oci-archive: or dir:)",
                        uri);
 }
