@@ -11,6 +11,7 @@
 #include "error.h"
 
 int cmd_import(int argc, char **argv);
+int cmd_resolve(int argc, char **argv);
 
 /* Loads the configuration the CLI uses (file + SKIFF_* env); on failure prints
  * "skiff: MESSAGE" and returns -1. */

@@ -22,6 +22,7 @@ static const struct verb {
     const char *summary;
 } verbs[] = {
     {"import", cmd_import, "import an image (docker://, docker-archive:, oci:, oci-archive:, dir:) into a squashfs file"},
+    {"resolve", cmd_resolve, "resolve --container-image's argument (importing into the cache) and print the squashfs path"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "print this list"},
 };

@@ -46,6 +46,10 @@ struct job {
     struct layer *layers;
     size_t nlayers;
     char manifest_digest[SKIFF_DIGEST_LEN];
+    /* Blobs this import put in the cache: removed again if it fails, so a
+     * refused image leaves nothing behind. */
+    char **fetched;
+    size_t nfetched;
 };
 
 /* snprintf that reports truncation as an error (paths must never be cut). */
@@ -289,6 +293,12 @@ static int registry_blob(struct job *j, const char *digest, bool layer, struct l
         return -1;
     }
     out->verified = true;
+    char **nf = realloc(j->fetched, (j->nfetched + 1) * sizeof(*nf));
+    if (nf) {
+        j->fetched = nf;
+        if ((nf[j->nfetched] = strdup(out->path)))
+            j->nfetched++;
+    }
     return 0;
 }
 
@@ -637,8 +647,14 @@ static int apply_layers(struct job *j, int rootfd, skiff_err *err)
 
 /* ---- import ----------------------------------------------------------- */
 
-static void job_free(struct job *j)
+static void job_free(struct job *j, bool failed)
 {
+    for (size_t i = 0; i < j->nfetched; i++) {
+        if (failed)
+            unlink(j->fetched[i]);
+        free(j->fetched[i]);
+    }
+    free(j->fetched);
     skiff_registry_close(j->reg);
     json_decref(j->config);
     free(j->layers);
@@ -799,7 +815,7 @@ static int import_ref(const struct skiff_config *cfg, const struct skiff_ref *re
         unlink(tmp);
     if (rv == 0 && manifest_digest)
         snprintf(manifest_digest, SKIFF_DIGEST_LEN, "%s", j.manifest_digest);
-    job_free(&j);
+    job_free(&j, rv < 0);
     return rv;
 }
 
@@ -942,8 +958,12 @@ int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, c
         return -1;
     if (!skiff_squash_is_image(path)) {
         struct skiff_import_opts o = {.force = true};
-        if (import_ref(cfg, &ref, path, &o, true, NULL, err) < 0)
+        if (import_ref(cfg, &ref, path, &o, true, NULL, err) < 0) {
+            /* Waiters holding this inode's lock still serialise correctly: they
+             * re-check for the image and publish by rename. */
+            unlink(lockp);
             return skiff_err_wrap(err, "import %s", uri);
+        }
     }
     if (ref.kind == SKIFF_REF_DOCKER) {
         /* ref-<key>.sqsh: a hard link to the last image of this reference, for
@@ -951,8 +971,13 @@ int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, c
         char tmp[SKIFF_PATH_MAX + 100];
         snprintf(tmp, sizeof(tmp), "%s.tmp.%d", refpath, (int)getpid());
         unlink(tmp);
-        if (link(path, tmp) == 0 && rename(tmp, refpath) < 0)
+        /* rename() of two links to one inode does nothing: unlink tmp after. */
+        if (link(path, tmp) == 0) {
+            if (rename(tmp, refpath) < 0) {
+                /* best effort: only the offline fallback is lost */
+            }
             unlink(tmp);
+        }
     }
     if (snprintf(sqsh_path, n, "%s", path) >= (int)n)
         return skiff_error(err, ENAMETOOLONG, "%s", path);
