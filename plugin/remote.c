@@ -51,7 +51,8 @@ static int fail(const char *phase, const skiff_err *err)
         snprintf(skiff_g.phase, sizeof(skiff_g.phase), "%s", phase);
         skiff_g.err = *err;
     }
-    slurm_error("skiff: %s: %s", phase, err->msg);
+    /* task_init prints it as an error, once per task; here only for the log */
+    slurm_verbose("skiff: %s: %s", phase, err->msg);
     return 0; /* fail in task_init, where srun sees it */
 }
 
@@ -173,15 +174,35 @@ int skiff_load_user_config(const struct skiff_plugin_args *a, uid_t uid, const c
     return 0;
 }
 
+/* A getter over the job's environment. Every value it returns stays valid
+ * until envget_free: callers (ddp_env) may hold several at once. */
+#define ENVGET_MAX 128
 struct envget {
     spank_t sp;
     char buf[8192];
+    char *kept[ENVGET_MAX];
+    size_t n;
 };
 
 static const char *spank_get(void *ctx, const char *name)
 {
     struct envget *e = ctx;
-    return spank_getenv(e->sp, name, e->buf, sizeof(e->buf)) == ESPANK_SUCCESS ? e->buf : NULL;
+    if (spank_getenv(e->sp, name, e->buf, sizeof(e->buf)) != ESPANK_SUCCESS)
+        return NULL;
+    if (e->n >= ENVGET_MAX)
+        return NULL;
+    char *v = strdup(e->buf);
+    if (!v)
+        return NULL;
+    e->kept[e->n++] = v;
+    return v;
+}
+
+static void envget_free(struct envget *e)
+{
+    for (size_t i = 0; e && i < e->n; i++)
+        free(e->kept[i]);
+    free(e);
 }
 
 /* Makes a relative path absolute against the step's working directory. */
@@ -234,7 +255,7 @@ int skiff_remote_post_opt(spank_t sp)
         return 0;
     eg->sp = sp;
     int rc = skiff_opts_from_env(&skiff_g.opts, spank_get, eg, &err);
-    free(eg);
+    envget_free(eg);
     if (rc < 0)
         return fail("config", &err);
     if (!skiff_opts_active(&skiff_g.opts))
@@ -613,7 +634,7 @@ static int apply_ddp_env(spank_t sp, skiff_err *err)
         spank_setenv(sp, d->vars[i].name, d->vars[i].value, 0); /* what the user set wins */
     rv = 0;
 out:
-    free(eg);
+    envget_free(eg);
     free(d);
     return rv;
 }
