@@ -57,12 +57,20 @@ int skiff_remove_job_containers(uid_t uid, gid_t gid, const gid_t *groups, int n
     return skiff_as_user(uid, gid, groups, ngroups, NULL, sweep_job, NULL, err);
 }
 
-int skiff_epilog(spank_t sp)
+int skiff_epilog(spank_t sp, int ac, char **av)
 {
-    if (!skiff_g.args_ok || skiff_g.args.scope != SKIFF_SCOPE_JOB)
-        return 0;
     skiff_err err;
     skiff_err_clear(&err);
+    if (!skiff_g.args_ok) {
+        /* slurmd may call the epilog without slurm_spank_init */
+        if (skiff_plugin_args_parse(&skiff_g.args, ac, av, &err) < 0) {
+            slurm_error("skiff: epilog: %s", err.msg);
+            return 0;
+        }
+        skiff_g.args_ok = true;
+    }
+    if (skiff_g.args.scope != SKIFF_SCOPE_JOB)
+        return 0;
     uid_t uid;
     uint32_t jobid;
     if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||

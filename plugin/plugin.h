@@ -28,6 +28,7 @@ struct skiff_plugin {
     /* remote (slurmstepd) */
     bool active;   /* this step runs in a container */
     bool is_batch; /* the batch step (sbatch script) */
+    bool sweep_only; /* batch step without a container: job-scope cleanup only */
     uid_t uid;
     gid_t gid;
     gid_t *groups;
@@ -66,7 +67,7 @@ int skiff_remote_task_init(spank_t sp);
 int skiff_remote_exit(spank_t sp);
 
 /* epilog.c */
-int skiff_epilog(spank_t sp);
+int skiff_epilog(spank_t sp, int ac, char **av);
 
 /* remote.c helpers shared with epilog.c */
 double skiff_now_ms(void);

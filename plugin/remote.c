@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -111,6 +112,10 @@ int skiff_as_user(uid_t uid, gid_t gid, const gid_t *groups, int ngroups, const 
         else if (setgroups((size_t)ngroups, groups) < 0 || setresgid(gid, gid, gid) < 0 ||
                  setresuid(uid, uid, uid) < 0)
             r->rc = skiff_error(&r->err, errno, "drop to uid %u gid %u", (unsigned)uid, (unsigned)gid);
+        /* a credential change clears dumpable; libskiff writes the new user
+         * namespace's /proc/self/{setgroups,uid_map}, which needs it */
+        else if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+            r->rc = skiff_error(&r->err, errno, "set dumpable");
         else if (cwd && *cwd && chdir(cwd) < 0)
             r->rc = skiff_error(&r->err, errno, "working directory %s", cwd);
         else
@@ -238,39 +243,13 @@ static int make_runtime_dir(skiff_err *err)
     return 0;
 }
 
-int skiff_remote_post_opt(spank_t sp)
+/* Who and where: the job's user, groups, id and this node's name. */
+static int load_identity(spank_t sp, skiff_err *err)
 {
-    double t0 = skiff_now_ms();
-    skiff_err err;
-    skiff_err_clear(&err);
-    uint32_t stepid = 0;
-    if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
-        return 0;
-    skiff_g.stepid = stepid;
-    if (stepid == SLURM_EXTERN_CONT)
-        return 0; /* the extern step holds no user task */
-    skiff_g.is_batch = stepid == SLURM_BATCH_SCRIPT;
-    struct envget *eg = calloc(1, sizeof(*eg));
-    if (!eg)
-        return 0;
-    eg->sp = sp;
-    int rc = skiff_opts_from_env(&skiff_g.opts, spank_get, eg, &err);
-    envget_free(eg);
-    if (rc < 0)
-        return fail("config", &err);
-    if (!skiff_opts_active(&skiff_g.opts))
-        return 0;
-    if (skiff_g.is_batch && !skiff_g.args.sbatch_support)
-        return 0;
-    skiff_g.active = true;
-    if (skiff_opts_check(&skiff_g.opts, &err) < 0)
-        return fail("config", &err);
-
     if (spank_get_item(sp, S_JOB_UID, &skiff_g.uid) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_GID, &skiff_g.gid) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_ID, &skiff_g.jobid) != ESPANK_SUCCESS) {
-        skiff_error(&err, 0, "cannot read the job's uid, gid or id from Slurm");
-        return fail("config", &err);
+        return skiff_error(err, 0, "cannot read the job's uid, gid or id from Slurm");
     }
     gid_t *groups = NULL;
     int ngroups = 0;
@@ -291,8 +270,7 @@ int skiff_remote_post_opt(spank_t sp)
     struct passwd pw, *pwp = NULL;
     char pwbuf[4096];
     if (getpwuid_r(skiff_g.uid, &pw, pwbuf, sizeof(pwbuf), &pwp) != 0 || !pwp) {
-        skiff_error(&err, 0, "uid %u has no passwd entry on this node", (unsigned)skiff_g.uid);
-        return fail("config", &err);
+        return skiff_error(err, 0, "uid %u has no passwd entry on this node", (unsigned)skiff_g.uid);
     }
     snprintf(skiff_g.user, sizeof(skiff_g.user), "%s", pw.pw_name);
     snprintf(skiff_g.home, sizeof(skiff_g.home), "%s", pw.pw_dir);
@@ -302,6 +280,46 @@ int skiff_remote_post_opt(spank_t sp)
     if (dot)
         *dot = '\0';
 
+    return 0;
+}
+
+int skiff_remote_post_opt(spank_t sp)
+{
+    double t0 = skiff_now_ms();
+    skiff_err err;
+    skiff_err_clear(&err);
+    uint32_t stepid = 0;
+    if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
+        return 0;
+    skiff_g.stepid = stepid;
+    if (stepid == SLURM_EXTERN_CONT)
+        return 0; /* the extern step holds no user task */
+    skiff_g.is_batch = stepid == SLURM_BATCH_SCRIPT;
+    struct envget *eg = calloc(1, sizeof(*eg));
+    if (!eg)
+        return 0;
+    eg->sp = sp;
+    int rc = skiff_opts_from_env(&skiff_g.opts, spank_get, eg, &err);
+    envget_free(eg);
+    if (rc < 0)
+        return fail("config", &err);
+    /* the batch step of a job-scoped job removes its named containers at
+     * exit even when the batch script itself runs outside a container */
+    bool sweep = skiff_g.is_batch && skiff_g.args.scope == SKIFF_SCOPE_JOB;
+    bool want = skiff_opts_active(&skiff_g.opts) && !(skiff_g.is_batch && !skiff_g.args.sbatch_support);
+    if (!want && !sweep)
+        return 0;
+    if (load_identity(sp, &err) < 0)
+        return fail("config", &err);
+    if (!want) {
+        skiff_g.sweep_only = true;
+        if (skiff_load_user_config(&skiff_g.args, skiff_g.uid, skiff_g.user, skiff_g.home, &skiff_g.cfg, &err) < 0)
+            slurm_error("skiff: config: %s", err.msg);
+        return 0;
+    }
+    skiff_g.active = true;
+    if (skiff_opts_check(&skiff_g.opts, &err) < 0)
+        return fail("config", &err);
     char buf[SKIFF_PATH_MAX];
     if ((spank_getenv(sp, "PWD", buf, sizeof(buf)) == ESPANK_SUCCESS && buf[0] == '/') ||
         (spank_getenv(sp, "SLURM_SUBMIT_DIR", buf, sizeof(buf)) == ESPANK_SUCCESS && buf[0] == '/'))
@@ -748,10 +766,18 @@ static int do_release(void *arg, skiff_err *err)
 int skiff_remote_exit(spank_t sp)
 {
     (void)sp;
-    if (!skiff_g.active)
-        return 0;
     skiff_err err;
     skiff_err_clear(&err);
+    if (skiff_g.sweep_only) {
+        if (skiff_remove_job_containers(skiff_g.uid, skiff_g.gid, skiff_g.groups, skiff_g.ngroups, skiff_g.node,
+                                        skiff_g.jobid, &skiff_g.cfg, &err) < 0)
+            slurm_error("skiff: cleanup: %s", err.msg);
+        free(skiff_g.groups);
+        skiff_g.groups = NULL;
+        return 0;
+    }
+    if (!skiff_g.active)
+        return 0;
     if (skiff_g.started) {
         skiff_container_stop(&skiff_g.c, &err);
         skiff_g.started = false;

@@ -95,7 +95,5 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 {
-    (void)ac;
-    (void)av;
-    return skiff_epilog(sp);
+    return skiff_epilog(sp, ac, av);
 }
