@@ -46,12 +46,17 @@ struct skiff_plugin {
     char save_path[SKIFF_PATH_MAX];
     struct skiff_container c;
     bool started;
+    uint32_t tasks_exited;
+    int mntns_fd;    /* the container's mount namespace, held open */
+    dev_t mntns_dev;
+    ino_t mntns_ino;
 
     /* an error kept for task_init (user_init's own return value is lost) */
     bool failed;
     char phase[SKIFF_PHASE_MAX];
     skiff_err err;
 
+    bool debug; /* SKIFF_DEBUG in the job's environment: timings */
     double t_config_ms, t_resolve_ms, t_start_ms; /* for verbose timing lines */
 };
 
@@ -64,6 +69,7 @@ int skiff_spank_register_options(spank_t sp);
 int skiff_remote_post_opt(spank_t sp);
 int skiff_remote_user_init(spank_t sp);
 int skiff_remote_task_init(spank_t sp);
+int skiff_remote_task_exit(spank_t sp);
 int skiff_remote_exit(spank_t sp);
 
 /* epilog.c */
