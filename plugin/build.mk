@@ -15,6 +15,8 @@ PLUGINS += $(SPANK_SKIFF)
 
 # Criterion unit tests: tests/unit/plugin/test_*.c
 PLUGIN_UNIT := $(patsubst tests/unit/plugin/%.c,$(BUILD)/tests/unit/plugin/%,$(wildcard tests/unit/plugin/test_*.c))
+# PIE_CFLAGS, not CFLAGS: the generic rule expanded CFLAGS already
+$(BUILD)/tests/unit/plugin/%.o: PIE_CFLAGS += -Iplugin
 $(BUILD)/tests/unit/plugin/%: $(BUILD)/tests/unit/plugin/%.o $(PLUGIN_PURE_OBJ) $(LIBSKIFF_PIC)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS) -lcriterion
 UNIT_TESTS += $(PLUGIN_UNIT)
