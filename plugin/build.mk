@@ -32,3 +32,5 @@ cluster-down:
 	tests/cluster/down
 
 .PHONY: cluster-up cluster-down
+
+MAN8 += doc/man/spank-skiff.8
