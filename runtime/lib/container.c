@@ -320,7 +320,7 @@ static int assemble_rootfs(struct holder_ctx *h, skiff_err *err)
     cleanup_close int rootdirfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (lowerfd < 0 || rootdirfd < 0)
         return skiff_error(err, errno, "open staging directories");
-    if (!skiff_fuse_mount_squashfs(h->image, lowerfd, h->o->fuse_fd, err)) {
+    if (!skiff_fuse_mount_squashfs(h->image, lowerfd, h->o->fuse_fd, geteuid() != 0, err)) {
         int e = err->code;
         if (e != EACCES && e != EPERM && e != ENODEV && e != ENOENT && e != ENXIO)
             return skiff_err_wrap(err, "image %s", h->image);
@@ -479,7 +479,11 @@ static int read_env_file(const char *path, char ***env, skiff_err *err)
 
 static int run_hooks(struct holder_ctx *h, char ***env, skiff_err *err)
 {
+    /* the configured directory, then $SKIFF_HOOKS_DIR (config.c may already
+     * have copied it into hooks_dir: then it runs once) */
     const char *envdir = getenv("SKIFF_HOOKS_DIR");
+    if (envdir && !strcmp(envdir, h->cfg->hooks_dir))
+        envdir = NULL;
     const char *dirs[] = {h->cfg->hooks_dir, envdir ? envdir : "", NULL};
     if (!h->cfg->hooks_dir[0] && !(envdir && *envdir))
         return 0;
