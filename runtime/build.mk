@@ -32,3 +32,8 @@ RUNTIME_UNIT := $(patsubst tests/unit/runtime/%.c,$(BUILD)/tests/unit/runtime/%,
 $(BUILD)/tests/unit/runtime/%: $(BUILD)/tests/unit/runtime/%.o $(LIBSKIFF)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS) -lcriterion
 UNIT_TESTS += $(RUNTIME_UNIT)
+
+# Container half: integration suite, start benchmark, man page.
+INTEGRATION_TESTS += tests/integration/runtime-start.sh
+BENCHES += tests/bench/start.sh
+MAN1 += doc/man/skiff.1
