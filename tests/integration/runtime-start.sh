@@ -205,6 +205,18 @@ touch $W/nofuse && chmod 000 $W/nofuse
 out=$(unshare -m sh -c "mount --bind $W/nofuse /dev/fuse && cd $W && setpriv --reuid=$TUID --regid=$TUID --init-groups env -i PATH=/usr/bin:/bin SKIFF_RUNTIME_PATH=$W/run $SKIFF start $W/bb.sqsh sh -c 'head -c 7 /.skiff/config.json; echo'" 2>&1)
 if [ "$out" = '{"Env":' ] ; then t_pass "extraction fallback without FUSE"; else t_fail "extraction fallback without FUSE" "$out"; fi
 
+# ---- the library the way the SPANK plugin drives it (root, euid = user) ----
+LIBS="-lsquashfuse_ll -lsquashfuse $(pkg-config --libs mount libcap libarchive libsquashfs1 libcurl jansson fuse3) -lcrypto -lz -llzma -llz4 -lzstd -llzo2"
+if cc -std=gnu11 -D_GNU_SOURCE -I"$T_ROOT/runtime/lib" -o $W/plugin-sim "$T_ROOT/tests/integration/runtime-plugin-sim.c" \
+     "$BUILD/libskiff.a" $LIBS 2>$W/cc.log; then
+  out=$(cd $W && SKIFF_RUNTIME_PATH=$W/run $W/plugin-sim $TUID $TUID $W/bb.sqsh n1.42.0 2 \
+        sh -c 'echo "r$RANK $(id -u) $(pwd) $OVER $(grep -c "^CapEff:.0000000000000000" /proc/self/status)"' 2>&1)
+  if grep -q "state $W/run/n1.42.0" <<<"$out" && grep -qx "r0 $TUID /work image 1" <<<"$out" &&
+     grep -qx "r1 $TUID /work image 1" <<<"$out"; then t_pass "plugin flow: start as root for the user, join per task, stop"
+  else t_fail "plugin flow: start as root for the user, join per task, stop" "$out"; fi
+  t_check "nothing left after the plugin flow" leftovers
+else t_fail "plugin flow: build the driver" "$(cat $W/cc.log)"; fi
+
 # ---- doctor ----
 out=$(as_user "$SKIFF" doctor 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q "ok:.*user + mount namespaces" <<<"$out" && grep -q "ok:.*/dev/fuse is usable" <<<"$out"; then
