@@ -558,6 +558,14 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
     char mnt[SKIFF_PATH_MAX + 8];
     if (check_private_dir(h->cfg->runtime_path, err) < 0 || check_private_dir(h->state_dir, err) < 0)
         return -1;
+    if (o->name) {
+        /* held (fd left open) until the holder exits: one user at a time of
+         * the persistent upper layer */
+        int lock = skiff_named_lock(h->cfg, o->name, err);
+        if (lock < 0)
+            return -1;
+        (void)lock;
+    }
     snprintf(mnt, sizeof(mnt), "%s/mnt", h->state_dir);
     if (mkdir(mnt, 0700) < 0 && errno != EEXIST)
         return skiff_error(err, errno, "create %s", mnt);

@@ -193,6 +193,11 @@ t_fails_with "bad name refused" "may only contain" as_user "$SKIFF" create -n ..
 check_out "list" "c1	$W/bb.sqsh" as_user "$SKIFF" list
 check_rc "named start writes persist (1)" 0 st c1 sh -c 'echo persisted > /data.txt && rm /bin/vi'
 check_out "named start writes persist (2)" "persisted novi" st c1 sh -c 'echo $(cat /data.txt) $(test -e /bin/vi || echo novi)'
+st c1 sh -c 'touch /busy; sleep 3' >/dev/null 2>&1 &
+bpid=$!
+for _ in $(seq 100); do as_user test -e $W/data/containers/c1/upper/busy && break; sleep 0.05; done
+t_fails_with "a named container runs once at a time" "container 'c1' is in use" st c1 true
+kill -TERM "$(pgrep -o -u $TUSER -f "$SKIFF start c1 sh")" 2>/dev/null; wait $bpid
 check_rc "export" 0 as_user "$SKIFF" export -o $W/share/c1.sqsh c1
 check_out "start the exported image" "persisted novi default-cmd" st $W/share/c1.sqsh sh -c 'echo $(cat /data.txt) $(test -e /bin/vi || echo novi) $(echo default-cmd)'
 check_rc "remove" 0 as_user "$SKIFF" remove c1
