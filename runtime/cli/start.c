@@ -138,6 +138,8 @@ int cmd_start(int argc, char **argv)
     skiff_start_opts_init(&o);
     o.die_with_parent = true;
     o.trace = getenv("SKIFF_TRACE") != NULL;
+    if (getenv("SKIFF_HOOK_TIMEOUT"))
+        o.hook_timeout_s = atoi(getenv("SKIFF_HOOK_TIMEOUT"));
     skiff_trace(o.trace, "cli: main");
     int ch;
     optind = 1;

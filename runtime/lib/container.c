@@ -309,6 +309,7 @@ struct holder_ctx {
     bool writable;
     bool rootfs_only; /* export: lower + overlay, no system mounts, no pivot */
     char stage[SKIFF_PATH_MAX];
+    char home[SKIFF_PATH_MAX]; /* the user's home (--mount-home), looked up before the namespace */
     int stagefd;
 };
 
@@ -569,6 +570,14 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
     snprintf(mnt, sizeof(mnt), "%s/mnt", h->state_dir);
     if (mkdir(mnt, 0700) < 0 && errno != EEXIST)
         return skiff_error(err, errno, "create %s", mnt);
+    if (o->mount_home) {
+        /* before the namespace: inside it, getuid() may be 0 (remap-root) */
+        struct passwd *pw = getpwuid(getuid());
+        if (!pw || !pw->pw_dir || pw->pw_dir[0] != '/')
+            return skiff_error(err, ENOENT, "--mount-home: no home directory for uid %u", (unsigned)getuid());
+        if ((size_t)snprintf(h->home, sizeof(h->home), "%s", pw->pw_dir) >= sizeof(h->home))
+            return skiff_error(err, ENAMETOOLONG, "home directory");
+    }
     if (skiff_ns_create(o->unshare_flags, o->remap_root || h->rootfs_only, err) < 0)
         return -1;
     skiff_trace(o->trace, "holder: namespaces");
@@ -588,12 +597,8 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
     if (system_mounts(rootfd, err) < 0)
         return skiff_err_wrap(err, "system mounts");
     skiff_trace(o->trace, "holder: system mounts");
-    if (o->mount_home) {
-        struct passwd *pw = getpwuid(getuid());
-        if (pw && pw->pw_dir && pw->pw_dir[0] == '/' &&
-            bind_at(rootfd, pw->pw_dir, pw->pw_dir, false, true, false, false, false, err) < 0)
-            return skiff_err_wrap(err, "home directory");
-    }
+    if (o->mount_home && bind_at(rootfd, h->home, h->home, false, true, false, false, false, err) < 0)
+        return skiff_err_wrap(err, "home directory");
     if (apply_spec_list(rootfd, o->mounts, err) < 0)
         return -1;
     struct image_config ic = {0};

@@ -120,6 +120,8 @@ t_fails_with "missing workdir is a clear error" "working directory.*/nope" st --
 check_out "no WorkingDir means /" "/" st --no-entrypoint $W/ep.sqsh pwd
 
 # ---- mounts ----
+check_out "--mount-home (also with --remap-root)" "$(getent passwd $TUSER | cut -d: -f6) yes" \
+  st --mount-home --remap-root $W/bb.sqsh sh -c "d=$(getent passwd $TUSER | cut -d: -f6); echo \$d \$(test -d \$d && echo yes)"
 check_out "bind a file" "hostfile" st -m $W/share/f.txt:/etc/f.txt $W/bb.sqsh cat /etc/f.txt
 check_out "bind a dir, writable" "hostfile w" st -m $W/share:/mnt/share $W/bb.sqsh sh -c 'echo w > /mnt/share/w && cat /mnt/share/f.txt /mnt/share/w | tr "\n" " " | sed "s/ $//"'
 check_rc "ro mount enforced" 1 st -m $W/share:/mnt/share:ro $W/bb.sqsh sh -c 'echo x > /mnt/share/x'
@@ -183,6 +185,10 @@ check_out "-e beats the hook env file" "cli" st -e OVER=cli $W/bb.sqsh sh -c 'ec
 printf '#!/bin/sh\necho boom >&2\nexit 4\n' >$H/30-fail; chmod 755 $H/30-fail; chown $TUSER: $H/30-fail
 t_fails_with "failing hook aborts, named, with status and stderr" "hook $H/30-fail failed \(exit status 4\): boom" st $W/bb.sqsh true
 rm -f $H/30-fail
+printf '#!/bin/sh\nsleep 30\n' >$H/40-slow; chmod 755 $H/40-slow; chown $TUSER: $H/40-slow
+EXTRA_ENV="SKIFF_HOOKS_DIR=$H SKIFF_HOOK_TIMEOUT=1"
+t_fails_with "hung hook is killed after the timeout" "hook $H/40-slow failed \(timed out after 1000 ms\)" st $W/bb.sqsh true
+rm -f $H/40-slow
 EXTRA_ENV=
 t_check "nothing left after hooks" leftovers
 
