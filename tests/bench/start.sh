@@ -58,3 +58,35 @@ for r in res:
     t = [x * 1000 for x in r["times"]]
     print(f"| {r['command']} | {statistics.median(t):.1f} | {statistics.mean(t):.1f} ± {statistics.stdev(t):.1f} | {min(t):.1f} |")
 PY
+
+# Where the time goes: SKIFF_TRACE phase timestamps, per phase the median and
+# the minimum over the runs (the minimum is the cost without preemption).
+for _ in $(seq "$RUNS"); do
+  (cd $W && "${as_user[@]}" SKIFF_TRACE=1 $W/skiff start $W/zstd.sqsh /bin/true 2>&1 >/dev/null | grep '^skiff-trace:'; echo END)
+done >$W/trace.txt
+python3 - "$W/trace.txt" <<'PY'
+import statistics, sys
+runs, cur = [], []
+for line in open(sys.argv[1]):
+    if line.startswith("END"):
+        runs.append(cur); cur = []
+    else:
+        _, t, _pid, what = line.split(" ", 3)
+        cur.append((float(t), what.strip()))
+phases = {}
+order = []
+for r in runs:
+    r.sort()
+    for (t0, _), (t1, w) in zip(r, r[1:]):
+        if w not in phases:
+            order.append(w)
+        phases.setdefault(w, []).append(t1 - t0)
+print("\nPhases of skiff start zstd.sqsh /bin/true (SKIFF_TRACE; each row = time since the previous mark)\n")
+print("| phase (ends at) | median ms | min ms |")
+print("|---|---:|---:|")
+for w in order:
+    v = phases[w]
+    print(f"| {w} | {statistics.median(v):.2f} | {min(v):.2f} |")
+tot = [r[-1][0] - r[0][0] for r in runs if r]
+print(f"| total (cli: main → cli: stopped) | {statistics.median(tot):.2f} | {min(tot):.2f} |")
+PY
