@@ -217,8 +217,10 @@ out=$(unshare -m sh -c "mount --bind $W/nofuse /dev/fuse && cd $W && setpriv --r
 if [ "$out" = '{"Env":' ] ; then t_pass "extraction fallback without FUSE"; else t_fail "extraction fallback without FUSE" "$out"; fi
 
 # ---- the library the way the SPANK plugin drives it (root, euid = user) ----
+SANFLAGS=""   # a sanitizer build of libskiff (make asan-style BUILD) needs the runtime too
+nm "$BUILD/libskiff.a" 2>/dev/null | grep -q __asan_ && SANFLAGS="-fsanitize=address,undefined"
 LIBS="-lsquashfuse_ll -lsquashfuse $(pkg-config --libs mount libcap libarchive libsquashfs1 libcurl jansson fuse3) -lcrypto -lz -llzma -llz4 -lzstd -llzo2"
-if cc -std=gnu11 -D_GNU_SOURCE -I"$T_ROOT/runtime/lib" -o $W/plugin-sim "$T_ROOT/tests/integration/runtime-plugin-sim.c" \
+if cc $SANFLAGS -std=gnu11 -D_GNU_SOURCE -I"$T_ROOT/runtime/lib" -o $W/plugin-sim "$T_ROOT/tests/integration/runtime-plugin-sim.c" \
      "$BUILD/libskiff.a" $LIBS 2>$W/cc.log; then
   out=$(cd $W && SKIFF_RUNTIME_PATH=$W/run $W/plugin-sim $TUID $TUID $W/bb.sqsh n1.42.0 2 \
         sh -c 'echo "r$RANK $(id -u) $(pwd) $OVER $(grep -c "^CapEff:.0000000000000000" /proc/self/status)"' 2>&1)
