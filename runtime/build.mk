@@ -35,3 +35,7 @@ UNIT_TESTS += $(RUNTIME_UNIT)
 
 INTEGRATION_TESTS += tests/integration/runtime-import.sh
 BENCHES += tests/bench/import.sh
+# Container half: integration suite, start benchmark, man page.
+INTEGRATION_TESTS += tests/integration/runtime-start.sh
+BENCHES += tests/bench/start.sh
+MAN1 += doc/man/skiff.1

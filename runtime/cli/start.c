@@ -95,6 +95,7 @@ int cli_run_in(struct skiff_container *c, bool use_entrypoint, char *const *user
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         if (getppid() != parent)
             _exit(125);
+        skiff_trace(getenv("SKIFF_TRACE") != NULL, "child: joined, exec");
         close_range(3, ~0U, 0); /* no stray fds into the container */
         extern char **environ;
         environ = envp; /* execvp searches the container's PATH */
@@ -136,6 +137,10 @@ int cmd_start(int argc, char **argv)
     struct skiff_start_opts o;
     skiff_start_opts_init(&o);
     o.die_with_parent = true;
+    o.trace = getenv("SKIFF_TRACE") != NULL;
+    if (getenv("SKIFF_HOOK_TIMEOUT"))
+        o.hook_timeout_s = atoi(getenv("SKIFF_HOOK_TIMEOUT"));
+    skiff_trace(o.trace, "cli: main");
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "+m:e:w:h", longopts, NULL)) != -1) {
@@ -199,7 +204,9 @@ int cmd_start(int argc, char **argv)
         return 1;
     }
     int rc = cli_run_in(&c, o.use_entrypoint, argv + optind, o.workdir, o.remap_root, c.holder);
+    skiff_trace(o.trace, "cli: command exited");
     skiff_container_stop(&c, &err);
+    skiff_trace(o.trace, "cli: stopped");
     free(mounts);
     free(env);
     return rc;

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "caps.h"
@@ -38,6 +39,16 @@
 #define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define STATE_FILE "state"
 #define CONFIG_JSON "/.skiff/config.json"
+
+void skiff_trace(bool on, const char *what)
+{
+    if (!on)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    fprintf(stderr, "skiff-trace: %.3f %d %s\n", (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6, (int)getpid(),
+            what);
+}
 
 void skiff_start_opts_init(struct skiff_start_opts *opts)
 {
@@ -298,6 +309,7 @@ struct holder_ctx {
     bool writable;
     bool rootfs_only; /* export: lower + overlay, no system mounts, no pivot */
     char stage[SKIFF_PATH_MAX];
+    char home[SKIFF_PATH_MAX]; /* the user's home (--mount-home), looked up before the namespace */
     int stagefd;
 };
 
@@ -320,7 +332,7 @@ static int assemble_rootfs(struct holder_ctx *h, skiff_err *err)
     cleanup_close int rootdirfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (lowerfd < 0 || rootdirfd < 0)
         return skiff_error(err, errno, "open staging directories");
-    if (!skiff_fuse_mount_squashfs(h->image, lowerfd, h->o->fuse_fd, err)) {
+    if (!skiff_fuse_mount_squashfs(h->image, lowerfd, h->o->fuse_fd, geteuid() != 0, err)) {
         int e = err->code;
         if (e != EACCES && e != EPERM && e != ENODEV && e != ENOENT && e != ENXIO)
             return skiff_err_wrap(err, "image %s", h->image);
@@ -479,7 +491,11 @@ static int read_env_file(const char *path, char ***env, skiff_err *err)
 
 static int run_hooks(struct holder_ctx *h, char ***env, skiff_err *err)
 {
+    /* the configured directory, then $SKIFF_HOOKS_DIR (config.c may already
+     * have copied it into hooks_dir: then it runs once) */
     const char *envdir = getenv("SKIFF_HOOKS_DIR");
+    if (envdir && !strcmp(envdir, h->cfg->hooks_dir))
+        envdir = NULL;
     const char *dirs[] = {h->cfg->hooks_dir, envdir ? envdir : "", NULL};
     if (!h->cfg->hooks_dir[0] && !(envdir && *envdir))
         return 0;
@@ -543,11 +559,28 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
     char mnt[SKIFF_PATH_MAX + 8];
     if (check_private_dir(h->cfg->runtime_path, err) < 0 || check_private_dir(h->state_dir, err) < 0)
         return -1;
+    if (o->name) {
+        /* held (fd left open) until the holder exits: one user at a time of
+         * the persistent upper layer */
+        int lock = skiff_named_lock(h->cfg, o->name, err);
+        if (lock < 0)
+            return -1;
+        (void)lock;
+    }
     snprintf(mnt, sizeof(mnt), "%s/mnt", h->state_dir);
     if (mkdir(mnt, 0700) < 0 && errno != EEXIST)
         return skiff_error(err, errno, "create %s", mnt);
+    if (o->mount_home) {
+        /* before the namespace: inside it, getuid() may be 0 (remap-root) */
+        struct passwd *pw = getpwuid(getuid());
+        if (!pw || !pw->pw_dir || pw->pw_dir[0] != '/')
+            return skiff_error(err, ENOENT, "--mount-home: no home directory for uid %u", (unsigned)getuid());
+        if ((size_t)snprintf(h->home, sizeof(h->home), "%s", pw->pw_dir) >= sizeof(h->home))
+            return skiff_error(err, ENAMETOOLONG, "home directory");
+    }
     if (skiff_ns_create(o->unshare_flags, o->remap_root || h->rootfs_only, err) < 0)
         return -1;
+    skiff_trace(o->trace, "holder: namespaces");
     if (o->die_with_parent)
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     /* everything below lives on this tmpfs, visible only in our namespace */
@@ -558,16 +591,14 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
     cleanup_close int rootfd = assemble_rootfs(h, err);
     if (rootfd < 0)
         return -1;
+    skiff_trace(o->trace, "holder: rootfs (lower + overlay)");
     if (h->rootfs_only)
         return 0;
     if (system_mounts(rootfd, err) < 0)
         return skiff_err_wrap(err, "system mounts");
-    if (o->mount_home) {
-        struct passwd *pw = getpwuid(getuid());
-        if (pw && pw->pw_dir && pw->pw_dir[0] == '/' &&
-            bind_at(rootfd, pw->pw_dir, pw->pw_dir, false, true, false, false, false, err) < 0)
-            return skiff_err_wrap(err, "home directory");
-    }
+    skiff_trace(o->trace, "holder: system mounts");
+    if (o->mount_home && bind_at(rootfd, h->home, h->home, false, true, false, false, false, err) < 0)
+        return skiff_err_wrap(err, "home directory");
     if (apply_spec_list(rootfd, o->mounts, err) < 0)
         return -1;
     struct image_config ic = {0};
@@ -575,6 +606,7 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
     int rv = -1;
     if (read_image_config(rootfd, &ic, err) < 0)
         goto out;
+    skiff_trace(o->trace, "holder: image config");
     if (env_set(&env, DEFAULT_PATH, err) < 0)
         goto out;
     for (size_t i = 0; ic.env && ic.env[i]; i++)
@@ -584,6 +616,7 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
         }
     if (run_hooks(h, &env, err) < 0)
         goto out;
+    skiff_trace(o->trace, "holder: hooks");
     for (size_t i = 0; o->env && o->env[i]; i++)
         if (env_set(&env, o->env[i], err) < 0)
             goto out;
@@ -616,6 +649,7 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
     for (size_t i = 0; ic.cmd && ic.cmd[i]; i++)
         if (buf_rec(out, 'C', ic.cmd[i], err) < 0)
             goto out;
+    skiff_trace(o->trace, "holder: env, workdir, read-only");
     {
         /* state for `skiff exec`, written atomically */
         char tmp[SKIFF_PATH_MAX + 16], fin[SKIFF_PATH_MAX + 16];
@@ -627,6 +661,7 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
             goto out;
         }
     }
+    skiff_trace(o->trace, "holder: state written");
     /* enter the root: pivot_root(".", ".") stacks the old root on the new
      * one; detaching it leaves only the container's tree in this namespace */
     if (fchdir(rootfd) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
@@ -634,6 +669,7 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
         skiff_error(err, errno, "pivot_root into the container");
         goto out;
     }
+    skiff_trace(o->trace, "holder: pivot_root, ready");
     rv = 0;
 out:
     skiff_strv_free(env);
@@ -696,7 +732,7 @@ static void holder_main(struct holder_ctx *h, int wfd)
     free(out.p);
     int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (null >= 0)
-        dup2(null, 2);
+        if (!h->o->trace) dup2(null, 2);
     for (;;)
         pause(); /* all signals blocked: only SIGKILL ends us */
 }
@@ -806,6 +842,7 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
         return skiff_err_wrap(err, "start");
     }
     pid_t parent = getpid();
+    skiff_trace(opts->trace, "start: fork holder");
     pid_t pid = fork();
     if (pid < 0) {
         close(p[0]);
@@ -831,8 +868,10 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
     if (!c->state_dir[0])
         state_dir_for(cfg, NULL, pid, c->state_dir, err);
     c->owns_state = true;
+    c->trace = opts->trace;
     int rc = read_reply(p[0], pid, c, err);
     close(p[0]);
+    skiff_trace(opts->trace, "start: holder ready");
     if (rc < 0) {
         remove_state(c->state_dir);
         skiff_strv_free(c->env);
@@ -895,14 +934,10 @@ fail:
 
 /* Kills the processes left in the container's mount namespace (a command's
  * background children): without a PID namespace they are found by their
- * /proc/PID/ns/mnt. */
-static void kill_leftovers(pid_t holder)
+ * /proc/PID/ns/mnt, compared with the holder's (ns = its stat). */
+static void kill_leftovers(pid_t holder, const struct stat *ns)
 {
     char p[64];
-    struct stat hs;
-    snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)holder);
-    if (stat(p, &hs) < 0)
-        return;
     DIR *d = opendir("/proc");
     if (!d)
         return;
@@ -916,7 +951,7 @@ static void kill_leftovers(pid_t holder)
             continue;
         struct stat st;
         snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)pid);
-        if (stat(p, &st) == 0 && st.st_ino == hs.st_ino && st.st_dev == hs.st_dev)
+        if (stat(p, &st) == 0 && st.st_ino == ns->st_ino && st.st_dev == ns->st_dev)
             kill(pid, SIGKILL);
     }
     closedir(d);
@@ -926,17 +961,28 @@ int skiff_container_stop(struct skiff_container *c, skiff_err *err)
 {
     (void)err;
     if (c->holder > 0) {
-        kill_leftovers(c->holder);
+        /* kill first, clean up while the kernel tears the namespace down,
+         * reap last */
+        char p[64];
+        struct stat ns;
+        snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)c->holder);
+        bool have_ns = stat(p, &ns) == 0;
         int pfd = pidfd_open(c->holder, 0);
         kill(c->holder, SIGKILL);
+        if (have_ns)
+            kill_leftovers(c->holder, &ns);
+        if (c->owns_state && c->state_dir[0])
+            remove_state(c->state_dir);
+        skiff_trace(c->trace, "stop: killed, state removed");
         if (waitpid(c->holder, NULL, 0) < 0 && errno == ECHILD && pfd >= 0) {
-            /* not our child (skiff exec's view): wait until it is gone */
+            /* not our child: wait until it is gone */
             struct pollfd pf = {.fd = pfd, .events = POLLIN};
             poll(&pf, 1, 5000);
         }
         if (pfd >= 0)
             close(pfd);
         c->holder = 0;
+        skiff_trace(c->trace, "stop: holder reaped");
     }
     if (c->owns_state && c->state_dir[0])
         remove_state(c->state_dir);

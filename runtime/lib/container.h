@@ -53,6 +53,7 @@ struct skiff_start_opts {
     int fuse_fd;                /* an open /dev/fuse fd (root may pass one), or -1 to open it */
     int hook_timeout_s;         /* per hook; 0 = 60 s */
     bool die_with_parent;       /* holder gets SIGKILL when the starting thread dies (CLI) */
+    bool trace;                 /* print phase timestamps (CLOCK_MONOTONIC ms) to stderr */
 };
 
 /* Default options: everything off, fuse_fd = -1, use_entrypoint = true. */
@@ -66,6 +67,7 @@ struct skiff_container {
     char **entrypoint;             /* image Entrypoint (owned, may be NULL) */
     char **cmd;                    /* image Cmd (owned, may be NULL) */
     bool owns_state;               /* stop removes state_dir */
+    bool trace;                    /* from opts->trace */
 };
 
 int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_opts *opts,
@@ -105,5 +107,8 @@ int skiff_container_export(const struct skiff_config *cfg, const char *name, con
                            skiff_err *err);
 
 void skiff_strv_free(char **v);
+
+/* "skiff-trace: <monotonic ms> <what>" on stderr when on (startup profiling). */
+void skiff_trace(bool on, const char *what);
 
 #endif

@@ -5,6 +5,8 @@
 #ifndef SKIFF_FUSEMOUNT_H
 #define SKIFF_FUSEMOUNT_H
 
+#include <stdbool.h>
+
 #include "error.h"
 
 struct skiff_fuse;
@@ -14,8 +16,9 @@ struct skiff_fuse;
  * (kept by the caller) or -1 to open it here. Returns NULL + err on failure;
  * err->code is EACCES/EPERM/ENODEV/ENOENT when FUSE itself is unusable (the
  * caller may then fall back to extraction). The serving thread runs until the
- * process exits (the kernel aborts the connection then). */
-struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, int devfuse_fd,
+ * process exits (the kernel aborts the connection then). own_root: present
+ * files owned by uid/gid 0 as owned by the caller's euid/egid. */
+struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, int devfuse_fd, bool own_root,
                                              skiff_err *err);
 
 /* Extracts the image into the (empty, writable) directory at dir with

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -211,6 +212,26 @@ int skiff_named_list(const struct skiff_config *cfg, void (*fn)(const char *name
     return 0;
 }
 
+int skiff_named_lock(const struct skiff_config *cfg, const char *name, skiff_err *err)
+{
+    char dir[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 8];
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
+        return -1;
+    if ((size_t)snprintf(p, sizeof(p), "%s/lock", dir) >= sizeof(p))
+        return skiff_error(err, ENAMETOOLONG, "%s", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", p);
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return skiff_error(err, EBUSY, "container '%s' is in use (running, or being exported)", name);
+        return skiff_error(err, e, "lock %s", p);
+    }
+    return fd;
+}
+
 int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_err *err)
 {
     char dir[SKIFF_PATH_MAX];
@@ -219,6 +240,9 @@ int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_e
     struct stat st;
     if (lstat(dir, &st) < 0)
         return skiff_error(err, errno, "no container named '%s' (see 'skiff list')", name);
+    cleanup_close int lock = skiff_named_lock(cfg, name, err);
+    if (lock < 0)
+        return skiff_err_wrap(err, "remove");
     if (rm_tree_at(AT_FDCWD, dir, err) < 0)
         return skiff_err_wrap(err, "remove container %s", name);
     return 0;

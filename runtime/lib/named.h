@@ -26,6 +26,11 @@ int skiff_named_create(const struct skiff_config *cfg, const char *name, const c
 int skiff_named_list(const struct skiff_config *cfg, void (*fn)(const char *name, const char *image, void *arg),
                      void *arg, skiff_err *err);
 
+/* Takes the container's lock (flock on NAME/lock), held by the holder for
+ * the container's life: one start, export or remove at a time. Returns the
+ * fd (O_CLOEXEC) or -1 with "is in use" when another holds it. */
+int skiff_named_lock(const struct skiff_config *cfg, const char *name, skiff_err *err);
+
 int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_err *err);
 
 #endif

@@ -14,6 +14,10 @@
 
 int skiff_ns_drop_creds(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups, skiff_err *err)
 {
+    /* slurmstepd's user_init runs with real uid 0 and the job user's euid:
+     * regain euid 0 (allowed: real/saved uid is 0) so setgroups works */
+    if (geteuid() != 0 && getuid() == 0 && seteuid(0) < 0)
+        return skiff_error(err, errno, "seteuid 0");
     if (setgroups(ngroups, groups) < 0)
         return skiff_error(err, errno, "setgroups");
     if (setresgid(gid, gid, gid) < 0)

@@ -83,25 +83,17 @@ static int walk(int rootfd, const char *path, int flags, skiff_err *err)
                 close(stack[depth--]);
             continue;
         }
-        if (last) {
-            int fd = openat(stack[depth], name, flags | O_NOFOLLOW | O_CLOEXEC);
-            if (fd >= 0 || errno != ELOOP || (flags & O_NOFOLLOW)) {
-                if (fd < 0 && !(errno == ELOOP && (flags & O_NOFOLLOW)))
-                    skiff_error(err, errno, "open %s", path);
-                else if (fd < 0) {
-                    /* O_NOFOLLOW on a symlink: return an O_PATH to the link itself */
-                    fd = openat(stack[depth], name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-                    if (fd < 0)
-                        skiff_error(err, errno, "open %s", path);
-                }
-                rv = fd;
-                goto out;
-            }
-            /* a symlink as the last component without O_NOFOLLOW: follow it below */
-        }
         struct stat st;
         if (fstatat(stack[depth], name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-            skiff_error(err, errno, "resolve %s", path);
+            skiff_error(err, errno, "open %s", path);
+            goto out;
+        }
+        if (last && (!S_ISLNK(st.st_mode) || (flags & O_NOFOLLOW))) {
+            /* the object itself (a symlink only when O_NOFOLLOW asked for it) */
+            int fd = openat(stack[depth], name, flags | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0)
+                skiff_error(err, errno, "open %s", path);
+            rv = fd;
             goto out;
         }
         if (S_ISLNK(st.st_mode)) {
@@ -170,8 +162,27 @@ int skiff_root_open(int rootfd, const char *path, int flags, skiff_err *err)
     return walk(rootfd, path, flags, err);
 }
 
+static int mkdirs_depth(int rootfd, const char *path, mode_t mode, int depth, skiff_err *err);
+static int mkfile_depth(int rootfd, const char *path, int depth, skiff_err *err);
+
+/* name in parent (whose path inside the root is ppath) is a symlink that
+ * did not resolve: build the path it points to, so creation follows it the
+ * way resolution would (confined: the result is resolved in-root again). */
+static int link_target_path(int parent, const char *ppath, const char *name, char *out, size_t n, skiff_err *err)
+{
+    char target[PATH_MAX];
+    ssize_t len = readlinkat(parent, name, target, sizeof(target) - 1);
+    if (len < 0)
+        return skiff_error(err, errno, "readlink %s/%s", ppath, name);
+    target[len] = '\0';
+    int w = target[0] == '/' ? snprintf(out, n, "%s", target) : snprintf(out, n, "%s/%s", ppath, target);
+    if (w < 0 || (size_t)w >= n)
+        return skiff_error(err, ENAMETOOLONG, "%s/%s", ppath, name);
+    return 0;
+}
+
 /* Splits path into parent and last name; opens the parent (creating it). */
-static int open_parent(int rootfd, const char *path, char *name, skiff_err *err)
+static int open_parent(int rootfd, const char *path, char *name, char *ppath, int depth, skiff_err *err)
 {
     char buf[PATH_MAX];
     if (strlen(path) >= sizeof(buf))
@@ -185,30 +196,80 @@ static int open_parent(int rootfd, const char *path, char *name, skiff_err *err)
     if (strlen(base) > NAME_MAX)
         return skiff_error(err, ENAMETOOLONG, "%s", path);
     strcpy(name, base);
-    if (!slash)
-        return skiff_root_open(rootfd, ".", O_PATH | O_DIRECTORY, err);
-    if (slash == buf)
+    if (!slash || slash == buf) {
+        strcpy(ppath, "/");
         return skiff_root_open(rootfd, "/", O_PATH | O_DIRECTORY, err);
+    }
     *slash = '\0';
-    return skiff_root_mkdirs(rootfd, buf, 0755, err);
+    strcpy(ppath, buf);
+    return mkdirs_depth(rootfd, buf, 0755, depth, err);
 }
 
-int skiff_root_mkdirs(int rootfd, const char *path, mode_t mode, skiff_err *err)
+#define MAX_LINK_DEPTH 40
+
+static int mkdirs_depth(int rootfd, const char *path, mode_t mode, int depth, skiff_err *err)
 {
     int fd = skiff_root_open(rootfd, path, O_PATH | O_DIRECTORY, err);
     if (fd >= 0 || err->code != ENOENT)
         return fd;
+    if (depth > MAX_LINK_DEPTH)
+        return skiff_error(err, ELOOP, "mkdir %s", path);
     skiff_err_clear(err);
-    char name[NAME_MAX + 1];
-    cleanup_close int parent = open_parent(rootfd, path, name, err);
+    char name[NAME_MAX + 1], ppath[PATH_MAX];
+    cleanup_close int parent = open_parent(rootfd, path, name, ppath, depth, err);
     if (parent < 0)
         return -1;
     if (!strcmp(name, "..") || !strcmp(name, "."))
         return skiff_error(err, EINVAL, "mkdir %s", path);
     /* mkdirat on an O_PATH dir fd works: the name is created in that dir */
-    if (mkdirat(parent, name, mode) < 0 && errno != EEXIST)
-        return skiff_error(err, errno, "mkdir %s", path);
+    if (mkdirat(parent, name, mode) < 0) {
+        if (errno != EEXIST)
+            return skiff_error(err, errno, "mkdir %s", path);
+        struct stat st;
+        if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+            char next[PATH_MAX];
+            if (link_target_path(parent, ppath, name, next, sizeof(next), err) < 0)
+                return -1;
+            return mkdirs_depth(rootfd, next, mode, depth + 1, err);
+        }
+    }
     fd = openat(parent, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", path);
+    return fd;
+}
+
+int skiff_root_mkdirs(int rootfd, const char *path, mode_t mode, skiff_err *err)
+{
+    return mkdirs_depth(rootfd, path, mode, 0, err);
+}
+
+static int mkfile_depth(int rootfd, const char *path, int depth, skiff_err *err)
+{
+    int fd = skiff_root_open(rootfd, path, O_PATH, err);
+    if (fd >= 0 || err->code != ENOENT)
+        return fd;
+    if (depth > MAX_LINK_DEPTH)
+        return skiff_error(err, ELOOP, "create %s", path);
+    skiff_err_clear(err);
+    char name[NAME_MAX + 1], ppath[PATH_MAX];
+    cleanup_close int parent = open_parent(rootfd, path, name, ppath, depth, err);
+    if (parent < 0)
+        return -1;
+    int wfd = openat(parent, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (wfd < 0) {
+        if (errno != EEXIST)
+            return skiff_error(err, errno, "create %s", path);
+        struct stat st;
+        if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+            char next[PATH_MAX];
+            if (link_target_path(parent, ppath, name, next, sizeof(next), err) < 0)
+                return -1;
+            return mkfile_depth(rootfd, next, depth + 1, err);
+        }
+    } else
+        close(wfd);
+    fd = openat(parent, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return skiff_error(err, errno, "open %s", path);
     return fd;
@@ -216,23 +277,7 @@ int skiff_root_mkdirs(int rootfd, const char *path, mode_t mode, skiff_err *err)
 
 int skiff_root_mkfile(int rootfd, const char *path, skiff_err *err)
 {
-    int fd = skiff_root_open(rootfd, path, O_PATH, err);
-    if (fd >= 0 || err->code != ENOENT)
-        return fd;
-    skiff_err_clear(err);
-    char name[NAME_MAX + 1];
-    cleanup_close int parent = open_parent(rootfd, path, name, err);
-    if (parent < 0)
-        return -1;
-    int wfd = openat(parent, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (wfd < 0 && errno != EEXIST)
-        return skiff_error(err, errno, "create %s", path);
-    if (wfd >= 0)
-        close(wfd);
-    fd = openat(parent, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return skiff_error(err, errno, "open %s", path);
-    return fd;
+    return mkfile_depth(rootfd, path, 0, err);
 }
 
 char *skiff_root_read(int rootfd, const char *path, size_t max, size_t *len, skiff_err *err)

@@ -52,6 +52,7 @@ int skiff_spawn(const char *const *argv, const char *const *envp, int stdout_fd,
         return skiff_error(err, e, "fork for %s", argv[0]);
     }
     if (pid == 0) {
+        setpgid(0, 0); /* its own group: a timeout kills the helper's children too */
         sigset_t none; /* the holder blocks every signal; its helpers must not */
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -78,6 +79,7 @@ int skiff_spawn(const char *const *argv, const char *const *envp, int stdout_fd,
         if (deadline) {
             long long left = deadline - now_ms();
             if (left <= 0) {
+                kill(-pid, SIGKILL);
                 kill(pid, SIGKILL);
                 r->timed_out = 1;
                 break;
@@ -105,6 +107,7 @@ int skiff_spawn(const char *const *argv, const char *const *envp, int stdout_fd,
         if (errno != EINTR)
             return skiff_error(err, errno, "wait for %s", argv[0]);
         if (deadline && now_ms() > deadline) {
+            kill(-pid, SIGKILL);
             kill(pid, SIGKILL);
             r->timed_out = 1;
         }
