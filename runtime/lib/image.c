@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -704,11 +706,36 @@ int skiff_image_default_name(const char *uri, char *out, size_t n, skiff_err *er
     return 0;
 }
 
+static bool is_tmpfs(const char *path, unsigned long long *avail)
+{
+    struct statfs sf;
+    if (statfs(path, &sf) < 0)
+        return false;
+    *avail = (unsigned long long)sf.f_bavail * (unsigned long long)sf.f_bsize;
+    return sf.f_type == TMPFS_MAGIC;
+}
+
+/* Where the scratch tree goes. Unpacking ~10k files onto a disk filesystem
+ * costs seconds (journal, under load ~2 s for a 200 MB tree) against ~0.4 s on
+ * tmpfs, and the tree lives only until mksquashfs has read it. So with the
+ * default temp_path (/tmp), a tmpfs is preferred: /tmp itself if it is one,
+ * else /dev/shm when it has 2 GiB free. Any other temp_path is used as set. */
+static const char *scratch_dir(const struct skiff_config *cfg)
+{
+    const char *t = cfg->temp_path[0] ? cfg->temp_path : "/tmp";
+    unsigned long long avail = 0;
+    if (strcmp(t, "/tmp") != 0 || is_tmpfs(t, &avail))
+        return t;
+    if (is_tmpfs("/dev/shm", &avail) && avail >= (2ull << 30) && access("/dev/shm", W_OK) == 0)
+        return "/dev/shm";
+    return t;
+}
+
 /* The import proper: plan, apply, squash into tmp_out (not renamed). */
 static int import_to(struct job *j, const char *tmp_out, skiff_err *err)
 {
     char tmpl[SKIFF_PATH_MAX];
-    const char *tdir = j->cfg->temp_path[0] ? j->cfg->temp_path : "/tmp";
+    const char *tdir = scratch_dir(j->cfg);
     if (snprintf(tmpl, sizeof(tmpl), "%s/skiff-import-XXXXXX", tdir) >= (int)sizeof(tmpl))
         return skiff_error(err, ENAMETOOLONG, "temp_path");
     if (!mkdtemp(tmpl))
