@@ -124,6 +124,20 @@ done
 expect_fail "oci layout: unknown tag" "no image tagged 'nope'" "oci:$W/layout:nope"
 expect_fail "oci layout with many images needs a tag" "name one with oci:" "oci:$W/layout"
 
+# ---- as an unprivileged user (what the plugin does for a job) ------------------
+if command -v setpriv >/dev/null; then
+  U=$W/user; mkdir -p "$U/out" "$U/tmp"; chmod 755 "$W"; chmod -R a+rX "$W/layout"
+  printf 'cache_path = %s/cache\ntemp_path = %s/tmp\ncredentials_file = %s/creds\n' "$U" "$U" "$U" >"$U/skiff.conf"
+  chown -R 65534:65534 "$U"
+  as_nobody() { (cd "$U/out" && SKIFF_CONFIG=$U/skiff.conf setpriv --reuid=65534 --regid=65534 --clear-groups "$@"); }
+  t_check "import as an unprivileged user" as_nobody "$SKIFF" import -o ml.sqsh docker://$R#multilayer:1
+  [ "$(unsquashfs -lls "$U/out/ml.sqsh" 2>/dev/null | awk '{print $2}' | sort -u)" = root/root ] \
+    && t_pass "unprivileged import: files owned by root in the image" || t_fail "unprivileged import: files owned by root in the image"
+  t_check "resolve as an unprivileged user" as_nobody "$SKIFF" resolve "oci:$W/layout:busybox"
+else
+  t_skip "import as an unprivileged user" "setpriv (util-linux) missing"
+fi
+
 # ---- hostile and broken inputs --------------------------------------------------
 expect_fail "layer entry with ../" "'\.\./escape' has a '\.\.' component" "oci:$W/layout:evil-dotdot"
 rm -rf /tmp/skiff-evil-target; mkdir /tmp/skiff-evil-target
