@@ -355,6 +355,7 @@ static int authed_get(struct skiff_registry *r, const char *url, const char *acc
                       long *status, skiff_err *err)
 {
     int auth = r->token ? 1 : 0;
+    bool fresh_token = false; /* a cached token may have expired: renew it once */
     for (int attempt = 0; attempt < 3; attempt++) {
         off_t start = s->fd >= 0 ? lseek(s->fd, 0, SEEK_CUR) : 0;
         if (http_get(r, url, accept, auth, s, status, err) < 0)
@@ -368,10 +369,11 @@ static int authed_get(struct skiff_registry *r, const char *url, const char *acc
         } else {
             s->len = 0;
         }
-        if (!strncasecmp(r->challenge, "Bearer", 6) && auth != 1) {
+        if (!strncasecmp(r->challenge, "Bearer", 6) && !fresh_token) {
             if (fetch_token(r, r->challenge, err) < 0)
                 return -1;
             auth = 1;
+            fresh_token = true;
         } else if (!strncasecmp(r->challenge, "Basic", 5) && auth != 2 && r->have_creds) {
             auth = 2;
         } else {
