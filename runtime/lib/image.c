@@ -44,6 +44,7 @@ struct job {
     char work[SKIFF_PATH_MAX]; /* scratch dir: rootfs/ and src/ */
     struct skiff_registry *reg;
     char src[SKIFF_PATH_MAX]; /* layout dir for oci:/dir:/archives */
+    int srcfd;                /* src when skiff unpacked it (archives), else -1 */
     json_t *config;           /* the image config (whole) */
     struct layer *layers;
     size_t nlayers;
@@ -173,14 +174,25 @@ static json_t *parse_json(const char *buf, size_t len, const char *what, skiff_e
     return doc;
 }
 
-/* Reads a whole (small) file, checking its digest when one is given. */
-static char *read_small(const char *path, const char *digest, size_t *len, skiff_err *err)
+/* Opens a source file. Inside an archive skiff unpacked (work/src), paths
+ * resolve as if that dir were "/", so a symlink in the archive cannot make
+ * skiff read a host file; elsewhere (a layout the user names) plainly. */
+static int open_source(const struct job *j, const char *path, skiff_err *err)
 {
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        skiff_error(err, errno, "open %s", path);
+    size_t n = strlen(j->src);
+    if (j->srcfd >= 0 && n && !strncmp(path, j->src, n) && path[n] == '/')
+        return skiff_open_in_root(j->srcfd, path + n + 1, err);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    return fd < 0 ? skiff_error(err, errno, "open %s", path) : fd;
+}
+
+/* Reads a whole (small) file, checking its digest when one is given. */
+static char *read_small(const struct job *j, const char *path, const char *digest, size_t *len,
+                        skiff_err *err)
+{
+    cleanup_close int fd = open_source(j, path, err);
+    if (fd < 0)
         return NULL;
-    }
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (off_t)JSON_MAX) {
         skiff_error(err, 0, "%s: not a regular file of at most 16 MiB", path);
@@ -241,7 +253,7 @@ static int use_manifest(struct job *j, json_t *man, blob_fn blob, skiff_err *err
     if (blob(j, cdig, false, &cl, err) < 0)
         return skiff_err_wrap(err, "image config %s", cdig);
     size_t len;
-    cleanup_free char *cbuf = read_small(cl.path, cl.verified ? NULL : cdig, &len, err);
+    cleanup_free char *cbuf = read_small(j, cl.path, cl.verified ? NULL : cdig, &len, err);
     if (!cbuf)
         return skiff_err_wrap(err, "image config");
     j->config = parse_json(cbuf, len, "image config", err);
@@ -353,15 +365,17 @@ static int layout_blob(struct job *j, const char *digest, bool layer, struct lay
         w = snprintf(out->path, sizeof(out->path), "%s/blobs/sha256/%s", j->src, digest + 7);
     if (w < 0 || (size_t)w >= sizeof(out->path))
         return skiff_error(err, ENAMETOOLONG, "blob path");
-    if (access(out->path, R_OK) < 0)
-        return skiff_error(err, errno, "blob %s", out->path);
+    int fd = open_source(j, out->path, err);
+    if (fd < 0)
+        return skiff_err_wrap(err, "blob");
+    close(fd);
     return 0;
 }
 
-static json_t *load_json_file(const char *path, const char *digest, skiff_err *err)
+static json_t *load_json_file(const struct job *j, const char *path, const char *digest, skiff_err *err)
 {
     size_t len;
-    cleanup_free char *buf = read_small(path, digest, &len, err);
+    cleanup_free char *buf = read_small(j, path, digest, &len, err);
     if (!buf)
         return NULL;
     return parse_json(buf, len, path, err);
@@ -371,7 +385,7 @@ static int plan_oci(struct job *j, skiff_err *err)
 {
     char p[SKIFF_PATH_MAX + 32];
     snprintf(p, sizeof(p), "%s/index.json", j->src);
-    json_t *index = load_json_file(p, NULL, err);
+    json_t *index = load_json_file(j, p, NULL, err);
     if (!index)
         return skiff_err_wrap(err, "OCI layout %s (want index.json and blobs/)", j->src);
     json_t *ms = json_object_get(index, "manifests");
@@ -414,7 +428,7 @@ static int plan_oci(struct job *j, skiff_err *err)
     struct layer b;
     if (layout_blob(j, digest, false, &b, err) < 0)
         return -1;
-    json_t *doc = load_json_file(b.path, digest, err);
+    json_t *doc = load_json_file(j, b.path, digest, err);
     if (!doc)
         return -1;
     if (nested || is_index(mt ? mt : "", doc)) {
@@ -422,7 +436,7 @@ static int plan_oci(struct job *j, skiff_err *err)
         json_decref(doc);
         if (rv < 0 || layout_blob(j, digest, false, &b, err) < 0)
             return -1;
-        doc = load_json_file(b.path, digest, err);
+        doc = load_json_file(j, b.path, digest, err);
         if (!doc)
             return -1;
     }
@@ -439,7 +453,7 @@ static int plan_dir(struct job *j, skiff_err *err)
     if (access(p, F_OK) < 0)
         return skiff_error(err, errno, "dir:%s: no manifest.json (dir: wants skopeo's dir layout: manifest.json and blobs named by digest)",
                            j->src);
-    json_t *doc = load_json_file(p, NULL, err);
+    json_t *doc = load_json_file(j, p, NULL, err);
     if (!doc)
         return -1;
     if (is_index("", doc)) {
@@ -457,7 +471,7 @@ static int plan_docker_archive(struct job *j, skiff_err *err)
     char p[SKIFF_PATH_MAX + 32];
     snprintf(p, sizeof(p), "%s/manifest.json", j->src);
     size_t len;
-    cleanup_free char *buf = read_small(p, NULL, &len, err);
+    cleanup_free char *buf = read_small(j, p, NULL, &len, err);
     if (!buf)
         return skiff_err_wrap(err, "docker-archive:%s (not a 'docker save' archive?)", j->ref.path);
     json_error_t je;
@@ -484,7 +498,7 @@ static int plan_docker_archive(struct job *j, skiff_err *err)
     }
     snprintf(p, sizeof(p), "%s/%s", j->src, config);
     size_t clen;
-    cleanup_free char *cbuf = read_small(p, NULL, &clen, err);
+    cleanup_free char *cbuf = read_small(j, p, NULL, &clen, err);
     if (!cbuf) {
         rv = -1;
         goto out;
@@ -536,6 +550,8 @@ static int extract_source(struct job *j, skiff_err *err)
     struct skiff_layer_stats st;
     if (skiff_layer_apply(fd, j->ref.path, NULL, 0, &st, err) < 0)
         return skiff_err_wrap(err, "extract %s", j->ref.path);
+    j->srcfd = fd;
+    fd = -1;
     return 0;
 }
 
@@ -628,7 +644,9 @@ static int apply_layers(struct job *j, int rootfd, skiff_err *err)
         double t0 = now_s();
         struct skiff_layer_stats st;
         const char *check = l->digest[0] && !l->verified ? l->digest : NULL;
-        if (skiff_layer_apply(rootfd, l->path, check, SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS, &st, err) < 0)
+        int bfd = open_source(j, l->path, err);
+        if (bfd < 0 ||
+            skiff_layer_apply_fd(rootfd, bfd, l->path, check, SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS, &st, err) < 0)
             return skiff_err_wrap(err, "layer %zu/%zu %s", i + 1, j->nlayers, l->digest[0] ? l->digest : l->path);
         devices += st.devices_skipped;
         setid += st.setid_stripped;
@@ -651,6 +669,8 @@ static int apply_layers(struct job *j, int rootfd, skiff_err *err)
 
 static void job_free(struct job *j, bool failed)
 {
+    if (j->srcfd >= 0)
+        close(j->srcfd);
     for (size_t i = 0; i < j->nfetched; i++) {
         if (failed)
             unlink(j->fetched[i]);
@@ -849,6 +869,7 @@ static int import_ref(const struct skiff_config *cfg, const struct skiff_ref *re
     j.cfg = cfg;
     j.o = o;
     j.ref = *ref;
+    j.srcfd = -1;
     set_arch(&j, o ? o->arch : NULL);
     char tmp[SKIFF_PATH_MAX];
     if (temp_beside(out_path, tmp, sizeof(tmp), err) < 0)

@@ -535,8 +535,49 @@ done:
     return NULL;
 }
 
+int skiff_open_in_root(int dirfd, const char *rel, skiff_err *err)
+{
+    struct open_how how = {
+        .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+        .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+    };
+    long fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof(how));
+    if (fd < 0 && errno == ENOSYS) {
+        /* Without openat2: no symlinks at all on the way. */
+        char buf[4096];
+        snprintf(buf, sizeof(buf), "%s", rel);
+        const char *parent, *base;
+        split(buf, &parent, &base);
+        int pfd = open_dir_beneath(dirfd, parent, false, rel, err);
+        if (pfd < 0)
+            return -1;
+        fd = openat(pfd, base, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
+        int e = errno;
+        close(pfd);
+        errno = e;
+    }
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", rel);
+    struct stat st;
+    if (fstat((int)fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close((int)fd);
+        return skiff_error(err, 0, "%s is not a regular file", rel);
+    }
+    /* O_NONBLOCK only kept a FIFO from blocking the open; regular files ignore it. */
+    return (int)fd;
+}
+
 int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags,
                       struct skiff_layer_stats *st, skiff_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", path);
+    return skiff_layer_apply_fd(rootfd, fd, path, digest, flags, st, err);
+}
+
+int skiff_layer_apply_fd(int rootfd, int blobfd, const char *path, const char *digest, unsigned flags,
+                         struct skiff_layer_stats *st, skiff_err *err)
 {
     struct skiff_layer_stats dummy;
     if (!st)
@@ -546,9 +587,7 @@ int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned
     memset(&d, 0, sizeof(d));
     d.path = path;
     d.sock = -1;
-    d.r.fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (d.r.fd < 0)
-        return skiff_error(err, errno, "open %s", path);
+    d.r.fd = blobfd;
     int sv[2] = {-1, -1};
     struct archive *a = NULL;
     bool started = false;

@@ -36,6 +36,16 @@ struct skiff_layer_stats {
 int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags,
                       struct skiff_layer_stats *st, skiff_err *err);
 
+/* Same, reading the blob from blobfd (closed by the call); path names it in
+ * messages. */
+int skiff_layer_apply_fd(int rootfd, int blobfd, const char *path, const char *digest, unsigned flags,
+                         struct skiff_layer_stats *st, skiff_err *err);
+
+/* Opens the regular file rel for reading, resolved as if dirfd were "/"
+ * (openat2 RESOLVE_IN_ROOT; without openat2, no symlinks are followed): for
+ * files inside an unpacked archive, whose symlinks must not reach the host. */
+int skiff_open_in_root(int dirfd, const char *rel, skiff_err *err);
+
 /* Removes the directory entry name under dirfd, recursively, without
  * following symlinks. ENOENT is not an error. */
 int skiff_remove_tree_at(int dirfd, const char *name, skiff_err *err);

@@ -151,6 +151,24 @@ expect_fail "hostile layer from the registry" "'\.\./escape'" docker://$R#evil:d
 n=$(find "$W/cache/blobs" -type f | wc -l)
 "$SKIFF" import -o "$W/out/x.sqsh" docker://$R#evil:dotdot >/dev/null 2>&1
 [ "$(find "$W/cache/blobs" -type f | wc -l)" = "$n" ] && t_pass "refused image leaves no blobs in the cache" || t_fail "refused image leaves no blobs in the cache"
+# A docker-archive whose layer is a symlink to a tar on the host: resolved
+# inside the unpacked archive (RESOLVE_IN_ROOT), so the host file is not read.
+/usr/bin/python3 - "$W" <<'EOP'
+import io, json, sys, tarfile
+w = sys.argv[1]
+host = w + "/host-layer.tar"
+with tarfile.open(host, "w") as t:
+    ti = tarfile.TarInfo("host-secret"); data = b"read from the host\n"; ti.size = len(data)
+    t.addfile(ti, io.BytesIO(data))
+with tarfile.open(w + "/evil-archive.tar", "w") as t:
+    def add(name, data):
+        ti = tarfile.TarInfo(name); ti.size = len(data); t.addfile(ti, io.BytesIO(data))
+    add("config.json", json.dumps({"config": {}, "rootfs": {"type": "layers", "diff_ids": []}}).encode())
+    add("manifest.json", json.dumps([{"Config": "config.json", "RepoTags": ["x:1"], "Layers": ["l/layer.tar"]}]).encode())
+    ti = tarfile.TarInfo("l/layer.tar"); ti.type = tarfile.SYMTYPE; ti.linkname = host; t.addfile(ti)
+EOP
+expect_fail "docker-archive layer symlinked to a host file" "l/layer.tar: No such file" "docker-archive:$W/evil-archive.tar"
+
 expect_fail "manifest 404" "not found on 127\.0\.0\.1:$REG_PORT \(HTTP 404" docker://$R#nope:1
 DEAD=$(registry_free_port)
 start=$(date +%s%N)
