@@ -40,7 +40,7 @@ $auth
 EOC
   /usr/bin/docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 &
   local pid=$!
-  for _ in $(seq 100); do
+  for _ in $(seq 400); do  # up to 20 s on a loaded machine
     if curl -s -o /dev/null "http://127.0.0.1:$port/v2/"; then
       REG_PORT=$port; REG_PID=$pid
       REG_PIDS="${REG_PIDS:-} $pid"
