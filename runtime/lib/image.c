@@ -254,8 +254,11 @@ static int use_manifest(struct job *j, json_t *man, blob_fn blob, skiff_err *err
         return skiff_err_wrap(err, "image config %s", cdig);
     size_t len;
     cleanup_free char *cbuf = read_small(j, cl.path, cl.verified ? NULL : cdig, &len, err);
-    if (!cbuf)
+    if (!cbuf) {
+        if (j->ref.kind == SKIFF_REF_DOCKER && strstr(err->msg, "digest mismatch"))
+            unlink(cl.path); /* a corrupt cached config: fetched again next time */
         return skiff_err_wrap(err, "image config");
+    }
     j->config = parse_json(cbuf, len, "image config", err);
     if (!j->config)
         return -1;
@@ -645,8 +648,14 @@ static int apply_layers(struct job *j, int rootfd, skiff_err *err)
         struct skiff_layer_stats st;
         const char *check = l->digest[0] && !l->verified ? l->digest : NULL;
         int bfd = open_source(j, l->path, err);
-        if (bfd < 0 ||
-            skiff_layer_apply_fd(rootfd, bfd, l->path, check, SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS, &st, err) < 0)
+        int rv = bfd < 0 ? -1
+                         : skiff_layer_apply_fd(rootfd, bfd, l->path, check,
+                                                SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS, &st, err);
+        if (rv < 0 && err->code == EBADMSG && j->ref.kind == SKIFF_REF_DOCKER && unlink(l->path) == 0) {
+            size_t ml = strlen(err->msg);
+            snprintf(err->msg + ml, sizeof(err->msg) - ml, "; removed the bad blob from the cache: run again to download it");
+        }
+        if (rv < 0)
             return skiff_err_wrap(err, "layer %zu/%zu %s", i + 1, j->nlayers, l->digest[0] ? l->digest : l->path);
         devices += st.devices_skipped;
         setid += st.setid_stripped;

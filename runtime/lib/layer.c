@@ -518,12 +518,15 @@ static void *decoder_main(void *arg)
     }
 done:
     shutdown(d->sock, SHUT_WR);
-    if (!d->error[0] && d->r.hashing) {
-        /* Hash what the decoder did not need (after the end of the stream). */
+    if (d->r.hashing) {
+        /* Hash what the decoder did not read (after the end of the stream, or
+         * after an error: a blob that is not what its digest says is the root
+         * cause to report, not the decoding error it led to). */
         int rc = drain_hash(&d->r);
-        if (rc < 0)
-            snprintf(d->error, sizeof(d->error), "read %s: %s", d->path, strerror(-rc));
-        else {
+        if (rc < 0) {
+            if (!d->error[0])
+                snprintf(d->error, sizeof(d->error), "read %s: %s", d->path, strerror(-rc));
+        } else {
             skiff_sha256_final(&d->r.hash, d->got);
             d->r.hashing = false;
             d->digest_checked = true;
@@ -649,12 +652,18 @@ out:
         pthread_join(tid, NULL);
         /* The decoder's error is the root cause (a truncated stream makes the
          * tar reader fail too). */
-        if (d.error[0]) {
+        if (digest && d.digest_checked && strcmp(d.got, digest) != 0) {
+            rv = skiff_error(err, 0, "digest mismatch: expected %s, got %s (corrupt or tampered blob)", digest,
+                             d.got);
+            err->code = EBADMSG; /* lets a cache drop the blob */
+        } else if (d.error[0]) {
             rv = skiff_error(err, 0, "%s", d.error);
         } else if (rv == 0 && digest) {
-            if (!d.digest_checked || strcmp(d.got, digest) != 0)
+            if (!d.digest_checked) {
                 rv = skiff_error(err, 0, "digest mismatch: expected %s, got %s (corrupt or tampered blob)",
                                  digest, d.got[0] ? d.got : "nothing");
+                err->code = EBADMSG; /* lets a cache drop the blob */
+            }
         }
     }
     if (sv[1] >= 0)

@@ -32,7 +32,8 @@ struct skiff_layer_stats {
 
 /* Applies the tarball at path onto the directory rootfd. When digest is not
  * NULL, the blob's sha256 is computed while it is read and must equal it
- * (else the layer is refused; the caller discards the tree). */
+ * (else the layer is refused with err->code EBADMSG; the caller discards the
+ * tree). */
 int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags,
                       struct skiff_layer_stats *st, skiff_err *err);
 

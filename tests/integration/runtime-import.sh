@@ -169,6 +169,14 @@ with tarfile.open(w + "/evil-archive.tar", "w") as t:
 EOP
 expect_fail "docker-archive layer symlinked to a host file" "l/layer.tar: No such file" "docker-archive:$W/evil-archive.tar"
 
+# A cached blob that went bad is refused, dropped from the cache, and fetched
+# again by the next import.
+blob=$(ls -S "$W/cache/blobs/sha256/" | head -1)
+printf 'garbage' >>"$W/cache/blobs/sha256/$blob"
+t_fails_with "corrupt cached layer is refused" "digest mismatch.*removed the bad blob" "$SKIFF" import -f -o "$W/out/zstd.sqsh" docker://$R#busybox:zstd
+[ ! -e "$W/cache/blobs/sha256/$blob" ] && t_pass "corrupt cached layer removed" || t_fail "corrupt cached layer removed"
+t_check "next import downloads it again" "$SKIFF" import -f -o "$W/out/zstd.sqsh" docker://$R#busybox:zstd
+
 expect_fail "manifest 404" "not found on 127\.0\.0\.1:$REG_PORT \(HTTP 404" docker://$R#nope:1
 DEAD=$(registry_free_port)
 start=$(date +%s%N)
