@@ -81,6 +81,8 @@ static void warn(const struct job *j, const char *fmt, ...)
     j->o->warn(j->o->warn_ctx, msg);
 }
 
+static double now_s(void);
+
 /* ---- platform --------------------------------------------------------- */
 
 static void host_arch(char *arch, size_t n)
@@ -288,7 +290,6 @@ static int use_manifest(struct job *j, json_t *man, blob_fn blob, skiff_err *err
 
 static int registry_blob(struct job *j, const char *digest, bool layer, struct layer *out, skiff_err *err)
 {
-    (void)layer;
     if (skiff_cache_blob_path(j->cfg, digest, out->path, sizeof(out->path), err) < 0)
         return -1;
     if (access(out->path, F_OK) == 0)
@@ -298,7 +299,14 @@ static int registry_blob(struct job *j, const char *digest, bool layer, struct l
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
         return skiff_error(err, errno, "create %s", tmp);
+    double t0 = now_s();
     int rv = skiff_registry_blob(j->reg, digest, fd, err);
+    if (rv == 0 && layer && j->o && j->o->progress) {
+        struct stat st;
+        fstat(fd, &st);
+        fprintf(stderr, "skiff: fetched layer %.19s %8.1f MB %5.2f s\n", digest,
+                (double)st.st_size / 1e6, now_s() - t0);
+    }
     if (rv == 0 && close(fd) < 0)
         rv = skiff_error(err, errno, "write %s", tmp);
     else if (rv < 0)
