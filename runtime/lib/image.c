@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,15 @@ struct layer {
     char path[SKIFF_PATH_MAX];     /* the blob on disk */
     bool verified;                 /* digest already checked (just downloaded) */
     long long size;
+    /* Registry layers not in the cache are downloaded by a thread while the
+     * layers before them are applied, and applied while they download. */
+    int state;                       /* BLOB_* (guarded by job.mu) */
+    unsigned long long avail;        /* bytes written so far */
+    char tmp[SKIFF_PATH_MAX + 16];   /* the file being written */
+    char error[SKIFF_ERR_MSG_MAX];   /* why the download failed */
 };
+
+enum { BLOB_READY, BLOB_PENDING, BLOB_RUNNING, BLOB_DONE, BLOB_FAILED };
 
 struct job {
     const struct skiff_config *cfg;
@@ -53,6 +62,11 @@ struct job {
      * refused image leaves nothing behind. */
     char **fetched;
     size_t nfetched;
+    /* the download thread */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t fetch_tid;
+    bool fetching, fetch_abort, fetch_over;
 };
 
 /* snprintf that reports truncation as an error (paths must never be cut). */
@@ -294,6 +308,10 @@ static int registry_blob(struct job *j, const char *digest, bool layer, struct l
         return -1;
     if (access(out->path, F_OK) == 0)
         return 0; /* cached: checked again while it is read */
+    if (layer) {
+        out->state = BLOB_PENDING; /* fetched while the layers are applied */
+        return 0;
+    }
     char tmp[SKIFF_PATH_MAX + 16];
     snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", out->path);
     int fd = mkostemp(tmp, O_CLOEXEC);
@@ -435,6 +453,8 @@ static int plan_oci(struct job *j, skiff_err *err)
     }
     snprintf(digest, sizeof(digest), "%s", d);
     bool nested = mt && (!strcmp(mt, MT_OCI_INDEX) || !strcmp(mt, MT_DOCKER_LIST));
+    char mtbuf[128];
+    snprintf(mtbuf, sizeof(mtbuf), "%s", mt ? mt : ""); /* mt lives in index */
     json_decref(index);
     struct layer b;
     if (layout_blob(j, digest, false, &b, err) < 0)
@@ -442,7 +462,7 @@ static int plan_oci(struct job *j, skiff_err *err)
     json_t *doc = load_json_file(j, b.path, digest, err);
     if (!doc)
         return -1;
-    if (nested || is_index(mt ? mt : "", doc)) {
+    if (nested || is_index(mtbuf, doc)) {
         int rv = pick_platform(j, doc, digest, err);
         json_decref(doc);
         if (rv < 0 || layout_blob(j, digest, false, &b, err) < 0)
@@ -647,24 +667,204 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+struct fetch_progress {
+    struct job *j;
+    struct layer *l;
+};
+
+static int fetch_progress_cb(void *ctx, unsigned long long bytes)
+{
+    struct fetch_progress *fp = ctx;
+    pthread_mutex_lock(&fp->j->mu);
+    fp->l->avail = bytes;
+    bool abort = fp->j->fetch_abort;
+    pthread_cond_broadcast(&fp->j->cv);
+    pthread_mutex_unlock(&fp->j->mu);
+    return abort ? -1 : 0;
+}
+
+/* Downloads the pending layers in order into the cache (temp name, digest
+ * checked, rename), publishing progress for the applier. */
+static void *fetch_main(void *arg)
+{
+    struct job *j = arg;
+    for (size_t i = 0; i < j->nlayers; i++) {
+        struct layer *l = &j->layers[i];
+        if (l->state != BLOB_PENDING)
+            continue;
+        skiff_err e;
+        skiff_err_clear(&e);
+        snprintf(l->tmp, sizeof(l->tmp), "%s.tmp.XXXXXX", l->path);
+        int fd = mkostemp(l->tmp, O_CLOEXEC);
+        pthread_mutex_lock(&j->mu);
+        if (fd < 0) {
+            skiff_error(&e, errno, "create %s", l->tmp);
+            snprintf(l->error, sizeof(l->error), "%s", e.msg);
+            l->state = BLOB_FAILED;
+        } else {
+            l->state = BLOB_RUNNING;
+        }
+        bool stop = fd < 0 || j->fetch_abort;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        if (stop) {
+            if (fd >= 0) {
+                close(fd);
+                unlink(l->tmp);
+            }
+            break;
+        }
+        double t0 = now_s();
+        struct fetch_progress fp = {j, l};
+        int rv = skiff_registry_blob_progress(j->reg, l->digest, fd, fetch_progress_cb, &fp, &e);
+        if (rv == 0 && close(fd) < 0)
+            rv = skiff_error(&e, errno, "write %s", l->tmp);
+        else if (rv < 0)
+            close(fd);
+        if (rv == 0 && j->o && j->o->progress)
+            fprintf(stderr, "skiff: fetched layer %.19s %8.1f MB %5.2f s\n", l->digest, (double)l->avail / 1e6,
+                    now_s() - t0);
+        pthread_mutex_lock(&j->mu);
+        if (rv == 0 && rename(l->tmp, l->path) < 0)
+            rv = skiff_error(&e, errno, "publish %s", l->path);
+        if (rv < 0) {
+            unlink(l->tmp);
+            snprintf(l->error, sizeof(l->error), "%s", e.msg);
+            l->state = BLOB_FAILED;
+        } else {
+            l->state = BLOB_DONE;
+            char **nf = realloc(j->fetched, (j->nfetched + 1) * sizeof(*nf));
+            if (nf) {
+                j->fetched = nf;
+                if ((nf[j->nfetched] = strdup(l->path)))
+                    j->nfetched++;
+            }
+        }
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        if (rv < 0)
+            break;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->fetch_over = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+static void fetch_stop(struct job *j)
+{
+    if (!j->fetching)
+        return;
+    pthread_mutex_lock(&j->mu);
+    j->fetch_abort = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    pthread_join(j->fetch_tid, NULL);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    j->fetching = false;
+}
+
+/* wait_more for skiff_layer_apply_stream: blocks until the layer file grows
+ * past have, or its download ends. */
+static int fetch_wait(void *ctx, unsigned long long have)
+{
+    struct fetch_progress *fp = ctx;
+    struct job *j = fp->j;
+    struct layer *l = fp->l;
+    pthread_mutex_lock(&j->mu);
+    while (l->avail <= have && l->state == BLOB_RUNNING && !j->fetch_abort)
+        pthread_cond_wait(&j->cv, &j->mu);
+    int rv = l->avail > have ? 1 : l->state == BLOB_DONE ? 0 : -1;
+    pthread_mutex_unlock(&j->mu);
+    return rv;
+}
+
+/* Opens a layer the fetcher is downloading (or has): waits until it started. */
+static int open_fetched(struct job *j, struct layer *l, skiff_err *err)
+{
+    pthread_mutex_lock(&j->mu);
+    while (l->state == BLOB_PENDING && !j->fetch_over)
+        pthread_cond_wait(&j->cv, &j->mu);
+    int fd = -1;
+    if (l->state == BLOB_RUNNING || l->state == BLOB_DONE) {
+        const char *p = l->state == BLOB_DONE ? l->path : l->tmp;
+        fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            skiff_error(err, errno, "open %s", p);
+    } else {
+        skiff_error(err, 0, "download: %s", l->state == BLOB_FAILED ? l->error : "not started");
+    }
+    pthread_mutex_unlock(&j->mu);
+    return fd;
+}
+
+/* After a streamed layer was applied: its download must also have ended well
+ * (the tar may end before the blob does; the digest covers all of it). */
+static int fetched_ok(struct job *j, struct layer *l, skiff_err *err)
+{
+    pthread_mutex_lock(&j->mu);
+    while (l->state == BLOB_RUNNING && !j->fetch_abort)
+        pthread_cond_wait(&j->cv, &j->mu);
+    int rv = l->state == BLOB_DONE ? 0 : skiff_error(err, 0, "download: %s", l->state == BLOB_FAILED ? l->error : "stopped");
+    pthread_mutex_unlock(&j->mu);
+    return rv;
+}
+
 static int apply_layers(struct job *j, int rootfd, skiff_err *err)
 {
     unsigned long devices = 0, setid = 0, xattrs = 0;
+    bool pending = false;
+    for (size_t i = 0; i < j->nlayers; i++)
+        pending |= j->layers[i].state == BLOB_PENDING;
+    if (pending) {
+        pthread_mutex_init(&j->mu, NULL);
+        pthread_cond_init(&j->cv, NULL);
+        int pe = pthread_create(&j->fetch_tid, NULL, fetch_main, j);
+        if (pe != 0) {
+            pthread_mutex_destroy(&j->mu);
+            pthread_cond_destroy(&j->cv);
+            return skiff_error(err, pe, "pthread_create");
+        }
+        j->fetching = true;
+    }
     for (size_t i = 0; i < j->nlayers; i++) {
         struct layer *l = &j->layers[i];
         double t0 = now_s();
         struct skiff_layer_stats st;
+        int rv;
+        if (l->state != BLOB_READY) {
+            /* Streamed while it downloads; the fetcher checks the digest. */
+            struct fetch_progress fp = {j, l};
+            int bfd = open_fetched(j, l, err);
+            rv = bfd < 0 ? -1
+                         : skiff_layer_apply_stream(rootfd, bfd, l->path, NULL,
+                                                    SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS, fetch_wait, &fp,
+                                                    &st, err);
+            if (rv == 0)
+                rv = fetched_ok(j, l, err);
+            else if (l->state == BLOB_FAILED) /* the download's error is the cause */
+                skiff_error(err, 0, "download: %s", l->error);
+            if (rv < 0) {
+                fetch_stop(j);
+                return skiff_err_wrap(err, "layer %zu/%zu %s", i + 1, j->nlayers, l->digest);
+            }
+        } else {
         const char *check = l->digest[0] && !l->verified ? l->digest : NULL;
         int bfd = open_source(j, l->path, err);
-        int rv = bfd < 0 ? -1
+        rv = bfd < 0 ? -1
                          : skiff_layer_apply_fd(rootfd, bfd, l->path, check,
                                                 SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS, &st, err);
         if (rv < 0 && err->code == EBADMSG && j->ref.kind == SKIFF_REF_DOCKER && unlink(l->path) == 0) {
             size_t ml = strlen(err->msg);
             snprintf(err->msg + ml, sizeof(err->msg) - ml, "; removed the bad blob from the cache: run again to download it");
         }
-        if (rv < 0)
+        if (rv < 0) {
+            fetch_stop(j);
             return skiff_err_wrap(err, "layer %zu/%zu %s", i + 1, j->nlayers, l->digest[0] ? l->digest : l->path);
+        }
+        }
         devices += st.devices_skipped;
         setid += st.setid_stripped;
         xattrs += st.xattrs_dropped;
@@ -673,6 +873,7 @@ static int apply_layers(struct job *j, int rootfd, skiff_err *err)
                     l->digest[0] ? l->digest : "(no digest)", (double)st.bytes_in / 1e6, st.entries,
                     now_s() - t0);
     }
+    fetch_stop(j);
     if (devices)
         warn(j, "skipped %lu device node(s) or socket(s): containers get their /dev from the runtime", devices);
     if (setid)
@@ -686,6 +887,7 @@ static int apply_layers(struct job *j, int rootfd, skiff_err *err)
 
 static void job_free(struct job *j, bool failed)
 {
+    fetch_stop(j);
     if (j->srcfd >= 0)
         close(j->srcfd);
     for (size_t i = 0; i < j->nfetched; i++) {

@@ -236,17 +236,38 @@ struct reader {
     struct skiff_sha256 hash;
     bool hashing;
     unsigned long long bytes;
+    /* A file still being downloaded: at its current end, wait for more. */
+    int (*wait_more)(void *ctx, unsigned long long have);
+    void *wait_ctx;
 };
+
+/* read() that, on a growing file, waits at the end for more data: returns
+ * bytes, 0 at the real end, -1 with errno set. */
+static ssize_t reader_read(struct reader *r)
+{
+    for (;;) {
+        ssize_t n = read(r->fd, r->buf, READ_CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != 0 || !r->wait_more)
+            return n;
+        int w = r->wait_more(r->wait_ctx, r->bytes);
+        if (w == 0)
+            return 0;
+        if (w < 0) {
+            errno = EIO;
+            return -1;
+        }
+    }
+}
 
 static la_ssize_t read_cb(struct archive *a, void *ud, const void **out)
 {
     struct reader *r = ud;
     for (;;) {
-        ssize_t n = read(r->fd, r->buf, READ_CHUNK);
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = reader_read(r);
         if (n < 0) {
-            archive_set_error(a, errno, "read");
+            archive_set_error(a, errno, r->wait_more && errno == EIO ? "download failed" : "read");
             return -1;
         }
         if (r->hashing)
@@ -463,9 +484,7 @@ struct decoder {
 static int drain_hash(struct reader *r)
 {
     for (;;) {
-        ssize_t n = read(r->fd, r->buf, READ_CHUNK);
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = reader_read(r);
         if (n < 0)
             return -errno;
         if (n == 0)
@@ -582,6 +601,13 @@ int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned
 int skiff_layer_apply_fd(int rootfd, int blobfd, const char *path, const char *digest, unsigned flags,
                          struct skiff_layer_stats *st, skiff_err *err)
 {
+    return skiff_layer_apply_stream(rootfd, blobfd, path, digest, flags, NULL, NULL, st, err);
+}
+
+int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const char *digest, unsigned flags,
+                             int (*wait_more)(void *ctx, unsigned long long have), void *wait_ctx,
+                             struct skiff_layer_stats *st, skiff_err *err)
+{
     struct skiff_layer_stats dummy;
     if (!st)
         st = &dummy;
@@ -591,6 +617,8 @@ int skiff_layer_apply_fd(int rootfd, int blobfd, const char *path, const char *d
     d.path = path;
     d.sock = -1;
     d.r.fd = blobfd;
+    d.r.wait_more = wait_more;
+    d.r.wait_ctx = wait_ctx;
     int sv[2] = {-1, -1};
     struct archive *a = NULL;
     bool started = false;

@@ -42,6 +42,13 @@ int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned
 int skiff_layer_apply_fd(int rootfd, int blobfd, const char *path, const char *digest, unsigned flags,
                          struct skiff_layer_stats *st, skiff_err *err);
 
+/* Same, for a blob still being written (downloaded): at the end of what is
+ * there, wait_more(ctx, bytes read so far) blocks until more is written and
+ * returns 1, or returns 0 (complete) or -1 (the download failed). */
+int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const char *digest, unsigned flags,
+                             int (*wait_more)(void *ctx, unsigned long long have), void *wait_ctx,
+                             struct skiff_layer_stats *st, skiff_err *err);
+
 /* Opens the regular file rel for reading, resolved as if dirfd were "/"
  * (openat2 RESOLVE_IN_ROOT; without openat2, no symlinks are followed): for
  * files inside an unpacked archive, whose symlinks must not reach the host. */
