@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <pthread.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,17 +236,38 @@ struct reader {
     struct skiff_sha256 hash;
     bool hashing;
     unsigned long long bytes;
+    /* A file still being downloaded: at its current end, wait for more. */
+    int (*wait_more)(void *ctx, unsigned long long have);
+    void *wait_ctx;
 };
+
+/* read() that, on a growing file, waits at the end for more data: returns
+ * bytes, 0 at the real end, -1 with errno set. */
+static ssize_t reader_read(struct reader *r)
+{
+    for (;;) {
+        ssize_t n = read(r->fd, r->buf, READ_CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != 0 || !r->wait_more)
+            return n;
+        int w = r->wait_more(r->wait_ctx, r->bytes);
+        if (w == 0)
+            return 0;
+        if (w < 0) {
+            errno = EIO;
+            return -1;
+        }
+    }
+}
 
 static la_ssize_t read_cb(struct archive *a, void *ud, const void **out)
 {
     struct reader *r = ud;
     for (;;) {
-        ssize_t n = read(r->fd, r->buf, READ_CHUNK);
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = reader_read(r);
         if (n < 0) {
-            archive_set_error(a, errno, "read");
+            archive_set_error(a, errno, r->wait_more && errno == EIO ? "download failed" : "read");
             return -1;
         }
         if (r->hashing)
@@ -445,39 +468,193 @@ static int apply_entry(struct archive *a, struct archive_entry *e, int rootfd, u
     return 0;
 }
 
+/* The blob is read, hashed and decompressed (libarchive filters, "raw"
+ * format) by a second thread and streamed through a socketpair to this one,
+ * which parses the tar and writes files: on two cores gzip/zstd decoding then
+ * overlaps with the file writes instead of adding to them. */
+struct decoder {
+    struct reader r;
+    int sock; /* write end */
+    const char *path;
+    char error[512];
+    bool digest_checked;
+    char got[SKIFF_DIGEST_LEN];
+};
+
+static int drain_hash(struct reader *r)
+{
+    for (;;) {
+        ssize_t n = reader_read(r);
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return 0;
+        if (r->hashing)
+            skiff_sha256_update(&r->hash, r->buf, (size_t)n);
+        r->bytes += (unsigned long long)n;
+    }
+}
+
+static void *decoder_main(void *arg)
+{
+    struct decoder *d = arg;
+    struct archive *a = archive_read_new();
+    char *out = malloc(READ_CHUNK);
+    bool peer_gone = false;
+    if (!a || !out) {
+        snprintf(d->error, sizeof(d->error), "out of memory");
+        goto done;
+    }
+    archive_read_support_filter_all(a);
+    archive_read_support_format_raw(a);
+    struct archive_entry *e;
+    if (archive_read_open(a, &d->r, NULL, read_cb, NULL) != ARCHIVE_OK ||
+        archive_read_next_header(a, &e) != ARCHIVE_OK) {
+        snprintf(d->error, sizeof(d->error), "%s: cannot read: %s", d->path, archive_error_string(a));
+        goto done;
+    }
+    for (;;) {
+        la_ssize_t n = archive_read_data(a, out, READ_CHUNK);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            snprintf(d->error, sizeof(d->error), "%s: %s (truncated or corrupt layer)", d->path,
+                     archive_error_string(a));
+            goto done;
+        }
+        for (la_ssize_t off = 0; off < n;) {
+            ssize_t w = send(d->sock, out + off, (size_t)(n - off), MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                peer_gone = true; /* the tar reader is done (end marker or error) */
+                break;
+            }
+            off += w;
+        }
+        if (peer_gone)
+            break;
+    }
+done:
+    shutdown(d->sock, SHUT_WR);
+    if (d->r.hashing) {
+        /* Hash what the decoder did not read (after the end of the stream, or
+         * after an error: a blob that is not what its digest says is the root
+         * cause to report, not the decoding error it led to). */
+        int rc = drain_hash(&d->r);
+        if (rc < 0) {
+            if (!d->error[0])
+                snprintf(d->error, sizeof(d->error), "read %s: %s", d->path, strerror(-rc));
+        } else {
+            skiff_sha256_final(&d->r.hash, d->got);
+            d->r.hashing = false;
+            d->digest_checked = true;
+        }
+    }
+    if (a)
+        archive_read_free(a);
+    free(out);
+    return NULL;
+}
+
+int skiff_open_in_root(int dirfd, const char *rel, skiff_err *err)
+{
+    struct open_how how = {
+        .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+        .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+    };
+    long fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof(how));
+    if (fd < 0 && errno == ENOSYS) {
+        /* Without openat2: no symlinks at all on the way. */
+        char buf[4096];
+        snprintf(buf, sizeof(buf), "%s", rel);
+        const char *parent, *base;
+        split(buf, &parent, &base);
+        int pfd = open_dir_beneath(dirfd, parent, false, rel, err);
+        if (pfd < 0)
+            return -1;
+        fd = openat(pfd, base, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
+        int e = errno;
+        close(pfd);
+        errno = e;
+    }
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", rel);
+    struct stat st;
+    if (fstat((int)fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close((int)fd);
+        return skiff_error(err, 0, "%s is not a regular file", rel);
+    }
+    /* O_NONBLOCK only kept a FIFO from blocking the open; regular files ignore it. */
+    return (int)fd;
+}
+
 int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags,
                       struct skiff_layer_stats *st, skiff_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", path);
+    return skiff_layer_apply_fd(rootfd, fd, path, digest, flags, st, err);
+}
+
+int skiff_layer_apply_fd(int rootfd, int blobfd, const char *path, const char *digest, unsigned flags,
+                         struct skiff_layer_stats *st, skiff_err *err)
+{
+    return skiff_layer_apply_stream(rootfd, blobfd, path, digest, flags, NULL, NULL, st, err);
+}
+
+int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const char *digest, unsigned flags,
+                             int (*wait_more)(void *ctx, unsigned long long have), void *wait_ctx,
+                             struct skiff_layer_stats *st, skiff_err *err)
 {
     struct skiff_layer_stats dummy;
     if (!st)
         st = &dummy;
     memset(st, 0, sizeof(*st));
-    struct reader r = {.fd = -1};
-    r.fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (r.fd < 0)
-        return skiff_error(err, errno, "open %s", path);
-    r.buf = malloc(READ_CHUNK);
-    if (!r.buf) {
-        close(r.fd);
-        return skiff_error(err, ENOMEM, "layer %s", path);
+    struct decoder d;
+    memset(&d, 0, sizeof(d));
+    d.path = path;
+    d.sock = -1;
+    d.r.fd = blobfd;
+    d.r.wait_more = wait_more;
+    d.r.wait_ctx = wait_ctx;
+    int sv[2] = {-1, -1};
+    struct archive *a = NULL;
+    bool started = false;
+    int rv = -1;
+    d.r.buf = malloc(READ_CHUNK);
+    if (!d.r.buf) {
+        skiff_error(err, ENOMEM, "layer %s", path);
+        goto out;
     }
     if (digest) {
-        if (skiff_sha256_init(&r.hash, err) < 0) {
-            free(r.buf);
-            close(r.fd);
-            return -1;
-        }
-        r.hashing = true;
+        if (skiff_sha256_init(&d.r.hash, err) < 0)
+            goto out;
+        d.r.hashing = true;
     }
-    struct archive *a = archive_read_new();
-    int rv = -1;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        skiff_error(err, errno, "socketpair");
+        goto out;
+    }
+    int sz = 1 << 20;
+    setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    d.sock = sv[1];
+    pthread_t tid;
+    int pe = pthread_create(&tid, NULL, decoder_main, &d);
+    if (pe != 0) {
+        skiff_error(err, pe, "pthread_create");
+        goto out;
+    }
+    started = true;
+
+    a = archive_read_new();
     if (!a) {
         skiff_error(err, ENOMEM, "archive_read_new");
         goto out;
     }
-    archive_read_support_filter_all(a);
     archive_read_support_format_tar(a);
-    if (archive_read_open(a, &r, NULL, read_cb, NULL) != ARCHIVE_OK) {
+    if (archive_read_open_fd(a, sv[0], READ_CHUNK) != ARCHIVE_OK) {
         skiff_error(err, 0, "%s: not a tar archive (plain, gzip or zstd): %s", path, archive_error_string(a));
         goto out;
     }
@@ -493,37 +670,36 @@ int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned
         if (apply_entry(a, e, rootfd, flags, st, err) < 0)
             goto out;
     }
-    if (r.hashing) {
-        /* libarchive may stop at the end-of-archive marker: hash the rest too. */
-        for (;;) {
-            ssize_t n = read(r.fd, r.buf, READ_CHUNK);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n < 0) {
-                skiff_error(err, errno, "read %s", path);
-                goto out;
-            }
-            if (n == 0)
-                break;
-            skiff_sha256_update(&r.hash, r.buf, (size_t)n);
-            r.bytes += (unsigned long long)n;
-        }
-        char got[SKIFF_DIGEST_LEN];
-        skiff_sha256_final(&r.hash, got);
-        r.hashing = false;
-        if (strcmp(got, digest) != 0) {
-            skiff_error(err, 0, "digest mismatch: expected %s, got %s (corrupt or tampered blob)", digest, got);
-            goto out;
-        }
-    }
     rv = 0;
 out:
-    st->bytes_in = r.bytes;
     if (a)
         archive_read_free(a);
-    if (r.hashing)
-        skiff_sha256_abort(&r.hash);
-    free(r.buf);
-    close(r.fd);
+    if (sv[0] >= 0)
+        close(sv[0]); /* stops the decoder if it is still sending */
+    if (started) {
+        pthread_join(tid, NULL);
+        /* The decoder's error is the root cause (a truncated stream makes the
+         * tar reader fail too). */
+        if (digest && d.digest_checked && strcmp(d.got, digest) != 0) {
+            rv = skiff_error(err, 0, "digest mismatch: expected %s, got %s (corrupt or tampered blob)", digest,
+                             d.got);
+            err->code = EBADMSG; /* lets a cache drop the blob */
+        } else if (d.error[0]) {
+            rv = skiff_error(err, 0, "%s", d.error);
+        } else if (rv == 0 && digest) {
+            if (!d.digest_checked) {
+                rv = skiff_error(err, 0, "digest mismatch: expected %s, got %s (corrupt or tampered blob)",
+                                 digest, d.got[0] ? d.got : "nothing");
+                err->code = EBADMSG; /* lets a cache drop the blob */
+            }
+        }
+    }
+    if (sv[1] >= 0)
+        close(sv[1]);
+    st->bytes_in = d.r.bytes;
+    if (d.r.hashing)
+        skiff_sha256_abort(&d.r.hash);
+    free(d.r.buf);
+    close(d.r.fd);
     return rv;
 }

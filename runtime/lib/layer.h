@@ -32,9 +32,27 @@ struct skiff_layer_stats {
 
 /* Applies the tarball at path onto the directory rootfd. When digest is not
  * NULL, the blob's sha256 is computed while it is read and must equal it
- * (else the layer is refused; the caller discards the tree). */
+ * (else the layer is refused with err->code EBADMSG; the caller discards the
+ * tree). */
 int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags,
                       struct skiff_layer_stats *st, skiff_err *err);
+
+/* Same, reading the blob from blobfd (closed by the call); path names it in
+ * messages. */
+int skiff_layer_apply_fd(int rootfd, int blobfd, const char *path, const char *digest, unsigned flags,
+                         struct skiff_layer_stats *st, skiff_err *err);
+
+/* Same, for a blob still being written (downloaded): at the end of what is
+ * there, wait_more(ctx, bytes read so far) blocks until more is written and
+ * returns 1, or returns 0 (complete) or -1 (the download failed). */
+int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const char *digest, unsigned flags,
+                             int (*wait_more)(void *ctx, unsigned long long have), void *wait_ctx,
+                             struct skiff_layer_stats *st, skiff_err *err);
+
+/* Opens the regular file rel for reading, resolved as if dirfd were "/"
+ * (openat2 RESOLVE_IN_ROOT; without openat2, no symlinks are followed): for
+ * files inside an unpacked archive, whose symlinks must not reach the host. */
+int skiff_open_in_root(int dirfd, const char *rel, skiff_err *err);
 
 /* Removes the directory entry name under dirfd, recursively, without
  * following symlinks. ENOENT is not an error. */

@@ -134,6 +134,10 @@ struct sink {
     int fd;
     struct skiff_sha256 *hash;
     int write_errno;
+    CURL *curl;
+    unsigned long long written;
+    int (*progress)(void *ctx, unsigned long long bytes);
+    void *progress_ctx;
 };
 
 static size_t write_cb(char *data, size_t size, size_t nmemb, void *ud)
@@ -141,6 +145,11 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *ud)
     struct sink *s = ud;
     size_t n = size * nmemb;
     if (s->fd >= 0) {
+        /* Only a 200's body is blob data (a reader may be streaming the file). */
+        long code = 0;
+        curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &code);
+        if (code != 200)
+            return n;
         size_t left = n;
         const char *p = data;
         while (left) {
@@ -156,6 +165,11 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *ud)
         }
         if (s->hash)
             skiff_sha256_update(s->hash, data, n);
+        s->written += n;
+        if (s->progress && s->progress(s->progress_ctx, s->written) != 0) {
+            s->write_errno = ECANCELED;
+            return 0;
+        }
         return n;
     }
     if (s->len + n + 1 > s->max) {
@@ -355,6 +369,7 @@ static int authed_get(struct skiff_registry *r, const char *url, const char *acc
                       long *status, skiff_err *err)
 {
     int auth = r->token ? 1 : 0;
+    bool fresh_token = false; /* a cached token may have expired: renew it once */
     for (int attempt = 0; attempt < 3; attempt++) {
         off_t start = s->fd >= 0 ? lseek(s->fd, 0, SEEK_CUR) : 0;
         if (http_get(r, url, accept, auth, s, status, err) < 0)
@@ -368,10 +383,11 @@ static int authed_get(struct skiff_registry *r, const char *url, const char *acc
         } else {
             s->len = 0;
         }
-        if (!strncasecmp(r->challenge, "Bearer", 6) && auth != 1) {
+        if (!strncasecmp(r->challenge, "Bearer", 6) && !fresh_token) {
             if (fetch_token(r, r->challenge, err) < 0)
                 return -1;
             auth = 1;
+            fresh_token = true;
         } else if (!strncasecmp(r->challenge, "Basic", 5) && auth != 2 && r->have_creds) {
             auth = 2;
         } else {
@@ -517,6 +533,13 @@ int skiff_registry_manifest(struct skiff_registry *r, const char *reference, cha
 
 int skiff_registry_blob(struct skiff_registry *r, const char *digest, int fd, skiff_err *err)
 {
+    return skiff_registry_blob_progress(r, digest, fd, NULL, NULL, err);
+}
+
+int skiff_registry_blob_progress(struct skiff_registry *r, const char *digest, int fd,
+                                 int (*progress)(void *ctx, unsigned long long bytes), void *ctx,
+                                 skiff_err *err)
+{
     for (int k = 0; k < r->nep; k++) {
         int i = (r->cur + k) % r->nep;
         char url[2048];
@@ -526,10 +549,18 @@ int skiff_registry_blob(struct skiff_registry *r, const char *digest, int fd, sk
         struct skiff_sha256 h;
         if (skiff_sha256_init(&h, err) < 0)
             return -1;
-        struct sink s = {.fd = fd, .hash = &h};
+        /* A retry (next endpoint) rewrites the file from the start; the bytes
+         * are the same, as blobs are content-addressed. */
+        if (progress && progress(ctx, 0) != 0) {
+            skiff_sha256_abort(&h);
+            return skiff_error(err, ECANCELED, "blob %s", digest);
+        }
+        struct sink s = {.fd = fd, .hash = &h, .curl = r->curl, .progress = progress, .progress_ctx = ctx};
         long status = 0;
         if (authed_get(r, url, NULL, &s, &status, err) < 0) {
             skiff_sha256_abort(&h);
+            if (s.write_errno == ECANCELED)
+                return -1;
             continue;
         }
         if (status != 200) {

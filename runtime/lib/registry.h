@@ -31,6 +31,13 @@ int skiff_registry_manifest(struct skiff_registry *r, const char *reference, cha
 /* Downloads blob digest into the open file fd, verifying its sha256. */
 int skiff_registry_blob(struct skiff_registry *r, const char *digest, int fd, skiff_err *err);
 
+/* Same, calling progress(ctx, bytes written so far) after each write (and
+ * with 0 when a download starts over from another endpoint); a non-zero
+ * return cancels the download. */
+int skiff_registry_blob_progress(struct skiff_registry *r, const char *digest, int fd,
+                                 int (*progress)(void *ctx, unsigned long long bytes), void *ctx,
+                                 skiff_err *err);
+
 /* Looks up login and password for host in the netrc-style file at path
  * ("machine HOST login USER password PASS", "default ..."); when user is
  * non-empty only an entry with that login matches. Returns 1 when found, 0

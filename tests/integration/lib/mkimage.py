@@ -2,6 +2,8 @@
 """Builds small OCI image layouts for skiff's import tests, offline.
 
 usage: mkimage.py LAYOUT RECIPE [RECIPE...]
+       mkimage.py LAYOUT --from-tar TAG FILE.tar gzip|zstd|none
+         (one-layer image of an existing tar, for the benchmark)
 
 Each recipe adds one tag to the OCI layout LAYOUT (created if missing):
   busybox      one gzip layer: busybox-static and its applets, /etc files,
@@ -18,7 +20,6 @@ Each recipe adds one tag to the OCI layout LAYOUT (created if missing):
 Written for tests only: tar entries are built with Python's tarfile so the
 hostile ones can be made exactly.
 """
-import gzip
 import hashlib
 import io
 import json
@@ -88,9 +89,11 @@ class Tar:
 
 def compress(data, how):
     if how == "gzip":
-        return gzip.compress(data, compresslevel=1, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip"
+        # gzip -6, as docker and skopeo write layers (speed of import matters, not of this)
+        out = subprocess.run(["gzip", "-n", "-6", "-c"], input=data, stdout=subprocess.PIPE, check=True).stdout
+        return out, "application/vnd.oci.image.layer.v1.tar+gzip"
     if how == "zstd":
-        out = subprocess.run(["zstd", "-q", "-c", "-1"], input=data, stdout=subprocess.PIPE, check=True).stdout
+        out = subprocess.run(["zstd", "-q", "-c", "-3", "-T0"], input=data, stdout=subprocess.PIPE, check=True).stdout
         return out, "application/vnd.oci.image.layer.v1.tar+zstd"
     return data, "application/vnd.oci.image.layer.v1.tar"
 
@@ -216,6 +219,12 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     lay = Layout(sys.argv[1])
+    if sys.argv[2] == "--from-tar":
+        tag, path, how = sys.argv[3:6]
+        with open(path, "rb") as f:
+            raw = f.read()
+        lay.tag(tag, image(lay, [raw], how=how))
+        return
     for r in sys.argv[2:]:
         recipe(lay, r)
 

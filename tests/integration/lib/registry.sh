@@ -1,6 +1,7 @@
 # Starts a real registry (Debian docker-registry, Distribution 2.8) on
 # 127.0.0.1 with a free port and storage in a temp dir. Sourced (bash).
 #   registry_start DIR [htpasswd-file]  -> sets REG_PORT, REG_PID; returns 1 if it did not come up
+#   registry_start DIR token REALM SERVICE CERT.pem   (bearer tokens, see tokenserver.py)
 #   registry_stop
 # The caller removes DIR.
 registry_free_port() {
@@ -11,7 +12,14 @@ registry_start() {
   local dir=$1 htpasswd=${2:-} port auth=""
   port=$(registry_free_port) || return 1
   mkdir -p "$dir/storage"
-  if [ -n "$htpasswd" ]; then
+  if [ "$htpasswd" = token ]; then
+    auth="auth:
+  token:
+    realm: $3
+    service: $4
+    issuer: skiff-test
+    rootcertbundle: $5"
+  elif [ -n "$htpasswd" ]; then
     auth="auth:
   htpasswd:
     realm: skiff-test
@@ -32,7 +40,7 @@ $auth
 EOC
   /usr/bin/docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 &
   local pid=$!
-  for _ in $(seq 100); do
+  for _ in $(seq 400); do  # up to 20 s on a loaded machine
     if curl -s -o /dev/null "http://127.0.0.1:$port/v2/"; then
       REG_PORT=$port; REG_PID=$pid
       REG_PIDS="${REG_PIDS:-} $pid"
