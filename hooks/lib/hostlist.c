@@ -570,6 +570,14 @@ char *skiff_hostlist_compress(const char *const *hosts, size_t n, skiff_err *err
             goto fail;
         i = j;
     }
+    /* Only a trailing number is compressed; names numbered elsewhere stay
+     * whole, and the text could outgrow what the parser accepts. Refuse
+     * rather than return a list that does not read back. */
+    if (b.n > SKIFF_HOSTLIST_MAX_INPUT) {
+        skiff_error(err, 0, "host list: compressed form is %zu bytes, longer than the %u accepted", b.n,
+                    SKIFF_HOSTLIST_MAX_INPUT);
+        goto fail;
+    }
     return b.p;
 fail:
     free(b.p);
