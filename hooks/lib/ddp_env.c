@@ -23,9 +23,19 @@ const char *skiff_ddp_getenv_process(void *ctx, const char *name)
     return getenv(name);
 }
 
+/* Copies of every value read: the getter may reuse one buffer per call
+ * (spank_getenv fills the caller's), while several values are in use at
+ * once here. Freed before skiff_ddp_env_compute returns. */
+struct held {
+    char **p;
+    size_t n, cap;
+    int oom;
+};
+
 struct ddp_in {
     skiff_getenv_fn get;
     void *ctx;
+    struct held *held;
     const char *source;
     unsigned long long rank, world, local_rank, local_world, node, nnodes;
     int have_world, have_local_rank, have_local_world, have_node, have_nnodes;
@@ -40,7 +50,35 @@ struct ddp_in {
 
 static const char *E(const struct ddp_in *in, const char *name)
 {
-    return in->get(in->ctx, name);
+    const char *v = in->get(in->ctx, name);
+    if (!v)
+        return NULL;
+    struct held *h = in->held;
+    if (h->n == h->cap) {
+        size_t nc = h->cap ? h->cap * 2 : 64;
+        char **np = reallocarray(h->p, nc, sizeof(char *));
+        if (!np) {
+            h->oom = 1;
+            return NULL;
+        }
+        h->p = np;
+        h->cap = nc;
+    }
+    char *c = strdup(v);
+    if (!c) {
+        h->oom = 1;
+        return NULL;
+    }
+    h->p[h->n++] = c;
+    return c;
+}
+
+static void held_free(struct held *h)
+{
+    for (size_t i = 0; i < h->n; i++)
+        free(h->p[i]);
+    free(h->p);
+    memset(h, 0, sizeof(*h));
 }
 
 /* The first of several names that is set, or NULL; *which gets its name. */
@@ -560,12 +598,12 @@ static int enabled(const struct ddp_in *in, int *on, skiff_err *err)
     return skiff_error(err, 0, "SKIFF_DDP_ENV='%.20s': use 0 to turn the training environment off, 1 for on", v);
 }
 
-int skiff_ddp_env_compute(skiff_getenv_fn get, void *ctx, const struct skiff_ddp_opts *opts,
-                          struct skiff_ddp_env *out, skiff_err *err)
+static int compute(struct held *held, skiff_getenv_fn get, void *ctx, const struct skiff_ddp_opts *opts,
+                   struct skiff_ddp_env *out, skiff_err *err)
 {
     memset(out, 0, sizeof(*out));
     out->source = "none";
-    struct ddp_in in = {.get = get ? get : skiff_ddp_getenv_process, .ctx = ctx};
+    struct ddp_in in = {.get = get ? get : skiff_ddp_getenv_process, .ctx = ctx, .held = held};
     in.port_lo = opts && opts->port_lo ? opts->port_lo : SKIFF_DDP_PORT_LO_DEFAULT;
     in.port_hi = opts && opts->port_lo ? opts->port_hi : SKIFF_DDP_PORT_HI_DEFAULT;
     if (in.port_lo <= 1024 || in.port_hi > 65535 || in.port_lo > in.port_hi)
@@ -687,6 +725,21 @@ int skiff_ddp_env_compute(skiff_getenv_fn get, void *ctx, const struct skiff_ddp
         put_raw(out, "SKIFF_DDP_ENV_VARS", names);
     }
     return 0;
+}
+
+int skiff_ddp_env_compute(skiff_getenv_fn get, void *ctx, const struct skiff_ddp_opts *opts,
+                          struct skiff_ddp_env *out, skiff_err *err)
+{
+    struct held held = {0};
+    int rc = compute(&held, get, ctx, opts, out, err);
+    int oom = held.oom;
+    held_free(&held);
+    if (rc == 0 && oom) {
+        memset(out, 0, sizeof(*out));
+        out->source = "none";
+        return skiff_error(err, ENOMEM, "training environment: out of memory reading the environment");
+    }
+    return rc;
 }
 
 const char *skiff_ddp_env_get(const struct skiff_ddp_env *env, const char *name)
