@@ -279,6 +279,15 @@ static int first_host(const char *name, const char *list, char *buf, size_t len,
 
 /* ---- Slurm ---- */
 
+static unsigned long long fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+
+
 static int from_slurm(struct ddp_in *in, struct skiff_ddp_env *out, skiff_err *err)
 {
     const char *stepv = E2(in, "SLURM_STEP_ID", "SLURM_STEPID", NULL);
@@ -312,8 +321,12 @@ static int from_slurm(struct ddp_in *in, struct skiff_ddp_env *out, skiff_err *e
                   "(the skiff plugin sets them, or run skiff-ddp-env inside each task)");
         return 0;
     }
-    if (parse_num("SLURM_STEP_ID", stepv, &in->step, err) < 0)
-        return -1;
+    if (parse_num("SLURM_STEP_ID", stepv, &in->step, err) < 0) {
+        /* Not a number (a special step named by Slurm): any value that is
+         * the same on every task of the step will do for the port. */
+        skiff_err_clear(err);
+        in->step = fnv1a(stepv) % 4294967296ULL;
+    }
     const char *which;
     const char *wv = E2(in, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", &which);
     if (!wv)
