@@ -286,6 +286,8 @@ static unsigned long long fnv1a(const char *s)
         h ^= (unsigned char)*s;
         h *= 1099511628211ULL;
     }
+    return h;
+}
 
 
 static int from_slurm(struct ddp_in *in, struct skiff_ddp_env *out, skiff_err *err)
@@ -436,16 +438,6 @@ static const struct mpi_probe mpi_probes[] = {
     {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
     {"pmix", "PMIX_RANK", NULL, NULL, NULL},
 };
-
-static unsigned long long fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
 
 static int from_mpi(struct ddp_in *in, const struct mpi_probe *pr, struct skiff_ddp_env *out, skiff_err *err)
 {
