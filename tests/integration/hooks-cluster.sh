@@ -6,9 +6,9 @@
 # per step, different ports for concurrent steps and array tasks, het jobs.
 # Host lists are compared with Slurm's own `scontrol show hostnames/hostlist`.
 #
-# This runs the tool under plain srun (no container). The same environment in
-# containers comes from the plugin calling the same library in task_init; its
-# cluster test lives with the plugin.
+# Most cases run the tool under plain srun (no container). The container cases
+# (srun --container-image: the plugin calls the same library in task_init) run
+# once the skiff plugin is loaded on the cluster, and SKIP, saying so, before.
 source "$(dirname "$0")/../lib.sh"
 cd "$T_ROOT" || exit 1
 CL=${SKIFF_CLUSTER_SCRIPTS:-$T_ROOT/tests/cluster}
@@ -148,6 +148,35 @@ if [ -n "$p1" ] && [ -n "$p2" ] && [ "$(wc -l <<<"$p1")" = 1 ] && [ "$p1" != "$p
    grep '^T ' "$W/out/arr-1.txt" | check 2 >/dev/null; then
   t_pass "job array: each array task gets its own MASTER_PORT ($p1, $p2)"
 else t_fail "job array" "$(cat "$W/out"/arr-*.txt 2>&1)"; fi
+
+# --- The same inside containers: the plugin calls ddp_env in task_init. -------------
+if ! srun --help 2>/dev/null | grep -q -- '--container-image'; then
+  t_skip "containers: srun --container-image -N3 -n7, cyclic, concurrent steps" \
+    "the skiff plugin is not loaded on the cluster (no $BUILD/plugin/spank_skiff.so)"
+elif ! command -v mksquashfs >/dev/null || [ ! -x /bin/busybox ]; then
+  t_skip "containers" "needs mksquashfs and busybox-static (scripts/install-deps test)"
+else
+  R=$W/img; mkdir -p "$R"/{bin,etc,dev,proc,sys,tmp}
+  cp /bin/busybox "$R/bin/"; for c in sh hostname cat; do ln -s busybox "$R/bin/$c"; done
+  printf 'root:x:0:0:root:/root:/bin/sh\n' >"$R/etc/passwd"; printf 'root:x:0:\n' >"$R/etc/group"
+  touch "$R/etc/hosts" "$R/etc/resolv.conf" "$R/etc/hostname"
+  # the report without skiff-ddp-env: inside, the variables must already be there
+  sed -e '2,3d' -e 's|^#!/bin/bash|#!/bin/sh|' "$W/report" >"$R/bin/report"; chmod 755 "$R/bin/report"
+  mksquashfs "$R" "$W/img.sqsh" -quiet -noappend -comp lz4 >/dev/null 2>&1; chmod -R a+rX "$W"
+  creport() { local n=$1 name=$2; shift 2; local out why
+    out=$(as_user srun -Q --container-image="$W/img.sqsh" "$@" /bin/report 2>&1)
+    if why=$(check "$n" <<<"$out"); then t_pass "$name"; else t_fail "$name" "$why"; echo "$out" | sed 's/^/    /'; fi; }
+  creport 7 "containers: srun -N3 -n7 --container-image: every variable matches Slurm's view" -N3 -n7
+  creport 7 "containers: srun -N3 -n7 --distribution=cyclic --container-image" -N3 -n7 --distribution=cyclic
+  out=$(as_user salloc -Q -N2 -n4 bash -c "srun --overlap -n2 --container-image=$W/img.sqsh /bin/report &
+        srun --overlap -n2 --container-image=$W/img.sqsh /bin/report & wait" 2>&1)
+  ok=1; steps=$(grep '^T ' <<<"$out" | sed 's/.* step=\([0-9]*\) .*/\1/' | sort -u)
+  [ "$(wc -w <<<"$steps")" = 2 ] || ok=0
+  for s in $steps; do grep "^T .* step=$s " <<<"$out" | check 2 >/dev/null || ok=0; done
+  if [ "$ok" = 1 ] && [ "$(grep '^T ' <<<"$out" | sed 's/.* mp=\([0-9]*\) .*/\1/' | sort -u | wc -l)" = 2 ]; then
+    t_pass "containers: two concurrent steps of one job get different MASTER_PORTs"
+  else t_fail "containers: concurrent steps" "$out"; fi
+fi
 
 # Host lists: the same answers as Slurm's own code.
 hl_ok=1
