@@ -56,3 +56,4 @@ $(HOSTLIST_FUZZER): tests/fuzz/fuzz_hostlist.c hooks/lib/hostlist.c hooks/lib/ho
 
 INTEGRATION_TESTS += $(sort $(wildcard tests/integration/hooks-*.sh))
 FUZZERS += tests/integration/hooks-fuzz.sh
+MAN1 += hooks/skiff-ddp-env.1

@@ -17,13 +17,13 @@ static int run(skiff_err *err)
         char opts[96];
         size_t n = strspn(size, "0123456789");
         if (n == 0 || n > 12 || (size[n] && (strchr("kmgKMG", size[n]) == NULL || size[n + 1])))
-            return skiff_error(err, EINVAL, "SKIFF_SHM_SIZE='%.40s': expected a size such as 8g or 512m", size);
+            return skiff_error(err, 0, "SKIFF_SHM_SIZE='%.40s': expected a size such as 8g or 512m", size);
         snprintf(opts, sizeof(opts), "rw,size=%s,mode=1777,x-create=dir", size);
         return skiff_hook_mount("tmpfs", "/dev/shm", "tmpfs", opts, err);
     }
     const char *root = getenv("SKIFF_ROOTFS");
     if (!root || !*root)
-        return skiff_error(err, EINVAL, "SKIFF_ROOTFS is not set (run hooks through the skiff runtime)");
+        return skiff_error(err, 0, "SKIFF_ROOTFS is not set (run hooks through the skiff runtime)");
     struct stat host, in, dev;
     if (stat("/dev/shm", &host) < 0)
         return 0; /* the host has none: nothing to share */

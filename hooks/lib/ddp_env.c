@@ -23,9 +23,19 @@ const char *skiff_ddp_getenv_process(void *ctx, const char *name)
     return getenv(name);
 }
 
+/* Copies of every value read: the getter may reuse one buffer per call
+ * (spank_getenv fills the caller's), while several values are in use at
+ * once here. Freed before skiff_ddp_env_compute returns. */
+struct held {
+    char **p;
+    size_t n, cap;
+    int oom;
+};
+
 struct ddp_in {
     skiff_getenv_fn get;
     void *ctx;
+    struct held *held;
     const char *source;
     unsigned long long rank, world, local_rank, local_world, node, nnodes;
     int have_world, have_local_rank, have_local_world, have_node, have_nnodes;
@@ -40,7 +50,35 @@ struct ddp_in {
 
 static const char *E(const struct ddp_in *in, const char *name)
 {
-    return in->get(in->ctx, name);
+    const char *v = in->get(in->ctx, name);
+    if (!v)
+        return NULL;
+    struct held *h = in->held;
+    if (h->n == h->cap) {
+        size_t nc = h->cap ? h->cap * 2 : 64;
+        char **np = reallocarray(h->p, nc, sizeof(char *));
+        if (!np) {
+            h->oom = 1;
+            return NULL;
+        }
+        h->p = np;
+        h->cap = nc;
+    }
+    char *c = strdup(v);
+    if (!c) {
+        h->oom = 1;
+        return NULL;
+    }
+    h->p[h->n++] = c;
+    return c;
+}
+
+static void held_free(struct held *h)
+{
+    for (size_t i = 0; i < h->n; i++)
+        free(h->p[i]);
+    free(h->p);
+    memset(h, 0, sizeof(*h));
 }
 
 /* The first of several names that is set, or NULL; *which gets its name. */
@@ -61,11 +99,11 @@ static const char *E2(const struct ddp_in *in, const char *a, const char *b, con
 static int parse_num(const char *name, const char *v, unsigned long long *out, skiff_err *err)
 {
     if (!v || !*v)
-        return skiff_error(err, EINVAL, "%s is empty: expected a non-negative integer", name);
+        return skiff_error(err, 0, "%s is empty: expected a non-negative integer", name);
     unsigned long long x = 0;
     for (const char *p = v; *p; p++) {
         if (*p < '0' || *p > '9' || p - v >= 19)
-            return skiff_error(err, EINVAL, "%s='%.40s': not a non-negative integer", name, v);
+            return skiff_error(err, 0, "%s='%.40s': not a non-negative integer", name, v);
         x = x * 10 + (unsigned long long)(*p - '0');
     }
     *out = x;
@@ -77,7 +115,7 @@ static int need_num(const struct ddp_in *in, const char *name, unsigned long lon
 {
     const char *v = E(in, name);
     if (!v)
-        return skiff_error(err, EINVAL, "%s is not set (the launcher's environment is incomplete)", name);
+        return skiff_error(err, 0, "%s is not set (the launcher's environment is incomplete)", name);
     return parse_num(name, v, out, err);
 }
 
@@ -88,33 +126,33 @@ int skiff_tasks_per_node(const char *s, unsigned long node, unsigned long *tasks
     int found = 0;
     const char *p = s;
     if (!s || !*s)
-        return skiff_error(err, EINVAL, "tasks per node: empty list");
+        return skiff_error(err, 0, "tasks per node: empty list");
     for (;;) {
         unsigned long long count = 0, rep = 1;
         const char *start = p;
         if (*p < '0' || *p > '9')
-            return skiff_error(err, EINVAL, "tasks per node \"%.60s\": expected a number at offset %zu", s,
+            return skiff_error(err, 0, "tasks per node \"%.60s\": expected a number at offset %zu", s,
                                (size_t)(p - s));
         while (*p >= '0' && *p <= '9') {
             if (p - start >= 9)
-                return skiff_error(err, EINVAL, "tasks per node \"%.60s\": number too large at offset %zu",
+                return skiff_error(err, 0, "tasks per node \"%.60s\": number too large at offset %zu",
                                    s, (size_t)(start - s));
             count = count * 10 + (unsigned long long)(*p++ - '0');
         }
         if (p[0] == '(') {
             if (p[1] != 'x')
-                return skiff_error(err, EINVAL, "tasks per node \"%.60s\": expected '(xN)' at offset %zu", s,
+                return skiff_error(err, 0, "tasks per node \"%.60s\": expected '(xN)' at offset %zu", s,
                                    (size_t)(p - s));
             p += 2;
             const char *rs = p;
             rep = 0;
             while (*p >= '0' && *p <= '9') {
                 if (p - rs >= 9)
-                    return skiff_error(err, EINVAL, "tasks per node \"%.60s\": repeat count too large", s);
+                    return skiff_error(err, 0, "tasks per node \"%.60s\": repeat count too large", s);
                 rep = rep * 10 + (unsigned long long)(*p++ - '0');
             }
             if (p == rs || *p != ')' || rep == 0)
-                return skiff_error(err, EINVAL, "tasks per node \"%.60s\": bad repeat '(xN)' at offset %zu",
+                return skiff_error(err, 0, "tasks per node \"%.60s\": bad repeat '(xN)' at offset %zu",
                                    s, (size_t)(rs - 2 - s));
             p++;
         }
@@ -125,19 +163,19 @@ int skiff_tasks_per_node(const char *s, unsigned long node, unsigned long *tasks
         }
         seen += rep;
         if (seen > SKIFF_HOSTLIST_MAX_HOSTS)
-            return skiff_error(err, E2BIG, "tasks per node \"%.60s\": more than %u nodes", s,
+            return skiff_error(err, 0, "tasks per node \"%.60s\": more than %u nodes", s,
                                SKIFF_HOSTLIST_MAX_HOSTS);
         if (*p == '\0')
             break;
         if (*p != ',')
-            return skiff_error(err, EINVAL, "tasks per node \"%.60s\": unexpected '%c' at offset %zu", s, *p,
+            return skiff_error(err, 0, "tasks per node \"%.60s\": unexpected '%c' at offset %zu", s, *p,
                                (size_t)(p - s));
         p++;
     }
     if (nodes)
         *nodes = (unsigned long)seen;
     if (!found && tasks)
-        return skiff_error(err, ERANGE, "tasks per node \"%.60s\": covers %llu nodes, no node %lu", s, seen,
+        return skiff_error(err, 0, "tasks per node \"%.60s\": covers %llu nodes, no node %lu", s, seen,
                            node);
     return 0;
 }
@@ -161,9 +199,9 @@ int skiff_ddp_parse_port_range(const char *s, unsigned *lo, unsigned *hi, skiff_
     unsigned long a, b;
     char tail;
     if (!s || sscanf(s, "%5lu-%5lu%c", &a, &b, &tail) != 2)
-        return skiff_error(err, EINVAL, "port range '%.40s': expected LO-HI, e.g. 20000-29999", s ? s : "");
+        return skiff_error(err, 0, "port range '%.40s': expected LO-HI, e.g. 20000-29999", s ? s : "");
     if (a <= 1024 || b > 65535 || a > b)
-        return skiff_error(err, EINVAL, "port range '%.40s': need 1024 < LO <= HI <= 65535", s);
+        return skiff_error(err, 0, "port range '%.40s': need 1024 < LO <= HI <= 65535", s);
     *lo = (unsigned)a;
     *hi = (unsigned)b;
     return 0;
@@ -241,6 +279,17 @@ static int first_host(const char *name, const char *list, char *buf, size_t len,
 
 /* ---- Slurm ---- */
 
+static unsigned long long fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+
 static int from_slurm(struct ddp_in *in, struct skiff_ddp_env *out, skiff_err *err)
 {
     const char *stepv = E2(in, "SLURM_STEP_ID", "SLURM_STEPID", NULL);
@@ -274,14 +323,18 @@ static int from_slurm(struct ddp_in *in, struct skiff_ddp_env *out, skiff_err *e
                   "(the skiff plugin sets them, or run skiff-ddp-env inside each task)");
         return 0;
     }
-    if (parse_num("SLURM_STEP_ID", stepv, &in->step, err) < 0)
-        return -1;
+    if (parse_num("SLURM_STEP_ID", stepv, &in->step, err) < 0) {
+        /* Not a number (a special step named by Slurm): any value that is
+         * the same on every task of the step will do for the port. */
+        skiff_err_clear(err);
+        in->step = fnv1a(stepv) % 4294967296ULL;
+    }
     const char *which;
     const char *wv = E2(in, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", &which);
     if (!wv)
         wv = E2(in, "SLURM_NPROCS", NULL, &which);
     if (!wv)
-        return skiff_error(err, EINVAL, "SLURM_STEP_NUM_TASKS is not set (the launcher's environment is incomplete)");
+        return skiff_error(err, 0, "SLURM_STEP_NUM_TASKS is not set (the launcher's environment is incomplete)");
     if (parse_num(which, wv, &in->world, err) < 0)
         return -1;
     if (need_num(in, "SLURM_LOCALID", &in->local_rank, err) < 0 ||
@@ -321,7 +374,7 @@ static int from_slurm(struct ddp_in *in, struct skiff_ddp_env *out, skiff_err *e
             if (*p == ',')
                 c++;
             else if (*p < '0' || *p > '9')
-                return skiff_error(err, EINVAL, "SLURM_GTIDS='%.40s': expected a comma-separated list of numbers",
+                return skiff_error(err, 0, "SLURM_GTIDS='%.40s': expected a comma-separated list of numbers",
                                    gtids);
         }
         in->local_world = c;
@@ -385,16 +438,6 @@ static const struct mpi_probe mpi_probes[] = {
     {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
     {"pmix", "PMIX_RANK", NULL, NULL, NULL},
 };
-
-static unsigned long long fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
 
 static int from_mpi(struct ddp_in *in, const struct mpi_probe *pr, struct skiff_ddp_env *out, skiff_err *err)
 {
@@ -523,20 +566,20 @@ static void put(struct emitter *em, const char *name, const char *fmt, ...)
 static int validate(const struct ddp_in *in, skiff_err *err)
 {
     if (in->have_world && in->world == 0)
-        return skiff_error(err, EINVAL, "%s: the task count is 0", in->source);
+        return skiff_error(err, 0, "%s: the task count is 0", in->source);
     if (in->have_world && in->rank >= in->world)
-        return skiff_error(err, EINVAL, "%s: rank %llu is not below the task count %llu", in->source, in->rank,
+        return skiff_error(err, 0, "%s: rank %llu is not below the task count %llu", in->source, in->rank,
                            in->world);
     if (in->have_local_world && in->local_world == 0)
-        return skiff_error(err, EINVAL, "%s: this node's task count is 0", in->source);
+        return skiff_error(err, 0, "%s: this node's task count is 0", in->source);
     if (in->have_local_rank && in->have_local_world && in->local_rank >= in->local_world)
-        return skiff_error(err, EINVAL, "%s: local rank %llu is not below this node's task count %llu",
+        return skiff_error(err, 0, "%s: local rank %llu is not below this node's task count %llu",
                            in->source, in->local_rank, in->local_world);
     if (in->have_world && in->have_local_world && in->local_world > in->world)
-        return skiff_error(err, EINVAL, "%s: this node's task count %llu exceeds the task count %llu", in->source,
+        return skiff_error(err, 0, "%s: this node's task count %llu exceeds the task count %llu", in->source,
                            in->local_world, in->world);
     if (in->have_node && in->have_nnodes && in->node >= in->nnodes)
-        return skiff_error(err, EINVAL, "%s: node index %llu is not below the node count %llu", in->source,
+        return skiff_error(err, 0, "%s: node index %llu is not below the node count %llu", in->source,
                            in->node, in->nnodes);
     return 0;
 }
@@ -557,19 +600,19 @@ static int enabled(const struct ddp_in *in, int *on, skiff_err *err)
         if (strcasecmp(v, yes[i]) == 0)
             return 0;
     }
-    return skiff_error(err, EINVAL, "SKIFF_DDP_ENV='%.20s': use 0 to turn the training environment off, 1 for on", v);
+    return skiff_error(err, 0, "SKIFF_DDP_ENV='%.20s': use 0 to turn the training environment off, 1 for on", v);
 }
 
-int skiff_ddp_env_compute(skiff_getenv_fn get, void *ctx, const struct skiff_ddp_opts *opts,
-                          struct skiff_ddp_env *out, skiff_err *err)
+static int compute(struct held *held, skiff_getenv_fn get, void *ctx, const struct skiff_ddp_opts *opts,
+                   struct skiff_ddp_env *out, skiff_err *err)
 {
     memset(out, 0, sizeof(*out));
     out->source = "none";
-    struct ddp_in in = {.get = get ? get : skiff_ddp_getenv_process, .ctx = ctx};
+    struct ddp_in in = {.get = get ? get : skiff_ddp_getenv_process, .ctx = ctx, .held = held};
     in.port_lo = opts && opts->port_lo ? opts->port_lo : SKIFF_DDP_PORT_LO_DEFAULT;
     in.port_hi = opts && opts->port_lo ? opts->port_hi : SKIFF_DDP_PORT_HI_DEFAULT;
     if (in.port_lo <= 1024 || in.port_hi > 65535 || in.port_lo > in.port_hi)
-        return skiff_error(err, EINVAL, "port range %u-%u: need 1024 < LO <= HI <= 65535", in.port_lo, in.port_hi);
+        return skiff_error(err, 0, "port range %u-%u: need 1024 < LO <= HI <= 65535", in.port_lo, in.port_hi);
 
     int on;
     if (enabled(&in, &on, err) < 0)
@@ -687,6 +730,21 @@ int skiff_ddp_env_compute(skiff_getenv_fn get, void *ctx, const struct skiff_ddp
         put_raw(out, "SKIFF_DDP_ENV_VARS", names);
     }
     return 0;
+}
+
+int skiff_ddp_env_compute(skiff_getenv_fn get, void *ctx, const struct skiff_ddp_opts *opts,
+                          struct skiff_ddp_env *out, skiff_err *err)
+{
+    struct held held = {0};
+    int rc = compute(&held, get, ctx, opts, out, err);
+    int oom = held.oom;
+    held_free(&held);
+    if (rc == 0 && oom) {
+        memset(out, 0, sizeof(*out));
+        out->source = "none";
+        return skiff_error(err, ENOMEM, "training environment: out of memory reading the environment");
+    }
+    return rc;
 }
 
 const char *skiff_ddp_env_get(const struct skiff_ddp_env *env, const char *name)

@@ -16,7 +16,9 @@
 #include "error.h"
 
 /* Returns the value of name, or NULL when it is not set. The returned string
- * must stay valid until the next call. */
+ * need only stay valid until the next call: the library copies it (so one
+ * buffer filled by spank_getenv is enough; make it large enough for node
+ * lists, which skiff accepts up to 1 MiB). */
 typedef const char *(*skiff_getenv_fn)(void *ctx, const char *name);
 
 /* A getter over the calling process's environment (ctx unused). */

@@ -16,7 +16,7 @@ static int append_line(const char *var, const char *line, skiff_err *err)
 {
     const char *path = getenv(var);
     if (!path || !*path)
-        return skiff_error(err, EINVAL, "%s is not set (run hooks through the skiff runtime)", var);
+        return skiff_error(err, 0, "%s is not set (run hooks through the skiff runtime)", var);
     cleanup_close int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return skiff_error(err, errno, "open %s=%s", var, path);
@@ -31,7 +31,7 @@ static int append_line(const char *var, const char *line, skiff_err *err)
 int skiff_hook_setenv(const char *name, const char *value, skiff_err *err)
 {
     if (!*name || strchr(name, '=') || strpbrk(name, "\n\r") || strpbrk(value, "\n\r"))
-        return skiff_error(err, EINVAL, "environment variable %.60s: name or value holds '=' or a newline", name);
+        return skiff_error(err, 0, "environment variable %.60s: name or value holds '=' or a newline", name);
     size_t n = strlen(name) + strlen(value) + 3;
     cleanup_free char *line = malloc(n);
     if (!line)
@@ -45,7 +45,7 @@ int skiff_hook_mount(const char *src, const char *dst, const char *type, const c
     const char *f[] = {src, dst, type, opts};
     for (size_t i = 0; i < 4; i++)
         if (!*f[i] || strpbrk(f[i], " \t\n\r"))
-            return skiff_error(err, EINVAL, "mount %.100s on %.100s: empty field or blank in a field", src, dst);
+            return skiff_error(err, 0, "mount %.100s on %.100s: empty field or blank in a field", src, dst);
     size_t n = strlen(src) + strlen(dst) + strlen(type) + strlen(opts) + 8;
     cleanup_free char *line = malloc(n);
     if (!line)
@@ -75,20 +75,20 @@ int skiff_gpu_parse(const char *s, struct skiff_gpu_set *set, skiff_err *err)
         }
         char *end;
         if (*p < '0' || *p > '9')
-            return skiff_error(err, EINVAL, "GPU list '%.60s': expected a device number at '%.20s'", s, p);
+            return skiff_error(err, 0, "GPU list '%.60s': expected a device number at '%.20s'", s, p);
         errno = 0;
         unsigned long lo = strtoul(p, &end, 10), hi = lo;
         if (*end == '-') {
             p = end + 1;
             if (*p < '0' || *p > '9')
-                return skiff_error(err, EINVAL, "GPU list '%.60s': bad range", s);
+                return skiff_error(err, 0, "GPU list '%.60s': bad range", s);
             hi = strtoul(p, &end, 10);
         }
         if (errno || hi < lo || hi >= 4096)
-            return skiff_error(err, EINVAL, "GPU list '%.60s': bad device number or range", s);
+            return skiff_error(err, 0, "GPU list '%.60s': bad device number or range", s);
         for (unsigned long v = lo; v <= hi; v++) {
             if (set->n >= SKIFF_GPU_MAX)
-                return skiff_error(err, E2BIG, "GPU list '%.60s': more than %d devices", s, SKIFF_GPU_MAX);
+                return skiff_error(err, 0, "GPU list '%.60s': more than %d devices", s, SKIFF_GPU_MAX);
             int dup = 0;
             for (size_t k = 0; k < set->n; k++)
                 dup |= set->idx[k] == v;
@@ -98,7 +98,7 @@ int skiff_gpu_parse(const char *s, struct skiff_gpu_set *set, skiff_err *err)
         if (*end == '\0')
             break;
         if (*end != ',')
-            return skiff_error(err, EINVAL, "GPU list '%.60s': unexpected '%c'", s, *end);
+            return skiff_error(err, 0, "GPU list '%.60s': unexpected '%c'", s, *end);
         p = end + 1;
     }
     return 0;
@@ -221,23 +221,23 @@ int skiff_ldcache_find(const char *path, const char *const *prefixes,
         size_t skip = 16 + (size_t)nold * 12;
         skip = (skip + 7) & ~(size_t)7;
         if (skip > len)
-            return skiff_error(err, EINVAL, "%s: truncated old-format header", path);
+            return skiff_error(err, 0, "%s: truncated old-format header", path);
         base = skip;
     }
     if (len - base < LDC_HDR || memcmp(data + base, LDC_MAGIC LDC_VERSION, sizeof(LDC_MAGIC LDC_VERSION) - 1))
-        return skiff_error(err, EINVAL, "%s: not a glibc ld.so.cache (version 1.1)", path);
+        return skiff_error(err, 0, "%s: not a glibc ld.so.cache (version 1.1)", path);
     uint32_t nlibs = rd32(u + base + 20);
     if ((uint64_t)nlibs * LDC_ENTRY > len - base - LDC_HDR)
-        return skiff_error(err, EINVAL, "%s: entry table beyond the end of the file", path);
+        return skiff_error(err, 0, "%s: entry table beyond the end of the file", path);
     for (uint32_t i = 0; i < nlibs; i++) {
         const unsigned char *e = u + base + LDC_HDR + (size_t)i * LDC_ENTRY;
         uint32_t key = rd32(e + 4), value = rd32(e + 8);
         /* string offsets count from the new-format header */
         if ((uint64_t)key + base >= len || (uint64_t)value + base >= len)
-            return skiff_error(err, EINVAL, "%s: entry %u points beyond the file", path, i);
+            return skiff_error(err, 0, "%s: entry %u points beyond the file", path, i);
         const char *name = data + base + key, *lib = data + base + value;
         if (!memchr(name, '\0', len - (size_t)(name - data)) || !memchr(lib, '\0', len - (size_t)(lib - data)))
-            return skiff_error(err, EINVAL, "%s: unterminated string in entry %u", path, i);
+            return skiff_error(err, 0, "%s: unterminated string in entry %u", path, i);
         for (size_t k = 0; prefixes[k]; k++)
             if (!strncmp(name, prefixes[k], strlen(prefixes[k]))) {
                 if (cb(ctx, name, lib) < 0)

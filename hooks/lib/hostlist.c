@@ -99,7 +99,7 @@ static const char *hl_excerpt(const char *s, char *buf, size_t len)
 static int hl_fail(const char *s, size_t off, skiff_err *err, const char *what)
 {
     char ex[80];
-    return skiff_error(err, EINVAL, "host list \"%s\": %s at offset %zu", hl_excerpt(s, ex, sizeof(ex)),
+    return skiff_error(err, 0, "host list \"%s\": %s at offset %zu", hl_excerpt(s, ex, sizeof(ex)),
                        what, off);
 }
 
@@ -183,12 +183,12 @@ static int hl_parse(const char *s, uint64_t max_hosts, struct hl_parsed *p, skif
     memset(p, 0, sizeof(*p));
     p->s = s;
     if (!s)
-        return skiff_error(err, EINVAL, "host list: none given");
+        return skiff_error(err, 0, "host list: none given");
     size_t len = strnlen(s, SKIFF_HOSTLIST_MAX_INPUT + 1);
     if (len > SKIFF_HOSTLIST_MAX_INPUT)
-        return skiff_error(err, E2BIG, "host list: longer than %u bytes", SKIFF_HOSTLIST_MAX_INPUT);
+        return skiff_error(err, 0, "host list: longer than %u bytes", SKIFF_HOSTLIST_MAX_INPUT);
     if (len == 0)
-        return skiff_error(err, EINVAL, "host list: empty");
+        return skiff_error(err, 0, "host list: empty");
     if (max_hosts == 0 || max_hosts > SKIFF_HOSTLIST_MAX_HOSTS)
         max_hosts = SKIFF_HOSTLIST_MAX_HOSTS;
 
@@ -329,7 +329,7 @@ int skiff_hostlist_nth(const char *s, size_t idx, char *buf, size_t len, skiff_e
     int rv = -1;
     if (idx >= p.total) {
         char ex[80];
-        skiff_error(err, ERANGE, "host list \"%s\": has %llu hosts, no host number %zu",
+        skiff_error(err, 0, "host list \"%s\": has %llu hosts, no host number %zu",
                     hl_excerpt(s, ex, sizeof(ex)), (unsigned long long)p.total, idx);
         goto out;
     }
@@ -487,19 +487,19 @@ char *skiff_hostlist_compress(const char *const *hosts, size_t n, skiff_err *err
     if (n == 0)
         return strdup("");
     if (n > SKIFF_HOSTLIST_MAX_HOSTS) {
-        skiff_error(err, E2BIG, "host list: more than %u hosts", SKIFF_HOSTLIST_MAX_HOSTS);
+        skiff_error(err, 0, "host list: more than %u hosts", SKIFF_HOSTLIST_MAX_HOSTS);
         return NULL;
     }
     for (size_t i = 0; i < n; i++) {
         const char *h = hosts[i];
         size_t len = h ? strlen(h) : 0;
         if (len == 0 || len > SKIFF_HOSTLIST_MAX_NAME) {
-            skiff_error(err, EINVAL, "host list: host %zu: %s", i, len ? "name longer than 255 bytes" : "empty name");
+            skiff_error(err, 0, "host list: host %zu: %s", i, len ? "name longer than 255 bytes" : "empty name");
             return NULL;
         }
         for (size_t k = 0; k < len; k++)
             if (!hl_name_char(h[k])) {
-                skiff_error(err, EINVAL, "host list: host \"%s\": character '%c' not allowed in a host name",
+                skiff_error(err, 0, "host list: host \"%s\": character '%c' not allowed in a host name",
                             h, h[k]);
                 return NULL;
             }
@@ -569,6 +569,14 @@ char *skiff_hostlist_compress(const char *const *hosts, size_t n, skiff_err *err
         if (hl_buf_put(&b, "]", 1, err) < 0)
             goto fail;
         i = j;
+    }
+    /* Only a trailing number is compressed; names numbered elsewhere stay
+     * whole, and the text could outgrow what the parser accepts. Refuse
+     * rather than return a list that does not read back. */
+    if (b.n > SKIFF_HOSTLIST_MAX_INPUT) {
+        skiff_error(err, 0, "host list: compressed form is %zu bytes, longer than the %u accepted", b.n,
+                    SKIFF_HOSTLIST_MAX_INPUT);
+        goto fail;
     }
     return b.p;
 fail:

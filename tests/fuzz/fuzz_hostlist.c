@@ -41,8 +41,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     }
     char *c = skiff_hostlist_compress((const char *const *)hl.hosts, hl.n, &err);
-    if (!c)
-        abort();
+    if (!c) {
+        /* the one allowed failure: a result too long to read back */
+        if (!strstr(err.msg, "longer than the"))
+            abort();
+        skiff_hostlist_free(&hl);
+        free(s);
+        return 0;
+    }
     struct skiff_hostlist back;
     if (skiff_hostlist_expand(c, 1u << 14, &back, &err) < 0 || back.n != hl.n)
         abort();

@@ -127,6 +127,23 @@ else t_fail "pmix without pmix"; fi
 t_fails_with "hooks refuse to run without SKIFF_ENV_FILE" "SKIFF_ENV_FILE is not set" \
   env -i SLURM_JOB_ID=1 "$H/60-slurm"
 
+# --- in a real container (the runtime from this tree) -------------------------------------------
+SKIFF=$BUILD/bin/skiff
+if [ ! -x "$SKIFF" ] || ! command -v mksquashfs >/dev/null || [ ! -x /bin/busybox ]; then
+  t_skip "identity hook in a real container" "needs build/bin/skiff, mksquashfs and busybox-static"
+else
+  R=$W/img; mkdir -p "$R"/{bin,etc,dev,proc,sys,tmp}
+  cp /bin/busybox "$R/bin/"; for c in sh id whoami grep; do ln -s busybox "$R/bin/$c"; done
+  printf 'root:x:0:0:root:/root:/bin/sh\nimg:x:%s:%s::/:/bin/sh\n' "$UID_T" "$UID_T" >"$R/etc/passwd"
+  printf 'root:x:0:\n' >"$R/etc/group"; touch "$R/etc/hosts" "$R/etc/resolv.conf" "$R/etc/hostname"
+  mksquashfs "$R" "$W/img.sqsh" -quiet -noappend -comp lz4 >/dev/null 2>&1; chmod -R a+rX "$W"
+  out=$(cd "$W" && runuser -u "$USR" -- env SKIFF_HOOKS_DIR="$H" "$SKIFF" start "$W/img.sqsh" \
+        sh -c 'whoami; grep -c "^img:" /etc/passwd; id -gn' 2>&1)
+  if [ "$(head -1 <<<"$out")" = "$USR" ] && [ "$(sed -n 2p <<<"$out")" = 0 ]; then
+    t_pass "identity hook in a real container (skiff start): whoami says $USR, the image's uid-$UID_T entry is replaced"
+  else t_fail "identity hook in a real container" "$out"; fi
+fi
+
 # --- install layout --------------------------------------------------------------------------------
 D=$W/destdir
 if make -s "BUILD=$BUILD" install DESTDIR="$D" PREFIX=/usr/local >/dev/null 2>&1 &&
