@@ -1,7 +1,10 @@
 # runtime/: libskiff (static, also built PIC for the SPANK plugin) and the skiff CLI.
-RUNTIME_PKGS := mount libcap libarchive libsquashfs1 libcurl jansson
+RUNTIME_PKGS := mount libcap libarchive libsquashfs1 libcurl jansson fuse3
 RUNTIME_CFLAGS := $(shell pkg-config --cflags $(RUNTIME_PKGS) 2>/dev/null)
-RUNTIME_LIBS := $(shell pkg-config --libs $(RUNTIME_PKGS) 2>/dev/null) -lcrypto
+# squashfuse's static libraries (the in-process FUSE server, fusemount.c) and
+# the decompressors they call.
+RUNTIME_LIBS := -lsquashfuse_ll -lsquashfuse $(shell pkg-config --libs $(RUNTIME_PKGS) 2>/dev/null) -lcrypto \
+                -lz -llzma -llz4 -lzstd -llzo2
 
 RUNTIME_LIB_SRC := $(wildcard runtime/lib/*.c)
 LIBSKIFF     := $(BUILD)/libskiff.a
@@ -29,3 +32,10 @@ RUNTIME_UNIT := $(patsubst tests/unit/runtime/%.c,$(BUILD)/tests/unit/runtime/%,
 $(BUILD)/tests/unit/runtime/%: $(BUILD)/tests/unit/runtime/%.o $(LIBSKIFF)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS) -lcriterion
 UNIT_TESTS += $(RUNTIME_UNIT)
+
+INTEGRATION_TESTS += tests/integration/runtime-import.sh
+BENCHES += tests/bench/import.sh
+# Container half: integration suite, start benchmark, man page.
+INTEGRATION_TESTS += tests/integration/runtime-start.sh
+BENCHES += tests/bench/start.sh
+MAN1 += doc/man/skiff.1

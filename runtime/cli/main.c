@@ -3,12 +3,68 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "error.h"
+
+static int cmd_version(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    printf("skiff %s\n", SKIFF_VERSION);
+    return 0;
+}
+
+static int cmd_help(int argc, char **argv);
+
+static const struct verb {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} verbs[] = {
+    {"import", cmd_import, "import an image (docker://, docker-archive:, oci:, oci-archive:, dir:) into a squashfs file"},
+    {"start", cmd_start, "run a command in a container from a squashfs image or a named container"},
+    {"create", cmd_create, "create a named container (persistent writable layer) from a squashfs image"},
+    {"list", cmd_list, "list named containers"},
+    {"remove", cmd_remove, "remove a named container"},
+    {"export", cmd_export, "write a named container's root filesystem as a squashfs image"},
+    {"exec", cmd_exec, "run a command in a running container"},
+    {"doctor", cmd_doctor, "check this host for what unprivileged containers need"},
+    {"resolve", cmd_resolve, "resolve --container-image's argument (importing into the cache) and print the squashfs path"},
+    {"version", cmd_version, "print the version"},
+    {"help", cmd_help, "print this list"},
+};
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: skiff COMMAND [ARGS...]\n"
-                 "commands: version\n");
+    fprintf(out, "usage: skiff COMMAND [ARGS...]\ncommands:\n");
+    for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+        fprintf(out, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
+    fprintf(out, "Run 'skiff COMMAND --help' for a command's options.\n");
+}
+
+static int cmd_help(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    usage(stdout);
+    return 0;
+}
+
+int cli_load_config(struct skiff_config *cfg)
+{
+    skiff_err err;
+    skiff_err_clear(&err);
+    if (skiff_config_load(cfg, NULL, true, &err) < 0) {
+        fprintf(stderr, "skiff: configuration: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_fail(const char *verb, const skiff_err *err)
+{
+    fprintf(stderr, "skiff: %s: %s\n", verb, err->msg);
+    return 1;
 }
 
 int main(int argc, char **argv)
@@ -17,14 +73,13 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (strcmp(argv[1], "version") == 0) {
-        printf("skiff %s\n", SKIFF_VERSION);
-        return 0;
-    }
-    if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0) {
-        usage(stdout);
-        return 0;
-    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+        return cmd_help(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "--version"))
+        return cmd_version(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+        if (!strcmp(argv[1], verbs[i].name))
+            return verbs[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "skiff: unknown command '%s'; run 'skiff help' for the list\n", argv[1]);
     return 2;
 }

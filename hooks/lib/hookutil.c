@@ -1,0 +1,305 @@
+/* See hookutil.h. */
+#include "hookutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static int append_line(const char *var, const char *line, skiff_err *err)
+{
+    const char *path = getenv(var);
+    if (!path || !*path)
+        return skiff_error(err, 0, "%s is not set (run hooks through the skiff runtime)", var);
+    cleanup_close int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s=%s", var, path);
+    size_t len = strlen(line);
+    /* One write per line: O_APPEND keeps lines whole. */
+    ssize_t w = write(fd, line, len);
+    if (w < 0 || (size_t)w != len)
+        return skiff_error(err, w < 0 ? errno : EIO, "write %s", path);
+    return 0;
+}
+
+int skiff_hook_setenv(const char *name, const char *value, skiff_err *err)
+{
+    if (!*name || strchr(name, '=') || strpbrk(name, "\n\r") || strpbrk(value, "\n\r"))
+        return skiff_error(err, 0, "environment variable %.60s: name or value holds '=' or a newline", name);
+    size_t n = strlen(name) + strlen(value) + 3;
+    cleanup_free char *line = malloc(n);
+    if (!line)
+        return skiff_error(err, ENOMEM, "env line");
+    snprintf(line, n, "%s=%s\n", name, value);
+    return append_line("SKIFF_ENV_FILE", line, err);
+}
+
+int skiff_hook_mount(const char *src, const char *dst, const char *type, const char *opts, skiff_err *err)
+{
+    const char *f[] = {src, dst, type, opts};
+    for (size_t i = 0; i < 4; i++)
+        if (!*f[i] || strpbrk(f[i], " \t\n\r"))
+            return skiff_error(err, 0, "mount %.100s on %.100s: empty field or blank in a field", src, dst);
+    size_t n = strlen(src) + strlen(dst) + strlen(type) + strlen(opts) + 8;
+    cleanup_free char *line = malloc(n);
+    if (!line)
+        return skiff_error(err, ENOMEM, "mount line");
+    snprintf(line, n, "%s %s %s %s\n", src, dst, type, opts);
+    return append_line("SKIFF_MOUNTS_FILE", line, err);
+}
+
+int skiff_gpu_parse(const char *s, struct skiff_gpu_set *set, skiff_err *err)
+{
+    memset(set, 0, sizeof(*set));
+    if (!s || !*s || !strcmp(s, "none") || !strcmp(s, "void") || !strcmp(s, "NoDevFiles")) {
+        set->kind = SKIFF_GPU_NONE;
+        return 0;
+    }
+    if (!strcmp(s, "all")) {
+        set->kind = SKIFF_GPU_ALL;
+        return 0;
+    }
+    set->kind = SKIFF_GPU_LIST;
+    const char *p = s;
+    for (;;) {
+        if (!strncmp(p, "GPU-", 4) || !strncmp(p, "MIG-", 4)) {
+            set->kind = SKIFF_GPU_ALL;
+            set->n = 0;
+            return 0;
+        }
+        char *end;
+        if (*p < '0' || *p > '9')
+            return skiff_error(err, 0, "GPU list '%.60s': expected a device number at '%.20s'", s, p);
+        errno = 0;
+        unsigned long lo = strtoul(p, &end, 10), hi = lo;
+        if (*end == '-') {
+            p = end + 1;
+            if (*p < '0' || *p > '9')
+                return skiff_error(err, 0, "GPU list '%.60s': bad range", s);
+            hi = strtoul(p, &end, 10);
+        }
+        if (errno || hi < lo || hi >= 4096)
+            return skiff_error(err, 0, "GPU list '%.60s': bad device number or range", s);
+        for (unsigned long v = lo; v <= hi; v++) {
+            if (set->n >= SKIFF_GPU_MAX)
+                return skiff_error(err, 0, "GPU list '%.60s': more than %d devices", s, SKIFF_GPU_MAX);
+            int dup = 0;
+            for (size_t k = 0; k < set->n; k++)
+                dup |= set->idx[k] == v;
+            if (!dup)
+                set->idx[set->n++] = (unsigned)v;
+        }
+        if (*end == '\0')
+            break;
+        if (*end != ',')
+            return skiff_error(err, 0, "GPU list '%.60s': unexpected '%c'", s, *end);
+        p = end + 1;
+    }
+    return 0;
+}
+
+int skiff_gpu_select(const char *(*get)(void *, const char *), void *ctx, struct skiff_gpu_set *set,
+                     skiff_err *err)
+{
+    static const char *const vars[] = {"NVIDIA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
+                                       "CUDA_VISIBLE_DEVICES"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = get(ctx, vars[i]);
+        if (!v)
+            continue;
+        if (skiff_gpu_parse(v, set, err) < 0)
+            return skiff_err_wrap(err, "%s", vars[i]);
+        set->from = vars[i];
+        return 0;
+    }
+    memset(set, 0, sizeof(*set));
+    set->kind = SKIFF_GPU_ALL;
+    set->from = "default";
+    return 0;
+}
+
+char *skiff_hook_read_fd(int fd, size_t *len, skiff_err *err)
+{
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    if (!b) {
+        skiff_error(err, ENOMEM, "read");
+        return NULL;
+    }
+    for (;;) {
+        if (n + 1 >= cap) {
+            if (cap >= (16u << 20)) {
+                free(b);
+                skiff_error(err, EFBIG, "file larger than 16 MiB");
+                return NULL;
+            }
+            char *nb = realloc(b, cap * 2);
+            if (!nb) {
+                free(b);
+                skiff_error(err, ENOMEM, "read");
+                return NULL;
+            }
+            b = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, b + n, cap - n - 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            free(b);
+            skiff_error(err, e, "read");
+            return NULL;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    b[n] = '\0';
+    if (len)
+        *len = n;
+    return b;
+}
+
+/* glibc's cache format (elf/cache.c, "new" format): a header, nlibs
+ * entries of 24 bytes, then strings; key/value are offsets from the start
+ * of the file. Parsed by hand: glibc has no API for it, and `ldconfig -p`
+ * output is meant for people. */
+#define LDC_MAGIC "glibc-ld.so.cache"
+#define LDC_VERSION "1.1"
+#define LDC_HDR 48
+#define LDC_ENTRY 24
+
+static uint32_t rd32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+int skiff_ldcache_find(const char *path, const char *const *prefixes,
+                       int (*cb)(void *ctx, const char *name, const char *path), void *ctx, skiff_err *err)
+{
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", path);
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return skiff_error(err, errno, "stat %s", path);
+    if (st.st_size > (64 << 20))
+        return skiff_error(err, EFBIG, "%s: larger than 64 MiB", path);
+    size_t len;
+    cleanup_free char *data = NULL;
+    {
+        /* read at most 64 MiB: skiff_hook_read_fd stops at 16 */
+        size_t sz = (size_t)st.st_size;
+        data = malloc(sz + 1);
+        if (!data)
+            return skiff_error(err, ENOMEM, "%s", path);
+        len = 0;
+        while (len < sz) {
+            ssize_t r = read(fd, data + len, sz - len);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                return skiff_error(err, r < 0 ? errno : EIO, "read %s", path);
+            len += (size_t)r;
+        }
+        data[len] = '\0';
+    }
+    const unsigned char *u = (const unsigned char *)data;
+    /* The old format ("ld.so-1.7.0") may precede the new one; skip it. */
+    size_t base = 0;
+    if (len >= 16 && !memcmp(data, "ld.so-1.7.0", 11)) {
+        uint32_t nold = rd32(u + 12);
+        size_t skip = 16 + (size_t)nold * 12;
+        skip = (skip + 7) & ~(size_t)7;
+        if (skip > len)
+            return skiff_error(err, 0, "%s: truncated old-format header", path);
+        base = skip;
+    }
+    if (len - base < LDC_HDR || memcmp(data + base, LDC_MAGIC LDC_VERSION, sizeof(LDC_MAGIC LDC_VERSION) - 1))
+        return skiff_error(err, 0, "%s: not a glibc ld.so.cache (version 1.1)", path);
+    uint32_t nlibs = rd32(u + base + 20);
+    if ((uint64_t)nlibs * LDC_ENTRY > len - base - LDC_HDR)
+        return skiff_error(err, 0, "%s: entry table beyond the end of the file", path);
+    for (uint32_t i = 0; i < nlibs; i++) {
+        const unsigned char *e = u + base + LDC_HDR + (size_t)i * LDC_ENTRY;
+        uint32_t key = rd32(e + 4), value = rd32(e + 8);
+        /* string offsets count from the new-format header */
+        if ((uint64_t)key + base >= len || (uint64_t)value + base >= len)
+            return skiff_error(err, 0, "%s: entry %u points beyond the file", path, i);
+        const char *name = data + base + key, *lib = data + base + value;
+        if (!memchr(name, '\0', len - (size_t)(name - data)) || !memchr(lib, '\0', len - (size_t)(lib - data)))
+            return skiff_error(err, 0, "%s: unterminated string in entry %u", path, i);
+        for (size_t k = 0; prefixes[k]; k++)
+            if (!strncmp(name, prefixes[k], strlen(prefixes[k]))) {
+                if (cb(ctx, name, lib) < 0)
+                    return -1;
+                break;
+            }
+    }
+    return 0;
+}
+
+static int line_matches(const char *l, size_t n, const char *name, unsigned long id)
+{
+    const char *c1 = memchr(l, ':', n);
+    if (!c1)
+        return 0;
+    if ((size_t)(c1 - l) == strlen(name) && !strncmp(l, name, (size_t)(c1 - l)))
+        return 1;
+    const char *c2 = memchr(c1 + 1, ':', n - (size_t)(c1 + 1 - l));
+    if (!c2)
+        return 0;
+    const char *idp = c2 + 1;
+    char *end;
+    unsigned long v = strtoul(idp, &end, 10);
+    return end != idp && *end == ':' && v == id;
+}
+
+char *skiff_identity_merge(const char *image, const char *name, unsigned long id, const char *line, skiff_err *err)
+{
+    size_t il = image ? strlen(image) : 0, ll = strlen(line);
+    char *out = malloc(il + ll + 3);
+    if (!out) {
+        skiff_error(err, ENOMEM, "identity");
+        return NULL;
+    }
+    size_t o = 0;
+    for (const char *p = image; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (!line_matches(p, n, name, id)) {
+            memcpy(out + o, p, n);
+            o += n;
+            out[o++] = '\n';
+        }
+        p += n + (nl ? 1 : 0);
+    }
+    memcpy(out + o, line, ll);
+    o += ll;
+    out[o++] = '\n';
+    out[o] = '\0';
+    return out;
+}
+
+int skiff_hook_open_in_root(const char *root, const char *path, int flags, skiff_err *err)
+{
+    cleanup_close int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0)
+        return skiff_error(err, errno, "open root %s", root);
+    struct open_how how = {.flags = (uint64_t)(flags | O_CLOEXEC), .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    while (*path == '/')
+        path++;
+    int fd = (int)syscall(SYS_openat2, rfd, path, &how, sizeof(how));
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s in %s", path, root);
+    return fd;
+}

@@ -1,0 +1,36 @@
+# plugin/: spank_skiff.so, the SPANK plugin. It links the PIC libskiff and
+# libskiffhooks (per-task training env); a version script keeps every symbol
+# but Slurm's entry points local.
+PLUGIN_SRC := $(wildcard plugin/*.c)
+SPANK_SKIFF := $(BUILD)/plugin/spank_skiff.so
+# options.c and args.c need no Slurm: unit tests link them directly.
+PLUGIN_PURE_OBJ := $(BUILD)/pic/plugin/options.o $(BUILD)/pic/plugin/args.o
+
+$(SPANK_SKIFF): $(patsubst %.c,$(BUILD)/pic/%.o,$(PLUGIN_SRC)) $(LIBSKIFFHOOKS_PIC) $(LIBSKIFF_PIC) plugin/spank_skiff.map
+	@mkdir -p $(@D)
+	$(CC) $(SO_LDFLAGS) -Wl,--version-script=plugin/spank_skiff.map -Wl,--no-undefined-version \
+	  -o $@ $(filter %.o %.a,$^) $(RUNTIME_LIBS)
+
+PLUGINS += $(SPANK_SKIFF)
+
+# Criterion unit tests: tests/unit/plugin/test_*.c
+PLUGIN_UNIT := $(patsubst tests/unit/plugin/%.c,$(BUILD)/tests/unit/plugin/%,$(wildcard tests/unit/plugin/test_*.c))
+# PIE_CFLAGS, not CFLAGS: the generic rule expanded CFLAGS already
+$(BUILD)/tests/unit/plugin/%.o: PIE_CFLAGS += -Iplugin
+$(BUILD)/tests/unit/plugin/%: $(BUILD)/tests/unit/plugin/%.o $(PLUGIN_PURE_OBJ) $(LIBSKIFF_PIC)
+	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS) -lcriterion
+UNIT_TESTS += $(PLUGIN_UNIT)
+
+INTEGRATION_TESTS += $(sort $(wildcard tests/integration/plugin-*.sh))
+BENCHES += tests/bench/srun.sh
+
+# The local Slurm test cluster (tests/cluster/); SKIFF_CLUSTER_INDEX=0..9, NODES=N.
+cluster-up: $(SPANK_SKIFF)
+	BUILD=$(BUILD) tests/cluster/up $(NODES)
+
+cluster-down:
+	tests/cluster/down
+
+.PHONY: cluster-up cluster-down
+
+MAN8 += doc/man/spank-skiff.8

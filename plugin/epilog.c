@@ -1,0 +1,104 @@
+/* Job epilog (root, once per node at job end): with container_scope=job,
+ * the job's named containers on this node are removed, as the user. */
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "named.h"
+#include "plugin.h"
+
+struct sweep {
+    char suffix[300];
+    const struct skiff_config *cfg;
+    int failures;
+    skiff_err first;
+};
+
+static void sweep_one(const char *name, const char *image, void *arg)
+{
+    (void)image;
+    struct sweep *s = arg;
+    size_t n = strlen(name), m = strlen(s->suffix);
+    if (n <= m || strcmp(name + n - m, s->suffix))
+        return;
+    skiff_err e;
+    skiff_err_clear(&e);
+    if (skiff_named_remove(s->cfg, name, &e) < 0 && s->failures++ == 0)
+        s->first = e;
+}
+
+static struct sweep sweep_arg;
+
+static int sweep_job(void *arg, skiff_err *err)
+{
+    (void)arg;
+    if (skiff_named_list(sweep_arg.cfg, sweep_one, &sweep_arg, err) < 0) {
+        if (err->code == ENOENT)
+            return 0; /* the user never had a named container here */
+        return -1;
+    }
+    if (sweep_arg.failures) {
+        *err = sweep_arg.first;
+        return -1;
+    }
+    return 0;
+}
+
+int skiff_remove_job_containers(uid_t uid, gid_t gid, const gid_t *groups, int ngroups, const char *node,
+                                uint32_t jobid, const struct skiff_config *cfg, skiff_err *err)
+{
+    memset(&sweep_arg, 0, sizeof(sweep_arg));
+    snprintf(sweep_arg.suffix, sizeof(sweep_arg.suffix), ".%s.job%u", node, (unsigned)jobid);
+    sweep_arg.cfg = cfg;
+    return skiff_as_user(uid, gid, groups, ngroups, NULL, sweep_job, NULL, err);
+}
+
+int skiff_epilog(spank_t sp, int ac, char **av)
+{
+    skiff_err err;
+    skiff_err_clear(&err);
+    if (!skiff_g.args_ok) {
+        /* slurmd may call the epilog without slurm_spank_init */
+        if (skiff_plugin_args_parse(&skiff_g.args, ac, av, &err) < 0) {
+            slurm_error("skiff: epilog: %s", err.msg);
+            return 0;
+        }
+        skiff_g.args_ok = true;
+    }
+    if (skiff_g.args.scope != SKIFF_SCOPE_JOB)
+        return 0;
+    uid_t uid;
+    uint32_t jobid;
+    if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS) {
+        slurm_error("skiff: epilog: cannot read the job's uid or id from Slurm");
+        return 0;
+    }
+    struct passwd pw, *pwp = NULL;
+    char buf[4096];
+    if (getpwuid_r(uid, &pw, buf, sizeof(buf), &pwp) != 0 || !pwp) {
+        slurm_error("skiff: epilog: uid %u has no passwd entry", (unsigned)uid);
+        return 0;
+    }
+    gid_t groups[256];
+    int ngroups = 256;
+    if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &ngroups) < 0) {
+        groups[0] = pw.pw_gid;
+        ngroups = 1;
+    }
+    char node[256];
+    if (gethostname(node, sizeof(node)) < 0)
+        snprintf(node, sizeof(node), "node");
+    char *dot = strchr(node, '.');
+    if (dot)
+        *dot = '\0';
+    struct skiff_config cfg;
+    if (skiff_load_user_config(&skiff_g.args, uid, pw.pw_name, pw.pw_dir, &cfg, &err) < 0 ||
+        skiff_remove_job_containers(uid, pw.pw_gid, groups, ngroups, node, jobid, &cfg, &err) < 0)
+        slurm_error("skiff: epilog: job %u: %s", (unsigned)jobid, err.msg);
+    return 0; /* never drain a node over a leftover directory */
+}

@@ -1,0 +1,91 @@
+/* Internal state of spank_skiff.so, shared by the per-context files:
+ *   spank_skiff.c  the entry points: a dispatcher on spank_context()
+ *   spank_opts.c   the --container-* option table and its callbacks
+ *   remote.c       slurmstepd: resolve, start, join, env, stop, save
+ *   epilog.c       job epilog: job-scoped named containers
+ * One process holds one copy (srun, sbatch, one slurmstepd per step). */
+#ifndef SKIFF_PLUGIN_H
+#define SKIFF_PLUGIN_H
+
+#include <slurm/spank.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "args.h"
+#include "config.h"
+#include "container.h"
+#include "error.h"
+#include "options.h"
+
+#define SKIFF_PHASE_MAX 16
+
+struct skiff_plugin {
+    struct skiff_plugin_args args;
+    bool args_ok;
+    struct skiff_opts opts;
+
+    /* remote (slurmstepd) */
+    bool active;   /* this step runs in a container */
+    bool is_batch; /* the batch step (sbatch script) */
+    bool sweep_only; /* batch step without a container: job-scope cleanup only */
+    uid_t uid;
+    gid_t gid;
+    gid_t *groups;
+    int ngroups;
+    uint32_t jobid, stepid;
+    char node[256];
+    char user[256];
+    char home[SKIFF_PATH_MAX];
+    char cwd[SKIFF_PATH_MAX]; /* relative image/mount/save paths start here */
+    struct skiff_config cfg;
+    char image_path[SKIFF_PATH_MAX]; /* the resolved squashfs file */
+    char named[512];                 /* named container as stored: NAME.NODE[.jobID] */
+    bool named_exists;
+    bool temp_named; /* made only to keep the upper for --container-save */
+    char save_path[SKIFF_PATH_MAX];
+    struct skiff_container c;
+    bool started;
+    uint32_t tasks_exited;
+    int mntns_fd;    /* the container's mount namespace, held open */
+    dev_t mntns_dev;
+    ino_t mntns_ino;
+
+    /* an error kept for task_init (user_init's own return value is lost) */
+    bool failed;
+    char phase[SKIFF_PHASE_MAX];
+    skiff_err err;
+
+    bool debug; /* SKIFF_DEBUG in the job's environment: timings */
+    double t_config_ms, t_resolve_ms, t_start_ms; /* for verbose timing lines */
+};
+
+extern struct skiff_plugin skiff_g;
+
+/* spank_opts.c */
+int skiff_spank_register_options(spank_t sp);
+
+/* remote.c */
+int skiff_remote_post_opt(spank_t sp);
+int skiff_remote_user_init(spank_t sp);
+int skiff_remote_task_init(spank_t sp);
+int skiff_remote_task_exit(spank_t sp);
+int skiff_remote_exit(spank_t sp);
+
+/* epilog.c */
+int skiff_epilog(spank_t sp, int ac, char **av);
+
+/* remote.c helpers shared with epilog.c */
+double skiff_now_ms(void);
+/* Runs fn(arg, err) in a child process dropped fully to uid/gid/groups with
+ * cwd (NULL: unchanged); the child's error comes back in err. */
+int skiff_as_user(uid_t uid, gid_t gid, const gid_t *groups, int ngroups, const char *cwd,
+                  int (*fn)(void *arg, skiff_err *err), void *arg, skiff_err *err);
+/* Removes the job-scoped named containers of jobid on node (as the user). */
+int skiff_remove_job_containers(uid_t uid, gid_t gid, const gid_t *groups, int ngroups, const char *node,
+                                uint32_t jobid, const struct skiff_config *cfg, skiff_err *err);
+/* The user's config (skiff.conf + the plugstack arguments). */
+int skiff_load_user_config(const struct skiff_plugin_args *a, uid_t uid, const char *user, const char *home,
+                           struct skiff_config *cfg, skiff_err *err);
+
+#endif

@@ -1,0 +1,38 @@
+/* skiff CLI verbs: each verb is one file (VERB.c) with one entry point
+ * int cmd_VERB(int argc, char **argv), where argv[0] is the verb's name.
+ * It returns the process exit status: 0 success, 1 runtime failure,
+ * 2 usage error (doc/error_handling.md). The table lives in main.c. */
+#ifndef SKIFF_CLI_H
+#define SKIFF_CLI_H
+
+#include <stdio.h>
+
+#include "config.h"
+#include "error.h"
+
+int cmd_import(int argc, char **argv);
+int cmd_start(int argc, char **argv);
+int cmd_create(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_remove(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_exec(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+
+struct skiff_container;
+/* start.c: runs user_argv (or the image's Entrypoint + Cmd) in the container
+ * whose namespaces join_pid holds, forwarding signals; returns the exit
+ * status (128+N for signal N). Shared by start and exec. */
+int cli_run_in(struct skiff_container *c, _Bool use_entrypoint, char *const *user_argv, const char *workdir,
+               _Bool remap_root, int join_pid);
+int cmd_resolve(int argc, char **argv);
+
+/* Loads the configuration the CLI uses (file + SKIFF_* env); on failure prints
+ * "skiff: MESSAGE" and returns -1. */
+int cli_load_config(struct skiff_config *cfg);
+
+/* Prints "skiff: VERB: MESSAGE" to stderr; returns 1 (the runtime-failure
+ * exit status) so a verb can `return cli_fail("import", &err);`. */
+int cli_fail(const char *verb, const skiff_err *err);
+
+#endif

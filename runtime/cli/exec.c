@@ -1,0 +1,37 @@
+/* skiff exec PID CMD...: run a command in a running container, joining the
+ * namespaces of PID (the container's holder or any process in it). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "container.h"
+
+int cmd_exec(int argc, char **argv)
+{
+    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        printf("usage: skiff exec PID CMD [ARG...]\n");
+        return 0;
+    }
+    if (argc < 3) {
+        fprintf(stderr, "usage: skiff exec PID CMD [ARG...]\n");
+        return 2;
+    }
+    char *end;
+    long pid = strtol(argv[1], &end, 10);
+    if (*end || pid <= 0) {
+        fprintf(stderr, "skiff: exec: '%s' is not a process id\n", argv[1]);
+        return 2;
+    }
+    struct skiff_config cfg;
+    if (cli_load_config(&cfg) < 0)
+        return 1;
+    skiff_err err;
+    skiff_err_clear(&err);
+    struct skiff_container c;
+    if (skiff_container_load(&cfg, (pid_t)pid, &c, &err) < 0)
+        return cli_fail("exec", &err);
+    int rc = cli_run_in(&c, false, argv + 2, NULL, false, (pid_t)pid);
+    skiff_container_free(&c); /* the container keeps running */
+    return rc;
+}

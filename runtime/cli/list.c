@@ -1,0 +1,28 @@
+/* skiff list: named containers and their images. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "named.h"
+
+static void print_one(const char *name, const char *image, void *arg)
+{
+    (void)arg;
+    printf("%s\t%s\n", name, image);
+}
+
+int cmd_list(int argc, char **argv)
+{
+    if (argc > 1) {
+        fprintf(!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ? stdout : stderr, "usage: skiff list\n");
+        return !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ? 0 : 2;
+    }
+    struct skiff_config cfg;
+    if (cli_load_config(&cfg) < 0)
+        return 1;
+    skiff_err err;
+    skiff_err_clear(&err);
+    if (skiff_named_list(&cfg, print_one, NULL, &err) < 0)
+        return cli_fail("list", &err);
+    return 0;
+}

@@ -1,0 +1,114 @@
+/* skiff containers: start (holder process), join, environment, stop.
+ *
+ * One implementation shared by the `skiff` CLI and the SPANK plugin.
+ *
+ *   skiff_container_start()  forks a "holder": it (optionally) drops to the
+ *       given uid/gid/groups, unshares user + mount (+ opts->unshare_flags)
+ *       namespaces, mounts the squashfs image (in-process FUSE server, or
+ *       extraction into a tmpfs as the fallback), overlays a tmpfs upper when
+ *       writable, mounts /proc /dev /sys /tmp, hosts/resolv.conf/hostname and
+ *       the user's mounts, runs the hooks, pivot_roots and then parks. It
+ *       returns once the container is ready, or -1 with the child's real
+ *       reason (mount error, hook name + status + stderr) in err.
+ *   skiff_container_join()   in the calling (single-threaded) process:
+ *       setns into the holder's namespaces, chroot to the container root,
+ *       chdir workdir, drop capabilities and set no_new_privs. After it
+ *       returns the caller execs the command (argv, env of its choice).
+ *   skiff_container_env()    the container environment (image Env, then
+ *       hook env files, then opts->env: later wins), K=V strings.
+ *   skiff_container_stop()   kills and reaps the holder (the FUSE server is
+ *       a thread of the holder: nothing stays mounted or running) and
+ *       removes the state directory.
+ *
+ * No globals: every call works on the structs passed in, so the plugin can
+ * start several containers in one process. Usable from a PIC .so. */
+#ifndef SKIFF_CONTAINER_H
+#define SKIFF_CONTAINER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "error.h"
+
+struct skiff_start_opts {
+    const char *image;          /* squashfs path (NULL when name is an existing container) */
+    const char *name;           /* named container (persistent upper), or NULL */
+    const char *const *mounts;  /* pyxis-style specs "SRC:DST[:FLAGS]", NULL-terminated, or NULL */
+    const char *const *env;     /* extra K=V (win over image and hook env), or NULL */
+    const char *workdir;        /* NULL: the image's WorkingDir, else "/" */
+    bool writable;              /* overlay over a tmpfs upper (implied by name) */
+    bool remap_root;            /* map the user to uid/gid 0 in the container */
+    bool mount_home;            /* bind the user's home directory (from passwd) */
+    bool use_entrypoint;        /* skiff_container_argv: prepend the image's Entrypoint */
+    int unshare_flags;          /* extra namespaces: CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS */
+    const char *const *hook_env; /* K=V passed to hooks (the plugin passes SLURM_*), or NULL */
+    bool set_creds;             /* drop fully to uid/gid/groups in the holder (plugin: root) */
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups;
+    size_t ngroups;
+    const char *state_key;      /* unique key for runtime state (plugin: node.job.step); NULL = auto */
+    int fuse_fd;                /* an open /dev/fuse fd (root may pass one), or -1 to open it */
+    int hook_timeout_s;         /* per hook; 0 = 60 s */
+    bool die_with_parent;       /* holder gets SIGKILL when the starting thread dies (CLI) */
+    bool trace;                 /* print phase timestamps (CLOCK_MONOTONIC ms) to stderr */
+};
+
+/* Default options: everything off, fuse_fd = -1, use_entrypoint = true. */
+void skiff_start_opts_init(struct skiff_start_opts *opts);
+
+struct skiff_container {
+    pid_t holder;                  /* the parked process holding the namespaces; 0 = none */
+    char state_dir[SKIFF_PATH_MAX]; /* runtime_path/containers/KEY */
+    char workdir[SKIFF_PATH_MAX];  /* resolved working directory inside the container */
+    char **env;                    /* container env, NULL-terminated (owned) */
+    char **entrypoint;             /* image Entrypoint (owned, may be NULL) */
+    char **cmd;                    /* image Cmd (owned, may be NULL) */
+    bool owns_state;               /* stop removes state_dir */
+    bool trace;                    /* from opts->trace */
+};
+
+int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_opts *opts,
+                          struct skiff_container *c, skiff_err *err);
+
+/* Joins the holder's user, mount (and net/ipc/uts where they differ from the
+ * caller's) namespaces, enters its root, chdirs to workdir (NULL: "/"), drops
+ * all capabilities and sets PR_SET_NO_NEW_PRIVS. The caller must be
+ * single-threaded (setns into a user namespace requires it). */
+int skiff_container_join(pid_t holder, const char *workdir, skiff_err *err);
+
+/* Copies the container environment into *envp (NULL-terminated, caller frees
+ * with skiff_strv_free). */
+int skiff_container_env(const struct skiff_container *c, char ***envp, skiff_err *err);
+
+/* The argv to run: user_argv when it is non-empty, else Entrypoint + Cmd.
+ * With use_entrypoint and user_argv, Entrypoint + user_argv (docker
+ * semantics). Caller frees with skiff_strv_free. Error when nothing to run. */
+int skiff_container_argv(const struct skiff_container *c, bool use_entrypoint,
+                         char *const *user_argv, char ***argvp, skiff_err *err);
+
+/* Kills (SIGKILL) and reaps the holder, removes the state dir, frees memory.
+ * Safe to call twice and on a container whose start failed. */
+int skiff_container_stop(struct skiff_container *c, skiff_err *err);
+
+/* Frees c's memory without touching the holder (after skiff_container_load). */
+void skiff_container_free(struct skiff_container *c);
+
+/* Reads the state of a running container by holder pid or state key from
+ * runtime_path (for `skiff exec`): fills c (holder, workdir, env). */
+int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff_container *c,
+                         skiff_err *err);
+
+/* Squashes the merged view (image + persistent upper) of the named container
+ * into out_path (atomically: temp + rename). */
+int skiff_container_export(const struct skiff_config *cfg, const char *name, const char *out_path,
+                           skiff_err *err);
+
+void skiff_strv_free(char **v);
+
+/* "skiff-trace: <monotonic ms> <what>" on stderr when on (startup profiling). */
+void skiff_trace(bool on, const char *what);
+
+#endif

@@ -1,0 +1,14 @@
+/* Container start hooks: the executables of the hook directories, run in
+ * lexical order of their names (both directories merged), each with an argv
+ * of just its path, an explicit environment and a timeout. ABI: doc/hooks.md. */
+#ifndef SKIFF_HOOKRUN_H
+#define SKIFF_HOOKRUN_H
+
+#include "error.h"
+
+/* dirs: NULL-terminated; NULL/empty entries and missing directories are
+ * skipped. A hook that fails (non-zero exit, signal, timeout) stops the run:
+ * err names the hook, how it failed and the end of its stderr. */
+int skiff_hooks_run(const char *const *dirs, const char *const *envp, int timeout_ms, skiff_err *err);
+
+#endif

@@ -1,0 +1,189 @@
+/* Parser for pyxis-style mount specs and fstab lines; see mountspec.h. Pure
+ * string handling: no mount happens here (plan, then execute in rootfs.c). */
+#include "mountspec.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void skiff_mount_free(struct skiff_mount *m)
+{
+    if (!m)
+        return;
+    free(m->src);
+    free(m->dst);
+    free(m->data);
+    memset(m, 0, sizeof(*m));
+}
+
+static int append_data(struct skiff_mount *m, const char *opt, skiff_err *err)
+{
+    size_t old = m->data ? strlen(m->data) : 0;
+    char *n = realloc(m->data, old + strlen(opt) + 2);
+    if (!n)
+        return skiff_error(err, ENOMEM, "mount option %s", opt);
+    if (old)
+        n[old++] = ',';
+    strcpy(n + old, opt);
+    m->data = n;
+    return 0;
+}
+
+/* Applies one flag word. */
+static int apply_flag(struct skiff_mount *m, const char *f, skiff_err *err)
+{
+    if (!*f)
+        return 0;
+    if (!strcmp(f, "ro"))
+        m->readonly = true;
+    else if (!strcmp(f, "rw"))
+        m->readonly = false;
+    else if (!strcmp(f, "rbind"))
+        m->recursive = true;
+    else if (!strcmp(f, "bind"))
+        m->recursive = false;
+    else if (!strcmp(f, "noexec"))
+        m->noexec = true;
+    else if (!strcmp(f, "nosuid") || !strcmp(f, "nodev") || !strcmp(f, "defaults"))
+        ; /* always on / default */
+    else if (!strcmp(f, "private") || !strcmp(f, "rprivate") || !strcmp(f, "slave") ||
+             !strcmp(f, "rslave"))
+        ; /* propagation is always private inside the container */
+    else if (!strcmp(f, "x-create=dir"))
+        m->create = SKIFF_CREATE_DIR;
+    else if (!strcmp(f, "x-create=file"))
+        m->create = SKIFF_CREATE_FILE;
+    else if (!strcmp(f, "x-create=auto"))
+        m->create = SKIFF_CREATE_AUTO;
+    else if (!strcmp(f, "x-create=none"))
+        m->create = SKIFF_CREATE_NONE;
+    else if (!strncmp(f, "x-create=", 9))
+        return skiff_error(err, EINVAL, "unknown x-create value '%s' (use dir, file or auto)", f + 9);
+    else if (m->tmpfs && (!strncmp(f, "size=", 5) || !strncmp(f, "mode=", 5) ||
+                          !strncmp(f, "nr_inodes=", 10))) {
+        const char *v = strchr(f, '=') + 1;
+        if (!*v || strspn(v, "0123456789kKmMgG%") != strlen(v))
+            return skiff_error(err, EINVAL, "bad tmpfs option '%s'", f);
+        return append_data(m, f, err);
+    } else
+        return skiff_error(err, EINVAL,
+                           "unknown mount flag '%s' (accepted: ro, rw, bind, rbind, noexec, "
+                           "x-create=dir|file|auto%s)",
+                           f, m->tmpfs ? ", size=, mode=" : "");
+    return 0;
+}
+
+static int apply_flags(struct skiff_mount *m, const char *flags, const char *seps, skiff_err *err)
+{
+    cleanup_free char *copy = strdup(flags);
+    if (!copy)
+        return skiff_error(err, ENOMEM, "mount flags");
+    char *save = NULL;
+    for (char *f = strtok_r(copy, seps, &save); f; f = strtok_r(NULL, seps, &save))
+        if (apply_flag(m, f, err) < 0)
+            return -1;
+    return 0;
+}
+
+static int check_path(const char *what, const char *p, skiff_err *err)
+{
+    if (!*p)
+        return skiff_error(err, EINVAL, "empty %s path", what);
+    if (p[0] != '/')
+        return skiff_error(err, EINVAL, "%s '%s' is not an absolute path", what, p);
+    /* '..' components are refused outright: they are never needed and make the
+     * destination harder to reason about (resolution is also confined). */
+    for (const char *s = p; (s = strstr(s, "..")); s += 2)
+        if ((s == p || s[-1] == '/') && (s[2] == '/' || s[2] == '\0'))
+            return skiff_error(err, EINVAL, "%s '%s' contains '..'", what, p);
+    return 0;
+}
+
+int skiff_mountspec_parse(const char *spec, struct skiff_mount *m, skiff_err *err)
+{
+    memset(m, 0, sizeof(*m));
+    if (!spec || !*spec)
+        return skiff_error(err, EINVAL, "empty mount spec (write SRC:DST[:FLAGS])");
+    cleanup_free char *copy = strdup(spec);
+    if (!copy)
+        return skiff_error(err, ENOMEM, "mount spec");
+    char *parts[4] = {0};
+    int n = 0;
+    char *s = copy;
+    for (;;) {
+        if (n == 3)
+            goto too_many;
+        parts[n++] = s;
+        char *c = strchr(s, ':');
+        if (!c)
+            break;
+        *c = '\0';
+        s = c + 1;
+    }
+    if (!strcmp(parts[0], "tmpfs"))
+        m->tmpfs = true;
+    if (m->tmpfs && n < 2) {
+        skiff_error(err, EINVAL, "tmpfs needs a destination (tmpfs:DST)");
+        goto fail;
+    }
+    const char *dst = n >= 2 && *parts[1] ? parts[1] : parts[0];
+    if (!m->tmpfs && check_path("mount source", parts[0], err) < 0)
+        goto fail;
+    if (check_path("mount destination", dst, err) < 0)
+        goto fail;
+    if (n == 3 && apply_flags(m, parts[2], "+,", err) < 0)
+        goto fail;
+    m->src = m->tmpfs ? NULL : strdup(parts[0]);
+    m->dst = strdup(dst);
+    if ((!m->tmpfs && !m->src) || !m->dst) {
+        skiff_error(err, ENOMEM, "mount spec");
+        goto fail;
+    }
+    return 0;
+too_many:
+    skiff_error(err, EINVAL, "too many ':' fields (write SRC:DST[:FLAGS])");
+fail:
+    skiff_mount_free(m);
+    return skiff_err_wrap(err, "mount spec '%s'", spec);
+}
+
+int skiff_mountspec_parse_fstab(const char *line, struct skiff_mount *m, skiff_err *err)
+{
+    memset(m, 0, sizeof(*m));
+    cleanup_free char *copy = strdup(line);
+    if (!copy)
+        return skiff_error(err, ENOMEM, "fstab line");
+    char *f[6] = {0};
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(copy, " \t\r\n", &save); t && n < 6; t = strtok_r(NULL, " \t\r\n", &save))
+        f[n++] = t;
+    if (n == 0 || f[0][0] == '#')
+        return 0;
+    if (n < 3) {
+        skiff_error(err, EINVAL, "expected 'SRC DST TYPE [OPTIONS]'");
+        goto fail;
+    }
+    if (!strcmp(f[2], "tmpfs"))
+        m->tmpfs = true;
+    else if (strcmp(f[2], "none") && strcmp(f[2], "bind")) {
+        skiff_error(err, EINVAL, "unsupported type '%s' (use none/bind or tmpfs)", f[2]);
+        goto fail;
+    }
+    if (!m->tmpfs && check_path("mount source", f[0], err) < 0)
+        goto fail;
+    if (check_path("mount destination", f[1], err) < 0)
+        goto fail;
+    if (n >= 4 && apply_flags(m, f[3], ",", err) < 0)
+        goto fail;
+    m->src = m->tmpfs ? NULL : strdup(f[0]);
+    m->dst = strdup(f[1]);
+    if ((!m->tmpfs && !m->src) || !m->dst) {
+        skiff_error(err, ENOMEM, "fstab line");
+        goto fail;
+    }
+    return 0;
+fail:
+    skiff_mount_free(m);
+    return skiff_err_wrap(err, "mounts line '%s'", line);
+}

@@ -1,0 +1,249 @@
+/* See named.h. */
+#include "named.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+bool skiff_name_valid(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > 128 || name[0] == '.' || name[0] == '-')
+        return false;
+    return strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+int skiff_named_dir(const struct skiff_config *cfg, const char *name, char *dir, size_t n, skiff_err *err)
+{
+    if (!skiff_name_valid(name))
+        return skiff_error(err, EINVAL,
+                           "container name '%s' may only contain letters, digits, '.', '_', '-' (and not start "
+                           "with '.' or '-')",
+                           name ? name : "");
+    if ((size_t)snprintf(dir, n, "%s/containers/%s", cfg->data_path, name) >= n)
+        return skiff_error(err, ENAMETOOLONG, "container path");
+    return 0;
+}
+
+int skiff_named_image(const struct skiff_config *cfg, const char *name, char *image, size_t n,
+                      skiff_err *err)
+{
+    char dir[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 8];
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
+        return -1;
+    snprintf(p, sizeof(p), "%s/image", dir);
+    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return skiff_error(err, ENOENT, "no container named '%s' (see 'skiff list', or 'skiff create')", name);
+        return skiff_error(err, errno, "open %s", p);
+    }
+    ssize_t r = read(fd, image, n - 1);
+    if (r <= 0)
+        return skiff_error(err, r < 0 ? errno : EINVAL, "read %s", p);
+    image[r] = '\0';
+    image[strcspn(image, "\n")] = '\0';
+    return 0;
+}
+
+bool skiff_named_exists(const struct skiff_config *cfg, const char *name)
+{
+    char dir[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 8];
+    skiff_err e;
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), &e) < 0)
+        return false;
+    snprintf(p, sizeof(p), "%s/image", dir);
+    return access(p, F_OK) == 0;
+}
+
+static int mkdirs(const char *path, skiff_err *err)
+{
+    char buf[SKIFF_PATH_MAX];
+    if ((size_t)snprintf(buf, sizeof(buf), "%s", path) >= sizeof(buf))
+        return skiff_error(err, ENAMETOOLONG, "%s", path);
+    for (char *s = buf + 1; *s; s++)
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+                return skiff_error(err, errno, "create %s", buf);
+            *s = '/';
+        }
+    if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+        return skiff_error(err, errno, "create %s", buf);
+    return 0;
+}
+
+/* Removes a tree we own, making directories writable first: the overlay
+ * work dir is left mode 000. nftw cannot do that (it opens first). */
+static int rm_tree_at(int dfd, const char *name, skiff_err *err)
+{
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return errno == ENOENT ? 0 : skiff_error(err, errno, "stat %s", name);
+    if (S_ISDIR(st.st_mode)) {
+        (void)!fchmodat(dfd, name, 0700, 0); /* best effort: we own it */
+        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            return skiff_error(err, errno, "open %s", name);
+        DIR *d = fdopendir(fd);
+        if (!d) {
+            close(fd);
+            return skiff_error(err, errno, "open %s", name);
+        }
+        struct dirent *e;
+        int rv = 0;
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && rm_tree_at(dirfd(d), e->d_name, err) < 0) {
+                rv = -1;
+                break;
+            }
+        closedir(d);
+        if (rv < 0)
+            return -1;
+        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0)
+            return skiff_error(err, errno, "remove %s", name);
+        return 0;
+    }
+    if (unlinkat(dfd, name, 0) < 0)
+        return skiff_error(err, errno, "remove %s", name);
+    return 0;
+}
+
+int skiff_named_create(const struct skiff_config *cfg, const char *name, const char *image, skiff_err *err)
+{
+    char dir[SKIFF_PATH_MAX], abs[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 16];
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
+        return -1;
+    if (!realpath(image, abs))
+        return skiff_error(err, errno, "image %s", image);
+    char magic[4] = {0};
+    int ifd = open(abs, O_RDONLY | O_CLOEXEC);
+    if (ifd < 0)
+        return skiff_error(err, errno, "open %s", abs);
+    ssize_t got = read(ifd, magic, 4);
+    close(ifd);
+    if (got != 4 || memcmp(magic, "hsqs", 4))
+        return skiff_error(err, EINVAL, "%s is not a squashfs image (import it first: skiff import)", image);
+    char parent[SKIFF_PATH_MAX + 16];
+    snprintf(parent, sizeof(parent), "%s/containers", cfg->data_path);
+    if (mkdirs(parent, err) < 0)
+        return -1;
+    if (mkdir(dir, 0700) < 0) {
+        if (errno == EEXIST)
+            return skiff_error(err, EEXIST, "a container named '%s' exists (remove it first: skiff remove %s)",
+                               name, name);
+        return skiff_error(err, errno, "create %s", dir);
+    }
+    int rv = -1;
+    snprintf(p, sizeof(p), "%s/upper", dir);
+    if (mkdir(p, 0755) < 0) {
+        skiff_error(err, errno, "create %s", p);
+        goto fail;
+    }
+    snprintf(p, sizeof(p), "%s/work", dir);
+    if (mkdir(p, 0700) < 0) {
+        skiff_error(err, errno, "create %s", p);
+        goto fail;
+    }
+    /* "image" last: its presence marks the container complete */
+    snprintf(p, sizeof(p), "%s/image.tmp", dir);
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || dprintf(fd, "%s\n", abs) < 0 || close(fd) < 0) {
+        skiff_error(err, errno, "write %s", p);
+        goto fail;
+    }
+    char fin[SKIFF_PATH_MAX + 16];
+    snprintf(fin, sizeof(fin), "%s/image", dir);
+    if (rename(p, fin) < 0) {
+        skiff_error(err, errno, "write %s", fin);
+        goto fail;
+    }
+    return 0;
+fail : {
+    skiff_err e2;
+    rm_tree_at(AT_FDCWD, dir, &e2);
+}
+    return rv;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int skiff_named_list(const struct skiff_config *cfg, void (*fn)(const char *name, const char *image, void *arg),
+                     void *arg, skiff_err *err)
+{
+    char parent[SKIFF_PATH_MAX + 16];
+    snprintf(parent, sizeof(parent), "%s/containers", cfg->data_path);
+    DIR *d = opendir(parent);
+    if (!d)
+        return errno == ENOENT ? 0 : skiff_error(err, errno, "open %s", parent);
+    char **names = NULL;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!skiff_name_valid(e->d_name))
+            continue;
+        char **nn = realloc(names, (n + 1) * sizeof(char *));
+        if (!nn)
+            break;
+        names = nn;
+        if ((names[n] = strdup(e->d_name)))
+            n++;
+    }
+    closedir(d);
+    if (n)
+        qsort(names, n, sizeof(char *), cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        char image[SKIFF_PATH_MAX];
+        skiff_err e2;
+        if (skiff_named_image(cfg, names[i], image, sizeof(image), &e2) == 0)
+            fn(names[i], image, arg);
+        free(names[i]);
+    }
+    free(names);
+    return 0;
+}
+
+int skiff_named_lock(const struct skiff_config *cfg, const char *name, skiff_err *err)
+{
+    char dir[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 8];
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
+        return -1;
+    if ((size_t)snprintf(p, sizeof(p), "%s/lock", dir) >= sizeof(p))
+        return skiff_error(err, ENAMETOOLONG, "%s", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", p);
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return skiff_error(err, EBUSY, "container '%s' is in use (running, or being exported)", name);
+        return skiff_error(err, e, "lock %s", p);
+    }
+    return fd;
+}
+
+int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_err *err)
+{
+    char dir[SKIFF_PATH_MAX];
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
+        return -1;
+    struct stat st;
+    if (lstat(dir, &st) < 0)
+        return skiff_error(err, errno, "no container named '%s' (see 'skiff list')", name);
+    cleanup_close int lock = skiff_named_lock(cfg, name, err);
+    if (lock < 0)
+        return skiff_err_wrap(err, "remove");
+    if (rm_tree_at(AT_FDCWD, dir, err) < 0)
+        return skiff_err_wrap(err, "remove container %s", name);
+    return 0;
+}

@@ -1,0 +1,134 @@
+/* See ns.h. */
+#include "ns.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int skiff_ns_drop_creds(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups, skiff_err *err)
+{
+    /* slurmstepd's user_init runs with real uid 0 and the job user's euid:
+     * regain euid 0 (allowed: real/saved uid is 0) so setgroups works */
+    if (geteuid() != 0 && getuid() == 0 && seteuid(0) < 0)
+        return skiff_error(err, errno, "seteuid 0");
+    if (setgroups(ngroups, groups) < 0)
+        return skiff_error(err, errno, "setgroups");
+    if (setresgid(gid, gid, gid) < 0)
+        return skiff_error(err, errno, "setresgid %u", (unsigned)gid);
+    if (setresuid(uid, uid, uid) < 0)
+        return skiff_error(err, errno, "setresuid %u", (unsigned)uid);
+    if (setresuid((uid_t)-1, 0, (uid_t)-1) == 0 && uid != 0)
+        return skiff_error(err, EPERM, "could regain root after dropping to uid %u", (unsigned)uid);
+    /* a credential change clears dumpable; without it /proc/self/uid_map and
+     * our ns files would belong to root */
+    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+        return skiff_error(err, errno, "set dumpable");
+    return 0;
+}
+
+static int write_file(const char *path, const char *buf, skiff_err *err)
+{
+    cleanup_close int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", path);
+    size_t n = strlen(buf);
+    if (write(fd, buf, n) != (ssize_t)n)
+        return skiff_error(err, errno, "write %s", path);
+    return 0;
+}
+
+int skiff_ns_create(int extra_flags, bool remap_root, skiff_err *err)
+{
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS | extra_flags) < 0) {
+        int e = errno;
+        skiff_error(err, e, "create user and mount namespaces");
+        if (e == EPERM || e == ENOSPC || e == EINVAL)
+            skiff_err_wrap(err, "unprivileged user namespaces are unavailable (run 'skiff doctor')");
+        return -1;
+    }
+    char map[64];
+    if (write_file("/proc/self/setgroups", "deny", err) < 0)
+        return -1;
+    snprintf(map, sizeof(map), "%u %u 1\n", remap_root ? 0 : (unsigned)uid, (unsigned)uid);
+    if (write_file("/proc/self/uid_map", map, err) < 0)
+        return -1;
+    snprintf(map, sizeof(map), "%u %u 1\n", remap_root ? 0 : (unsigned)gid, (unsigned)gid);
+    if (write_file("/proc/self/gid_map", map, err) < 0)
+        return -1;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return skiff_error(err, errno, "make mounts private");
+    return 0;
+}
+
+static int same_ns(pid_t pid, const char *name)
+{
+    char a[64], b[64];
+    struct stat sa, sb;
+    snprintf(a, sizeof(a), "/proc/%d/ns/%s", (int)pid, name);
+    snprintf(b, sizeof(b), "/proc/self/ns/%s", name);
+    if (stat(a, &sa) < 0 || stat(b, &sb) < 0)
+        return -1;
+    return sa.st_ino == sb.st_ino && sa.st_dev == sb.st_dev;
+}
+
+int skiff_ns_join(pid_t pid, skiff_err *err)
+{
+    static const struct {
+        const char *name;
+        int type;
+    } others[] = {{"net", CLONE_NEWNET}, {"ipc", CLONE_NEWIPC}, {"uts", CLONE_NEWUTS}};
+    char path[64];
+    int fds[3] = {-1, -1, -1};
+    int rv = -1;
+    snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+    cleanup_close int userfd = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)pid);
+    cleanup_close int mntfd = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof(path), "/proc/%d/root", (int)pid);
+    cleanup_close int rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (userfd < 0 || mntfd < 0 || rootfd < 0)
+        return skiff_error(err, errno, "open namespaces of container process %d (is it running, and yours?)",
+                           (int)pid);
+    for (size_t i = 0; i < 3; i++) {
+        if (same_ns(pid, others[i].name) == 0) {
+            snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, others[i].name);
+            fds[i] = open(path, O_RDONLY | O_CLOEXEC);
+            if (fds[i] < 0) {
+                skiff_error(err, errno, "open %s", path);
+                goto out;
+            }
+        }
+    }
+    if (same_ns(pid, "user") == 0 && setns(userfd, CLONE_NEWUSER) < 0) {
+        skiff_error(err, errno, "join user namespace of %d", (int)pid);
+        goto out;
+    }
+    if (setns(mntfd, CLONE_NEWNS) < 0) {
+        skiff_error(err, errno, "join mount namespace of %d", (int)pid);
+        goto out;
+    }
+    for (size_t i = 0; i < 3; i++)
+        if (fds[i] >= 0 && setns(fds[i], others[i].type) < 0) {
+            skiff_error(err, errno, "join %s namespace of %d", others[i].name, (int)pid);
+            goto out;
+        }
+    if (fchdir(rootfd) < 0 || chroot(".") < 0 || chdir("/") < 0) {
+        skiff_error(err, errno, "enter the root of %d", (int)pid);
+        goto out;
+    }
+    rv = 0;
+out:
+    for (size_t i = 0; i < 3; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    return rv;
+}

@@ -1,0 +1,24 @@
+/* Namespaces: creating the container's (unprivileged: a one-line uid/gid map
+ * written by the process itself, no setuid helper) and joining them. */
+#ifndef SKIFF_NS_H
+#define SKIFF_NS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+/* Drops the calling process fully to uid/gid/groups (root only; used in the
+ * holder forked from slurmstepd) and keeps it dumpable so the user's own
+ * tasks can open its /proc/PID/ns files. */
+int skiff_ns_drop_creds(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups, skiff_err *err);
+
+/* unshare(CLONE_NEWUSER|CLONE_NEWNS|extra) and map the caller's euid/egid to
+ * itself, or to 0 with remap_root. Mount propagation is made private. */
+int skiff_ns_create(int extra_flags, bool remap_root, skiff_err *err);
+
+/* setns into pid's user, mount and (where they differ from ours) net, ipc,
+ * uts namespaces, then chroot into pid's root. */
+int skiff_ns_join(pid_t pid, skiff_err *err);
+
+#endif

@@ -1,0 +1,410 @@
+/* Confined path resolution and mount primitives; see rootfs.h. */
+#include "rootfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static bool force_fallback;
+
+void skiff_root_force_fallback(bool on)
+{
+    force_fallback = on;
+}
+
+static int sys_openat2(int dirfd, const char *path, struct open_how *how)
+{
+    return (int)syscall(SYS_openat2, dirfd, path, how, sizeof(*how));
+}
+
+/* The fallback walk, hand-written because no library offers in-root
+ * resolution: a stack of directory fds from the root down, one component at
+ * a time with O_NOFOLLOW; a symlink's target is spliced in front of the rest
+ * ("/" restarts at the root, ".." pops but never above it). */
+#define WALK_MAX_DEPTH 256
+#define WALK_MAX_LINKS 40
+
+static int walk(int rootfd, const char *path, int flags, skiff_err *err)
+{
+    int stack[WALK_MAX_DEPTH];
+    int depth = 0;
+    int links = 0;
+    int rv = -1;
+    size_t cap = strlen(path) + 1;
+    char *rest = malloc(cap);
+    if (!rest)
+        return skiff_error(err, ENOMEM, "resolve %s", path);
+    strcpy(rest, path);
+    stack[0] = dup(rootfd);
+    if (stack[0] < 0) {
+        skiff_error(err, errno, "resolve %s", path);
+        goto out;
+    }
+    size_t pos = 0;
+    for (;;) {
+        while (rest[pos] == '/')
+            pos++;
+        if (!rest[pos]) { /* done: the top of the stack is the result */
+            int fd = openat(stack[depth], ".", (flags & ~(O_NOFOLLOW | O_CREAT)) | O_CLOEXEC);
+            if (fd < 0)
+                skiff_error(err, errno, "open %s", path);
+            rv = fd;
+            goto out;
+        }
+        size_t end = pos;
+        while (rest[end] && rest[end] != '/')
+            end++;
+        bool last = true;
+        for (size_t k = end; rest[k]; k++)
+            if (rest[k] != '/') {
+                last = false;
+                break;
+            }
+        char name[NAME_MAX + 1];
+        if (end - pos > NAME_MAX) {
+            skiff_error(err, ENAMETOOLONG, "resolve %s", path);
+            goto out;
+        }
+        memcpy(name, rest + pos, end - pos);
+        name[end - pos] = '\0';
+        pos = end;
+        if (!strcmp(name, "."))
+            continue;
+        if (!strcmp(name, "..")) {
+            if (depth > 0)
+                close(stack[depth--]);
+            continue;
+        }
+        struct stat st;
+        if (fstatat(stack[depth], name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            skiff_error(err, errno, "open %s", path);
+            goto out;
+        }
+        if (last && (!S_ISLNK(st.st_mode) || (flags & O_NOFOLLOW))) {
+            /* the object itself (a symlink only when O_NOFOLLOW asked for it) */
+            int fd = openat(stack[depth], name, flags | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0)
+                skiff_error(err, errno, "open %s", path);
+            rv = fd;
+            goto out;
+        }
+        if (S_ISLNK(st.st_mode)) {
+            if (++links > WALK_MAX_LINKS) {
+                skiff_error(err, ELOOP, "resolve %s", path);
+                goto out;
+            }
+            char target[PATH_MAX];
+            ssize_t n = readlinkat(stack[depth], name, target, sizeof(target) - 1);
+            if (n < 0) {
+                skiff_error(err, errno, "readlink in %s", path);
+                goto out;
+            }
+            target[n] = '\0';
+            size_t tail = strlen(rest + pos);
+            char *nrest = malloc((size_t)n + tail + 2);
+            if (!nrest) {
+                skiff_error(err, ENOMEM, "resolve %s", path);
+                goto out;
+            }
+            sprintf(nrest, "%s/%s", target, rest + pos);
+            free(rest);
+            rest = nrest;
+            pos = 0;
+            if (target[0] == '/')
+                while (depth > 0)
+                    close(stack[depth--]);
+            continue;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            skiff_error(err, ENOTDIR, "resolve %s", path);
+            goto out;
+        }
+        if (depth + 1 >= WALK_MAX_DEPTH) {
+            skiff_error(err, ENAMETOOLONG, "resolve %s", path);
+            goto out;
+        }
+        int fd = openat(stack[depth], name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            skiff_error(err, errno, "resolve %s", path);
+            goto out;
+        }
+        stack[++depth] = fd;
+    }
+out:
+    for (int i = 0; i <= depth; i++)
+        if (stack[i] >= 0)
+            close(stack[i]);
+    free(rest);
+    return rv;
+}
+
+int skiff_root_open(int rootfd, const char *path, int flags, skiff_err *err)
+{
+    if (!force_fallback) {
+        struct open_how how = {
+            .flags = (unsigned)(flags | O_CLOEXEC),
+            .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+        };
+        int fd = sys_openat2(rootfd, path, &how);
+        if (fd >= 0)
+            return fd;
+        if (errno != ENOSYS && errno != EPERM) /* EPERM: seccomp'd */
+            return skiff_error(err, errno, "open %s", path);
+    }
+    return walk(rootfd, path, flags, err);
+}
+
+static int mkdirs_depth(int rootfd, const char *path, mode_t mode, int depth, skiff_err *err);
+static int mkfile_depth(int rootfd, const char *path, int depth, skiff_err *err);
+
+/* name in parent (whose path inside the root is ppath) is a symlink that
+ * did not resolve: build the path it points to, so creation follows it the
+ * way resolution would (confined: the result is resolved in-root again). */
+static int link_target_path(int parent, const char *ppath, const char *name, char *out, size_t n, skiff_err *err)
+{
+    char target[PATH_MAX];
+    ssize_t len = readlinkat(parent, name, target, sizeof(target) - 1);
+    if (len < 0)
+        return skiff_error(err, errno, "readlink %s/%s", ppath, name);
+    target[len] = '\0';
+    int w = target[0] == '/' ? snprintf(out, n, "%s", target) : snprintf(out, n, "%s/%s", ppath, target);
+    if (w < 0 || (size_t)w >= n)
+        return skiff_error(err, ENAMETOOLONG, "%s/%s", ppath, name);
+    return 0;
+}
+
+/* Splits path into parent and last name; opens the parent (creating it). */
+static int open_parent(int rootfd, const char *path, char *name, char *ppath, int depth, skiff_err *err)
+{
+    char buf[PATH_MAX];
+    if (strlen(path) >= sizeof(buf))
+        return skiff_error(err, ENAMETOOLONG, "%s", path);
+    strcpy(buf, path);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/')
+        buf[--n] = '\0';
+    char *slash = strrchr(buf, '/');
+    const char *base = slash ? slash + 1 : buf;
+    if (strlen(base) > NAME_MAX)
+        return skiff_error(err, ENAMETOOLONG, "%s", path);
+    strcpy(name, base);
+    if (!slash || slash == buf) {
+        strcpy(ppath, "/");
+        return skiff_root_open(rootfd, "/", O_PATH | O_DIRECTORY, err);
+    }
+    *slash = '\0';
+    strcpy(ppath, buf);
+    return mkdirs_depth(rootfd, buf, 0755, depth, err);
+}
+
+#define MAX_LINK_DEPTH 40
+
+static int mkdirs_depth(int rootfd, const char *path, mode_t mode, int depth, skiff_err *err)
+{
+    int fd = skiff_root_open(rootfd, path, O_PATH | O_DIRECTORY, err);
+    if (fd >= 0 || err->code != ENOENT)
+        return fd;
+    if (depth > MAX_LINK_DEPTH)
+        return skiff_error(err, ELOOP, "mkdir %s", path);
+    skiff_err_clear(err);
+    char name[NAME_MAX + 1], ppath[PATH_MAX];
+    cleanup_close int parent = open_parent(rootfd, path, name, ppath, depth, err);
+    if (parent < 0)
+        return -1;
+    if (!strcmp(name, "..") || !strcmp(name, "."))
+        return skiff_error(err, EINVAL, "mkdir %s", path);
+    /* mkdirat on an O_PATH dir fd works: the name is created in that dir */
+    if (mkdirat(parent, name, mode) < 0) {
+        if (errno != EEXIST)
+            return skiff_error(err, errno, "mkdir %s", path);
+        struct stat st;
+        if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+            char next[PATH_MAX];
+            if (link_target_path(parent, ppath, name, next, sizeof(next), err) < 0)
+                return -1;
+            return mkdirs_depth(rootfd, next, mode, depth + 1, err);
+        }
+    }
+    fd = openat(parent, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", path);
+    return fd;
+}
+
+int skiff_root_mkdirs(int rootfd, const char *path, mode_t mode, skiff_err *err)
+{
+    return mkdirs_depth(rootfd, path, mode, 0, err);
+}
+
+static int mkfile_depth(int rootfd, const char *path, int depth, skiff_err *err)
+{
+    int fd = skiff_root_open(rootfd, path, O_PATH, err);
+    if (fd >= 0 || err->code != ENOENT)
+        return fd;
+    if (depth > MAX_LINK_DEPTH)
+        return skiff_error(err, ELOOP, "create %s", path);
+    skiff_err_clear(err);
+    char name[NAME_MAX + 1], ppath[PATH_MAX];
+    cleanup_close int parent = open_parent(rootfd, path, name, ppath, depth, err);
+    if (parent < 0)
+        return -1;
+    int wfd = openat(parent, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (wfd < 0) {
+        if (errno != EEXIST)
+            return skiff_error(err, errno, "create %s", path);
+        struct stat st;
+        if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+            char next[PATH_MAX];
+            if (link_target_path(parent, ppath, name, next, sizeof(next), err) < 0)
+                return -1;
+            return mkfile_depth(rootfd, next, depth + 1, err);
+        }
+    } else
+        close(wfd);
+    fd = openat(parent, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", path);
+    return fd;
+}
+
+int skiff_root_mkfile(int rootfd, const char *path, skiff_err *err)
+{
+    return mkfile_depth(rootfd, path, 0, err);
+}
+
+char *skiff_root_read(int rootfd, const char *path, size_t max, size_t *len, skiff_err *err)
+{
+    cleanup_close int fd = skiff_root_open(rootfd, path, O_RDONLY, err);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        skiff_error(err, errno, "stat %s", path);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
+        skiff_error(err, EINVAL, "%s: not a regular file of at most %zu bytes", path, max);
+        return NULL;
+    }
+    char *buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        skiff_error(err, ENOMEM, "read %s", path);
+        return NULL;
+    }
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            skiff_error(err, errno, "read %s", path);
+            free(buf);
+            return NULL;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    if (len)
+        *len = got;
+    return buf;
+}
+
+static void fd_path(char *buf, size_t n, int fd)
+{
+    snprintf(buf, n, "/proc/self/fd/%d", fd);
+}
+
+int skiff_mount_bind(const char *src, int target_fd, bool recursive, bool readonly, bool noexec,
+                     bool keep_dev, skiff_err *err)
+{
+    cleanup_close int tree =
+        open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0));
+    if (tree < 0) {
+        if (errno != ENOSYS)
+            return skiff_error(err, errno, "bind %s", src);
+        /* old kernel: classic bind on the target through its fd path */
+        char t[64];
+        fd_path(t, sizeof(t), target_fd);
+        unsigned long fl = MS_BIND | (recursive ? MS_REC : 0);
+        if (mount(src, t, NULL, fl, NULL) < 0)
+            return skiff_error(err, errno, "bind %s", src);
+        fl = MS_BIND | MS_REMOUNT | MS_NOSUID | (keep_dev ? 0 : MS_NODEV) | (readonly ? MS_RDONLY : 0) |
+             (noexec ? MS_NOEXEC : 0);
+        if (mount(NULL, t, NULL, fl, NULL) < 0)
+            return skiff_error(err, errno, "remount %s", src);
+        return 0;
+    }
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | (keep_dev ? 0 : MOUNT_ATTR_NODEV) |
+                                          (readonly ? MOUNT_ATTR_RDONLY : 0) |
+                                          (noexec ? MOUNT_ATTR_NOEXEC : 0)};
+    if (mount_setattr(tree, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr, sizeof(attr)) < 0)
+        return skiff_error(err, errno, "set mount attributes of %s", src);
+    if (move_mount(tree, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+        return skiff_error(err, errno, "bind %s", src);
+    return 0;
+}
+
+int skiff_mount_fs(const char *fstype, const char *source, int target_fd, unsigned long extra,
+                   const char *data, skiff_err *err)
+{
+    char t[64];
+    fd_path(t, sizeof(t), target_fd);
+    if (mount(source, t, fstype, MS_NOSUID | MS_NODEV | extra, data) < 0)
+        return skiff_error(err, errno, "mount %s", fstype);
+    return 0;
+}
+
+int skiff_mount_setattr(int target_fd, bool rec, bool readonly, skiff_err *err)
+{
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                          (readonly ? MOUNT_ATTR_RDONLY : 0)};
+    if (mount_setattr(target_fd, "", AT_EMPTY_PATH | (rec ? AT_RECURSIVE : 0), &attr, sizeof(attr)) < 0)
+        return skiff_error(err, errno, "set mount attributes");
+    return 0;
+}
+
+int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err)
+{
+    bool dir = true;
+    struct stat st;
+    if (!m->tmpfs) {
+        if (stat(m->src, &st) < 0)
+            return skiff_error(err, errno, "mount %s: source %s", m->dst, m->src);
+        dir = S_ISDIR(st.st_mode);
+    }
+    if (m->create == SKIFF_CREATE_DIR)
+        dir = true;
+    else if (m->create == SKIFF_CREATE_FILE)
+        dir = false;
+    cleanup_close int target = -1;
+    if (m->create == SKIFF_CREATE_NONE) {
+        target = skiff_root_open(rootfd, m->dst, O_PATH, err);
+    } else {
+        target = dir ? skiff_root_mkdirs(rootfd, m->dst, 0755, err) : skiff_root_mkfile(rootfd, m->dst, err);
+    }
+    if (target < 0) {
+        if (err->code == EROFS)
+            skiff_err_wrap(err, "destination %s does not exist in the read-only image (use --rw, or "
+                                "mount on an existing path)", m->dst);
+        return skiff_err_wrap(err, "mount %s", m->dst);
+    }
+    if (fstat(target, &st) == 0 && !m->tmpfs && S_ISDIR(st.st_mode) != dir)
+        return skiff_error(err, ENOTDIR, "mount %s on %s: one is a directory, the other is not", m->src, m->dst);
+    int rc = m->tmpfs ? skiff_mount_fs("tmpfs", "tmpfs", target, (m->readonly ? MS_RDONLY : 0) |
+                                                                     (m->noexec ? MS_NOEXEC : 0),
+                                       m->data ? m->data : "mode=0755", err)
+                      : skiff_mount_bind(m->src, target, m->recursive, m->readonly, m->noexec, false, err);
+    if (rc < 0)
+        return skiff_err_wrap(err, "mount %s", m->dst);
+    return 0;
+}

@@ -1,0 +1,58 @@
+/* Paths inside a container root, resolved so they cannot escape it, and the
+ * mount primitives the container assembly uses.
+ *
+ * skiff_root_open() resolves PATH as if ROOTFD were "/": absolute symlinks and
+ * ".." stay inside (openat2 RESOLVE_IN_ROOT, or a component-by-component
+ * O_NOFOLLOW walk with the same semantics where openat2 is missing). Mounts
+ * then target the opened fd, never the path string again, so a symlink
+ * swapped in between cannot redirect them. */
+#ifndef SKIFF_ROOTFS_H
+#define SKIFF_ROOTFS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "mountspec.h"
+
+/* For tests: force the fallback walk even where openat2 works. */
+void skiff_root_force_fallback(bool on);
+
+/* Opens PATH (absolute or relative, both taken relative to rootfd) inside the
+ * root. flags: O_PATH, O_RDONLY, O_DIRECTORY, O_NOFOLLOW (last component) ...;
+ * O_CREAT is not supported (use skiff_root_mkdirs/skiff_root_mkfile).
+ * Returns an fd (O_CLOEXEC) or -1. */
+int skiff_root_open(int rootfd, const char *path, int flags, skiff_err *err);
+
+/* Creates PATH and missing parents as directories inside the root; returns an
+ * O_PATH fd to it. An existing directory is fine; an existing non-directory is
+ * an error. */
+int skiff_root_mkdirs(int rootfd, const char *path, mode_t mode, skiff_err *err);
+
+/* Creates an empty regular file (parents as directories) if missing; returns
+ * an O_PATH fd to it. */
+int skiff_root_mkfile(int rootfd, const char *path, skiff_err *err);
+
+/* Reads a whole (small) file inside the root; NULL + err on failure
+ * (err->code ENOENT when missing). *len gets the size. */
+char *skiff_root_read(int rootfd, const char *path, size_t max, size_t *len, skiff_err *err);
+
+/* Bind-mounts the host path src onto the object open at target_fd: a detached
+ * clone (open_tree), attributes set on the clone (nosuid, and nodev unless
+ * keep_dev, ro, noexec; recursive with rbind), then moved into place. */
+int skiff_mount_bind(const char *src, int target_fd, bool recursive, bool readonly, bool noexec,
+                     bool keep_dev, skiff_err *err);
+
+/* Mounts a filesystem (tmpfs, overlay, fuse) onto the object at target_fd
+ * with MS_NOSUID|MS_NODEV|extra. */
+int skiff_mount_fs(const char *fstype, const char *source, int target_fd, unsigned long extra,
+                   const char *data, skiff_err *err);
+
+/* Sets (recursively with rec) read-only etc. on the mount at target_fd. */
+int skiff_mount_setattr(int target_fd, bool rec, bool readonly, skiff_err *err);
+
+/* Applies one user mount (bind or tmpfs) inside the root at rootfd, creating
+ * the destination as m->create says. Errors name the spec. */
+int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err);
+
+#endif

@@ -1,0 +1,31 @@
+/* squash: build a squashfs image from a directory tree.
+ *
+ * The image is written under a temporary name beside out_path and renamed onto
+ * it only when complete, so a reader never sees a partial file and a failure
+ * leaves nothing behind. Compression comes from cfg->squash_compression and
+ * cfg->squash_level (0 = skiff's default for that compressor, see
+ * doc/images.md). */
+#ifndef SKIFF_SQUASH_H
+#define SKIFF_SQUASH_H
+
+#include <stdbool.h>
+
+#include "config.h"
+#include "error.h"
+
+/* Builds out_path from the tree at dir (atomic: temp + rename). An existing
+ * out_path is replaced; callers that must not overwrite check first. When the
+ * caller is not root, every file in the image is owned by root (uid 0), as
+ * unprivileged containers map the user to root anyway. */
+int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const char *out_path,
+                          skiff_err *err);
+
+/* Same, but writes exactly to tmp_path (no rename): for callers that publish
+ * the file themselves (the image cache). */
+int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const char *tmp_path,
+                       skiff_err *err);
+
+/* True when the file at path starts with the squashfs magic ("hsqs"). */
+bool skiff_squash_is_image(const char *path);
+
+#endif

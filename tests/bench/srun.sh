@@ -1,0 +1,60 @@
+#!/bin/bash
+# Container overhead per srun step on the local Slurm cluster (tests/cluster):
+# median wall time of `srun ... --container-image=BUSYBOX.sqsh true` minus
+# that of `srun ... true`, for -n1 and -N3 -n6. Runs as the non-root test
+# user; the two variants alternate so load changes hit both alike.
+# Prints a markdown table. SKIFF_BENCH_RUNS (default 20) per variant.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+: "${BUILD:=$ROOT/build}"
+RUNS=${SKIFF_BENCH_RUNS:-20}
+[ "$(id -u)" -eq 0 ] || { echo "srun.sh: needs root (starts the test cluster)" >&2; exit 1; }
+[ -f "$BUILD/plugin/spank_skiff.so" ] || { echo "srun.sh: $BUILD/plugin/spank_skiff.so not built" >&2; exit 1; }
+
+started=0
+if ! [ -f tests/cluster/run/env.sh ] || ! (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
+  SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 3 || exit 1
+  started=1
+fi
+source tests/cluster/run/env.sh
+U=$SKIFF_TEST_USER
+T=$(mktemp -d /tmp/skiff-bench.XXXXXX); chmod 755 "$T"
+trap 'rm -rf "$T"; [ "$started" = 1 ] && SKIFF_CLUSTER_QUIET=1 tests/cluster/down' EXIT
+
+R=$T/rootfs
+mkdir -p "$R"/{bin,etc,tmp,proc,dev,sys}
+cp /bin/busybox "$R/bin/"; ln -s busybox "$R/bin/true"; ln -s busybox "$R/bin/sh"
+printf 'root:x:0:0:root:/root:/bin/sh\n' >"$R/etc/passwd"; printf 'root:x:0:\n' >"$R/etc/group"
+touch "$R/etc/hosts" "$R/etc/resolv.conf" "$R/etc/hostname"
+mksquashfs "$R" "$T/busybox.sqsh" -quiet -noappend -comp zstd -all-root >/dev/null
+chmod 644 "$T/busybox.sqsh"
+
+# ms CMD...: wall milliseconds of one run; fails the bench if CMD fails.
+ms() {
+  local a b
+  a=$(date +%s%N)
+  (cd "$T" && runuser -u "$U" -- env SLURM_CONF="$SLURM_CONF" "$@") >/dev/null 2>"$T/err" ||
+    { echo "srun.sh: failed: $* ($(head -c 300 "$T/err"))" >&2; exit 1; }
+  b=$(date +%s%N)
+  echo $(( (b - a) / 1000 ))
+}
+median() { sort -n | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+
+row() {
+  local label=$1; shift
+  : >"$T/bare"; : >"$T/ctr"
+  ms srun -Q "$@" true >/dev/null; ms srun -Q "$@" --container-image="$T/busybox.sqsh" true >/dev/null # warm-up
+  for _ in $(seq "$RUNS"); do
+    ms srun -Q "$@" true >>"$T/bare" || exit 1
+    ms srun -Q "$@" --container-image="$T/busybox.sqsh" true >>"$T/ctr" || exit 1
+  done
+  local b c
+  b=$(median <"$T/bare"); c=$(median <"$T/ctr")
+  awk -v l="$label" -v b="$b" -v c="$c" 'BEGIN {printf "| %s | %.1f | %.1f | %+.1f |\n", l, b/1000, c/1000, (c-b)/1000}'
+}
+
+echo "| step (median of $RUNS, ms) | bare srun | with --container-image | overhead |"
+echo "|---|---|---|---|"
+row "srun -n1 true" -n1
+row "srun -N3 -n6 true" -N3 -n6

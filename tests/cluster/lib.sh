@@ -1,0 +1,44 @@
+# Shared settings for tests/cluster/up and tests/cluster/down (sourced, bash).
+# Everything that two clusters on one machine could share is derived from
+# SKIFF_CLUSTER_INDEX (0-9), so several engineers can each run one at once.
+
+c_die() { echo "cluster: $*" >&2; exit 1; }
+c_log() { [ -n "${SKIFF_CLUSTER_QUIET:-}" ] || echo "cluster: $*" >&2; }
+
+C_IDX=${SKIFF_CLUSTER_INDEX:-0}
+case "$C_IDX" in
+  [0-9]) ;;
+  *) c_die "SKIFF_CLUSTER_INDEX must be a single digit 0-9, got '$C_IDX'" ;;
+esac
+
+C_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+C_ROOT=$(cd "$C_HERE/../.." && pwd)
+# The worktree's run/ holds env.sh; daemon state lives under /run so that it
+# is on a local filesystem and owned by root whatever the checkout is.
+C_RUN=$C_HERE/run
+C_STATE=/run/skiff-cluster-$C_IDX
+C_BRIDGE=skiffbr$C_IDX
+C_NET=10.200.$C_IDX
+C_HOST_ADDR=$C_NET.1
+C_CTLD_PORT=$((6817 + 10 * C_IDX))
+C_SLURMD_PORT=$((6818 + 10 * C_IDX))
+C_NS_PREFIX=skiff${C_IDX}n
+C_USER=${SKIFF_TEST_USER:-skifftest}
+
+c_ns() { echo "$C_NS_PREFIX$1"; }              # netns name of node K
+c_veth() { echo "sk${C_IDX}n$1h"; }             # host side of node K's veth
+c_addr() { echo "$C_NET.$((10 + $1))"; }        # node K's address
+
+# c_wait SECONDS WHAT CMD...: polls CMD every 50 ms until it succeeds.
+c_wait() {
+  local limit=$1 what=$2; shift 2
+  local end=$(( $(date +%s%N) / 1000000 + limit * 1000 ))
+  until "$@" >/dev/null 2>&1; do
+    [ $(( $(date +%s%N) / 1000000 )) -lt "$end" ] || return 1
+    sleep 0.05
+  done
+  return 0
+}
+
+# Node count of the running cluster (0 when none).
+c_nodes() { cat "$C_STATE/nodes" 2>/dev/null || echo 0; }

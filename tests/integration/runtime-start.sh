@@ -1,0 +1,241 @@
+#!/bin/bash
+# Integration tests for the container half of the runtime: skiff start, exec,
+# create/list/remove/export, hooks, doctor. Runs as root (CI) but exercises
+# skiff as a NON-root user (skifftest, created if missing), on a busybox
+# squashfs built here.
+# Host setup done here: `chmod 0666 /dev/fuse` (a documented host requirement;
+# left in place, other tests rely on it too).
+source "$(dirname "$0")/../lib.sh"
+SKIFF=$BUILD/bin/skiff
+TUSER=skifftest
+
+if [ "$(id -u)" -ne 0 ]; then t_skip "runtime-start" "must run as root to create the test user"; t_done; fi
+for p in busybox mksquashfs setpriv findmnt; do
+  command -v $p >/dev/null || { t_skip "runtime-start" "$p missing (scripts/install-deps test)"; t_done; }
+done
+[ -x "$SKIFF" ] || { t_fail "runtime-start" "$SKIFF not built"; t_done; }
+id -u $TUSER >/dev/null 2>&1 || useradd -m $TUSER || { t_fail "create user $TUSER"; t_done; }
+TUID=$(id -u $TUSER)
+[ -c /dev/fuse ] && chmod 0666 /dev/fuse
+
+W=$(mktemp -d /tmp/skiff-rt-start.XXXXXX)
+chmod 0755 "$W"
+cleanup() { pkill -KILL -u $TUSER -f "$W" 2>/dev/null; rm -rf "$W"; }
+trap cleanup EXIT
+
+# ---- the test image ----
+R=$W/rootfs
+mkdir -p $R/{bin,etc,tmp,proc,sys,dev,work,.skiff}
+cp "$(command -v busybox)" $R/bin/busybox
+for a in $($R/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox $R/bin/$a; done
+printf 'root:x:0:0:root:/root:/bin/sh\n%s:x:%s:%s::/tmp:/bin/sh\n' $TUSER $TUID $TUID >$R/etc/passwd
+printf 'root:x:0:\n' >$R/etc/group
+echo '127.0.0.1 localhost' >$R/etc/hosts
+cat >$R/.skiff/config.json <<'EOF'
+{"Env":["PATH=/bin","FROM_IMAGE=1","OVER=image"],"WorkingDir":"/work","Cmd":["echo","default-cmd"]}
+EOF
+cp $R/bin/busybox $R/bin/busybox-suid && chmod 4755 $R/bin/busybox-suid
+mkdir -p $W/outside
+ln -s $W/outside $R/escape            # an absolute host path
+ln -s ../../../../../../$W/outside $R/escape2   # ../ climbing out
+mksquashfs $R $W/bb.sqsh -quiet -noappend -all-root >/dev/null || { t_fail "build image"; t_done; }
+# a second image: Entrypoint, no WorkingDir
+sed -i 's|"WorkingDir":"/work",||; s|"Cmd":\["echo","default-cmd"\]|"Entrypoint":["echo","ep"],"Cmd":["c1"]|' $R/.skiff/config.json
+mksquashfs $R $W/ep.sqsh -quiet -noappend -all-root >/dev/null
+echo notsquash >$W/bad.sqsh
+mkdir -p $W/data $W/run $W/hooks $W/share $W/ro && echo hostfile >$W/share/f.txt && echo rodata >$W/ro/r.txt
+chown -R $TUSER: $W/data $W/run $W/share $W/hooks
+chmod 0644 $W/*.sqsh
+
+# run as the test user, clean env, isolated data/runtime paths
+as_user() {
+  (cd "$W" && setpriv --reuid=$TUID --regid=$TUID --init-groups \
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/home/$TUSER \
+    SKIFF_DATA_PATH=$W/data SKIFF_RUNTIME_PATH=$W/run ${EXTRA_ENV:-} "$@")
+}
+st() { as_user "$SKIFF" start "$@"; }
+
+# after each case: nothing of ours still running, no state left
+leftovers() {
+  # (other suites may run jobs as the same user: look only at ours)
+  local procs; procs=$(pgrep -u $TUSER -a -f "$W" || true)
+  [ -z "$procs" ] || { echo "left running: $procs"; return 1; }
+  [ -z "$(ls -A $W/run 2>/dev/null)" ] || { echo "state left: $(ls $W/run)"; return 1; }
+  ! findmnt -rn -o TARGET | grep -q "$W" || { echo "mount left on host"; return 1; }
+}
+
+check_rc() { # NAME WANT CMD...
+  local name=$1 want=$2; shift 2
+  local out rc; out=$("$@" 2>&1); rc=$?
+  if [ "$rc" -eq "$want" ]; then t_pass "$name"; else t_fail "$name" "rc=$rc want $want: $out"; fi
+}
+check_out() { # NAME EXPECTED CMD...
+  local name=$1 want=$2; shift 2
+  local out; out=$("$@" 2>&1)
+  if [ "$out" = "$want" ]; then t_pass "$name"; else t_fail "$name" "got '$out' want '$want'"; fi
+}
+
+# ---- exit status ----
+check_rc "start true exits 0" 0 st $W/bb.sqsh true
+check_rc "start false exits 1" 1 st $W/bb.sqsh false
+check_rc "command exit status returned" 7 st $W/bb.sqsh sh -c 'exit 7'
+check_rc "signal death is 128+N" 137 st $W/bb.sqsh sh -c 'kill -9 $$'
+check_rc "missing command is 127" 127 st $W/bb.sqsh /no/such/cmd
+check_out "default Cmd from image" "default-cmd" st $W/bb.sqsh
+check_out "Entrypoint + Cmd" "ep c1" st $W/ep.sqsh
+check_out "Entrypoint + user args" "ep x" st $W/ep.sqsh x
+check_out "--no-entrypoint" "x" st --no-entrypoint $W/ep.sqsh echo x
+t_check "nothing left after runs" leftovers
+
+# ---- identity, privileges ----
+check_out "runs as the user" "$TUID" st $W/bb.sqsh id -u
+check_out "--remap-root gives uid 0" "0 0" st --remap-root $W/bb.sqsh sh -c 'echo $(id -u) $(id -g)'
+check_out "no capabilities, no_new_privs" "CapBnd:	0000000000000000 CapEff:	0000000000000000 NoNewPrivs:	1" \
+  st --remap-root $W/bb.sqsh sh -c 'grep -E "^(CapEff|NoNewPrivs|CapBnd)" /proc/self/status | sort | tr "\n" " " | sed "s/ $//"'
+out=$(st $W/bb.sqsh sh -c 'ls -l /bin/busybox-suid; /bin/busybox-suid sh -c "grep -E ^Uid: /proc/self/status"' 2>&1)
+if grep -q '^-rws' <<<"$out" && grep -Eq "^Uid:\s+$TUID\s+$TUID\s+$TUID\s+$TUID" <<<"${out#*$'\n'}"; then
+  t_pass "setuid file grants nothing"
+else t_fail "setuid file grants nothing" "$out"; fi
+out=$(st $W/bb.sqsh cat /proc/self/mountinfo)
+if awk '{print $6}' <<<"$out" | grep -v nosuid | grep -q .; then t_fail "every mount nosuid" "$out"; else t_pass "every mount nosuid"; fi
+if awk '$5 !~ "^/dev/(null|zero|full|random|urandom|tty|pts)$" {print $6}' <<<"$out" | grep -v nodev | grep -q .; then
+  t_fail "every mount but device binds nodev" "$out"; else t_pass "every mount but device binds nodev"; fi
+
+# ---- root filesystem ----
+check_rc "root is read-only by default" 1 st $W/bb.sqsh sh -c 'echo x > /newfile'
+check_out "--rw root is writable (overlay)" "x" st --rw $W/bb.sqsh sh -c 'echo x > /newfile && cat /newfile'
+check_out "--rw changes do not persist" "gone" st $W/bb.sqsh sh -c 'test -e /newfile || echo gone'
+check_out "/tmp is a writable tmpfs" "tmpfs ok" st $W/bb.sqsh sh -c 'echo ok > /tmp/t && echo "$(awk "\$2==\"/tmp\"{print \$3}" /proc/mounts) $(cat /tmp/t)"'
+check_out "minimal /dev" "full null ptmx pts random shm tty urandom zero" \
+  st $W/bb.sqsh sh -c 'ls /dev | grep -v -e ^fd -e ^std | tr "\n" " " | sed "s/ $//"'
+check_out "/dev/null and /dev/zero work" "5" st $W/bb.sqsh sh -c 'echo x > /dev/null && head -c 5 /dev/zero | wc -c'
+check_out "host hostname and /etc/hosts" "$(hostname) $(md5sum </etc/hosts)" st $W/bb.sqsh sh -c 'echo "$(hostname) $(md5sum </etc/hosts)"'
+check_out "/sys is read-only" "ro" st $W/bb.sqsh sh -c 'awk "\$5==\"/sys\"{print substr(\$6,1,2)}" /proc/self/mountinfo'
+
+# ---- env and workdir ----
+check_out "image env + -e precedence" "1 cli" st -e OVER=cli $W/bb.sqsh sh -c 'echo $FROM_IMAGE $OVER'
+check_out "image WorkingDir" "/work" st $W/bb.sqsh pwd
+check_out "--workdir" "/tmp" st --workdir /tmp $W/bb.sqsh pwd
+t_fails_with "missing workdir is a clear error" "working directory.*/nope" st --workdir /nope $W/bb.sqsh true
+check_out "no WorkingDir means /" "/" st --no-entrypoint $W/ep.sqsh pwd
+
+# ---- mounts ----
+check_out "--mount-home (also with --remap-root)" "$(getent passwd $TUSER | cut -d: -f6) yes" \
+  st --mount-home --remap-root $W/bb.sqsh sh -c "d=$(getent passwd $TUSER | cut -d: -f6); echo \$d \$(test -d \$d && echo yes)"
+check_out "bind a file" "hostfile" st -m $W/share/f.txt:/etc/f.txt $W/bb.sqsh cat /etc/f.txt
+check_out "bind a dir, writable" "hostfile w" st -m $W/share:/mnt/share $W/bb.sqsh sh -c 'echo w > /mnt/share/w && cat /mnt/share/f.txt /mnt/share/w | tr "\n" " " | sed "s/ $//"'
+check_rc "ro mount enforced" 1 st -m $W/share:/mnt/share:ro $W/bb.sqsh sh -c 'echo x > /mnt/share/x'
+check_out "tmpfs mount" "tmpfs" st -m tmpfs:/scratch:size=1m $W/bb.sqsh sh -c 'awk "\$2==\"/scratch\"{print \$3}" /proc/mounts'
+check_out "x-create=dir" "yes" st -m $W/share/f.txt:/made/here:x-create=file+ro $W/bb.sqsh sh -c 'test -f /made/here && echo yes'
+t_fails_with "missing source is a clear error" "source $W/nope: No such file" st -m $W/nope:/x $W/bb.sqsh true
+t_fails_with "bad mount flag is a clear error" "unknown mount flag 'bogus'" st -m $W/share:/x:bogus $W/bb.sqsh true
+t_fails_with "relative destination refused" "not an absolute path" st -m $W/share:rel $W/bb.sqsh true
+# escape attempts: symlinks in the image used as mount destinations
+st -m $W/share:/escape/x $W/bb.sqsh true >/dev/null 2>&1
+st -m $W/share:/escape2/y $W/bb.sqsh true >/dev/null 2>&1
+if [ -e $W/outside/x ] || [ -e $W/outside/y ]; then t_fail "symlinked destination stays inside the root" "created on the host"
+else
+  out=$(st -m $W/share:/escape/x $W/bb.sqsh sh -c "cat $W/outside/x/f.txt" 2>&1)
+  if [ "$out" = hostfile ]; then t_pass "symlinked destination stays inside the root"
+  else t_fail "symlinked destination stays inside the root" "$out"; fi
+fi
+check_out "..-symlink destination clamped at the root" "hostfile" st -m $W/share:/escape2/y $W/bb.sqsh cat $W/outside/y/f.txt
+t_fails_with "not a squashfs image" "not a squashfs image" st $W/bad.sqsh true
+t_fails_with "no such image or name" "neither a squashfs file nor a named container" st $W/none.sqsh true
+
+# ---- signals ----
+mkdir -p $W/share/sig && chown $TUSER: $W/share/sig
+st -m $W/share/sig:/sig $W/bb.sqsh sh -c 'trap "echo term > /sig/out; exit 3" TERM; echo $$ > /sig/pid; while :; do sleep 0.1; done' &
+spid=$!
+for _ in $(seq 100); do [ -s $W/share/sig/pid ] && break; sleep 0.05; done
+# skiff exec joins the running container (by the command's pid)
+cpid=$(cat $W/share/sig/pid 2>/dev/null)
+check_out "exec into a running container" "image /work 1" as_user "$SKIFF" exec "$cpid" sh -c 'echo $OVER $(pwd) $(ls /sig | grep -c pid)'
+t_fails_with "exec into a non-container pid" "not in a skiff container|is it running, and yours" as_user "$SKIFF" exec $$ true
+kill -TERM "$(pgrep -o -u $TUSER -f "$SKIFF start -m $W/share/sig")"
+wait $spid; rc=$?
+if [ "$rc" -eq 3 ] && [ "$(cat $W/share/sig/out 2>/dev/null)" = term ]; then t_pass "TERM forwarded to the command"
+else t_fail "TERM forwarded to the command" "rc=$rc out=$(cat $W/share/sig/out 2>&1)"; fi
+st $W/bb.sqsh sh -c 'sleep 313 & exit 0' >/dev/null 2>&1
+if pgrep -u $TUSER -f 'sleep 313' >/dev/null; then t_fail "background process killed at exit"; else t_pass "background process killed at exit"; fi
+t_check "nothing mounted or left after signals" leftovers
+
+# ---- hooks ----
+H=$W/hooks
+cat >$H/10-first <<EOF
+#!/bin/sh
+echo "first \$SKIFF_PID \$(test -f \$SKIFF_ROOTFS/.skiff/config.json && echo rootfs)" >> $W/share/hooklog
+echo OVER=hook >> "\$SKIFF_ENV_FILE"
+echo HOOKONLY=yes >> "\$SKIFF_ENV_FILE"
+echo "$W/ro /hookmnt none bind,ro,x-create=dir" >> "\$SKIFF_MOUNTS_FILE"
+EOF
+cat >$H/20-second <<EOF
+#!/bin/sh
+echo second >> $W/share/hooklog
+EOF
+echo "not executable" >$H/15-README
+chmod 755 $H/10-first $H/20-second; chown -R $TUSER: $H
+rm -f $W/share/hooklog
+EXTRA_ENV="SKIFF_HOOKS_DIR=$H"
+check_out "hook env file and mounts file applied" "hook yes rodata" st $W/bb.sqsh sh -c 'echo $OVER $HOOKONLY $(cat /hookmnt/r.txt)'
+if grep -Eq '^first [0-9]+ rootfs$' $W/share/hooklog && [ "$(sed -n 2p $W/share/hooklog)" = second ] && [ "$(wc -l <$W/share/hooklog)" = 2 ]; then
+  t_pass "hooks run in lexical order with SKIFF_ROOTFS/SKIFF_PID"
+else t_fail "hooks run in lexical order with SKIFF_ROOTFS/SKIFF_PID" "$(cat $W/share/hooklog)"; fi
+check_out "-e beats the hook env file" "cli" st -e OVER=cli $W/bb.sqsh sh -c 'echo $OVER'
+printf '#!/bin/sh\necho boom >&2\nexit 4\n' >$H/30-fail; chmod 755 $H/30-fail; chown $TUSER: $H/30-fail
+t_fails_with "failing hook aborts, named, with status and stderr" "hook $H/30-fail failed \(exit status 4\): boom" st $W/bb.sqsh true
+rm -f $H/30-fail
+printf '#!/bin/sh\nsleep 30\n' >$H/40-slow; chmod 755 $H/40-slow; chown $TUSER: $H/40-slow
+EXTRA_ENV="SKIFF_HOOKS_DIR=$H SKIFF_HOOK_TIMEOUT=1"
+t_fails_with "hung hook is killed after the timeout" "hook $H/40-slow failed \(timed out after 1000 ms\)" st $W/bb.sqsh true
+rm -f $H/40-slow
+EXTRA_ENV=
+t_check "nothing left after hooks" leftovers
+
+# ---- named containers ----
+check_rc "create" 0 as_user "$SKIFF" create -n c1 $W/bb.sqsh
+t_fails_with "create twice is refused" "exists" as_user "$SKIFF" create -n c1 $W/bb.sqsh
+t_fails_with "bad name refused" "may only contain" as_user "$SKIFF" create -n ../x $W/bb.sqsh
+check_out "list" "c1	$W/bb.sqsh" as_user "$SKIFF" list
+check_rc "named start writes persist (1)" 0 st c1 sh -c 'echo persisted > /data.txt && rm /bin/vi'
+check_out "named start writes persist (2)" "persisted novi" st c1 sh -c 'echo $(cat /data.txt) $(test -e /bin/vi || echo novi)'
+st c1 sh -c 'touch /busy; sleep 3' >/dev/null 2>&1 &
+bpid=$!
+for _ in $(seq 100); do as_user test -e $W/data/containers/c1/upper/busy && break; sleep 0.05; done
+t_fails_with "a named container runs once at a time" "container 'c1' is in use" st c1 true
+kill -TERM "$(pgrep -o -u $TUSER -f "$SKIFF start c1 sh")" 2>/dev/null; wait $bpid
+check_rc "export" 0 as_user "$SKIFF" export -o $W/share/c1.sqsh c1
+check_out "start the exported image" "persisted novi default-cmd" st $W/share/c1.sqsh sh -c 'echo $(cat /data.txt) $(test -e /bin/vi || echo novi) $(echo default-cmd)'
+check_rc "remove" 0 as_user "$SKIFF" remove c1
+check_out "list after remove" "" as_user "$SKIFF" list
+t_fails_with "start a removed name" "neither a squashfs file nor a named container" st c1 true
+t_check "nothing left after named containers" leftovers
+
+# ---- extraction fallback: /dev/fuse unusable for this user ----
+touch $W/nofuse && chmod 000 $W/nofuse
+out=$(unshare -m sh -c "mount --bind $W/nofuse /dev/fuse && cd $W && setpriv --reuid=$TUID --regid=$TUID --init-groups env -i PATH=/usr/bin:/bin SKIFF_RUNTIME_PATH=$W/run $SKIFF start $W/bb.sqsh sh -c 'head -c 7 /.skiff/config.json; echo'" 2>&1)
+if [ "$out" = '{"Env":' ] ; then t_pass "extraction fallback without FUSE"; else t_fail "extraction fallback without FUSE" "$out"; fi
+
+# ---- the library the way the SPANK plugin drives it (root, euid = user) ----
+SANFLAGS=""   # a sanitizer build of libskiff (make asan-style BUILD) needs the runtime too
+nm "$BUILD/libskiff.a" 2>/dev/null | grep -q __asan_ && SANFLAGS="-fsanitize=address,undefined"
+LIBS="-lsquashfuse_ll -lsquashfuse $(pkg-config --libs mount libcap libarchive libsquashfs1 libcurl jansson fuse3) -lcrypto -lz -llzma -llz4 -lzstd -llzo2"
+if cc $SANFLAGS -std=gnu11 -D_GNU_SOURCE -I"$T_ROOT/runtime/lib" -o $W/plugin-sim "$T_ROOT/tests/integration/runtime-plugin-sim.c" \
+     "$BUILD/libskiff.a" $LIBS 2>$W/cc.log; then
+  out=$(cd $W && SKIFF_RUNTIME_PATH=$W/run $W/plugin-sim $TUID $TUID $W/bb.sqsh n1.42.0 2 \
+        sh -c 'echo "r$RANK $(id -u) $(pwd) $OVER $(grep -c "^CapEff:.0000000000000000" /proc/self/status)"' 2>&1)
+  if grep -q "state $W/run/n1.42.0" <<<"$out" && grep -qx "r0 $TUID /work image 1" <<<"$out" &&
+     grep -qx "r1 $TUID /work image 1" <<<"$out"; then t_pass "plugin flow: start as root for the user, join per task, stop"
+  else t_fail "plugin flow: start as root for the user, join per task, stop" "$out"; fi
+  t_check "nothing left after the plugin flow" leftovers
+else t_fail "plugin flow: build the driver" "$(cat $W/cc.log)"; fi
+
+# ---- doctor ----
+out=$(as_user "$SKIFF" doctor 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "ok:.*user + mount namespaces" <<<"$out" && grep -q "ok:.*/dev/fuse is usable" <<<"$out"; then
+  t_pass "doctor as user: all ok"; else t_fail "doctor as user: all ok" "rc=$rc $out"; fi
+out=$(unshare -m sh -c "mount --bind $W/nofuse /dev/fuse && $SKIFF doctor" 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "fix: chmod 0666 /dev/fuse" <<<"$out"; then t_pass "doctor reports /dev/fuse with its fix"
+else t_fail "doctor reports /dev/fuse with its fix" "rc=$rc $out"; fi
+t_check "nothing left at the end" leftovers
+t_done

@@ -1,0 +1,187 @@
+/* --container-* option parsing (plugin/options.c): pyxis names and meaning,
+ * tolerance to being called twice, environment fallbacks, clear errors. */
+#include <criterion/criterion.h>
+#include <sched.h>
+#include <string.h>
+
+#include "options.h"
+
+static struct skiff_opts o;
+static skiff_err err;
+
+static void setup(void)
+{
+    skiff_opts_init(&o);
+    skiff_err_clear(&err);
+}
+static void teardown(void)
+{
+    skiff_opts_free(&o);
+}
+TestSuite(options, .init = setup, .fini = teardown);
+
+Test(options, image_path_uri_and_bare)
+{
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_IMAGE, 0, "./a.sqsh", &err), 0, "%s", err.msg);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_IMAGE, 0, "/x/a.sqsh", &err), 0, "%s", err.msg);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_IMAGE, 0, "docker://nvcr.io#nvidia/pytorch:24.01", &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_IMAGE, 0, "ubuntu:22.04", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.image, "ubuntu:22.04"); /* last value wins */
+    cr_assert(skiff_opts_active(&o));
+}
+
+Test(options, sqsh_without_path_says_what_to_write)
+{
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_IMAGE, 0, "foo.sqsh", &err), -1);
+    cr_assert(strstr(err.msg, "write ./foo.sqsh"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "--container-image"), "%s", err.msg);
+    cr_assert_null(o.image);
+}
+
+Test(options, invalid_image_says_neither)
+{
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_IMAGE, 0, "Bad Image!", &err), -1);
+    cr_assert(strstr(err.msg, "neither a file path"), "%s", err.msg);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_IMAGE, 0, "", &err), -1);
+    cr_assert(strstr(err.msg, "needs an argument"), "%s", err.msg);
+}
+
+Test(options, mounts_split_dedupe_and_validate)
+{
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_MOUNTS, 0, "/a:/b,/c:/d:ro+rbind,tmpfs:/t", &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nmounts, 3);
+    /* Slurm calls callbacks twice: the same entries are not added again */
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_MOUNTS, 0, "/a:/b,/c:/d:ro+rbind,tmpfs:/t", &err), 0);
+    cr_assert_eq(o.nmounts, 3);
+    cr_assert_str_eq(o.mounts[1], "/c:/d:ro+rbind");
+    cr_assert_null(o.mounts[3]);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_MOUNTS, 0, "./rel:/r", &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nmounts, 4);
+}
+
+Test(options, mounts_errors)
+{
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_MOUNTS, 0, "/a:/b:bogus", &err), -1);
+    cr_assert(strstr(err.msg, "bogus"), "%s", err.msg);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_MOUNTS, 0, "/a:/b,,/c:/d", &err), -1);
+    cr_assert(strstr(err.msg, "empty mount entry"), "%s", err.msg);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_MOUNTS, 0, "/a:/b,", &err), -1);
+}
+
+Test(options, workdir_absolute_only)
+{
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_WORKDIR, 0, "rel", &err), -1);
+    cr_assert(strstr(err.msg, "absolute"), "%s", err.msg);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_WORKDIR, 0, "/w", &err), 0);
+    cr_assert_str_eq(o.workdir, "/w");
+}
+
+Test(options, name_modes)
+{
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_NAME, 0, "c1", &err), 0);
+    cr_assert_eq(o.name_mode, SKIFF_NAME_AUTO);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_NAME, 0, "c1:create", &err), 0);
+    cr_assert_eq(o.name_mode, SKIFF_NAME_CREATE);
+    cr_assert_str_eq(o.name, "c1");
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_NAME, 0, "c1:exec", &err), 0);
+    cr_assert_eq(o.name_mode, SKIFF_NAME_EXEC);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_NAME, 0, "c1:no_exec", &err), 0);
+    cr_assert_eq(o.name_mode, SKIFF_NAME_NO_EXEC);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_NAME, 0, "c1:often", &err), -1);
+    cr_assert(strstr(err.msg, "unknown mode 'often'"), "%s", err.msg);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_NAME, 0, "a/b", &err), -1);
+    cr_assert(strstr(err.msg, "not a valid container name"), "%s", err.msg);
+    cr_assert(skiff_opts_active(&o)); /* a name alone is a container */
+}
+
+Test(options, save_not_a_directory)
+{
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_SAVE, 0, "/out/", &err), -1);
+    cr_assert(strstr(err.msg, "is a directory"), "%s", err.msg);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_SAVE, 0, "./out.sqsh", &err), 0);
+}
+
+Test(options, booleans_last_wins)
+{
+    cr_assert_eq(o.writable, -1);
+    skiff_opts_set(&o, SKIFF_OPT_WRITABLE, 0, NULL, &err);
+    cr_assert_eq(o.writable, 0);
+    skiff_opts_set(&o, SKIFF_OPT_WRITABLE, 1, NULL, &err);
+    cr_assert_eq(o.writable, 1);
+    skiff_opts_set(&o, SKIFF_OPT_REMAP_ROOT, 1, NULL, &err);
+    skiff_opts_set(&o, SKIFF_OPT_REMAP_ROOT, 1, NULL, &err);
+    cr_assert_eq(o.remap_root, 1);
+    cr_assert(skiff_opts_isset(&o, SKIFF_OPT_REMAP_ROOT));
+    cr_assert(!skiff_opts_isset(&o, SKIFF_OPT_MOUNT_HOME));
+}
+
+Test(options, env_names_and_assignments)
+{
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_ENV, 0, "A,B_2,C=x=y", &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nenv, 3);
+    cr_assert_str_eq(o.env[2], "C=x=y");
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_ENV, 0, "1BAD", &err), -1);
+    cr_assert(strstr(err.msg, "not a variable name"), "%s", err.msg);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_ENV, 0, "A,", &err), -1);
+}
+
+Test(options, unshare)
+{
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_UNSHARE, 0, "net,ipc,uts", &err), 0);
+    cr_assert_eq(o.unshare_flags, CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_UNSHARE, 0, "pid", &err), -1);
+    cr_assert(strstr(err.msg, "unknown namespace 'pid'"), "%s", err.msg);
+}
+
+static const char *fake_env(void *ctx, const char *name)
+{
+    const char *const *kv = ctx;
+    for (size_t i = 0; kv[i]; i += 2)
+        if (!strcmp(kv[i], name))
+            return kv[i + 1];
+    return NULL;
+}
+
+Test(options, env_fallbacks_skiff_then_pyxis_cli_wins)
+{
+    const char *env[] = {"SKIFF_CONTAINER_IMAGE", "/s.sqsh", "PYXIS_CONTAINER_IMAGE", "/p.sqsh",
+                         "PYXIS_CONTAINER_WORKDIR", "/pw", "SKIFF_CONTAINER_READONLY", "yes",
+                         "PYXIS_CONTAINER_REMAP_ROOT", "1", "SKIFF_CONTAINER_MOUNTS", "/a:/b", NULL};
+    skiff_opts_set(&o, SKIFF_OPT_WORKDIR, 0, "/cli", &err);
+    cr_assert_eq(skiff_opts_from_env(&o, fake_env, env, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.image, "/s.sqsh");
+    cr_assert_str_eq(o.workdir, "/cli");
+    cr_assert_eq(o.writable, 0);
+    cr_assert_eq(o.remap_root, 1);
+    cr_assert_eq(o.nmounts, 1);
+}
+
+Test(options, env_fallback_bad_bool_names_variable)
+{
+    const char *env[] = {"PYXIS_CONTAINER_MOUNT_HOME", "maybe", NULL};
+    cr_assert_eq(skiff_opts_from_env(&o, fake_env, env, &err), -1);
+    cr_assert(strstr(err.msg, "PYXIS_CONTAINER_MOUNT_HOME='maybe'"), "%s", err.msg);
+}
+
+Test(options, check_combinations)
+{
+    skiff_opts_set(&o, SKIFF_OPT_MOUNTS, 0, "/a:/b", &err);
+    cr_assert_eq(skiff_opts_check(&o, &err), -1);
+    cr_assert(strstr(err.msg, "needs --container-image"), "%s", err.msg);
+    skiff_opts_set(&o, SKIFF_OPT_IMAGE, 0, "/i.sqsh", &err);
+    cr_assert_eq(skiff_opts_check(&o, &err), 0);
+    skiff_opts_set(&o, SKIFF_OPT_SAVE, 0, "/o.sqsh", &err);
+    skiff_opts_set(&o, SKIFF_OPT_WRITABLE, 0, NULL, &err);
+    cr_assert_eq(skiff_opts_check(&o, &err), -1);
+    cr_assert(strstr(err.msg, "nothing to save"), "%s", err.msg);
+}
+
+Test(options, parse_bool)
+{
+    cr_assert_eq(skiff_parse_bool("YES"), 1);
+    cr_assert_eq(skiff_parse_bool("0"), 0);
+    cr_assert_eq(skiff_parse_bool("n"), 0);
+    cr_assert_eq(skiff_parse_bool("2"), -1);
+    cr_assert_eq(skiff_parse_bool(NULL), -1);
+}

@@ -1,0 +1,112 @@
+/* Unit tests for pyxis-style mount specs and hook fstab lines. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include "mountspec.h"
+
+Test(mountspec, src_dst_defaults)
+{
+    struct skiff_mount m;
+    skiff_err err = {0};
+    cr_assert_eq(skiff_mountspec_parse("/data:/mnt/data", &m, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(m.src, "/data");
+    cr_assert_str_eq(m.dst, "/mnt/data");
+    cr_assert(!m.readonly && !m.recursive && !m.tmpfs && !m.noexec);
+    cr_assert_eq(m.create, SKIFF_CREATE_AUTO);
+    skiff_mount_free(&m);
+}
+
+Test(mountspec, src_only_means_same_dst)
+{
+    struct skiff_mount m;
+    skiff_err err = {0};
+    cr_assert_eq(skiff_mountspec_parse("/scratch", &m, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(m.dst, "/scratch");
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse("/scratch::ro", &m, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(m.dst, "/scratch");
+    cr_assert(m.readonly);
+    skiff_mount_free(&m);
+}
+
+Test(mountspec, pyxis_flags_plus_separated)
+{
+    struct skiff_mount m;
+    skiff_err err = {0};
+    cr_assert_eq(skiff_mountspec_parse("/a:/b:ro+rbind+x-create=file+rprivate", &m, &err), 0, "%s",
+                 err.msg);
+    cr_assert(m.readonly && m.recursive);
+    cr_assert_eq(m.create, SKIFF_CREATE_FILE);
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse("/a:/b:ro,rw,x-create=dir", &m, &err), 0, "%s", err.msg);
+    cr_assert(!m.readonly, "later rw wins over ro");
+    cr_assert_eq(m.create, SKIFF_CREATE_DIR);
+    skiff_mount_free(&m);
+}
+
+Test(mountspec, tmpfs)
+{
+    struct skiff_mount m;
+    skiff_err err = {0};
+    cr_assert_eq(skiff_mountspec_parse("tmpfs:/scratch:size=64m+mode=1777", &m, &err), 0, "%s",
+                 err.msg);
+    cr_assert(m.tmpfs);
+    cr_assert_null(m.src);
+    cr_assert_str_eq(m.dst, "/scratch");
+    cr_assert_str_eq(m.data, "size=64m,mode=1777");
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse("tmpfs", &m, &err), -1);
+    cr_assert(strstr(err.msg, "tmpfs needs a destination"), "%s", err.msg);
+}
+
+Test(mountspec, errors_say_why)
+{
+    struct skiff_mount m;
+    skiff_err err = {0};
+    struct {
+        const char *spec, *want;
+    } cases[] = {
+        {"", "empty mount spec"},
+        {"data:/x", "not an absolute path"},
+        {"/x:rel", "not an absolute path"},
+        {"/x:/y:ro:extra", "too many ':'"},
+        {"/x:/y:bogus", "unknown mount flag 'bogus'"},
+        {"/x:/y:x-create=socket", "unknown x-create value"},
+        {"/x:/y/../../etc", "contains '..'"},
+        {"/x:/y:size=1m", "unknown mount flag 'size=1m'"},
+        {"tmpfs:/t:size=lots", "bad tmpfs option"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        skiff_err_clear(&err);
+        cr_assert_eq(skiff_mountspec_parse(cases[i].spec, &m, &err), -1, "'%s' accepted", cases[i].spec);
+        cr_assert(strstr(err.msg, cases[i].want), "'%s': got '%s'", cases[i].spec, err.msg);
+        cr_assert_eq(err.code, EINVAL);
+        cr_assert_null(m.dst);
+    }
+    /* dotdot inside a name is fine */
+    cr_assert_eq(skiff_mountspec_parse("/x:/y/a..b", &m, &err), 0, "%s", err.msg);
+    skiff_mount_free(&m);
+}
+
+Test(mountspec, fstab_lines)
+{
+    struct skiff_mount m;
+    skiff_err err = {0};
+    cr_assert_eq(skiff_mountspec_parse_fstab("/dev/shm /dev/shm none rbind,x-create=dir 0 0", &m, &err), 0,
+                 "%s", err.msg);
+    cr_assert_str_eq(m.src, "/dev/shm");
+    cr_assert(m.recursive);
+    cr_assert_eq(m.create, SKIFF_CREATE_DIR);
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse_fstab("  # comment", &m, &err), 0);
+    cr_assert_null(m.dst);
+    cr_assert_eq(skiff_mountspec_parse_fstab("", &m, &err), 0);
+    cr_assert_null(m.dst);
+    cr_assert_eq(skiff_mountspec_parse_fstab("tmpfs /run tmpfs size=1m", &m, &err), 0, "%s", err.msg);
+    cr_assert(m.tmpfs);
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse_fstab("/a /b ext4 ro", &m, &err), -1);
+    cr_assert(strstr(err.msg, "unsupported type 'ext4'"), "%s", err.msg);
+    cr_assert_eq(skiff_mountspec_parse_fstab("/a /b", &m, &err), -1);
+}
