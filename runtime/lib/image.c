@@ -37,7 +37,8 @@ struct layer {
     long long size;
     /* Registry layers not in the cache are downloaded by a thread while the
      * layers before them are applied, and applied while they download. */
-    int state;                       /* BLOB_* (guarded by job.mu) */
+    bool remote;                     /* set while planning: downloaded by the fetcher */
+    int state;                       /* BLOB_* (guarded by job.mu once it runs) */
     unsigned long long avail;        /* bytes written so far */
     char tmp[SKIFF_PATH_MAX + 16];   /* the file being written */
     char error[SKIFF_ERR_MSG_MAX];   /* why the download failed */
@@ -310,6 +311,7 @@ static int registry_blob(struct job *j, const char *digest, bool layer, struct l
         return 0; /* cached: checked again while it is read */
     if (layer) {
         out->state = BLOB_PENDING; /* fetched while the layers are applied */
+        out->remote = true;
         return 0;
     }
     char tmp[SKIFF_PATH_MAX + 16];
@@ -817,7 +819,7 @@ static int apply_layers(struct job *j, int rootfd, skiff_err *err)
     unsigned long devices = 0, setid = 0, xattrs = 0;
     bool pending = false;
     for (size_t i = 0; i < j->nlayers; i++)
-        pending |= j->layers[i].state == BLOB_PENDING;
+        pending |= j->layers[i].remote;
     if (pending) {
         pthread_mutex_init(&j->mu, NULL);
         pthread_cond_init(&j->cv, NULL);
@@ -834,7 +836,7 @@ static int apply_layers(struct job *j, int rootfd, skiff_err *err)
         double t0 = now_s();
         struct skiff_layer_stats st;
         int rv;
-        if (l->state != BLOB_READY) {
+        if (l->remote) {
             /* Streamed while it downloads; the fetcher checks the digest. */
             struct fetch_progress fp = {j, l};
             int bfd = open_fetched(j, l, err);
@@ -844,10 +846,10 @@ static int apply_layers(struct job *j, int rootfd, skiff_err *err)
                                                     &st, err);
             if (rv == 0)
                 rv = fetched_ok(j, l, err);
-            else if (l->state == BLOB_FAILED) /* the download's error is the cause */
-                skiff_error(err, 0, "download: %s", l->error);
             if (rv < 0) {
-                fetch_stop(j);
+                fetch_stop(j); /* joined: l->state is ours to read now */
+                if (l->state == BLOB_FAILED) /* the download's error is the cause */
+                    skiff_error(err, 0, "download: %s", l->error);
                 return skiff_err_wrap(err, "layer %zu/%zu %s", i + 1, j->nlayers, l->digest);
             }
         } else {
