@@ -75,14 +75,16 @@ import json, os, statistics, sys
 res = json.load(open(sys.argv[1]))["results"] + json.load(open(sys.argv[3]))["results"]
 w = sys.argv[2]
 files = {"gzip layer, cold": "a.sqsh", "zstd layer, cold": "b.sqsh", "layer cached": "c.sqsh", "(floor)": "m.sqsh", "level 15": "d.sqsh"}
-print("| what | median s | min s | max s | output MB |")
-print("|---|---|---|---|---|")
+floor = [statistics.median(r["times"]) for r in res if "(floor)" in r["command"]][0]
+print("| what | median s | min s | max s | median / floor | output MB |")
+print("|---|---|---|---|---|---|")
 for r in res:
     size = ""
     for k, f in files.items():
         if k in r["command"] and os.path.exists(os.path.join(w, f)):
             size = "%.1f" % (os.path.getsize(os.path.join(w, f)) / 1e6)
-    print("| %s | %.2f | %.2f | %.2f | %s |" % (r["command"], statistics.median(r["times"]), min(r["times"]), max(r["times"]), size))
+    med = statistics.median(r["times"])
+    print("| %s | %.2f | %.2f | %.2f | %.2f | %s |" % (r["command"], med, min(r["times"]), max(r["times"]), med / floor, size))
 EOP
 echo
 echo "Target: import <= 1.5 s on 2 cores. Load after: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared: compare rows of one run)."
