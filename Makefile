@@ -57,7 +57,7 @@ $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(PIC_CFLAGS) -MMD -MP -c $< -o $@
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -path $(BUILD)/bench-cache -prune -o -name '*.d' -type f -print 2>/dev/null)
 
 deps:
 	scripts/install-deps all

@@ -33,6 +33,9 @@ $(BUILD)/tests/unit/runtime/%: $(BUILD)/tests/unit/runtime/%.o $(LIBSKIFF)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS) -lcriterion
 UNIT_TESTS += $(RUNTIME_UNIT)
 
+INTEGRATION_TESTS += tests/integration/runtime-import.sh
+BENCHES += tests/bench/import.sh
+
 # Container half: integration suite, start benchmark, man page.
 INTEGRATION_TESTS += tests/integration/runtime-start.sh
 BENCHES += tests/bench/start.sh

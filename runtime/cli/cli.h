@@ -25,6 +25,7 @@ struct skiff_container;
  * status (128+N for signal N). Shared by start and exec. */
 int cli_run_in(struct skiff_container *c, _Bool use_entrypoint, char *const *user_argv, const char *workdir,
                _Bool remap_root, int join_pid);
+int cmd_resolve(int argc, char **argv);
 
 /* Loads the configuration the CLI uses (file + SKIFF_* env); on failure prints
  * "skiff: MESSAGE" and returns -1. */

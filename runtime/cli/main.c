@@ -29,6 +29,7 @@ static const struct verb {
     {"export", cmd_export, "write a named container's root filesystem as a squashfs image"},
     {"exec", cmd_exec, "run a command in a running container"},
     {"doctor", cmd_doctor, "check this host for what unprivileged containers need"},
+    {"resolve", cmd_resolve, "resolve --container-image's argument (importing into the cache) and print the squashfs path"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "print this list"},
 };

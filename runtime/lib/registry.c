@@ -1,0 +1,578 @@
+#include "registry.h"
+
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#define MANIFEST_MAX (4u << 20)
+
+static const char *const accept_manifests =
+    "Accept: application/vnd.oci.image.index.v1+json, "
+    "application/vnd.docker.distribution.manifest.list.v2+json, "
+    "application/vnd.oci.image.manifest.v1+json, "
+    "application/vnd.docker.distribution.manifest.v2+json";
+
+struct endpoint {
+    char host[256];
+    char base[320]; /* scheme://host */
+};
+
+struct skiff_registry {
+    const struct skiff_config *cfg;
+    const struct skiff_ref *ref;
+    CURL *curl;
+    struct endpoint ep[2];
+    int nep;
+    int cur; /* endpoint that served the manifest */
+    char login[256], password[256];
+    bool have_creds;
+    char *token; /* bearer token, once obtained */
+    char challenge[1024];
+};
+
+/* ---- credentials ------------------------------------------------------ */
+
+static char *next_token(char **p)
+{
+    char *s = *p;
+    while (*s && isspace((unsigned char)*s))
+        s++;
+    if (!*s)
+        return NULL;
+    char *start = s;
+    while (*s && !isspace((unsigned char)*s))
+        s++;
+    if (*s)
+        *s++ = '\0';
+    *p = s;
+    return start;
+}
+
+int skiff_credentials_lookup(const char *path, const char *host, const char *user, char *login,
+                             size_t ln, char *password, size_t pn, skiff_err *err)
+{
+    if (!path || !*path)
+        return 0;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return errno == ENOENT || errno == EACCES ? 0 : skiff_error(err, errno, "open %s", path);
+    /* netrc is a token stream; read it whole (it is small). */
+    char *data = NULL;
+    size_t size = 0;
+    FILE *m = open_memstream(&data, &size);
+    char buf[4096];
+    size_t n;
+    while (m && (n = fread(buf, 1, sizeof(buf), f)) > 0)
+        fwrite(buf, 1, n, m);
+    fclose(f);
+    if (!m)
+        return skiff_error(err, ENOMEM, "read %s", path);
+    fclose(m);
+    char hostonly[256];
+    snprintf(hostonly, sizeof(hostonly), "%s", host);
+    char *colon = strrchr(hostonly, ':');
+    if (colon && !strchr(hostonly, ']'))
+        *colon = '\0';
+    int found = 0;
+    char *p = data, *t;
+    bool in_match = false, is_default = false;
+    char cl[256] = "", cp[256] = "";
+    bool have_l = false, have_p = false;
+    while (!found && (t = next_token(&p))) {
+        bool starts = !strcmp(t, "machine") || !strcmp(t, "default");
+        if (starts) {
+            if (in_match && have_l && have_p && (!user || !*user || !strcmp(user, cl)))
+                found = 1;
+            if (found)
+                break;
+            in_match = false;
+            have_l = have_p = false;
+            if (!strcmp(t, "default")) {
+                in_match = true;
+                is_default = true;
+            } else {
+                char *mach = next_token(&p);
+                in_match = mach && (!strcmp(mach, host) || !strcmp(mach, hostonly));
+                is_default = false;
+            }
+        } else if (!strcmp(t, "login") && (t = next_token(&p))) {
+            snprintf(cl, sizeof(cl), "%s", t);
+            have_l = true;
+        } else if (!strcmp(t, "password") && (t = next_token(&p))) {
+            snprintf(cp, sizeof(cp), "%s", t);
+            have_p = true;
+        }
+    }
+    if (!found && in_match && have_l && have_p && (!user || !*user || !strcmp(user, cl)))
+        found = 1;
+    (void)is_default;
+    if (found) {
+        snprintf(login, ln, "%s", cl);
+        snprintf(password, pn, "%s", cp);
+    }
+    explicit_bzero(cp, sizeof(cp));
+    if (data)
+        explicit_bzero(data, size);
+    free(data);
+    return found;
+}
+
+/* ---- HTTP ------------------------------------------------------------- */
+
+struct sink {
+    /* memory */
+    char *buf;
+    size_t len, cap, max;
+    /* file */
+    int fd;
+    struct skiff_sha256 *hash;
+    int write_errno;
+    CURL *curl;
+    unsigned long long written;
+    int (*progress)(void *ctx, unsigned long long bytes);
+    void *progress_ctx;
+};
+
+static size_t write_cb(char *data, size_t size, size_t nmemb, void *ud)
+{
+    struct sink *s = ud;
+    size_t n = size * nmemb;
+    if (s->fd >= 0) {
+        /* Only a 200's body is blob data (a reader may be streaming the file). */
+        long code = 0;
+        curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &code);
+        if (code != 200)
+            return n;
+        size_t left = n;
+        const char *p = data;
+        while (left) {
+            ssize_t w = write(s->fd, p, left);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                s->write_errno = errno;
+                return 0;
+            }
+            p += w;
+            left -= (size_t)w;
+        }
+        if (s->hash)
+            skiff_sha256_update(s->hash, data, n);
+        s->written += n;
+        if (s->progress && s->progress(s->progress_ctx, s->written) != 0) {
+            s->write_errno = ECANCELED;
+            return 0;
+        }
+        return n;
+    }
+    if (s->len + n + 1 > s->max) {
+        s->write_errno = EFBIG;
+        return 0;
+    }
+    if (s->len + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16384;
+        while (cap < s->len + n + 1)
+            cap *= 2;
+        char *nb = realloc(s->buf, cap);
+        if (!nb) {
+            s->write_errno = ENOMEM;
+            return 0;
+        }
+        s->buf = nb;
+        s->cap = cap;
+    }
+    memcpy(s->buf + s->len, data, n);
+    s->len += n;
+    s->buf[s->len] = '\0';
+    return n;
+}
+
+struct hdrs {
+    char *challenge;
+    size_t chsize;
+};
+
+static size_t header_cb(char *data, size_t size, size_t nmemb, void *ud)
+{
+    struct hdrs *h = ud;
+    size_t n = size * nmemb;
+    /* A new response (after a redirect) starts with its status line. */
+    if (n > 5 && !strncmp(data, "HTTP/", 5))
+        h->challenge[0] = '\0';
+    static const char key[] = "www-authenticate:";
+    if (n > sizeof(key) && !strncasecmp(data, key, sizeof(key) - 1)) {
+        size_t off = sizeof(key) - 1;
+        while (off < n && (data[off] == ' ' || data[off] == '\t'))
+            off++;
+        size_t len = n - off;
+        while (len && (data[off + len - 1] == '\r' || data[off + len - 1] == '\n'))
+            len--;
+        if (len >= h->chsize)
+            len = h->chsize - 1;
+        memcpy(h->challenge, data + off, len);
+        h->challenge[len] = '\0';
+    }
+    return n;
+}
+
+static bool plain_http_ok(const struct skiff_config *cfg, const char *host)
+{
+    return cfg->allow_http || skiff_ref_is_loopback(host);
+}
+
+/* One GET. auth: 0 none, 1 bearer token, 2 basic credentials. */
+static int http_get(struct skiff_registry *r, const char *url, const char *accept, int auth,
+                    struct sink *s, long *status, skiff_err *err)
+{
+    CURL *c = r->curl;
+    curl_easy_reset(c);
+    struct curl_slist *h = NULL;
+    char authz[8192];
+    if (accept)
+        h = curl_slist_append(h, accept);
+    if (auth == 1 && r->token) {
+        snprintf(authz, sizeof(authz), "Authorization: Bearer %s", r->token);
+        h = curl_slist_append(h, authz);
+    }
+    struct hdrs hd = {.challenge = r->challenge, .chsize = sizeof(r->challenge)};
+    r->challenge[0] = '\0';
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "skiff/" SKIFF_VERSION);
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    /* Blob redirects go to storage hosts: https only unless http was allowed. */
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, r->cfg->allow_http ? "http,https" : "https");
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)(r->cfg->connect_timeout_s ? r->cfg->connect_timeout_s : 30));
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &hd);
+    if (auth == 2 && r->have_creds) {
+        curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(c, CURLOPT_USERNAME, r->login);
+        curl_easy_setopt(c, CURLOPT_PASSWORD, r->password);
+    }
+    char ebuf[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
+    CURLcode rc = curl_easy_perform(c);
+    curl_slist_free_all(h);
+    if (rc != CURLE_OK) {
+        if (s->write_errno)
+            return skiff_error(err, s->write_errno, "GET %s", url);
+        return skiff_error(err, rc == CURLE_COULDNT_CONNECT ? ECONNREFUSED : 0, "GET %s: %s", url,
+                           ebuf[0] ? ebuf : curl_easy_strerror(rc));
+    }
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+    return 0;
+}
+
+/* Extracts key="value" from a WWW-Authenticate challenge. */
+static void challenge_param(const char *ch, const char *key, char *out, size_t n)
+{
+    out[0] = '\0';
+    size_t kl = strlen(key);
+    for (const char *p = ch; (p = strcasestr(p, key)); p += kl) {
+        if (p != ch && p[-1] != ' ' && p[-1] != ',')
+            continue;
+        if (p[kl] != '=')
+            continue;
+        const char *v = p + kl + 1;
+        size_t len;
+        if (*v == '"') {
+            v++;
+            const char *e = strchr(v, '"');
+            len = e ? (size_t)(e - v) : strlen(v);
+        } else {
+            len = strcspn(v, ", ");
+        }
+        if (len >= n)
+            len = n - 1;
+        memcpy(out, v, len);
+        out[len] = '\0';
+        return;
+    }
+}
+
+static int fetch_token(struct skiff_registry *r, const char *challenge, skiff_err *err)
+{
+    char realm[1024], service[256], scope[640];
+    challenge_param(challenge, "realm", realm, sizeof(realm));
+    challenge_param(challenge, "service", service, sizeof(service));
+    challenge_param(challenge, "scope", scope, sizeof(scope));
+    if (!realm[0])
+        return skiff_error(err, 0, "registry asked for a bearer token without a realm");
+    if (!scope[0])
+        snprintf(scope, sizeof(scope), "repository:%s:pull", r->ref->repository);
+    if (strncmp(realm, "https://", 8) != 0) {
+        char rhost[256] = "";
+        if (!strncmp(realm, "http://", 7))
+            sscanf(realm + 7, "%255[^/]", rhost);
+        if (!rhost[0] || !plain_http_ok(r->cfg, rhost))
+            return skiff_error(err, 0, "token realm %s is not https (set allow_http = yes to allow it)", realm);
+    }
+    CURL *c = r->curl;
+    char *es = curl_easy_escape(c, service, 0), *esc = curl_easy_escape(c, scope, 0);
+    char url[2048];
+    snprintf(url, sizeof(url), "%s%sservice=%s&scope=%s", realm, strchr(realm, '?') ? "&" : "?",
+             es ? es : "", esc ? esc : "");
+    curl_free(es);
+    curl_free(esc);
+    struct sink s = {.fd = -1, .max = 1u << 20};
+    long status = 0;
+    int rv = http_get(r, url, NULL, r->have_creds ? 2 : 0, &s, &status, err);
+    if (rv < 0) {
+        free(s.buf);
+        return skiff_err_wrap(err, "token");
+    }
+    if (status != 200) {
+        free(s.buf);
+        if (status == 401 || status == 403)
+            return skiff_error(err, 0, "token server %s refused (HTTP %ld): %s", realm, status,
+                               r->have_creds ? "check the login and password in the credentials file"
+                                             : "add 'machine HOST login USER password PASS' to the credentials file");
+        return skiff_error(err, 0, "token server %s: HTTP %ld", realm, status);
+    }
+    json_error_t je;
+    json_t *j = json_loadb(s.buf ? s.buf : "", s.len, 0, &je);
+    free(s.buf);
+    const char *tok = NULL;
+    if (j) {
+        tok = json_string_value(json_object_get(j, "token"));
+        if (!tok)
+            tok = json_string_value(json_object_get(j, "access_token"));
+    }
+    if (!tok) {
+        json_decref(j);
+        return skiff_error(err, 0, "token server %s: no token in the answer", realm);
+    }
+    free(r->token);
+    r->token = strdup(tok);
+    json_decref(j);
+    return r->token ? 0 : skiff_error(err, ENOMEM, "token");
+}
+
+/* GET with the auth dance: anonymous (or cached token) first, then what the
+ * registry's 401 challenge asks for. */
+static int authed_get(struct skiff_registry *r, const char *url, const char *accept, struct sink *s,
+                      long *status, skiff_err *err)
+{
+    int auth = r->token ? 1 : 0;
+    bool fresh_token = false; /* a cached token may have expired: renew it once */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        off_t start = s->fd >= 0 ? lseek(s->fd, 0, SEEK_CUR) : 0;
+        if (http_get(r, url, accept, auth, s, status, err) < 0)
+            return -1;
+        if (*status != 401)
+            return 0;
+        /* Throw away the 401 body. */
+        if (s->fd >= 0) {
+            if (ftruncate(s->fd, start) < 0 || lseek(s->fd, start, SEEK_SET) < 0)
+                return skiff_error(err, errno, "truncate");
+        } else {
+            s->len = 0;
+        }
+        if (!strncasecmp(r->challenge, "Bearer", 6) && !fresh_token) {
+            if (fetch_token(r, r->challenge, err) < 0)
+                return -1;
+            auth = 1;
+            fresh_token = true;
+        } else if (!strncasecmp(r->challenge, "Basic", 5) && auth != 2 && r->have_creds) {
+            auth = 2;
+        } else {
+            break;
+        }
+    }
+    if (*status == 401)
+        return skiff_error(err, 0, "%s: authentication required (HTTP 401): %s", url,
+                           r->have_creds ? "the credentials in the credentials file were refused"
+                                         : "add 'machine HOST login USER password PASS' to the credentials file (credentials_file)");
+    return 0;
+}
+
+static void registry_error_text(const struct sink *s, char *out, size_t n)
+{
+    out[0] = '\0';
+    if (!s->buf)
+        return;
+    json_error_t je;
+    json_t *j = json_loadb(s->buf, s->len, 0, &je);
+    json_t *e0 = json_array_get(json_object_get(j, "errors"), 0);
+    const char *code = json_string_value(json_object_get(e0, "code"));
+    const char *msg = json_string_value(json_object_get(e0, "message"));
+    if (code || msg)
+        snprintf(out, n, " (%s%s%s)", code ? code : "", code && msg ? ": " : "", msg ? msg : "");
+    json_decref(j);
+}
+
+int skiff_registry_open(struct skiff_registry **out, const struct skiff_config *cfg,
+                        const struct skiff_ref *ref, skiff_err *err)
+{
+    static bool curl_ready;
+    if (!curl_ready) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
+            return skiff_error(err, 0, "curl_global_init failed");
+        curl_ready = true;
+    }
+    struct skiff_registry *r = calloc(1, sizeof(*r));
+    if (!r)
+        return skiff_error(err, ENOMEM, "registry");
+    r->cfg = cfg;
+    r->ref = ref;
+    r->curl = curl_easy_init();
+    if (!r->curl) {
+        free(r);
+        return skiff_error(err, ENOMEM, "curl_easy_init");
+    }
+    const char *hosts[2] = {cfg->registry_mirror[0] ? cfg->registry_mirror : NULL, skiff_ref_endpoint(ref)};
+    for (int i = 0; i < 2; i++) {
+        if (!hosts[i])
+            continue;
+        struct endpoint *e = &r->ep[r->nep++];
+        snprintf(e->host, sizeof(e->host), "%s", hosts[i]);
+        snprintf(e->base, sizeof(e->base), "%s://%s", plain_http_ok(cfg, hosts[i]) ? "http" : "https", hosts[i]);
+    }
+    int found = skiff_credentials_lookup(cfg->credentials_file, ref->registry, ref->user, r->login,
+                                         sizeof(r->login), r->password, sizeof(r->password), err);
+    if (found < 0) {
+        skiff_registry_close(r);
+        return skiff_err_wrap(err, "credentials");
+    }
+    r->have_creds = found == 1;
+    if (ref->user[0] && !r->have_creds) {
+        skiff_registry_close(r);
+        return skiff_error(err, 0, "no password for user '%s' at %s in %s (add 'machine %s login %s password ...')",
+                           ref->user, ref->registry, cfg->credentials_file, ref->registry, ref->user);
+    }
+    *out = r;
+    return 0;
+}
+
+void skiff_registry_close(struct skiff_registry *r)
+{
+    if (!r)
+        return;
+    if (r->curl)
+        curl_easy_cleanup(r->curl);
+    free(r->token);
+    explicit_bzero(r->password, sizeof(r->password));
+    free(r);
+}
+
+int skiff_registry_manifest(struct skiff_registry *r, const char *reference, char **body,
+                            size_t *len, char *media_type, size_t mtlen,
+                            char digest[SKIFF_DIGEST_LEN], skiff_err *err)
+{
+    skiff_err first;
+    skiff_err_clear(&first);
+    for (int i = 0; i < r->nep; i++) {
+        char url[2048];
+        snprintf(url, sizeof(url), "%s/v2/%s/manifests/%s", r->ep[i].base, r->ref->repository, reference);
+        struct sink s = {.fd = -1, .max = MANIFEST_MAX};
+        long status = 0;
+        skiff_err e;
+        skiff_err_clear(&e);
+        if (authed_get(r, url, accept_manifests, &s, &status, &e) < 0) {
+            free(s.buf);
+            if (!first.msg[0])
+                first = e;
+            *err = e;
+            continue; /* next endpoint (the mirror may be down) */
+        }
+        if (status != 200) {
+            char detail[512];
+            registry_error_text(&s, detail, sizeof(detail));
+            free(s.buf);
+            if (status == 404)
+                skiff_error(&e, 0, "manifest %s:%s not found on %s (HTTP 404%s); check the image name and tag",
+                            r->ref->repository, reference, r->ep[i].host, detail);
+            else
+                skiff_error(&e, 0, "manifest %s:%s on %s: HTTP %ld%s", r->ref->repository, reference,
+                            r->ep[i].host, status, detail);
+            *err = e;
+            continue;
+        }
+        if (!s.buf) {
+            *err = e;
+            skiff_error(err, 0, "manifest %s: empty answer from %s", reference, r->ep[i].host);
+            continue;
+        }
+        if (skiff_digest_buf(s.buf, s.len, digest, err) < 0) {
+            free(s.buf);
+            return -1;
+        }
+        if (!strncmp(reference, "sha256:", 7) && strcmp(reference, digest) != 0) {
+            free(s.buf);
+            return skiff_error(err, 0, "manifest digest mismatch from %s: asked for %s, got %s",
+                               r->ep[i].host, reference, digest);
+        }
+        char *ct = NULL;
+        curl_easy_getinfo(r->curl, CURLINFO_CONTENT_TYPE, &ct);
+        snprintf(media_type, mtlen, "%s", ct ? ct : "");
+        char *semi = strchr(media_type, ';');
+        if (semi)
+            *semi = '\0';
+        r->cur = i;
+        *body = s.buf;
+        *len = s.len;
+        return 0;
+    }
+    return -1;
+}
+
+int skiff_registry_blob(struct skiff_registry *r, const char *digest, int fd, skiff_err *err)
+{
+    return skiff_registry_blob_progress(r, digest, fd, NULL, NULL, err);
+}
+
+int skiff_registry_blob_progress(struct skiff_registry *r, const char *digest, int fd,
+                                 int (*progress)(void *ctx, unsigned long long bytes), void *ctx,
+                                 skiff_err *err)
+{
+    for (int k = 0; k < r->nep; k++) {
+        int i = (r->cur + k) % r->nep;
+        char url[2048];
+        snprintf(url, sizeof(url), "%s/v2/%s/blobs/%s", r->ep[i].base, r->ref->repository, digest);
+        if (ftruncate(fd, 0) < 0 || lseek(fd, 0, SEEK_SET) < 0)
+            return skiff_error(err, errno, "truncate blob file");
+        struct skiff_sha256 h;
+        if (skiff_sha256_init(&h, err) < 0)
+            return -1;
+        /* A retry (next endpoint) rewrites the file from the start; the bytes
+         * are the same, as blobs are content-addressed. */
+        if (progress && progress(ctx, 0) != 0) {
+            skiff_sha256_abort(&h);
+            return skiff_error(err, ECANCELED, "blob %s", digest);
+        }
+        struct sink s = {.fd = fd, .hash = &h, .curl = r->curl, .progress = progress, .progress_ctx = ctx};
+        long status = 0;
+        if (authed_get(r, url, NULL, &s, &status, err) < 0) {
+            skiff_sha256_abort(&h);
+            if (s.write_errno == ECANCELED)
+                return -1;
+            continue;
+        }
+        if (status != 200) {
+            skiff_sha256_abort(&h);
+            skiff_error(err, status == 404 ? ENOENT : 0, "blob %s on %s: HTTP %ld", digest, r->ep[i].host, status);
+            continue;
+        }
+        char got[SKIFF_DIGEST_LEN];
+        skiff_sha256_final(&h, got);
+        if (strcmp(got, digest) != 0)
+            return skiff_error(err, 0, "blob %s from %s: digest mismatch (got %s)", digest, r->ep[i].host, got);
+        return 0;
+    }
+    return -1;
+}

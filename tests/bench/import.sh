@@ -1,0 +1,90 @@
+#!/bin/bash
+# Benchmark: skiff import of a ~300 MB debootstrap (bookworm, minbase) image
+# from a real registry on 127.0.0.1, next to mksquashfs of the same tree (the
+# floor: import = download + unpack + the same squash). Prints a markdown
+# table of medians. The tree is made once under build/bench-cache (debootstrap
+# with the Debian mirror apt is configured with).
+#   BENCH_RUNS=N (default 5)   BENCH_TEMP=DIR scratch for skiff (default /tmp)
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+SKIFF=$BUILD/bin/skiff
+RUNS=${BENCH_RUNS:-5}
+CACHE=$BUILD/bench-cache
+TREE=$CACHE/bookworm
+source "$ROOT/tests/integration/lib/registry.sh"
+
+for tool in debootstrap docker-registry skopeo mksquashfs hyperfine zstd; do
+  command -v "$tool" >/dev/null || { echo "bench import: $tool missing (scripts/install-deps test)"; exit 1; }
+done
+mkdir -p "$CACHE"
+
+apt_mirror() {  # the first Debian mirror apt uses for bookworm
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk '/^URIs:/{u=$2} /^Suites:/{if ($0 ~ /bookworm( |$)/ && u !~ /security/) {print u; exit}} /^$/{u=""}' "$f"
+  done | head -1
+  [ -f /etc/apt/sources.list ] && awk '$1=="deb" && $3=="bookworm"{print $2; exit}' /etc/apt/sources.list
+}
+
+if [ ! -f "$TREE.done" ]; then
+  mirror=$(apt_mirror | head -1)
+  [ -n "$mirror" ] || { echo "bench import: no bookworm mirror in apt's sources"; exit 1; }
+  rm -rf "$TREE"
+  echo "bench import: debootstrap --variant=minbase bookworm (once, ~1 min)" >&2
+  debootstrap --variant=minbase bookworm "$TREE" "$mirror" >"$CACHE/debootstrap.log" 2>&1 \
+    || { echo "bench import: debootstrap failed, see $CACHE/debootstrap.log"; exit 1; }
+  touch "$TREE.done"
+fi
+if [ ! -f "$CACHE/layout.done" ]; then
+  rm -rf "$CACHE/layout" "$CACHE/bookworm.tar"
+  tar -C "$TREE" --numeric-owner -cf "$CACHE/bookworm.tar" . &&
+  "$ROOT/tests/integration/lib/mkimage.py" "$CACHE/layout" --from-tar gzip "$CACHE/bookworm.tar" gzip &&
+  "$ROOT/tests/integration/lib/mkimage.py" "$CACHE/layout" --from-tar zstd "$CACHE/bookworm.tar" zstd &&
+  rm -f "$CACHE/bookworm.tar" && touch "$CACHE/layout.done" || { echo "bench import: image build failed"; exit 1; }
+fi
+
+W=$(mktemp -d /tmp/skiff-bench.XXXXXX)
+trap 'registry_stop; rm -rf "$W"' EXIT
+registry_start "$W/reg" || exit 1
+R=127.0.0.1:$REG_PORT
+skopeo copy -q --dest-tls-verify=false --format v2s2 oci:"$CACHE/layout":gzip docker://$R/deb:gzip >/dev/null &&
+skopeo copy -q --dest-tls-verify=false --format oci oci:"$CACHE/layout":zstd docker://$R/deb:zstd >/dev/null \
+  || { echo "bench import: push failed"; exit 1; }
+
+export SKIFF_CONFIG=$W/skiff.conf
+printf 'cache_path = %s\ntemp_path = %s\n' "$W/cache" "${BENCH_TEMP:-/tmp}" >"$SKIFF_CONFIG"
+tree_mb=$(du -sm "$TREE" | cut -f1)
+json=$W/h.json
+hyperfine -N --runs "$RUNS" --warmup 1 --export-json "$json" \
+  --prepare "rm -rf $W/cache" -n "skiff import, gzip layer, cold cache (v2s2)" "$SKIFF import -f -o $W/a.sqsh docker://$R#deb:gzip" \
+  --prepare "rm -rf $W/cache" -n "skiff import, zstd layer, cold cache (OCI)" "$SKIFF import -f -o $W/b.sqsh docker://$R#deb:zstd" \
+  --prepare "true" -n "skiff import, zstd layer, layer cached" "$SKIFF import -f -o $W/c.sqsh docker://$R#deb:zstd" \
+  --prepare "rm -f $W/m.sqsh" -n "mksquashfs -comp zstd -Xcompression-level 1 (floor)" "mksquashfs $TREE $W/m.sqsh -noappend -no-progress -quiet -comp zstd -Xcompression-level 1" \
+  >"$W/hyperfine.log" 2>&1 || { cat "$W/hyperfine.log"; exit 1; }
+# zstd's default level (15) takes ~20-50 s here: one run is enough to show why skiff uses 1.
+hyperfine -N --runs 1 --export-json "$W/h15.json" -n "mksquashfs -comp zstd (default level 15, 1 run)" \
+  "mksquashfs $TREE $W/d.sqsh -noappend -no-progress -quiet -comp zstd" >>"$W/hyperfine.log" 2>&1 \
+  || { cat "$W/hyperfine.log"; exit 1; }
+
+echo "### skiff import benchmark ($(nproc) cores, load before: $(cut -d" " -f1-3 /proc/loadavg), tree ${tree_mb} MB, $RUNS runs each, temp_path ${BENCH_TEMP:-/tmp} (default: unpacks on /dev/shm when /tmp is no tmpfs))"
+echo
+/usr/bin/python3 - "$json" "$W" "$W/h15.json" <<'EOP'
+import json, os, statistics, sys
+res = json.load(open(sys.argv[1]))["results"] + json.load(open(sys.argv[3]))["results"]
+w = sys.argv[2]
+files = {"gzip layer, cold": "a.sqsh", "zstd layer, cold": "b.sqsh", "layer cached": "c.sqsh", "(floor)": "m.sqsh", "level 15": "d.sqsh"}
+floor = [statistics.median(r["times"]) for r in res if "(floor)" in r["command"]][0]
+print("| what | median s | min s | max s | median / floor | output MB |")
+print("|---|---|---|---|---|---|")
+for r in res:
+    size = ""
+    for k, f in files.items():
+        if k in r["command"] and os.path.exists(os.path.join(w, f)):
+            size = "%.1f" % (os.path.getsize(os.path.join(w, f)) / 1e6)
+    med = statistics.median(r["times"])
+    print("| %s | %.2f | %.2f | %.2f | %.2f | %s |" % (r["command"], med, min(r["times"]), max(r["times"]), med / floor, size))
+EOP
+echo
+echo "Target: import <= 1.5 s on 2 cores. Load after: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared: compare rows of one run)."
