@@ -951,8 +951,17 @@ static void kill_leftovers(pid_t holder, const struct stat *ns)
             continue;
         struct stat st;
         snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)pid);
-        if (stat(p, &st) == 0 && st.st_ino == ns->st_ino && st.st_dev == ns->st_dev)
+        if (stat(p, &st) == 0 && st.st_ino == ns->st_ino && st.st_dev == ns->st_dev) {
+            /* wait until it is dead (not reaped: its parent may be init),
+             * so nothing of the container runs once stop returns */
+            int pfd = pidfd_open(pid, 0);
             kill(pid, SIGKILL);
+            if (pfd >= 0) {
+                struct pollfd pf = {.fd = pfd, .events = POLLIN};
+                poll(&pf, 1, 2000);
+                close(pfd);
+            }
+        }
     }
     closedir(d);
 }
