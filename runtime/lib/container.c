@@ -310,7 +310,6 @@ struct holder_ctx {
     bool rootfs_only; /* export: lower + overlay, no system mounts, no pivot */
     char stage[SKIFF_PATH_MAX];
     char home[SKIFF_PATH_MAX]; /* the user's home (--mount-home), looked up before the namespace */
-    int stagefd;
 };
 
 static int stage_path(struct holder_ctx *h, const char *sub, char *out, size_t n, skiff_err *err)
@@ -819,7 +818,7 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
                           struct skiff_container *c, skiff_err *err)
 {
     memset(c, 0, sizeof(*c));
-    struct holder_ctx h = {.cfg = cfg, .o = opts, .stagefd = -1};
+    struct holder_ctx h = {.cfg = cfg, .o = opts};
     if (resolve_image(cfg, opts, &h, err) < 0)
         return skiff_err_wrap(err, "start");
     /* validate mount specs before forking: a typo gets its message at once */
@@ -1070,7 +1069,7 @@ int skiff_container_export(const struct skiff_config *cfg, const char *name, con
     struct skiff_start_opts o;
     skiff_start_opts_init(&o);
     o.name = name;
-    struct holder_ctx h = {.cfg = cfg, .o = &o, .rootfs_only = true, .stagefd = -1};
+    struct holder_ctx h = {.cfg = cfg, .o = &o, .rootfs_only = true};
     if (resolve_image(cfg, &o, &h, err) < 0)
         return skiff_err_wrap(err, "export %s", name);
     char abs_out[SKIFF_PATH_MAX];
