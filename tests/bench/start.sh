@@ -34,20 +34,11 @@ mksquashfs $R $W/zstd.sqsh -quiet -noappend -all-root -comp zstd >/dev/null
 mksquashfs $R $W/lz4.sqsh -quiet -noappend -all-root -comp lz4 >/dev/null
 chmod 644 $W/*.sqsh
 cp "$SKIFF" $W/skiff && chmod 755 $W/skiff   # readable by the test user wherever the tree is
-# the same `skiff start`, linked without the import verbs' libraries
-lean=""
-if cc -std=gnu11 -O2 -D_GNU_SOURCE -I"$ROOT/runtime/lib" -I"$ROOT/runtime/cli" -pie -fPIE -Wl,-z,relro,-z,now \
-     -o $W/skiff-lean "$ROOT/tests/bench/start-lean.c" "$BUILD/runtime/cli/start.o" "$BUILD/libskiff.a" \
-     -lsquashfuse_ll -lsquashfuse -lfuse3 -ljansson -lcap -lz -llzma -llz4 -lzstd -llzo2 -lpthread 2>$W/lean.log; then
-  chmod 755 $W/skiff-lean; lean=1
-else echo "bench start: lean variant did not build: $(cat $W/lean.log)" >&2; fi
-
 as_user=(setpriv --reuid=$TUID --regid=$TUID --init-groups env -i PATH=/usr/bin:/bin HOME=$W USER=$TUSER SKIFF_RUNTIME_PATH=$W/run)
 cmds=(-n "bare unshare -U -m true" "unshare -U -m true"
       -n "skiff start zstd.sqsh /bin/true" "$W/skiff start $W/zstd.sqsh /bin/true"
       -n "skiff start lz4.sqsh /bin/true" "$W/skiff start $W/lz4.sqsh /bin/true"
       -n "skiff start --rw zstd.sqsh /bin/true" "$W/skiff start --rw $W/zstd.sqsh /bin/true")
-[ -n "$lean" ] && cmds+=(-n "skiff start zstd.sqsh /bin/true, CLI without import libs" "$W/skiff-lean start $W/zstd.sqsh /bin/true")
 if command -v ch-run >/dev/null && (cd $W && "${as_user[@]}" ch-run $W/zstd.sqsh -- /bin/true) >/dev/null 2>&1; then
   cmds+=(-n "ch-run zstd.sqsh -- /bin/true" "ch-run $W/zstd.sqsh -- /bin/true")
 else
