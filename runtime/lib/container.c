@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
@@ -230,14 +231,30 @@ static int state_dir_for(const struct skiff_config *cfg, const char *key, pid_t 
     return 0;
 }
 
+/* Removes the state dir and whatever hooks left in it (they may use
+ * SKIFF_STATE_DIR as scratch). Under the plugin stop runs as root: the
+ * removal then runs in a child with the owner's uid, so a user who swapped a
+ * path component for a symlink cannot make root delete anything. */
 static void remove_state(const char *state_dir)
 {
-    char p[SKIFF_PATH_MAX + 16];
-    snprintf(p, sizeof(p), "%s/" STATE_FILE, state_dir);
-    unlink(p);
-    snprintf(p, sizeof(p), "%s/mnt", state_dir);
-    rmdir(p);
-    rmdir(state_dir);
+    struct stat st;
+    if (lstat(state_dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return;
+    skiff_err e;
+    if (geteuid() != 0 || st.st_uid == 0) {
+        skiff_rm_tree(state_dir, &e);
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgroups(0, NULL) < 0 || setresgid(st.st_gid, st.st_gid, st.st_gid) < 0 ||
+            setresuid(st.st_uid, st.st_uid, st.st_uid) < 0)
+            _exit(1);
+        _exit(skiff_rm_tree(state_dir, &e) < 0 ? 1 : 0);
+    }
+    if (pid > 0)
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
 }
 
 /* ---- the image config (/.skiff/config.json = OCI config's "config") ---- */

@@ -166,6 +166,7 @@ H=$W/hooks
 cat >$H/10-first <<EOF
 #!/bin/sh
 echo "first \$SKIFF_PID \$(test -f \$SKIFF_ROOTFS/.skiff/config.json && echo rootfs)" >> $W/share/hooklog
+mkdir -p "\$SKIFF_STATE_DIR/scratch/sub" && touch "\$SKIFF_STATE_DIR/scratch/sub/f"   # hooks may keep scratch there
 echo OVER=hook >> "\$SKIFF_ENV_FILE"
 echo HOOKONLY=yes >> "\$SKIFF_ENV_FILE"
 echo "$W/ro /hookmnt none bind,ro,x-create=dir" >> "\$SKIFF_MOUNTS_FILE"
