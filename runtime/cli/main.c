@@ -1,10 +1,48 @@
 /* skiff: command-line front end over libskiff. Each verb lives in its own file
  * and calls the library; no logic here that the SPANK plugin would need too. */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "error.h"
+
+#ifdef SKIFF_CLI_LEAN
+/* bin/skiff is linked without the import verbs' libraries (libcurl,
+ * libarchive, libcrypto and their dependencies: 37 more shared objects,
+ * ~4 ms to load and relocate on every `skiff start`). `skiff import` and
+ * `skiff resolve` run bin/skiff-import, the full CLI, from the same
+ * directory. */
+static int cmd_via_helper(int argc, char **argv)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 16);
+    if (n <= 0) {
+        fprintf(stderr, "skiff: %s: cannot find my own path: %s\n", argv[0], strerror(errno));
+        return 1;
+    }
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    strcpy(slash ? slash + 1 : exe, "skiff-import");
+    char **av = calloc((size_t)argc + 2, sizeof(char *));
+    if (!av) {
+        fprintf(stderr, "skiff: %s: out of memory\n", argv[0]);
+        return 1;
+    }
+    av[0] = exe;
+    for (int i = 0; i < argc; i++)
+        av[i + 1] = argv[i];
+    execv(exe, av);
+    fprintf(stderr, "skiff: %s: cannot run %s: %s (install it beside skiff)\n", argv[0], exe, strerror(errno));
+    free(av);
+    return 1;
+}
+#define cmd_import cmd_via_helper
+#define cmd_resolve cmd_via_helper
+#endif
 
 static int cmd_version(int argc, char **argv)
 {

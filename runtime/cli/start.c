@@ -19,9 +19,13 @@
 
 static volatile sig_atomic_t child_pid;
 
-static void forward(int sig)
+/* Forwards signals sent to skiff by a process (kill, Slurm, a batch
+ * system). Terminal-generated ones (Ctrl-C: si_code SI_KERNEL) already reach
+ * the command, which shares our process group: not sent twice. */
+static void forward(int sig, siginfo_t *si, void *ctx)
 {
-    if (child_pid > 0)
+    (void)ctx;
+    if (child_pid > 0 && (!si || si->si_code <= 0))
         kill((pid_t)child_pid, sig);
 }
 
@@ -70,9 +74,9 @@ int cli_run_in(struct skiff_container *c, bool use_entrypoint, char *const *user
             envp[n++] = strdup(home);
         envp[n] = NULL;
     }
-    struct sigaction sa = {.sa_handler = forward};
+    struct sigaction sa = {.sa_sigaction = forward};
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT, SIGWINCH};
     sigset_t block, old;
     sigemptyset(&block);

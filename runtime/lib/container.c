@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
@@ -230,14 +231,30 @@ static int state_dir_for(const struct skiff_config *cfg, const char *key, pid_t 
     return 0;
 }
 
+/* Removes the state dir and whatever hooks left in it (they may use
+ * SKIFF_STATE_DIR as scratch). Under the plugin stop runs as root: the
+ * removal then runs in a child with the owner's uid, so a user who swapped a
+ * path component for a symlink cannot make root delete anything. */
 static void remove_state(const char *state_dir)
 {
-    char p[SKIFF_PATH_MAX + 16];
-    snprintf(p, sizeof(p), "%s/" STATE_FILE, state_dir);
-    unlink(p);
-    snprintf(p, sizeof(p), "%s/mnt", state_dir);
-    rmdir(p);
-    rmdir(state_dir);
+    struct stat st;
+    if (lstat(state_dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return;
+    skiff_err e;
+    if (geteuid() != 0 || st.st_uid == 0) {
+        skiff_rm_tree(state_dir, &e);
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgroups(0, NULL) < 0 || setresgid(st.st_gid, st.st_gid, st.st_gid) < 0 ||
+            setresuid(st.st_uid, st.st_uid, st.st_uid) < 0)
+            _exit(1);
+        _exit(skiff_rm_tree(state_dir, &e) < 0 ? 1 : 0);
+    }
+    if (pid > 0)
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
 }
 
 /* ---- the image config (/.skiff/config.json = OCI config's "config") ---- */
@@ -310,7 +327,6 @@ struct holder_ctx {
     bool rootfs_only; /* export: lower + overlay, no system mounts, no pivot */
     char stage[SKIFF_PATH_MAX];
     char home[SKIFF_PATH_MAX]; /* the user's home (--mount-home), looked up before the namespace */
-    int stagefd;
 };
 
 static int stage_path(struct holder_ctx *h, const char *sub, char *out, size_t n, skiff_err *err)
@@ -819,7 +835,7 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
                           struct skiff_container *c, skiff_err *err)
 {
     memset(c, 0, sizeof(*c));
-    struct holder_ctx h = {.cfg = cfg, .o = opts, .stagefd = -1};
+    struct holder_ctx h = {.cfg = cfg, .o = opts};
     if (resolve_image(cfg, opts, &h, err) < 0)
         return skiff_err_wrap(err, "start");
     /* validate mount specs before forking: a typo gets its message at once */
@@ -951,8 +967,17 @@ static void kill_leftovers(pid_t holder, const struct stat *ns)
             continue;
         struct stat st;
         snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)pid);
-        if (stat(p, &st) == 0 && st.st_ino == ns->st_ino && st.st_dev == ns->st_dev)
+        if (stat(p, &st) == 0 && st.st_ino == ns->st_ino && st.st_dev == ns->st_dev) {
+            /* wait until it is dead (not reaped: its parent may be init),
+             * so nothing of the container runs once stop returns */
+            int pfd = pidfd_open(pid, 0);
             kill(pid, SIGKILL);
+            if (pfd >= 0) {
+                struct pollfd pf = {.fd = pfd, .events = POLLIN};
+                poll(&pf, 1, 2000);
+                close(pfd);
+            }
+        }
     }
     closedir(d);
 }
@@ -1061,7 +1086,7 @@ int skiff_container_export(const struct skiff_config *cfg, const char *name, con
     struct skiff_start_opts o;
     skiff_start_opts_init(&o);
     o.name = name;
-    struct holder_ctx h = {.cfg = cfg, .o = &o, .rootfs_only = true, .stagefd = -1};
+    struct holder_ctx h = {.cfg = cfg, .o = &o, .rootfs_only = true};
     if (resolve_image(cfg, &o, &h, err) < 0)
         return skiff_err_wrap(err, "export %s", name);
     char abs_out[SKIFF_PATH_MAX];

@@ -81,6 +81,13 @@ static int mkdirs(const char *path, skiff_err *err)
 
 /* Removes a tree we own, making directories writable first: the overlay
  * work dir is left mode 000. nftw cannot do that (it opens first). */
+static int rm_tree_at(int dfd, const char *name, skiff_err *err);
+
+int skiff_rm_tree(const char *path, skiff_err *err)
+{
+    return rm_tree_at(AT_FDCWD, path, err);
+}
+
 static int rm_tree_at(int dfd, const char *name, skiff_err *err)
 {
     struct stat st;

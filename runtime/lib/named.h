@@ -31,6 +31,10 @@ int skiff_named_list(const struct skiff_config *cfg, void (*fn)(const char *name
  * fd (O_CLOEXEC) or -1 with "is in use" when another holds it. */
 int skiff_named_lock(const struct skiff_config *cfg, const char *name, skiff_err *err);
 
+/* Removes a tree without following symlinks (directories are made writable
+ * first). Run it with the credentials of the tree's owner. */
+int skiff_rm_tree(const char *path, skiff_err *err);
+
 int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_err *err);
 
 #endif

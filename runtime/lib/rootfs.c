@@ -153,11 +153,17 @@ int skiff_root_open(int rootfd, const char *path, int flags, skiff_err *err)
             .flags = (unsigned)(flags | O_CLOEXEC),
             .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
         };
-        int fd = sys_openat2(rootfd, path, &how);
+        /* EAGAIN: a rename or mount anywhere on the system raced with a ".."
+         * in the walk; the kernel asks callers to retry (openat2(2)) */
+        int fd, tries = 0;
+        do
+            fd = sys_openat2(rootfd, path, &how);
+        while (fd < 0 && errno == EAGAIN && ++tries < 64);
         if (fd >= 0)
             return fd;
-        if (errno != ENOSYS && errno != EPERM) /* EPERM: seccomp'd */
+        if (errno != ENOSYS && errno != EPERM && errno != EAGAIN) /* EPERM: seccomp'd */
             return skiff_error(err, errno, "open %s", path);
+        /* ENOSYS, seccomp, or still racing: the walk has the same semantics */
     }
     return walk(rootfd, path, flags, err);
 }

@@ -34,7 +34,6 @@ mksquashfs $R $W/zstd.sqsh -quiet -noappend -all-root -comp zstd >/dev/null
 mksquashfs $R $W/lz4.sqsh -quiet -noappend -all-root -comp lz4 >/dev/null
 chmod 644 $W/*.sqsh
 cp "$SKIFF" $W/skiff && chmod 755 $W/skiff   # readable by the test user wherever the tree is
-
 as_user=(setpriv --reuid=$TUID --regid=$TUID --init-groups env -i PATH=/usr/bin:/bin HOME=$W USER=$TUSER SKIFF_RUNTIME_PATH=$W/run)
 cmds=(-n "bare unshare -U -m true" "unshare -U -m true"
       -n "skiff start zstd.sqsh /bin/true" "$W/skiff start $W/zstd.sqsh /bin/true"
