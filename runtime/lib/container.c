@@ -433,9 +433,17 @@ static int system_mounts(int rootfd, skiff_err *err)
         return -1;
     /* the node's own name must resolve inside (gloo binds to it) */
     static const char *const etc[] = {"/etc/hosts", "/etc/resolv.conf", "/etc/hostname"};
-    for (size_t i = 0; i < sizeof(etc) / sizeof(etc[0]); i++)
-        if (access(etc[i], R_OK) == 0 && bind_at(rootfd, etc[i], etc[i], true, false, true, false, true, err) < 0)
-            return -1;
+    for (size_t i = 0; i < sizeof(etc) / sizeof(etc[0]); i++) {
+        if (access(etc[i], R_OK) != 0)
+            continue;
+        /* A read-only image without the file (or without /etc) has no place
+         * to mount it; such an image starts without it rather than failing. */
+        cleanup_close int t = skiff_root_mkfile(rootfd, etc[i], err);
+        if (t < 0 && err->code == EROFS)
+            continue;
+        if (t < 0 || skiff_mount_bind(etc[i], t, false, true, true, false, err) < 0)
+            return skiff_err_wrap(err, "mount %s", etc[i]);
+    }
     return 0;
 }
 

@@ -381,12 +381,16 @@ int skiff_mount_setattr(int target_fd, bool rec, bool readonly, skiff_err *err)
 
 int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err)
 {
-    bool dir = true;
+    bool dir = true, chardev = false;
     struct stat st;
     if (!m->tmpfs) {
         if (stat(m->src, &st) < 0)
             return skiff_error(err, errno, "mount %s: source %s", m->dst, m->src);
         dir = S_ISDIR(st.st_mode);
+        /* A single character device (the gpu hook's /dev/nvidia*) is useless
+         * on a nodev mount. Binding it without nodev grants nothing new: the
+         * node keeps its host owner and mode, checked on every open. */
+        chardev = S_ISCHR(st.st_mode);
     }
     if (m->create == SKIFF_CREATE_DIR)
         dir = true;
@@ -409,7 +413,7 @@ int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err)
     int rc = m->tmpfs ? skiff_mount_fs("tmpfs", "tmpfs", target, (m->readonly ? MS_RDONLY : 0) |
                                                                      (m->noexec ? MS_NOEXEC : 0),
                                        m->data ? m->data : "mode=0755", err)
-                      : skiff_mount_bind(m->src, target, m->recursive, m->readonly, m->noexec, false, err);
+                      : skiff_mount_bind(m->src, target, m->recursive, m->readonly, m->noexec, chardev, err);
     if (rc < 0)
         return skiff_err_wrap(err, "mount %s", m->dst);
     return 0;

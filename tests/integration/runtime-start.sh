@@ -42,6 +42,8 @@ mksquashfs $R $W/bb.sqsh -quiet -noappend -all-root >/dev/null || { t_fail "buil
 # a second image: Entrypoint, no WorkingDir
 sed -i 's|"WorkingDir":"/work",||; s|"Cmd":\["echo","default-cmd"\]|"Entrypoint":["echo","ep"],"Cmd":["c1"]|' $R/.skiff/config.json
 mksquashfs $R $W/ep.sqsh -quiet -noappend -all-root >/dev/null
+# a third image: no /etc/hosts (the host's cannot be mounted into a read-only image)
+mv $R/etc/hosts $W/hosts.saved && mksquashfs $R $W/nohosts.sqsh -quiet -noappend -all-root >/dev/null && mv $W/hosts.saved $R/etc/hosts
 echo notsquash >$W/bad.sqsh
 mkdir -p $W/data $W/run $W/hooks $W/share $W/ro && echo hostfile >$W/share/f.txt && echo rodata >$W/ro/r.txt
 chown -R $TUSER: $W/data $W/run $W/share $W/hooks
@@ -117,6 +119,7 @@ check_out "image env + -e precedence" "1 cli" st -e OVER=cli $W/bb.sqsh sh -c 'e
 check_out "image WorkingDir" "/work" st $W/bb.sqsh pwd
 check_out "--workdir" "/tmp" st --workdir /tmp $W/bb.sqsh pwd
 t_fails_with "missing workdir is a clear error" "working directory.*/nope" st --workdir /nope $W/bb.sqsh true
+check_out "read-only image without /etc/hosts starts" "started" st --no-entrypoint $W/nohosts.sqsh echo started
 check_out "no WorkingDir means /" "/" st --no-entrypoint $W/ep.sqsh pwd
 
 # ---- mounts ----
@@ -127,6 +130,7 @@ check_out "bind a dir, writable" "hostfile w" st -m $W/share:/mnt/share $W/bb.sq
 check_rc "ro mount enforced" 1 st -m $W/share:/mnt/share:ro $W/bb.sqsh sh -c 'echo x > /mnt/share/x'
 check_out "tmpfs mount" "tmpfs" st -m tmpfs:/scratch:size=1m $W/bb.sqsh sh -c 'awk "\$2==\"/scratch\"{print \$3}" /proc/mounts'
 check_out "x-create=dir" "yes" st -m $W/share/f.txt:/made/here:x-create=file+ro $W/bb.sqsh sh -c 'test -f /made/here && echo yes'
+check_out "a bound character device stays usable (gpu hook binds)" "ok" st --rw -m /dev/null:/devnull:x-create=file $W/bb.sqsh sh -c 'echo x > /devnull && echo ok'
 t_fails_with "missing source is a clear error" "source $W/nope: No such file" st -m $W/nope:/x $W/bb.sqsh true
 t_fails_with "bad mount flag is a clear error" "unknown mount flag 'bogus'" st -m $W/share:/x:bogus $W/bb.sqsh true
 t_fails_with "relative destination refused" "not an absolute path" st -m $W/share:rel $W/bb.sqsh true
