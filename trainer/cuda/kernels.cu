@@ -1,0 +1,420 @@
+// The model's own kernels except attention (attention.cu). One thread block
+// layout per kernel, chosen for the shapes of GPT-2 (C = 768..1600, Vp = 50304);
+// all arithmetic in fp32, storage in T.
+#include "kernels.cuh"
+
+#define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
+
+// ---------------------------------------------------------------- encoder
+template <typename T>
+__global__ void encoder_forward_kernel(T *out, const int *tokens, const T *wte, const T *wpe,
+                                       int Tn, int C, size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    size_t row = i / C;
+    int c = (int)(i % C);
+    int t = (int)(row % Tn);
+    int tok = tokens[row];
+    out[i] = from_f<T>(to_f(wte[(size_t)tok * C + c]) + to_f(wpe[(size_t)t * C + c]));
+}
+
+template <typename T>
+int k_encoder_forward(T *out, const int *tokens, const T *wte, const T *wpe, int B, int Tn, int C,
+                      cudaStream_t s, skiff_err *err) {
+    size_t total = (size_t)B * Tn * C;
+    encoder_forward_kernel<<<ceil_div(total, 256), 256, 0, s>>>(out, tokens, wte, wpe, Tn, C, total);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+// Atomics on fp32 gradients: tokens repeat within a batch, so rows collide;
+// wpe rows collide B times. Contention is low at GPT-2 sizes.
+template <typename T>
+__global__ void encoder_backward_kernel(float *dwte, float *dwpe, const T *dout, const int *tokens,
+                                        int Tn, int C, size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    size_t row = i / C;
+    int c = (int)(i % C);
+    int t = (int)(row % Tn);
+    float d = to_f(dout[i]);
+    atomicAdd(&dwte[(size_t)tokens[row] * C + c], d);
+    atomicAdd(&dwpe[(size_t)t * C + c], d);
+}
+
+template <typename T>
+int k_encoder_backward(float *dwte, float *dwpe, const T *dout, const int *tokens, int B, int Tn,
+                       int C, cudaStream_t s, skiff_err *err) {
+    size_t total = (size_t)B * Tn * C;
+    encoder_backward_kernel<<<ceil_div(total, 256), 256, 0, s>>>(dwte, dwpe, dout, tokens, Tn, C, total);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+// ---------------------------------------------------------------- layernorm
+// One warp per row. The residual sum is rounded to T before normalising so the
+// statistics match the stored residual the backward pass reads.
+template <typename T>
+__global__ void residual_layernorm_forward_kernel(T *res_out, T *ln_out, float *mean, float *rstd,
+                                                  const T *a, const T *b, const T *w,
+                                                  const T *bias, int N, int C) {
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const T *ar = a + (size_t)row * C;
+    const T *br = b ? b + (size_t)row * C : NULL;
+    T *rr = res_out + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float x;
+        if (br) {
+            T xs = from_f<T>(to_f(ar[c]) + to_f(br[c]));
+            rr[c] = xs;
+            x = to_f(xs);
+        } else {
+            x = to_f(ar[c]);
+        }
+        sum += x;
+    }
+    const T *xr = br ? (const T *)rr : ar;
+    float mu = warp_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = to_f(xr[c]) - mu;
+        var += d * d;
+    }
+    float rs = rsqrtf(warp_sum(var) / C + 1e-5f);
+    T *lr = ln_out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32)
+        lr[c] = from_f<T>((to_f(xr[c]) - mu) * rs * to_f(w[c]) + to_f(bias[c]));
+    if (lane == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+    }
+}
+
+template <typename T>
+int k_residual_layernorm_forward(T *res_out, T *ln_out, float *mean, float *rstd, const T *a,
+                                 const T *b, const T *w, const T *bias, int N, int C,
+                                 cudaStream_t s, skiff_err *err) {
+    residual_layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, s>>>(res_out, ln_out, mean, rstd, a,
+                                                                     b, w, bias, N, C);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+// One warp per row, grid-stride over rows; dw/db collected in shared memory per
+// block and added to global once per block, which avoids N*C global atomics.
+template <typename T>
+__global__ void layernorm_backward_kernel(T *dinp, float *dw, float *db, const T *dout,
+                                          const T *inp, const T *w, const float *mean,
+                                          const float *rstd, int N, int C) {
+    extern __shared__ float sh[];
+    float *sdw = sh, *sdb = sh + C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) sdw[c] = sdb[c] = 0.0f;
+    __syncthreads();
+    int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int row = blockIdx.x * nw + (threadIdx.x >> 5); row < N; row += gridDim.x * nw) {
+        const T *dr = dout + (size_t)row * C, *xr = inp + (size_t)row * C;
+        T *gr = dinp + (size_t)row * C;
+        float mu = mean[row], rs = rstd[row];
+        float dsum = 0.0f, dxsum = 0.0f;
+        for (int c = lane; c < C; c += 32) {
+            float xh = (to_f(xr[c]) - mu) * rs;
+            float dn = to_f(w[c]) * to_f(dr[c]);
+            dsum += dn;
+            dxsum += dn * xh;
+        }
+        dsum = warp_sum(dsum) / C;
+        dxsum = warp_sum(dxsum) / C;
+        for (int c = lane; c < C; c += 32) {
+            float d = to_f(dr[c]);
+            float xh = (to_f(xr[c]) - mu) * rs;
+            float dn = to_f(w[c]) * d;
+            gr[c] = from_f<T>(to_f(gr[c]) + rs * (dn - dsum - xh * dxsum));
+            atomicAdd(&sdw[c], d * xh);
+            atomicAdd(&sdb[c], d);
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        atomicAdd(&dw[c], sdw[c]);
+        atomicAdd(&db[c], sdb[c]);
+    }
+}
+
+template <typename T>
+int k_layernorm_backward(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
+                         const float *mean, const float *rstd, int N, int C, cudaStream_t s,
+                         skiff_err *err) {
+    unsigned blocks = ceil_div(N, 8);
+    if (blocks > 1024) blocks = 1024;
+    layernorm_backward_kernel<<<blocks, 256, 2 * C * sizeof(float), s>>>(dinp, dw, db, dout, inp, w,
+                                                                         mean, rstd, N, C);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+// ---------------------------------------------------------------- GELU
+template <typename T>
+__global__ void gelu_forward_kernel(T *out, const T *inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = to_f(inp[i]);
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    out[i] = from_f<T>(0.5f * x * (1.0f + tanhf(u)));
+}
+
+template <typename T>
+__global__ void gelu_backward_kernel(T *d, const T *inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = to_f(inp[i]);
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    float th = tanhf(u);
+    float sech2 = 1.0f - th * th;
+    float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    d[i] = from_f<T>(g * to_f(d[i]));
+}
+
+template <typename T>
+int k_gelu_forward(T *out, const T *inp, size_t n, cudaStream_t s, skiff_err *err) {
+    gelu_forward_kernel<<<ceil_div(n, 256), 256, 0, s>>>(out, inp, n);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+template <typename T>
+int k_gelu_backward(T *dinout, const T *inp, size_t n, cudaStream_t s, skiff_err *err) {
+    gelu_backward_kernel<<<ceil_div(n, 256), 256, 0, s>>>(dinout, inp, n);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+// ---------------------------------------------------------------- bias
+template <typename T>
+__global__ void add_bias_kernel(T *out, const T *bias, size_t total, int OC) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    out[i] = from_f<T>(to_f(out[i]) + to_f(bias[i % OC]));
+}
+
+template <typename T>
+int k_add_bias(T *out, const T *bias, int N, int OC, cudaStream_t s, skiff_err *err) {
+    size_t total = (size_t)N * OC;
+    add_bias_kernel<<<ceil_div(total, 256), 256, 0, s>>>(out, bias, total, OC);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+// Block = 32 columns x 8 row lanes; each block sums a slice of rows for its 32
+// columns (coalesced reads along a row), reduces the 8 partials in shared
+// memory and adds one value per column to global.
+template <typename T>
+__global__ void bias_backward_kernel(float *dbias, const T *dout, int N, int OC, int rows_per) {
+    __shared__ float part[8][33];
+    int col = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * rows_per;
+    int r1 = min(N, r0 + rows_per);
+    float acc = 0.0f;
+    if (col < OC)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += to_f(dout[(size_t)r * OC + col]);
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < OC) {
+        for (int k = 1; k < 8; k++) acc += part[k][threadIdx.x];
+        atomicAdd(&dbias[col], acc);
+    }
+}
+
+template <typename T>
+int k_bias_backward(float *dbias, const T *dout, int N, int OC, cudaStream_t s, skiff_err *err) {
+    int rows_per = 256;
+    dim3 grid(ceil_div(OC, 32), ceil_div(N, rows_per));
+    bias_backward_kernel<<<grid, dim3(32, 8), 0, s>>>(dbias, dout, N, OC, rows_per);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+// ---------------------------------------------------------------- classifier
+// One block per row. Online max/sum in one read of the row, then a second read
+// writes the gradient in place, so the (N,Vp) probabilities never exist apart
+// from the logits buffer itself.
+template <typename T>
+__global__ void fused_classifier_kernel(T *logits, float *losses, const int *targets, float dloss,
+                                        int V, int Vp) {
+    __shared__ float sm[32], ss[32];
+    size_t row = blockIdx.x;
+    T *lr = logits + row * Vp;
+    float m = -INFINITY, sum = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float x = to_f(lr[i]);
+        if (x > m) {
+            sum = sum * __expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            sum += __expf(x - m);
+        }
+    }
+    // Combine (m, sum) pairs: first within the warp, then across warps.
+    for (int o = 16; o > 0; o >>= 1) {
+        float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, sum, o);
+        float nm = fmaxf(m, om);
+        sum = (m == -INFINITY ? 0.0f : sum * __expf(m - nm)) + (om == -INFINITY ? 0.0f : os * __expf(om - nm));
+        m = nm;
+    }
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) {
+        sm[wid] = m;
+        ss[wid] = sum;
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int k = 0; k < nw; k++) M = fmaxf(M, sm[k]);
+    float S = 0.0f;
+    for (int k = 0; k < nw; k++)
+        if (sm[k] != -INFINITY) S += ss[k] * __expf(sm[k] - M);
+    int tgt = targets[row];
+    float lse = M + logf(S);
+    if (threadIdx.x == 0) losses[row] = lse - to_f(lr[tgt]);
+    if (dloss == 0.0f) return;
+    __syncthreads();  // everyone has read lr[tgt] before it is overwritten
+    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
+        float g = 0.0f;
+        if (i < V) g = (__expf(to_f(lr[i]) - lse) - (i == tgt ? 1.0f : 0.0f)) * dloss;
+        lr[i] = from_f<T>(g);
+    }
+}
+
+template <typename T>
+int k_fused_classifier(T *logits, float *losses, const int *targets, float dloss, int N, int V,
+                       int Vp, cudaStream_t s, skiff_err *err) {
+    fused_classifier_kernel<<<N, 1024, 0, s>>>(logits, losses, targets, dloss, V, Vp);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+// ---------------------------------------------------------------- optimizer
+template <typename T>
+__global__ void adamw_kernel(float *master, T *param, const float *grad, float *m, float *v,
+                             size_t n, float lr, float b1, float b2, float eps, float wd,
+                             float gs, float bc1, float bc2) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = grad[i] * gs;
+    float mi = b1 * m[i] + (1.0f - b1) * g;
+    float vi = b2 * v[i] + (1.0f - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float p = master[i];
+    p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
+    master[i] = p;
+    if (param) param[i] = from_f<T>(p);
+}
+
+template <typename T>
+int k_adamw(float *master, T *param, const float *grad, float *m, float *v, size_t n, float lr,
+            float beta1, float beta2, float eps, float wd, float grad_scale, float bc1, float bc2,
+            cudaStream_t s, skiff_err *err) {
+    if (n == 0) return 0;
+    adamw_kernel<<<ceil_div(n, 256), 256, 0, s>>>(master, param, grad, m, v, n, lr, beta1, beta2,
+                                                  eps, wd, grad_scale, bc1, bc2);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+template <typename T>
+__global__ void cast_from_f32_kernel(T *dst, const float *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = from_f<T>(src[i]);
+}
+template <typename T>
+__global__ void cast_to_f32_kernel(float *dst, const T *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = to_f(src[i]);
+}
+
+template <typename T>
+int k_cast_from_f32(T *dst, const float *src, size_t n, cudaStream_t s, skiff_err *err) {
+    if (n == 0) return 0;
+    cast_from_f32_kernel<<<ceil_div(n, 256), 256, 0, s>>>(dst, src, n);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+template <typename T>
+int k_cast_to_f32(float *dst, const T *src, size_t n, cudaStream_t s, skiff_err *err) {
+    if (n == 0) return 0;
+    cast_to_f32_kernel<<<ceil_div(n, 256), 256, 0, s>>>(dst, src, n);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+__global__ void norm_squared_kernel(float *out, const float *g, size_t n) {
+    float acc = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        acc += g[i] * g[i];
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) atomicAdd(out, acc);
+}
+
+int k_norm_squared(float *out, const float *g, size_t n, cudaStream_t s, skiff_err *err) {
+    if (n == 0) return 0;
+    unsigned blocks = ceil_div(n, 1024);
+    if (blocks > 1024) blocks = 1024;
+    norm_squared_kernel<<<blocks, 1024, 0, s>>>(out, g, n);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+__global__ void scale_kernel(float *x, float a, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+
+int k_scale_f32(float *x, float a, size_t n, cudaStream_t s, skiff_err *err) {
+    if (n == 0) return 0;
+    scale_kernel<<<ceil_div(n, 256), 256, 0, s>>>(x, a, n);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+__global__ void mean_kernel(float *out, const float *x, int n) {
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) out[0] = acc / n;
+}
+
+int k_mean(float *out, const float *x, int n, cudaStream_t s, skiff_err *err) {
+    mean_kernel<<<1, 1024, 0, s>>>(out, x, n);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+// ---------------------------------------------------------------- instances
+#define INSTANTIATE(T)                                                                            \
+    template int k_encoder_forward<T>(T *, const int *, const T *, const T *, int, int, int,       \
+                                      cudaStream_t, skiff_err *);                                 \
+    template int k_encoder_backward<T>(float *, float *, const T *, const int *, int, int, int,    \
+                                       cudaStream_t, skiff_err *);                                \
+    template int k_residual_layernorm_forward<T>(T *, T *, float *, float *, const T *, const T *, \
+                                                 const T *, const T *, int, int, cudaStream_t,    \
+                                                 skiff_err *);                                    \
+    template int k_layernorm_backward<T>(T *, float *, float *, const T *, const T *, const T *,   \
+                                         const float *, const float *, int, int, cudaStream_t,    \
+                                         skiff_err *);                                            \
+    template int k_gelu_forward<T>(T *, const T *, size_t, cudaStream_t, skiff_err *);            \
+    template int k_gelu_backward<T>(T *, const T *, size_t, cudaStream_t, skiff_err *);           \
+    template int k_add_bias<T>(T *, const T *, int, int, cudaStream_t, skiff_err *);              \
+    template int k_bias_backward<T>(float *, const T *, int, int, cudaStream_t, skiff_err *);     \
+    template int k_fused_classifier<T>(T *, float *, const int *, float, int, int, int,           \
+                                       cudaStream_t, skiff_err *);                                \
+    template int k_adamw<T>(float *, T *, const float *, float *, float *, size_t, float, float,  \
+                            float, float, float, float, float, float, cudaStream_t, skiff_err *); \
+    template int k_cast_from_f32<T>(T *, const float *, size_t, cudaStream_t, skiff_err *);       \
+    template int k_cast_to_f32<T>(float *, const T *, size_t, cudaStream_t, skiff_err *);
+
+INSTANTIATE(float)
+INSTANTIATE(bf16)
+INSTANTIATE(fp16)
