@@ -1,0 +1,116 @@
+/* GPT-2 model description shared by the CPU (trainer/model.c) and CUDA
+ * (trainer/cuda/) paths: configuration, presets and the parameter layout.
+ *
+ * Parameters live in ONE contiguous float buffer, tensors in llm.c's order
+ * (so checkpoints and the GPU path agree on offsets):
+ *   0 wte      (Vp, C)      token embedding, tied with the output projection
+ *   1 wpe      (maxT, C)    learned positions
+ *   2 ln1w     (L, C)       3 ln1b     (L, C)
+ *   4 qkvw     (L, 3C, C)   5 qkvb     (L, 3C)
+ *   6 attprojw (L, C, C)    7 attprojb (L, C)
+ *   8 ln2w     (L, C)       9 ln2b     (L, C)
+ *  10 fcw      (L, 4C, C)  11 fcb      (L, 4C)
+ *  12 fcprojw  (L, C, 4C)  13 fcprojb  (L, C)
+ *  14 lnfw     (C)         15 lnfb     (C)
+ * Weight matrices are stored (out, in): y = x W^T + b, as in llm.c. */
+#ifndef SKIFF_TRAINER_MODEL_H
+#define SKIFF_TRAINER_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+struct gpt2_config {
+    int max_seq_len;       /* maxT: longest context, rows of wpe */
+    int vocab_size;        /* V: real tokens (256 for the byte tokenizer, 50257 GPT-2) */
+    int padded_vocab_size; /* Vp >= V, rows of wte; padded rows never win (logits masked) */
+    int num_layers;        /* L */
+    int num_heads;         /* NH; channels % num_heads == 0 */
+    int channels;          /* C */
+};
+
+#define GPT2_NUM_PARAM_TENSORS 16
+
+enum gpt2_param_index {
+    GPT2_WTE, GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_QKVW, GPT2_QKVB,
+    GPT2_ATTPROJW, GPT2_ATTPROJB, GPT2_LN2W, GPT2_LN2B, GPT2_FCW, GPT2_FCB,
+    GPT2_FCPROJW, GPT2_FCPROJB, GPT2_LNFW, GPT2_LNFB
+};
+
+/* Names of the 16 tensors, for logs and error messages ("qkvw", ...). */
+extern const char *const gpt2_param_names[GPT2_NUM_PARAM_TENSORS];
+
+/* Presets, smallest first:
+ *   tiny  L2  H4  C64  T64   V256 (byte vocab, ~0.12M params; tests)
+ *   mini  L4  H4  C128 T256  V256 (byte vocab, ~0.87M params; benchmarks)
+ *   small L6  H6  C384 T512  V256 (byte vocab, ~10.9M params)
+ *   d6    L6  H6  C384 T1024 V50257/Vp50304 (GPT-2 vocab)
+ *   d12   L12 H12 C768 T1024 V50257/Vp50304 (GPT-2 124M)
+ * Returns 0, or -1 with a message listing the known names. */
+int gpt2_config_preset(const char *name, struct gpt2_config *cfg, skiff_err *err);
+
+/* Space-separated list of preset names, for usage text. */
+const char *gpt2_preset_names(void);
+
+/* Checks a config for consistency (positive sizes, C % NH == 0, Vp >= V). */
+int gpt2_config_check(const struct gpt2_config *cfg, skiff_err *err);
+
+/* Fills the element counts and element offsets (into the one buffer) of the 16
+ * tensors; returns the total number of floats. Either array may be NULL. */
+size_t gpt2_param_layout(const struct gpt2_config *cfg,
+                         size_t sizes[GPT2_NUM_PARAM_TENSORS],
+                         size_t offsets[GPT2_NUM_PARAM_TENSORS]);
+
+/* 1 when tensor i is a 2-D weight matrix and gets AdamW weight decay (wte, wpe,
+ * qkvw, attprojw, fcw, fcprojw); 0 for biases and LayerNorm gains/shifts. */
+int gpt2_param_decays(int i);
+
+/* Fills mask[0..nparams) with 1.0 where the element decays, 0.0 otherwise. */
+void gpt2_decay_mask(const struct gpt2_config *cfg, float *mask);
+
+/* GPT-2 initialisation (llm.c / nanoGPT): N(0, 0.02) weights, residual
+ * projections scaled by 1/sqrt(2L), zero biases, LayerNorm gain 1 shift 0.
+ * Deterministic for a seed; independent of the number of ranks. */
+void gpt2_init_params(const struct gpt2_config *cfg, float *params, uint64_t seed);
+
+/* ---- CPU model (trainer/model.c) ------------------------------------- */
+
+/* A model instance for batch B and sequence length T (T <= max_seq_len). */
+struct gpt2 {
+    struct gpt2_config cfg;
+    int B, T;
+    size_t num_params;
+    size_t param_sizes[GPT2_NUM_PARAM_TENSORS];
+    size_t param_offsets[GPT2_NUM_PARAM_TENSORS];
+    float *params;  /* num_params floats (owned unless params_borrowed) */
+    float *grads;   /* num_params floats, accumulated by gpt2_backward */
+    float *acts;    /* activations for (B,T) */
+    float *dacts;   /* their gradients */
+    size_t num_acts;
+    float *probs_out; /* (B,T,Vp) probabilities of the last forward */
+    float mean_loss;  /* mean loss of the last forward with targets, else -1 */
+    const int *inputs, *targets;
+    /* Called by gpt2_backward after the gradient of every element in
+     * [lo, hi) of grads is final for this backward pass (in the order the
+     * backward produces them: from the end of the buffer towards the start,
+     * roughly), so DDP can start all-reducing a bucket while the rest of
+     * the backward runs. May be NULL. */
+    void (*grad_ready)(void *ctx, size_t lo, size_t hi);
+    void *grad_ready_ctx;
+};
+
+/* Allocates the buffers (params zeroed). */
+int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, skiff_err *err);
+void gpt2_destroy(struct gpt2 *m);
+
+/* inputs, targets: (B,T) token ids (targets may be NULL: then no loss).
+ * Returns the mean cross-entropy loss over B*T, or -1 when targets is NULL. */
+float gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets);
+
+/* Adds d(mean loss)/d(params) * loss_scale to m->grads (call gpt2_zero_grad
+ * first when not accumulating). Needs a forward with targets just before. */
+void gpt2_backward(struct gpt2 *m, float loss_scale);
+void gpt2_zero_grad(struct gpt2 *m);
+
+#endif
