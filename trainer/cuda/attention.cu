@@ -18,28 +18,36 @@
 // keys w*16..+15: it recomputes S^T and P^T = exp(S^T - lse), gets dP^T = V dO^T,
 // dS^T = P^T (dP^T - D) with D = rowsum(dO * O), accumulates dV += P^T dO and
 // dK += dS^T Q in WMMA fragments (no rescaling needed), and dQ += dS K goes to
-// an fp32 buffer with atomics (several key tiles contribute to one query).
+// per-key-tile fp32 partials that a second kernel sums in a fixed order (no
+// atomics: several key tiles contribute to one query, and the sum must be
+// bit-reproducible for save/resume).
 #include <mma.h>
 
 #include "kernels.cuh"
 
 using namespace nvcuda;
 
-#define HS 64     // head size this kernel is written for (all GPT-2 sizes use 64)
 #define TILE 64   // queries / keys per tile
 #define NWARP 4   // 4 warps x 16 rows = 64
 
+// Row strides in shared memory, padded against bank conflicts (WMMA wants a
+// multiple of 8 elements for 16-bit types, 4 for fp32, and 32-byte aligned
+// fragment pointers, which 16-row and K-column offsets then keep):
+//   LDH for the (64, HS) tiles of Q, K, V, dO; LDS for the (64 x 64) score
+//   tiles P, P^T, dS^T; LDF for the fp32 scratch each warp stores fragments to.
 template <typename T> struct mma_traits {
     typedef T in;
     static constexpr int K = 16;
-    static constexpr int LD = HS + 8;  // padding against bank conflicts; multiple of 8
+    static constexpr int PAD = 8;
 };
 template <> struct mma_traits<float> {
     typedef wmma::precision::tf32 in;
     static constexpr int K = 8;
-    static constexpr int LD = HS + 4;  // multiple of 4 for fp32 loads
+    static constexpr int PAD = 4;
 };
-#define LDF (HS + 4)  // fp32 scratch row stride
+#define LDH (HS + mma_traits<T>::PAD)
+#define LDS (TILE + mma_traits<T>::PAD)
+#define LDF ((HS > TILE ? HS : TILE) + 4)
 
 template <typename T, typename L>
 using frag_a = wmma::fragment<wmma::matrix_a, 16, 16, mma_traits<T>::K, typename mma_traits<T>::in, L>;
@@ -66,72 +74,74 @@ __device__ __forceinline__ void mma_step(frag_c<T> &acc, const T *a, int lda, co
     wmma::mma_sync(acc, fa, fb, acc);
 }
 
-// Copies rows [t0, t0+64) of one head (64 elements each, row stride `stride`
+
+// Copies rows [t0, t0+64) of one head (HS elements each, row stride `stride`
 // elements) into shared memory with 16-byte vectors; rows past Tn become zero.
-template <typename T>
+template <typename T, int HS>
 __device__ __forceinline__ void load_tile(T *dst, const T *src, int t0, int Tn, size_t stride) {
-    constexpr int LD = mma_traits<T>::LD;
     constexpr int VEC = 16 / sizeof(T);
     constexpr int PER_ROW = HS / VEC;
     for (int i = threadIdx.x; i < TILE * PER_ROW; i += blockDim.x) {
         int r = i / PER_ROW, c = (i % PER_ROW) * VEC;
         int4 v = make_int4(0, 0, 0, 0);
         if (t0 + r < Tn) v = *reinterpret_cast<const int4 *>(src + (size_t)(t0 + r) * stride + c);
-        *reinterpret_cast<int4 *>(dst + r * LD + c) = v;
+        *reinterpret_cast<int4 *>(dst + r * LDH + c) = v;
     }
 }
 
-template <typename T> static size_t fwd_smem(void) {
-    constexpr int LD = mma_traits<T>::LD;
-    return (3 * TILE * LD + NWARP * 16 * LD) * sizeof(T) + NWARP * 16 * LDF * sizeof(float);
+template <typename T, int HS> static size_t fwd_smem(void) {
+    return (3 * TILE * LDH + NWARP * 16 * LDS) * sizeof(T) + NWARP * 16 * LDF * sizeof(float);
 }
 
-template <typename T>
+template <typename T, int HS>
 __global__ void __launch_bounds__(NWARP * 32)
     attention_forward_kernel(T *out, float *lse, const T *qkv, int Tn, int C, int NH, float scale) {
-    constexpr int LD = mma_traits<T>::LD;
     constexpr int K = mma_traits<T>::K;
+    constexpr int NF = HS / 16;  // fragments across the head dimension
+    constexpr int HALF = HS / 2; // output columns per lane
     extern __shared__ __align__(128) unsigned char smem[];
-    T *Qs = reinterpret_cast<T *>(smem);
-    T *Ks = Qs + TILE * LD;
-    T *Vs = Ks + TILE * LD;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    T *Ps = Vs + TILE * LD + warp * 16 * LD;
-    float *Sf = reinterpret_cast<float *>(Vs + TILE * LD + NWARP * 16 * LD) + warp * 16 * LDF;
+    T *Qs = reinterpret_cast<T *>(smem);
+    T *Ks = Qs + TILE * LDH;
+    T *Vs = Ks + TILE * LDH;
+    T *Ps = Vs + TILE * LDH + warp * 16 * LDS;
+    float *Sf = reinterpret_cast<float *>(Vs + TILE * LDH + NWARP * 16 * LDS) + warp * 16 * LDF;
 
     int qt = gridDim.x - 1 - blockIdx.x;  // longest rows first
     int h = blockIdx.y, b = blockIdx.z;
     int q0 = qt * TILE;
     size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * Tn * stride + h * HS;
-    load_tile(Qs, base, q0, Tn, stride);
+    load_tile<T, HS>(Qs, base, q0, Tn, stride);
 
-    int r = lane >> 1, c0 = (lane & 1) * 32;
+    // Lane owns query row r of its warp: score columns [s0, s0+32), output
+    // columns [o0, o0+HALF).
+    int r = lane >> 1, s0 = (lane & 1) * 32, o0 = (lane & 1) * HALF;
     int qi = q0 + warp * 16 + r;
-    float o[32];
-    for (int i = 0; i < 32; i++) o[i] = 0.0f;
+    float o[HALF];
+    for (int i = 0; i < HALF; i++) o[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
 
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
         __syncthreads();  // previous K/V tile no longer read
-        load_tile(Ks, base + C, k0, Tn, stride);
-        load_tile(Vs, base + 2 * C, k0, Tn, stride);
+        load_tile<T, HS>(Ks, base + C, k0, Tn, stride);
+        load_tile<T, HS>(Vs, base + 2 * C, k0, Tn, stride);
         __syncthreads();
 
         frag_c<T> acc[4];
         for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
         for (int kk = 0; kk < HS; kk += K)
             for (int j = 0; j < 4; j++)
-                mma_step<T, wmma::row_major, wmma::col_major>(acc[j], Qs + warp * 16 * LD + kk, LD,
-                                                              Ks + j * 16 * LD + kk, LD);
+                mma_step<T, wmma::row_major, wmma::col_major>(acc[j], Qs + warp * 16 * LDH + kk, LDH,
+                                                              Ks + j * 16 * LDH + kk, LDH);
         for (int j = 0; j < 4; j++) wmma::store_matrix_sync(Sf + j * 16, acc[j], LDF, wmma::mem_row_major);
         __syncwarp();
 
         float s[32], mx = -INFINITY;
         for (int i = 0; i < 32; i++) {
-            int kj = k0 + c0 + i;
-            s[i] = (kj <= qi && kj < Tn) ? Sf[r * LDF + c0 + i] * scale : -INFINITY;
+            int kj = k0 + s0 + i;
+            s[i] = (kj <= qi && kj < Tn) ? Sf[r * LDF + s0 + i] * scale : -INFINITY;
             mx = fmaxf(mx, s[i]);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -141,41 +151,45 @@ __global__ void __launch_bounds__(NWARP * 32)
         for (int i = 0; i < 32; i++) {
             float p = __expf(s[i] - mn);
             sum += p;
-            Ps[r * LD + c0 + i] = from_f<T>(p);
+            Ps[r * LDS + s0 + i] = from_f<T>(p);
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         l = l * alpha + sum;
         m = mn;
-        for (int i = 0; i < 32; i++) o[i] *= alpha;
+        for (int i = 0; i < HALF; i++) o[i] *= alpha;
         __syncwarp();
 
-        for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
+        frag_c<T> pv[NF];
+        for (int j = 0; j < NF; j++) wmma::fill_fragment(pv[j], 0.0f);
         for (int kk = 0; kk < TILE; kk += K)
-            for (int j = 0; j < 4; j++)
-                mma_step<T, wmma::row_major, wmma::row_major>(acc[j], Ps + kk, LD, Vs + kk * LD + j * 16, LD);
-        for (int j = 0; j < 4; j++) wmma::store_matrix_sync(Sf + j * 16, acc[j], LDF, wmma::mem_row_major);
+            for (int j = 0; j < NF; j++)
+                mma_step<T, wmma::row_major, wmma::row_major>(pv[j], Ps + kk, LDS, Vs + kk * LDH + j * 16, LDH);
+        for (int j = 0; j < NF; j++) wmma::store_matrix_sync(Sf + j * 16, pv[j], LDF, wmma::mem_row_major);
         __syncwarp();
-        for (int i = 0; i < 32; i++) o[i] += Sf[r * LDF + c0 + i];
+        for (int i = 0; i < HALF; i++) o[i] += Sf[r * LDF + o0 + i];
         __syncwarp();
     }
     if (qi < Tn) {
-        T *orow = out + ((size_t)b * Tn + qi) * C + h * HS + c0;
+        T *orow = out + ((size_t)b * Tn + qi) * C + h * HS + o0;
         float inv = 1.0f / l;
-        for (int i = 0; i < 32; i++) orow[i] = from_f<T>(o[i] * inv);
-        if (c0 == 0) lse[((size_t)b * NH + h) * Tn + qi] = m + logf(l);
+        for (int i = 0; i < HALF; i++) orow[i] = from_f<T>(o[i] * inv);
+        if (o0 == 0) lse[((size_t)b * NH + h) * Tn + qi] = m + logf(l);
     }
 }
 
 // D[b,h,t] = sum_d dO * O, one warp per (row, head).
 template <typename T>
-__global__ void attention_rowdot_kernel(float *D, const T *dout, const T *out, int B, int Tn, int C, int NH) {
+__global__ void attention_rowdot_kernel(float *D, const T *dout, const T *out, int B, int Tn, int C,
+                                        int NH) {
     size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (w >= (size_t)B * Tn * NH) return;
+    int HS = C / NH;
     int h = (int)(w % NH);
     size_t bt = w / NH;
     const T *d = dout + bt * C + h * HS, *o = out + bt * C + h * HS;
-    float acc = to_f(d[lane]) * to_f(o[lane]) + to_f(d[lane + 32]) * to_f(o[lane + 32]);
+    float acc = 0.0f;
+    for (int i = lane; i < HS; i += 32) acc += to_f(d[i]) * to_f(o[i]);
     acc = warp_sum(acc);
     if (lane == 0) {
         size_t b = bt / Tn, t = bt % Tn;
@@ -183,53 +197,56 @@ __global__ void attention_rowdot_kernel(float *D, const T *dout, const T *out, i
     }
 }
 
-template <typename T> static size_t bwd_smem(void) {
-    constexpr int LD = mma_traits<T>::LD;
-    return (5 * TILE * LD + NWARP * 16 * LD) * sizeof(T) + NWARP * 16 * LDF * sizeof(float) +
-           2 * TILE * sizeof(float);
+template <typename T, int HS> static size_t bwd_smem(void) {
+    return (4 * TILE * LDH + TILE * LDS + NWARP * 16 * LDS) * sizeof(T) +
+           NWARP * 16 * LDF * sizeof(float) + 2 * TILE * sizeof(float);
 }
 
-template <typename T>
+template <typename T, int HS>
 __global__ void __launch_bounds__(NWARP * 32)
     attention_backward_kernel(T *dqkv, float *dq, const T *dout, const T *qkv, const float *lse,
                               const float *D, int Tn, int C, int NH, float scale) {
-    constexpr int LD = mma_traits<T>::LD;
     constexpr int K = mma_traits<T>::K;
+    constexpr int NF = HS / 16;
+    constexpr int HALF = HS / 2;
     extern __shared__ __align__(128) unsigned char smem[];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     T *Ks = reinterpret_cast<T *>(smem);
-    T *Vs = Ks + TILE * LD;
-    T *Qs = Vs + TILE * LD;
-    T *dOs = Qs + TILE * LD;
-    T *dSt = dOs + TILE * LD;  // (64 keys, 64 queries), whole block
-    T *Pt = dSt + TILE * LD + warp * 16 * LD;
-    float *Sf = reinterpret_cast<float *>(dSt + TILE * LD + NWARP * 16 * LD) + warp * 16 * LDF;
-    float *lse_s = reinterpret_cast<float *>(dSt + TILE * LD + NWARP * 16 * LD) + NWARP * 16 * LDF;
+    T *Vs = Ks + TILE * LDH;
+    T *Qs = Vs + TILE * LDH;
+    T *dOs = Qs + TILE * LDH;
+    T *dSt = dOs + TILE * LDH;  // (64 keys, 64 queries), shared by the block
+    T *Pt = dSt + TILE * LDS + warp * 16 * LDS;
+    float *fbase = reinterpret_cast<float *>(dSt + TILE * LDS + NWARP * 16 * LDS);
+    float *Sf = fbase + warp * 16 * LDF;
+    float *lse_s = fbase + NWARP * 16 * LDF;
     float *D_s = lse_s + TILE;
 
-    int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;  // small kt = most work: first
     int k0 = kt * TILE, nq = (Tn + TILE - 1) / TILE;
     size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * Tn * stride + h * HS;
     const T *dbase = dout + (size_t)b * Tn * C + h * HS;
     const float *lse_b = lse + ((size_t)b * NH + h) * Tn;
     const float *D_b = D + ((size_t)b * NH + h) * Tn;
-    load_tile(Ks, base + C, k0, Tn, stride);
-    load_tile(Vs, base + 2 * C, k0, Tn, stride);
+    load_tile<T, HS>(Ks, base + C, k0, Tn, stride);
+    load_tile<T, HS>(Vs, base + 2 * C, k0, Tn, stride);
 
-    frag_c<T> dK[4], dV[4];
-    for (int j = 0; j < 4; j++) {
+    frag_c<T> dK[NF], dV[NF];
+    for (int j = 0; j < NF; j++) {
         wmma::fill_fragment(dK[j], 0.0f);
         wmma::fill_fragment(dV[j], 0.0f);
     }
-    int r = lane >> 1, c0 = (lane & 1) * 32;
+    // Lane owns key row r of its warp: score columns [s0, s0+32) (queries),
+    // head columns [o0, o0+HALF).
+    int r = lane >> 1, s0 = (lane & 1) * 32, o0 = (lane & 1) * HALF;
     int kj = k0 + warp * 16 + r;
 
     for (int qt = kt; qt < nq; qt++) {
         int q0 = qt * TILE;
         __syncthreads();  // Qs, dOs, dSt of the previous tile no longer read
-        load_tile(Qs, base, q0, Tn, stride);
-        load_tile(dOs, dbase, q0, Tn, (size_t)C);
+        load_tile<T, HS>(Qs, base, q0, Tn, stride);
+        load_tile<T, HS>(dOs, dbase, q0, Tn, (size_t)C);
         for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
             bool in = q0 + i < Tn;
             lse_s[i] = in ? lse_b[q0 + i] : 0.0f;
@@ -242,15 +259,15 @@ __global__ void __launch_bounds__(NWARP * 32)
         for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
         for (int kk = 0; kk < HS; kk += K)
             for (int j = 0; j < 4; j++)
-                mma_step<T, wmma::row_major, wmma::col_major>(acc[j], Ks + warp * 16 * LD + kk, LD,
-                                                              Qs + j * 16 * LD + kk, LD);
+                mma_step<T, wmma::row_major, wmma::col_major>(acc[j], Ks + warp * 16 * LDH + kk, LDH,
+                                                              Qs + j * 16 * LDH + kk, LDH);
         for (int j = 0; j < 4; j++) wmma::store_matrix_sync(Sf + j * 16, acc[j], LDF, wmma::mem_row_major);
         __syncwarp();
         float p[32];
         for (int i = 0; i < 32; i++) {
-            int qi = q0 + c0 + i;
-            p[i] = (kj <= qi && qi < Tn) ? __expf(Sf[r * LDF + c0 + i] * scale - lse_s[c0 + i]) : 0.0f;
-            Pt[r * LD + c0 + i] = from_f<T>(p[i]);
+            int qi = q0 + s0 + i;
+            p[i] = (kj <= qi && qi < Tn) ? __expf(Sf[r * LDF + s0 + i] * scale - lse_s[s0 + i]) : 0.0f;
+            Pt[r * LDS + s0 + i] = from_f<T>(p[i]);
         }
         __syncwarp();
 
@@ -258,111 +275,147 @@ __global__ void __launch_bounds__(NWARP * 32)
         for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
         for (int kk = 0; kk < HS; kk += K)
             for (int j = 0; j < 4; j++)
-                mma_step<T, wmma::row_major, wmma::col_major>(acc[j], Vs + warp * 16 * LD + kk, LD,
-                                                              dOs + j * 16 * LD + kk, LD);
+                mma_step<T, wmma::row_major, wmma::col_major>(acc[j], Vs + warp * 16 * LDH + kk, LDH,
+                                                              dOs + j * 16 * LDH + kk, LDH);
         for (int j = 0; j < 4; j++) wmma::store_matrix_sync(Sf + j * 16, acc[j], LDF, wmma::mem_row_major);
         __syncwarp();
         for (int i = 0; i < 32; i++) {
-            float ds = p[i] * (Sf[r * LDF + c0 + i] - D_s[c0 + i]) * scale;
-            dSt[(warp * 16 + r) * LD + c0 + i] = from_f<T>(ds);
+            // d(loss)/d(q.k) with the softmax scale folded in: dQ = dS K, dK = dS^T Q.
+            float ds = p[i] * (Sf[r * LDF + s0 + i] - D_s[s0 + i]) * scale;
+            dSt[(warp * 16 + r) * LDS + s0 + i] = from_f<T>(ds);
         }
         __syncwarp();
 
         // dV_w += P^T dO ; dK_w += dS^T Q   (k runs over the 64 queries)
         for (int kk = 0; kk < TILE; kk += K)
-            for (int j = 0; j < 4; j++) {
-                mma_step<T, wmma::row_major, wmma::row_major>(dV[j], Pt + kk, LD, dOs + kk * LD + j * 16, LD);
-                mma_step<T, wmma::row_major, wmma::row_major>(dK[j], dSt + warp * 16 * LD + kk, LD,
-                                                              Qs + kk * LD + j * 16, LD);
+            for (int j = 0; j < NF; j++) {
+                mma_step<T, wmma::row_major, wmma::row_major>(dV[j], Pt + kk, LDS, dOs + kk * LDH + j * 16, LDH);
+                mma_step<T, wmma::row_major, wmma::row_major>(dK[j], dSt + warp * 16 * LDS + kk, LDS,
+                                                              Qs + kk * LDH + j * 16, LDH);
             }
         __syncthreads();  // dSt complete
 
-        // dQ rows w*16.. (16 queries x 64 dims) = dS K ; dS(q, key) = dSt[key][q]
-        for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
+        // dQ rows w*16.. (16 queries x HS) = dS K, reading dS(q, key) = dSt[key][q]
+        frag_c<T> dq_f[NF];
+        for (int j = 0; j < NF; j++) wmma::fill_fragment(dq_f[j], 0.0f);
         for (int kk = 0; kk < TILE; kk += K)
-            for (int j = 0; j < 4; j++)
-                mma_step<T, wmma::col_major, wmma::row_major>(acc[j], dSt + kk * LD + warp * 16, LD,
-                                                              Ks + kk * LD + j * 16, LD);
-        for (int j = 0; j < 4; j++) wmma::store_matrix_sync(Sf + j * 16, acc[j], LDF, wmma::mem_row_major);
+            for (int j = 0; j < NF; j++)
+                mma_step<T, wmma::col_major, wmma::row_major>(dq_f[j], dSt + kk * LDS + warp * 16, LDS,
+                                                              Ks + kk * LDH + j * 16, LDH);
+        for (int j = 0; j < NF; j++) wmma::store_matrix_sync(Sf + j * 16, dq_f[j], LDF, wmma::mem_row_major);
         __syncwarp();
+        // This block's contribution to dQ goes to its own partial slice (key
+        // tile kt); dq_reduce_kernel adds the slices in order: no atomics, so
+        // the backward pass is bit-reproducible.
         int qi = q0 + warp * 16 + r;
         if (qi < Tn) {
-            float *dst = dq + ((size_t)b * Tn + qi) * C + h * HS + c0;
-            const float *src = Sf + r * LDF + c0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            for (int i = 0; i < 32; i += 4)
-                atomicAdd(reinterpret_cast<float4 *>(dst + i), make_float4(src[i], src[i + 1], src[i + 2], src[i + 3]));
-#else
-            for (int i = 0; i < 32; i++) atomicAdd(dst + i, src[i]);
-#endif
+            float *dst = dq + (size_t)kt * gridDim.z * Tn * C + ((size_t)b * Tn + qi) * C + h * HS + o0;
+            const float *src = Sf + r * LDF + o0;
+            for (int i = 0; i < HALF; i += 4)
+                *reinterpret_cast<float4 *>(dst + i) = make_float4(src[i], src[i + 1], src[i + 2], src[i + 3]);
         }
         __syncwarp();
     }
 
-    // dK, dV of this warp's 16 keys straight into dqkv: no other block owns them.
+    // dK, dV of this warp's 16 keys go straight to dqkv: no other block owns them.
     for (int pass = 0; pass < 2; pass++) {
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < NF; j++)
             wmma::store_matrix_sync(Sf + j * 16, pass ? dV[j] : dK[j], LDF, wmma::mem_row_major);
         __syncwarp();
         if (kj < Tn) {
-            T *dst = dqkv + ((size_t)b * Tn + kj) * stride + (pass ? 2 : 1) * C + h * HS + c0;
-            for (int i = 0; i < 32; i++) dst[i] = from_f<T>(Sf[r * LDF + c0 + i]);
+            T *dst = dqkv + ((size_t)b * Tn + kj) * stride + (pass ? 2 : 1) * C + h * HS + o0;
+            for (int i = 0; i < HALF; i++) dst[i] = from_f<T>(Sf[r * LDF + o0 + i]);
         }
         __syncwarp();
     }
 }
 
+// dQ[b,t] = sum over key tiles kt <= t/64 of the partials, in order.
 template <typename T>
-__global__ void dq_store_kernel(T *dqkv, const float *dq, size_t total, int C) {
+__global__ void dq_reduce_kernel(T *dqkv, const float *dq, size_t total, int Tn, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     size_t row = i / C;
     int c = (int)(i % C);
-    dqkv[row * 3 * C + c] = from_f<T>(dq[i]);
+    int t = (int)(row % Tn);
+    float acc = 0.0f;
+    for (int kt = 0; kt <= t / TILE; kt++) acc += dq[(size_t)kt * total + i];
+    dqkv[row * 3 * C + c] = from_f<T>(acc);
 }
 
-static int check_shape(int C, int NH, skiff_err *err) {
-    if (NH <= 0 || C % NH != 0 || C / NH != HS)
-        return skiff_error(err, EINVAL,
-                           "CUDA attention needs head size %d (n_embd / n_head), got %d / %d; "
-                           "use a model with n_embd = 64 * n_head",
-                           HS, C, NH);
+size_t k_attention_scratch_floats(int B, int Tn, int C, int NH) {
+    return (size_t)ceil_div(Tn, TILE) * B * Tn * C + (size_t)B * NH * Tn;
+}
+
+template <typename T, int HS>
+static int attention_forward_hs(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH,
+                                cudaStream_t s, skiff_err *err) {
+    size_t sm = fwd_smem<T, HS>();
+    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<T, HS>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    dim3 grid(ceil_div(Tn, TILE), NH, B);
+    attention_forward_kernel<T, HS><<<grid, NWARP * 32, sm, s>>>(out, lse, qkv, Tn, C, NH,
+                                                                 1.0f / sqrtf((float)HS));
+    CUDA_CHECK_LAUNCH();
     return 0;
+}
+
+template <typename T, int HS>
+static int attention_backward_hs(T *dqkv, float *dq, float *D, const T *dout, const T *qkv,
+                                 const float *lse, int B, int Tn, int C, int NH, cudaStream_t s,
+                                 skiff_err *err) {
+    size_t sm = bwd_smem<T, HS>();
+    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<T, HS>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    dim3 grid(ceil_div(Tn, TILE), NH, B);
+    attention_backward_kernel<T, HS><<<grid, NWARP * 32, sm, s>>>(dqkv, dq, dout, qkv, lse, D, Tn,
+                                                                  C, NH, 1.0f / sqrtf((float)HS));
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+static int head_size(int C, int NH, skiff_err *err) {
+    int hs = (NH > 0 && C % NH == 0) ? C / NH : 0;
+    if (hs != 16 && hs != 32 && hs != 64 && hs != 128)
+        return skiff_error(err, EINVAL,
+                           "CUDA attention supports head sizes 16, 32, 64 and 128 "
+                           "(n_embd / n_head), got %d / %d",
+                           C, NH);
+    return hs;
 }
 
 template <typename T>
 int k_attention_forward(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH,
                         cudaStream_t s, skiff_err *err) {
-    TRY(check_shape(C, NH, err));
-    size_t sm = fwd_smem<T>();
-    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<T>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    dim3 grid(ceil_div(Tn, TILE), NH, B);
-    attention_forward_kernel<T><<<grid, NWARP * 32, sm, s>>>(out, lse, qkv, Tn, C, NH, rsqrtf((float)HS));
-    CUDA_CHECK_LAUNCH();
-    return 0;
+    int hs = head_size(C, NH, err);
+    if (hs < 0) return -1;
+    switch (hs) {
+    case 16: return attention_forward_hs<T, 16>(out, lse, qkv, B, Tn, C, NH, s, err);
+    case 32: return attention_forward_hs<T, 32>(out, lse, qkv, B, Tn, C, NH, s, err);
+    case 64: return attention_forward_hs<T, 64>(out, lse, qkv, B, Tn, C, NH, s, err);
+    default: return attention_forward_hs<T, 128>(out, lse, qkv, B, Tn, C, NH, s, err);
+    }
 }
 
 template <typename T>
 int k_attention_backward(T *dqkv, float *scratch, const T *dout, const T *qkv, const T *out,
                          const float *lse, int B, int Tn, int C, int NH, cudaStream_t s,
                          skiff_err *err) {
-    TRY(check_shape(C, NH, err));
+    int hs = head_size(C, NH, err);
+    if (hs < 0) return -1;
     float *dq = scratch;
-    float *D = scratch + (size_t)B * Tn * C;
-    CUDA_CHECK(cudaMemsetAsync(dq, 0, (size_t)B * Tn * C * sizeof(float), s));
+    float *D = scratch + (size_t)ceil_div(Tn, TILE) * B * Tn * C;
     size_t rows = (size_t)B * Tn * NH;
     attention_rowdot_kernel<T><<<ceil_div(rows * 32, 256), 256, 0, s>>>(D, dout, out, B, Tn, C, NH);
     CUDA_CHECK_LAUNCH();
-    size_t sm = bwd_smem<T>();
-    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<T>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    dim3 grid(ceil_div(Tn, TILE), NH, B);
-    attention_backward_kernel<T><<<grid, NWARP * 32, sm, s>>>(dqkv, dq, dout, qkv, lse, D, Tn, C, NH,
-                                                              rsqrtf((float)HS));
-    CUDA_CHECK_LAUNCH();
+    switch (hs) {
+    case 16: TRY(attention_backward_hs<T, 16>(dqkv, dq, D, dout, qkv, lse, B, Tn, C, NH, s, err)); break;
+    case 32: TRY(attention_backward_hs<T, 32>(dqkv, dq, D, dout, qkv, lse, B, Tn, C, NH, s, err)); break;
+    case 64: TRY(attention_backward_hs<T, 64>(dqkv, dq, D, dout, qkv, lse, B, Tn, C, NH, s, err)); break;
+    default: TRY(attention_backward_hs<T, 128>(dqkv, dq, D, dout, qkv, lse, B, Tn, C, NH, s, err)); break;
+    }
     size_t total = (size_t)B * Tn * C;
-    dq_store_kernel<T><<<ceil_div(total, 256), 256, 0, s>>>(dqkv, dq, total, C);
+    dq_reduce_kernel<T><<<ceil_div(total, 256), 256, 0, s>>>(dqkv, dq, total, Tn, C);
     CUDA_CHECK_LAUNCH();
     return 0;
 }

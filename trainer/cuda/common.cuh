@@ -39,9 +39,9 @@ extern "C" {
     } while (0)
 
 // Propagates a -1 from a callee, adding nothing (the callee already said where).
-#define TRY(call)                      \
-    do {                               \
-        if ((call) < 0) return -1;     \
+#define TRY(...)                         \
+    do {                                 \
+        if ((__VA_ARGS__) < 0) return -1; \
     } while (0)
 
 // Element types. The model is templated on the storage type of weights and

@@ -27,26 +27,59 @@ int k_encoder_forward(T *out, const int *tokens, const T *wte, const T *wpe, int
     return 0;
 }
 
-// Atomics on fp32 gradients: tokens repeat within a batch, so rows collide;
-// wpe rows collide B times. Contention is low at GPT-2 sizes.
+// Deterministic (no float atomics, so reruns and resumes are bit-identical):
+// the rows that hold each distinct token are grouped on the host (csr: for
+// unique token u, rows[start[u] .. start[u+1]) in increasing order), and one
+// thread per (token, channel) sums its rows in that fixed order.
 template <typename T>
-__global__ void encoder_backward_kernel(float *dwte, float *dwpe, const T *dout, const int *tokens,
-                                        int Tn, int C, size_t total) {
+__global__ void encoder_backward_wte_kernel(float *dwte, const T *dout, const int *uniq,
+                                            const int *start, const int *rows, int C) {
+    int u = blockIdx.x;
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (int k = start[u]; k < start[u + 1]; k++) acc += to_f(dout[(size_t)rows[k] * C + c]);
+    dwte[(size_t)uniq[u] * C + c] += acc;
+}
+
+// dwpe[t] += sum over b of dout[b, t], b in order.
+template <typename T>
+__global__ void encoder_backward_wpe_kernel(float *dwpe, const T *dout, int B, int Tn, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    size_t row = i / C;
-    int c = (int)(i % C);
-    int t = (int)(row % Tn);
-    float d = to_f(dout[i]);
-    atomicAdd(&dwte[(size_t)tokens[row] * C + c], d);
-    atomicAdd(&dwpe[(size_t)t * C + c], d);
+    if (i >= (size_t)Tn * C) return;
+    float acc = 0.0f;
+    for (int b = 0; b < B; b++) acc += to_f(dout[(size_t)b * Tn * C + i]);
+    dwpe[i] += acc;
+}
+
+int k_encoder_csr(int *csr, int *counts, const int *tokens, int N, int V) {
+    for (int v = 0; v < V; v++) counts[v] = 0;
+    for (int i = 0; i < N; i++) counts[tokens[i]]++;
+    int nuniq = 0;
+    for (int v = 0; v < V; v++) nuniq += counts[v] > 0;
+    int *uniq = csr, *start = csr + nuniq, *rows = csr + 2 * nuniq + 1;
+    int u = 0, pos = 0;
+    for (int v = 0; v < V; v++) {
+        if (!counts[v]) continue;
+        uniq[u] = v;
+        start[u++] = pos;
+        int c = counts[v];
+        counts[v] = pos;  // becomes the next free slot of token v
+        pos += c;
+    }
+    start[nuniq] = pos;
+    for (int i = 0; i < N; i++) rows[counts[tokens[i]]++] = i;  // rows ascending per token
+    return nuniq;
 }
 
 template <typename T>
-int k_encoder_backward(float *dwte, float *dwpe, const T *dout, const int *tokens, int B, int Tn,
-                       int C, cudaStream_t s, skiff_err *err) {
-    size_t total = (size_t)B * Tn * C;
-    encoder_backward_kernel<<<ceil_div(total, 256), 256, 0, s>>>(dwte, dwpe, dout, tokens, Tn, C, total);
+int k_encoder_backward(float *dwte, float *dwpe, const T *dout, const int *csr, int nuniq, int B,
+                       int Tn, int C, cudaStream_t s, skiff_err *err) {
+    const int *uniq = csr, *start = csr + nuniq, *rows = csr + 2 * nuniq + 1;
+    encoder_backward_wte_kernel<<<dim3(nuniq, ceil_div(C, 256)), 256, 0, s>>>(dwte, dout, uniq,
+                                                                               start, rows, C);
+    CUDA_CHECK_LAUNCH();
+    encoder_backward_wpe_kernel<<<ceil_div((size_t)Tn * C, 256), 256, 0, s>>>(dwpe, dout, B, Tn, C);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -103,56 +136,103 @@ int k_residual_layernorm_forward(T *res_out, T *ln_out, float *mean, float *rstd
     return 0;
 }
 
-// One warp per row, grid-stride over rows; dw/db collected in shared memory per
-// block and added to global once per block, which avoids N*C global atomics.
+// dinp: one warp per row. dw/db are column sums over rows and go through the
+// deterministic column reduction below instead of atomics.
 template <typename T>
-__global__ void layernorm_backward_kernel(T *dinp, float *dw, float *db, const T *dout,
-                                          const T *inp, const T *w, const float *mean,
-                                          const float *rstd, int N, int C) {
-    extern __shared__ float sh[];
-    float *sdw = sh, *sdb = sh + C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) sdw[c] = sdb[c] = 0.0f;
-    __syncthreads();
-    int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    for (int row = blockIdx.x * nw + (threadIdx.x >> 5); row < N; row += gridDim.x * nw) {
-        const T *dr = dout + (size_t)row * C, *xr = inp + (size_t)row * C;
-        T *gr = dinp + (size_t)row * C;
-        float mu = mean[row], rs = rstd[row];
-        float dsum = 0.0f, dxsum = 0.0f;
-        for (int c = lane; c < C; c += 32) {
-            float xh = (to_f(xr[c]) - mu) * rs;
-            float dn = to_f(w[c]) * to_f(dr[c]);
-            dsum += dn;
-            dxsum += dn * xh;
-        }
-        dsum = warp_sum(dsum) / C;
-        dxsum = warp_sum(dxsum) / C;
-        for (int c = lane; c < C; c += 32) {
-            float d = to_f(dr[c]);
-            float xh = (to_f(xr[c]) - mu) * rs;
-            float dn = to_f(w[c]) * d;
-            gr[c] = from_f<T>(to_f(gr[c]) + rs * (dn - dsum - xh * dxsum));
-            atomicAdd(&sdw[c], d * xh);
-            atomicAdd(&sdb[c], d);
-        }
+__global__ void layernorm_backward_kernel(T *dinp, const T *dout, const T *inp, const T *w,
+                                          const float *mean, const float *rstd, int N, int C) {
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const T *dr = dout + (size_t)row * C, *xr = inp + (size_t)row * C;
+    T *gr = dinp + (size_t)row * C;
+    float mu = mean[row], rs = rstd[row];
+    float dsum = 0.0f, dxsum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float xh = (to_f(xr[c]) - mu) * rs;
+        float dn = to_f(w[c]) * to_f(dr[c]);
+        dsum += dn;
+        dxsum += dn * xh;
     }
-    __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        atomicAdd(&dw[c], sdw[c]);
-        atomicAdd(&db[c], sdb[c]);
+    dsum = warp_sum(dsum) / C;
+    dxsum = warp_sum(dxsum) / C;
+    for (int c = lane; c < C; c += 32) {
+        float xh = (to_f(xr[c]) - mu) * rs;
+        float dn = to_f(w[c]) * to_f(dr[c]);
+        gr[c] = from_f<T>(to_f(gr[c]) + rs * (dn - dsum - xh * dxsum));
     }
 }
 
+// Column sums in a fixed order: block (32 columns x 8 row lanes) over a slice
+// of ROWS_PER rows writes one partial per column to part[blockIdx.y]; a second
+// kernel adds the partials in order. With ln != 0 it sums dout*xhat (LayerNorm
+// dw) into out0 and dout (db) into out1; otherwise dout into out0 (bias).
+#define ROWS_PER 256
 template <typename T>
-int k_layernorm_backward(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
-                         const float *mean, const float *rstd, int N, int C, cudaStream_t s,
-                         skiff_err *err) {
-    unsigned blocks = ceil_div(N, 8);
-    if (blocks > 1024) blocks = 1024;
-    layernorm_backward_kernel<<<blocks, 256, 2 * C * sizeof(float), s>>>(dinp, dw, db, dout, inp, w,
-                                                                         mean, rstd, N, C);
+__global__ void colsum_partial_kernel(float *part, const T *dout, const T *inp, const float *mean,
+                                      const float *rstd, int N, int OC, int ln) {
+    __shared__ float p0[8][33], p1[8][33];
+    int col = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * ROWS_PER, r1 = min(N, r0 + ROWS_PER);
+    float a0 = 0.0f, a1 = 0.0f;
+    if (col < OC)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            float d = to_f(dout[(size_t)r * OC + col]);
+            if (ln) {
+                a0 += d * (to_f(inp[(size_t)r * OC + col]) - mean[r]) * rstd[r];
+                a1 += d;
+            } else {
+                a0 += d;
+            }
+        }
+    p0[threadIdx.y][threadIdx.x] = a0;
+    p1[threadIdx.y][threadIdx.x] = a1;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < OC) {
+        for (int k = 1; k < 8; k++) {
+            a0 += p0[k][threadIdx.x];
+            a1 += p1[k][threadIdx.x];
+        }
+        float *pp = part + (size_t)blockIdx.y * 2 * OC;
+        pp[col] = a0;
+        pp[OC + col] = a1;
+    }
+}
+
+__global__ void colsum_final_kernel(float *out0, float *out1, const float *part, int nparts, int OC) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC) return;
+    float a0 = 0.0f, a1 = 0.0f;
+    for (int k = 0; k < nparts; k++) {
+        a0 += part[(size_t)k * 2 * OC + col];
+        a1 += part[(size_t)k * 2 * OC + OC + col];
+    }
+    out0[col] += a0;
+    if (out1) out1[col] += a1;
+}
+
+size_t k_colsum_scratch_floats(int N, int OC) { return (size_t)ceil_div(N, ROWS_PER) * 2 * OC; }
+
+template <typename T>
+static int colsum(float *out0, float *out1, float *scratch, const T *dout, const T *inp,
+                  const float *mean, const float *rstd, int N, int OC, cudaStream_t s,
+                  skiff_err *err) {
+    dim3 grid(ceil_div(OC, 32), ceil_div(N, ROWS_PER));
+    colsum_partial_kernel<<<grid, dim3(32, 8), 0, s>>>(scratch, dout, inp, mean, rstd, N, OC,
+                                                      inp != NULL);
+    CUDA_CHECK_LAUNCH();
+    colsum_final_kernel<<<ceil_div(OC, 256), 256, 0, s>>>(out0, out1, scratch, grid.y, OC);
     CUDA_CHECK_LAUNCH();
     return 0;
+}
+
+template <typename T>
+int k_layernorm_backward(T *dinp, float *dw, float *db, float *scratch, const T *dout, const T *inp,
+                         const T *w, const float *mean, const float *rstd, int N, int C,
+                         cudaStream_t s, skiff_err *err) {
+    layernorm_backward_kernel<<<ceil_div(N, 8), 256, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    CUDA_CHECK_LAUNCH();
+    return colsum(dw, db, scratch, dout, inp, mean, rstd, N, C, s, err);
 }
 
 // ---------------------------------------------------------------- GELU
@@ -207,33 +287,10 @@ int k_add_bias(T *out, const T *bias, int N, int OC, cudaStream_t s, skiff_err *
     return 0;
 }
 
-// Block = 32 columns x 8 row lanes; each block sums a slice of rows for its 32
-// columns (coalesced reads along a row), reduces the 8 partials in shared
-// memory and adds one value per column to global.
 template <typename T>
-__global__ void bias_backward_kernel(float *dbias, const T *dout, int N, int OC, int rows_per) {
-    __shared__ float part[8][33];
-    int col = blockIdx.x * 32 + threadIdx.x;
-    int r0 = blockIdx.y * rows_per;
-    int r1 = min(N, r0 + rows_per);
-    float acc = 0.0f;
-    if (col < OC)
-        for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += to_f(dout[(size_t)r * OC + col]);
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < OC) {
-        for (int k = 1; k < 8; k++) acc += part[k][threadIdx.x];
-        atomicAdd(&dbias[col], acc);
-    }
-}
-
-template <typename T>
-int k_bias_backward(float *dbias, const T *dout, int N, int OC, cudaStream_t s, skiff_err *err) {
-    int rows_per = 256;
-    dim3 grid(ceil_div(OC, 32), ceil_div(N, rows_per));
-    bias_backward_kernel<<<grid, dim3(32, 8), 0, s>>>(dbias, dout, N, OC, rows_per);
-    CUDA_CHECK_LAUNCH();
-    return 0;
+int k_bias_backward(float *dbias, float *scratch, const T *dout, int N, int OC, cudaStream_t s,
+                    skiff_err *err) {
+    return colsum<T>(dbias, NULL, scratch, dout, NULL, NULL, NULL, N, OC, s, err);
 }
 
 // ---------------------------------------------------------------- classifier
@@ -349,20 +406,30 @@ int k_cast_to_f32(float *dst, const T *src, size_t n, cudaStream_t s, skiff_err 
     return 0;
 }
 
-__global__ void norm_squared_kernel(float *out, const float *g, size_t n) {
+// Two passes with a fixed grid, so the sum is the same on every run.
+#define NORM_BLOCKS 512
+__global__ void norm_partial_kernel(float *part, const float *g, size_t n) {
     float acc = 0.0f;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         acc += g[i] * g[i];
     acc = block_sum(acc);
-    if (threadIdx.x == 0) atomicAdd(out, acc);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
-int k_norm_squared(float *out, const float *g, size_t n, cudaStream_t s, skiff_err *err) {
+__global__ void norm_final_kernel(float *out, const float *part) {
+    float acc = block_sum(part[threadIdx.x]);
+    if (threadIdx.x == 0) out[0] += acc;
+}
+
+size_t k_norm_scratch_floats(void) { return NORM_BLOCKS; }
+
+int k_norm_squared(float *out, float *scratch, const float *g, size_t n, cudaStream_t s,
+                   skiff_err *err) {
     if (n == 0) return 0;
-    unsigned blocks = ceil_div(n, 1024);
-    if (blocks > 1024) blocks = 1024;
-    norm_squared_kernel<<<blocks, 1024, 0, s>>>(out, g, n);
+    norm_partial_kernel<<<NORM_BLOCKS, 512, 0, s>>>(scratch, g, n);
+    CUDA_CHECK_LAUNCH();
+    norm_final_kernel<<<1, NORM_BLOCKS, 0, s>>>(out, scratch);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -397,17 +464,18 @@ int k_mean(float *out, const float *x, int n, cudaStream_t s, skiff_err *err) {
     template int k_encoder_forward<T>(T *, const int *, const T *, const T *, int, int, int,       \
                                       cudaStream_t, skiff_err *);                                 \
     template int k_encoder_backward<T>(float *, float *, const T *, const int *, int, int, int,    \
-                                       cudaStream_t, skiff_err *);                                \
+                                       int, cudaStream_t, skiff_err *);                           \
     template int k_residual_layernorm_forward<T>(T *, T *, float *, float *, const T *, const T *, \
                                                  const T *, const T *, int, int, cudaStream_t,    \
                                                  skiff_err *);                                    \
-    template int k_layernorm_backward<T>(T *, float *, float *, const T *, const T *, const T *,   \
-                                         const float *, const float *, int, int, cudaStream_t,    \
-                                         skiff_err *);                                            \
+    template int k_layernorm_backward<T>(T *, float *, float *, float *, const T *, const T *,     \
+                                         const T *, const float *, const float *, int, int,       \
+                                         cudaStream_t, skiff_err *);                              \
     template int k_gelu_forward<T>(T *, const T *, size_t, cudaStream_t, skiff_err *);            \
     template int k_gelu_backward<T>(T *, const T *, size_t, cudaStream_t, skiff_err *);           \
     template int k_add_bias<T>(T *, const T *, int, int, cudaStream_t, skiff_err *);              \
-    template int k_bias_backward<T>(float *, const T *, int, int, cudaStream_t, skiff_err *);     \
+    template int k_bias_backward<T>(float *, float *, const T *, int, int, cudaStream_t,          \
+                                    skiff_err *);                                                 \
     template int k_fused_classifier<T>(T *, float *, const int *, float, int, int, int,           \
                                        cudaStream_t, skiff_err *);                                \
     template int k_adamw<T>(float *, T *, const float *, float *, float *, size_t, float, float,  \
