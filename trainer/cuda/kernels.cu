@@ -450,7 +450,7 @@ __global__ void mean_kernel(float *out, const float *x, int n) {
     float acc = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
     acc = block_sum(acc);
-    if (threadIdx.x == 0) out[0] = acc / n;
+    if (threadIdx.x == 0) out[0] += acc / n;
 }
 
 int k_mean(float *out, const float *x, int n, cudaStream_t s, skiff_err *err) {
