@@ -23,6 +23,7 @@ static void usage(FILE *f)
             "       skiff-train sample --ckpt-dir DIR [--model NAME] [--prompt TEXT] [--tokens N]\n"
             "                   [--temperature X] [--seed S]\n"
             "       skiff-train plot LOG.jsonl OUT.png\n"
+            "       skiff-train compare CKPT_DIR_A CKPT_DIR_B [--tol X]\n"
             "models: %s\n"
             "--batch is the per-rank micro-batch: global batch = B*T*K*WORLD_SIZE tokens.\n"
             "Distributed runs read RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.\n"
@@ -69,6 +70,8 @@ int main(int argc, char **argv)
         rc = tool_tokenize(argc - 1, argv + 1, &err);
     } else if (!strcmp(cmd, "sample")) {
         rc = tool_sample(argc - 1, argv + 1, &err);
+    } else if (!strcmp(cmd, "compare")) {
+        rc = tool_compare(argc - 1, argv + 1, &err);
     } else if (!strcmp(cmd, "plot")) {
         rc = tool_plot(argc - 1, argv + 1, &err);
     } else {

@@ -11,6 +11,9 @@
 int tool_tokenize(int argc, char **argv, skiff_err *err);
 int tool_sample(int argc, char **argv, skiff_err *err);
 int tool_plot(int argc, char **argv, skiff_err *err);
+/* compare DIR_A DIR_B [--tol X]: max abs difference of two checkpoints'
+ * parameters; exit 1 when it exceeds X (default 0: bit-identical). */
+int tool_compare(int argc, char **argv, skiff_err *err);
 
 /* The byte-level tokenizer: token = byte value (vocab 256). Byte 0 (NUL,
  * absent from text) is the end-of-text token that separates documents. */

@@ -136,6 +136,9 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
  * world, zero, num_params, opt_off, opt_len). Copies into want->params (when
  * non-NULL and the file has them), want->m, want->v; fills step/data_pos/rng. */
 int train_ckpt_load(const char *dir, struct train_ckpt *want, skiff_err *err);
+/* Reads only the header of DIR/rank-R.ckpt (R = out->rank) into *out (cfg,
+ * world, zero, step, num_params, opt_off, opt_len; no buffers). */
+int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err);
 
 /* ---- logging ------------------------------------------------------------- */
 

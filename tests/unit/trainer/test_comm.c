@@ -1,0 +1,187 @@
+/* The TCP store and ring collectives with real sockets on localhost: P ranks
+ * as threads of this process (each with its own store client and ring). */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "store.h"
+
+static int test_port(void) { return 20000 + (int)(getpid() % 20000); }
+
+struct rank_ctx {
+    int rank, world, port;
+    int (*body)(struct rank_ctx *, struct skiff_comm *, skiff_err *);
+    int rc;
+    skiff_err err;
+    float out[4096];
+};
+
+static void *rank_main(void *p)
+{
+    struct rank_ctx *r = p;
+    struct skiff_store *s = NULL;
+    struct skiff_comm *c = NULL;
+    r->rc = -1;
+    if (skiff_store_open("127.0.0.1", r->port, r->rank == 0, 10000, &s, &r->err) < 0) return NULL;
+    if (skiff_store_rendezvous(s, r->rank, r->world, &r->err) == 0 &&
+        skiff_comm_tcp_create(s, r->rank, r->world, r->rank, 10000, &c, &r->err) == 0) {
+        r->rc = r->body(r, c, &r->err);
+        /* keep rank 0's store alive until everyone is done with it */
+        if (r->rc == 0) r->rc = skiff_barrier(c, &r->err);
+    }
+    skiff_comm_destroy(c);
+    skiff_store_close(s);
+    return NULL;
+}
+
+static void run_ranks(int world, int (*body)(struct rank_ctx *, struct skiff_comm *, skiff_err *),
+                      struct rank_ctx *ctx)
+{
+    pthread_t th[8];
+    int port = test_port();
+    for (int r = 0; r < world; r++) {
+        ctx[r] = (struct rank_ctx){.rank = r, .world = world, .port = port, .body = body};
+        pthread_create(&th[r], NULL, rank_main, &ctx[r]);
+    }
+    for (int r = 0; r < world; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < world; r++) cr_assert_eq(ctx[r].rc, 0, "rank %d: %s", r, ctx[r].err.msg);
+}
+
+static float val(int rank, size_t i) { return (float)((rank + 1) * 0.37 + (double)i * 0.001); }
+
+enum { N = 1001 };
+
+static int body_allreduce(struct rank_ctx *r, struct skiff_comm *c, skiff_err *err)
+{
+    for (size_t i = 0; i < N; i++) r->out[i] = val(r->rank, i);
+    if (skiff_allreduce_sum(c, r->out, N, SKIFF_F32, err) < 0) return -1;
+    /* n smaller than world: most chunks are empty */
+    float small[2] = {(float)r->rank, 1.0f};
+    if (skiff_allreduce_sum(c, small, 2, SKIFF_F32, err) < 0) return -1;
+    r->out[N] = small[0];
+    r->out[N + 1] = small[1];
+    return 0;
+}
+
+Test(comm, allreduce_matches_sum_and_is_identical_on_all_ranks)
+{
+    for (int world = 1; world <= 4; world++) {
+        struct rank_ctx ctx[4];
+        run_ranks(world, body_allreduce, ctx);
+        for (size_t i = 0; i < N; i++) {
+            double want = 0;
+            for (int k = 0; k < world; k++) want += val(k, i);
+            cr_assert_float_eq(ctx[0].out[i], want, 1e-4, "world %d elem %zu", world, i);
+            for (int k = 1; k < world; k++)
+                cr_assert(memcmp(&ctx[0].out[i], &ctx[k].out[i], 4) == 0, "rank %d differs", k);
+        }
+        cr_assert_float_eq(ctx[0].out[N], world * (world - 1) / 2.0, 1e-6);
+        cr_assert_float_eq(ctx[0].out[N + 1], (double)world, 1e-6);
+    }
+}
+
+Test(comm, allreduce_is_deterministic)
+{
+    struct rank_ctx a[3], b[3];
+    run_ranks(3, body_allreduce, a);
+    run_ranks(3, body_allreduce, b);
+    cr_assert(memcmp(a[1].out, b[1].out, sizeof a[1].out) == 0, "two runs differ");
+}
+
+static int body_rs_ag(struct rank_ctx *r, struct skiff_comm *c, skiff_err *err)
+{
+    size_t n = 12;
+    for (size_t i = 0; i < n; i++) r->out[i] = val(r->rank, i);
+    if (skiff_reduce_scatter(c, r->out, n, SKIFF_F32, err) < 0) return -1;
+    size_t per = n / (size_t)c->world;
+    /* keep only our shard, poison the rest, then gather */
+    for (size_t i = 0; i < n; i++)
+        if (i / per != (size_t)c->rank) r->out[i] = -1000;
+    if (skiff_all_gather(c, r->out, n, SKIFF_F32, err) < 0) return -1;
+    /* not a multiple of world: refused with a message */
+    skiff_err e;
+    if (c->world > 1 && skiff_reduce_scatter(c, r->out, n + 1, SKIFF_F32, &e) == 0)
+        return skiff_error(err, 0, "n %% world != 0 accepted");
+    return 0;
+}
+
+Test(comm, reduce_scatter_then_all_gather_is_allreduce)
+{
+    struct rank_ctx ctx[3];
+    run_ranks(3, body_rs_ag, ctx);
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < 12; i++)
+            cr_assert_float_eq(ctx[k].out[i], val(0, i) + val(1, i) + val(2, i), 1e-5);
+}
+
+static int body_bcast(struct rank_ctx *r, struct skiff_comm *c, skiff_err *err)
+{
+    size_t n = (3u << 20) + 5; /* several pieces */
+    unsigned char *b = malloc(n);
+    for (size_t i = 0; i < n; i++) b[i] = c->rank == 1 ? (unsigned char)(i * 7) : 0;
+    int rc = skiff_broadcast(c, b, n, 1, err);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += b[i] != (unsigned char)(i * 7);
+    free(b);
+    r->out[0] = (float)bad;
+    return rc;
+}
+
+Test(comm, broadcast_from_any_root)
+{
+    struct rank_ctx ctx[4];
+    run_ranks(4, body_bcast, ctx);
+    for (int k = 0; k < 4; k++) cr_assert_eq(ctx[k].out[0], 0.0f, "rank %d got wrong bytes", k);
+}
+
+static int body_async(struct rank_ctx *r, struct skiff_comm *c, skiff_err *err)
+{
+    float a[64], b[64];
+    for (int i = 0; i < 64; i++) a[i] = b[i] = (float)c->rank;
+    struct skiff_comm_req *qa, *qb;
+    if (skiff_comm_start(c, SKIFF_COMM_ALLREDUCE, a, 64, SKIFF_F32, &qa, err) < 0) return -1;
+    if (skiff_comm_start(c, SKIFF_COMM_ALLREDUCE, b, 64, SKIFF_F32, &qb, err) < 0) return -1;
+    if (skiff_comm_wait(c, qb, err) < 0 || skiff_comm_wait(c, qa, err) < 0) return -1;
+    r->out[0] = a[63];
+    r->out[1] = b[0];
+    return 0;
+}
+
+Test(comm, async_in_issue_order)
+{
+    struct rank_ctx ctx[3];
+    run_ranks(3, body_async, ctx);
+    cr_assert_eq(ctx[2].out[0], 3.0f);
+    cr_assert_eq(ctx[2].out[1], 3.0f);
+}
+
+Test(store, rendezvous_timeout_names_missing_rank)
+{
+    struct skiff_store *s;
+    skiff_err err;
+    cr_assert_eq(skiff_store_open("127.0.0.1", test_port(), 1, 500, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(skiff_store_set(s, "k", "v", 1, &err), 0);
+    void *v = NULL;
+    cr_assert_eq(skiff_store_get(s, "k", &v, NULL, &err), 0);
+    cr_assert_str_eq(v, "v");
+    free(v);
+    long n = 0;
+    skiff_store_add(s, "ctr", 2, &n, &err);
+    skiff_store_add(s, "ctr", 3, &n, &err);
+    cr_assert_eq(n, 5);
+    cr_assert_eq(skiff_store_rendezvous(s, 0, 3, &err), -1);
+    cr_assert(strstr(err.msg, "ranks 1,2 of WORLD_SIZE=3 did not arrive"), "%s", err.msg);
+    skiff_store_close(s);
+}
+
+Test(store, unreachable_store_says_so)
+{
+    struct skiff_store *s;
+    skiff_err err;
+    cr_assert_eq(skiff_store_open("127.0.0.1", test_port(), 0, 300, &s, &err), -1);
+    cr_assert(strstr(err.msg, "not reachable"), "%s", err.msg);
+}

@@ -1,0 +1,239 @@
+/* Finite-difference gradient checks for every layer and the whole model.
+ * Each layer check uses the scalar L = sum(out * R) (R random, L summed in
+ * double), so dL/dout = R; central differences with step h in fp32. The
+ * tolerance |analytic - numeric| <= atol + rtol * max(|a|, |n|) covers fp32
+ * rounding of the outputs divided by 2h. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers/attention.h"
+#include "layers/crossentropy.h"
+#include "layers/encoder.h"
+#include "layers/gelu.h"
+#include "layers/layernorm.h"
+#include "layers/matmul.h"
+#include "layers/residual.h"
+#include "model.h"
+
+static uint64_t rs = 12345;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (float)((rs >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+static float *rnd(size_t n, float scale)
+{
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = frand() * scale;
+    return p;
+}
+static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
+static double dotd(const float *a, const float *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+typedef double (*lossfn)(void *ctx);
+
+/* Compares grad[i] with central differences of f over x[i] for all i < n. */
+static void check(const char *what, float *x, const float *grad, size_t n, lossfn f, void *ctx,
+                  float h, double atol, double rtol)
+{
+    for (size_t i = 0; i < n; i++) {
+        float save = x[i];
+        x[i] = save + h;
+        double lp = f(ctx);
+        x[i] = save - h;
+        double lm = f(ctx);
+        x[i] = save;
+        double num = (lp - lm) / (2.0 * h), an = grad[i];
+        double tol = atol + rtol * fmax(fabs(an), fabs(num));
+        cr_assert(fabs(an - num) <= tol, "%s[%zu]: analytic %.6g vs numeric %.6g", what, i, an, num);
+    }
+}
+
+enum { B = 2, T = 5, C = 8, NH = 2, OC = 6 };
+
+/* ---- matmul ---- */
+struct mm { float *out, *inp, *w, *b, *r; };
+static double mm_loss(void *p)
+{
+    struct mm *c = p;
+    matmul_forward(c->out, c->inp, c->w, c->b, B * T, C, OC);
+    return dotd(c->out, c->r, B * T * OC);
+}
+Test(gradcheck, matmul)
+{
+    struct mm c = {zeros(B * T * OC), rnd(B * T * C, 1), rnd(OC * C, 1), rnd(OC, 1), rnd(B * T * OC, 1)};
+    float *di = zeros(B * T * C), *dw = zeros(OC * C), *db = zeros(OC);
+    mm_loss(&c);
+    matmul_backward(di, dw, db, c.r, c.inp, c.w, B * T, C, OC);
+    check("matmul dinp", c.inp, di, B * T * C, mm_loss, &c, 1e-2f, 1e-3, 1e-3);
+    check("matmul dweight", c.w, dw, OC * C, mm_loss, &c, 1e-2f, 1e-3, 1e-3);
+    check("matmul dbias", c.b, db, OC, mm_loss, &c, 1e-2f, 1e-3, 1e-3);
+}
+
+/* ---- layernorm ---- */
+struct ln { float *out, *mean, *rstd, *inp, *w, *b, *r; };
+static double ln_loss(void *p)
+{
+    struct ln *c = p;
+    layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, B * T, C);
+    return dotd(c->out, c->r, B * T * C);
+}
+Test(gradcheck, layernorm)
+{
+    struct ln c = {zeros(B * T * C), zeros(B * T), zeros(B * T), rnd(B * T * C, 1), rnd(C, 1),
+                   rnd(C, 1), rnd(B * T * C, 1)};
+    float *di = zeros(B * T * C), *dw = zeros(C), *db = zeros(C);
+    ln_loss(&c);
+    layernorm_backward(di, dw, db, c.r, c.inp, c.w, c.mean, c.rstd, B * T, C);
+    check("layernorm dinp", c.inp, di, B * T * C, ln_loss, &c, 1e-2f, 2e-3, 1e-2);
+    check("layernorm dweight", c.w, dw, C, ln_loss, &c, 1e-2f, 2e-3, 1e-2);
+    check("layernorm dbias", c.b, db, C, ln_loss, &c, 1e-2f, 2e-3, 1e-2);
+}
+
+/* ---- attention ---- */
+struct at { float *out, *pre, *att, *inp, *r; };
+static double at_loss(void *p)
+{
+    struct at *c = p;
+    attention_forward(c->out, c->pre, c->att, c->inp, B, T, C, NH);
+    return dotd(c->out, c->r, B * T * C);
+}
+Test(gradcheck, attention)
+{
+    struct at c = {zeros(B * T * C), zeros(B * NH * T * T), zeros(B * NH * T * T),
+                   rnd(B * T * 3 * C, 1), rnd(B * T * C, 1)};
+    float *di = zeros(B * T * 3 * C), *dpre = zeros(B * NH * T * T), *datt = zeros(B * NH * T * T);
+    at_loss(&c);
+    attention_backward(di, dpre, datt, c.r, c.inp, c.att, B, T, C, NH);
+    check("attention dinp", c.inp, di, B * T * 3 * C, at_loss, &c, 1e-2f, 2e-3, 1e-2);
+}
+
+/* ---- gelu, residual, encoder ---- */
+struct ge { float *out, *inp, *r; };
+static double ge_loss(void *p)
+{
+    struct ge *c = p;
+    gelu_forward(c->out, c->inp, B * T * C);
+    return dotd(c->out, c->r, B * T * C);
+}
+Test(gradcheck, gelu)
+{
+    struct ge c = {zeros(B * T * C), rnd(B * T * C, 3), rnd(B * T * C, 1)};
+    float *di = zeros(B * T * C);
+    ge_loss(&c);
+    gelu_backward(di, c.inp, c.r, B * T * C);
+    check("gelu dinp", c.inp, di, B * T * C, ge_loss, &c, 1e-2f, 1e-3, 1e-2);
+}
+
+struct re { float *out, *a, *b, *r; };
+static double re_loss(void *p)
+{
+    struct re *c = p;
+    residual_forward(c->out, c->a, c->b, B * T * C);
+    return dotd(c->out, c->r, B * T * C);
+}
+Test(gradcheck, residual)
+{
+    struct re c = {zeros(B * T * C), rnd(B * T * C, 1), rnd(B * T * C, 1), rnd(B * T * C, 1)};
+    float *da = zeros(B * T * C), *db = zeros(B * T * C);
+    re_loss(&c);
+    residual_backward(da, db, c.r, B * T * C);
+    check("residual da", c.a, da, B * T * C, re_loss, &c, 1e-2f, 1e-3, 1e-3);
+    check("residual db", c.b, db, B * T * C, re_loss, &c, 1e-2f, 1e-3, 1e-3);
+}
+
+enum { V = 7, VP = 8, MAXT = 6 };
+struct en { float *out, *wte, *wpe, *r; int *inp; };
+static double en_loss(void *p)
+{
+    struct en *c = p;
+    encoder_forward(c->out, c->inp, c->wte, c->wpe, B, T, C);
+    return dotd(c->out, c->r, B * T * C);
+}
+Test(gradcheck, encoder)
+{
+    int inp[B * T];
+    for (int i = 0; i < B * T; i++) inp[i] = i % 3; /* repeated tokens: accumulation */
+    struct en c = {zeros(B * T * C), rnd(VP * C, 1), rnd(MAXT * C, 1), rnd(B * T * C, 1), inp};
+    float *dwte = zeros(VP * C), *dwpe = zeros(MAXT * C);
+    en_loss(&c);
+    encoder_backward(dwte, dwpe, c.r, inp, B, T, C);
+    check("encoder dwte", c.wte, dwte, VP * C, en_loss, &c, 1e-2f, 1e-3, 1e-3);
+    check("encoder dwpe", c.wpe, dwpe, MAXT * C, en_loss, &c, 1e-2f, 1e-3, 1e-3);
+}
+
+/* ---- softmax + cross-entropy ---- */
+struct ce { float *logits, *probs, *losses; int *tg; };
+static double ce_loss(void *p)
+{
+    struct ce *c = p;
+    softmax_forward(c->probs, c->logits, B * T, V, VP);
+    crossentropy_forward(c->losses, c->probs, c->tg, B * T, VP);
+    double s = 0;
+    for (int i = 0; i < B * T; i++) s += c->losses[i];
+    return s / (B * T);
+}
+Test(gradcheck, crossentropy)
+{
+    int tg[B * T];
+    for (int i = 0; i < B * T; i++) tg[i] = (i * 5) % V;
+    struct ce c = {rnd(B * T * VP, 2), zeros(B * T * VP), zeros(B * T), tg};
+    float *dl = zeros(B * T * VP), dlosses[B * T];
+    for (int i = 0; i < B * T; i++) dlosses[i] = 1.0f / (B * T);
+    ce_loss(&c);
+    crossentropy_softmax_backward(dl, dlosses, c.probs, tg, B * T, V, VP);
+    check("crossentropy dlogits", c.logits, dl, B * T * VP, ce_loss, &c, 1e-2f, 1e-4, 1e-2);
+    for (int n = 0; n < B * T; n++) cr_assert_eq(dl[n * VP + V], 0.0f, "padded column gets no gradient");
+}
+
+/* ---- whole model ---- */
+struct whole { struct gpt2 *m; int *in, *tg; };
+static double whole_loss(void *p)
+{
+    struct whole *w = p;
+    return gpt2_forward(w->m, w->in, w->tg);
+}
+Test(gradcheck, whole_model)
+{
+    struct gpt2_config cfg = {.max_seq_len = 8, .vocab_size = 11, .padded_vocab_size = 16,
+                              .num_layers = 2, .num_heads = 2, .channels = 8};
+    struct gpt2 m;
+    skiff_err err;
+    cr_assert_eq(gpt2_create(&m, &cfg, 2, 6, &err), 0, "%s", err.msg);
+    gpt2_init_params(&cfg, m.params, 7);
+    /* larger weights than GPT-2's init so every path carries signal */
+    for (size_t i = 0; i < m.num_params; i++) m.params[i] += frand() * 0.2f;
+    int in[12], tg[12];
+    for (int i = 0; i < 12; i++) {
+        in[i] = (i * 7 + 3) % 11;
+        tg[i] = (i * 5 + 1) % 11;
+    }
+    struct whole w = {&m, in, tg};
+    gpt2_forward(&m, in, tg);
+    gpt2_zero_grad(&m);
+    gpt2_backward(&m, 1.0f);
+    float *g = malloc(m.num_params * sizeof(float));
+    memcpy(g, m.grads, m.num_params * sizeof(float));
+    for (int t = 0; t < GPT2_NUM_PARAM_TENSORS; t++) {
+        /* a few elements of every tensor (real vocabulary rows for wte) */
+        size_t n = t == GPT2_WTE ? (size_t)cfg.vocab_size * cfg.channels : m.param_sizes[t];
+        for (int k = 0; k < 6; k++) {
+            size_t i = m.param_offsets[t] + (size_t)((k * 2654435761u) % n);
+            char what[64];
+            snprintf(what, sizeof what, "model %s", gpt2_param_names[t]);
+            check(what, m.params + i, g + i, 1, whole_loss, &w, 1e-2f, 3e-4, 3e-2);
+        }
+    }
+    free(g);
+    gpt2_destroy(&m);
+}

@@ -1,0 +1,188 @@
+/* Checkpoints: one file per rank, DIR/rank-R.ckpt, written under a temporary
+ * name and renamed, so a crash leaves the previous checkpoint intact.
+ * Layout: a 256-byte header (struct ckpt_header, little-endian), then the
+ * parameters (rank 0 only), then AdamW m and v for this rank's range. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "train.h"
+
+#define CKPT_MAGIC "SKIFFCK1"
+#define CKPT_VERSION 1
+
+struct ckpt_header {
+    char magic[8];
+    int32_t version;
+    int32_t has_params;
+    int32_t cfg[6]; /* maxT V Vp L NH C */
+    int32_t world, rank, zero, step;
+    uint64_t data_pos, rng, num_params, opt_off, opt_len;
+    char pad[256 - 8 - 4 - 4 - 24 - 16 - 40];
+};
+_Static_assert(sizeof(struct ckpt_header) == 256, "checkpoint header is 256 bytes");
+
+static void cfg_pack(const struct gpt2_config *c, int32_t o[6])
+{
+    o[0] = c->max_seq_len; o[1] = c->vocab_size; o[2] = c->padded_vocab_size;
+    o[3] = c->num_layers; o[4] = c->num_heads; o[5] = c->channels;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+    char *b = p;
+    while (n) {
+        ssize_t r = read(fd, b, n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) {
+            errno = EPROTO;
+            return -1;
+        }
+        b += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
+{
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) return skiff_error(err, errno, "mkdir %s", dir);
+    char path[4096], tmp[4096];
+    snprintf(path, sizeof path, "%s/rank-%d.ckpt", dir, c->rank);
+    snprintf(tmp, sizeof tmp, "%s/.rank-%d.ckpt.tmp", dir, c->rank);
+    struct ckpt_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, CKPT_MAGIC, 8);
+    h.version = CKPT_VERSION;
+    cfg_pack(&c->cfg, h.cfg);
+    h.world = c->world;
+    h.rank = c->rank;
+    h.zero = c->zero;
+    h.step = c->step;
+    h.data_pos = c->data_pos;
+    h.rng = c->rng;
+    h.num_params = c->num_params;
+    h.opt_off = c->opt_off;
+    h.opt_len = c->opt_len;
+    h.has_params = c->params != NULL;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return skiff_error(err, errno, "create %s", tmp);
+    int ok = write_all(fd, &h, sizeof h) == 0;
+    if (ok && c->params) ok = write_all(fd, c->params, c->num_params * sizeof(float)) == 0;
+    if (ok && c->opt_len)
+        ok = write_all(fd, c->m, c->opt_len * sizeof(float)) == 0 &&
+             write_all(fd, c->v, c->opt_len * sizeof(float)) == 0;
+    if (ok) ok = fsync(fd) == 0;
+    int saved = errno;
+    if (close(fd) < 0 && ok) {
+        ok = 0;
+        saved = errno;
+    }
+    if (!ok || rename(tmp, path) < 0) {
+        if (ok) saved = errno;
+        unlink(tmp);
+        return skiff_error(err, saved, "writing checkpoint %s", path);
+    }
+    return 0;
+}
+
+int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rank-%d.ckpt", dir, out->rank);
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return skiff_error(err, errno, "open %s", path);
+    struct ckpt_header h;
+    if (read_all(fd, &h, sizeof h) < 0 || memcmp(h.magic, CKPT_MAGIC, 8))
+        return skiff_error(err, EINVAL, "%s: not a skiff-train checkpoint", path);
+    if (h.version != CKPT_VERSION)
+        return skiff_error(err, EINVAL, "%s: checkpoint version %d, this build reads %d", path,
+                           h.version, CKPT_VERSION);
+    out->cfg = (struct gpt2_config){h.cfg[0], h.cfg[1], h.cfg[2], h.cfg[3], h.cfg[4], h.cfg[5]};
+    out->world = h.world;
+    out->zero = h.zero;
+    out->step = h.step;
+    out->data_pos = h.data_pos;
+    out->rng = h.rng;
+    out->num_params = h.num_params;
+    out->opt_off = h.opt_off;
+    out->opt_len = h.opt_len;
+    out->params = out->m = out->v = NULL;
+    return gpt2_config_check(&out->cfg, err) < 0 ? skiff_err_wrap(err, "%s", path) : 0;
+}
+
+int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rank-%d.ckpt", dir, w->rank);
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return skiff_error(err, errno, "--resume: %s%s", path,
+                           errno == ENOENT ? " (no checkpoint of this rank: was the run saved "
+                                             "with the same world size and --ckpt-dir?)" : "");
+    struct ckpt_header h;
+    if (read_all(fd, &h, sizeof h) < 0 || memcmp(h.magic, CKPT_MAGIC, 8))
+        return skiff_error(err, EINVAL, "%s: not a skiff-train checkpoint", path);
+    if (h.version != CKPT_VERSION)
+        return skiff_error(err, EINVAL, "%s: checkpoint version %d, this build reads %d", path,
+                           h.version, CKPT_VERSION);
+    int32_t want[6];
+    cfg_pack(&w->cfg, want);
+    if (memcmp(want, h.cfg, sizeof want))
+        return skiff_error(err, EINVAL,
+                           "%s: checkpoint of another model (T=%d V=%d Vp=%d L=%d H=%d C=%d; "
+                           "this run: T=%d V=%d Vp=%d L=%d H=%d C=%d); use the same --model",
+                           path, h.cfg[0], h.cfg[1], h.cfg[2], h.cfg[3], h.cfg[4], h.cfg[5],
+                           want[0], want[1], want[2], want[3], want[4], want[5]);
+    if (h.world != w->world)
+        return skiff_error(err, EINVAL, "%s: saved with WORLD_SIZE=%d, this run has %d; resume "
+                                        "with the same number of ranks", path, h.world, w->world);
+    if (h.zero != w->zero)
+        return skiff_error(err, EINVAL, "%s: saved with --zero %d, this run uses --zero %d", path,
+                           h.zero, w->zero);
+    if (h.num_params != w->num_params || h.opt_off != w->opt_off || h.opt_len != w->opt_len)
+        return skiff_error(err, EINVAL, "%s: parameter/optimizer layout differs (%llu params, "
+                                        "shard %llu+%llu; want %zu, %zu+%zu)",
+                           path, (unsigned long long)h.num_params, (unsigned long long)h.opt_off,
+                           (unsigned long long)h.opt_len, w->num_params, w->opt_off, w->opt_len);
+    if (w->params && !h.has_params)
+        return skiff_error(err, EINVAL, "%s: holds no parameters", path);
+    if (h.has_params) {
+        if (w->params) {
+            if (read_all(fd, w->params, w->num_params * sizeof(float)) < 0)
+                return skiff_error(err, errno, "%s: truncated parameters", path);
+        } else if (lseek(fd, (off_t)(w->num_params * sizeof(float)), SEEK_CUR) < 0) {
+            return skiff_error(err, errno, "%s: seek", path);
+        }
+    }
+    if (w->opt_len && w->m && w->v &&
+        (read_all(fd, w->m, w->opt_len * sizeof(float)) < 0 ||
+         read_all(fd, w->v, w->opt_len * sizeof(float)) < 0))
+        return skiff_error(err, errno, "%s: truncated optimizer state", path);
+    w->step = h.step;
+    w->data_pos = h.data_pos;
+    w->rng = h.rng;
+    return 0;
+}

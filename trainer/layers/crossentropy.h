@@ -1,0 +1,50 @@
+/* Softmax over the vocabulary and cross-entropy against the targets. */
+#ifndef SKIFF_LAYER_CROSSENTROPY_H
+#define SKIFF_LAYER_CROSSENTROPY_H
+
+#include <math.h>
+#include <stddef.h>
+
+// probs is (N,Vp); logits is (N,Vp); only the first V columns are real tokens,
+// the padded ones get probability 0
+static inline void softmax_forward(float *probs, const float *logits, int N, int V, int Vp)
+{
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * Vp;
+        float *p = probs + (size_t)n * Vp;
+        float maxv = -INFINITY;
+        for (int i = 0; i < V; i++)
+            if (l[i] > maxv) maxv = l[i];
+        float sum = 0.0f;
+        for (int i = 0; i < V; i++) {
+            p[i] = expf(l[i] - maxv);
+            sum += p[i];
+        }
+        for (int i = 0; i < V; i++) p[i] /= sum;
+        for (int i = V; i < Vp; i++) p[i] = 0.0f;
+    }
+}
+
+// losses is (N); targets is (N)
+static inline void crossentropy_forward(float *losses, const float *probs, const int *targets,
+                                        int N, int Vp)
+{
+    for (int n = 0; n < N; n++) losses[n] = -logf(probs[(size_t)n * Vp + targets[n]]);
+}
+
+// dlogits is (N,Vp) accumulated; dlosses is (N)
+static inline void crossentropy_softmax_backward(float *dlogits, const float *dlosses,
+                                                 const float *probs, const int *targets,
+                                                 int N, int V, int Vp)
+{
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float *dl = dlogits + (size_t)n * Vp;
+        const float *p = probs + (size_t)n * Vp;
+        float d = dlosses[n];
+        for (int i = 0; i < V; i++) dl[i] += (p[i] - (i == targets[n] ? 1.0f : 0.0f)) * d;
+    }
+}
+
+#endif

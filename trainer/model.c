@@ -1,0 +1,382 @@
+/* GPT-2 on the CPU: configuration, parameter layout, forward and backward.
+ * The layer kernels live in layers/ (*.h) (one header per layer style). */
+#include "model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers/attention.h"
+#include "layers/crossentropy.h"
+#include "layers/encoder.h"
+#include "layers/gelu.h"
+#include "layers/layernorm.h"
+#include "layers/matmul.h"
+#include "layers/residual.h"
+
+const char *const gpt2_param_names[GPT2_NUM_PARAM_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+static const struct {
+    const char *name;
+    struct gpt2_config cfg;
+} presets[] = {
+    /*          maxT  V      Vp     L   NH  C */
+    {"tiny", {64, 256, 256, 2, 4, 64}},
+    {"mini", {256, 256, 256, 4, 4, 128}},
+    {"small", {512, 256, 256, 6, 6, 384}},
+    {"d6", {1024, 50257, 50304, 6, 6, 384}},
+    {"d12", {1024, 50257, 50304, 12, 12, 768}},
+};
+
+const char *gpt2_preset_names(void) { return "tiny mini small d6 d12"; }
+
+int gpt2_config_preset(const char *name, struct gpt2_config *cfg, skiff_err *err)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        if (!strcmp(name, presets[i].name)) {
+            *cfg = presets[i].cfg;
+            return 0;
+        }
+    }
+    return skiff_error(err, EINVAL, "unknown model '%s' (known: %s)", name,
+                       gpt2_preset_names());
+}
+
+int gpt2_config_check(const struct gpt2_config *c, skiff_err *err)
+{
+    if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 ||
+        c->num_heads <= 0 || c->channels <= 0)
+        return skiff_error(err, EINVAL, "model config: every size must be positive");
+    if (c->channels % c->num_heads)
+        return skiff_error(err, EINVAL, "model config: channels %d not divisible by heads %d",
+                           c->channels, c->num_heads);
+    if (c->padded_vocab_size < c->vocab_size)
+        return skiff_error(err, EINVAL, "model config: padded vocab %d < vocab %d",
+                           c->padded_vocab_size, c->vocab_size);
+    return 0;
+}
+
+size_t gpt2_param_layout(const struct gpt2_config *cfg, size_t sizes[GPT2_NUM_PARAM_TENSORS],
+                         size_t offsets[GPT2_NUM_PARAM_TENSORS])
+{
+    size_t Vp = cfg->padded_vocab_size, C = cfg->channels, L = cfg->num_layers;
+    size_t maxT = cfg->max_seq_len;
+    size_t s[GPT2_NUM_PARAM_TENSORS] = {
+        Vp * C,          maxT * C,    L * C,     L * C,     L * 3 * C * C, L * 3 * C,
+        L * C * C,       L * C,       L * C,     L * C,     L * 4 * C * C, L * 4 * C,
+        L * C * 4 * C,   L * C,       C,         C};
+    size_t total = 0;
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        if (sizes) sizes[i] = s[i];
+        if (offsets) offsets[i] = total;
+        total += s[i];
+    }
+    return total;
+}
+
+int gpt2_param_decays(int i)
+{
+    return i == GPT2_WTE || i == GPT2_WPE || i == GPT2_QKVW || i == GPT2_ATTPROJW ||
+           i == GPT2_FCW || i == GPT2_FCPROJW;
+}
+
+void gpt2_decay_mask(const struct gpt2_config *cfg, float *mask)
+{
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
+    gpt2_param_layout(cfg, sizes, offs);
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++)
+        for (size_t j = 0; j < sizes[i]; j++) mask[offs[i] + j] = gpt2_param_decays(i) ? 1.0f : 0.0f;
+}
+
+/* splitmix64: small, good enough for initialisation, and the same on every
+ * platform (unlike rand()). */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(uint64_t *s) { return ((rng_next(s) >> 11) + 0.5) * 0x1.0p-53; }
+
+static void fill_normal(float *p, size_t n, float std, uint64_t *s)
+{
+    for (size_t i = 0; i < n; i += 2) {
+        double u1 = rng_uniform(s), u2 = rng_uniform(s);
+        double r = sqrt(-2.0 * log(u1));
+        p[i] = (float)(r * cos(2 * M_PI * u2) * std);
+        if (i + 1 < n) p[i + 1] = (float)(r * sin(2 * M_PI * u2) * std);
+    }
+}
+
+void gpt2_init_params(const struct gpt2_config *cfg, float *params, uint64_t seed)
+{
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
+    size_t total = gpt2_param_layout(cfg, sizes, offs);
+    memset(params, 0, total * sizeof(float));
+    uint64_t s = seed * 0x2545F4914F6CDD1Dull + 1;
+    float resid_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        float *p = params + offs[i];
+        switch (i) {
+        case GPT2_WTE: /* real rows only: padded rows stay 0 and never get gradient */
+            fill_normal(p, (size_t)cfg->vocab_size * cfg->channels, 0.02f, &s);
+            break;
+        case GPT2_WPE: case GPT2_QKVW: case GPT2_FCW:
+            fill_normal(p, sizes[i], 0.02f, &s);
+            break;
+        case GPT2_ATTPROJW: case GPT2_FCPROJW:
+            fill_normal(p, sizes[i], resid_std, &s);
+            break;
+        case GPT2_LN1W: case GPT2_LN2W: case GPT2_LNFW:
+            for (size_t j = 0; j < sizes[i]; j++) p[j] = 1.0f;
+            break;
+        default: /* biases and LayerNorm shifts */
+            break;
+        }
+    }
+}
+
+/* ---- activations --------------------------------------------------------- */
+
+enum {
+    A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_PREATT, A_ATT, A_ATTPROJ,
+    A_RESIDUAL2, A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_FCPROJ, A_RESIDUAL3,
+    A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_PROBS, A_LOSSES, A_NUM
+};
+
+struct acts {
+    float *p[A_NUM];
+};
+
+static void act_sizes(const struct gpt2_config *c, int B, int T, size_t s[A_NUM])
+{
+    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
+    size_t BT = (size_t)B * T;
+    s[A_ENCODED] = BT * C;
+    s[A_LN1] = L * BT * C;
+    s[A_LN1_MEAN] = L * BT;
+    s[A_LN1_RSTD] = L * BT;
+    s[A_QKV] = L * BT * 3 * C;
+    s[A_ATTY] = L * BT * C;
+    s[A_PREATT] = L * B * NH * T * T;
+    s[A_ATT] = L * B * NH * T * T;
+    s[A_ATTPROJ] = L * BT * C;
+    s[A_RESIDUAL2] = L * BT * C;
+    s[A_LN2] = L * BT * C;
+    s[A_LN2_MEAN] = L * BT;
+    s[A_LN2_RSTD] = L * BT;
+    s[A_FCH] = L * BT * 4 * C;
+    s[A_FCH_GELU] = L * BT * 4 * C;
+    s[A_FCPROJ] = L * BT * C;
+    s[A_RESIDUAL3] = L * BT * C;
+    s[A_LNF] = BT * C;
+    s[A_LNF_MEAN] = BT;
+    s[A_LNF_RSTD] = BT;
+    s[A_LOGITS] = BT * Vp;
+    s[A_PROBS] = BT * Vp;
+    s[A_LOSSES] = BT;
+}
+
+static void act_views(const struct gpt2 *m, float *base, struct acts *a)
+{
+    size_t s[A_NUM];
+    act_sizes(&m->cfg, m->B, m->T, s);
+    for (int i = 0; i < A_NUM; i++) {
+        a->p[i] = base;
+        base += s[i];
+    }
+}
+
+int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, skiff_err *err)
+{
+    memset(m, 0, sizeof *m);
+    if (gpt2_config_check(cfg, err) < 0) return -1;
+    if (B <= 0 || T <= 0 || T > cfg->max_seq_len)
+        return skiff_error(err, EINVAL, "batch %d x seq %d: need B >= 1 and 1 <= T <= %d", B, T,
+                           cfg->max_seq_len);
+    m->cfg = *cfg;
+    m->B = B;
+    m->T = T;
+    m->num_params = gpt2_param_layout(cfg, m->param_sizes, m->param_offsets);
+    size_t s[A_NUM];
+    act_sizes(cfg, B, T, s);
+    m->num_acts = 0;
+    for (int i = 0; i < A_NUM; i++) m->num_acts += s[i];
+    m->params = calloc(m->num_params, sizeof(float));
+    m->grads = calloc(m->num_params, sizeof(float));
+    m->acts = calloc(m->num_acts, sizeof(float));
+    m->dacts = calloc(m->num_acts, sizeof(float));
+    if (!m->params || !m->grads || !m->acts || !m->dacts) {
+        gpt2_destroy(m);
+        return skiff_error(err, ENOMEM, "allocating model (%zu params, %zu activations)",
+                           m->num_params, m->num_acts);
+    }
+    struct acts a;
+    act_views(m, m->acts, &a);
+    m->probs_out = a.p[A_PROBS];
+    m->mean_loss = -1.0f;
+    return 0;
+}
+
+void gpt2_destroy(struct gpt2 *m)
+{
+    free(m->params);
+    free(m->grads);
+    free(m->acts);
+    free(m->dacts);
+    m->params = m->grads = m->acts = m->dacts = NULL;
+}
+
+void gpt2_zero_grad(struct gpt2 *m) { memset(m->grads, 0, m->num_params * sizeof(float)); }
+
+#define PARAM(m, i) ((m)->params + (m)->param_offsets[i])
+#define GRAD(m, i) ((m)->grads + (m)->param_offsets[i])
+
+float gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets)
+{
+    const struct gpt2_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->channels, L = c->num_layers, NH = c->num_heads;
+    int V = c->vocab_size, Vp = c->padded_vocab_size, BT = B * T;
+    struct acts a;
+    act_views(m, m->acts, &a);
+    m->inputs = inputs;
+    m->targets = targets;
+
+    encoder_forward(a.p[A_ENCODED], inputs, PARAM(m, GPT2_WTE), PARAM(m, GPT2_WPE), B, T, C);
+    for (int l = 0; l < L; l++) {
+        size_t bc = (size_t)l * BT * C;
+        const float *residual = l == 0 ? a.p[A_ENCODED] : a.p[A_RESIDUAL3] + bc - (size_t)BT * C;
+        float *ln1 = a.p[A_LN1] + bc, *qkv = a.p[A_QKV] + 3 * bc, *atty = a.p[A_ATTY] + bc;
+        float *preatt = a.p[A_PREATT] + (size_t)l * B * NH * T * T;
+        float *att = a.p[A_ATT] + (size_t)l * B * NH * T * T;
+        float *attproj = a.p[A_ATTPROJ] + bc, *res2 = a.p[A_RESIDUAL2] + bc;
+        float *ln2 = a.p[A_LN2] + bc, *fch = a.p[A_FCH] + 4 * bc;
+        float *fchg = a.p[A_FCH_GELU] + 4 * bc, *fcproj = a.p[A_FCPROJ] + bc;
+        float *res3 = a.p[A_RESIDUAL3] + bc;
+        layernorm_forward(ln1, a.p[A_LN1_MEAN] + (size_t)l * BT, a.p[A_LN1_RSTD] + (size_t)l * BT,
+                          residual, PARAM(m, GPT2_LN1W) + l * C, PARAM(m, GPT2_LN1B) + l * C, BT, C);
+        matmul_forward(qkv, ln1, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C,
+                       PARAM(m, GPT2_QKVB) + (size_t)l * 3 * C, BT, C, 3 * C);
+        attention_forward(atty, preatt, att, qkv, B, T, C, NH);
+        matmul_forward(attproj, atty, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C,
+                       PARAM(m, GPT2_ATTPROJB) + (size_t)l * C, BT, C, C);
+        residual_forward(res2, residual, attproj, (size_t)BT * C);
+        layernorm_forward(ln2, a.p[A_LN2_MEAN] + (size_t)l * BT, a.p[A_LN2_RSTD] + (size_t)l * BT,
+                          res2, PARAM(m, GPT2_LN2W) + l * C, PARAM(m, GPT2_LN2B) + l * C, BT, C);
+        matmul_forward(fch, ln2, PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C,
+                       PARAM(m, GPT2_FCB) + (size_t)l * 4 * C, BT, C, 4 * C);
+        gelu_forward(fchg, fch, (size_t)BT * 4 * C);
+        matmul_forward(fcproj, fchg, PARAM(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
+                       PARAM(m, GPT2_FCPROJB) + (size_t)l * C, BT, 4 * C, C);
+        residual_forward(res3, res2, fcproj, (size_t)BT * C);
+    }
+    const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
+    layernorm_forward(a.p[A_LNF], a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], last, PARAM(m, GPT2_LNFW),
+                      PARAM(m, GPT2_LNFB), BT, C);
+    matmul_forward(a.p[A_LOGITS], a.p[A_LNF], PARAM(m, GPT2_WTE), NULL, BT, C, Vp);
+    softmax_forward(a.p[A_PROBS], a.p[A_LOGITS], BT, V, Vp);
+    if (!targets) {
+        m->mean_loss = -1.0f;
+        return -1.0f;
+    }
+    crossentropy_forward(a.p[A_LOSSES], a.p[A_PROBS], targets, BT, Vp);
+    /* summed in double, in order: the logged loss is reproducible */
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) sum += a.p[A_LOSSES][i];
+    m->mean_loss = (float)(sum / BT);
+    return m->mean_loss;
+}
+
+/* Reports the per-layer slice of tensor i as final. */
+static void ready(struct gpt2 *m, int i, int l)
+{
+    if (!m->grad_ready) return;
+    size_t per = m->param_sizes[i];
+    size_t lo = m->param_offsets[i];
+    if (l >= 0) {
+        per /= (size_t)m->cfg.num_layers;
+        lo += (size_t)l * per;
+    }
+    m->grad_ready(m->grad_ready_ctx, lo, lo + per);
+}
+
+void gpt2_backward(struct gpt2 *m, float loss_scale)
+{
+    const struct gpt2_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->channels, L = c->num_layers, NH = c->num_heads;
+    int V = c->vocab_size, Vp = c->padded_vocab_size, BT = B * T;
+    struct acts a, d;
+    act_views(m, m->acts, &a);
+    act_views(m, m->dacts, &d);
+    memset(m->dacts, 0, m->num_acts * sizeof(float));
+
+    float dl = loss_scale / BT;
+    for (int i = 0; i < BT; i++) d.p[A_LOSSES][i] = dl;
+    crossentropy_softmax_backward(d.p[A_LOGITS], d.p[A_LOSSES], a.p[A_PROBS], m->targets, BT, V, Vp);
+    matmul_backward(d.p[A_LNF], GRAD(m, GPT2_WTE), NULL, d.p[A_LOGITS], a.p[A_LNF],
+                    PARAM(m, GPT2_WTE), BT, C, Vp);
+    const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
+    float *dlast = d.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
+    layernorm_backward(dlast, GRAD(m, GPT2_LNFW), GRAD(m, GPT2_LNFB), d.p[A_LNF], last,
+                       PARAM(m, GPT2_LNFW), a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], BT, C);
+    ready(m, GPT2_LNFW, -1);
+    ready(m, GPT2_LNFB, -1);
+
+    for (int l = L - 1; l >= 0; l--) {
+        size_t bc = (size_t)l * BT * C;
+        const float *residual = l == 0 ? a.p[A_ENCODED] : a.p[A_RESIDUAL3] + bc - (size_t)BT * C;
+        float *dresidual = l == 0 ? d.p[A_ENCODED] : d.p[A_RESIDUAL3] + bc - (size_t)BT * C;
+        size_t att_off = (size_t)l * B * NH * T * T;
+        /* dres3 flows into res2 and fcproj */
+        residual_backward(d.p[A_RESIDUAL2] + bc, d.p[A_FCPROJ] + bc, d.p[A_RESIDUAL3] + bc,
+                          (size_t)BT * C);
+        matmul_backward(d.p[A_FCH_GELU] + 4 * bc, GRAD(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
+                        GRAD(m, GPT2_FCPROJB) + (size_t)l * C, d.p[A_FCPROJ] + bc,
+                        a.p[A_FCH_GELU] + 4 * bc, PARAM(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
+                        BT, 4 * C, C);
+        ready(m, GPT2_FCPROJB, l);
+        ready(m, GPT2_FCPROJW, l);
+        gelu_backward(d.p[A_FCH] + 4 * bc, a.p[A_FCH] + 4 * bc, d.p[A_FCH_GELU] + 4 * bc,
+                      (size_t)BT * 4 * C);
+        matmul_backward(d.p[A_LN2] + bc, GRAD(m, GPT2_FCW) + (size_t)l * 4 * C * C,
+                        GRAD(m, GPT2_FCB) + (size_t)l * 4 * C, d.p[A_FCH] + 4 * bc, a.p[A_LN2] + bc,
+                        PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C, BT, C, 4 * C);
+        ready(m, GPT2_FCB, l);
+        ready(m, GPT2_FCW, l);
+        layernorm_backward(d.p[A_RESIDUAL2] + bc, GRAD(m, GPT2_LN2W) + l * C,
+                           GRAD(m, GPT2_LN2B) + l * C, d.p[A_LN2] + bc, a.p[A_RESIDUAL2] + bc,
+                           PARAM(m, GPT2_LN2W) + l * C, a.p[A_LN2_MEAN] + (size_t)l * BT,
+                           a.p[A_LN2_RSTD] + (size_t)l * BT, BT, C);
+        ready(m, GPT2_LN2B, l);
+        ready(m, GPT2_LN2W, l);
+        residual_backward(dresidual, d.p[A_ATTPROJ] + bc, d.p[A_RESIDUAL2] + bc, (size_t)BT * C);
+        matmul_backward(d.p[A_ATTY] + bc, GRAD(m, GPT2_ATTPROJW) + (size_t)l * C * C,
+                        GRAD(m, GPT2_ATTPROJB) + (size_t)l * C, d.p[A_ATTPROJ] + bc,
+                        a.p[A_ATTY] + bc, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C, BT, C, C);
+        ready(m, GPT2_ATTPROJB, l);
+        ready(m, GPT2_ATTPROJW, l);
+        attention_backward(d.p[A_QKV] + 3 * bc, d.p[A_PREATT] + att_off, d.p[A_ATT] + att_off,
+                           d.p[A_ATTY] + bc, a.p[A_QKV] + 3 * bc, a.p[A_ATT] + att_off, B, T, C,
+                           NH);
+        matmul_backward(d.p[A_LN1] + bc, GRAD(m, GPT2_QKVW) + (size_t)l * 3 * C * C,
+                        GRAD(m, GPT2_QKVB) + (size_t)l * 3 * C, d.p[A_QKV] + 3 * bc,
+                        a.p[A_LN1] + bc, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C, BT, C,
+                        3 * C);
+        ready(m, GPT2_QKVB, l);
+        ready(m, GPT2_QKVW, l);
+        layernorm_backward(dresidual, GRAD(m, GPT2_LN1W) + l * C, GRAD(m, GPT2_LN1B) + l * C,
+                           d.p[A_LN1] + bc, residual, PARAM(m, GPT2_LN1W) + l * C,
+                           a.p[A_LN1_MEAN] + (size_t)l * BT, a.p[A_LN1_RSTD] + (size_t)l * BT,
+                           BT, C);
+        ready(m, GPT2_LN1B, l);
+        ready(m, GPT2_LN1W, l);
+    }
+    encoder_backward(GRAD(m, GPT2_WTE), GRAD(m, GPT2_WPE), d.p[A_ENCODED], m->inputs, B, T, C);
+    ready(m, GPT2_WPE, -1);
+    ready(m, GPT2_WTE, -1);
+}

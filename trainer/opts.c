@@ -1,0 +1,261 @@
+/* `skiff-train train` options, the LR schedule, env:// setup and logging. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train.h"
+
+void train_opts_defaults(struct train_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->grad_accum = 1;
+    o->lr = 6e-4f;
+    o->lr_min_frac = 0.1f;
+    o->warmup = -1;
+    o->weight_decay = 0.1f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.95f;
+    o->eps = 1e-8f;
+    o->grad_clip = 1.0f;
+    o->seed = 1337;
+    o->bucket_mb = 25.0;
+    o->precision = "fp32";
+    o->val_batches = 4;
+    o->timeout_ms = 300 * 1000;
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int *out, skiff_err *err)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > INT_MAX)
+        return skiff_error(err, EINVAL, "%s '%s': need an integer >= %d", opt, s, lo);
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *s, double lo, double *out, skiff_err *err)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo) || !isfinite(v))
+        return skiff_error(err, EINVAL, "%s '%s': need a number >= %g", opt, s, lo);
+    *out = v;
+    return 0;
+}
+
+enum {
+    O_MODEL = 256, O_DATA, O_VAL, O_BATCH, O_SEQ, O_ACCUM, O_STEPS, O_LR, O_LRMIN, O_WARMUP,
+    O_WD, O_CLIP, O_SEED, O_ZERO, O_BUCKET, O_DEVICE, O_PREC, O_CKPT, O_CKPT_EVERY, O_RESUME,
+    O_STOP, O_LOG, O_VAL_EVERY, O_VAL_BATCHES, O_THREADS, O_TIMEOUT, O_QUIET
+};
+
+int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err)
+{
+    static const struct option lo[] = {
+        {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"val", 1, 0, O_VAL},
+        {"batch", 1, 0, O_BATCH}, {"seq", 1, 0, O_SEQ}, {"grad-accum", 1, 0, O_ACCUM},
+        {"steps", 1, 0, O_STEPS}, {"lr", 1, 0, O_LR}, {"lr-min-frac", 1, 0, O_LRMIN},
+        {"warmup", 1, 0, O_WARMUP}, {"weight-decay", 1, 0, O_WD}, {"grad-clip", 1, 0, O_CLIP},
+        {"seed", 1, 0, O_SEED}, {"zero", 1, 0, O_ZERO}, {"bucket-mb", 1, 0, O_BUCKET},
+        {"device", 1, 0, O_DEVICE}, {"precision", 1, 0, O_PREC}, {"ckpt-dir", 1, 0, O_CKPT},
+        {"ckpt-every", 1, 0, O_CKPT_EVERY}, {"resume", 0, 0, O_RESUME},
+        {"stop-after", 1, 0, O_STOP}, {"log", 1, 0, O_LOG}, {"val-every", 1, 0, O_VAL_EVERY},
+        {"val-batches", 1, 0, O_VAL_BATCHES}, {"threads", 1, 0, O_THREADS},
+        {"timeout", 1, 0, O_TIMEOUT}, {"quiet", 0, 0, O_QUIET}, {0, 0, 0, 0}};
+    train_opts_defaults(o);
+    const char *env_t = getenv("SKIFF_TRAIN_TIMEOUT");
+    double d = 0;
+    if (env_t && *env_t) {
+        if (parse_double("SKIFF_TRAIN_TIMEOUT", env_t, 0.001, &d, err) < 0) return -1;
+        o->timeout_ms = (int)(d * 1000);
+    }
+    optind = 1;
+    opterr = 0;
+    int c, v = 0;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        int rc = 0;
+        switch (c) {
+        case O_MODEL: o->model = optarg; break;
+        case O_DATA: o->data = optarg; break;
+        case O_VAL: o->val = optarg; break;
+        case O_BATCH: rc = parse_int("--batch", optarg, 1, &o->batch, err); break;
+        case O_SEQ: rc = parse_int("--seq", optarg, 1, &o->seq, err); break;
+        case O_ACCUM: rc = parse_int("--grad-accum", optarg, 1, &o->grad_accum, err); break;
+        case O_STEPS: rc = parse_int("--steps", optarg, 1, &o->steps, err); break;
+        case O_LR: rc = parse_double("--lr", optarg, 0, &d, err); o->lr = (float)d; break;
+        case O_LRMIN:
+            rc = parse_double("--lr-min-frac", optarg, 0, &d, err);
+            o->lr_min_frac = (float)d;
+            break;
+        case O_WARMUP: rc = parse_int("--warmup", optarg, 0, &o->warmup, err); break;
+        case O_WD:
+            rc = parse_double("--weight-decay", optarg, 0, &d, err);
+            o->weight_decay = (float)d;
+            break;
+        case O_CLIP:
+            rc = parse_double("--grad-clip", optarg, 0, &d, err);
+            o->grad_clip = (float)d;
+            break;
+        case O_SEED: rc = parse_int("--seed", optarg, 0, &v, err); o->seed = (uint64_t)v; break;
+        case O_ZERO:
+            rc = parse_int("--zero", optarg, 0, &o->zero, err);
+            if (!rc && o->zero > 2) rc = skiff_error(err, EINVAL, "--zero %s: use 0, 1 or 2", optarg);
+            break;
+        case O_BUCKET:
+            rc = parse_double("--bucket-mb", optarg, 0.001, &o->bucket_mb, err);
+            break;
+        case O_DEVICE:
+            if (!strcmp(optarg, "cpu")) o->device = TRAIN_DEVICE_CPU;
+            else if (!strcmp(optarg, "cuda")) o->device = TRAIN_DEVICE_CUDA;
+            else rc = skiff_error(err, EINVAL, "--device '%s': use cpu or cuda", optarg);
+            break;
+        case O_PREC:
+            if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16") && strcmp(optarg, "fp16"))
+                rc = skiff_error(err, EINVAL, "--precision '%s': use fp32, bf16 or fp16", optarg);
+            o->precision = optarg;
+            break;
+        case O_CKPT: o->ckpt_dir = optarg; break;
+        case O_CKPT_EVERY: rc = parse_int("--ckpt-every", optarg, 0, &o->ckpt_every, err); break;
+        case O_RESUME: o->resume = 1; break;
+        case O_STOP: rc = parse_int("--stop-after", optarg, 1, &o->stop_after, err); break;
+        case O_LOG: o->log_path = optarg; break;
+        case O_VAL_EVERY: rc = parse_int("--val-every", optarg, 0, &o->val_every, err); break;
+        case O_VAL_BATCHES: rc = parse_int("--val-batches", optarg, 1, &o->val_batches, err); break;
+        case O_THREADS: rc = parse_int("--threads", optarg, 0, &o->threads, err); break;
+        case O_TIMEOUT:
+            rc = parse_double("--timeout", optarg, 0.001, &d, err);
+            o->timeout_ms = (int)(d * 1000);
+            break;
+        case O_QUIET: o->quiet = 1; break;
+        default:
+            return skiff_error(err, EINVAL, "train: unknown or incomplete option '%s' (see "
+                                            "skiff-train --help)", argv[optind - 1]);
+        }
+        if (rc < 0) return -1;
+    }
+    if (optind < argc)
+        return skiff_error(err, EINVAL, "train: unexpected argument '%s'", argv[optind]);
+    if (!o->model) return skiff_error(err, EINVAL, "train: --model NAME is required (%s)", gpt2_preset_names());
+    if (gpt2_config_preset(o->model, &o->cfg, err) < 0) return skiff_err_wrap(err, "--model");
+    if (!o->data) return skiff_error(err, EINVAL, "train: --data GLOB is required");
+    if (!o->batch || !o->seq || !o->steps)
+        return skiff_error(err, EINVAL, "train: --batch, --seq and --steps are required");
+    if (o->seq > o->cfg.max_seq_len)
+        return skiff_error(err, EINVAL, "--seq %d: model %s has a context of %d", o->seq, o->model,
+                           o->cfg.max_seq_len);
+    if (o->resume && !o->ckpt_dir) return skiff_error(err, EINVAL, "--resume needs --ckpt-dir");
+    if (o->stop_after && !o->ckpt_dir)
+        return skiff_error(err, EINVAL, "--stop-after checkpoints before it exits: give --ckpt-dir");
+    if (o->device == TRAIN_DEVICE_CPU && strcmp(o->precision, "fp32"))
+        return skiff_error(err, EINVAL, "--precision %s: the CPU path trains in fp32 only",
+                           o->precision);
+    if (o->warmup < 0) o->warmup = o->steps / 10;
+    return 0;
+}
+
+float train_lr(const struct train_opts *o, int step)
+{
+    if (step < o->warmup) return o->lr * (float)(step + 1) / (float)o->warmup;
+    float lo = o->lr * o->lr_min_frac;
+    if (o->steps <= o->warmup) return o->lr;
+    double r = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
+    if (r > 1) r = 1;
+    double coeff = 0.5 * (1.0 + cos(M_PI * r));
+    return (float)(lo + coeff * (o->lr - lo));
+}
+
+/* ---- env:// --------------------------------------------------------------- */
+
+static int env_int(const char *name, int lo, int *out, skiff_err *err)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return 0;
+    if (parse_int(name, s, lo, out, err) < 0) return -1;
+    return 1;
+}
+
+int train_dist_init(struct train_dist *d, int timeout_ms, skiff_err *err)
+{
+    memset(d, 0, sizeof *d);
+    d->world = 1;
+    int hr = env_int("RANK", 0, &d->rank, err);
+    if (hr < 0) return -1;
+    int hw = env_int("WORLD_SIZE", 1, &d->world, err);
+    if (hw < 0) return -1;
+    if (env_int("LOCAL_RANK", 0, &d->local_rank, err) < 0) return -1;
+    if (!hr && !hw) return 0; /* one process */
+    if (!hr || !hw)
+        return skiff_error(err, EINVAL, "env://: %s is set but %s is not; set both (or neither "
+                                        "for one process)", hr ? "RANK" : "WORLD_SIZE",
+                           hr ? "WORLD_SIZE" : "RANK");
+    if (d->rank >= d->world)
+        return skiff_error(err, EINVAL, "env://: RANK=%d must be < WORLD_SIZE=%d", d->rank, d->world);
+    if (d->world == 1) return 0;
+    const char *a = getenv("MASTER_ADDR");
+    if (!a || !*a) return skiff_error(err, EINVAL, "env://: WORLD_SIZE=%d needs MASTER_ADDR", d->world);
+    snprintf(d->master_addr, sizeof d->master_addr, "%s", a);
+    int hp = env_int("MASTER_PORT", 1, &d->master_port, err);
+    if (hp < 0) return -1;
+    if (!hp || d->master_port > 65535)
+        return skiff_error(err, EINVAL, "env://: WORLD_SIZE=%d needs MASTER_PORT (1-65535)", d->world);
+    if (skiff_store_open(d->master_addr, d->master_port, d->rank == 0, timeout_ms, &d->store, err) < 0)
+        return skiff_err_wrap(err, "rank %d", d->rank);
+    if (skiff_store_rendezvous(d->store, d->rank, d->world, err) < 0) {
+        skiff_store_close(d->store);
+        d->store = NULL;
+        return skiff_err_wrap(err, "rank %d", d->rank);
+    }
+    return 0;
+}
+
+void train_dist_fini(struct train_dist *d)
+{
+    skiff_store_close(d->store);
+    d->store = NULL;
+}
+
+/* ---- logging -------------------------------------------------------------- */
+
+int train_log_open(struct train_log *lg, const char *path, int resume, int quiet, skiff_err *err)
+{
+    lg->jsonl = NULL;
+    lg->quiet = quiet;
+    if (!path) return 0;
+    lg->jsonl = fopen(path, resume ? "ae" : "we");
+    if (!lg->jsonl) return skiff_error(err, errno, "opening log %s", path);
+    return 0;
+}
+
+void train_log_step(struct train_log *lg, const struct train_step_log *s)
+{
+    if (lg->jsonl) {
+        fprintf(lg->jsonl,
+                "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f,"
+                "\"ms\":%.3f,\"comm_ms\":%.3f,\"wait_ms\":%.3f",
+                s->step, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms, s->comm_ms,
+                s->wait_ms);
+        if (!isnan(s->val_loss)) fprintf(lg->jsonl, ",\"val_loss\":%.6f", s->val_loss);
+        fputs("}\n", lg->jsonl);
+        fflush(lg->jsonl);
+    }
+    if (!lg->quiet) {
+        printf("step %5d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.1f ms", s->step,
+               s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms);
+        if (!isnan(s->val_loss)) printf(" | val loss %.6f", s->val_loss);
+        putchar('\n');
+        fflush(stdout);
+    }
+}
+
+void train_log_close(struct train_log *lg)
+{
+    if (lg->jsonl) fclose(lg->jsonl);
+    lg->jsonl = NULL;
+}
