@@ -470,3 +470,27 @@ extern "C" int cuda_gpt2_adamw(struct cuda_gpt2 *m, const float *grad, float lr,
     default: return adamw_t<fp16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, t, update_params, err);
     }
 }
+
+extern "C" int cuda_gpt2_accumulate(struct cuda_gpt2 *m, float *dst, const float *src, size_t n, skiff_err *err) {
+    return k_add_f32(dst, src, n, m->stream, err);
+}
+
+extern "C" int cuda_gemm_bench(int mm_, int n, int k, int iters, double *tflops, skiff_err *err) {
+    struct mm_ctx c;
+    TRY(mm_init(&c, err));
+    int rc = mm_bench_bf16(&c, mm_, n, k, iters, tflops, err);
+    mm_fini(&c);
+    return rc;
+}
+
+extern "C" int cuda_mem_info(size_t *used, size_t *total, skiff_err *err) {
+    size_t fr = 0, tot = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    *used = tot - fr;
+    *total = tot;
+    return 0;
+}
+
+extern "C" int cuda_encoder_csr(int *csr, int *counts, const int *tokens, int N, int V) {
+    return k_encoder_csr(csr, counts, tokens, N, V);
+}

@@ -84,8 +84,17 @@ int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size
 int cuda_gpt2_adamw(struct cuda_gpt2 *m, const float *grad, float lr, float beta1, float beta2,
                     float eps, float wd, float grad_scale, int t, int update_params,
                     skiff_err *err);
+/* dst[i] += src[i] for n floats (device), on the model's stream. */
+int cuda_gpt2_accumulate(struct cuda_gpt2 *m, float *dst, const float *src, size_t n, skiff_err *err);
 /* Storage copy of all parameters from an fp32 device buffer of n_pad floats. */
 int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skiff_err *err);
+
+/* bf16 cuBLASLt GEMM (m x n x k) timed over iters runs: TFLOP/s. */
+int cuda_gemm_bench(int m, int n, int k, int iters, double *tflops, skiff_err *err);
+/* Device memory in use (all processes) and total, from cudaMemGetInfo. */
+int cuda_mem_info(size_t *used, size_t *total, skiff_err *err);
+/* Host-only helper (for tests): see k_encoder_csr in kernels.cuh. */
+int cuda_encoder_csr(int *csr, int *counts, const int *tokens, int N, int V);
 
 #ifdef __cplusplus
 }

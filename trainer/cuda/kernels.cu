@@ -446,6 +446,18 @@ int k_scale_f32(float *x, float a, size_t n, cudaStream_t s, skiff_err *err) {
     return 0;
 }
 
+__global__ void add_kernel(float *x, const float *y, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += y[i];
+}
+
+int k_add_f32(float *x, const float *y, size_t n, cudaStream_t s, skiff_err *err) {
+    if (n == 0) return 0;
+    add_kernel<<<ceil_div(n, 256), 256, 0, s>>>(x, y, n);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
 __global__ void mean_kernel(float *out, const float *x, int n) {
     float acc = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];

@@ -79,6 +79,7 @@ int k_cast_to_f32(float *dst, const T *src, size_t n, cudaStream_t s, skiff_err 
 int k_norm_squared(float *out, float *scratch, const float *g, size_t n, cudaStream_t s,
                    skiff_err *err);
 size_t k_norm_scratch_floats(void);
+int k_add_f32(float *x, const float *y, size_t n, cudaStream_t s, skiff_err *err);
 int k_scale_f32(float *x, float a, size_t n, cudaStream_t s, skiff_err *err);
 // Adds the mean of x[0..n) to out[0] (one block: a fixed order).
 int k_mean(float *out, const float *x, int n, cudaStream_t s, skiff_err *err);
