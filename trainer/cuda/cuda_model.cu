@@ -39,7 +39,12 @@ struct cuda_gpt2 {
     float *fscratch;
     size_t fscratch_len;
     int *d_tokens, *d_targets, *d_csr;
-    int *h_csr, *h_counts;
+    // Pinned host staging for the ids, two sets used in turn so the upload of
+    // micro-step k+1 is truly asynchronous while micro-step k still runs
+    // (from pageable memory cudaMemcpyAsync would wait for the stream).
+    int *h_pin[2], *h_counts;
+    cudaEvent_t up_ev[2];
+    int up_slot;
     int nuniq, have_targets;
 
     void *allocs[16 * MAX_LAYERS + 64];
@@ -67,9 +72,11 @@ extern "C" int cuda_select_device(int local_rank, char *name, size_t name_len, s
     CUDA_CHECK(cudaSetDevice(dev));
     cudaDeviceProp p;
     CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
-    if (p.major < 8)
-        return skiff_error(err, ENODEV, "GPU %d (%s) has compute capability %d.%d; skiff-train's CUDA "
-                                        "path is built for sm_90 (Hopper)", dev, p.name, p.major, p.minor);
+    if (p.major < 9)
+        return skiff_error(err, ENODEV,
+                           "GPU %d (%s) has compute capability %d.%d; skiff-train's CUDA path is "
+                           "built for sm_90 (Hopper) and later: rebuild with CUDA_ARCH=-arch=sm_%d%d",
+                           dev, p.name, p.major, p.minor, p.major, p.minor);
     if (name) snprintf(name, name_len, "%s", p.name);
     return 0;
 }
@@ -97,7 +104,10 @@ extern "C" void cuda_gpt2_destroy(struct cuda_gpt2 *m) {
     for (int i = 0; i < m->nallocs; i++) cudaFree(m->allocs[i]);
     mm_fini(&m->mm);
     if (m->stream) cudaStreamDestroy(m->stream);
-    free(m->h_csr);
+    for (int i = 0; i < 2; i++) {
+        if (m->h_pin[i]) cudaFreeHost(m->h_pin[i]);
+        if (m->up_ev[i]) cudaEventDestroy(m->up_ev[i]);
+    }
     free(m->h_counts);
     free(m);
 }
@@ -172,9 +182,12 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     DALLOC(m->d_tokens, N * sizeof(int));
     DALLOC(m->d_targets, N * sizeof(int));
     DALLOC(m->d_csr, (3 * N + 1) * sizeof(int));
-    m->h_csr = (int *)malloc((3 * N + 1) * sizeof(int));
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaMallocHost((void **)&m->h_pin[i], (5 * N + 1) * sizeof(int)));
+        CUDA_CHECK(cudaEventCreateWithFlags(&m->up_ev[i], cudaEventDisableTiming));
+    }
     m->h_counts = (int *)malloc((size_t)m->Vp * sizeof(int));
-    if (!m->h_csr || !m->h_counts) return skiff_error(err, ENOMEM, "token index");
+    if (!m->h_counts) return skiff_error(err, ENOMEM, "token index");
     return 0;
 }
 
@@ -311,14 +324,21 @@ extern "C" int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const i
         if (inputs[i] < 0 || inputs[i] >= m->V || (targets && (targets[i] < 0 || targets[i] >= m->V)))
             return skiff_error(err, EINVAL, "token %d at position %d is outside the vocabulary (%d)",
                                inputs[i] < 0 || inputs[i] >= m->V ? inputs[i] : targets[i], i, m->V);
-    CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, inputs, N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
-    if (targets)
-        CUDA_CHECK(cudaMemcpyAsync(m->d_targets, targets, N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    int slot = m->up_slot ^= 1;
+    CUDA_CHECK(cudaEventSynchronize(m->up_ev[slot]));  // its previous upload has been read
+    int *tok = m->h_pin[slot], *tgt = tok + N, *csr = tgt + N;
+    memcpy(tok, inputs, N * sizeof(int));
+    CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, tok, N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    if (targets) {
+        memcpy(tgt, targets, N * sizeof(int));
+        CUDA_CHECK(cudaMemcpyAsync(m->d_targets, tgt, N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    }
     m->have_targets = targets != NULL;
     // Rows grouped by token for the deterministic embedding backward.
-    m->nuniq = k_encoder_csr(m->h_csr, m->h_counts, inputs, N, m->V);
-    CUDA_CHECK(cudaMemcpyAsync(m->d_csr, m->h_csr, (2 * (size_t)m->nuniq + 1 + N) * sizeof(int),
+    m->nuniq = k_encoder_csr(csr, m->h_counts, inputs, N, m->V);
+    CUDA_CHECK(cudaMemcpyAsync(m->d_csr, csr, (2 * (size_t)m->nuniq + 1 + N) * sizeof(int),
                                cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaEventRecord(m->up_ev[slot], m->stream));
     switch (m->prec) {
     case SKIFF_CUDA_FP32: return forward_t<float>(m, dloss, err);
     case SKIFF_CUDA_BF16: return forward_t<bf16>(m, dloss, err);
