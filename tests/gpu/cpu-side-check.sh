@@ -1,8 +1,10 @@
 #!/bin/bash
 # The part of skiff-train's CUDA path that can be checked on a machine without
 # a GPU (CI has nvcc but no GPU): the CUDA build links against the CUDA
-# runtime, cuBLASLt and NCCL; --device cuda fails with a clear message instead
-# of crashing; the host-only helpers work. The GPU tests are run-tests.sh.
+# runtime, cuBLASLt and NCCL; the kernels give the CPU reference's results when
+# emulated on CPU threads (tests/gpu/emu); --device cuda fails with a clear
+# message instead of crashing; the host-only helpers work. The GPU tests are
+# run-tests.sh.
 source "$(dirname "$0")/../lib.sh"
 ST=$BUILD/bin/skiff-train
 TOOL=$BUILD/tests/gpu/gpu_tool
@@ -21,6 +23,9 @@ else
 fi
 
 t_check "host-side token index for the deterministic embedding backward" "$TOOL" csr-selftest
+# The kernels themselves, run on CPU threads against the CPU reference layers
+# (prints its own PASS/FAIL lines; a failure also fails this script).
+if ! "$BUILD/tests/gpu/kernels_emu"; then t_fail "emulated CUDA kernels" "see the FAIL lines above"; fi
 t_check "synthetic shard" "$TOOL" mkshard --out "$tmp/train_000.bin" --tokens 100000 --vocab 256 --text
 
 # The data file is valid; what must fail is the device.

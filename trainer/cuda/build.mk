@@ -30,8 +30,17 @@ $(GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(TRAINER_CUDA_OBJS) $(BUILD)/libskif
 	@mkdir -p $(@D)
 	$(CXX) $(EXE_LDFLAGS) -o $@ $^ $(TRAINER_CUDA_LIBS) -fopenmp -lpthread -lm
 
+# tests/gpu/emu: the kernels compiled for the CPU (CUDA-on-threads emulation)
+# and checked against the CPU reference layers; needs the CUDA headers only.
+KERNEL_EMU := $(BUILD)/tests/gpu/kernels_emu
+$(KERNEL_EMU): tests/gpu/emu/kernels_emu.cpp tests/gpu/emu/cuda_emu.h trainer/cuda/kernels_dev.cuh \
+               trainer/cuda/attention_dev.cuh trainer/cuda/common.cuh $(wildcard trainer/layers/*.h)
+	@mkdir -p $(@D)
+	$(CXX) -std=c++20 -O1 -g -Wall -Wextra -Werror -fopenmp -pthread -DSKIFF_CUDA_EMU \
+	  -I$(CUDA_HOME)/include -Iruntime/lib -Itrainer -Itrainer/cuda -Itests/gpu/emu $< -o $@
+
 # Built by `make` too, so CI (nvcc, no GPU) compiles and links all of it.
-all: $(GPU_TOOL)
+all: $(GPU_TOOL) $(KERNEL_EMU)
 
 # The CPU-side check that runs in `make test`: the CUDA build links, fails
 # cleanly without a GPU, and its host-only pieces work.

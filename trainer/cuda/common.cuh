@@ -44,6 +44,13 @@ extern "C" {
         if ((__VA_ARGS__) < 0) return -1; \
     } while (0)
 
+// Dynamic shared memory; tests/gpu/emu (SKIFF_CUDA_EMU) supplies its own.
+#ifdef SKIFF_CUDA_EMU
+#define DYN_SMEM(name) unsigned char *name = emu_dyn_smem()
+#else
+#define DYN_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
+
 // Element types. The model is templated on the storage type of weights and
 // activations; all arithmetic inside kernels is fp32.
 typedef __nv_bfloat16 bf16;
