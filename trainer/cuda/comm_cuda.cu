@@ -215,6 +215,12 @@ struct staged_impl {
     cudaStream_t compute;
     float *pinned;  // grow-only staging buffer for synchronous calls
     size_t cap;
+    // Async requests take their staging from a pinned arena (page-locking
+    // per request costs ~ms): bump allocation, reset when none is in flight,
+    // grown between steps to the high-water mark; overflow gets its own.
+    char *arena;
+    size_t arena_cap, arena_used, high;
+    int outstanding;
 };
 
 static int staged_buf(struct staged_impl *s, size_t bytes, skiff_err *err) {
@@ -290,22 +296,46 @@ static int staged_start(struct skiff_comm *c, int op, void *buf, size_t n, enum 
     if (!r) return skiff_error(err, ENOMEM, "comm request");
     r->dev = buf;
     r->bytes = n * sizeof(float);
-    cudaError_t e = cudaMallocHost((void **)&r->pinned, r->bytes);
+    size_t need = (r->bytes + 255) & ~(size_t)255;
+    s->high += need;
+    cudaError_t e = cudaSuccess;
+    if (s->arena_used + need <= s->arena_cap) {
+        r->pinned = (float *)(s->arena + s->arena_used);
+        s->arena_used += need;
+    } else {
+        r->own_pinned = 1;
+        e = cudaMallocHost((void **)&r->pinned, r->bytes);
+    }
     if (e == cudaSuccess) e = cudaMemcpyAsync(r->pinned, buf, r->bytes, cudaMemcpyDeviceToHost, s->compute);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->compute);
     if (e != cudaSuccess) {
-        if (r->pinned) cudaFreeHost(r->pinned);
+        if (r->own_pinned && r->pinned) cudaFreeHost(r->pinned);
         free(r);
         return skiff_error(err, 0, "%s:%d: staging %zu bytes: %s", __FILE__, __LINE__, n * sizeof(float),
                            cudaGetErrorString(e));
     }
     if (skiff_comm_start(s->host, op, r->pinned, n, t, &r->host_req, err) < 0) {
-        cudaFreeHost(r->pinned);
+        if (r->own_pinned) cudaFreeHost(r->pinned);
         free(r);
         return -1;
     }
+    s->outstanding++;
     *req = r;
     return 0;
+}
+
+static void staged_release(struct staged_impl *s, struct skiff_comm_req *r) {
+    if (r->own_pinned) cudaFreeHost(r->pinned);
+    free(r);
+    if (--s->outstanding > 0) return;
+    s->arena_used = 0;
+    if (s->high > s->arena_cap) {  // nothing in flight: grow for the next step
+        if (s->arena) cudaFreeHost(s->arena);
+        s->arena = NULL;
+        s->arena_cap = 0;
+        if (cudaMallocHost((void **)&s->arena, s->high) == cudaSuccess) s->arena_cap = s->high;
+    }
+    s->high = 0;
 }
 static int staged_wait(struct skiff_comm *c, struct skiff_comm_req *r, skiff_err *err) {
     struct staged_impl *s = (struct staged_impl *)c->impl;
@@ -318,8 +348,7 @@ static int staged_wait(struct skiff_comm *c, struct skiff_comm_req *r, skiff_err
         e = cudaMemcpyAsync(r->dev, r->pinned, r->bytes, cudaMemcpyHostToDevice, s->compute);
         if (e == cudaSuccess) e = cudaStreamSynchronize(s->compute);
     }
-    cudaFreeHost(r->pinned);
-    free(r);
+    staged_release(s, r);
     if (rc < 0) return rc;
     CUDA_CHECK(e);
     return 0;
@@ -329,6 +358,7 @@ static void staged_destroy(struct skiff_comm *c) {
     if (s) {
         skiff_comm_destroy(s->host);
         if (s->pinned) cudaFreeHost(s->pinned);
+        if (s->arena) cudaFreeHost(s->arena);
         free(s);
     }
     free(c);

@@ -51,7 +51,10 @@ void mm_fini(struct mm_ctx *c) {
     memset(c, 0, sizeof(*c));
 }
 
-static int make_plan(struct mm_ctx *c, const struct mm_key *k, struct mm_plan **out, skiff_err *err) {
+// bias/aux: the pointers of the first call; the heuristic reads their values
+// to decide which alignment it may assume (the key records that alignment).
+static int make_plan(struct mm_ctx *c, const struct mm_key *k, const void *bias, void *aux,
+                     struct mm_plan **out, skiff_err *err) {
     for (int i = 0; i < c->nplans; i++)
         if (!memcmp(&c->plans[i].key, k, sizeof(*k))) {
             *out = &c->plans[i];
@@ -74,9 +77,12 @@ static int make_plan(struct mm_ctx *c, const struct mm_key *k, struct mm_plan **
         cudaDataType_t bt = ot;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
     }
+    if (bias)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     if (epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
         int64_t ald = k->ldd;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ald, sizeof(ald)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
     }
     // Stored shapes: A is (m x k) or, transposed, (k x m); B is (k x n) or (n x k).
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, it, k->ta ? k->k : k->m, k->ta ? k->m : k->k, k->lda));
@@ -135,7 +141,7 @@ static int lt_matmul(struct mm_ctx *c, void *d, const void *a, const void *b, in
     key.align_x = bias ? align_of(bias) : 0;
     if (aux && key.align_x > align_of(aux)) key.align_x = align_of(aux);
     struct mm_plan *p = NULL;
-    TRY(make_plan(c, &key, &p, err));
+    TRY(make_plan(c, &key, bias, aux, &p, err));
     if (bias)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     if (aux)
