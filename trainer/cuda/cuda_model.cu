@@ -120,8 +120,12 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     m->V = cfg->vocab_size, m->Vp = cfg->padded_vocab_size;
     if (m->L > MAX_LAYERS) return skiff_error(err, EINVAL, "at most %d layers on CUDA", MAX_LAYERS);
     if (T > cfg->max_seq_len) return skiff_error(err, EINVAL, "--seq %d > the model's %d", T, cfg->max_seq_len);
-    if (m->C % 8)
-        return skiff_error(err, EINVAL, "CUDA path needs n_embd %% 8 == 0 (got %d)", m->C);
+    int hs = m->NH > 0 && m->C % m->NH == 0 ? m->C / m->NH : 0;
+    if (hs != 16 && hs != 32 && hs != 64 && hs != 128)
+        return skiff_error(err, EINVAL,
+                           "the CUDA attention kernels support head sizes 16, 32, 64 and 128; this model "
+                           "has n_embd %d / n_head %d: use --device cpu or another --model",
+                           m->C, m->NH);
     m->nparams = gpt2_param_layout(cfg, m->sizes, m->offs);
     if (n_pad < m->nparams || opt_off + opt_len > n_pad)
         return skiff_error(err, EINVAL, "bad parameter padding/shard (%zu/%zu+%zu of %zu)", n_pad,
