@@ -29,5 +29,5 @@ TRAINER_UNIT := $(patsubst tests/unit/trainer/%.c,$(BUILD)/tests/unit/trainer/%,
 $(BUILD)/tests/unit/trainer/%: $(BUILD)/tests/unit/trainer/%.o $(LIBSKIFFTRAIN) $(LIBSKIFF)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ -lcriterion $(TRAINER_LDLIBS)
 UNIT_TESTS += $(TRAINER_UNIT)
-INTEGRATION_TESTS += $(wildcard tests/integration/trainer-*.sh)
+INTEGRATION_TESTS += $(filter-out %/trainer-lib.sh,$(wildcard tests/integration/trainer-*.sh))
 BENCHES += $(wildcard tests/bench/trainer.sh)

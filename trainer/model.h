@@ -43,9 +43,9 @@ extern const char *const gpt2_param_names[GPT2_NUM_PARAM_TENSORS];
 
 /* Presets, smallest first:
  *   tiny  L2  H4  C64  T64   V256 (byte vocab, ~0.12M params; tests)
- *   mini  L4  H4  C128 T256  V256 (byte vocab, ~0.87M params; benchmarks)
+ *   mini  L4  H4  C128 T256  V256 (byte vocab, ~0.86M params; benchmarks)
  *   small L6  H6  C384 T512  V256 (byte vocab, ~10.9M params)
- *   d6    L6  H6  C384 T1024 V50257/Vp50304 (GPT-2 vocab)
+ *   d6    L6  H6  C384 T1024 V50257/Vp50304 (GPT-2 vocab, ~30M params)
  *   d12   L12 H12 C768 T1024 V50257/Vp50304 (GPT-2 124M)
  * Returns 0, or -1 with a message listing the known names. */
 int gpt2_config_preset(const char *name, struct gpt2_config *cfg, skiff_err *err);

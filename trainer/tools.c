@@ -241,12 +241,8 @@ int tool_sample(int argc, char **argv, skiff_err *err)
         goto out;
     }
     struct train_ckpt want = ck;
-    want.params = params;
-    want.opt_len = 0;
+    want.params = params; /* parameters only: m and v stay on disk */
     want.m = want.v = NULL;
-    ck.opt_len = 0;
-    /* read params only: ask for them with the file's own layout */
-    want.opt_len = ck.opt_len;
     if (train_ckpt_load(dir, &want, err) < 0) goto out;
     memcpy(m.params, params, m.num_params * sizeof(float));
     size_t plen = strlen(prompt);

@@ -1,0 +1,57 @@
+#!/bin/bash
+# skiff-train on CPU: tokens/s of the `mini` model (0.86M params) for 1, 2 and
+# 4 ranks on localhost at the same global batch (8 sequences x 128 tokens),
+# one OpenMP thread per rank. Per step (mean of steps 3..N from the JSONL):
+#   comm ms  = time the comm thread spent in collectives
+#   wait ms  = time the training loop waited on them (exposed)
+#   hidden   = 1 - wait/comm: the share of all-reduce time overlapped with
+#              the backward pass
+#   vs 1 rank = tokens/s relative to one rank doing the whole global batch
+# Prints a markdown table. Env: STEPS (default 12), MODEL (mini), SEQ (128).
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TRAIN=${SKIFF_TRAIN:-$ROOT/build/bin/skiff-train}
+STEPS=${STEPS:-12} MODEL=${MODEL:-mini} SEQ=${SEQ:-128} GLOBAL=8
+export OMP_NUM_THREADS=1
+W=$(mktemp -d /tmp/skiff-train-bench.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+"$TRAIN" tokenize --out "$W/lic" --val-frac 0 /usr/share/common-licenses/* >/dev/null 2>&1 ||
+  { echo "bench: tokenize failed" >&2; exit 1; }
+
+run() { # run NAME P BUCKET_MB [args]
+  local name=$1 P=$2 mb=$3; shift 3
+  local port=$((20000 + (RANDOM * 7 + $$) % 30000)) pids=() r rc=0
+  for ((r = 0; r < P; r++)); do
+    RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$TRAIN" train --model "$MODEL" --data "$W/lic_train_*.bin" --seq "$SEQ" \
+      --batch $((GLOBAL / P)) --steps "$STEPS" --bucket-mb "$mb" --quiet \
+      --log "$W/$name.jsonl" "$@" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
+}
+
+# mean of a field over steps 3..N
+field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$W/$1.jsonl" | tail -n +3 | awk '{ s += $1 } END { printf "%.1f", s / NR }'; }
+
+echo "| ranks | micro-batch | buckets | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | vs 1 rank |"
+echo "|---|---|---|---|---|---|---|---|---|"
+base=""
+row() { # row NAME P DESC
+  local name=$1 P=$2 desc=$3
+  local tps ms comm wait hidden rel
+  tps=$(field "$name" tokens_per_s); ms=$(field "$name" ms)
+  comm=$(field "$name" comm_ms); wait=$(field "$name" wait_ms)
+  hidden=$(awk -v c="$comm" -v w="$wait" 'BEGIN { if (c > 0) { h = 1 - w / c; if (h < 0) h = 0; printf "%.0f%%", 100 * h } else print "-" }')
+  [ -z "$base" ] && base=$tps
+  rel=$(awk -v a="$tps" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
+  echo "| $P | $((GLOBAL / P)) x $SEQ | $desc | $tps | $ms | $comm | $wait | $hidden | $rel |"
+}
+run p1 1 25 && row p1 1 "-"
+run p2 2 25 && row p2 2 "25 MiB (one bucket)"
+run p2s 2 0.5 && row p2s 2 "0.5 MiB"
+run p4 4 0.5 && row p4 4 "0.5 MiB"
+run p2z 2 25 --zero 1 && row p2z 2 "ZeRO-1 (no overlap)"
+echo
+echo "model $MODEL, $STEPS steps (means of steps 3..$STEPS), global batch $GLOBAL x $SEQ tokens, $(getconf _NPROCESSORS_ONLN) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,97 @@
+#!/bin/bash
+# Failures become errors, never hangs: a rank that never arrives, a rank
+# killed mid-training, a rank that stops answering, and bad command lines.
+source "$(dirname "$0")/trainer-lib.sh"
+t_corpus
+D="$TDIR/lic_train_*.bin"
+LONG=(--model tiny --data "$D" --seq 32 --batch 4 --steps 100000 --quiet)
+
+# 1. WORLD_SIZE=3 but rank 2 never starts: rank 0 names it after --timeout.
+port=$(t_port)
+start=$(date +%s)
+pids=()
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$TRAIN" train "${LONG[@]}" --timeout 2 >"$TDIR/miss$r.log" 2>&1 &
+  pids+=($!)
+done
+wd=$(t_watchdog 60 "${pids[@]}")
+wait "${pids[@]}"
+kill "$wd" 2>/dev/null
+took=$(( $(date +%s) - start ))
+if grep -q "rank 2 of WORLD_SIZE=3 did not arrive within 2.0 s" "$TDIR/miss0.log" && [ "$took" -lt 30 ]; then
+  t_pass "a rank that never arrives: rendezvous error naming it after ${took}s"
+else
+  t_fail "a rank that never arrives" "$(cat "$TDIR"/miss*.log) (${took}s)"
+fi
+
+# 2. No rank 0 at all: the others say the store is unreachable.
+t_fails_with "no rank 0: store not reachable, names MASTER_ADDR:MASTER_PORT" \
+  "rank 0's store at MASTER_ADDR:MASTER_PORT=127.0.0.1:$port not reachable" \
+  env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port SKIFF_TRAIN_TIMEOUT=1 "$TRAIN" train "${LONG[@]}"
+
+# 3. A rank killed mid-step: the others exit non-zero with an error that says
+# a peer closed the connection, well within the timeout (EOF is immediate).
+port=$(t_port)
+pids=()
+for r in 0 1 2; do
+  RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$TRAIN" train "${LONG[@]}" --timeout 30 >"$TDIR/kill$r.log" 2>&1 &
+  pids+=($!)
+done
+wd=$(t_watchdog 60 "${pids[@]}")
+sleep 2
+kill -9 "${pids[2]}"
+start=$(date +%s)
+wait "${pids[0]}"; rc0=$?
+wait "${pids[1]}"; rc1=$?
+took=$(( $(date +%s) - start ))
+kill "$wd" 2>/dev/null
+if [ $rc0 -ne 0 ] && [ $rc0 -ne 137 ] && [ $rc1 -ne 0 ] && [ $rc1 -ne 137 ] && [ "$took" -lt 30 ] &&
+   grep -q "closed the connection" "$TDIR/kill0.log" "$TDIR/kill1.log"; then
+  t_pass "a rank killed mid-step: the others fail in ${took}s with '$(grep -h -o 'rank [0-9] closed the connection' "$TDIR"/kill[01].log | head -1)'"
+else
+  t_fail "a rank killed mid-step" "rc $rc0/$rc1 after ${took}s: $(cat "$TDIR"/kill[01].log)"
+fi
+
+# 4. A rank that stops answering (SIGSTOP): the others time out naming a rank.
+port=$(t_port)
+pids=()
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$TRAIN" train "${LONG[@]}" --timeout 3 >"$TDIR/stop$r.log" 2>&1 &
+  pids+=($!)
+done
+wd=$(t_watchdog 60 "${pids[@]}")
+sleep 2
+kill -STOP "${pids[1]}"
+start=$(date +%s)
+wait "${pids[0]}"; rc0=$?
+took=$(( $(date +%s) - start ))
+kill -KILL "${pids[1]}" 2>/dev/null; wait "${pids[1]}" 2>/dev/null
+kill "$wd" 2>/dev/null
+if [ $rc0 -ne 0 ] && [ $rc0 -ne 137 ] && grep -q "rank 1 .* nothing for 3.0 s" "$TDIR/stop0.log"; then
+  t_pass "a silent rank: rank 0 fails after ${took}s naming rank 1"
+else
+  t_fail "a silent rank" "rc $rc0 after ${took}s: $(cat "$TDIR/stop0.log")"
+fi
+
+# 5. Command-line errors: exit 2 and a message.
+t_fails_with "unknown model lists the presets" "unknown model 'huge' \(known: tiny" \
+  "$TRAIN" train --model huge --data "$D" --batch 1 --seq 8 --steps 1
+t_fails_with "--seq beyond the context" "--seq 65: model tiny has a context of 64" \
+  "$TRAIN" train --model tiny --data "$D" --batch 1 --seq 65 --steps 1
+t_fails_with "missing shards" "no shard matches" \
+  "$TRAIN" train --model tiny --data "$TDIR/none_*.bin" --batch 1 --seq 8 --steps 1
+t_fails_with "--stop-after needs --ckpt-dir" "give --ckpt-dir" \
+  "$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 5 --stop-after 2
+t_fails_with "half an env:// setup" "RANK is set but WORLD_SIZE is not" \
+  env RANK=0 "$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 1
+if "$TRAIN" --help | grep -q 'device cpu|cuda'; then t_pass "--help lists --device"; else t_fail "--help"; fi
+out=$("$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 1 --device cuda --quiet 2>&1); rc=$?
+if grep -q "built without CUDA" <<<"$out"; then
+  [ $rc -eq 2 ] && t_pass "--device cuda without CUDA: clear error" || t_fail "--device cuda exit code $rc"
+else
+  t_skip "--device cuda without CUDA" "this skiff-train was built with CUDA"
+fi
+t_done

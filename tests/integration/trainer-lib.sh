@@ -1,0 +1,56 @@
+# Helpers for the trainer's integration tests (sourced; not a test itself).
+# shellcheck shell=bash
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+TRAIN=${SKIFF_TRAIN:-$BUILD/bin/skiff-train}
+TDIR=$(mktemp -d /tmp/skiff-train-it.XXXXXX)
+# Tests run on 2 shared cores: one OpenMP thread per rank keeps P ranks from
+# fighting over them.
+export OMP_NUM_THREADS=1
+trap 'rm -rf "$TDIR"' EXIT
+
+# A free-ish TCP port for MASTER_PORT (random; the store refuses a used one
+# with a clear message, which would fail the test loudly, not hang it).
+t_port() { echo $((20000 + (RANDOM * 7 + $$) % 30000)); }
+
+# t_corpus: byte-tokenized shards of Debian's licence texts (always present)
+# under $TDIR/lic_{train,val}_*.bin.
+t_corpus() {
+  [ -e "$TDIR/lic_train_000000.bin" ] && return 0
+  "$TRAIN" tokenize --out "$TDIR/lic" --val-frac 0.2 /usr/share/common-licenses/{GPL-3,Apache-2.0,MPL-2.0} >/dev/null
+}
+
+# t_ddp P CMD...: runs P ranks of CMD on localhost with env:// variables; exit
+# status is the first non-zero one.
+t_ddp() {
+  local P=$1; shift
+  local port; port=$(t_port)
+  local pids=() r rc=0
+  for ((r = 0; r < P; r++)); do
+    RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$@" &
+    pids+=($!)
+  done
+  local s
+  for p in "${pids[@]}"; do
+    wait "$p"; s=$?
+    [ $s -ne 0 ] && [ $rc -eq 0 ] && rc=$s
+  done
+  return $rc
+}
+
+# t_watchdog SECONDS PID...: kills the PIDs if still running after SECONDS,
+# so a hang fails the test instead of blocking CI. Prints the watchdog's pid.
+t_watchdog() {
+  local secs=$1; shift
+  ( sleep "$secs"; kill -9 "$@" 2>/dev/null ) >/dev/null 2>&1 &
+  echo $!
+}
+
+# t_losses LOG: the loss column of a JSONL log, one per line.
+t_losses() { sed -n 's/.*"loss":\([-0-9.e+]*\).*/\1/p' "$1"; }
+
+# t_close_losses A B TOL: every step's loss within TOL (absolute).
+t_close_losses() {
+  paste -d' ' <(t_losses "$1") <(t_losses "$2") |
+    awk -v tol="$3" 'NF != 2 { bad = 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > tol) bad = 1; n++ }
+                     END { exit (bad || n == 0) }'
+}
