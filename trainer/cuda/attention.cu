@@ -13,8 +13,7 @@ static int attention_forward_hs(T *out, float *lse, const T *qkv, int B, int Tn,
     CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<T, HS>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
     dim3 grid(ceil_div(Tn, TILE), NH, B);
-    attention_forward_kernel<T, HS><<<grid, NWARP * 32, sm, s>>>(out, lse, qkv, Tn, C, NH,
-                                                                 1.0f / sqrtf((float)HS));
+    LAUNCH((attention_forward_kernel<T, HS>), grid, NWARP * 32, sm, s, out, lse, qkv, Tn, C, NH, 1.0f / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -27,8 +26,7 @@ static int attention_backward_hs(T *dqkv, float *dq, float *D, const T *dout, co
     CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<T, HS>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
     dim3 grid(ceil_div(Tn, TILE), NH, B);
-    attention_backward_kernel<T, HS><<<grid, NWARP * 32, sm, s>>>(dqkv, dq, dout, qkv, lse, D, Tn,
-                                                                  C, NH, 1.0f / sqrtf((float)HS));
+    LAUNCH((attention_backward_kernel<T, HS>), grid, NWARP * 32, sm, s, dqkv, dq, dout, qkv, lse, D, Tn, C, NH, 1.0f / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -65,7 +63,7 @@ int k_attention_backward(T *dqkv, float *scratch, const T *dout, const T *qkv, c
     float *dq = scratch;
     float *D = scratch + (size_t)ceil_div(Tn, TILE) * B * Tn * C;
     size_t rows = (size_t)B * Tn * NH;
-    attention_rowdot_kernel<T><<<ceil_div(rows * 32, 256), 256, 0, s>>>(D, dout, out, B, Tn, C, NH);
+    LAUNCH((attention_rowdot_kernel<T>), ceil_div(rows * 32, 256), 256, 0, s, D, dout, out, B, Tn, C, NH);
     CUDA_CHECK_LAUNCH();
     switch (hs) {
     case 16: TRY(attention_backward_hs<T, 16>(dqkv, dq, D, dout, qkv, lse, B, Tn, C, NH, s, err)); break;
@@ -74,7 +72,7 @@ int k_attention_backward(T *dqkv, float *scratch, const T *dout, const T *qkv, c
     default: TRY(attention_backward_hs<T, 128>(dqkv, dq, D, dout, qkv, lse, B, Tn, C, NH, s, err)); break;
     }
     size_t total = (size_t)B * Tn * C;
-    dq_reduce_kernel<T><<<ceil_div(total, 256), 256, 0, s>>>(dqkv, dq, total, Tn, C);
+    LAUNCH((dq_reduce_kernel<T>), ceil_div(total, 256), 256, 0, s, dqkv, dq, total, Tn, C);
     CUDA_CHECK_LAUNCH();
     return 0;
 }

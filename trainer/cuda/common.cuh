@@ -51,6 +51,16 @@ extern "C" {
 #define DYN_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
 
+// Kernel launch. Under SKIFF_CUDA_EMU (tests/gpu/emu) the same launcher code
+// runs the kernel on CPU threads instead. Parenthesise template kernel names:
+// LAUNCH((k<T, 64>), grid, block, smem, stream, args...).
+#ifdef SKIFF_CUDA_EMU
+#define LAUNCH(kernel, grid, block, smem, stream, ...) \
+    emu_launch(dim3(grid), dim3(block), [=] { kernel(__VA_ARGS__); })
+#else
+#define LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#endif
+
 // Element types. The model is templated on the storage type of weights and
 // activations; all arithmetic inside kernels is fp32.
 typedef __nv_bfloat16 bf16;

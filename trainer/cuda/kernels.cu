@@ -8,7 +8,7 @@ template <typename T>
 int k_encoder_forward(T *out, const int *tokens, const T *wte, const T *wpe, int B, int Tn, int C,
                       cudaStream_t s, skiff_err *err) {
     size_t total = (size_t)B * Tn * C;
-    encoder_forward_kernel<<<ceil_div(total, 256), 256, 0, s>>>(out, tokens, wte, wpe, Tn, C, total);
+    LAUNCH((encoder_forward_kernel), ceil_div(total, 256), 256, 0, s, out, tokens, wte, wpe, Tn, C, total);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -21,10 +21,9 @@ template <typename T>
 int k_encoder_backward(float *dwte, float *dwpe, const T *dout, const int *csr, int nuniq, int B,
                        int Tn, int C, cudaStream_t s, skiff_err *err) {
     const int *uniq = csr, *start = csr + nuniq, *rows = csr + 2 * nuniq + 1;
-    encoder_backward_wte_kernel<<<dim3(nuniq, ceil_div(C, 256)), 256, 0, s>>>(dwte, dout, uniq,
-                                                                               start, rows, C);
+    LAUNCH((encoder_backward_wte_kernel), dim3(nuniq, ceil_div(C, 256)), 256, 0, s, dwte, dout, uniq, start, rows, C);
     CUDA_CHECK_LAUNCH();
-    encoder_backward_wpe_kernel<<<ceil_div((size_t)Tn * C, 256), 256, 0, s>>>(dwpe, dout, B, Tn, C);
+    LAUNCH((encoder_backward_wpe_kernel), ceil_div((size_t)Tn * C, 256), 256, 0, s, dwpe, dout, B, Tn, C);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -33,8 +32,7 @@ template <typename T>
 int k_residual_layernorm_forward(T *res_out, T *ln_out, float *mean, float *rstd, const T *a,
                                  const T *b, const T *w, const T *bias, int N, int C,
                                  cudaStream_t s, skiff_err *err) {
-    residual_layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, s>>>(res_out, ln_out, mean, rstd, a,
-                                                                     b, w, bias, N, C);
+    LAUNCH((residual_layernorm_forward_kernel), ceil_div(N, 8), 256, 0, s, res_out, ln_out, mean, rstd, a, b, w, bias, N, C);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -46,10 +44,9 @@ static int colsum(float *out0, float *out1, float *scratch, const T *dout, const
                   const float *mean, const float *rstd, int N, int OC, cudaStream_t s,
                   skiff_err *err) {
     dim3 grid(ceil_div(OC, 32), ceil_div(N, ROWS_PER));
-    colsum_partial_kernel<<<grid, dim3(32, 8), 0, s>>>(scratch, dout, inp, mean, rstd, N, OC,
-                                                      inp != NULL);
+    LAUNCH((colsum_partial_kernel), grid, dim3(32, 8), 0, s, scratch, dout, inp, mean, rstd, N, OC, inp != NULL);
     CUDA_CHECK_LAUNCH();
-    colsum_final_kernel<<<ceil_div(OC, 256), 256, 0, s>>>(out0, out1, scratch, grid.y, OC);
+    LAUNCH((colsum_final_kernel), ceil_div(OC, 256), 256, 0, s, out0, out1, scratch, grid.y, OC);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -58,21 +55,21 @@ template <typename T>
 int k_layernorm_backward(T *dinp, float *dw, float *db, float *scratch, const T *dout, const T *inp,
                          const T *w, const float *mean, const float *rstd, int N, int C,
                          cudaStream_t s, skiff_err *err) {
-    layernorm_backward_kernel<<<ceil_div(N, 8), 256, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    LAUNCH((layernorm_backward_kernel), ceil_div(N, 8), 256, 0, s, dinp, dout, inp, w, mean, rstd, N, C);
     CUDA_CHECK_LAUNCH();
     return colsum(dw, db, scratch, dout, inp, mean, rstd, N, C, s, err);
 }
 
 template <typename T>
 int k_gelu_forward(T *out, const T *inp, size_t n, cudaStream_t s, skiff_err *err) {
-    gelu_forward_kernel<<<ceil_div(n, 256), 256, 0, s>>>(out, inp, n);
+    LAUNCH((gelu_forward_kernel), ceil_div(n, 256), 256, 0, s, out, inp, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 template <typename T>
 int k_gelu_backward(T *dinout, const T *inp, size_t n, cudaStream_t s, skiff_err *err) {
-    gelu_backward_kernel<<<ceil_div(n, 256), 256, 0, s>>>(dinout, inp, n);
+    LAUNCH((gelu_backward_kernel), ceil_div(n, 256), 256, 0, s, dinout, inp, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -80,7 +77,7 @@ int k_gelu_backward(T *dinout, const T *inp, size_t n, cudaStream_t s, skiff_err
 template <typename T>
 int k_add_bias(T *out, const T *bias, int N, int OC, cudaStream_t s, skiff_err *err) {
     size_t total = (size_t)N * OC;
-    add_bias_kernel<<<ceil_div(total, 256), 256, 0, s>>>(out, bias, total, OC);
+    LAUNCH((add_bias_kernel), ceil_div(total, 256), 256, 0, s, out, bias, total, OC);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -94,7 +91,7 @@ int k_bias_backward(float *dbias, float *scratch, const T *dout, int N, int OC, 
 template <typename T>
 int k_fused_classifier(T *logits, float *losses, const int *targets, float dloss, int N, int V,
                        int Vp, cudaStream_t s, skiff_err *err) {
-    fused_classifier_kernel<<<N, 1024, 0, s>>>(logits, losses, targets, dloss, V, Vp);
+    LAUNCH((fused_classifier_kernel), N, 1024, 0, s, logits, losses, targets, dloss, V, Vp);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -104,8 +101,7 @@ int k_adamw(float *master, T *param, const float *grad, float *m, float *v, size
             float beta1, float beta2, float eps, float wd, float grad_scale, float bc1, float bc2,
             cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    adamw_kernel<<<ceil_div(n, 256), 256, 0, s>>>(master, param, grad, m, v, n, lr, beta1, beta2,
-                                                  eps, wd, grad_scale, bc1, bc2);
+    LAUNCH((adamw_kernel), ceil_div(n, 256), 256, 0, s, master, param, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -113,14 +109,14 @@ int k_adamw(float *master, T *param, const float *grad, float *m, float *v, size
 template <typename T>
 int k_cast_from_f32(T *dst, const float *src, size_t n, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    cast_from_f32_kernel<<<ceil_div(n, 256), 256, 0, s>>>(dst, src, n);
+    LAUNCH((cast_from_f32_kernel), ceil_div(n, 256), 256, 0, s, dst, src, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
 template <typename T>
 int k_cast_to_f32(float *dst, const T *src, size_t n, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    cast_to_f32_kernel<<<ceil_div(n, 256), 256, 0, s>>>(dst, src, n);
+    LAUNCH((cast_to_f32_kernel), ceil_div(n, 256), 256, 0, s, dst, src, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -130,29 +126,29 @@ size_t k_norm_scratch_floats(void) { return NORM_BLOCKS; }
 int k_norm_squared(float *out, float *scratch, const float *g, size_t n, cudaStream_t s,
                    skiff_err *err) {
     if (n == 0) return 0;
-    norm_partial_kernel<<<NORM_BLOCKS, 512, 0, s>>>(scratch, g, n);
+    LAUNCH((norm_partial_kernel), NORM_BLOCKS, 512, 0, s, scratch, g, n);
     CUDA_CHECK_LAUNCH();
-    norm_final_kernel<<<1, NORM_BLOCKS, 0, s>>>(out, scratch);
+    LAUNCH((norm_final_kernel), 1, NORM_BLOCKS, 0, s, out, scratch);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 int k_scale_f32(float *x, float a, size_t n, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    scale_kernel<<<ceil_div(n, 256), 256, 0, s>>>(x, a, n);
+    LAUNCH((scale_kernel), ceil_div(n, 256), 256, 0, s, x, a, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 int k_add_f32(float *x, const float *y, size_t n, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    add_kernel<<<ceil_div(n, 256), 256, 0, s>>>(x, y, n);
+    LAUNCH((add_kernel), ceil_div(n, 256), 256, 0, s, x, y, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 int k_mean(float *out, const float *x, int n, cudaStream_t s, skiff_err *err) {
-    mean_kernel<<<1, 1024, 0, s>>>(out, x, n);
+    LAUNCH((mean_kernel), 1, 1024, 0, s, out, x, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }

@@ -202,8 +202,8 @@ int mm_bench_bf16(struct mm_ctx *c, int m, int n, int k, int iters, double *tflo
                     __LINE__, m, n, k);
         goto out;
     }
-    fill_kernel<<<ceil_div((size_t)m * k, 256), 256>>>(a, (size_t)m * k, 1);
-    fill_kernel<<<ceil_div((size_t)k * n, 256), 256>>>(b, (size_t)k * n, 2);
+    LAUNCH((fill_kernel), ceil_div((size_t)m * k, 256), 256, 0, 0, a, (size_t)m * k, 1);
+    LAUNCH((fill_kernel), ceil_div((size_t)k * n, 256), 256, 0, 0, b, (size_t)k * n, 2);
     if (cudaGetLastError() != cudaSuccess) {
         skiff_error(err, 0, "%s:%d: fill kernel failed", __FILE__, __LINE__);
         goto out;
