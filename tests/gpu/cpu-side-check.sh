@@ -26,6 +26,18 @@ t_check "host-side token index for the deterministic embedding backward" "$TOOL"
 # The kernels themselves, run on CPU threads against the CPU reference layers
 # (prints its own PASS/FAIL lines; a failure also fails this script).
 if ! "$BUILD/tests/gpu/kernels_emu"; then t_fail "emulated CUDA kernels" "see the FAIL lines above"; fi
+# The whole CUDA path (model wiring, cuBLASLt calls as this code reads the API,
+# AdamW) on the CPU emulation against the CPU model: tiny, bf16, one batch.
+EMU_TOOL=$BUILD/emu/tests/gpu/gpu_tool
+if [ -x "$EMU_TOOL" ]; then
+  if out=$("$EMU_TOOL" check --model tiny --batch 2 --seq 64 --precision bf16 2>&1); then
+    t_pass "emulated CUDA model matches the CPU model (tiny, bf16: logits, loss, all gradients, AdamW)"
+  else
+    t_fail "emulated CUDA model matches the CPU model (tiny, bf16)" "$(grep -E 'FAIL|gpu_tool' <<<"$out" | head)"
+  fi
+else
+  t_skip "emulated CUDA model" "build/emu/tests/gpu/gpu_tool is not built"
+fi
 t_check "synthetic shard" "$TOOL" mkshard --out "$tmp/train_000.bin" --tokens 100000 --vocab 256 --text
 
 # The data file is valid; what must fail is the device.

@@ -10,7 +10,7 @@ template <typename T, int HS>
 static int attention_forward_hs(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH,
                                 cudaStream_t s, skiff_err *err) {
     size_t sm = fwd_smem<T, HS>();
-    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<T, HS>,
+    CUDA_CHECK(cudaFuncSetAttribute((const void *)&attention_forward_kernel<T, HS>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
     dim3 grid(ceil_div(Tn, TILE), NH, B);
     LAUNCH((attention_forward_kernel<T, HS>), grid, NWARP * 32, sm, s, out, lse, qkv, Tn, C, NH, 1.0f / sqrtf((float)HS));
@@ -23,7 +23,7 @@ static int attention_backward_hs(T *dqkv, float *dq, float *D, const T *dout, co
                                  const float *lse, int B, int Tn, int C, int NH, cudaStream_t s,
                                  skiff_err *err) {
     size_t sm = bwd_smem<T, HS>();
-    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<T, HS>,
+    CUDA_CHECK(cudaFuncSetAttribute((const void *)&attention_backward_kernel<T, HS>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
     dim3 grid(ceil_div(Tn, TILE), NH, B);
     LAUNCH((attention_backward_kernel<T, HS>), grid, NWARP * 32, sm, s, dqkv, dq, dout, qkv, lse, D, Tn, C, NH, 1.0f / sqrtf((float)HS));

@@ -39,8 +39,35 @@ $(KERNEL_EMU): tests/gpu/emu/kernels_emu.cpp tests/gpu/emu/cuda_emu.h trainer/cu
 	$(CXX) -std=c++20 -O1 -g -Wall -Wextra -Werror -fopenmp -pthread -DSKIFF_CUDA_EMU \
 	  -I$(CUDA_HOME)/include -Iruntime/lib -Itrainer -Itrainer/cuda -Itests/gpu/emu $< -o $@
 
+# The whole CUDA path compiled for the CPU emulation (tests/gpu/emu: kernels
+# on CPU threads, stand-ins for the CUDA runtime, cuBLASLt and NCCL):
+# build/emu/bin/skiff-train and build/emu/tests/gpu/gpu_tool run the GPU tests'
+# host logic without a GPU (`make cuda-emu-test`; slow: tiny models only).
+EMU_CXXFLAGS := -std=c++20 -O1 -g -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -pthread \
+  -DSKIFF_CUDA_EMU -I$(CUDA_HOME)/include -Iruntime/lib -Itrainer -Itrainer/cuda -Itests/gpu/emu
+EMU_OBJS := $(patsubst trainer/cuda/%.cu,$(BUILD)/emu/%.o,$(CUDA_SRC)) $(BUILD)/emu/runtime_emu.o
+$(BUILD)/emu/%.o: trainer/cuda/%.cu tests/gpu/emu/cuda_emu.h
+	@mkdir -p $(@D)
+	$(CXX) -x c++ $(EMU_CXXFLAGS) -include tests/gpu/emu/cuda_emu.h -MMD -MP -c $< -o $@
+$(BUILD)/emu/runtime_emu.o: tests/gpu/emu/runtime_emu.cpp tests/gpu/emu/cuda_emu.h
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+EMU_SKIFF_TRAIN := $(BUILD)/emu/bin/skiff-train
+EMU_GPU_TOOL := $(BUILD)/emu/tests/gpu/gpu_tool
+$(EMU_SKIFF_TRAIN): $(BUILD)/trainer/main.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(BUILD)/libskiff.a
+	@mkdir -p $(@D)
+	$(CXX) $(EXE_LDFLAGS) -o $@ $^ -fopenmp -pthread -lm
+$(EMU_GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(BUILD)/libskiff.a
+	@mkdir -p $(@D)
+	$(CXX) $(EXE_LDFLAGS) -o $@ $^ -fopenmp -pthread -lm
+
+cuda-emu: $(EMU_SKIFF_TRAIN) $(EMU_GPU_TOOL)
+cuda-emu-test: cuda-emu
+	BUILD=$(abspath $(BUILD))/emu SKIFF_GPU_TEST_MODEL=tiny SKIFF_GPU_TEST_SEQ=64 SKIFF_GPU_TEST_BATCH=2 SKIFF_GPU_TEST_STEPS=4 \
+	  SKIFF_GPU_TEST_QUICK=1 tests/gpu/run-tests.sh
+
 # Built by `make` too, so CI (nvcc, no GPU) compiles and links all of it.
-all: $(GPU_TOOL) $(KERNEL_EMU)
+all: $(GPU_TOOL) $(KERNEL_EMU) $(EMU_GPU_TOOL) $(EMU_SKIFF_TRAIN)
 
 # The CPU-side check that runs in `make test`: the CUDA build links, fails
 # cleanly without a GPU, and its host-only pieces work.
@@ -52,8 +79,8 @@ gpu-test: $(BUILD)/bin/skiff-train $(GPU_TOOL)
 gpu-bench: $(BUILD)/bin/skiff-train $(GPU_TOOL)
 	tests/gpu/bench.sh
 else
-gpu-test gpu-bench:
+gpu-test gpu-bench cuda-emu cuda-emu-test:
 	@echo "$@: nvcc not found (set NVCC=/path/to/nvcc); the CUDA path is not built" >&2; exit 1
 endif
 
-.PHONY: gpu-test gpu-bench
+.PHONY: gpu-test gpu-bench cuda-emu cuda-emu-test

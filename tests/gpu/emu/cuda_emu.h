@@ -18,6 +18,9 @@
 #include <string.h>
 
 #include <barrier>
+#include <functional>
+#include <memory>
+#include <semaphore>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -51,6 +54,43 @@ inline float __expf(float x) { return expf(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
+// A pool of worker threads, one per CUDA thread of a block (at most 1024),
+// created once: creating threads per block made emulated runs minutes long.
+struct emu_pool {
+    std::vector<std::thread> th;
+    std::vector<std::unique_ptr<std::binary_semaphore>> go;
+    std::counting_semaphore<1 << 20> done{0};
+    std::function<void(unsigned)> job;
+    bool quit = false;
+    emu_pool() {
+        th.reserve(1024);
+        go.reserve(1024);
+    }
+    void run(unsigned n, std::function<void(unsigned)> f) {
+        while (th.size() < n) {
+            unsigned id = (unsigned)th.size();
+            go.emplace_back(new std::binary_semaphore(0));
+            th.emplace_back([this, id] {
+                for (;;) {
+                    go[id]->acquire();
+                    if (quit) return;
+                    job(id);
+                    done.release();
+                }
+            });
+        }
+        job = std::move(f);
+        for (unsigned i = 0; i < n; i++) go[i]->release();
+        for (unsigned i = 0; i < n; i++) done.acquire();
+    }
+    ~emu_pool() {
+        quit = true;
+        for (auto &g : go) g->release();
+        for (auto &t : th) t.join();
+    }
+};
+inline emu_pool emu_the_pool;
+
 // Runs f() as every thread of every block of grid, blocks one after another.
 template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
     unsigned n = block.x * block.y * block.z, nw = (n + 31) / 32;
@@ -58,26 +98,22 @@ template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 std::barrier<> bar(n);
-                std::vector<std::barrier<> *> wb;
+                std::vector<std::unique_ptr<std::barrier<>>> wb;
                 std::vector<float> xch(32 * nw);
-                for (unsigned w = 0; w < nw; w++) wb.push_back(new std::barrier<>(std::min(32u, n - w * 32)));
-                std::vector<std::thread> th;
-                for (unsigned t = 0; t < n; t++)
-                    th.emplace_back([&, t] {
-                        emu_threadIdx = make_uint3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
-                        emu_blockIdx = make_uint3(bx, by, bz);
-                        emu_blockDim = block;
-                        emu_gridDim = grid;
-                        emu_bar = &bar;
-                        emu_wbar = wb[t / 32];
-                        emu_xch = &xch[(t / 32) * 32];
-                        emu_lane = t % 32;
-                        f();
-                        emu_wbar->arrive_and_drop();  // an exited thread no longer counts
-                        emu_bar->arrive_and_drop();
-                    });
-                for (auto &x : th) x.join();
-                for (auto *b : wb) delete b;
+                for (unsigned w = 0; w < nw; w++) wb.emplace_back(new std::barrier<>(std::min(32u, n - w * 32)));
+                emu_the_pool.run(n, [&](unsigned t) {
+                    emu_threadIdx = make_uint3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+                    emu_blockIdx = make_uint3(bx, by, bz);
+                    emu_blockDim = block;
+                    emu_gridDim = grid;
+                    emu_bar = &bar;
+                    emu_wbar = wb[t / 32].get();
+                    emu_xch = &xch[(t / 32) * 32];
+                    emu_lane = t % 32;
+                    f();
+                    emu_wbar->arrive_and_drop();  // an exited thread no longer counts
+                    emu_bar->arrive_and_drop();
+                });
             }
 }
 
