@@ -15,11 +15,13 @@ TOOL=$BUILD/tests/gpu/gpu_tool
 MODEL=${SKIFF_BENCH_MODEL:-d12}
 SEQ=${SKIFF_BENCH_SEQ:-1024}
 STEPS=${SKIFF_BENCH_STEPS:-20}
+BATCH=${SKIFF_BENCH_BATCH:-auto}    # micro-batch; auto = largest of 64/48/32/... that fits
+GEMM=${SKIFF_BENCH_GEMM:-8192}      # size of the square GEMM for the peak
 PEAK_SPEC=989
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2" | head -1; }
 
-gemm=$("$TOOL" gemm --size 8192 --iters 100) || { echo "bench: GEMM microbenchmark failed (no GPU?)" >&2; exit 1; }
+gemm=$("$TOOL" gemm --size "$GEMM" --iters 100) || { echo "bench: GEMM microbenchmark failed (no GPU?)" >&2; exit 1; }
 echo "$gemm" >&2
 peak=$(field tflops "$gemm")
 device=$(sed -n 's/.*device="\([^"]*\)".*/\1/p' <<<"$gemm")
@@ -27,7 +29,7 @@ device=$(sed -n 's/.*device="\([^"]*\)".*/\1/p' <<<"$gemm")
 rows=()
 B=""
 for z in 0 1; do
-  out=$("$TOOL" bench --model "$MODEL" --seq "$SEQ" --precision bf16 --batch "${B:-auto}" --zero "$z" --steps "$STEPS") ||
+  out=$("$TOOL" bench --model "$MODEL" --seq "$SEQ" --precision bf16 --batch "${B:-$BATCH}" --zero "$z" --steps "$STEPS") ||
     { echo "bench: gpu_tool bench --zero $z failed" >&2; exit 1; }
   echo "$out" >&2
   B=$(field batch "$out")
@@ -38,9 +40,11 @@ for z in 0 1; do
 done
 
 # End to end through skiff-train on a synthetic GPT-2-vocabulary shard.
+read -r L C V < <(awk -v m="$MODEL" 'BEGIN{ if (m=="d12") print 12, 768, 50257; else if (m=="d6") print 6, 384, 50257;
+  else if (m=="small") print 6, 384, 256; else if (m=="mini") print 4, 128, 256; else if (m=="tiny") print 2, 64, 256;
+  else print 0, 0, 0 }')
 need=$(( B * SEQ * (STEPS + 6) + SEQ * 4 ))
-"$TOOL" mkshard --out "$tmp/train_000.bin" --tokens "$need" --vocab 50257 >/dev/null || exit 1
-read -r L C < <(awk -v m="$MODEL" 'BEGIN{ if (m=="d12") print 12, 768; else if (m=="d6") print 6, 384; else print 0, 0 }')
+"$TOOL" mkshard --out "$tmp/train_000.bin" --tokens "$need" --vocab "$V" >/dev/null || exit 1
 for z in 0 1; do
   "$ST" train --model "$MODEL" --data "$tmp/train_*.bin" --batch "$B" --seq "$SEQ" --steps $((STEPS + 5)) \
     --device cuda --precision bf16 --zero "$z" --log "$tmp/e2e$z.jsonl" >"$tmp/e2e$z.out" 2>&1 ||
@@ -57,7 +61,7 @@ done
 echo
 echo "### skiff-train CUDA, $MODEL, T=$SEQ, bf16 on $device"
 echo
-echo "bf16 cuBLASLt GEMM 8192^3 measured: **$peak TFLOP/s** (spec: $PEAK_SPEC dense)"
+echo "bf16 cuBLASLt GEMM ${GEMM}^3 measured: **$peak TFLOP/s** (spec: $PEAK_SPEC dense)"
 echo
 echo "| run | micro-batch | tokens/s | step ms | MFU vs $PEAK_SPEC TF | MFU vs measured GEMM peak | memory (model / device in use) |"
 echo "|---|---|---|---|---|---|---|"
