@@ -241,6 +241,7 @@ void train_log_step(struct train_log *lg, const struct train_step_log *s)
                 "\"ms\":%.3f,\"comm_ms\":%.3f,\"wait_ms\":%.3f",
                 s->step, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms, s->comm_ms,
                 s->wait_ms);
+        if (s->overlap_ms > 0) fprintf(lg->jsonl, ",\"overlap_ms\":%.3f", s->overlap_ms);
         if (!isnan(s->val_loss)) fprintf(lg->jsonl, ",\"val_loss\":%.6f", s->val_loss);
         fputs("}\n", lg->jsonl);
         fflush(lg->jsonl);

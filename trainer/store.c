@@ -309,6 +309,31 @@ int skiff_store_get(struct skiff_store *s, const char *key, void **val, size_t *
     }
 }
 
+int skiff_store_wait(struct skiff_store *s, const char *const *keys, size_t n, skiff_err *err)
+{
+    int64_t start = net_now_ms();
+    for (;;) {
+        char missing[512] = "";
+        size_t used = 0, nmissing = 0;
+        for (size_t i = 0; i < n; i++) {
+            int c = skiff_store_check(s, keys[i], err);
+            if (c < 0) return -1;
+            if (c == 0) {
+                nmissing++;
+                if (used + strlen(keys[i]) + 2 < sizeof missing)
+                    used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%s",
+                                             nmissing > 1 ? ", " : "", keys[i]);
+            }
+        }
+        if (!nmissing) return 0;
+        int64_t waited = net_now_ms() - start;
+        if (waited >= s->timeout_ms)
+            return skiff_error(err, ETIMEDOUT, "store wait: %zu key(s) not set within %.1f s: %s",
+                               nmissing, waited / 1000.0, missing);
+        usleep(10 * 1000);
+    }
+}
+
 int skiff_store_add(struct skiff_store *s, const char *key, long delta, long *out,
                     skiff_err *err)
 {

@@ -25,6 +25,9 @@ int skiff_store_set(struct skiff_store *s, const char *key, const void *val, siz
  * copy of its value (NUL-terminated for convenience; *len excludes the NUL). */
 int skiff_store_get(struct skiff_store *s, const char *key, void **val, size_t *len,
                     skiff_err *err);
+/* Waits until every key exists (up to the store's timeout); on timeout the
+ * error lists the keys still missing. */
+int skiff_store_wait(struct skiff_store *s, const char *const *keys, size_t n, skiff_err *err);
 /* 1 when key exists now, 0 when not, -1 on error. Never waits. */
 int skiff_store_check(struct skiff_store *s, const char *key, skiff_err *err);
 /* Atomically adds delta to the integer stored at key (missing = 0); returns the

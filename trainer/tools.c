@@ -74,7 +74,7 @@ static int read_file(const char *path, char **out, size_t *len, skiff_err *err)
 static int flush_shards(const char *prefix, const char *split, struct tokbuf *b, size_t per,
                         int *nshards, skiff_err *err)
 {
-    for (size_t off = 0; off < b->n || (off == 0 && b->n == 0 && 0); off += per) {
+    for (size_t off = 0; off < b->n; off += per) {
         size_t len = b->n - off < per ? b->n - off : per;
         char path[4096];
         snprintf(path, sizeof path, "%s_%s_%06d.bin", prefix, split, *nshards);

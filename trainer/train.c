@@ -326,9 +326,10 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
                                             "ranks disagree (mean %.2f): a save was interrupted; "
                                             "remove %s or restart from scratch",
                                rank, c.step, mean, o->ckpt_dir);
-        if (*start_step >= o->steps)
-            return skiff_error(err, EINVAL, "--resume: checkpoint is at step %d, --steps is %d: "
-                                            "nothing left to do", *start_step, o->steps);
+        /* finished already: success, so a requeued job's `--resume` loop ends */
+        if (*start_step >= o->steps && rank == 0)
+            fprintf(stderr, "skiff-train: checkpoint in %s is at step %d of --steps %d: nothing "
+                            "left to do\n", o->ckpt_dir, *start_step, o->steps);
     }
     /* one source of truth for the weights: rank 0 */
     if (skiff_broadcast(r->comm, r->model.params, r->n_pad * sizeof(float), 0, err) < 0)
@@ -356,7 +357,7 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
     int end = o->steps;
     if (o->stop_after && start + o->stop_after < end) end = start + o->stop_after;
     for (int step = start; step < end; step++) {
-        double t0 = now_s(), wait_s = 0, busy0 = c->stats.busy_s;
+        double t0 = now_s(), wait_s = 0, overlap_s = 0, busy0 = c->stats.busy_s;
         float lr = train_lr(o, step);
         gpt2_zero_grad(&r.model);
         if (o->zero == 2) memset(r.gshard, 0, r.opt_len * sizeof(float));
@@ -375,7 +376,9 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
             } else {
                 r.model.grad_ready = NULL;
             }
+            double busy_b0 = c->stats.busy_s;
             gpt2_backward(&r.model, 1.0f / (float)(K * P));
+            if (r.model.grad_ready) overlap_s += c->stats.busy_s - busy_b0;
             r.model.grad_ready = NULL;
             if (o->zero == 0 && P > 1 && last && ddp_finish(&r.ddp, &wait_s, err) < 0) goto out;
             if (o->zero == 2) {
@@ -404,8 +407,9 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
                 gopt = r.gshard;
             }
             /* norm^2 = sum over ranks of each shard's sum of squares */
-            double mean;
-            if (mean_over_ranks(c, sumsq(gopt, r.opt_len), &mean, err) < 0) goto out;
+            double mean, ss = sumsq(gopt, r.opt_len), w0 = now_s();
+            if (mean_over_ranks(c, ss, &mean, err) < 0) goto out;
+            wait_s += now_s() - w0;
             norm2 = mean * P;
         }
         float norm = (float)sqrt(norm2);
@@ -417,8 +421,9 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
             if (skiff_all_gather(c, r.model.params, r.n_pad, SKIFF_F32, err) < 0) goto out;
             wait_s += now_s() - w0;
         }
-        double loss;
+        double loss, w1 = now_s();
         if (mean_over_ranks(c, loss_sum / K, &loss, err) < 0) goto out;
+        wait_s += now_s() - w1; /* so wait_ms and comm_ms cover the same collectives */
         double val_loss = NAN;
         if (r.have_val && o->val_every && ((step + 1) % o->val_every == 0 || step + 1 == o->steps) &&
             evaluate(&r.model, &r.val, c, o->val_batches, r.in, r.tg, &val_loss, err) < 0)
@@ -428,7 +433,8 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
             struct train_step_log s = {
                 .step = step + 1, .loss = loss, .lr = lr, .grad_norm = norm,
                 .tokens_per_s = (double)G * o->seq / dt, .ms = dt * 1000, .val_loss = val_loss,
-                .comm_ms = (c->stats.busy_s - busy0) * 1000, .wait_ms = wait_s * 1000};
+                .comm_ms = (c->stats.busy_s - busy0) * 1000, .wait_ms = wait_s * 1000,
+                .overlap_ms = overlap_s * 1000};
             train_log_step(&r.log, &s);
         }
         int done = step + 1;

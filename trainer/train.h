@@ -28,7 +28,7 @@ struct train_opts {
     int steps;               /* --steps N: optimizer steps of the LR schedule */
     float lr;                /* --lr (default 6e-4): peak LR */
     float lr_min_frac;       /* --lr-min-frac (default 0.1): final LR = lr * this */
-    int warmup;              /* --warmup steps (default: steps/10, at least 1... see doc) */
+    int warmup;              /* --warmup steps (default: steps/10; 0 = none) */
     float weight_decay;      /* --weight-decay (default 0.1), 2-D tensors only */
     float beta1, beta2, eps; /* AdamW: 0.9, 0.95, 1e-8 */
     float grad_clip;         /* --grad-clip (default 1.0; 0 = off) */
@@ -152,6 +152,8 @@ struct train_step_log {
     double val_loss;    /* NAN when not evaluated this step */
     double comm_ms;     /* time the comm backend was busy this step */
     double wait_ms;     /* time compute waited on comm this step (exposed) */
+    double overlap_ms;  /* comm time that finished while the backward still ran
+                           (0 = not measured; logged only when > 0) */
 };
 
 struct train_log {

@@ -4,8 +4,12 @@
 # one OpenMP thread per rank. Per step (mean of steps 3..N from the JSONL):
 #   comm ms  = time the comm thread spent in collectives
 #   wait ms  = time the training loop waited on them (exposed)
-#   hidden   = 1 - wait/comm: the share of all-reduce time overlapped with
-#              the backward pass
+#   hidden   = overlap/comm: the share of communication time that finished
+#              while the backward pass was still running (overlap_ms in the
+#              log: collectives completed between the start and the end of
+#              the last micro-step's backward)
+#   exposed  = wait / step time: what communication (and waiting for the
+#              slowest peer) adds to a step, the DDP overhead on top of compute
 #   vs 1 rank = tokens/s relative to one rank doing the whole global batch
 # Prints a markdown table. Env: STEPS (default 12), MODEL (mini), SEQ (128).
 set -u
@@ -33,20 +37,21 @@ run() { # run NAME P BUCKET_MB [args]
 }
 
 # mean of a field over steps 3..N
-field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$W/$1.jsonl" | tail -n +3 | awk '{ s += $1 } END { printf "%.1f", s / NR }'; }
+field() { tail -n +3 "$W/$1.jsonl" | awk -v k="\"$2\":" '{ v = 0; i = index($0, k); if (i) v = substr($0, i + length(k)) + 0; s += v } END { printf "%.1f", s / NR }'; }
 
-echo "| ranks | micro-batch | buckets | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | vs 1 rank |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| ranks | micro-batch | buckets | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | exposed | vs 1 rank |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 base=""
 row() { # row NAME P DESC
   local name=$1 P=$2 desc=$3
-  local tps ms comm wait hidden rel
+  local tps ms comm wait hidden rel exposed ov
   tps=$(field "$name" tokens_per_s); ms=$(field "$name" ms)
-  comm=$(field "$name" comm_ms); wait=$(field "$name" wait_ms)
-  hidden=$(awk -v c="$comm" -v w="$wait" 'BEGIN { if (c > 0) { h = 1 - w / c; if (h < 0) h = 0; printf "%.0f%%", 100 * h } else print "-" }')
+  comm=$(field "$name" comm_ms); wait=$(field "$name" wait_ms); ov=$(field "$name" overlap_ms)
+  hidden=$(awk -v c="$comm" -v o="$ov" 'BEGIN { if (c > 0) printf "%.0f%%", 100 * o / c; else print "-" }')
+  exposed=$(awk -v m="$ms" -v w="$wait" 'BEGIN { printf "%.1f%%", 100 * w / m }')
   [ -z "$base" ] && base=$tps
   rel=$(awk -v a="$tps" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
-  echo "| $P | $((GLOBAL / P)) x $SEQ | $desc | $tps | $ms | $comm | $wait | $hidden | $rel |"
+  echo "| $P | $((GLOBAL / P)) x $SEQ | $desc | $tps | $ms | $comm | $wait | $hidden | $exposed | $rel |"
 }
 run p1 1 25 && row p1 1 "-"
 run p2 2 25 && row p2 2 "25 MiB (one bucket)"

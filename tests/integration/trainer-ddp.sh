@@ -3,17 +3,20 @@
 # reach the same parameters and losses as one process; ZeRO-1/2 equal plain
 # DDP; gradient accumulation K=4 equals a 4x batch.
 #
-# Tolerance: 1e-5 on every parameter and every logged loss after 10 steps
-# (lr 1e-3: each step moves a weight by up to ~1e-3). The runs are NOT
+# Tolerance: 5e-5 on every parameter and every logged loss after 10 steps
+# (lr 1e-3: each step moves a weight by up to ~1e-3, so a dropped bucket or a
+# wrong scale shows up as ~1e-3). Observed: < 1e-6 here, up to 6e-6 with
+# other data and 5 ranks; Adam divides by sqrt(v), which enlarges rounding
+# differences of near-zero gradients, hence the margin. The runs are NOT
 # bit-identical to one process: the ring sums chunk c as rank c+1, c+2, ...
 # while one process sums its batch rows in order, and fp32 addition is not
-# associative (observed: max |diff| < 1e-6). A fixed reduction order makes each
+# associative. A fixed reduction order makes each
 # configuration bit-for-bit reproducible, which the last case checks (tol 0).
 source "$(dirname "$0")/trainer-lib.sh"
 t_corpus
 D="$TDIR/lic_train_*.bin"
 COMMON=(--model tiny --data "$D" --seq 32 --steps 10 --lr 1e-3 --warmup 2 --quiet)
-TOL=1e-5
+TOL=5e-5
 
 run() { # run NAME P BATCH [more args]
   local name=$1 P=$2 b=$3; shift 3
@@ -58,4 +61,8 @@ else t_fail "--grad-accum 4 runs"; fi
 
 if run p3b 3 4 --bucket-mb 0.05; then same "DDP P=3 is bit-for-bit reproducible" p3 p3b 0
 else t_fail "DDP P=3 second run"; fi
+# OpenMP threads do not change the bits either (each output element is
+# summed by one thread in a fixed order)
+if run p1t 1 12 --threads 2; then same "1 process: --threads 2 equals --threads 1 bit for bit" p1 p1t 0
+else t_fail "--threads 2 run"; fi
 t_done

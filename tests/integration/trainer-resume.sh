@@ -33,6 +33,9 @@ resume_case single 1 --batch 4 --grad-accum 2
 resume_case zero1 2 --batch 2 --zero 1
 resume_case ddp 2 --batch 2 --bucket-mb 0.05
 
+out=$("$TRAIN" train "${COMMON[@]}" --batch 4 --grad-accum 2 --ckpt-dir "$TDIR/single-part" --resume 2>&1) &&
+  grep -q "nothing left to do" <<<"$out" && cmp -s "$TDIR/single-full/rank-0.ckpt" "$TDIR/single-part/rank-0.ckpt" &&
+  t_pass "resume of a finished run succeeds and changes nothing" || t_fail "resume of a finished run" "$out"
 t_fails_with "resume refuses another world size" "saved with WORLD_SIZE=2, this run has 1" \
   "$TRAIN" train "${COMMON[@]}" --batch 2 --zero 1 --ckpt-dir "$TDIR/zero1-part" --resume
 t_fails_with "resume refuses another model" "checkpoint of another model" \

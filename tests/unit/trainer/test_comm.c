@@ -173,6 +173,10 @@ Test(store, rendezvous_timeout_names_missing_rank)
     skiff_store_add(s, "ctr", 2, &n, &err);
     skiff_store_add(s, "ctr", 3, &n, &err);
     cr_assert_eq(n, 5);
+    const char *keys[] = {"k", "absent"};
+    cr_assert_eq(skiff_store_wait(s, keys, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(skiff_store_wait(s, keys, 2, &err), -1);
+    cr_assert(strstr(err.msg, "not set within") && strstr(err.msg, "absent"), "%s", err.msg);
     cr_assert_eq(skiff_store_rendezvous(s, 0, 3, &err), -1);
     cr_assert(strstr(err.msg, "ranks 1,2 of WORLD_SIZE=3 did not arrive"), "%s", err.msg);
     skiff_store_close(s);
