@@ -1,0 +1,52 @@
+#!/bin/bash
+# The part of skiff-train's CUDA path that can be checked on a machine without
+# a GPU (CI has nvcc but no GPU): the CUDA build links against the CUDA
+# runtime, cuBLASLt and NCCL; the kernels give the CPU reference's results when
+# emulated on CPU threads (tests/gpu/emu); --device cuda fails with a clear
+# message instead of crashing; the host-only helpers work. The GPU tests are
+# run-tests.sh.
+source "$(dirname "$0")/../lib.sh"
+ST=$BUILD/bin/skiff-train
+TOOL=$BUILD/tests/gpu/gpu_tool
+if [ ! -x "$TOOL" ]; then
+  t_skip "cuda build" "nvcc was not found at build time, the CUDA path is not built"
+  t_done
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+libs=$(ldd "$ST" 2>&1)
+if grep -q 'libcudart' <<<"$libs" && grep -q 'libcublasLt' <<<"$libs" && grep -q 'libnccl' <<<"$libs" &&
+   ! grep -q 'not found' <<<"$libs"; then
+  t_pass "skiff-train links the CUDA runtime, cuBLASLt and NCCL"
+else
+  t_fail "skiff-train links the CUDA runtime, cuBLASLt and NCCL" "$libs"
+fi
+
+t_check "host-side token index for the deterministic embedding backward" "$TOOL" csr-selftest
+# The kernels themselves, run on CPU threads against the CPU reference layers
+# (prints its own PASS/FAIL lines; a failure also fails this script).
+if ! "$BUILD/tests/gpu/kernels_emu"; then t_fail "emulated CUDA kernels" "see the FAIL lines above"; fi
+# The whole CUDA path (model wiring, cuBLASLt calls as this code reads the API,
+# AdamW) on the CPU emulation against the CPU model: tiny, bf16, one batch.
+EMU_TOOL=$BUILD/emu/tests/gpu/gpu_tool
+if [ -x "$EMU_TOOL" ]; then
+  if out=$("$EMU_TOOL" check --model tiny --batch 2 --seq 64 --precision bf16 2>&1); then
+    t_pass "emulated CUDA model matches the CPU model (tiny, bf16: logits, loss, all gradients, AdamW)"
+  else
+    t_fail "emulated CUDA model matches the CPU model (tiny, bf16)" "$(grep -E 'FAIL|gpu_tool' <<<"$out" | head)"
+  fi
+else
+  t_skip "emulated CUDA model" "build/emu/tests/gpu/gpu_tool is not built"
+fi
+t_check "synthetic shard" "$TOOL" mkshard --out "$tmp/train_000.bin" --tokens 100000 --vocab 256 --text
+
+# The data file is valid; what must fail is the device.
+if "$TOOL" gemm --size 256 --iters 1 >/dev/null 2>&1; then
+  t_skip "no-GPU error message" "this machine has a usable GPU; run tests/gpu/run-tests.sh"
+else
+  t_fails_with "--device cuda without a GPU says so" 'no usable GPU.*--device cpu' \
+    "$ST" train --model small --data "$tmp/train_*.bin" --batch 2 --seq 64 --steps 1 --device cuda --precision bf16
+  t_fails_with "--precision is checked" "precision" \
+    "$ST" train --model small --data "$tmp/train_*.bin" --batch 2 --seq 64 --steps 1 --device cuda --precision fp8
+fi
+t_done

@@ -1,0 +1,186 @@
+// CUDA-on-threads: just enough of the CUDA execution model to run skiff's
+// kernels (trainer/cuda/*_dev.cuh) on the CPU, so their indexing, masking,
+// tiling and reductions are checked where no GPU exists. One block at a time;
+// each CUDA thread is an OS thread; __syncthreads/__syncwarp are barriers;
+// __shfl_xor_sync goes through a per-warp exchange buffer; __shared__
+// variables become statics (one block runs at a time, so that is exact);
+// WMMA fragments hold the whole 16x16 tile in every lane (load/mma/store have
+// the documented element layouts; store is done by lane 0). What this cannot
+// check: real warp divergence/timing, hardware fragment layouts, speed.
+#ifndef SKIFF_CUDA_EMU_H
+#define SKIFF_CUDA_EMU_H
+
+#define SKIFF_CUDA_EMU 1
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <string.h>
+
+#include <barrier>
+#include <functional>
+#include <memory>
+#include <semaphore>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#undef __shared__
+#define __shared__ static
+#define __launch_bounds__(...)
+
+#define threadIdx emu_threadIdx
+#define blockIdx emu_blockIdx
+#define blockDim emu_blockDim
+#define gridDim emu_gridDim
+inline thread_local uint3 emu_threadIdx, emu_blockIdx;
+inline thread_local dim3 emu_blockDim, emu_gridDim;
+inline thread_local std::barrier<> *emu_bar, *emu_wbar;
+inline thread_local float *emu_xch;
+inline thread_local int emu_lane;
+alignas(256) inline unsigned char emu_smem[256 * 1024];
+inline unsigned char *emu_dyn_smem() { return emu_smem; }
+
+inline void __syncthreads() { emu_bar->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu_wbar->arrive_and_wait(); }
+inline float __shfl_xor_sync(unsigned, float v, int o) {
+    emu_xch[emu_lane] = v;
+    emu_wbar->arrive_and_wait();
+    float r = emu_xch[emu_lane ^ o];
+    emu_wbar->arrive_and_wait();
+    return r;
+}
+inline float __expf(float x) { return expf(x); }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+
+// A pool of worker threads, one per CUDA thread of a block (at most 1024),
+// created once: creating threads per block made emulated runs minutes long.
+struct emu_pool {
+    std::vector<std::thread> th;
+    std::vector<std::unique_ptr<std::binary_semaphore>> go;
+    std::counting_semaphore<1 << 20> done{0};
+    std::function<void(unsigned)> job;
+    bool quit = false;
+    emu_pool() {
+        th.reserve(1024);
+        go.reserve(1024);
+    }
+    void run(unsigned n, std::function<void(unsigned)> f) {
+        while (th.size() < n) {
+            unsigned id = (unsigned)th.size();
+            go.emplace_back(new std::binary_semaphore(0));
+            th.emplace_back([this, id] {
+                for (;;) {
+                    go[id]->acquire();
+                    if (quit) return;
+                    job(id);
+                    done.release();
+                }
+            });
+        }
+        job = std::move(f);
+        for (unsigned i = 0; i < n; i++) go[i]->release();
+        for (unsigned i = 0; i < n; i++) done.acquire();
+    }
+    ~emu_pool() {
+        quit = true;
+        for (auto &g : go) g->release();
+        for (auto &t : th) t.join();
+    }
+};
+inline emu_pool emu_the_pool;
+
+// Runs f() as every thread of every block of grid, blocks one after another.
+template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
+    unsigned n = block.x * block.y * block.z, nw = (n + 31) / 32;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                std::barrier<> bar(n);
+                std::vector<std::unique_ptr<std::barrier<>>> wb;
+                std::vector<float> xch(32 * nw);
+                for (unsigned w = 0; w < nw; w++) wb.emplace_back(new std::barrier<>(std::min(32u, n - w * 32)));
+                emu_the_pool.run(n, [&](unsigned t) {
+                    emu_threadIdx = make_uint3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+                    emu_blockIdx = make_uint3(bx, by, bz);
+                    emu_blockDim = block;
+                    emu_gridDim = grid;
+                    emu_bar = &bar;
+                    emu_wbar = wb[t / 32].get();
+                    emu_xch = &xch[(t / 32) * 32];
+                    emu_lane = t % 32;
+                    f();
+                    emu_wbar->arrive_and_drop();  // an exited thread no longer counts
+                    emu_bar->arrive_and_drop();
+                });
+            }
+}
+
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+namespace precision {
+struct tf32 {};
+}
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K, class T, class L = void> struct fragment {
+    static constexpr int R = std::is_same_v<Use, matrix_b> ? K : M;
+    static constexpr int C = std::is_same_v<Use, matrix_a> ? K : N;
+    static constexpr int num_elements = R * C;
+    float x[R * C];
+};
+
+inline float emu_tof(float v) { return v; }
+inline float emu_tof(__nv_bfloat16 v) { return __bfloat162float(v); }
+inline float emu_tof(__half v) { return __half2float(v); }
+
+// Element (r, c) of the stored tile: row_major at p[r*ld + c], col_major at p[c*ld + r].
+template <class Use, int M, int N, int K, class T, class L, class P>
+void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsigned ld) {
+    constexpr bool rm = std::is_same_v<L, row_major>;
+    for (int r = 0; r < f.R; r++)
+        for (int c = 0; c < f.C; c++) f.x[r * f.C + c] = emu_tof(rm ? p[r * ld + c] : p[c * ld + r]);
+}
+
+template <int M, int N, int K, class TA, class LA, class LB>
+void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, TA, LA> &a,
+              const fragment<matrix_b, M, N, K, TA, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
+    float out[M * N];
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float s = c.x[i * N + j];
+            for (int k = 0; k < K; k++) s += a.x[i * K + k] * b.x[k * N + j];
+            out[i * N + j] = s;
+        }
+    memcpy(d.x, out, sizeof(out));
+}
+
+template <class F> void fill_fragment(F &f, float v) {
+    for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
+}
+
+template <int M, int N, int K>
+void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ld, layout_t l) {
+    if (emu_lane != 0) return;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) (l == mem_row_major ? p[i * ld + j] : p[j * ld + i]) = f.x[i * N + j];
+}
+
+// Round to nearest (ties to even) at TF32's 10 mantissa bits.
+inline float __float_to_tf32(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x0fffu + ((u >> 13) & 1u)) & ~0x1fffu;
+    memcpy(&v, &u, 4);
+    return v;
+}
+}  // namespace wmma
+}  // namespace nvcuda
+
+#endif

@@ -1,0 +1,300 @@
+// Runs skiff's CUDA kernels on the CPU (cuda_emu.h) and compares them with
+// the CPU reference layers (trainer/layers/*.h): attention forward/backward
+// (flash tiling, masks, online softmax, dQ partials) for fp32/TF32 and bf16
+// and head sizes 16/32/64/128, full and partial tiles; residual+LayerNorm
+// forward/backward with the deterministic column sums; softmax+cross-entropy;
+// embedding backward; GELU; bias gradients; AdamW; the gradient norm.
+// Prints PASS:/FAIL: lines; exit 1 when something is outside tolerance.
+#include "cuda_emu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attention_dev.cuh"
+#include "kernels_dev.cuh"
+
+extern "C" {
+#include "layers/attention.h"
+#include "layers/crossentropy.h"
+#include "layers/encoder.h"
+#include "layers/gelu.h"
+#include "layers/layernorm.h"
+}
+
+static int failures = 0;
+static void report(const char *what, double err, double tol) {
+    bool ok = std::isfinite(err) && err <= tol;
+    printf("%s: emulated kernels: %s (max error %.3g, tolerance %.3g)\n", ok ? "PASS" : "FAIL", what, err, tol);
+    failures += !ok;
+}
+
+static uint64_t rng = 12345;
+static float frand() {  // uniform in [-1, 1)
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+template <typename T> static std::vector<T> to_t(const std::vector<float> &v) {
+    std::vector<T> o(v.size());
+    for (size_t i = 0; i < v.size(); i++) o[i] = from_f<T>(v[i]);
+    return o;
+}
+template <typename T> static std::vector<float> to_f32(const std::vector<T> &v) {
+    std::vector<float> o(v.size());
+    for (size_t i = 0; i < v.size(); i++) o[i] = to_f(v[i]);
+    return o;
+}
+// max |a-b| / (max |b| + floor): relative to the scale of the reference
+static double relerr(const std::vector<float> &a, const std::vector<float> &b, double floor = 1e-6) {
+    double m = 0, s = floor;
+    for (size_t i = 0; i < a.size(); i++) {
+        m = std::max(m, (double)std::fabs(a[i] - b[i]));
+        s = std::max(s, (double)std::fabs(b[i]));
+    }
+    return m / s;
+}
+
+// ---------------------------------------------------------------- attention
+template <typename T, int HS> static void test_attention(int B, int Tn, int NH, double tol, const char *tname) {
+    int C = NH * HS;
+    size_t nq = (size_t)B * Tn * 3 * C, no = (size_t)B * Tn * C;
+    std::vector<float> qkv(nq), dout(no);
+    for (auto &x : qkv) x = frand() * 1.5f;
+    for (auto &x : dout) x = frand();
+    auto qkv_t = to_t<T>(qkv), dout_t = to_t<T>(dout);
+    auto qkv_r = to_f32(qkv_t), dout_r = to_f32(dout_t);  // reference sees the rounded inputs
+
+    std::vector<T> out(no), dqkv(nq);
+    std::vector<float> lse((size_t)B * NH * Tn);
+    int ntile = (Tn + TILE - 1) / TILE;
+    std::vector<float> scratch((size_t)ntile * B * Tn * C + (size_t)B * NH * Tn);
+    float scale = 1.0f / sqrtf((float)HS);
+    T *o = out.data(), *dq = dqkv.data();
+    const T *q = qkv_t.data(), *d = dout_t.data();
+    float *l = lse.data(), *sc = scratch.data(), *D = sc + (size_t)ntile * B * Tn * C;
+    emu_launch(dim3(ntile, NH, B), dim3(NWARP * 32), [=] { attention_forward_kernel<T, HS>(o, l, q, Tn, C, NH, scale); });
+    size_t rows = (size_t)B * Tn * NH;
+    emu_launch(dim3((rows * 32 + 255) / 256), dim3(256), [=] { attention_rowdot_kernel<T>(D, d, o, B, Tn, C, NH); });
+    emu_launch(dim3(ntile, NH, B), dim3(NWARP * 32),
+               [=] { attention_backward_kernel<T, HS>(dq, sc, d, q, l, D, Tn, C, NH, scale); });
+    emu_launch(dim3((no + 255) / 256), dim3(256), [=] { dq_reduce_kernel<T>(dq, sc, no, Tn, C); });
+
+    std::vector<float> ro(no), pre((size_t)B * NH * Tn * Tn), att(pre.size()), rd(nq, 0.0f), dpre(pre.size(), 0.0f),
+        datt(pre.size(), 0.0f);
+    attention_forward(ro.data(), pre.data(), att.data(), qkv_r.data(), B, Tn, C, NH);
+    attention_backward(rd.data(), dpre.data(), datt.data(), dout_r.data(), qkv_r.data(), att.data(), B, Tn, C, NH);
+    // log-sum-exp of the scaled scores per row, from the reference pre-softmax
+    std::vector<float> rl(lse.size());
+    for (size_t r = 0; r < rl.size(); r++) {
+        int t = (int)(r % Tn);
+        const float *p = pre.data() + r * Tn;
+        double mx = -INFINITY, s = 0;
+        for (int k = 0; k <= t; k++) mx = std::max(mx, (double)p[k]);
+        for (int k = 0; k <= t; k++) s += exp(p[k] - mx);
+        rl[r] = (float)(mx + log(s));
+    }
+    char name[160];
+    snprintf(name, sizeof name, "attention forward %s HS=%d B=%d T=%d NH=%d", tname, HS, B, Tn, NH);
+    report(name, relerr(to_f32(out), ro), tol);
+    snprintf(name, sizeof name, "attention log-sum-exp %s HS=%d T=%d", tname, HS, Tn);
+    report(name, relerr(lse, rl), tol);
+    snprintf(name, sizeof name, "attention backward dq,dk,dv %s HS=%d B=%d T=%d NH=%d", tname, HS, B, Tn, NH);
+    report(name, relerr(to_f32(dqkv), rd), 2 * tol);
+}
+
+// ---------------------------------------------------------------- layernorm
+template <typename T> static void test_layernorm(int N, int C, double tol, const char *tname) {
+    size_t n = (size_t)N * C;
+    std::vector<float> a(n), b(n), w(C), bias(C), dout(n), dres0(n);
+    for (auto &x : a) x = frand() * 2;
+    for (auto &x : b) x = frand();
+    for (auto &x : w) x = 1 + 0.2f * frand();
+    for (auto &x : bias) x = 0.1f * frand();
+    for (auto &x : dout) x = frand();
+    for (auto &x : dres0) x = frand();
+    auto at = to_t<T>(a), bt = to_t<T>(b), wt = to_t<T>(w), biast = to_t<T>(bias), dt = to_t<T>(dout), drt = to_t<T>(dres0);
+    std::vector<T> res(n), ln(n);
+    std::vector<float> mean(N), rstd(N);
+    T *pr = res.data(), *pl = ln.data();
+    const T *pa = at.data(), *pb = bt.data(), *pw = wt.data(), *pbi = biast.data();
+    float *pm = mean.data(), *ps = rstd.data();
+    emu_launch(dim3((N + 7) / 8), dim3(256),
+               [=] { residual_layernorm_forward_kernel<T>(pr, pl, pm, ps, pa, pb, pw, pbi, N, C); });
+    // reference on the rounded residual the kernel stores
+    auto rres = to_f32(res);
+    std::vector<float> rsum(n), rln(n), rm(N), rs(N);
+    for (size_t i = 0; i < n; i++) rsum[i] = to_f(from_f<T>(to_f(at[i]) + to_f(bt[i])));
+    auto wr = to_f32(wt), br = to_f32(biast);
+    layernorm_forward(rln.data(), rm.data(), rs.data(), rsum.data(), wr.data(), br.data(), N, C);
+    char name[128];
+    snprintf(name, sizeof name, "residual add %s", tname);
+    report(name, relerr(rres, rsum), tol);
+    snprintf(name, sizeof name, "residual+LayerNorm forward %s N=%d C=%d", tname, N, C);
+    report(name, relerr(to_f32(ln), rln), tol);
+
+    // backward: dinp += ..., dw/db through the column sums
+    std::vector<T> dinp = drt;
+    std::vector<float> dw(C, 0.5f), db(C, -0.5f), part((size_t)((N + 255) / 256) * 2 * C);
+    T *pdi = dinp.data();
+    const T *pd = dt.data(), *px = pr;
+    float *pdw = dw.data(), *pdb = db.data(), *pp = part.data();
+    emu_launch(dim3((N + 7) / 8), dim3(256), [=] { layernorm_backward_kernel<T>(pdi, pd, px, pw, pm, ps, N, C); });
+    unsigned gy = (N + ROWS_PER - 1) / ROWS_PER;
+    emu_launch(dim3((C + 31) / 32, gy), dim3(32, 8), [=] { colsum_partial_kernel<T>(pp, pd, px, pm, ps, N, C, 1); });
+    emu_launch(dim3((C + 255) / 256), dim3(256), [=] { colsum_final_kernel(pdw, pdb, pp, gy, C); });
+    auto rdi = to_f32(drt);
+    std::vector<float> rdw(C, 0.5f), rdb(C, -0.5f);
+    auto dr = to_f32(dt);
+    layernorm_backward(rdi.data(), rdw.data(), rdb.data(), dr.data(), rsum.data(), wr.data(), rm.data(), rs.data(), N, C);
+    snprintf(name, sizeof name, "LayerNorm backward dx %s", tname);
+    report(name, relerr(to_f32(dinp), rdi), tol);
+    snprintf(name, sizeof name, "LayerNorm backward dw,db (column sums) %s", tname);
+    report(name, std::max(relerr(dw, rdw), relerr(db, rdb)), tol);
+}
+
+// ---------------------------------------------------------------- classifier
+template <typename T> static void test_classifier(int N, int V, int Vp, double tol, const char *tname) {
+    std::vector<float> logits((size_t)N * Vp);
+    std::vector<int> tg(N);
+    for (auto &x : logits) x = 4 * frand();
+    for (int i = 0; i < N; i++) tg[i] = (int)((frand() + 1) * 0.5f * V) % V;
+    auto lt = to_t<T>(logits);
+    auto lr = to_f32(lt);
+    std::vector<float> losses(N);
+    float dloss = 0.25f;
+    T *pl = lt.data();
+    float *pls = losses.data();
+    const int *pt = tg.data();
+    emu_launch(dim3(N), dim3(1024), [=] { fused_classifier_kernel<T>(pl, pls, pt, dloss, V, Vp); });
+    std::vector<float> probs((size_t)N * Vp), rloss(N), dl((size_t)N * Vp, 0.0f), dls(N, dloss);
+    softmax_forward(probs.data(), lr.data(), N, V, Vp);
+    crossentropy_forward(rloss.data(), probs.data(), tg.data(), N, Vp);
+    crossentropy_softmax_backward(dl.data(), dls.data(), probs.data(), tg.data(), N, V, Vp);
+    char name[128];
+    snprintf(name, sizeof name, "softmax+cross-entropy loss %s", tname);
+    report(name, relerr(losses, rloss), tol);
+    snprintf(name, sizeof name, "softmax+cross-entropy dlogits in place (padding zeroed) %s", tname);
+    report(name, relerr(to_f32(lt), dl), tol);
+}
+
+// ---------------------------------------------------------------- the rest (fp32)
+static void test_misc() {
+    // embedding backward through the host CSR
+    int B = 3, Tn = 40, C = 48, V = 20, N = B * Tn;
+    std::vector<int> tok(N), csr(3 * N + 1), counts(V);
+    for (auto &x : tok) x = (int)((frand() + 1) * 0.5f * V) % V;
+    std::vector<float> dout((size_t)N * C), dwte((size_t)V * C, 0.1f), dwpe((size_t)Tn * C, -0.1f);
+    for (auto &x : dout) x = frand();
+    auto rwte = dwte, rwpe = dwpe;
+    int nu = encoder_csr_build(csr.data(), counts.data(), tok.data(), N, V);
+    float *pw = dwte.data(), *pp = dwpe.data();
+    const float *pd = dout.data();
+    const int *u = csr.data(), *st = u + nu, *rows = u + 2 * nu + 1;
+    emu_launch(dim3(nu, (C + 255) / 256), dim3(256), [=] { encoder_backward_wte_kernel<float>(pw, pd, u, st, rows, C); });
+    emu_launch(dim3((Tn * C + 255) / 256), dim3(256), [=] { encoder_backward_wpe_kernel<float>(pp, pd, B, Tn, C); });
+    encoder_backward(rwte.data(), rwpe.data(), dout.data(), tok.data(), B, Tn, C);
+    report("embedding backward (token groups, wpe over batch)", std::max(relerr(dwte, rwte), relerr(dwpe, rwpe)), 1e-5);
+
+    // embedding forward
+    std::vector<float> wte((size_t)V * C), wpe((size_t)Tn * C), enc((size_t)N * C), renc((size_t)N * C);
+    for (auto &v : wte) v = frand();
+    for (auto &v : wpe) v = frand();
+    float *pe = enc.data();
+    const float *pwte = wte.data(), *pwpe = wpe.data();
+    const int *ptok = tok.data();
+    size_t total = (size_t)N * C;
+    emu_launch(dim3((total + 255) / 256), dim3(256),
+               [=] { encoder_forward_kernel<float>(pe, ptok, pwte, pwpe, Tn, C, total); });
+    encoder_forward(renc.data(), tok.data(), wte.data(), wpe.data(), B, Tn, C);
+    report("embedding forward", relerr(enc, renc), 1e-6);
+
+    // mean loss accumulation (added to the accumulator)
+    std::vector<float> lv(777);
+    double lref = 0;
+    for (auto &v : lv) v = frand() + 2, lref += v;
+    float acc = 1.0f, *pacc = &acc;
+    const float *plv = lv.data();
+    emu_launch(dim3(1), dim3(1024), [=] { mean_kernel(pacc, plv, 777); });
+    report("mean of the losses, accumulated", fabs(acc - 1.0 - lref / 777) / (lref / 777), 1e-6);
+
+    // GELU forward / backward
+    size_t n = 5000;
+    std::vector<float> x(n), g(n), y(n), ry(n), d(n), rd(n, 0.0f);
+    for (size_t i = 0; i < n; i++) x[i] = 5 * frand(), g[i] = frand();
+    d = g;
+    float *py = y.data(), *pdd = d.data();
+    const float *px = x.data();
+    emu_launch(dim3((n + 255) / 256), dim3(256), [=] { gelu_forward_kernel<float>(py, px, n); });
+    emu_launch(dim3((n + 255) / 256), dim3(256), [=] { gelu_backward_kernel<float>(pdd, px, n); });
+    gelu_forward(ry.data(), x.data(), n);
+    gelu_backward(rd.data(), x.data(), g.data(), n);
+    report("GELU forward and backward", std::max(relerr(y, ry), relerr(d, rd)), 1e-5);
+
+    // bias gradient: column sums over 600 rows (3 partial slices)
+    int R = 600, OC = 70;
+    std::vector<float> m((size_t)R * OC), db(OC, 1.0f), rdb(OC, 1.0f), part((size_t)3 * 2 * OC);
+    for (auto &v : m) v = frand();
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < OC; c++) rdb[c] += m[(size_t)r * OC + c];
+    float *pdb = db.data(), *ppart = part.data();
+    const float *pm = m.data();
+    unsigned gy = (R + ROWS_PER - 1) / ROWS_PER;
+    emu_launch(dim3((OC + 31) / 32, gy), dim3(32, 8),
+               [=] { colsum_partial_kernel<float>(ppart, pm, (const float *)NULL, NULL, NULL, R, OC, 0); });
+    emu_launch(dim3(1), dim3(256), [=] { colsum_final_kernel(pdb, NULL, ppart, gy, OC); });
+    report("bias gradient (deterministic column sums)", relerr(db, rdb), 1e-5);
+
+    // gradient norm, two passes
+    size_t ng = 100000;
+    std::vector<float> gr(ng), parts(NORM_BLOCKS);
+    double ref = 0;
+    for (auto &v : gr) v = frand(), ref += (double)v * v;
+    float out = 2.0f, *po = &out, *pparts = parts.data();
+    const float *pg = gr.data();
+    // 32 threads per block instead of 512: the same reduction, far fewer emulated threads
+    emu_launch(dim3(NORM_BLOCKS), dim3(32), [=] { norm_partial_kernel(pparts, pg, ng); });
+    emu_launch(dim3(1), dim3(NORM_BLOCKS), [=] { norm_final_kernel(po, pparts); });
+    report("gradient norm (sum of squares, added to the output)", fabs(out - 2.0 - ref) / ref, 1e-5);
+
+    // AdamW with bf16 copy
+    size_t na = 1000;
+    std::vector<float> p(na), gg(na), mm(na), vv(na);
+    for (size_t i = 0; i < na; i++) p[i] = frand(), gg[i] = frand(), mm[i] = 0.1f * frand(), vv[i] = 0.01f * (frand() + 1);
+    auto rp = p, rm = mm, rv = vv;
+    std::vector<bf16> pb(na);
+    float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f, bc1 = 1 - powf(b1, 3), bc2 = 1 - powf(b2, 3);
+    float *pp2 = p.data(), *pm2 = mm.data(), *pv2 = vv.data();
+    const float *pg2 = gg.data();
+    bf16 *ppb = pb.data();
+    emu_launch(dim3((na + 255) / 256), dim3(256),
+               [=] { adamw_kernel<bf16>(pp2, ppb, pg2, pm2, pv2, na, lr, b1, b2, eps, wd, gs, bc1, bc2); });
+    double e = 0, eb = 0;
+    for (size_t i = 0; i < na; i++) {
+        float gi = gg[i] * gs, mi = b1 * rm[i] + (1 - b1) * gi, vi = b2 * rv[i] + (1 - b2) * gi * gi;
+        float q = rp[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * rp[i]);
+        e = std::max(e, (double)fabs(q - p[i]));
+        eb = std::max(eb, (double)fabs(__bfloat162float(pb[i]) - q));
+    }
+    report("AdamW master update", e, 1e-6);
+    report("AdamW bf16 copy of the master", eb, 8e-3);
+}
+
+int main() {
+    // fp32 storage: attention rounds to TF32 inside (relative ~1e-3)
+    test_attention<float, 64>(2, 128, 2, 5e-3, "fp32/TF32");
+    test_attention<float, 16>(1, 96, 2, 5e-3, "fp32/TF32");    // partial tile
+    test_attention<bf16, 64>(2, 96, 2, 3e-2, "bf16");          // partial tile
+    test_attention<bf16, 32>(1, 64, 3, 3e-2, "bf16");
+    test_attention<bf16, 128>(1, 130, 1, 3e-2, "bf16");        // 3 tiles, 2 rows in the last
+    test_attention<fp16, 64>(1, 128, 1, 1e-2, "fp16");
+    test_layernorm<float>(40, 96, 1e-5, "fp32");
+    test_layernorm<bf16>(300, 64, 2e-2, "bf16");
+    test_classifier<float>(6, 300, 320, 1e-5, "fp32");
+    test_classifier<bf16>(4, 300, 320, 2e-2, "bf16");
+    test_misc();
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,409 @@
+/* gpu_tool: the GPU-side checks and measurements of skiff-train's CUDA path.
+ *   gpu_tool check --model NAME --batch B --seq T --precision P [--seed S]
+ *       CUDA vs the CPU reference (trainer/model.c) on the same weights and
+ *       batch: probabilities, loss, every parameter gradient (relative L2 per
+ *       tensor), one AdamW step, and bit-reproducibility of a second backward.
+ *   gpu_tool gemm [--size N] [--iters K]    bf16 cuBLASLt GEMM peak, TFLOP/s
+ *   gpu_tool bench --model NAME --seq T --precision P [--batch B|auto] [--zero 0|1]
+ *       [--steps N]   training-step throughput on synthetic tokens, MFU, memory
+ *   gpu_tool mkshard --out FILE --tokens N --vocab V [--text]
+ *       writes an llm.c shard: uniform random tokens, or (--text, V = 256)
+ *       byte text from a fixed set of sentences, which a model learns quickly
+ *   gpu_tool csr-selftest     host-only: the embedding-backward token index
+ * Exit status: 0 pass, 1 failure (a tolerance exceeded or an error). */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_model.h"
+#include "error.h"
+#include "model.h"
+#include "train.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t lcg(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 33;
+}
+
+struct args {
+    const char *model, *precision, *out;
+    int batch, seq, zero, steps, size, iters, text;
+    long tokens;
+    int vocab;
+    uint64_t seed;
+};
+
+static int parse(int argc, char **argv, struct args *a, skiff_err *err)
+{
+    static const struct option opts[] = {
+        {"model", 1, 0, 'm'}, {"batch", 1, 0, 'b'}, {"seq", 1, 0, 't'}, {"precision", 1, 0, 'p'},
+        {"seed", 1, 0, 's'}, {"zero", 1, 0, 'z'}, {"steps", 1, 0, 'n'}, {"size", 1, 0, 'N'},
+        {"iters", 1, 0, 'i'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, 'k'}, {"vocab", 1, 0, 'v'},
+        {"text", 0, 0, 'x'}, {0, 0, 0, 0}};
+    memset(a, 0, sizeof(*a));
+    a->model = "tiny", a->precision = "bf16", a->batch = 4, a->seq = 64, a->steps = 20;
+    a->size = 8192, a->iters = 50, a->seed = 1337, a->vocab = 256;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': a->model = optarg; break;
+        case 'b': a->batch = strcmp(optarg, "auto") ? atoi(optarg) : 0; break;
+        case 't': a->seq = atoi(optarg); break;
+        case 'p': a->precision = optarg; break;
+        case 's': a->seed = strtoull(optarg, NULL, 10); break;
+        case 'z': a->zero = atoi(optarg); break;
+        case 'n': a->steps = atoi(optarg); break;
+        case 'N': a->size = atoi(optarg); break;
+        case 'i': a->iters = atoi(optarg); break;
+        case 'o': a->out = optarg; break;
+        case 'k': a->tokens = atol(optarg); break;
+        case 'v': a->vocab = atoi(optarg); break;
+        case 'x': a->text = 1; break;
+        default: return skiff_error(err, EINVAL, "unknown option (see the comment at the top of gpu_tool.c)");
+        }
+    }
+    return 0;
+}
+
+/* ---- check ------------------------------------------------------------------ */
+
+struct tol {
+    double loss, prob, grad_rel;
+};
+
+/* Per-precision tolerances; doc/trainer-cuda.md explains them. */
+static struct tol tolerance(int prec)
+{
+    struct tol t;
+    if (prec == 0) t = (struct tol){2e-3, 2e-3, 1e-2};       /* fp32 storage, TF32 matmuls */
+    else if (prec == 1) t = (struct tol){3e-2, 2e-2, 5e-2};  /* bf16: 8-bit mantissa */
+    else t = (struct tol){1e-2, 1e-2, 2e-2};                 /* fp16: 11-bit mantissa */
+    return t;
+}
+
+static int cmd_check(struct args *a, skiff_err *err)
+{
+    struct gpt2_config cfg;
+    int prec;
+    if (gpt2_config_preset(a->model, &cfg, err) < 0 || cuda_precision_parse(a->precision, &prec, err) < 0)
+        return -1;
+    int B = a->batch, T = a->seq, N = B * T, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+    struct tol tol = tolerance(prec);
+    char gpu[256];
+    if (cuda_select_device(0, gpu, sizeof gpu, err) < 0) return -1;
+    printf("check: %s B=%d T=%d precision %s on %s\n", a->model, B, T, a->precision, gpu);
+
+    struct gpt2 cpu;
+    if (gpt2_create(&cpu, &cfg, B, T, err) < 0) return -1;
+    size_t n = cpu.num_params;
+    gpt2_init_params(&cfg, cpu.params, a->seed);
+    int *in = malloc(N * sizeof(int)), *tg = malloc(N * sizeof(int));
+    float *logits = malloc((size_t)N * Vp * sizeof(float));
+    float *g = malloc(n * sizeof(float)), *master = malloc(n * sizeof(float));
+    struct cuda_gpt2 *m = NULL;
+    int rc = -1, fails = 0;
+    if (!in || !tg || !logits || !g || !master) {
+        skiff_error(err, ENOMEM, "check buffers");
+        goto out;
+    }
+    uint64_t s = a->seed;
+    for (int i = 0; i < N; i++) in[i] = (int)(lcg(&s) % V);
+    for (int i = 0; i < N; i++) tg[i] = i + 1 < N ? in[i + 1] : (int)(lcg(&s) % V);
+
+    double t0 = now_s();
+    float cpu_loss = gpt2_forward(&cpu, in, tg);
+    gpt2_zero_grad(&cpu);
+    gpt2_backward(&cpu, 1.0f);
+    printf("check: CPU reference forward+backward %.2f s, loss %.6f\n", now_s() - t0, cpu_loss);
+
+    if (cuda_gpt2_create(&m, &cfg, B, T, prec, n, 0, n, err) < 0 || cuda_gpt2_set_params(m, cpu.params, err) < 0)
+        goto out;
+    double l1, l2;
+    if (cuda_gpt2_forward(m, in, tg, 0.0f, err) < 0 || cuda_gpt2_take_loss(m, &l1, err) < 0 ||
+        cuda_gpt2_get_logits(m, logits, err) < 0)
+        goto out;
+    /* probabilities over the real vocabulary, against the CPU's */
+    double pmax = 0;
+    for (int r = 0; r < N; r++) {
+        const float *lr = logits + (size_t)r * Vp;
+        const float *pc = cpu.probs_out + (size_t)r * Vp;
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < V; v++) mx = lr[v] > mx ? lr[v] : mx;
+        for (int v = 0; v < V; v++) sum += exp(lr[v] - mx);
+        for (int v = 0; v < V; v++) {
+            double d = fabs(exp(lr[v] - mx) / sum - pc[v]);
+            if (d > pmax) pmax = d;
+        }
+    }
+    int ok = pmax <= tol.prob;
+    fails += !ok;
+    printf("%s: probabilities max |diff| %.3g (tolerance %.3g)\n", ok ? "PASS" : "FAIL", pmax, tol.prob);
+    ok = fabs(l1 - cpu_loss) <= tol.loss;
+    fails += !ok;
+    printf("%s: loss CUDA %.6f CPU %.6f |diff| %.3g (tolerance %.3g)\n", ok ? "PASS" : "FAIL", l1, cpu_loss,
+           fabs(l1 - cpu_loss), tol.loss);
+
+    if (cuda_gpt2_zero_grad(m, err) < 0 || cuda_gpt2_forward(m, in, tg, 1.0f / N, err) < 0 ||
+        cuda_gpt2_take_loss(m, &l2, err) < 0 || cuda_gpt2_backward(m, NULL, NULL, err) < 0 ||
+        cuda_gpt2_get_grads(m, g, err) < 0)
+        goto out;
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
+    gpt2_param_layout(&cfg, sizes, offs);
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        double dd = 0, cc = 0, mx = 0;
+        for (size_t k = offs[i]; k < offs[i] + sizes[i]; k++) {
+            double d = (double)g[k] - cpu.grads[k];
+            dd += d * d;
+            cc += (double)cpu.grads[k] * cpu.grads[k];
+            if (fabs(d) > mx) mx = fabs(d);
+        }
+        double rel = cc > 0 ? sqrt(dd / cc) : sqrt(dd);
+        ok = rel <= tol.grad_rel && isfinite(rel);
+        fails += !ok;
+        printf("%s: grad %-9s rel L2 %.3g max |diff| %.3g (tolerance rel %.3g)\n", ok ? "PASS" : "FAIL",
+               gpt2_param_names[i], rel, mx, tol.grad_rel);
+    }
+
+    /* The backward pass has no float atomics: a second one is bit-identical. */
+    float *g2 = malloc(n * sizeof(float));
+    if (!g2) {
+        skiff_error(err, ENOMEM, "grads");
+        goto out;
+    }
+    double l3;
+    if (cuda_gpt2_zero_grad(m, err) < 0 || cuda_gpt2_forward(m, in, tg, 1.0f / N, err) < 0 ||
+        cuda_gpt2_take_loss(m, &l3, err) < 0 || cuda_gpt2_backward(m, NULL, NULL, err) < 0 ||
+        cuda_gpt2_get_grads(m, g2, err) < 0) {
+        free(g2);
+        goto out;
+    }
+    ok = !memcmp(g, g2, n * sizeof(float)) && l2 == l3;
+    fails += !ok;
+    printf("%s: second forward+backward is bit-identical\n", ok ? "PASS" : "FAIL");
+    free(g2);
+
+    /* One AdamW step on the GPU against the same formula on the host. */
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    if (cuda_gpt2_adamw(m, cuda_gpt2_grads(m), lr, b1, b2, eps, wd, 0.5f, 1, 1, err) < 0 ||
+        cuda_gpt2_get_master(m, master, err) < 0)
+        goto out;
+    double amax = 0;
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++)
+        for (size_t k = offs[i]; k < offs[i] + sizes[i]; k++) {
+            float gi = g[k] * 0.5f, mi = (1 - b1) * gi, vi = (1 - b2) * gi * gi;
+            float p = cpu.params[k];
+            p -= lr * ((mi / (1 - b1)) / (sqrtf(vi / (1 - b2)) + eps) + (gpt2_param_decays(i) ? wd : 0) * p);
+            double d = fabs((double)p - master[k]);
+            if (d > amax) amax = d;
+        }
+    ok = amax <= 1e-6;
+    fails += !ok;
+    printf("%s: AdamW step max |diff| %.3g (tolerance 1e-6)\n", ok ? "PASS" : "FAIL", amax);
+    rc = fails ? -1 : 0;
+    if (fails) skiff_error(err, 0, "%d check(s) outside tolerance", fails);
+out:
+    cuda_gpt2_destroy(m);
+    gpt2_destroy(&cpu);
+    free(in);
+    free(tg);
+    free(logits);
+    free(g);
+    free(master);
+    return rc;
+}
+
+/* ---- gemm / bench ------------------------------------------------------------ */
+
+static int cmd_gemm(struct args *a, skiff_err *err)
+{
+    char gpu[256];
+    double tf = 0;
+    if (cuda_select_device(0, gpu, sizeof gpu, err) < 0 ||
+        cuda_gemm_bench(a->size, a->size, a->size, a->iters, &tf, err) < 0)
+        return -1;
+    printf("gemm: device=\"%s\" m=n=k=%d bf16 tflops=%.1f\n", gpu, a->size, tf);
+    return 0;
+}
+
+/* One training step as cuda_train runs it on one rank (no data loading). */
+static int bench_step(struct cuda_gpt2 *m, const int *in, const int *tg, int N, int zero, float *dscal_unused,
+                      double *loss, skiff_err *err)
+{
+    (void)dscal_unused;
+    float *g = cuda_gpt2_grads(m);
+    if (cuda_gpt2_zero_grad(m, err) < 0 || cuda_gpt2_forward(m, in, tg, 1.0f / N, err) < 0 ||
+        cuda_gpt2_backward(m, NULL, NULL, err) < 0)
+        return -1;
+    if (cuda_gpt2_adamw(m, g, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, zero == 0, err) < 0) return -1;
+    if (zero && (cuda_gpt2_master_to(m, g, err) < 0 || cuda_gpt2_params_from(m, g, err) < 0)) return -1;
+    return cuda_gpt2_take_loss(m, loss, err);
+}
+
+static int cmd_bench(struct args *a, skiff_err *err)
+{
+    struct gpt2_config cfg;
+    int prec;
+    char gpu[256];
+    if (gpt2_config_preset(a->model, &cfg, err) < 0 || cuda_precision_parse(a->precision, &prec, err) < 0 ||
+        cuda_select_device(0, gpu, sizeof gpu, err) < 0)
+        return -1;
+    size_t n = gpt2_param_layout(&cfg, NULL, NULL);
+    int T = a->seq;
+    int tries[] = {64, 48, 32, 24, 16, 8, 4, 2, 1};
+    int ntries = a->batch ? 1 : (int)(sizeof tries / sizeof tries[0]);
+    struct cuda_gpt2 *m = NULL;
+    int *in = NULL, *tg = NULL, B = 0;
+    double loss = 0;
+    float *host = calloc(n, sizeof(float));
+    if (!host) return skiff_error(err, ENOMEM, "params");
+    gpt2_init_params(&cfg, host, a->seed);
+    for (int t = 0; t < ntries; t++) {
+        B = a->batch ? a->batch : tries[t];
+        int N = B * T;
+        free(in);
+        free(tg);
+        in = malloc(N * sizeof(int));
+        tg = malloc(N * sizeof(int));
+        if (!in || !tg) {
+            free(host);
+            return skiff_error(err, ENOMEM, "tokens");
+        }
+        uint64_t s = a->seed;
+        for (int i = 0; i < N; i++) in[i] = (int)(lcg(&s) % cfg.vocab_size), tg[i] = (int)(lcg(&s) % cfg.vocab_size);
+        skiff_err e2;
+        if (cuda_gpt2_create(&m, &cfg, B, T, prec, n, 0, n, &e2) == 0 && cuda_gpt2_set_params(m, host, &e2) == 0 &&
+            bench_step(m, in, tg, N, a->zero, NULL, &loss, &e2) == 0)
+            break;
+        fprintf(stderr, "bench: batch %d does not fit or failed: %s\n", B, e2.msg);
+        cuda_gpt2_destroy(m);
+        m = NULL;
+        if (a->batch || t == ntries - 1) {
+            *err = e2;
+            free(host);
+            free(in);
+            free(tg);
+            return -1;
+        }
+    }
+    free(host);
+    int N = B * T, rc = -1;
+    for (int i = 0; i < 2; i++)  /* warm-up beyond the first step */
+        if (bench_step(m, in, tg, N, a->zero, NULL, &loss, err) < 0) goto out;
+    double t0 = now_s();
+    for (int i = 0; i < a->steps; i++)
+        if (bench_step(m, in, tg, N, a->zero, NULL, &loss, err) < 0) goto out;
+    double dt = (now_s() - t0) / a->steps;
+    size_t used = 0, total = 0;
+    if (cuda_mem_info(&used, &total, err) < 0) goto out;
+    double flops_tok = 6.0 * n + 6.0 * cfg.num_layers * cfg.channels * T;
+    double tps = N / dt;
+    printf("bench: device=\"%s\" model=%s precision=%s zero=%d batch=%d seq=%d params=%zu step_ms=%.2f "
+           "tokens_per_s=%.0f tflops=%.1f model_gib=%.2f device_used_gib=%.2f loss=%.4f\n",
+           gpu, a->model, a->precision, a->zero, B, T, n, dt * 1000, tps, tps * flops_tok / 1e12,
+           cuda_gpt2_bytes(m) / 1073741824.0, used / 1073741824.0, loss);
+    rc = isfinite(loss) ? 0 : skiff_error(err, ERANGE, "loss is %f", loss);
+out:
+    cuda_gpt2_destroy(m);
+    free(in);
+    free(tg);
+    return rc;
+}
+
+/* ---- shards ------------------------------------------------------------------- */
+
+static const char *const sentences[] = {
+    "the quick brown fox jumps over the lazy dog. ",
+    "a skiff is a small boat that one person can row. ",
+    "gradient descent walks downhill one small step at a time. ",
+    "every rank reads its own slice of the batch. ",
+    "the loss goes down when the model learns the pattern. ",
+    "bread and butter, salt and pepper, cup and saucer. ",
+};
+
+static int cmd_mkshard(struct args *a, skiff_err *err)
+{
+    if (!a->out || a->tokens <= 0) return skiff_error(err, EINVAL, "mkshard needs --out FILE and --tokens N");
+    if (a->text && a->vocab != 256) return skiff_error(err, EINVAL, "--text makes byte tokens: use --vocab 256");
+    uint16_t *t = malloc(a->tokens * sizeof(uint16_t));
+    if (!t) return skiff_error(err, ENOMEM, "tokens");
+    uint64_t s = a->seed;
+    long i = 0;
+    while (i < a->tokens) {
+        if (a->text) {
+            const char *p = sentences[lcg(&s) % (sizeof sentences / sizeof sentences[0])];
+            for (; *p && i < a->tokens; p++) t[i++] = (uint8_t)*p;
+        } else {
+            t[i++] = (uint16_t)(lcg(&s) % a->vocab);
+        }
+    }
+    int rc = data_write_shard(a->out, t, a->tokens, err);
+    free(t);
+    return rc;
+}
+
+/* ---- host-only self test ------------------------------------------------------ */
+
+static int cmd_csr_selftest(skiff_err *err)
+{
+    enum { N = 1000, V = 50 };
+    int tokens[N], csr[3 * N + 1], counts[V], seen[N] = {0};
+    uint64_t s = 7;
+    for (int i = 0; i < N; i++) tokens[i] = (int)(lcg(&s) % V);
+    tokens[3] = tokens[4] = 0;
+    int nu = cuda_encoder_csr(csr, counts, tokens, N, V);
+    const int *uniq = csr, *start = csr + nu, *rows = csr + 2 * nu + 1;
+    if (nu <= 0 || nu > V || start[0] != 0 || start[nu] != N)
+        return skiff_error(err, 0, "csr: %d unique, bounds %d..%d", nu, start[0], start[nu]);
+    for (int u = 0; u < nu; u++) {
+        if (u && uniq[u] <= uniq[u - 1]) return skiff_error(err, 0, "csr: tokens not increasing at %d", u);
+        for (int k = start[u]; k < start[u + 1]; k++) {
+            if (tokens[rows[k]] != uniq[u]) return skiff_error(err, 0, "csr: row %d is not token %d", rows[k], uniq[u]);
+            if (k > start[u] && rows[k] <= rows[k - 1]) return skiff_error(err, 0, "csr: rows not increasing");
+            seen[rows[k]]++;
+        }
+    }
+    for (int i = 0; i < N; i++)
+        if (seen[i] != 1) return skiff_error(err, 0, "csr: row %d listed %d times", i, seen[i]);
+    printf("PASS: embedding-backward token index (%d distinct tokens over %d rows)\n", nu, N);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    skiff_err err;
+    skiff_err_clear(&err);
+    if (argc < 2) {
+        fprintf(stderr, "usage: gpu_tool check|gemm|bench|mkshard|csr-selftest [options]\n");
+        return 2;
+    }
+    struct args a;
+    if (parse(argc - 1, argv + 1, &a, &err) < 0) {
+        fprintf(stderr, "gpu_tool: %s\n", err.msg);
+        return 2;
+    }
+    int rc;
+    if (!strcmp(argv[1], "check")) rc = cmd_check(&a, &err);
+    else if (!strcmp(argv[1], "gemm")) rc = cmd_gemm(&a, &err);
+    else if (!strcmp(argv[1], "bench")) rc = cmd_bench(&a, &err);
+    else if (!strcmp(argv[1], "mkshard")) rc = cmd_mkshard(&a, &err);
+    else if (!strcmp(argv[1], "csr-selftest")) rc = cmd_csr_selftest(&err);
+    else {
+        fprintf(stderr, "gpu_tool: unknown command '%s'\n", argv[1]);
+        return 2;
+    }
+    if (rc < 0) fprintf(stderr, "gpu_tool: %s\n", err.msg);
+    return rc < 0 ? 1 : 0;
+}

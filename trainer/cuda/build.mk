@@ -1,0 +1,86 @@
+# trainer/cuda/: the CUDA path of skiff-train. Included by the top Makefile
+# before trainer/build.mk; everything here exists only when nvcc was found.
+#   TRAINER_CUDA_OBJS    nvcc-built objects linked into skiff-train
+#   TRAINER_CUDA_LIBS    CUDA runtime, cuBLASLt, NCCL (+ rpath)
+#   TRAINER_CUDA_CFLAGS  for trainer/main.c: -DSKIFF_HAVE_CUDA
+#   make gpu-test        build + tests/gpu/run-tests.sh (needs a GPU)
+#   make gpu-bench       build + tests/gpu/bench.sh (needs a GPU)
+ifneq ($(strip $(NVCC)),)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH ?= -arch=sm_90
+# Host-side warnings are errors as for the C code; -fPIE because skiff-train
+# links as a PIE; hardening flags as far as the host compiler takes them.
+NVCC_FLAGS := -O3 $(CUDA_ARCH) -std=c++17 -lineinfo \
+  -Xcompiler -Wall,-Wextra,-Werror,-fPIE,-fstack-protector-strong,-fstack-clash-protection,-fcf-protection \
+  -Xcompiler -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE -Iruntime/lib -Itrainer -Itrainer/cuda
+CUDA_SRC := $(wildcard trainer/cuda/*.cu)
+TRAINER_CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.o,$(CUDA_SRC))
+TRAINER_CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++
+TRAINER_CUDA_CFLAGS := -DSKIFF_HAVE_CUDA -I$(CUDA_HOME)/include
+
+$(BUILD)/trainer/cuda/%.o: trainer/cuda/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -MD -MF $(@:.o=.d) -c $< -o $@
+
+# tests/gpu/gpu_tool: CUDA vs CPU check, GEMM peak and throughput benchmark,
+# synthetic shards. Links the same objects as skiff-train.
+GPU_TOOL := $(BUILD)/tests/gpu/gpu_tool
+$(BUILD)/tests/gpu/%.o: PIE_CFLAGS += -fopenmp -Itrainer -Itrainer/cuda $(TRAINER_CUDA_CFLAGS)
+$(GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(TRAINER_CUDA_OBJS) $(BUILD)/libskifftrain.a $(BUILD)/libskiff.a
+	@mkdir -p $(@D)
+	$(CXX) $(EXE_LDFLAGS) -o $@ $^ $(TRAINER_CUDA_LIBS) -fopenmp -lpthread -lm
+
+# tests/gpu/emu: the kernels compiled for the CPU (CUDA-on-threads emulation)
+# and checked against the CPU reference layers; needs the CUDA headers only.
+KERNEL_EMU := $(BUILD)/tests/gpu/kernels_emu
+$(KERNEL_EMU): tests/gpu/emu/kernels_emu.cpp tests/gpu/emu/cuda_emu.h trainer/cuda/kernels_dev.cuh \
+               trainer/cuda/attention_dev.cuh trainer/cuda/common.cuh $(wildcard trainer/layers/*.h)
+	@mkdir -p $(@D)
+	$(CXX) -std=c++20 -O1 -g -Wall -Wextra -Werror -fopenmp -pthread -DSKIFF_CUDA_EMU \
+	  -I$(CUDA_HOME)/include -Iruntime/lib -Itrainer -Itrainer/cuda -Itests/gpu/emu $< -o $@
+
+# The whole CUDA path compiled for the CPU emulation (tests/gpu/emu: kernels
+# on CPU threads, stand-ins for the CUDA runtime, cuBLASLt and NCCL):
+# build/emu/bin/skiff-train and build/emu/tests/gpu/gpu_tool run the GPU tests'
+# host logic without a GPU (`make cuda-emu-test`; slow: tiny models only).
+EMU_CXXFLAGS := -std=c++20 -O1 -g -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -pthread \
+  -DSKIFF_CUDA_EMU -I$(CUDA_HOME)/include -Iruntime/lib -Itrainer -Itrainer/cuda -Itests/gpu/emu
+EMU_OBJS := $(patsubst trainer/cuda/%.cu,$(BUILD)/emu/%.o,$(CUDA_SRC)) $(BUILD)/emu/runtime_emu.o
+$(BUILD)/emu/%.o: trainer/cuda/%.cu tests/gpu/emu/cuda_emu.h
+	@mkdir -p $(@D)
+	$(CXX) -x c++ $(EMU_CXXFLAGS) -include tests/gpu/emu/cuda_emu.h -MMD -MP -c $< -o $@
+$(BUILD)/emu/runtime_emu.o: tests/gpu/emu/runtime_emu.cpp tests/gpu/emu/cuda_emu.h
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+EMU_SKIFF_TRAIN := $(BUILD)/emu/bin/skiff-train
+EMU_GPU_TOOL := $(BUILD)/emu/tests/gpu/gpu_tool
+$(EMU_SKIFF_TRAIN): $(BUILD)/trainer/main.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(BUILD)/libskiff.a
+	@mkdir -p $(@D)
+	$(CXX) $(EXE_LDFLAGS) -o $@ $^ -fopenmp -pthread -lm
+$(EMU_GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(BUILD)/libskiff.a
+	@mkdir -p $(@D)
+	$(CXX) $(EXE_LDFLAGS) -o $@ $^ -fopenmp -pthread -lm
+
+cuda-emu: $(EMU_SKIFF_TRAIN) $(EMU_GPU_TOOL)
+cuda-emu-test: cuda-emu
+	BUILD=$(abspath $(BUILD))/emu SKIFF_GPU_TEST_MODEL=tiny SKIFF_GPU_TEST_SEQ=64 SKIFF_GPU_TEST_BATCH=2 SKIFF_GPU_TEST_STEPS=4 \
+	  SKIFF_GPU_TEST_QUICK=1 tests/gpu/run-tests.sh
+
+# Built by `make` too, so CI (nvcc, no GPU) compiles and links all of it.
+all: $(GPU_TOOL) $(KERNEL_EMU) $(EMU_GPU_TOOL) $(EMU_SKIFF_TRAIN)
+
+# The CPU-side check that runs in `make test`: the CUDA build links, fails
+# cleanly without a GPU, and its host-only pieces work.
+INTEGRATION_TESTS += tests/gpu/cpu-side-check.sh
+
+gpu-test: $(BUILD)/bin/skiff-train $(GPU_TOOL)
+	tests/gpu/run-tests.sh
+
+gpu-bench: $(BUILD)/bin/skiff-train $(GPU_TOOL)
+	tests/gpu/bench.sh
+else
+gpu-test gpu-bench cuda-emu cuda-emu-test:
+	@echo "$@: nvcc not found (set NVCC=/path/to/nvcc); the CUDA path is not built" >&2; exit 1
+endif
+
+.PHONY: gpu-test gpu-bench cuda-emu cuda-emu-test

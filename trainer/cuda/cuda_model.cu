@@ -1,0 +1,520 @@
+// GPT-2 forward/backward/AdamW on one GPU; see cuda_model.h.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.cuh"
+#include "matmul.cuh"
+
+extern "C" {
+#include "cuda_model.h"
+}
+
+#define MAX_LAYERS 128
+
+struct cuda_gpt2 {
+    struct gpt2_config cfg;
+    int B, T, prec, L, C, NH, V, Vp;
+    size_t nparams, n_pad, opt_off, opt_len;
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
+    cudaStream_t stream;
+    struct mm_ctx mm;
+    int gelu_epilogue;  // cuBLASLt GELU_AUX_BIAS for the fc layer (SKIFF_CUDA_GELU_EPILOGUE=0 disables)
+    size_t elem;        // bytes per storage element
+
+    void *params;  // storage type, n_pad
+    float *grads;  // n_pad
+    float *master, *m, *v;  // opt_len
+
+    // activations (storage type unless float*)
+    void *encoded, *lnf, *logits, *scratch;
+    float *lnf_mean, *lnf_rstd, *losses, *loss_acc;
+    void *ln1[MAX_LAYERS], *qkv[MAX_LAYERS], *atty[MAX_LAYERS], *res2[MAX_LAYERS];
+    void *ln2[MAX_LAYERS], *fch[MAX_LAYERS], *fchg[MAX_LAYERS], *res3[MAX_LAYERS];
+    float *ln1_mean[MAX_LAYERS], *ln1_rstd[MAX_LAYERS], *ln2_mean[MAX_LAYERS], *ln2_rstd[MAX_LAYERS];
+    float *lse[MAX_LAYERS];
+    // backward buffers
+    void *dres, *d_c, *d_3c, *d_4c;
+    float *fscratch;
+    size_t fscratch_len;
+    int *d_tokens, *d_targets, *d_csr;
+    // Pinned host staging for the ids, two sets used in turn so the upload of
+    // micro-step k+1 is truly asynchronous while micro-step k still runs
+    // (from pageable memory cudaMemcpyAsync would wait for the stream).
+    int *h_pin[2], *h_counts;
+    cudaEvent_t up_ev[2];
+    int up_slot;
+    int nuniq, have_targets;
+
+    void *allocs[16 * MAX_LAYERS + 64];
+    int nallocs;
+    size_t bytes;
+};
+
+extern "C" int cuda_precision_parse(const char *name, int *prec, skiff_err *err) {
+    if (!name || !strcmp(name, "bf16")) *prec = SKIFF_CUDA_BF16;
+    else if (!strcmp(name, "fp16")) *prec = SKIFF_CUDA_FP16;
+    else if (!strcmp(name, "fp32")) *prec = SKIFF_CUDA_FP32;
+    else return skiff_error(err, EINVAL, "--precision '%s': use bf16, fp16 or fp32", name);
+    return 0;
+}
+
+extern "C" int cuda_select_device(int local_rank, char *name, size_t name_len, skiff_err *err) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0)
+        return skiff_error(err, ENODEV,
+                           "--device cuda: no usable GPU (%s); check the driver and "
+                           "CUDA_VISIBLE_DEVICES, or use --device cpu",
+                           e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    int dev = local_rank % n;
+    CUDA_CHECK(cudaSetDevice(dev));
+    cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+    if (p.major < 9)
+        return skiff_error(err, ENODEV,
+                           "GPU %d (%s) has compute capability %d.%d; skiff-train's CUDA path is "
+                           "built for sm_90 (Hopper) and later: rebuild with CUDA_ARCH=-arch=sm_%d%d",
+                           dev, p.name, p.major, p.minor, p.major, p.minor);
+    if (name) snprintf(name, name_len, "%s", p.name);
+    return 0;
+}
+
+static int dalloc(struct cuda_gpt2 *m, void **p, size_t bytes, const char *what, skiff_err *err) {
+    if ((size_t)m->nallocs == sizeof(m->allocs) / sizeof(m->allocs[0]))
+        return skiff_error(err, 0, "too many device buffers");
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return skiff_error(err, ENOMEM,
+                           "out of GPU memory allocating %s (%.1f MiB; %.1f MiB allocated so far, "
+                           "%.1f MiB free of %.1f): use a smaller --batch or --seq",
+                           what, bytes / 1048576.0, m->bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0);
+    }
+    m->allocs[m->nallocs++] = *p;
+    m->bytes += bytes;
+    return 0;
+}
+#define DALLOC(ptr, bytes) TRY(dalloc(m, (void **)&(ptr), (bytes), #ptr, err))
+
+extern "C" void cuda_gpt2_destroy(struct cuda_gpt2 *m) {
+    if (!m) return;
+    for (int i = 0; i < m->nallocs; i++) cudaFree(m->allocs[i]);
+    mm_fini(&m->mm);
+    if (m->stream) cudaStreamDestroy(m->stream);
+    for (int i = 0; i < 2; i++) {
+        if (m->h_pin[i]) cudaFreeHost(m->h_pin[i]);
+        if (m->up_ev[i]) cudaEventDestroy(m->up_ev[i]);
+    }
+    free(m->h_counts);
+    free(m);
+}
+
+static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int T, int prec,
+                  size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err) {
+    m->cfg = *cfg;
+    m->B = B, m->T = T, m->prec = prec;
+    m->L = cfg->num_layers, m->C = cfg->channels, m->NH = cfg->num_heads;
+    m->V = cfg->vocab_size, m->Vp = cfg->padded_vocab_size;
+    if (m->L > MAX_LAYERS) return skiff_error(err, EINVAL, "at most %d layers on CUDA", MAX_LAYERS);
+    if (T > cfg->max_seq_len) return skiff_error(err, EINVAL, "--seq %d > the model's %d", T, cfg->max_seq_len);
+    int hs = m->NH > 0 && m->C % m->NH == 0 ? m->C / m->NH : 0;
+    if (hs != 16 && hs != 32 && hs != 64 && hs != 128)
+        return skiff_error(err, EINVAL,
+                           "the CUDA attention kernels support head sizes 16, 32, 64 and 128; this model "
+                           "has n_embd %d / n_head %d: use --device cpu or another --model",
+                           m->C, m->NH);
+    m->nparams = gpt2_param_layout(cfg, m->sizes, m->offs);
+    if (n_pad < m->nparams || opt_off + opt_len > n_pad)
+        return skiff_error(err, EINVAL, "bad parameter padding/shard (%zu/%zu+%zu of %zu)", n_pad,
+                           opt_off, opt_len, m->nparams);
+    m->n_pad = n_pad, m->opt_off = opt_off, m->opt_len = opt_len;
+    m->elem = prec == SKIFF_CUDA_FP32 ? 4 : 2;
+    const char *ge = getenv("SKIFF_CUDA_GELU_EPILOGUE");
+    m->gelu_epilogue = !(ge && !strcmp(ge, "0"));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
+    TRY(mm_init(&m->mm, err));
+    m->bytes += m->mm.workspace_size;
+
+    size_t e = m->elem, N = (size_t)B * T, C = m->C, L = m->L;
+    DALLOC(m->params, n_pad * e);
+    DALLOC(m->grads, n_pad * sizeof(float));
+    DALLOC(m->master, opt_len * sizeof(float));
+    DALLOC(m->m, opt_len * sizeof(float));
+    DALLOC(m->v, opt_len * sizeof(float));
+    CUDA_CHECK(cudaMemset(m->params, 0, n_pad * e));
+    CUDA_CHECK(cudaMemset(m->grads, 0, n_pad * sizeof(float)));
+    CUDA_CHECK(cudaMemset(m->m, 0, opt_len * sizeof(float)));
+    CUDA_CHECK(cudaMemset(m->v, 0, opt_len * sizeof(float)));
+
+    DALLOC(m->encoded, N * C * e);
+    for (size_t l = 0; l < L; l++) {
+        DALLOC(m->ln1[l], N * C * e);
+        DALLOC(m->ln1_mean[l], N * sizeof(float));
+        DALLOC(m->ln1_rstd[l], N * sizeof(float));
+        DALLOC(m->qkv[l], N * 3 * C * e);
+        DALLOC(m->atty[l], N * C * e);
+        DALLOC(m->lse[l], N * m->NH * sizeof(float));
+        DALLOC(m->res2[l], N * C * e);
+        DALLOC(m->ln2[l], N * C * e);
+        DALLOC(m->ln2_mean[l], N * sizeof(float));
+        DALLOC(m->ln2_rstd[l], N * sizeof(float));
+        DALLOC(m->fch[l], N * 4 * C * e);
+        DALLOC(m->fchg[l], N * 4 * C * e);
+        DALLOC(m->res3[l], N * C * e);
+    }
+    DALLOC(m->lnf, N * C * e);
+    DALLOC(m->lnf_mean, N * sizeof(float));
+    DALLOC(m->lnf_rstd, N * sizeof(float));
+    DALLOC(m->logits, N * m->Vp * e);
+    DALLOC(m->losses, N * sizeof(float));
+    DALLOC(m->loss_acc, 4 * sizeof(float));
+    CUDA_CHECK(cudaMemset(m->loss_acc, 0, 4 * sizeof(float)));
+    DALLOC(m->scratch, N * C * e);
+    DALLOC(m->dres, N * C * e);
+    DALLOC(m->d_c, N * C * e);
+    DALLOC(m->d_3c, N * 3 * C * e);
+    DALLOC(m->d_4c, N * 4 * C * e);
+    size_t fs = k_attention_scratch_floats(B, T, m->C, m->NH);
+    size_t cs = k_colsum_scratch_floats((int)N, 4 * m->C);
+    if (cs > fs) fs = cs;
+    if (k_norm_scratch_floats() > fs) fs = k_norm_scratch_floats();
+    m->fscratch_len = fs;
+    DALLOC(m->fscratch, fs * sizeof(float));
+    DALLOC(m->d_tokens, N * sizeof(int));
+    DALLOC(m->d_targets, N * sizeof(int));
+    DALLOC(m->d_csr, (3 * N + 1) * sizeof(int));
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaMallocHost((void **)&m->h_pin[i], (5 * N + 1) * sizeof(int)));
+        CUDA_CHECK(cudaEventCreateWithFlags(&m->up_ev[i], cudaEventDisableTiming));
+    }
+    m->h_counts = (int *)malloc((size_t)m->Vp * sizeof(int));
+    if (!m->h_counts) return skiff_error(err, ENOMEM, "token index");
+    return 0;
+}
+
+extern "C" int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T,
+                                int prec, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err) {
+    struct cuda_gpt2 *m = (struct cuda_gpt2 *)calloc(1, sizeof(*m));
+    if (!m) return skiff_error(err, ENOMEM, "model");
+    if (create(m, cfg, B, T, prec, n_pad, opt_off, opt_len, err) < 0) {
+        cuda_gpt2_destroy(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+extern "C" size_t cuda_gpt2_num_params(const struct cuda_gpt2 *m) { return m->nparams; }
+extern "C" void *cuda_gpt2_stream(struct cuda_gpt2 *m) { return m->stream; }
+extern "C" float *cuda_gpt2_grads(struct cuda_gpt2 *m) { return m->grads; }
+extern "C" size_t cuda_gpt2_bytes(const struct cuda_gpt2 *m) { return m->bytes; }
+
+// ---------------------------------------------------------------- parameters
+template <typename T> static int params_from_t(struct cuda_gpt2 *m, const float *dev, skiff_err *err) {
+    return k_cast_from_f32<T>((T *)m->params, dev, m->n_pad, m->stream, err);
+}
+
+extern "C" int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skiff_err *err) {
+    switch (m->prec) {
+    case SKIFF_CUDA_FP32: return params_from_t<float>(m, dev, err);
+    case SKIFF_CUDA_BF16: return params_from_t<bf16>(m, dev, err);
+    default: return params_from_t<fp16>(m, dev, err);
+    }
+}
+
+extern "C" int cuda_gpt2_set_params_device(struct cuda_gpt2 *m, const float *dev, skiff_err *err) {
+    CUDA_CHECK(cudaMemcpyAsync(m->master, dev + m->opt_off, m->opt_len * sizeof(float),
+                               cudaMemcpyDeviceToDevice, m->stream));
+    return cuda_gpt2_params_from(m, dev, err);
+}
+
+extern "C" int cuda_gpt2_set_params(struct cuda_gpt2 *m, const float *host, skiff_err *err) {
+    // The gradient buffer (n_pad floats) is free between steps: stage there.
+    CUDA_CHECK(cudaMemcpyAsync(m->grads, host, m->n_pad * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    TRY(cuda_gpt2_set_params_device(m, m->grads, err));
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_pad * sizeof(float), m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return 0;
+}
+
+extern "C" int cuda_gpt2_get_master(struct cuda_gpt2 *m, float *host, skiff_err *err) {
+    CUDA_CHECK(cudaMemcpyAsync(host, m->master, m->opt_len * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return 0;
+}
+
+extern "C" int cuda_gpt2_master_to(struct cuda_gpt2 *m, float *dev, skiff_err *err) {
+    CUDA_CHECK(cudaMemcpyAsync(dev + m->opt_off, m->master, m->opt_len * sizeof(float),
+                               cudaMemcpyDeviceToDevice, m->stream));
+    return 0;
+}
+
+extern "C" int cuda_gpt2_get_opt_state(struct cuda_gpt2 *m, float *hm, float *hv, skiff_err *err) {
+    CUDA_CHECK(cudaMemcpyAsync(hm, m->m, m->opt_len * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+    CUDA_CHECK(cudaMemcpyAsync(hv, m->v, m->opt_len * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return 0;
+}
+
+extern "C" int cuda_gpt2_set_opt_state(struct cuda_gpt2 *m, const float *hm, const float *hv, skiff_err *err) {
+    CUDA_CHECK(cudaMemcpyAsync(m->m, hm, m->opt_len * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaMemcpyAsync(m->v, hv, m->opt_len * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return 0;
+}
+
+// ---------------------------------------------------------------- forward
+// Pointer to layer l's slice of parameter tensor i in the storage buffer.
+template <typename T> static T *P(struct cuda_gpt2 *m, int i, int l) {
+    size_t per = m->sizes[i] / (i >= GPT2_LN1W && i <= GPT2_FCPROJB ? m->L : 1);
+    return (T *)m->params + m->offs[i] + (size_t)l * per;
+}
+static float *G(struct cuda_gpt2 *m, int i, int l) {
+    size_t per = m->sizes[i] / (i >= GPT2_LN1W && i <= GPT2_FCPROJB ? m->L : 1);
+    return m->grads + m->offs[i] + (size_t)l * per;
+}
+
+template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, skiff_err *err) {
+    int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NH;
+    cudaStream_t s = m->stream;
+    T *enc = (T *)m->encoded;
+    TRY(k_encoder_forward<T>(enc, m->d_tokens, P<T>(m, GPT2_WTE, 0), P<T>(m, GPT2_WPE, 0), B, Tn, C, s, err));
+    TRY(k_residual_layernorm_forward<T>(enc, (T *)m->ln1[0], m->ln1_mean[0], m->ln1_rstd[0], enc, NULL,
+                                        P<T>(m, GPT2_LN1W, 0), P<T>(m, GPT2_LN1B, 0), N, C, s, err));
+    for (int l = 0; l < L; l++) {
+        T *res_in = l == 0 ? enc : (T *)m->res3[l - 1];
+        T *scr = (T *)m->scratch;
+        TRY(mm_forward<T>(&m->mm, (T *)m->qkv[l], NULL, (T *)m->ln1[l], P<T>(m, GPT2_QKVW, l),
+                          P<T>(m, GPT2_QKVB, l), N, C, 3 * C, s, err));
+        TRY(k_attention_forward<T>((T *)m->atty[l], m->lse[l], (T *)m->qkv[l], B, Tn, C, NH, s, err));
+        TRY(mm_forward<T>(&m->mm, scr, NULL, (T *)m->atty[l], P<T>(m, GPT2_ATTPROJW, l),
+                          P<T>(m, GPT2_ATTPROJB, l), N, C, C, s, err));
+        TRY(k_residual_layernorm_forward<T>((T *)m->res2[l], (T *)m->ln2[l], m->ln2_mean[l], m->ln2_rstd[l],
+                                            res_in, scr, P<T>(m, GPT2_LN2W, l), P<T>(m, GPT2_LN2B, l), N,
+                                            C, s, err));
+        if (m->gelu_epilogue) {
+            TRY(mm_forward<T>(&m->mm, (T *)m->fchg[l], (T *)m->fch[l], (T *)m->ln2[l], P<T>(m, GPT2_FCW, l),
+                              P<T>(m, GPT2_FCB, l), N, C, 4 * C, s, err));
+        } else {
+            TRY(mm_forward<T>(&m->mm, (T *)m->fch[l], NULL, (T *)m->ln2[l], P<T>(m, GPT2_FCW, l),
+                              P<T>(m, GPT2_FCB, l), N, C, 4 * C, s, err));
+            TRY(k_gelu_forward<T>((T *)m->fchg[l], (T *)m->fch[l], (size_t)N * 4 * C, s, err));
+        }
+        TRY(mm_forward<T>(&m->mm, scr, NULL, (T *)m->fchg[l], P<T>(m, GPT2_FCPROJW, l),
+                          P<T>(m, GPT2_FCPROJB, l), N, 4 * C, C, s, err));
+        // residual add fused with the next LayerNorm (ln1 of l+1, or lnf)
+        int last = l == L - 1;
+        TRY(k_residual_layernorm_forward<T>(
+            (T *)m->res3[l], last ? (T *)m->lnf : (T *)m->ln1[l + 1], last ? m->lnf_mean : m->ln1_mean[l + 1],
+            last ? m->lnf_rstd : m->ln1_rstd[l + 1], (T *)m->res2[l], scr,
+            last ? P<T>(m, GPT2_LNFW, 0) : P<T>(m, GPT2_LN1W, l + 1),
+            last ? P<T>(m, GPT2_LNFB, 0) : P<T>(m, GPT2_LN1B, l + 1), N, C, s, err));
+    }
+    TRY(mm_forward<T>(&m->mm, (T *)m->logits, NULL, (T *)m->lnf, P<T>(m, GPT2_WTE, 0), NULL, N, C, m->Vp, s, err));
+    if (m->have_targets) {
+        TRY(k_fused_classifier<T>((T *)m->logits, m->losses, m->d_targets, dloss, N, m->V, m->Vp, s, err));
+        TRY(k_mean(m->loss_acc, m->losses, N, s, err));
+    }
+    return 0;
+}
+
+extern "C" int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const int *targets, float dloss,
+                                 skiff_err *err) {
+    int N = m->B * m->T;
+    for (int i = 0; i < N; i++)
+        if (inputs[i] < 0 || inputs[i] >= m->V || (targets && (targets[i] < 0 || targets[i] >= m->V)))
+            return skiff_error(err, EINVAL, "token %d at position %d is outside the vocabulary (%d)",
+                               inputs[i] < 0 || inputs[i] >= m->V ? inputs[i] : targets[i], i, m->V);
+    int slot = m->up_slot ^= 1;
+    CUDA_CHECK(cudaEventSynchronize(m->up_ev[slot]));  // its previous upload has been read
+    int *tok = m->h_pin[slot], *tgt = tok + N, *csr = tgt + N;
+    memcpy(tok, inputs, N * sizeof(int));
+    CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, tok, N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    if (targets) {
+        memcpy(tgt, targets, N * sizeof(int));
+        CUDA_CHECK(cudaMemcpyAsync(m->d_targets, tgt, N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    }
+    m->have_targets = targets != NULL;
+    // Rows grouped by token for the deterministic embedding backward.
+    m->nuniq = k_encoder_csr(csr, m->h_counts, inputs, N, m->V);
+    CUDA_CHECK(cudaMemcpyAsync(m->d_csr, csr, (2 * (size_t)m->nuniq + 1 + N) * sizeof(int),
+                               cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaEventRecord(m->up_ev[slot], m->stream));
+    switch (m->prec) {
+    case SKIFF_CUDA_FP32: return forward_t<float>(m, dloss, err);
+    case SKIFF_CUDA_BF16: return forward_t<bf16>(m, dloss, err);
+    default: return forward_t<fp16>(m, dloss, err);
+    }
+}
+
+extern "C" int cuda_gpt2_take_loss(struct cuda_gpt2 *m, double *sum, skiff_err *err) {
+    float h = 0.0f;
+    CUDA_CHECK(cudaMemcpyAsync(&h, m->loss_acc, sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->loss_acc, 0, sizeof(float), m->stream));
+    *sum = h;
+    return 0;
+}
+
+extern "C" int cuda_gpt2_get_logits(struct cuda_gpt2 *m, float *host, skiff_err *err) {
+    size_t n = (size_t)m->B * m->T * m->Vp;
+    float *tmp;
+    CUDA_CHECK(cudaMallocAsync((void **)&tmp, n * sizeof(float), m->stream));
+    int rc = 0;
+    switch (m->prec) {
+    case SKIFF_CUDA_FP32: rc = k_cast_to_f32<float>(tmp, (float *)m->logits, n, m->stream, err); break;
+    case SKIFF_CUDA_BF16: rc = k_cast_to_f32<bf16>(tmp, (bf16 *)m->logits, n, m->stream, err); break;
+    default: rc = k_cast_to_f32<fp16>(tmp, (fp16 *)m->logits, n, m->stream, err); break;
+    }
+    if (rc == 0) {
+        cudaError_t e = cudaMemcpyAsync(host, tmp, n * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(m->stream);
+        if (e != cudaSuccess) rc = skiff_error(err, 0, "%s:%d: logits copy: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    }
+    cudaFreeAsync(tmp, m->stream);
+    return rc;
+}
+
+// ---------------------------------------------------------------- backward
+extern "C" int cuda_gpt2_layer_ranges(const struct cuda_gpt2 *m, int layer, size_t lo[16], size_t hi[16]) {
+    int n = 0;
+    if (layer < 0) {
+        int t[] = {GPT2_WTE, GPT2_WPE, GPT2_LNFW, GPT2_LNFB};
+        for (int k = 0; k < 4; k++) {
+            lo[n] = m->offs[t[k]];
+            hi[n++] = m->offs[t[k]] + m->sizes[t[k]];
+        }
+        return n;
+    }
+    for (int i = GPT2_LN1W; i <= GPT2_FCPROJB; i++) {
+        size_t per = m->sizes[i] / m->L;
+        lo[n] = m->offs[i] + (size_t)layer * per;
+        hi[n] = lo[n] + per;
+        n++;
+    }
+    return n;
+}
+
+template <typename T>
+static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err) {
+    int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NH;
+    cudaStream_t s = m->stream;
+    struct mm_ctx *mm = &m->mm;
+    T *dres = (T *)m->dres, *dc = (T *)m->d_c, *d3 = (T *)m->d_3c, *d4 = (T *)m->d_4c;
+    T *dlogits = (T *)m->logits;
+    float *fs = m->fscratch;
+    CUDA_CHECK(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(T), s));
+    // classifier (wte is tied: its gradient also gets the embedding's below)
+    TRY(mm_backward_data<T>(mm, dc, dlogits, P<T>(m, GPT2_WTE, 0), N, C, m->Vp, s, err));
+    TRY(mm_backward_weight<T>(mm, G(m, GPT2_WTE, 0), (T *)m->lnf, dlogits, N, C, m->Vp, s, err));
+    TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LNFW, 0), G(m, GPT2_LNFB, 0), fs, dc, (T *)m->res3[L - 1],
+                                P<T>(m, GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N, C, s, err));
+    for (int l = L - 1; l >= 0; l--) {
+        T *res_in = l == 0 ? (T *)m->encoded : (T *)m->res3[l - 1];
+        // MLP: fcproj, GELU, fc, ln2
+        TRY(mm_backward_data<T>(mm, d4, dres, P<T>(m, GPT2_FCPROJW, l), N, 4 * C, C, s, err));
+        TRY(mm_backward_weight<T>(mm, G(m, GPT2_FCPROJW, l), (T *)m->fchg[l], dres, N, 4 * C, C, s, err));
+        TRY(k_bias_backward<T>(G(m, GPT2_FCPROJB, l), fs, dres, N, C, s, err));
+        TRY(k_gelu_backward<T>(d4, (T *)m->fch[l], (size_t)N * 4 * C, s, err));
+        TRY(mm_backward_data<T>(mm, dc, d4, P<T>(m, GPT2_FCW, l), N, C, 4 * C, s, err));
+        TRY(mm_backward_weight<T>(mm, G(m, GPT2_FCW, l), (T *)m->ln2[l], d4, N, C, 4 * C, s, err));
+        TRY(k_bias_backward<T>(G(m, GPT2_FCB, l), fs, d4, N, 4 * C, s, err));
+        TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LN2W, l), G(m, GPT2_LN2B, l), fs, dc, (T *)m->res2[l],
+                                    P<T>(m, GPT2_LN2W, l), m->ln2_mean[l], m->ln2_rstd[l], N, C, s, err));
+        // attention: attproj, attention, qkv, ln1
+        TRY(mm_backward_data<T>(mm, dc, dres, P<T>(m, GPT2_ATTPROJW, l), N, C, C, s, err));
+        TRY(mm_backward_weight<T>(mm, G(m, GPT2_ATTPROJW, l), (T *)m->atty[l], dres, N, C, C, s, err));
+        TRY(k_bias_backward<T>(G(m, GPT2_ATTPROJB, l), fs, dres, N, C, s, err));
+        TRY(k_attention_backward<T>(d3, fs, dc, (T *)m->qkv[l], (T *)m->atty[l], m->lse[l], B, Tn, C, NH, s, err));
+        TRY(mm_backward_data<T>(mm, dc, d3, P<T>(m, GPT2_QKVW, l), N, C, 3 * C, s, err));
+        TRY(mm_backward_weight<T>(mm, G(m, GPT2_QKVW, l), (T *)m->ln1[l], d3, N, C, 3 * C, s, err));
+        TRY(k_bias_backward<T>(G(m, GPT2_QKVB, l), fs, d3, N, 3 * C, s, err));
+        TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LN1W, l), G(m, GPT2_LN1B, l), fs, dc, res_in,
+                                    P<T>(m, GPT2_LN1W, l), m->ln1_mean[l], m->ln1_rstd[l], N, C, s, err));
+        if (ready) TRY(ready(ctx, m, l, err));
+    }
+    TRY(k_encoder_backward<T>(G(m, GPT2_WTE, 0), G(m, GPT2_WPE, 0), dres, m->d_csr, m->nuniq, B, Tn, C, s, err));
+    if (ready) TRY(ready(ctx, m, -1, err));
+    return 0;
+}
+
+extern "C" int cuda_gpt2_zero_grad(struct cuda_gpt2 *m, skiff_err *err) {
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_pad * sizeof(float), m->stream));
+    return 0;
+}
+
+extern "C" int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err) {
+    if (!m->have_targets) return skiff_error(err, EINVAL, "backward needs a forward with targets");
+    switch (m->prec) {
+    case SKIFF_CUDA_FP32: return backward_t<float>(m, ready, ctx, err);
+    case SKIFF_CUDA_BF16: return backward_t<bf16>(m, ready, ctx, err);
+    default: return backward_t<fp16>(m, ready, ctx, err);
+    }
+}
+
+extern "C" int cuda_gpt2_get_grads(struct cuda_gpt2 *m, float *host, skiff_err *err) {
+    CUDA_CHECK(cudaMemcpyAsync(host, m->grads, m->n_pad * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return 0;
+}
+
+// ---------------------------------------------------------------- optimizer
+extern "C" int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size_t n, skiff_err *err) {
+    return k_norm_squared(dev_out, m->fscratch, grad, n, m->stream, err);
+}
+
+template <typename T>
+static int adamw_t(struct cuda_gpt2 *m, const float *grad, float lr, float b1, float b2, float eps, float wd,
+                   float gs, int t, int upd, skiff_err *err) {
+    float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+    size_t lo = m->opt_off, hi = m->opt_off + m->opt_len;
+    // One launch per tensor piece inside the range, each with its own decay.
+    for (int i = 0; i <= GPT2_NUM_PARAM_TENSORS; i++) {
+        size_t a = i < GPT2_NUM_PARAM_TENSORS ? m->offs[i] : m->nparams;
+        size_t b = i < GPT2_NUM_PARAM_TENSORS ? a + m->sizes[i] : m->n_pad;  // padding: no decay
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        if (a >= b) continue;
+        float w = i < GPT2_NUM_PARAM_TENSORS && gpt2_param_decays(i) ? wd : 0.0f;
+        size_t k = a - lo;
+        TRY(k_adamw<T>(m->master + k, upd ? (T *)m->params + a : NULL, grad + k, m->m + k, m->v + k, b - a,
+                       lr, b1, b2, eps, w, gs, bc1, bc2, m->stream, err));
+    }
+    return 0;
+}
+
+extern "C" int cuda_gpt2_adamw(struct cuda_gpt2 *m, const float *grad, float lr, float beta1, float beta2,
+                               float eps, float wd, float grad_scale, int t, int update_params, skiff_err *err) {
+    switch (m->prec) {
+    case SKIFF_CUDA_FP32: return adamw_t<float>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, t, update_params, err);
+    case SKIFF_CUDA_BF16: return adamw_t<bf16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, t, update_params, err);
+    default: return adamw_t<fp16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, t, update_params, err);
+    }
+}
+
+extern "C" int cuda_gpt2_accumulate(struct cuda_gpt2 *m, float *dst, const float *src, size_t n, skiff_err *err) {
+    return k_add_f32(dst, src, n, m->stream, err);
+}
+
+extern "C" int cuda_gemm_bench(int mm_, int n, int k, int iters, double *tflops, skiff_err *err) {
+    struct mm_ctx c;
+    TRY(mm_init(&c, err));
+    int rc = mm_bench_bf16(&c, mm_, n, k, iters, tflops, err);
+    mm_fini(&c);
+    return rc;
+}
+
+extern "C" int cuda_mem_info(size_t *used, size_t *total, skiff_err *err) {
+    size_t fr = 0, tot = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    *used = tot - fr;
+    *total = tot;
+    return 0;
+}
+
+extern "C" int cuda_encoder_csr(int *csr, int *counts, const int *tokens, int N, int V) {
+    return k_encoder_csr(csr, counts, tokens, N, V);
+}

@@ -1,0 +1,102 @@
+/* The GPT-2 model on one GPU, behind a C interface so C code (the training
+ * loop, tests/gpu/gpu_tool.c) can drive it and compare it with the CPU model.
+ *
+ * Storage: parameters and activations in the precision's type (fp32, bf16 or
+ * fp16) in the layout of trainer/model.h; parameter gradients and the AdamW
+ * state (master weights, m, v) always fp32. The optimizer owns the range
+ * [opt_off, opt_off + opt_len) of the (padded) parameter buffer: all of it
+ * without ZeRO, one rank's shard with it. Every call is asynchronous on the
+ * model's stream unless it returns host data. */
+#ifndef SKIFF_CUDA_MODEL_H
+#define SKIFF_CUDA_MODEL_H
+
+#include <stddef.h>
+
+#include "error.h"
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cuda_gpt2;
+
+/* Precision names: "fp32" (TF32 matmuls), "bf16", "fp16". */
+int cuda_precision_parse(const char *name, int *prec, skiff_err *err);
+
+/* Selects the GPU (device = local_rank % device count) and returns its name. */
+int cuda_select_device(int local_rank, char *name, size_t name_len, skiff_err *err);
+
+/* n_pad >= number of parameters (padding for ZeRO shards). */
+int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T,
+                     int prec, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err);
+void cuda_gpt2_destroy(struct cuda_gpt2 *m);
+
+size_t cuda_gpt2_num_params(const struct cuda_gpt2 *m); /* unpadded */
+void *cuda_gpt2_stream(struct cuda_gpt2 *m);            /* cudaStream_t */
+float *cuda_gpt2_grads(struct cuda_gpt2 *m);            /* device, n_pad floats */
+size_t cuda_gpt2_bytes(const struct cuda_gpt2 *m);      /* device memory it allocated */
+
+/* Uploads n_pad host floats: storage copy of all, master copy of the opt range. */
+int cuda_gpt2_set_params(struct cuda_gpt2 *m, const float *host, skiff_err *err);
+/* Same from n_pad device floats (after a broadcast / all-gather). */
+int cuda_gpt2_set_params_device(struct cuda_gpt2 *m, const float *dev, skiff_err *err);
+/* Downloads the master copy of the opt range into host[0..opt_len). */
+int cuda_gpt2_get_master(struct cuda_gpt2 *m, float *host, skiff_err *err);
+/* Copies the master range into dev[opt_off..opt_off+opt_len) (dev: n_pad floats). */
+int cuda_gpt2_master_to(struct cuda_gpt2 *m, float *dev, skiff_err *err);
+int cuda_gpt2_get_opt_state(struct cuda_gpt2 *m, float *host_m, float *host_v, skiff_err *err);
+int cuda_gpt2_set_opt_state(struct cuda_gpt2 *m, const float *host_m, const float *host_v,
+                            skiff_err *err);
+
+/* Forward on host token ids (B*T each; targets may be NULL: no loss). With
+ * dloss != 0 the classifier leaves dlogits = dloss * d(sum of losses)/dlogits
+ * in place for cuda_gpt2_backward; with dloss == 0 the logits stay readable.
+ * The mean loss of this batch is added to a device accumulator
+ * (cuda_gpt2_take_loss). */
+int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const int *targets, float dloss,
+                      skiff_err *err);
+/* Host copy of the mean-loss accumulator (waits for the stream), then zeroes it. */
+int cuda_gpt2_take_loss(struct cuda_gpt2 *m, double *sum, skiff_err *err);
+/* (B*T, Vp) logits as fp32 on the host; valid after a forward with dloss == 0. */
+int cuda_gpt2_get_logits(struct cuda_gpt2 *m, float *host, skiff_err *err);
+
+/* Called during backward each time layer `layer`'s gradients are final
+ * (layer L-1 down to 0, and -1 once wte/wpe/lnf are final at the end). */
+typedef int (*cuda_grad_ready_fn)(void *ctx, struct cuda_gpt2 *m, int layer, skiff_err *err);
+/* The element ranges [lo, hi) of the gradient buffer that layer `layer` (or
+ * -1) owns; returns how many (at most 16). */
+int cuda_gpt2_layer_ranges(const struct cuda_gpt2 *m, int layer, size_t lo[16], size_t hi[16]);
+
+int cuda_gpt2_zero_grad(struct cuda_gpt2 *m, skiff_err *err);
+/* Adds the gradients of the last forward (which needs dloss != 0). */
+int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err);
+/* Host copy of the n_pad gradient floats. */
+int cuda_gpt2_get_grads(struct cuda_gpt2 *m, float *host, skiff_err *err);
+
+/* Sum of squares of grad[lo, lo+n) (device pointer) added into *dev_out. */
+int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size_t n,
+                    skiff_err *err);
+/* AdamW on the opt range from grad (device, opt_len floats aligned with
+ * opt_off), weight decay on 2-D tensors only; step t is 1-based;
+ * grad_scale multiplies the gradient (clipping, loss-scale removal). When
+ * update_params, the storage copy of the range is rewritten too. */
+int cuda_gpt2_adamw(struct cuda_gpt2 *m, const float *grad, float lr, float beta1, float beta2,
+                    float eps, float wd, float grad_scale, int t, int update_params,
+                    skiff_err *err);
+/* dst[i] += src[i] for n floats (device), on the model's stream. */
+int cuda_gpt2_accumulate(struct cuda_gpt2 *m, float *dst, const float *src, size_t n, skiff_err *err);
+/* Storage copy of all parameters from an fp32 device buffer of n_pad floats. */
+int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skiff_err *err);
+
+/* bf16 cuBLASLt GEMM (m x n x k) timed over iters runs: TFLOP/s. */
+int cuda_gemm_bench(int m, int n, int k, int iters, double *tflops, skiff_err *err);
+/* Device memory in use (all processes) and total, from cudaMemGetInfo. */
+int cuda_mem_info(size_t *used, size_t *total, skiff_err *err);
+/* Host-only helper (for tests): see k_encoder_csr in kernels.cuh. */
+int cuda_encoder_csr(int *csr, int *counts, const int *tokens, int N, int V);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

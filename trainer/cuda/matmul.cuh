@@ -1,0 +1,43 @@
+// cuBLASLt matmuls for the model's linear layers, in llm.c's convention:
+// weights W are (OC, C) row-major and y = x W^T + b for x (N, C).
+// bf16/fp16 inputs accumulate in fp32; fp32 runs as TF32. Plans (descriptors
+// and the heuristic's algorithm) are cached per shape, so steady-state calls
+// cost one cublasLtMatmul each.
+#ifndef SKIFF_CUDA_MATMUL_CUH
+#define SKIFF_CUDA_MATMUL_CUH
+
+#include "common.cuh"
+
+struct mm_plan;
+
+struct mm_ctx {
+    cublasLtHandle_t lt;
+    void *workspace;
+    size_t workspace_size;
+    struct mm_plan *plans; // small open-addressing cache
+    int nplans, cap;
+};
+
+int mm_init(struct mm_ctx *c, skiff_err *err);
+void mm_fini(struct mm_ctx *c);
+
+// out (N,OC) = inp (N,C) W^T + bias (bias may be NULL). With gelu_pre
+// non-NULL the GELU epilogue is used: gelu_pre = x W^T + b, out = GELU(gelu_pre).
+template <typename T>
+int mm_forward(struct mm_ctx *c, T *out, T *gelu_pre, const T *inp, const T *w, const T *bias,
+               int N, int C, int OC, cudaStream_t s, skiff_err *err);
+// dinp (N,C) = dout (N,OC) W  (overwrites)
+template <typename T>
+int mm_backward_data(struct mm_ctx *c, T *dinp, const T *dout, const T *w, int N, int C, int OC,
+                     cudaStream_t s, skiff_err *err);
+// dw (OC,C) += dout^T inp, accumulated in fp32
+template <typename T>
+int mm_backward_weight(struct mm_ctx *c, float *dw, const T *inp, const T *dout, int N, int C,
+                       int OC, cudaStream_t s, skiff_err *err);
+
+// Times a square-ish bf16 GEMM (m x n x k) for `iters` runs; returns TFLOP/s
+// in *tflops. Used by the benchmark to measure the matmul peak of this GPU.
+int mm_bench_bf16(struct mm_ctx *c, int m, int n, int k, int iters, double *tflops,
+                  skiff_err *err);
+
+#endif
