@@ -16,7 +16,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: skiff-train train --model NAME --data GLOB [--val GLOB] --batch B --seq T\n"
             "                   [--grad-accum K] --steps N [--lr X] [--seed S] [--zero 0|1|2]\n"
-            "                   [--bucket-mb M] [--device cpu|cuda] [--precision fp32|bf16]\n"
+            "                   [--bucket-mb M] [--device cpu|cuda] [--precision fp32|bf16|fp16]\n"
             "                   [--ckpt-dir DIR] [--ckpt-every N] [--resume] [--stop-after N]\n"
             "                   [--log FILE.jsonl] [--val-every N] [--threads N] [--timeout SEC]\n"
             "       skiff-train tokenize --out PREFIX [--val-frac F] [--shard-tokens N] FILE...\n"

@@ -23,7 +23,7 @@ void train_opts_defaults(struct train_opts *o)
     o->grad_clip = 1.0f;
     o->seed = 1337;
     o->bucket_mb = 25.0;
-    o->precision = "fp32";
+    o->precision = NULL; /* per device: fp32 on CPU, bf16 on CUDA */
     o->val_batches = 4;
     o->timeout_ms = 300 * 1000;
 }
@@ -153,6 +153,8 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
     if (o->resume && !o->ckpt_dir) return skiff_error(err, EINVAL, "--resume needs --ckpt-dir");
     if (o->stop_after && !o->ckpt_dir)
         return skiff_error(err, EINVAL, "--stop-after checkpoints before it exits: give --ckpt-dir");
+    if (!o->precision)
+        o->precision = o->device == TRAIN_DEVICE_CPU ? "fp32" : "bf16";
     if (o->device == TRAIN_DEVICE_CPU && strcmp(o->precision, "fp32"))
         return skiff_error(err, EINVAL, "--precision %s: the CPU path trains in fp32 only",
                            o->precision);
