@@ -217,6 +217,19 @@ else
   t_skip "8 concurrent steps" "tests/integration/lib/mkimage.py could not build an OCI layout"
 fi
 
+# --- importer=PROGRAM (pyxis's contract: "get IMAGE" prints a squashfs path) -------------------
+cat >"$T/importer" <<EOF
+#!/bin/sh
+[ "\$1" = get ] && [ "\$2" = "site/busybox:1" ] && echo "$IMG" && exit 0
+[ "\$1" = release ] && exit 0
+echo "unknown image \$2" >&2; exit 3
+EOF
+chmod 755 "$T/importer"
+echo "required $PLUGIN importer=$T/importer" >"$SKIFF_PLUGSTACK"
+out_is "importer=PROGRAM resolves the image" from-image srun1 --container-image=site/busybox:1 cat /etc/skiff-marker
+t_fails_with "importer failure is an import error" "skiff: import: importer .* failed" srun1 --container-image=site/other:1 true
+echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
+
 # --- container_scope=job: named containers go at job end ------------------------------------------
 echo "required $PLUGIN container_scope=job" >"$SKIFF_PLUGSTACK"
 jid=$(as_user sbatch --parsable -w n1 --wrap "srun --container-image=$IMG --container-name=pt-job true" 2>"$T/err")
