@@ -14,6 +14,8 @@ EXTRA=${SKIFF_BENCH_FLAGS:-}
 [ "$(id -u)" -eq 0 ] || { echo "srun.sh: needs root (starts the test cluster)" >&2; exit 1; }
 [ -f "$BUILD/plugin/spank_skiff.so" ] || { echo "srun.sh: $BUILD/plugin/spank_skiff.so not built" >&2; exit 1; }
 
+# a free cluster index unless the caller chose one (others may share the machine)
+export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
 started=0
 if ! [ -f tests/cluster/run/env.sh ] || ! (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
   SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 3 || exit 1

@@ -15,6 +15,8 @@ for b in mksquashfs busybox srun; do
   command -v "$b" >/dev/null || [ -x /bin/busybox ] || { t_skip "plugin cluster" "$b missing"; t_done; }
 done
 
+# a free cluster index unless the caller chose one (others may share the machine)
+export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
 started=0
 if ! [ -f tests/cluster/run/env.sh ] || ! (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
   SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 3 || { t_fail "cluster up"; t_done; }
@@ -117,6 +119,10 @@ out_is "env: ddp_env=0 in plugstack.conf turns the training env off" "unset" \
 out_is "writable by default" ok srun1 --container-image="$IMG" sh -c 'touch /newfile && echo ok'
 t_fails_with "--container-readonly refuses writes" "Read-only file system" \
   srun1 --container-image="$IMG" --container-readonly touch /newfile
+out_is "--container-mount-home: the home directory is there" "$UHOME" \
+  srun1 --container-image="$IMG" --container-mount-home sh -c 'cd "$HOME" && pwd'
+out_is "--container-unshare=net: only loopback" "lo" \
+  srun1 --container-image="$IMG" --container-unshare=net sh -c "sed -n '3,\$p' /proc/net/dev | cut -d: -f1 | tr -d ' '"
 out_is "--container-remap-root: id -u is 0" 0 srun1 --container-image="$IMG" --container-remap-root id -u
 out_is "no remap: own uid" "$(id -u "$U")" srun1 --container-image="$IMG" id -u
 out_is "--container-entrypoint runs Entrypoint + the command (docker's rule)" "EP echo hi" srun1 --container-image="$IMG" --container-entrypoint echo hi
