@@ -562,6 +562,9 @@ int skiff_remote_user_init(spank_t sp)
         snprintf(key, sizeof(key), "%s.%u.%u", skiff_g.node, (unsigned)skiff_g.jobid, (unsigned)skiff_g.stepid);
     so.state_key = key;
     so.fuse_fd = -1;
+    /* user_init runs on slurmstepd's main thread: if slurmstepd dies (even
+     * by SIGKILL) the holder and with it every mount goes too */
+    so.die_with_parent = true;
 
     /* The holder sets the user's groups and ids itself (it needs root for
      * setgroups); user_init runs with euid = user, so get it back for the
