@@ -53,17 +53,20 @@ row() {
     ms srun -Q "$@" true >>"$T/bare" || exit 1
     ms srun -Q "$@" $EXTRA --container-image="$T/busybox.sqsh" true >>"$T/ctr" || exit 1
   done
-  local b c bm cm
+  local b c bm cm pd
   b=$(median <"$T/bare"); c=$(median <"$T/ctr")
+  # each container run follows a bare run: the median of the pairwise
+  # differences cancels slow drifts in the machine's load
+  pd=$(paste "$T/ctr" "$T/bare" | awk '{print $1 - $2}' | median)
   bm=$(sort -n "$T/bare" | head -1); cm=$(sort -n "$T/ctr" | head -1)
-  awk -v l="$label" -v b="$b" -v c="$c" -v bm="$bm" -v cm="$cm" \
-    'BEGIN {printf "| %s | %.1f | %.1f | %+.1f | %.1f | %.1f | %+.1f |\n", l, b/1000, c/1000, (c-b)/1000, bm/1000, cm/1000, (cm-bm)/1000}'
+  awk -v l="$label" -v b="$b" -v c="$c" -v bm="$bm" -v cm="$cm" -v pd="$pd" \
+    'BEGIN {printf "| %s | %.1f | %.1f | %+.1f | %+.1f | %.1f | %.1f | %+.1f |\n", l, b/1000, c/1000, (c-b)/1000, pd/1000, bm/1000, cm/1000, (cm-bm)/1000}'
 }
 
 # The minimum is shown too: on a shared, loaded machine it moves less than
 # the median. The load average is printed so readers can judge.
-echo "| step ($RUNS runs each, ms) | bare median | container median | overhead | bare min | container min | overhead (min) |"
-echo "|---|---|---|---|---|---|---|"
+echo "| step ($RUNS runs each, ms) | bare median | container median | overhead | median of paired diffs | bare min | container min | overhead (min) |"
+echo "|---|---|---|---|---|---|---|---|"
 row "srun -n1 true" -n1
 row "srun -N3 -n6 true" -N3 -n6
 echo
