@@ -132,7 +132,7 @@ out_is "command line wins over SKIFF_CONTAINER_WORKDIR" /etc \
   as_user env SKIFF_CONTAINER_WORKDIR=/bin srun -Q -n1 --container-image="$IMG" --container-workdir=/etc pwd
 
 # --- named containers, save ------------------------------------------------------------
-as_user srun -Q -n1 -w n1 --container-image="$IMG" --container-name=pt-named sh -c 'echo kept >/k' >/dev/null 2>"$T/err"
+as_user srun -Q -n1 -w n1 --container-image="$IMG" --container-name=pt-named sh -c 'echo kept >/k' >/dev/null 2>"$T/err1" || cat "$T/err1"
 out_is "named container: a file written in step 1 is seen in step 2" kept srun1 --container-name=pt-named cat /k
 out_is "named container :create starts fresh" gone srun1 --container-image="$IMG" --container-name=pt-named:create sh -c 'cat /k 2>/dev/null || echo gone'
 t_fails_with "named container :exec needs an existing one" "no container named 'pt-never'" srun1 --container-name=pt-never:exec true
@@ -177,6 +177,7 @@ t_fails_with "invalid: container_scope value" "container_scope=sometimes: use jo
 echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
 
 # --- a killed step leaves nothing behind --------------------------------------------------------
+state_before=$(ls -A "/tmp/skiff-$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' || true)
 # setpriv execs srun itself, so $! is srun and gets the signals
 (cd "$W" && exec setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups env SLURM_CONF="$SLURM_CONF" \
   srun -Q -n1 -w n2 --container-image="$IMG" --container-mounts="$T/mdir:/data" sleep 300 >/dev/null 2>&1) &
@@ -195,7 +196,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 mnt=$(findmnt -rn -o SOURCE,TARGET | grep -F "$IMG" || true)
-rt=$(ls -A "/tmp/skiff-$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' || true)
+rt=$(ls -A "/tmp/skiff-$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' | grep -vxF "$state_before" || true)
 if [ "$holder_seen" -gt 0 ] && [ -z "$left" ] && [ -z "$mnt" ] && [ -z "$rt" ]; then
   t_pass "interrupted srun: no process, mount or state left"
 else t_fail "interrupted srun" "procs: $left / mounts: $mnt / state: $rt"; fi
