@@ -891,7 +891,9 @@ static int apply_ddp_env(spank_t sp, skiff_err *err)
     if (skiff_ddp_env_compute(spank_get, eg, NULL, d, err) < 0)
         goto out;
     for (size_t i = 0; i < d->n; i++)
-        spank_setenv(sp, d->vars[i].name, d->vars[i].value, 0); /* what the user set wins */
+        /* overwrite: the list already leaves out what the user set, and what it
+         * holds beyond that (values inherited from another task) must change */
+        spank_setenv(sp, d->vars[i].name, d->vars[i].value, 1);
     rv = 0;
 out:
     envget_free(eg);

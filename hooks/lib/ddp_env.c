@@ -502,18 +502,32 @@ struct emitter {
     struct ddp_in *in;
     struct skiff_ddp_env *out;
     int stale;            /* our markers describe another task */
-    const char *ours;     /* SKIFF_DDP_ENV_VARS inherited */
-    char names[512];      /* names emitted now, comma-separated */
+    const char *ours;     /* SKIFF_DDP_ENV_VARS inherited: "NAME:HASH,..." */
+    char names[1024];     /* entries for what is emitted now */
 };
 
-static int in_list(const char *list, const char *name)
+/* The marker lists each variable skiff set with a hash of the value it set,
+ * so a value the user changed afterwards is recognised as the user's. */
+static unsigned value_hash(const char *v)
+{
+    return (unsigned)(fnv1a(v) & 0xffffffffu);
+}
+
+/* Finds NAME's entry in a "NAME:HASH,..." list; *hash gets its hash. */
+static int entry_find(const char *list, const char *name, unsigned *hash)
 {
     size_t n = strlen(name);
     for (const char *p = list; p && *p;) {
         const char *c = strchr(p, ',');
         size_t l = c ? (size_t)(c - p) : strlen(p);
-        if (l == n && strncmp(p, name, n) == 0)
-            return 1;
+        if (l > n + 1 && strncmp(p, name, n) == 0 && p[n] == ':') {
+            char *end;
+            unsigned long h = strtoul(p + n + 1, &end, 16);
+            if (end == p + l) {
+                *hash = (unsigned)h;
+                return 1;
+            }
+        }
         p = c ? c + 1 : p + l;
     }
     return 0;
@@ -521,13 +535,22 @@ static int in_list(const char *list, const char *name)
 
 static int user_set(const struct emitter *em, const char *name)
 {
-    if (!E(em->in, name))
+    const char *v = E(em->in, name);
+    if (!v)
         return 0;
     /* Set by skiff-ddp-env or the plugin for another task (inherited from a
-     * batch script through srun): not the user's, so recompute it. */
-    if (em->stale && in_list(em->ours, name))
+     * batch script through srun) and unchanged since: not the user's, so
+     * recompute it. */
+    unsigned h;
+    if (em->stale && entry_find(em->ours, name, &h) && h == value_hash(v))
         return 0;
     return 1;
+}
+
+static void add_entry(char *names, size_t size, const char *name, unsigned hash)
+{
+    size_t l = strlen(names);
+    snprintf(names + l, size - l, "%s%s:%08x", l ? "," : "", name, hash);
 }
 
 static void put_raw(struct skiff_ddp_env *out, const char *name, const char *value)
@@ -559,8 +582,7 @@ static void put(struct emitter *em, const char *name, const char *fmt, ...)
     vsnprintf(value, sizeof(value), fmt, ap);
     va_end(ap);
     put_raw(em->out, name, value);
-    size_t l = strlen(em->names);
-    snprintf(em->names + l, sizeof(em->names) - l, "%s%s", l ? "," : "", name);
+    add_entry(em->names, sizeof(em->names), name, value_hash(em->out->vars[em->out->n - 1].value));
 }
 
 static int validate(const struct ddp_in *in, skiff_err *err)
@@ -710,18 +732,18 @@ static int compute(struct held *held, skiff_getenv_fn get, void *ctx, const stru
         char names[sizeof(em.names)];
         snprintf(names, sizeof(names), "%s", em.names);
         if (!em.stale && em.ours) {
-            size_t l = strlen(names);
+            /* computed again for the same task: keep the earlier entries */
             for (const char *p = em.ours; *p;) {
                 const char *c = strchr(p, ',');
                 size_t n = c ? (size_t)(c - p) : strlen(p);
+                const char *colon = memchr(p, ':', n);
                 char one[SKIFF_DDP_NAME_MAX];
-                if (n > 0 && n < sizeof(one)) {
-                    memcpy(one, p, n);
-                    one[n] = '\0';
-                    if (!in_list(names, one) && l + n + 2 < sizeof(names)) {
-                        snprintf(names + l, sizeof(names) - l, "%s%s", l ? "," : "", one);
-                        l = strlen(names);
-                    }
+                unsigned h, dummy;
+                if (colon && (size_t)(colon - p) < sizeof(one)) {
+                    memcpy(one, p, (size_t)(colon - p));
+                    one[colon - p] = '\0';
+                    if (entry_find(p, one, &h) && !entry_find(names, one, &dummy))
+                        add_entry(names, sizeof(names), one, h);
                 }
                 p = c ? c + 1 : p + n;
             }

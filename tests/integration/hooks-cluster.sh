@@ -176,6 +176,15 @@ else
   if [ "$ok" = 1 ] && [ "$(grep '^T ' <<<"$out" | sed 's/.* mp=\([0-9]*\) .*/\1/' | sort -u | wc -l)" = 2 ]; then
     t_pass "containers: two concurrent steps of one job get different MASTER_PORTs"
   else t_fail "containers: concurrent steps" "$out"; fi
+  # values a batch script exported with skiff-ddp-env reach the tasks through
+  # srun: the plugin must recompute them, yet keep what the user changed after
+  sbatch_wait -N2 -n3 -o "$W/out/cbatch.txt" --wrap "eval \"\$($W/skiff-ddp-env 2>/dev/null)\";
+    srun --container-image=$W/img.sqsh /bin/report; echo SPLIT; RANK=5 srun -N1 -n1 --container-image=$W/img.sqsh /bin/report" \
+    >/dev/null 2>&1
+  first=$(sed -n '/^SPLIT$/q;p' "$W/out/cbatch.txt" 2>/dev/null)
+  if why=$(check 3 <<<"$first") && grep -q '^T .* rank=5 ' "$W/out/cbatch.txt"; then
+    t_pass "containers: batch script eval then srun: tasks get their own ranks; a RANK the user set afterwards stays"
+  else t_fail "containers: batch then srun" "$why $(cat "$W/out/cbatch.txt" 2>&1)"; fi
 fi
 
 # Host lists: the same answers as Slurm's own code.

@@ -139,25 +139,11 @@ static const struct scenario scenarios[] = {
      {"OMP_NUM_THREADS"},
      "slurm",
      NULL},
-    {"inherited from a batch script (stale marker): recomputed",
-     {STEP3(4, 1, 1), "RANK=0", "WORLD_SIZE=1", "MASTER_ADDR=n9", "SKIFF_DDP_ENV_TASK=slurm:42.batch.0",
-      "SKIFF_DDP_ENV_VARS=RANK,WORLD_SIZE,MASTER_ADDR"},
-     {"RANK=4", "WORLD_SIZE=7", "MASTER_ADDR=gpu-a01", "SKIFF_DDP_ENV_TASK=slurm:42.0.4"},
-     {NULL},
-     "slurm",
-     NULL},
-    {"stale marker, but a variable the user added afterwards is kept",
-     {STEP3(4, 1, 1), "RANK=0", "MASTER_PORT=1234", "SKIFF_DDP_ENV_TASK=slurm:42.batch.0",
-      "SKIFF_DDP_ENV_VARS=RANK"},
-     {"RANK=4"},
-     {"MASTER_PORT"},
-     "slurm",
-     NULL},
     {"already computed for this task: nothing to do",
      {STEP3(4, 1, 1), "RANK=4", "WORLD_SIZE=7", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "NODE_RANK=1",
       "GROUP_RANK=1", "GROUP_WORLD_SIZE=3", "ROLE_RANK=4", "ROLE_WORLD_SIZE=7", "ROLE_NAME=default",
       "MASTER_ADDR=gpu-a01", "MASTER_PORT=1", "OMP_NUM_THREADS=1", "SKIFF_DDP_ENV_TASK=slurm:42.0.4",
-      "SKIFF_DDP_ENV_VARS=RANK"},
+      "SKIFF_DDP_ENV_VARS=RANK:00000000"},
      {NULL},
      {"RANK", "SKIFF_DDP_ENV_TASK"},
      "slurm",
@@ -455,4 +441,67 @@ Test(ddp_env, shell_quote)
     }
     cr_expect_eq(skiff_shell_quote("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", b, sizeof(b), &err),
                  -1);
+}
+
+/* env = base inputs + every NAME=VALUE of prev (as srun would pass them on) */
+static size_t chain(const char **env, const char *const *base, const struct skiff_ddp_env *prev)
+{
+    size_t n = 0;
+    for (size_t i = 0; base[i]; i++)
+        env[n++] = base[i];
+    for (size_t i = 0; prev && i < prev->n; i++)
+        env[n++] = prev->vars[i].kv;
+    env[n] = NULL;
+    return n;
+}
+
+Test(ddp_env, inherited_from_a_batch_script)
+{
+    const char *batch[] = {"SLURM_JOB_ID=42", "SLURM_PROCID=0", "SLURMD_NODENAME=n9", NULL};
+    const char *task[] = {STEP3(4, 1, 1), NULL};
+    const char *env[MAXV + SKIFF_DDP_MAX_VARS];
+    struct skiff_ddp_env b, t, again, user;
+    skiff_err err = {0};
+    cr_assert_eq(skiff_ddp_env_compute(table_get, CTX(batch), NULL, &b, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(skiff_ddp_env_get(&b, "RANK"), "0");
+    cr_assert_str_eq(skiff_ddp_env_get(&b, "WORLD_SIZE"), "1");
+
+    /* srun passes the batch script's exports to the task: recomputed */
+    chain(env, task, &b);
+    cr_assert_eq(skiff_ddp_env_compute(table_get, CTX(env), NULL, &t, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(skiff_ddp_env_get(&t, "RANK"), "4");
+    cr_expect_str_eq(skiff_ddp_env_get(&t, "WORLD_SIZE"), "7");
+    cr_expect_str_eq(skiff_ddp_env_get(&t, "MASTER_ADDR"), "gpu-a01");
+    cr_expect_str_eq(skiff_ddp_env_get(&t, "SKIFF_DDP_ENV_TASK"), "slurm:42.0.4");
+
+    /* the same task computing again (plugin, then skiff-ddp-env inside): nothing changes */
+    const char *env2[2 * MAXV];
+    size_t n = 0;
+    for (size_t i = 0; task[i]; i++)
+        env2[n++] = task[i];
+    for (size_t i = 0; i < t.n; i++)
+        env2[n++] = t.vars[i].kv;
+    env2[n] = NULL;
+    cr_assert_eq(skiff_ddp_env_compute(table_get, CTX(env2), NULL, &again, &err), 0);
+    cr_expect_eq(again.n, 0, "recomputed %zu variables for the same task", again.n);
+
+    /* the user changed RANK after the eval (RANK=5 srun ...): that one is theirs */
+    n = chain(env, task, &b);
+    for (size_t i = 0; i < n; i++)
+        if (!strncmp(env[i], "RANK=", 5))
+            env[i] = "RANK=5";
+    cr_assert_eq(skiff_ddp_env_compute(table_get, CTX(env), NULL, &user, &err), 0);
+    cr_expect_null(skiff_ddp_env_get(&user, "RANK"), "the user's RANK=5 was overwritten");
+    cr_expect_str_eq(skiff_ddp_env_get(&user, "WORLD_SIZE"), "7");
+}
+
+Test(ddp_env, marker_without_hashes_is_not_trusted)
+{
+    /* a hand-written marker cannot make skiff overwrite the user's values */
+    const char *env[] = {STEP3(4, 1, 1), "RANK=0", "SKIFF_DDP_ENV_TASK=slurm:42.batch.0", "SKIFF_DDP_ENV_VARS=RANK",
+                         NULL};
+    struct skiff_ddp_env out;
+    skiff_err err = {0};
+    cr_assert_eq(skiff_ddp_env_compute(table_get, CTX(env), NULL, &out, &err), 0);
+    cr_expect_null(skiff_ddp_env_get(&out, "RANK"));
 }
