@@ -58,6 +58,9 @@ struct skiff_plugin {
 
     bool debug; /* SKIFF_DEBUG in the job's environment: timings */
     double t_config_ms, t_resolve_ms, t_start_ms; /* for verbose timing lines */
+    double t_post_opt_end, t_gap_ms; /* Slurm's own work between init_post_opt and user_init */
+    double t_wait_ms;                /* what user_init still waited for the starter */
+    char **hook_env;                 /* SLURM_* etc. for hooks (strings borrowed from Slurm's env) */
 };
 
 extern struct skiff_plugin skiff_g;

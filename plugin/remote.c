@@ -245,6 +245,9 @@ static int make_runtime_dir(skiff_err *err)
     return 0;
 }
 
+static char **build_hook_env(spank_t sp);
+static void spawn_starter(void);
+
 /* Who and where: the job's user, groups, id and this node's name. */
 static int load_identity(spank_t sp, skiff_err *err)
 {
@@ -354,7 +357,17 @@ int skiff_remote_post_opt(spank_t sp)
                  (unsigned)skiff_g.stepid);
         skiff_g.temp_named = true;
     }
+    skiff_g.hook_env = build_hook_env(sp);
+    if (skiff_g.is_batch) {
+        int argc = 0;
+        char **argv = NULL;
+        if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && argc > 0 && argv[0][0] == '/' &&
+            asprintf(&batch_script_mount, "%s:%s:ro+x-create=file", argv[0], argv[0]) < 0)
+            batch_script_mount = NULL;
+    }
     skiff_g.t_config_ms = skiff_now_ms() - t0;
+    skiff_g.t_post_opt_end = skiff_now_ms();
+    spawn_starter();
     return 0;
 }
 
@@ -477,28 +490,26 @@ static char **build_hook_env(spank_t sp)
     return out;
 }
 
-int skiff_remote_user_init(spank_t sp)
+/* Resolve the image and start the holder. Called either in user_init
+ * (euid = user: root is taken back for the fork only) or in the starter
+ * process (root). On failure *phase names the step that failed. */
+static int start_container(const char **phase, skiff_err *err)
 {
-    if (!skiff_g.active || skiff_g.failed)
-        return 0;
-    skiff_err err;
-    skiff_err_clear(&err);
     const struct skiff_opts *o = &skiff_g.opts;
-
-    char dbg[16];
-    skiff_g.debug = spank_getenv(sp, "SKIFF_DEBUG", dbg, sizeof(dbg)) == ESPANK_SUCCESS && dbg[0] && strcmp(dbg, "0");
+    bool root = geteuid() == 0;
     double t0 = skiff_now_ms();
-    if (!skiff_g.named[0] && !skiff_g.args.importer[0] && skiff_ref_classify(o->image) == SKIFF_ARG_PATH) {
+    *phase = "import";
+    if (!root && !skiff_g.named[0] && !skiff_g.args.importer[0] && skiff_ref_classify(o->image) == SKIFF_ARG_PATH) {
         /* A squashfs path needs no import: check it here, with the user's
          * euid (user_init's), and save the fork of a helper (~1-3 ms). */
         char abs[SKIFF_PATH_MAX];
-        if (absolute(o->image, abs, sizeof(abs) - 16, &err) < 0 ||
-            skiff_image_resolve(&skiff_g.cfg, abs, as_user_out + 1, sizeof(as_user_out) - 1, &err) < 0)
-            return fail("import", &err);
+        if (absolute(o->image, abs, sizeof(abs) - 16, err) < 0 ||
+            skiff_image_resolve(&skiff_g.cfg, abs, as_user_out + 1, sizeof(as_user_out) - 1, err) < 0)
+            return -1;
         as_user_out[0] = 'I';
     } else if (skiff_as_user(skiff_g.uid, skiff_g.gid, skiff_g.groups, skiff_g.ngroups, skiff_g.cwd, prepare, NULL,
-                             &err) < 0)
-        return fail("import", &err);
+                             err) < 0)
+        return -1;
     skiff_g.named_exists = as_user_out[0] == 'E';
     if (as_user_out[0] == 'I')
         snprintf(skiff_g.image_path, sizeof(skiff_g.image_path), "%s", as_user_out + 1);
@@ -506,13 +517,12 @@ int skiff_remote_user_init(spank_t sp)
     skiff_g.t_resolve_ms = t1 - t0;
 
     /* mounts: relative sources against the step's working directory */
-    size_t nm = o->nmounts + 2;
-    char **mounts = calloc(nm, sizeof(char *));
-    if (!mounts) {
-        skiff_error(&err, ENOMEM, "out of memory");
-        return fail("mount", &err);
-    }
+    *phase = "mount";
+    char **mounts = calloc(o->nmounts + 2, sizeof(char *));
+    if (!mounts)
+        return skiff_error(err, ENOMEM, "out of memory");
     size_t k = 0;
+    int rc = -1;
     for (size_t i = 0; i < o->nmounts; i++) {
         const char *m = o->mounts[i];
         if (m[0] == '.') {
@@ -521,20 +531,14 @@ int skiff_remote_user_init(spank_t sp)
         } else
             mounts[k] = strdup(m);
         if (!mounts[k]) {
-            skiff_error(&err, ENOMEM, "out of memory");
-            goto out_fail_mount;
+            skiff_error(err, ENOMEM, "out of memory");
+            goto out;
         }
         k++;
     }
-    if (skiff_g.is_batch) {
-        int argc = 0;
-        char **argv = NULL;
-        if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && argc > 0 && argv[0][0] == '/') {
-            if (asprintf(&batch_script_mount, "%s:%s:ro+x-create=file", argv[0], argv[0]) < 0)
-                batch_script_mount = NULL;
-            if (batch_script_mount)
-                mounts[k++] = strdup(batch_script_mount);
-        }
+    if (batch_script_mount && !(mounts[k++] = strdup(batch_script_mount))) {
+        skiff_error(err, ENOMEM, "out of memory");
+        goto out;
     }
 
     struct skiff_start_opts so;
@@ -548,8 +552,7 @@ int skiff_remote_user_init(spank_t sp)
     so.mount_home = o->mount_home == 1;
     so.use_entrypoint = o->entrypoint == 1 || (o->entrypoint < 0 && skiff_g.args.execute_entrypoint);
     so.unshare_flags = o->unshare_flags;
-    char **hook_env = build_hook_env(sp);
-    so.hook_env = (const char *const *)hook_env;
+    so.hook_env = (const char *const *)skiff_g.hook_env;
     so.set_creds = true;
     so.uid = skiff_g.uid;
     so.gid = skiff_g.gid;
@@ -562,32 +565,252 @@ int skiff_remote_user_init(spank_t sp)
         snprintf(key, sizeof(key), "%s.%u.%u", skiff_g.node, (unsigned)skiff_g.jobid, (unsigned)skiff_g.stepid);
     so.state_key = key;
     so.fuse_fd = -1;
+    /* The forking thread is slurmstepd's main thread (user_init) or the
+     * starter: when it dies, even by SIGKILL, the holder and every mount go. */
+    so.die_with_parent = true;
 
     /* The holder sets the user's groups and ids itself (it needs root for
-     * setgroups); user_init runs with euid = user, so get it back for the
-     * fork and return to the user's euid right after. */
+     * setgroups); in user_init the euid is the user's, so root is taken
+     * back for the fork and given up right after. */
     uid_t euid = geteuid();
-    int rc;
     if (euid != 0 && seteuid(0) < 0) {
-        rc = skiff_error(&err, errno, "regain root to start the container");
+        rc = skiff_error(err, errno, "regain root to start the container");
     } else {
-        rc = skiff_container_start(&skiff_g.cfg, &so, &skiff_g.c, &err);
+        rc = skiff_container_start(&skiff_g.cfg, &so, &skiff_g.c, err);
         if (euid != 0 && seteuid(euid) < 0) {
             /* never go on as root in user_init */
             int e = errno;
             if (rc == 0)
-                skiff_container_stop(&skiff_g.c, &err);
-            rc = skiff_error(&err, e, "return to uid %u", (unsigned)euid);
+                skiff_container_stop(&skiff_g.c, err);
+            rc = skiff_error(err, e, "return to uid %u", (unsigned)euid);
         }
     }
-    free(hook_env);
+    if (rc < 0)
+        *phase = start_phase(err->msg);
+    skiff_g.t_start_ms = skiff_now_ms() - t1;
+out:
     for (size_t i = 0; i < k; i++)
         free(mounts[i]);
     free(mounts);
+    return rc;
+}
+
+/* ---- the starter: the container is started while Slurm sets the step up ----
+ *
+ * Between init_post_opt and user_init slurmstepd spends 5-15 ms on its own
+ * setup. A child forked at the end of init_post_opt (root, so no credential
+ * juggling) resolves the image and starts the holder meanwhile; user_init
+ * only collects the result. The starter stays the holder's parent until
+ * exit, then stops it. It dies with slurmstepd (PDEATHSIG), and the holder
+ * with it. Reply: int32 status, then on failure a phase and a skiff_err, on
+ * success tagged records (tag, u32 length, bytes), ended by 'Z'. */
+static pid_t starter_pid = -1;
+static int starter_rep = -1, starter_ctl = -1;
+
+static int read_full(int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int put_rec(int fd, char tag, const char *s)
+{
+    uint32_t len = (uint32_t)strlen(s);
+    return write_all(fd, &tag, 1) < 0 || write_all(fd, &len, sizeof(len)) < 0 || write_all(fd, s, len) < 0 ? -1 : 0;
+}
+
+static void starter_main(pid_t stepd, int rep, int ctl)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != stepd)
+        _exit(1);
+    /* keep nothing of slurmstepd's: its sockets must close when it does */
+    if (dup2(rep, 3) < 0 || dup2(ctl, 4) < 0)
+        _exit(1);
+    rep = 3;
+    ctl = 4;
+    close_range(5, ~0U, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    skiff_err err;
+    skiff_err_clear(&err);
+    const char *phase = "mount";
+    int32_t status = start_container(&phase, &err) < 0 ? -1 : 0;
+    if (write_all(rep, &status, sizeof(status)) < 0)
+        _exit(1);
+    if (status < 0) {
+        char ph[SKIFF_PHASE_MAX] = {0};
+        snprintf(ph, sizeof(ph), "%s", phase);
+        (void)!write_all(rep, ph, sizeof(ph));
+        (void)!write_all(rep, &err, sizeof(err));
+        _exit(0);
+    }
+    char num[64];
+    int bad = 0;
+    snprintf(num, sizeof(num), "%d", (int)skiff_g.c.holder);
+    bad |= put_rec(rep, 'H', num);
+    snprintf(num, sizeof(num), "%.3f %.3f", skiff_g.t_resolve_ms, skiff_g.t_start_ms);
+    bad |= put_rec(rep, 'T', num);
+    bad |= put_rec(rep, 'W', skiff_g.c.workdir);
+    for (size_t i = 0; skiff_g.c.env && skiff_g.c.env[i]; i++)
+        bad |= put_rec(rep, 'E', skiff_g.c.env[i]);
+    for (size_t i = 0; skiff_g.c.entrypoint && skiff_g.c.entrypoint[i]; i++)
+        bad |= put_rec(rep, 'P', skiff_g.c.entrypoint[i]);
+    for (size_t i = 0; skiff_g.c.cmd && skiff_g.c.cmd[i]; i++)
+        bad |= put_rec(rep, 'C', skiff_g.c.cmd[i]);
+    bad |= put_rec(rep, 'Z', "");
+    close(rep);
+    if (!bad) {
+        char b;
+        while (read(ctl, &b, 1) < 0 && errno == EINTR)
+            ; /* EOF: slurmstepd's exit, or slurmstepd is gone */
+    }
+    skiff_container_stop(&skiff_g.c, &err);
+    _exit(0);
+}
+
+/* Forks the starter; on failure the container is started in user_init. */
+static void spawn_starter(void)
+{
+    int rp[2], cp[2];
+    if (pipe2(rp, O_CLOEXEC) < 0)
+        return;
+    if (pipe2(cp, O_CLOEXEC) < 0) {
+        close(rp[0]);
+        close(rp[1]);
+        return;
+    }
+    pid_t stepd = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(rp[0]);
+        close(cp[1]);
+        starter_main(stepd, rp[1], cp[0]);
+        _exit(1);
+    }
+    close(rp[1]);
+    close(cp[0]);
+    if (pid < 0) {
+        close(rp[0]);
+        close(cp[1]);
+        return;
+    }
+    starter_pid = pid;
+    starter_rep = rp[0];
+    starter_ctl = cp[1];
+}
+
+static int strv_add(char ***v, size_t *n, char *s)
+{
+    char **nv = realloc(*v, (*n + 2) * sizeof(char *));
+    if (!nv)
+        return -1;
+    *v = nv;
+    nv[(*n)++] = s;
+    nv[*n] = NULL;
+    return 0;
+}
+
+/* Reads the starter's reply into skiff_g.c; returns 0, or -1 with phase and err. */
+static int collect_starter(const char **phase, skiff_err *err)
+{
+    static char ph[SKIFF_PHASE_MAX];
+    int32_t status;
+    *phase = "mount";
+    if (read_full(starter_rep, &status, sizeof(status)) < 0)
+        return skiff_error(err, 0, "the container starter exited without a report");
+    if (status < 0) {
+        if (read_full(starter_rep, ph, sizeof(ph)) < 0 || read_full(starter_rep, err, sizeof(*err)) < 0)
+            return skiff_error(err, 0, "the container starter failed without a report");
+        ph[sizeof(ph) - 1] = '\0';
+        err->msg[sizeof(err->msg) - 1] = '\0';
+        *phase = ph;
+        return -1;
+    }
+    size_t ne = 0, np = 0, nc = 0;
+    for (;;) {
+        char tag;
+        uint32_t len;
+        if (read_full(starter_rep, &tag, 1) < 0 || read_full(starter_rep, &len, sizeof(len)) < 0 || len > (1u << 24))
+            return skiff_error(err, 0, "short reply from the container starter");
+        char *s = malloc((size_t)len + 1);
+        if (!s)
+            return skiff_error(err, ENOMEM, "out of memory");
+        if (read_full(starter_rep, s, len) < 0) {
+            free(s);
+            return skiff_error(err, 0, "short reply from the container starter");
+        }
+        s[len] = '\0';
+        int bad = 0;
+        switch (tag) {
+        case 'H':
+            skiff_g.c.holder = (pid_t)atoi(s);
+            free(s);
+            break;
+        case 'T':
+            if (sscanf(s, "%lf %lf", &skiff_g.t_resolve_ms, &skiff_g.t_start_ms) != 2)
+                skiff_g.t_resolve_ms = skiff_g.t_start_ms = 0;
+            free(s);
+            break;
+        case 'W':
+            snprintf(skiff_g.c.workdir, sizeof(skiff_g.c.workdir), "%s", s);
+            free(s);
+            break;
+        case 'E':
+            bad = strv_add(&skiff_g.c.env, &ne, s);
+            break;
+        case 'P':
+            bad = strv_add(&skiff_g.c.entrypoint, &np, s);
+            break;
+        case 'C':
+            bad = strv_add(&skiff_g.c.cmd, &nc, s);
+            break;
+        default:
+            free(s);
+            if (tag == 'Z')
+                return skiff_g.c.holder > 0 ? 0 : skiff_error(err, 0, "the container starter sent no holder");
+            return skiff_error(err, 0, "bad reply from the container starter");
+        }
+        if (bad) {
+            free(s);
+            return skiff_error(err, ENOMEM, "out of memory");
+        }
+    }
+}
+
+int skiff_remote_user_init(spank_t sp)
+{
+    if (!skiff_g.active || skiff_g.failed)
+        return 0;
+    skiff_err err;
+    skiff_err_clear(&err);
+    char dbg[16];
+    skiff_g.debug = spank_getenv(sp, "SKIFF_DEBUG", dbg, sizeof(dbg)) == ESPANK_SUCCESS && dbg[0] && strcmp(dbg, "0");
+    double t0 = skiff_now_ms();
+    skiff_g.t_gap_ms = t0 - skiff_g.t_post_opt_end;
+    const char *phase = "mount";
+    int rc;
+    if (starter_pid > 0) {
+        rc = collect_starter(&phase, &err);
+        close(starter_rep);
+        starter_rep = -1;
+        skiff_g.t_wait_ms = skiff_now_ms() - t0;
+    } else {
+        rc = start_container(&phase, &err);
+    }
     if (rc < 0)
-        return fail(start_phase(err.msg), &err);
+        return fail(phase, &err);
     skiff_g.started = true;
-    skiff_g.t_start_ms = skiff_now_ms() - t1;
     /* Remembered so exit can find processes left in the container after
      * task_exit has already killed the holder. The fd keeps the namespace
      * alive: otherwise its inode number could be reused by another step's
@@ -601,12 +824,6 @@ int skiff_remote_user_init(spank_t sp)
         skiff_g.mntns_ino = nst.st_ino;
     }
     return 0;
-
-out_fail_mount:
-    for (size_t i = 0; i < k; i++)
-        free(mounts[i]);
-    free(mounts);
-    return fail("mount", &err);
 }
 
 /* ---- task_init: in the task, as the user ------------------------------------ */
@@ -740,8 +957,11 @@ int skiff_remote_task_init(spank_t sp)
     if (local == 0) {
         char dbg[16];
         if (spank_getenv(sp, "SKIFF_DEBUG", dbg, sizeof(dbg)) == ESPANK_SUCCESS && dbg[0] && strcmp(dbg, "0")) {
-            dprintf(2, "skiff: %s: timing: config %.1f ms, import %.1f ms, start %.1f ms, join+env %.1f ms\n",
-                    skiff_g.node, skiff_g.t_config_ms, skiff_g.t_resolve_ms, skiff_g.t_start_ms, t1 - t0);
+            dprintf(2,
+                    "skiff: %s: timing: config %.1f ms, import %.1f ms, start %.1f ms (during Slurm's own "
+                    "%.1f ms of step setup; user_init waited %.1f ms), join+env %.1f ms\n",
+                    skiff_g.node, skiff_g.t_config_ms, skiff_g.t_resolve_ms, skiff_g.t_start_ms, skiff_g.t_gap_ms,
+                    skiff_g.t_wait_ms, t1 - t0);
         }
         slurm_verbose("skiff: %s: timing: config %.1f ms, import %.1f ms, start %.1f ms, join+env %.1f ms",
                       skiff_g.node, skiff_g.t_config_ms, skiff_g.t_resolve_ms, skiff_g.t_start_ms, t1 - t0);
@@ -760,7 +980,11 @@ int skiff_remote_task_init(spank_t sp)
  * exit() reaps it. */
 int skiff_remote_task_exit(spank_t sp)
 {
-    if (!skiff_g.active || !skiff_g.started || skiff_g.c.holder <= 0)
+    /* Only when the starter is the holder's parent: it reaps the holder at
+     * exit, so until then the pid cannot be reused. A holder that is
+     * slurmstepd's own child could be reaped by slurmstepd's wait for any
+     * child, and a later kill would hit whatever process got its pid. */
+    if (!skiff_g.active || !skiff_g.started || skiff_g.c.holder <= 0 || starter_pid <= 0)
         return 0;
     uint32_t ntasks = 0;
     if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) != ESPANK_SUCCESS)
@@ -845,9 +1069,26 @@ int skiff_remote_exit(spank_t sp)
     }
     if (!skiff_g.active)
         return 0;
+    if (starter_pid > 0) {
+        /* EOF on its control pipe: the starter stops the holder, removes
+         * the state and exits; wait for it (save needs the upper free) */
+        if (skiff_g.started && skiff_g.c.holder > 0)
+            kill(skiff_g.c.holder, SIGKILL);
+        if (starter_ctl >= 0)
+            close(starter_ctl);
+        starter_ctl = -1;
+        if (starter_rep >= 0)
+            close(starter_rep);
+        starter_rep = -1;
+        while (waitpid(starter_pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
     if (skiff_g.started) {
         double t0 = skiff_now_ms();
-        skiff_container_stop(&skiff_g.c, &err);
+        if (starter_pid > 0) {
+            skiff_container_free(&skiff_g.c); /* the starter stops and reaps it */
+        } else
+            skiff_container_stop(&skiff_g.c, &err);
         kill_ns_members();
         skiff_g.started = false;
         if (skiff_g.debug)
@@ -872,5 +1113,7 @@ int skiff_remote_exit(spank_t sp)
     skiff_g.groups = NULL;
     free(batch_script_mount);
     batch_script_mount = NULL;
+    free(skiff_g.hook_env);
+    skiff_g.hook_env = NULL;
     return 0;
 }

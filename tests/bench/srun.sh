@@ -9,9 +9,13 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 : "${BUILD:=$ROOT/build}"
 RUNS=${SKIFF_BENCH_RUNS:-20}
+# SKIFF_BENCH_FLAGS: extra container flags to measure (e.g. --container-readonly)
+EXTRA=${SKIFF_BENCH_FLAGS:-}
 [ "$(id -u)" -eq 0 ] || { echo "srun.sh: needs root (starts the test cluster)" >&2; exit 1; }
 [ -f "$BUILD/plugin/spank_skiff.so" ] || { echo "srun.sh: $BUILD/plugin/spank_skiff.so not built" >&2; exit 1; }
 
+# a free cluster index unless the caller chose one (others may share the machine)
+export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
 started=0
 if ! [ -f tests/cluster/run/env.sh ] || ! (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
   SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 3 || exit 1
@@ -44,17 +48,26 @@ median() { sort -n | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else prin
 row() {
   local label=$1; shift
   : >"$T/bare"; : >"$T/ctr"
-  ms srun -Q "$@" true >/dev/null; ms srun -Q "$@" --container-image="$T/busybox.sqsh" true >/dev/null # warm-up
+  ms srun -Q "$@" true >/dev/null; ms srun -Q "$@" $EXTRA --container-image="$T/busybox.sqsh" true >/dev/null # warm-up
   for _ in $(seq "$RUNS"); do
     ms srun -Q "$@" true >>"$T/bare" || exit 1
-    ms srun -Q "$@" --container-image="$T/busybox.sqsh" true >>"$T/ctr" || exit 1
+    ms srun -Q "$@" $EXTRA --container-image="$T/busybox.sqsh" true >>"$T/ctr" || exit 1
   done
-  local b c
+  local b c bm cm pd
   b=$(median <"$T/bare"); c=$(median <"$T/ctr")
-  awk -v l="$label" -v b="$b" -v c="$c" 'BEGIN {printf "| %s | %.1f | %.1f | %+.1f |\n", l, b/1000, c/1000, (c-b)/1000}'
+  # each container run follows a bare run: the median of the pairwise
+  # differences cancels slow drifts in the machine's load
+  pd=$(paste "$T/ctr" "$T/bare" | awk '{print $1 - $2}' | median)
+  bm=$(sort -n "$T/bare" | head -1); cm=$(sort -n "$T/ctr" | head -1)
+  awk -v l="$label" -v b="$b" -v c="$c" -v bm="$bm" -v cm="$cm" -v pd="$pd" \
+    'BEGIN {printf "| %s | %.1f | %.1f | %+.1f | %+.1f | %.1f | %.1f | %+.1f |\n", l, b/1000, c/1000, (c-b)/1000, pd/1000, bm/1000, cm/1000, (cm-bm)/1000}'
 }
 
-echo "| step (median of $RUNS, ms) | bare srun | with --container-image | overhead |"
-echo "|---|---|---|---|"
+# The minimum is shown too: on a shared, loaded machine it moves less than
+# the median. The load average is printed so readers can judge.
+echo "| step ($RUNS runs each, ms) | bare median | container median | overhead | median of paired diffs | bare min | container min | overhead (min) |"
+echo "|---|---|---|---|---|---|---|---|"
 row "srun -n1 true" -n1
 row "srun -N3 -n6 true" -N3 -n6
+echo
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs${EXTRA:+, extra flags: $EXTRA}"

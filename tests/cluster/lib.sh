@@ -5,14 +5,29 @@
 c_die() { echo "cluster: $*" >&2; exit 1; }
 c_log() { [ -n "${SKIFF_CLUSTER_QUIET:-}" ] || echo "cluster: $*" >&2; }
 
-C_IDX=${SKIFF_CLUSTER_INDEX:-0}
-case "$C_IDX" in
-  [0-9]) ;;
-  *) c_die "SKIFF_CLUSTER_INDEX must be a single digit 0-9, got '$C_IDX'" ;;
-esac
-
 C_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 C_ROOT=$(cd "$C_HERE/../.." && pwd)
+
+C_IDX=${SKIFF_CLUSTER_INDEX:-0}
+if [ "$C_IDX" = auto ]; then
+  # This checkout's running cluster if it has one, else the first index
+  # that no other checkout owns (tests use this: engineers share machines).
+  C_IDX=""
+  if [ -f "$C_HERE/run/env.sh" ]; then
+    C_IDX=$(sed -n 's/^export SKIFF_CLUSTER_INDEX=//p' "$C_HERE/run/env.sh")
+  fi
+  if [ -z "$C_IDX" ]; then
+    for i in 0 1 2 3 4 5 6 7 8 9; do
+      o=/run/skiff-cluster-$i/owner
+      if ! [ -f "$o" ] || [ "$(cat "$o")" = "$C_ROOT" ]; then C_IDX=$i; break; fi
+    done
+  fi
+  [ -n "$C_IDX" ] || c_die "SKIFF_CLUSTER_INDEX=auto: all ten cluster indexes are in use"
+fi
+case "$C_IDX" in
+  [0-9]) ;;
+  *) c_die "SKIFF_CLUSTER_INDEX must be a single digit 0-9 or auto, got '$C_IDX'" ;;
+esac
 # The worktree's run/ holds env.sh; daemon state lives under /run so that it
 # is on a local filesystem and owned by root whatever the checkout is.
 C_RUN=$C_HERE/run

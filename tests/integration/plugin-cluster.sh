@@ -15,6 +15,8 @@ for b in mksquashfs busybox srun; do
   command -v "$b" >/dev/null || [ -x /bin/busybox ] || { t_skip "plugin cluster" "$b missing"; t_done; }
 done
 
+# a free cluster index unless the caller chose one (others may share the machine)
+export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
 started=0
 if ! [ -f tests/cluster/run/env.sh ] || ! (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
   SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 3 || { t_fail "cluster up"; t_done; }
@@ -117,6 +119,10 @@ out_is "env: ddp_env=0 in plugstack.conf turns the training env off" "unset" \
 out_is "writable by default" ok srun1 --container-image="$IMG" sh -c 'touch /newfile && echo ok'
 t_fails_with "--container-readonly refuses writes" "Read-only file system" \
   srun1 --container-image="$IMG" --container-readonly touch /newfile
+out_is "--container-mount-home: the home directory is there" "$UHOME" \
+  srun1 --container-image="$IMG" --container-mount-home sh -c 'cd "$HOME" && pwd'
+out_is "--container-unshare=net: only loopback" "lo" \
+  srun1 --container-image="$IMG" --container-unshare=net sh -c "sed -n '3,\$p' /proc/net/dev | cut -d: -f1 | tr -d ' '"
 out_is "--container-remap-root: id -u is 0" 0 srun1 --container-image="$IMG" --container-remap-root id -u
 out_is "no remap: own uid" "$(id -u "$U")" srun1 --container-image="$IMG" id -u
 out_is "--container-entrypoint runs Entrypoint + the command (docker's rule)" "EP echo hi" srun1 --container-image="$IMG" --container-entrypoint echo hi
@@ -126,7 +132,7 @@ out_is "command line wins over SKIFF_CONTAINER_WORKDIR" /etc \
   as_user env SKIFF_CONTAINER_WORKDIR=/bin srun -Q -n1 --container-image="$IMG" --container-workdir=/etc pwd
 
 # --- named containers, save ------------------------------------------------------------
-as_user srun -Q -n1 -w n1 --container-image="$IMG" --container-name=pt-named sh -c 'echo kept >/k' >/dev/null 2>"$T/err"
+as_user srun -Q -n1 -w n1 --container-image="$IMG" --container-name=pt-named sh -c 'echo kept >/k' >/dev/null 2>"$T/err1" || cat "$T/err1"
 out_is "named container: a file written in step 1 is seen in step 2" kept srun1 --container-name=pt-named cat /k
 out_is "named container :create starts fresh" gone srun1 --container-image="$IMG" --container-name=pt-named:create sh -c 'cat /k 2>/dev/null || echo gone'
 t_fails_with "named container :exec needs an existing one" "no container named 'pt-never'" srun1 --container-name=pt-never:exec true
@@ -171,6 +177,7 @@ t_fails_with "invalid: container_scope value" "container_scope=sometimes: use jo
 echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
 
 # --- a killed step leaves nothing behind --------------------------------------------------------
+state_before=$(ls -A "/tmp/skiff-$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' || true)
 # setpriv execs srun itself, so $! is srun and gets the signals
 (cd "$W" && exec setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups env SLURM_CONF="$SLURM_CONF" \
   srun -Q -n1 -w n2 --container-image="$IMG" --container-mounts="$T/mdir:/data" sleep 300 >/dev/null 2>&1) &
@@ -189,7 +196,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 mnt=$(findmnt -rn -o SOURCE,TARGET | grep -F "$IMG" || true)
-rt=$(ls -A "/tmp/skiff-$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' || true)
+rt=$(ls -A "/tmp/skiff-$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' | grep -vxF "$state_before" || true)
 if [ "$holder_seen" -gt 0 ] && [ -z "$left" ] && [ -z "$mnt" ] && [ -z "$rt" ]; then
   t_pass "interrupted srun: no process, mount or state left"
 else t_fail "interrupted srun" "procs: $left / mounts: $mnt / state: $rt"; fi
@@ -216,6 +223,19 @@ if [ -f "$L/index.json" ]; then
 else
   t_skip "8 concurrent steps" "tests/integration/lib/mkimage.py could not build an OCI layout"
 fi
+
+# --- importer=PROGRAM (pyxis's contract: "get IMAGE" prints a squashfs path) -------------------
+cat >"$T/importer" <<EOF
+#!/bin/sh
+[ "\$1" = get ] && [ "\$2" = "site/busybox:1" ] && echo "$IMG" && exit 0
+[ "\$1" = release ] && exit 0
+echo "unknown image \$2" >&2; exit 3
+EOF
+chmod 755 "$T/importer"
+echo "required $PLUGIN importer=$T/importer" >"$SKIFF_PLUGSTACK"
+out_is "importer=PROGRAM resolves the image" from-image srun1 --container-image=site/busybox:1 cat /etc/skiff-marker
+t_fails_with "importer failure is an import error" "skiff: import: importer .* failed" srun1 --container-image=site/other:1 true
+echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
 
 # --- container_scope=job: named containers go at job end ------------------------------------------
 echo "required $PLUGIN container_scope=job" >"$SKIFF_PLUGSTACK"
