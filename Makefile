@@ -22,7 +22,8 @@ HARDEN := -fstack-protector-strong -D_FORTIFY_SOURCE=2 -fstack-clash-protection 
 OPT ?= -O2 -g
 CFLAGS ?=
 BASE_CFLAGS := -std=gnu11 $(OPT) $(WARN) $(HARDEN) -D_GNU_SOURCE \
-               -DSKIFF_VERSION='"$(VERSION)"' -Iruntime/lib -Ihooks/lib $(SAN) $(CFLAGS)
+               -DSKIFF_VERSION='"$(VERSION)"' \
+               -DSKIFF_HOOKS_DIR_DEFAULT='"$(PREFIX)/libexec/skiff/hooks"' -Iruntime/lib -Ihooks/lib $(SAN) $(CFLAGS)
 PIE_CFLAGS  := $(BASE_CFLAGS) -fPIE
 PIC_CFLAGS  := $(BASE_CFLAGS) -fPIC
 LDHARDEN    := -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(SAN)

@@ -94,6 +94,11 @@ static int expand(char *dst, size_t size, const char *key, const char *src, skif
     return 0;
 }
 
+/* Where `make install` puts the bundled hooks; a missing directory runs none. */
+#ifndef SKIFF_HOOKS_DIR_DEFAULT
+#define SKIFF_HOOKS_DIR_DEFAULT "/usr/local/libexec/skiff/hooks"
+#endif
+
 enum kind { K_PATH, K_STR, K_BOOL, K_INT, K_COMP };
 
 #define F(field) offsetof(struct skiff_config, field), sizeof(((struct skiff_config *)0)->field)
@@ -107,7 +112,7 @@ static const struct key {
     {"cache_path", K_PATH, F(cache_path), "${HOME}/.cache/skiff"},
     {"runtime_path", K_PATH, F(runtime_path), "/tmp/skiff-${UID}"},
     {"temp_path", K_PATH, F(temp_path), "/tmp"},
-    {"hooks_dir", K_PATH, F(hooks_dir), ""},
+    {"hooks_dir", K_PATH, F(hooks_dir), SKIFF_HOOKS_DIR_DEFAULT},
     {"credentials_file", K_PATH, F(credentials_file), "${HOME}/.config/skiff/.credentials"},
     {"default_registry", K_STR, F(default_registry), "registry-1.docker.io"},
     {"registry_mirror", K_STR, F(registry_mirror), ""},

@@ -484,7 +484,7 @@ static int plan_dir(struct job *j, skiff_err *err)
     char p[SKIFF_PATH_MAX + 32];
     snprintf(p, sizeof(p), "%s/manifest.json", j->src);
     if (access(p, F_OK) < 0)
-        return skiff_error(err, errno, "dir:%s: no manifest.json (dir: wants skopeo's dir layout: manifest.json and blobs named by digest)",
+        return skiff_error(err, errno, "dir:%s: not a directory (dir: takes a root filesystem tree or skopeo's dir layout)",
                            j->src);
     json_t *doc = load_json_file(j, p, NULL, err);
     if (!doc)
@@ -997,6 +997,18 @@ static unsigned long long unpacked_estimate(const struct job *j)
 }
 
 /* The import proper: plan, apply, squash into tmp_out (not renamed). */
+/* dir:PATH is either skopeo's dir layout (manifest.json + blobs) or a plain
+ * root filesystem tree (what `debootstrap` or a build script leaves). */
+static bool is_plain_rootfs(const char *path)
+{
+    char p[SKIFF_PATH_MAX + 32];
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/manifest.json", path);
+    if (lstat(p, &st) == 0)
+        return false;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 static int import_to(struct job *j, const char *tmp_out, skiff_err *err)
 {
     /* Archives are unpacked into the scratch dir first; the other sources are
@@ -1007,6 +1019,17 @@ static int import_to(struct job *j, const char *tmp_out, skiff_err *err)
             return skiff_error(err, errno, "%s", j->ref.path);
         if (make_work(j, 4ull * (unsigned long long)st.st_size, err) < 0)
             return -1;
+    }
+    if (j->ref.kind == SKIFF_REF_DIR && is_plain_rootfs(j->ref.path)) {
+        /* A plain directory is already the root filesystem: squash it as it
+         * is. Its files are the user's own, so there is nothing to neutralise
+         * that the container's nosuid,nodev mounts do not already. */
+        double t0 = now_s();
+        if (skiff_squash_build(j->cfg, j->ref.path, tmp_out, err) < 0)
+            return skiff_err_wrap(err, "dir:%s", j->ref.path);
+        if (j->o && j->o->progress)
+            fprintf(stderr, "skiff: squashfs (%s) %5.2f s\n", j->cfg->squash_compression, now_s() - t0);
+        return 0;
     }
     int rv;
     switch (j->ref.kind) {

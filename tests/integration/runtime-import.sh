@@ -119,6 +119,13 @@ for src in "docker-archive:$W/da.tar" "oci-archive:$W/oa.tar:busybox" "oci:$W/la
   t_check "import $n" "$SKIFF" import -o src-$n.sqsh "$src"
   check_busybox "$n" src-$n.sqsh
 done
+# a plain root filesystem directory (what a build script or debootstrap leaves)
+mkdir -p "$W/plainroot/bin" "$W/plainroot/.skiff" && cp "$(command -v busybox)" "$W/plainroot/bin/busybox" &&
+  echo '{"Env":["PLAIN=1"]}' >"$W/plainroot/.skiff/config.json"
+t_check "import a plain directory" "$SKIFF" import -o plain.sqsh "dir:$W/plainroot"
+has plain.sqsh bin/busybox && [ "$(cat_in plain.sqsh .skiff/config.json)" = '{"Env":["PLAIN=1"]}' ] &&
+  t_pass "plain directory: tree and image config kept" || t_fail "plain directory: tree and image config kept"
+expect_fail "dir: of a missing path" "not a directory" "dir:$W/nope"
 [ -f da.sqsh ] || "$SKIFF" import "docker-archive:$W/da.tar" >/dev/null 2>&1
 [ -f da.sqsh ] && t_pass "archive default name da.sqsh" || t_fail "archive default name da.sqsh" "$(ls)"
 expect_fail "oci layout: unknown tag" "no image tagged 'nope'" "oci:$W/layout:nope"
