@@ -33,6 +33,7 @@
 
 #include <slurm/slurm.h>
 
+#include "fdio.h"
 #include "ddp_env.h"
 #include "image.h"
 #include "named.h"
@@ -59,20 +60,6 @@ static int fail(const char *phase, const skiff_err *err)
     return 0; /* fail in task_init, where srun sees it */
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 struct as_user_reply {
     int32_t rc;
@@ -123,7 +110,7 @@ int skiff_as_user(uid_t uid, gid_t gid, const gid_t *groups, int ngroups, const 
         else
             r->rc = fn(arg, &r->err);
         snprintf(r->out, sizeof(r->out), "%s", as_user_out);
-        _exit(write_all(p[1], r, sizeof(*r)) < 0 ? 1 : 0);
+        _exit(skiff_write_all(p[1], r, sizeof(*r)) < 0 ? 1 : 0);
     }
     close(p[1]);
     struct as_user_reply *r = calloc(1, sizeof(*r));
@@ -607,25 +594,11 @@ out:
 static pid_t starter_pid = -1;
 static int starter_rep = -1, starter_ctl = -1;
 
-static int read_full(int fd, void *buf, size_t n)
-{
-    char *p = buf;
-    while (n) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
 
 static int put_rec(int fd, char tag, const char *s)
 {
     uint32_t len = (uint32_t)strlen(s);
-    return write_all(fd, &tag, 1) < 0 || write_all(fd, &len, sizeof(len)) < 0 || write_all(fd, s, len) < 0 ? -1 : 0;
+    return skiff_write_all(fd, &tag, 1) < 0 || skiff_write_all(fd, &len, sizeof(len)) < 0 || skiff_write_all(fd, s, len) < 0 ? -1 : 0;
 }
 
 static void starter_main(pid_t stepd, int rep, int ctl)
@@ -646,13 +619,13 @@ static void starter_main(pid_t stepd, int rep, int ctl)
     skiff_err_clear(&err);
     const char *phase = "mount";
     int32_t status = start_container(&phase, &err) < 0 ? -1 : 0;
-    if (write_all(rep, &status, sizeof(status)) < 0)
+    if (skiff_write_all(rep, &status, sizeof(status)) < 0)
         _exit(1);
     if (status < 0) {
         char ph[SKIFF_PHASE_MAX] = {0};
         snprintf(ph, sizeof(ph), "%s", phase);
-        (void)!write_all(rep, ph, sizeof(ph));
-        (void)!write_all(rep, &err, sizeof(err));
+        (void)!skiff_write_all(rep, ph, sizeof(ph));
+        (void)!skiff_write_all(rep, &err, sizeof(err));
         _exit(0);
     }
     char num[64];
@@ -727,10 +700,10 @@ static int collect_starter(const char **phase, skiff_err *err)
     static char ph[SKIFF_PHASE_MAX];
     int32_t status;
     *phase = "mount";
-    if (read_full(starter_rep, &status, sizeof(status)) < 0)
+    if (skiff_read_all(starter_rep, &status, sizeof(status)) < 0)
         return skiff_error(err, 0, "the container starter exited without a report");
     if (status < 0) {
-        if (read_full(starter_rep, ph, sizeof(ph)) < 0 || read_full(starter_rep, err, sizeof(*err)) < 0)
+        if (skiff_read_all(starter_rep, ph, sizeof(ph)) < 0 || skiff_read_all(starter_rep, err, sizeof(*err)) < 0)
             return skiff_error(err, 0, "the container starter failed without a report");
         ph[sizeof(ph) - 1] = '\0';
         err->msg[sizeof(err->msg) - 1] = '\0';
@@ -741,12 +714,12 @@ static int collect_starter(const char **phase, skiff_err *err)
     for (;;) {
         char tag;
         uint32_t len;
-        if (read_full(starter_rep, &tag, 1) < 0 || read_full(starter_rep, &len, sizeof(len)) < 0 || len > (1u << 24))
+        if (skiff_read_all(starter_rep, &tag, 1) < 0 || skiff_read_all(starter_rep, &len, sizeof(len)) < 0 || len > (1u << 24))
             return skiff_error(err, 0, "short reply from the container starter");
         char *s = malloc((size_t)len + 1);
         if (!s)
             return skiff_error(err, ENOMEM, "out of memory");
-        if (read_full(starter_rep, s, len) < 0) {
+        if (skiff_read_all(starter_rep, s, len) < 0) {
             free(s);
             return skiff_error(err, 0, "short reply from the container starter");
         }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdio.h"
 #include "train.h"
 
 #define CKPT_MAGIC "SKIFFCK1"
@@ -32,39 +33,7 @@ static void cfg_pack(const struct gpt2_config *c, int32_t o[6])
     o[3] = c->num_layers; o[4] = c->num_heads; o[5] = c->channels;
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
-static int read_all(int fd, void *p, size_t n)
-{
-    char *b = p;
-    while (n) {
-        ssize_t r = read(fd, b, n);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (r == 0) {
-            errno = EPROTO;
-            return -1;
-        }
-        b += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
 
 int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
 {
@@ -89,11 +58,11 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
     h.has_params = c->params != NULL;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return skiff_error(err, errno, "create %s", tmp);
-    int ok = write_all(fd, &h, sizeof h) == 0;
-    if (ok && c->params) ok = write_all(fd, c->params, c->num_params * sizeof(float)) == 0;
+    int ok = skiff_write_all(fd, &h, sizeof h) == 0;
+    if (ok && c->params) ok = skiff_write_all(fd, c->params, c->num_params * sizeof(float)) == 0;
     if (ok && c->opt_len)
-        ok = write_all(fd, c->m, c->opt_len * sizeof(float)) == 0 &&
-             write_all(fd, c->v, c->opt_len * sizeof(float)) == 0;
+        ok = skiff_write_all(fd, c->m, c->opt_len * sizeof(float)) == 0 &&
+             skiff_write_all(fd, c->v, c->opt_len * sizeof(float)) == 0;
     if (ok) ok = fsync(fd) == 0;
     int saved = errno;
     if (close(fd) < 0 && ok) {
@@ -115,7 +84,7 @@ int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err)
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return skiff_error(err, errno, "open %s", path);
     struct ckpt_header h;
-    if (read_all(fd, &h, sizeof h) < 0 || memcmp(h.magic, CKPT_MAGIC, 8))
+    if (skiff_read_all(fd, &h, sizeof h) < 0 || memcmp(h.magic, CKPT_MAGIC, 8))
         return skiff_error(err, EINVAL, "%s: not a skiff-train checkpoint", path);
     if (h.version != CKPT_VERSION)
         return skiff_error(err, EINVAL, "%s: checkpoint version %d, this build reads %d", path,
@@ -143,7 +112,7 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
                            errno == ENOENT ? " (no checkpoint of this rank: was the run saved "
                                              "with the same world size and --ckpt-dir?)" : "");
     struct ckpt_header h;
-    if (read_all(fd, &h, sizeof h) < 0 || memcmp(h.magic, CKPT_MAGIC, 8))
+    if (skiff_read_all(fd, &h, sizeof h) < 0 || memcmp(h.magic, CKPT_MAGIC, 8))
         return skiff_error(err, EINVAL, "%s: not a skiff-train checkpoint", path);
     if (h.version != CKPT_VERSION)
         return skiff_error(err, EINVAL, "%s: checkpoint version %d, this build reads %d", path,
@@ -171,15 +140,15 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
         return skiff_error(err, EINVAL, "%s: holds no parameters", path);
     if (h.has_params) {
         if (w->params) {
-            if (read_all(fd, w->params, w->num_params * sizeof(float)) < 0)
+            if (skiff_read_all(fd, w->params, w->num_params * sizeof(float)) < 0)
                 return skiff_error(err, errno, "%s: truncated parameters", path);
         } else if (lseek(fd, (off_t)(w->num_params * sizeof(float)), SEEK_CUR) < 0) {
             return skiff_error(err, errno, "%s: seek", path);
         }
     }
     if (w->opt_len && w->m && w->v &&
-        (read_all(fd, w->m, w->opt_len * sizeof(float)) < 0 ||
-         read_all(fd, w->v, w->opt_len * sizeof(float)) < 0))
+        (skiff_read_all(fd, w->m, w->opt_len * sizeof(float)) < 0 ||
+         skiff_read_all(fd, w->v, w->opt_len * sizeof(float)) < 0))
         return skiff_error(err, errno, "%s: truncated optimizer state", path);
     w->step = h.step;
     w->data_pos = h.data_pos;

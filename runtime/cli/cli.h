@@ -35,4 +35,11 @@ int cli_load_config(struct skiff_config *cfg);
  * exit status) so a verb can `return cli_fail("import", &err);`. */
 int cli_fail(const char *verb, const skiff_err *err);
 
+/* Parses the shape "VERB -C VALUE ARG" (create -n NAME IMAGE, export -o OUT
+ * NAME): the one required option named long_name/short_opt and one operand.
+ * Returns -1 when both were given (VALUE in *value, ARG in *arg), else the
+ * exit status to return: 0 after --help, 2 after printing usage. */
+int cli_opt_and_arg(int argc, char **argv, const char *long_name, char short_opt, const char *usage,
+                    const char **value, const char **arg);
+
 #endif

@@ -2,6 +2,7 @@
  * and calls the library; no logic here that the SPANK plugin would need too. */
 #include <errno.h>
 #include <limits.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,31 @@ int cli_fail(const char *verb, const skiff_err *err)
 {
     fprintf(stderr, "skiff: %s: %s\n", verb, err->msg);
     return 1;
+}
+
+int cli_opt_and_arg(int argc, char **argv, const char *long_name, char short_opt, const char *usage,
+                    const char **value, const char **arg)
+{
+    const struct option longopts[] = {{long_name, required_argument, NULL, short_opt},
+                                      {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    const char shortopts[] = {short_opt, ':', 'h', '\0'};
+    *value = NULL;
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        if (ch == short_opt) {
+            *value = optarg;
+        } else {
+            fprintf(ch == 'h' ? stdout : stderr, "usage: %s\n", usage);
+            return ch == 'h' ? 0 : 2;
+        }
+    }
+    if (!*value || optind + 1 != argc) {
+        fprintf(stderr, "usage: %s\n", usage);
+        return 2;
+    }
+    *arg = argv[optind];
+    return -1;
 }
 
 int main(int argc, char **argv)

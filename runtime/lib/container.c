@@ -4,6 +4,7 @@
  * the image runs in the holder, as the user, inside its own namespaces. The
  * holder reports back over a pipe: either a skiff_err (the real reason) or
  * the container's workdir, env, entrypoint and cmd. */
+#include "fdio.h"
 #include "container.h"
 
 #include <dirent.h>
@@ -184,20 +185,6 @@ static int parse_records(const char *p, size_t len, struct skiff_container *c, s
     return 0;
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 /* ---- paths ---- */
 
@@ -680,7 +667,7 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
         snprintf(tmp, sizeof(tmp), "%s/" STATE_FILE ".tmp", h->state_dir);
         snprintf(fin, sizeof(fin), "%s/" STATE_FILE, h->state_dir);
         int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0 || write_all(fd, out->p, out->len) < 0 || close(fd) < 0 || rename(tmp, fin) < 0) {
+        if (fd < 0 || skiff_write_all(fd, out->p, out->len) < 0 || close(fd) < 0 || rename(tmp, fin) < 0) {
             skiff_error(err, errno, "write %s", fin);
             goto out;
         }
@@ -745,13 +732,13 @@ static void holder_main(struct holder_ctx *h, int wfd)
     if (rc == 0)
         rc = holder_setup(h, &out, &err);
     int32_t status = rc;
-    if (write_all(wfd, &status, sizeof(status)) < 0)
+    if (skiff_write_all(wfd, &status, sizeof(status)) < 0)
         _exit(1);
     if (rc < 0) {
-        (void)write_all(wfd, &err, sizeof(err));
+        (void)skiff_write_all(wfd, &err, sizeof(err));
         _exit(1);
     }
-    (void)write_all(wfd, out.p, out.len);
+    (void)skiff_write_all(wfd, out.p, out.len);
     close(wfd);
     free(out.p);
     int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -1126,7 +1113,7 @@ int skiff_container_export(const struct skiff_config *cfg, const char *name, con
         if (rc == 0)
             rc = skiff_squash_from_dir(cfg, root, abs_out, &e);
         if (rc < 0)
-            (void)write_all(p[1], &e, sizeof(e));
+            (void)skiff_write_all(p[1], &e, sizeof(e));
         _exit(rc < 0 ? 1 : 0);
     }
     close(p[1]);

@@ -1,0 +1,15 @@
+/* Whole-buffer reads and writes on file descriptors (pipes between the
+ * plugin, the container holder and their children; checkpoint files). */
+#ifndef SKIFF_FDIO_H
+#define SKIFF_FDIO_H
+
+#include <stddef.h>
+
+/* Writes all n bytes, retrying on EINTR. 0, or -1 with errno set. */
+int skiff_write_all(int fd, const void *buf, size_t n);
+
+/* Reads exactly n bytes, retrying on EINTR. 0, or -1 with errno set
+ * (EPROTO when the other end closed before n bytes came). */
+int skiff_read_all(int fd, void *buf, size_t n);
+
+#endif
