@@ -22,7 +22,7 @@ struct skiff_config {
     char default_registry[256];        /* used when a docker:// ref names none */
     char registry_mirror[256];         /* tried first for every registry, if set */
     char squash_compression[16];       /* zstd (default), gzip, lz4, xz, lzo, none */
-    int squash_level;                  /* 0 = the compressor's default */
+    int squash_level;                  /* 0 = skiff's default: zstd level 1 (fast), others their own */
     bool allow_http;                   /* plain http for non-loopback registries */
     int connect_timeout_s;
 };
