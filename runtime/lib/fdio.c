@@ -1,6 +1,8 @@
 #include "fdio.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int skiff_write_all(int fd, const void *buf, size_t n)
@@ -39,4 +41,43 @@ int skiff_read_all(int fd, void *buf, size_t n)
         n -= (size_t)r;
     }
     return 0;
+}
+
+char *skiff_read_fd_small(int fd, const char *path, size_t max, size_t *len, skiff_err *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        skiff_error(err, errno, "stat %s", path);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
+        skiff_error(err, EINVAL, "%s: not a regular file of at most %zu bytes", path, max);
+        return NULL;
+    }
+    size_t size = (size_t)st.st_size;
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        skiff_error(err, ENOMEM, "read %s", path);
+        return NULL;
+    }
+    /* A file that shrank under us is read as it is now; one that grew is
+     * read up to its size at fstat time. */
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            skiff_error(err, errno, "read %s", path);
+            free(buf);
+            return NULL;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    if (len)
+        *len = got;
+    return buf;
 }

@@ -5,11 +5,18 @@
 
 #include <stddef.h>
 
+#include "error.h"
+
 /* Writes all n bytes, retrying on EINTR. 0, or -1 with errno set. */
 int skiff_write_all(int fd, const void *buf, size_t n);
 
 /* Reads exactly n bytes, retrying on EINTR. 0, or -1 with errno set
  * (EPROTO when the other end closed before n bytes came). */
 int skiff_read_all(int fd, void *buf, size_t n);
+
+/* Reads the whole of fd, a regular file of at most max bytes (named path in
+ * errors), into a new NUL-terminated buffer; its length in *len if len. NULL
+ * with err set on failure. For small metadata files (JSON, config). */
+char *skiff_read_fd_small(int fd, const char *path, size_t max, size_t *len, skiff_err *err);
 
 #endif

@@ -19,6 +19,7 @@
 
 #include "cache.h"
 #include "digest.h"
+#include "fdio.h"
 #include "layer.h"
 #include "ref.h"
 #include "registry.h"
@@ -210,29 +211,10 @@ static char *read_small(const struct job *j, const char *path, const char *diges
     cleanup_close int fd = open_source(j, path, err);
     if (fd < 0)
         return NULL;
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (off_t)JSON_MAX) {
-        skiff_error(err, 0, "%s: not a regular file of at most 16 MiB", path);
+    size_t got;
+    char *buf = skiff_read_fd_small(fd, path, JSON_MAX, &got, err);
+    if (!buf)
         return NULL;
-    }
-    char *buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        skiff_error(err, ENOMEM, "read %s", path);
-        return NULL;
-    }
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            free(buf);
-            skiff_error(err, n < 0 ? errno : EIO, "read %s", path);
-            return NULL;
-        }
-        got += (size_t)n;
-    }
-    buf[got] = '\0';
     if (digest) {
         char d[SKIFF_DIGEST_LEN];
         if (skiff_digest_buf(buf, got, d, err) < 0) {

@@ -1,4 +1,5 @@
 /* Confined path resolution and mount primitives; see rootfs.h. */
+#include "fdio.h"
 #include "rootfs.h"
 
 #include <errno.h>
@@ -291,38 +292,7 @@ char *skiff_root_read(int rootfd, const char *path, size_t max, size_t *len, ski
     cleanup_close int fd = skiff_root_open(rootfd, path, O_RDONLY, err);
     if (fd < 0)
         return NULL;
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        skiff_error(err, errno, "stat %s", path);
-        return NULL;
-    }
-    if (!S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
-        skiff_error(err, EINVAL, "%s: not a regular file of at most %zu bytes", path, max);
-        return NULL;
-    }
-    char *buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        skiff_error(err, ENOMEM, "read %s", path);
-        return NULL;
-    }
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            skiff_error(err, errno, "read %s", path);
-            free(buf);
-            return NULL;
-        }
-        if (n == 0)
-            break;
-        got += (size_t)n;
-    }
-    buf[got] = '\0';
-    if (len)
-        *len = got;
-    return buf;
+    return skiff_read_fd_small(fd, path, max, len, err);
 }
 
 static void fd_path(char *buf, size_t n, int fd)
