@@ -425,18 +425,6 @@ static const struct skiff_comm_ops tcp_ops = {
     .destroy = tcp_destroy,
 };
 
-static const struct skiff_comm_ops single_ops = {
-    .name = "single",
-    .allreduce_sum = tcp_allreduce,
-    .reduce_scatter = tcp_reduce_scatter,
-    .all_gather = tcp_all_gather,
-    .broadcast = tcp_broadcast,
-    .barrier = tcp_barrier,
-    .start = tcp_start,
-    .wait = tcp_wait,
-    .destroy = tcp_destroy,
-};
-
 static int ring_connect(struct tcp *t, struct skiff_store *store, skiff_err *err)
 {
     struct skiff_comm *c = t->c;
@@ -481,7 +469,7 @@ int skiff_comm_tcp_create(struct skiff_store *store, int rank, int world, int lo
         free(t);
         return skiff_error(err, ENOMEM, "allocating comm");
     }
-    c->ops = world > 1 ? &tcp_ops : &single_ops;
+    c->ops = &tcp_ops; /* one rank: every collective is a local no-op in the same code */
     c->rank = rank;
     c->world = world;
     c->local_rank = local_rank;
