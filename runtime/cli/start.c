@@ -142,6 +142,7 @@ int cmd_start(int argc, char **argv)
     skiff_start_opts_init(&o);
     o.die_with_parent = true;
     o.trace = getenv("SKIFF_TRACE") != NULL;
+    o.no_warm = getenv("SKIFF_NO_WARM") != NULL;
     if (getenv("SKIFF_HOOK_TIMEOUT"))
         o.hook_timeout_s = atoi(getenv("SKIFF_HOOK_TIMEOUT"));
     skiff_trace(o.trace, "cli: main");
@@ -198,6 +199,7 @@ int cmd_start(int argc, char **argv)
     }
     o.mounts = mounts;
     o.env = env;
+    o.command = argv + optind;
     skiff_err err;
     skiff_err_clear(&err);
     struct skiff_container c;

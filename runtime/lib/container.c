@@ -35,6 +35,7 @@
 #include "mountspec.h"
 #include "ns.h"
 #include "rootfs.h"
+#include "warm.h"
 #include "named.h"
 #include "squash.h"
 
@@ -564,6 +565,34 @@ out:
     return rv;
 }
 
+/* The value of the last PATH= in env, or NULL. */
+static const char *path_in(const char *const *env, const char *found)
+{
+    for (size_t i = 0; env && env[i]; i++)
+        if (!strncmp(env[i], "PATH=", 5))
+            found = env[i] + 5;
+    return found;
+}
+
+/* Starts warming the executable the caller will run (see warm.h): the same
+ * choice of argv[0] as skiff_container_argv, the PATH the command will get
+ * (hooks aside), the working directory it will start in. */
+static void warm_command(const struct skiff_start_opts *o, const struct image_config *ic, int rootfd)
+{
+    const char *argv0 = NULL;
+    if (o->use_entrypoint && ic->entrypoint && ic->entrypoint[0])
+        argv0 = ic->entrypoint[0];
+    else if (o->command && o->command[0])
+        argv0 = o->command[0];
+    else if (ic->cmd && ic->cmd[0])
+        argv0 = ic->cmd[0];
+    if (!argv0 || o->no_warm)
+        return;
+    const char *path = path_in(o->env, path_in((const char *const *)ic->env, DEFAULT_PATH + 5));
+    const char *wd = o->workdir && *o->workdir ? o->workdir : ic->workdir[0] ? ic->workdir : "/";
+    (void)skiff_warm_start(rootfd, argv0, path, wd);
+}
+
 static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
 {
     const struct skiff_start_opts *o = h->o;
@@ -605,19 +634,26 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
     skiff_trace(o->trace, "holder: rootfs (lower + overlay)");
     if (h->rootfs_only)
         return 0;
-    if (system_mounts(rootfd, err) < 0)
-        return skiff_err_wrap(err, "system mounts");
-    skiff_trace(o->trace, "holder: system mounts");
-    if (o->mount_home && bind_at(rootfd, h->home, h->home, false, true, false, false, false, err) < 0)
-        return skiff_err_wrap(err, "home directory");
-    if (apply_spec_list(rootfd, o->mounts, err) < 0)
-        return -1;
+    /* the image config first (it is the image's own file, under no mount):
+     * it names the command to warm while the rest is set up */
     struct image_config ic = {0};
     char **env = NULL;
     int rv = -1;
     if (read_image_config(rootfd, &ic, err) < 0)
         goto out;
-    skiff_trace(o->trace, "holder: image config");
+    warm_command(o, &ic, rootfd);
+    skiff_trace(o->trace, "holder: image config, warm");
+    if (system_mounts(rootfd, err) < 0) {
+        skiff_err_wrap(err, "system mounts");
+        goto out;
+    }
+    skiff_trace(o->trace, "holder: system mounts");
+    if (o->mount_home && bind_at(rootfd, h->home, h->home, false, true, false, false, false, err) < 0) {
+        skiff_err_wrap(err, "home directory");
+        goto out;
+    }
+    if (apply_spec_list(rootfd, o->mounts, err) < 0)
+        goto out;
     if (env_set(&env, DEFAULT_PATH, err) < 0)
         goto out;
     for (size_t i = 0; ic.env && ic.env[i]; i++)

@@ -42,6 +42,9 @@ struct skiff_start_opts {
     bool remap_root;            /* map the user to uid/gid 0 in the container */
     bool mount_home;            /* bind the user's home directory (from passwd) */
     bool use_entrypoint;        /* skiff_container_argv: prepend the image's Entrypoint */
+    char *const *command;       /* the command the caller will run (NULL: the image's); only
+                                   used to warm its executable while setting up (warm.h) */
+    bool no_warm;               /* do not warm it (diagnostics: SKIFF_NO_WARM=1 in the CLI) */
     int unshare_flags;          /* extra namespaces: CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS */
     const char *const *hook_env; /* K=V passed to hooks (the plugin passes SLURM_*), or NULL */
     bool set_creds;             /* drop fully to uid/gid/groups in the holder (plugin: root) */

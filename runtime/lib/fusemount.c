@@ -1,17 +1,34 @@
 /* In-process squashfuse server; see fusemount.h.
  *
  * Why in-process: exec'ing squashfuse_ll costs an exec, its own library
- * loading and a daemonize handshake per container start; serving from a
- * thread of the holder costs one mount(2) and a thread. The operations
- * themselves are libsquashfuse_ll's, not re-implemented here. */
+ * loading and a daemonize handshake per container start; serving from
+ * threads of the holder costs one mount(2) and a thread.
+ *
+ * Why our own FUSE glue over libsquashfuse's reading functions (instead of
+ * libsquashfuse_ll's ready-made sqfs_ll_op_* handlers, which a single thread
+ * could use): those handlers share one `sqfs` whose block caches are not
+ * thread-safe, so they can only be served one request at a time. Then a
+ * lookup waits behind every read queued before it: the holder's own setup
+ * behind the command being warmed (warm.h), one task's `ls` behind another
+ * task's 100 MB read. Here several readers, each an `sqfs` opened on the
+ * image with its own caches and lock, serve metadata (lookup, getattr,
+ * readlink, readdir, xattrs, open: one reader) and file data (read: one
+ * reader per CPU, up to 4, by block) in parallel from a multithreaded loop.
+ * Decoding squashfs (inodes, directories, blocks, decompression) stays
+ * libsquashfuse's; the handlers below only lock, call it and reply. Inode
+ * numbers are squashfs inode locations (squashfuse's
+ * 64-bit scheme), the same in every reader and stateless. */
 #include "fusemount.h"
 #include "spawn.h"
 
 #include <errno.h>
 #include <float.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,98 +41,388 @@
 #include <squashfuse/config.h>
 #include <squashfuse/ll.h>
 
-/* Not in squashfuse's installed headers, but exported by libsquashfuse
- * (stat.c): fills a struct stat from a squashfs inode. */
+/* Not in squashfuse's installed headers, but exported by libsquashfuse_ll
+ * (stat.c, fuseprivate.c). */
 sqfs_err sqfs_stat(sqfs *fs, sqfs_inode *inode, struct stat *st);
+int sqfs_statfs(sqfs *fs, struct statvfs *st);
+int sqfs_listxattr(sqfs *fs, sqfs_inode *inode, char *buf, size_t *size);
+int sqfs_enoattr(void);
 
-/* The library's sqfs_ll first, so its operations (which take the session's
- * userdata as a sqfs_ll *) work unchanged; then what our own getattr and
- * lookup add: image files owned by root are presented as owned by the
- * namespace's user when root is not remapped, as an extracted image would
- * be, so the user can create mount points and write with --rw (the only ids
- * an unprivileged namespace has are the user's own). */
-struct skiff_ll {
+struct reader {
     sqfs_ll ll;
-    bool own_root;
-    uid_t uid;
-    gid_t gid;
+    pthread_mutex_t lock;
+    bool open;
 };
 
+/* Data readers: reads go to data[(offset / block size) % ndata], so the
+ * kernel's readahead windows (block-aligned when warming) are decompressed
+ * in parallel, each block by one reader, whose cache then has it. */
+#define MAX_DATA_READERS 4
+
 struct skiff_fuse {
-    struct skiff_ll *ll;
+    struct reader meta, data[MAX_DATA_READERS];
+    unsigned ndata;
+    /* image files owned by root are presented as owned by the namespace's
+     * user when root is not remapped, as an extracted image would be, so the
+     * user can create mount points and write with --rw (the only ids an
+     * unprivileged namespace has are the user's own) */
+    bool own_root;
+    bool no_xattrs; /* the image has no xattr table: ENOSYS, asked once */
+    uid_t uid;
+    gid_t gid;
     struct fuse_session *se;
     pthread_t thread;
     int fd;
 };
 
-static void fix_owner(const struct skiff_ll *s, struct stat *st)
+static int reader_open(struct reader *r, const char *image, skiff_err *err)
 {
-    if (!s->own_root)
-        return;
-    if (st->st_uid == 0)
-        st->st_uid = s->uid;
-    if (st->st_gid == 0)
-        st->st_gid = s->gid;
+    if (sqfs_open_image(&r->ll.fs, image, 0) != SQFS_OK)
+        return skiff_error(err, EIO, "read squashfs image %s", image);
+    /* squashfuse caches 1 data block and 3 fragment blocks; the kernel's
+     * 128 KiB reads rarely line up with the image's blocks, so a read often
+     * spans two and the same block is decompressed again and again (50
+     * decompressions to exec a 2 MB busybox). 32 + 16 blocks (<= 6 MiB). */
+    sqfs_cache_destroy(&r->ll.fs.data_cache);
+    sqfs_cache_destroy(&r->ll.fs.frag_cache);
+    if (sqfs_block_cache_init(&r->ll.fs.data_cache, 32) != SQFS_OK ||
+        sqfs_block_cache_init(&r->ll.fs.frag_cache, 16) != SQFS_OK) {
+        sqfs_destroy(&r->ll.fs);
+        return skiff_error(err, ENOMEM, "squashfs block cache");
+    }
+    if (sqfs_ll_init(&r->ll) != SQFS_OK) {
+        sqfs_destroy(&r->ll.fs);
+        return skiff_error(err, EIO, "read squashfs image %s", image);
+    }
+    pthread_mutex_init(&r->lock, NULL);
+    r->open = true;
+    return 0;
 }
 
-/* getattr and lookup: the library's behaviour (attributes never expire: the
- * image is immutable) plus fix_owner. */
+static void reader_close(struct reader *r)
+{
+    if (!r->open)
+        return;
+    sqfs_ll_destroy(&r->ll);
+    pthread_mutex_destroy(&r->lock);
+    r->open = false;
+}
+
+static struct skiff_fuse *fs_of(fuse_req_t req)
+{
+    return fuse_req_userdata(req);
+}
+
+static void fix_owner(const struct skiff_fuse *f, struct stat *st)
+{
+    if (!f->own_root)
+        return;
+    if (st->st_uid == 0)
+        st->st_uid = f->uid;
+    if (st->st_gid == 0)
+        st->st_gid = f->gid;
+}
+
+/* The inode behind a FUSE inode number, from the metadata reader (locked by
+ * the caller); an errno value or 0. */
+static int meta_inode(struct skiff_fuse *f, fuse_ino_t ino, sqfs_inode *inode)
+{
+    return sqfs_ll_inode(&f->meta.ll, inode, ino) == SQFS_OK ? 0 : ENOENT;
+}
+
+/* Attributes never expire: the image is immutable. */
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)fi;
-    sqfs_ll_i lli;
+    struct skiff_fuse *f = fs_of(req);
+    sqfs_inode inode;
     struct stat st;
-    if (sqfs_ll_iget(req, &lli, ino)) /* it replied with the error */
-        return;
-    if (sqfs_stat(&lli.ll->fs, &lli.inode, &st)) {
-        fuse_reply_err(req, ENOENT);
+    pthread_mutex_lock(&f->meta.lock);
+    int e = meta_inode(f, ino, &inode);
+    if (!e && sqfs_stat(&f->meta.ll.fs, &inode, &st) != SQFS_OK)
+        e = ENOENT;
+    pthread_mutex_unlock(&f->meta.lock);
+    if (e) {
+        fuse_reply_err(req, e);
         return;
     }
     st.st_ino = ino;
-    fix_owner((const struct skiff_ll *)lli.ll, &st);
+    fix_owner(f, &st);
     fuse_reply_attr(req, &st, DBL_MAX);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-    sqfs_ll_i lli;
-    if (sqfs_ll_iget(req, &lli, parent))
-        return;
-    if (!S_ISDIR(lli.inode.base.mode)) {
-        fuse_reply_err(req, ENOTDIR);
-        return;
-    }
+    struct skiff_fuse *f = fs_of(req);
+    sqfs_inode dir, inode;
     sqfs_name namebuf;
     sqfs_dir_entry entry;
-    bool found = false;
-    sqfs_dentry_init(&entry, namebuf);
-    if (sqfs_dir_lookup(&lli.ll->fs, &lli.inode, name, strlen(name), &entry, &found)) {
-        fuse_reply_err(req, EIO);
-        return;
-    }
-    if (!found) {
-        fuse_reply_err(req, ENOENT);
-        return;
-    }
-    sqfs_inode inode;
     struct fuse_entry_param e;
+    bool found = false;
     memset(&e, 0, sizeof(e));
-    if (sqfs_inode_get(&lli.ll->fs, &inode, sqfs_dentry_inode(&entry)) ||
-        sqfs_stat(&lli.ll->fs, &inode, &e.attr)) {
-        fuse_reply_err(req, EIO);
+    sqfs_dentry_init(&entry, namebuf);
+    pthread_mutex_lock(&f->meta.lock);
+    int rc = meta_inode(f, parent, &dir);
+    if (!rc && !S_ISDIR(dir.base.mode))
+        rc = ENOTDIR;
+    if (!rc && sqfs_dir_lookup(&f->meta.ll.fs, &dir, name, strlen(name), &entry, &found) != SQFS_OK)
+        rc = EIO;
+    if (!rc && !found)
+        rc = ENOENT;
+    if (!rc && (sqfs_inode_get(&f->meta.ll.fs, &inode, sqfs_dentry_inode(&entry)) != SQFS_OK ||
+                sqfs_stat(&f->meta.ll.fs, &inode, &e.attr) != SQFS_OK))
+        rc = EIO;
+    if (!rc)
+        e.ino = f->meta.ll.ino_register(&f->meta.ll, &entry);
+    pthread_mutex_unlock(&f->meta.lock);
+    if (rc) {
+        fuse_reply_err(req, rc);
         return;
     }
     e.attr_timeout = e.entry_timeout = DBL_MAX;
-    e.ino = lli.ll->ino_register(lli.ll, &entry);
     e.attr.st_ino = e.ino;
-    fix_owner((const struct skiff_ll *)lli.ll, &e.attr);
+    fix_owner(f, &e.attr);
     fuse_reply_entry(req, &e);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+    struct skiff_fuse *f = fs_of(req);
+    pthread_mutex_lock(&f->meta.lock);
+    f->meta.ll.ino_forget(&f->meta.ll, ino, nlookup);
+    pthread_mutex_unlock(&f->meta.lock);
+    fuse_reply_none(req);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+    struct skiff_fuse *f = fs_of(req);
+    sqfs_inode inode;
+    char *dst = NULL;
+    size_t size = 0;
+    pthread_mutex_lock(&f->meta.lock);
+    int e = meta_inode(f, ino, &inode);
+    if (!e && !S_ISLNK(inode.base.mode))
+        e = EINVAL;
+    if (!e && sqfs_readlink(&f->meta.ll.fs, &inode, NULL, &size) != SQFS_OK)
+        e = EIO;
+    if (!e && !(dst = malloc(size + 1)))
+        e = ENOMEM;
+    if (!e && sqfs_readlink(&f->meta.ll.fs, &inode, dst, &size) != SQFS_OK)
+        e = EIO;
+    pthread_mutex_unlock(&f->meta.lock);
+    if (e)
+        fuse_reply_err(req, e);
+    else
+        fuse_reply_readlink(req, dst);
+    free(dst);
+}
+
+/* open and opendir: the inode, decoded once, is the handle */
+static void open_common(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, bool want_dir)
+{
+    struct skiff_fuse *f = fs_of(req);
+    if (!want_dir && (fi->flags & O_ACCMODE) != O_RDONLY) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    sqfs_inode *inode = malloc(sizeof(*inode));
+    if (!inode) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    pthread_mutex_lock(&f->meta.lock);
+    int e = meta_inode(f, ino, inode);
+    pthread_mutex_unlock(&f->meta.lock);
+    if (!e && want_dir && !S_ISDIR(inode->base.mode))
+        e = ENOTDIR;
+    if (!e && !want_dir && !S_ISREG(inode->base.mode))
+        e = EISDIR;
+    if (e) {
+        free(inode);
+        fuse_reply_err(req, e);
+        return;
+    }
+    fi->fh = (uintptr_t)inode;
+    fi->keep_cache = 1; /* immutable: what is cached stays valid across opens */
+    fuse_reply_open(req, fi);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    open_common(req, ino, fi, false);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    open_common(req, ino, fi, true);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    free((sqfs_inode *)(uintptr_t)fi->fh);
+    fuse_reply_err(req, 0);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct skiff_fuse *f = fs_of(req);
+    char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    sqfs_off_t n = (sqfs_off_t)size;
+    struct reader *r = &f->data[(uint64_t)off / f->meta.ll.fs.sb.block_size % f->ndata];
+    pthread_mutex_lock(&r->lock);
+    sqfs_err e = sqfs_read_range(&r->ll.fs, (sqfs_inode *)(uintptr_t)fi->fh, off, &n, buf);
+    pthread_mutex_unlock(&r->lock);
+    if (e != SQFS_OK)
+        fuse_reply_err(req, EIO);
+    else
+        fuse_reply_buf(req, buf, (size_t)n);
+    free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct skiff_fuse *f = fs_of(req);
+    char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    size_t used = 0;
+    int e = 0;
+    sqfs_dir dir;
+    sqfs_name namebuf;
+    sqfs_dir_entry entry;
+    sqfs_err derr = SQFS_OK;
+    struct stat st;
+    memset(&st, 0, sizeof(st));
+    sqfs_dentry_init(&entry, namebuf);
+    pthread_mutex_lock(&f->meta.lock);
+    if (sqfs_dir_open(&f->meta.ll.fs, (sqfs_inode *)(uintptr_t)fi->fh, &dir, off) != SQFS_OK)
+        e = EINVAL;
+    while (!e && sqfs_dir_next(&f->meta.ll.fs, &dir, &entry, &derr)) {
+        st.st_ino = f->meta.ll.ino_fuse_num(&f->meta.ll, &entry);
+        st.st_mode = sqfs_dentry_mode(&entry);
+        size_t esize = fuse_add_direntry(req, buf + used, size - used, sqfs_dentry_name(&entry), &st,
+                                         (off_t)sqfs_dentry_next_offset(&entry));
+        if (esize > size - used)
+            break; /* the next call starts from this entry */
+        used += esize;
+    }
+    if (!e && derr != SQFS_OK)
+        e = EIO;
+    pthread_mutex_unlock(&f->meta.lock);
+    if (e)
+        fuse_reply_err(req, e);
+    else
+        fuse_reply_buf(req, buf, used);
+    free(buf);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+    (void)ino;
+    struct skiff_fuse *f = fs_of(req);
+    struct statvfs st;
+    int e = sqfs_statfs(&f->meta.ll.fs, &st); /* superblock only: no lock */
+    if (e)
+        fuse_reply_err(req, e);
+    else
+        fuse_reply_statfs(req, &st);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+    struct skiff_fuse *f = fs_of(req);
+    if (f->no_xattrs) {
+        /* the kernel stops asking this mount (exec asks for
+         * security.capability each time) */
+        fuse_reply_err(req, ENOSYS);
+        return;
+    }
+    sqfs_inode inode;
+    char *buf = malloc(size ? size : 1);
+    size_t real = size;
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    pthread_mutex_lock(&f->meta.lock);
+    int e = meta_inode(f, ino, &inode);
+    if (!e && sqfs_xattr_lookup(&f->meta.ll.fs, &inode, name, size ? buf : NULL, &real) != SQFS_OK)
+        e = EIO;
+    pthread_mutex_unlock(&f->meta.lock);
+    if (!e && real == 0)
+        e = sqfs_enoattr();
+    if (!e && size && size < real)
+        e = ERANGE;
+    if (e)
+        fuse_reply_err(req, e);
+    else if (size == 0)
+        fuse_reply_xattr(req, real);
+    else
+        fuse_reply_buf(req, buf, real);
+    free(buf);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+    struct skiff_fuse *f = fs_of(req);
+    if (f->no_xattrs) {
+        fuse_reply_err(req, ENOSYS);
+        return;
+    }
+    sqfs_inode inode;
+    char *buf = size ? malloc(size) : NULL;
+    if (size && !buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    pthread_mutex_lock(&f->meta.lock);
+    int e = meta_inode(f, ino, &inode);
+    if (!e)
+        e = sqfs_listxattr(&f->meta.ll.fs, &inode, buf, &size);
+    pthread_mutex_unlock(&f->meta.lock);
+    if (e)
+        fuse_reply_err(req, e < 0 ? -e : e);
+    else if (buf)
+        fuse_reply_buf(req, buf, size);
+    else
+        fuse_reply_xattr(req, size);
+    free(buf);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                      struct fuse_file_info *fi)
+{
+    (void)parent, (void)name, (void)mode, (void)fi;
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+    const struct skiff_fuse *f = userdata;
+    /* Readahead requests go to the kernel's background queue; at most one
+     * per data reader is handed to us at once, so worker threads stay free
+     * for the metadata requests queued after them. */
+    conn->max_background = f->ndata;
+    conn->congestion_threshold = f->ndata;
 }
 
 static void *serve(void *arg)
 {
     struct skiff_fuse *f = arg;
-    fuse_session_loop(f->se);
+    /* workers are started on demand: one per busy reader, one answering
+     * metadata, a spare */
+    struct fuse_loop_config cfg = {.clone_fd = 0, .max_idle_threads = MAX_DATA_READERS + 2};
+    fuse_session_loop_mt(f->se, &cfg);
     return NULL;
 }
 
@@ -146,40 +453,25 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, i
         free(f);
         return NULL;
     }
-    f->ll = calloc(1, sizeof(*f->ll));
-    if (!f->ll) {
-        skiff_error(err, ENOMEM, "fuse");
+    /* squashfuse allocates a block-sized buffer (128 KiB) per block it
+     * reads, and we one per request: at glibc's default threshold each is a
+     * fresh mmap, page-faulted in 4 KiB at a time and unmapped again. Served
+     * from the heap instead, the pages are faulted once and reused. This is
+     * the holder's own process (a container's server), so the setting is
+     * ours to make. */
+    mallopt(M_MMAP_THRESHOLD, 8 << 20);
+    mallopt(M_TRIM_THRESHOLD, 32 << 20);
+    f->own_root = own_root;
+    f->uid = geteuid();
+    f->gid = getegid();
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    f->ndata = cpus < 1 ? 1 : cpus > MAX_DATA_READERS ? MAX_DATA_READERS : (unsigned)cpus;
+    if (reader_open(&f->meta, image, err) < 0)
         goto fail;
-    }
-    f->ll->own_root = own_root;
-    f->ll->uid = geteuid();
-    f->ll->gid = getegid();
-    if (sqfs_open_image(&f->ll->ll.fs, image, 0) != SQFS_OK) {
-        skiff_error(err, EIO, "read squashfs image %s", image);
-        free(f->ll);
-        f->ll = NULL;
-        goto fail;
-    }
-    /* squashfuse caches 1 data block and 3 fragment blocks; the kernel's
-     * 128 KiB reads rarely line up with the image's blocks, so a read often
-     * spans two and the same block is decompressed again and again (50
-     * decompressions to exec a 2 MB busybox). 32 + 16 blocks (<= 6 MiB). */
-    sqfs_cache_destroy(&f->ll->ll.fs.data_cache);
-    sqfs_cache_destroy(&f->ll->ll.fs.frag_cache);
-    if (sqfs_block_cache_init(&f->ll->ll.fs.data_cache, 32) != SQFS_OK ||
-        sqfs_block_cache_init(&f->ll->ll.fs.frag_cache, 16) != SQFS_OK) {
-        skiff_error(err, ENOMEM, "squashfs block cache");
-        free(f->ll);
-        f->ll = NULL;
-        goto fail;
-    }
-    if (sqfs_ll_init(&f->ll->ll) != SQFS_OK) {
-        skiff_error(err, EIO, "read squashfs image %s", image);
-        sqfs_destroy(&f->ll->ll.fs);
-        free(f->ll);
-        f->ll = NULL;
-        goto fail;
-    }
+    for (unsigned i = 0; i < f->ndata; i++)
+        if (reader_open(&f->data[i], image, err) < 0)
+            goto fail;
+    f->no_xattrs = (uint64_t)f->meta.ll.fs.sb.xattr_id_table_start == UINT64_MAX; /* SQUASHFS_INVALID_BLK */
     char target[64], opts[160];
     snprintf(target, sizeof(target), "/proc/self/fd/%d", target_fd);
     snprintf(opts, sizeof(opts), "fd=%d,rootmode=40000,user_id=%u,group_id=%u,default_permissions", f->fd,
@@ -189,25 +481,26 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, i
         goto fail;
     }
     static const struct fuse_lowlevel_ops ops = {
+        .init = op_init,
         .lookup = op_lookup,
-        .forget = sqfs_ll_op_forget,
+        .forget = op_forget,
         .getattr = op_getattr,
-        .readlink = sqfs_ll_op_readlink,
-        .open = sqfs_ll_op_open,
-        .read = sqfs_ll_op_read,
-        .release = sqfs_ll_op_release,
-        .opendir = sqfs_ll_op_opendir,
-        .readdir = sqfs_ll_op_readdir,
-        .releasedir = sqfs_ll_op_releasedir,
-        .statfs = stfs_ll_op_statfs,
-        .getxattr = sqfs_ll_op_getxattr,
-        .listxattr = sqfs_ll_op_listxattr,
-        .create = sqfs_ll_op_create,
+        .readlink = op_readlink,
+        .open = op_open,
+        .read = op_read,
+        .release = op_release,
+        .opendir = op_opendir,
+        .readdir = op_readdir,
+        .releasedir = op_release,
+        .statfs = op_statfs,
+        .getxattr = op_getxattr,
+        .listxattr = op_listxattr,
+        .create = op_create,
     };
     char arg0[] = "skiff";
     char *argv[] = {arg0, NULL};
     struct fuse_args args = FUSE_ARGS_INIT(1, argv);
-    f->se = fuse_session_new(&args, &ops, sizeof(ops), f->ll);
+    f->se = fuse_session_new(&args, &ops, sizeof(ops), f);
     if (!f->se) {
         skiff_error(err, EIO, "create FUSE session");
         goto fail_mounted;
@@ -232,10 +525,9 @@ fail:
         fuse_session_destroy(f->se); /* closes f->fd */
     else if (f->fd >= 0)
         close(f->fd);
-    if (f->ll) {
-        sqfs_ll_destroy(&f->ll->ll);
-        free(f->ll);
-    }
+    reader_close(&f->meta);
+    for (unsigned i = 0; i < f->ndata; i++)
+        reader_close(&f->data[i]);
     free(f);
     return NULL;
 }

@@ -248,6 +248,35 @@ if command -v umoci >/dev/null; then
   else t_fail "build an OCI image with umoci" "$(cat $W/e2e.log)"; fi
 else t_skip "skiff import'ed image" "umoci missing (scripts/install-deps test)"; fi
 
+# ---- file data through the FUSE server: parallel readers, warming ----
+# Files of awkward sizes (empty, around the 128 KiB block size, fragments,
+# several blocks) in a zstd image, read back by 4 processes at once; every
+# sum must match the host's. Then a dynamically linked command (the host's
+# `true` with its libraries), whose executable and ELF interpreter are warmed.
+D=$W/data-img
+mkdir -p $D/bin $D/files
+cp $R/bin/busybox $D/bin/ && for a in sh sha256sum cat; do ln -s busybox $D/bin/$a; done
+i=0
+for n in 0 1 4095 131071 131072 131073 300000 1500000 3000000; do
+  head -c $n /dev/urandom >$D/files/f$i; i=$((i + 1))
+done
+(cd $D/files && sha256sum f* >$W/data-img.sums)
+mksquashfs $D $W/data.sqsh -quiet -noappend -all-root -comp zstd >/dev/null && chmod 0644 $W/data.sqsh
+out=$(st $W/data.sqsh sh -c 'cd /files; for k in 1 2 3 4; do sha256sum f* >/tmp/s$k & done; wait; cat /tmp/s1 /tmp/s2 /tmp/s3 /tmp/s4' 2>&1)
+if [ "$out" = "$(cat $W/data-img.sums $W/data-img.sums $W/data-img.sums $W/data-img.sums)" ]; then
+  t_pass "file data: 4 parallel readers get the image's bytes"
+else t_fail "file data: 4 parallel readers get the image's bytes" "$(diff <(echo "$out") <(cat $W/data-img.sums{,,,}) | head -5)"; fi
+T=$W/dyn-img
+mkdir -p $T/bin
+cp "$(type -P true)" $T/bin/true
+for lib in $(ldd "$(type -P true)" | grep -o '/[^ ]*'); do mkdir -p $T$(dirname $lib) && cp -L $lib $T$lib; done
+mksquashfs $T $W/dyn.sqsh -quiet -noappend -all-root >/dev/null && chmod 0644 $W/dyn.sqsh
+check_rc "a dynamically linked command starts (warmed with its interpreter)" 0 st $W/dyn.sqsh /bin/true
+check_rc "a missing command still exits 127 (nothing to warm)" 127 st $W/dyn.sqsh /bin/nothing-here
+st_nowarm() { EXTRA_ENV=SKIFF_NO_WARM=1 st "$@"; }
+check_rc "the same without warming (SKIFF_NO_WARM)" 0 st_nowarm $W/dyn.sqsh /bin/true
+t_check "nothing left after the data cases" leftovers
+
 # ---- doctor ----
 out=$(as_user "$SKIFF" doctor 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q "ok:.*user + mount namespaces" <<<"$out" && grep -q "ok:.*/dev/fuse is usable" <<<"$out"; then
