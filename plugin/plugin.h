@@ -44,6 +44,7 @@ struct skiff_plugin {
     bool named_exists;
     bool temp_named; /* made only to keep the upper for --container-save */
     char save_path[SKIFF_PATH_MAX];
+    char *command0; /* the step's argv[0]: warmed while the container starts */
     struct skiff_container c;
     bool started;
     uint32_t tasks_exited;

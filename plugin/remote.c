@@ -345,12 +345,15 @@ int skiff_remote_post_opt(spank_t sp)
         skiff_g.temp_named = true;
     }
     skiff_g.hook_env = build_hook_env(sp);
-    if (skiff_g.is_batch) {
+    {
         int argc = 0;
         char **argv = NULL;
-        if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && argc > 0 && argv[0][0] == '/' &&
+        bool have = spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && argc > 0 && argv[0];
+        if (have && skiff_g.is_batch && argv[0][0] == '/' &&
             asprintf(&batch_script_mount, "%s:%s:ro+x-create=file", argv[0], argv[0]) < 0)
             batch_script_mount = NULL;
+        if (have && !skiff_g.is_batch)
+            skiff_g.command0 = strdup(argv[0]); /* NULL (no warming) is fine */
     }
     skiff_g.t_config_ms = skiff_now_ms() - t0;
     skiff_g.t_post_opt_end = skiff_now_ms();
@@ -539,6 +542,8 @@ static int start_container(const char **phase, skiff_err *err)
     so.mount_home = o->mount_home == 1;
     so.use_entrypoint = o->entrypoint == 1 || (o->entrypoint < 0 && skiff_g.args.execute_entrypoint);
     so.unshare_flags = o->unshare_flags;
+    char *command[2] = {skiff_g.command0, NULL};
+    so.command = skiff_g.command0 ? command : NULL;
     so.hook_env = (const char *const *)skiff_g.hook_env;
     so.set_creds = true;
     so.uid = skiff_g.uid;

@@ -1027,9 +1027,7 @@ int skiff_container_stop(struct skiff_container *c, skiff_err *err)
         kill(c->holder, SIGKILL);
         if (have_ns)
             kill_leftovers(c->holder, &ns);
-        if (c->owns_state && c->state_dir[0])
-            remove_state(c->state_dir);
-        skiff_trace(c->trace, "stop: killed, state removed");
+        skiff_trace(c->trace, "stop: killed");
         if (waitpid(c->holder, NULL, 0) < 0 && errno == ECHILD && pfd >= 0) {
             /* not our child: wait until it is gone */
             struct pollfd pf = {.fd = pfd, .events = POLLIN};

@@ -20,7 +20,7 @@ TUID=$(id -u $TUSER)
 chmod 0666 /dev/fuse
 
 W=$(mktemp -d /tmp/skiff-bench-start.XXXXXX)
-chmod 755 "$W"; mkdir -p $W/out $W/run; chown $TUSER: $W/out $W/run; chmod 700 $W/run
+chmod 755 "$W"; mkdir -p $W/out; chown $TUSER: $W/out
 trap 'rm -rf "$W"' EXIT
 R=$W/rootfs
 mkdir -p $R/{bin,etc,tmp,proc,sys,dev}
@@ -29,15 +29,21 @@ for a in $($R/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox $R/bin
 printf 'root:x:0:0:root:/root:/bin/sh\n' >$R/etc/passwd
 printf 'root:x:0:\n' >$R/etc/group
 echo '127.0.0.1 localhost' >$R/etc/hosts
-# zstd is what skiff import writes by default; lz4 is the fastest to decompress
-mksquashfs $R $W/zstd.sqsh -quiet -noappend -all-root -comp zstd >/dev/null
-mksquashfs $R $W/lz4.sqsh -quiet -noappend -all-root -comp lz4 >/dev/null
-chmod 644 $W/*.sqsh
+# The images as `skiff import` writes them (dir: of the tree): zstd level 1 by
+# default; lz4 and uncompressed through the config's compression switch.
 cp "$SKIFF" $W/skiff && chmod 755 $W/skiff   # readable by the test user wherever the tree is
-as_user=(setpriv --reuid=$TUID --regid=$TUID --init-groups env -i PATH=/usr/bin:/bin HOME=$W USER=$TUSER SKIFF_RUNTIME_PATH=$W/run)
+SKIFF_IMPORT=$BUILD/bin/skiff-import
+for c in zstd lz4 none; do
+  SKIFF_CACHE_PATH=$W/cache SKIFF_DATA_PATH=$W/data SKIFF_SQUASH_COMPRESSION=$c \
+    "$SKIFF_IMPORT" import -o $W/$c.sqsh dir:$R >$W/import-$c.log 2>&1 || { echo "bench start: import $c failed"; cat $W/import-$c.log; exit 1; }
+done
+chmod 644 $W/*.sqsh
+# the default runtime_path (a tmpfs), as a user gets it
+as_user=(setpriv --reuid=$TUID --regid=$TUID --init-groups env -i PATH=/usr/bin:/bin HOME=$W USER=$TUSER)
 cmds=(-n "bare unshare -U -m true" "unshare -U -m true"
       -n "skiff start zstd.sqsh /bin/true" "$W/skiff start $W/zstd.sqsh /bin/true"
       -n "skiff start lz4.sqsh /bin/true" "$W/skiff start $W/lz4.sqsh /bin/true"
+      -n "skiff start none.sqsh /bin/true (uncompressed)" "$W/skiff start $W/none.sqsh /bin/true"
       -n "skiff start --rw zstd.sqsh /bin/true" "$W/skiff start --rw $W/zstd.sqsh /bin/true")
 if command -v ch-run >/dev/null && (cd $W && "${as_user[@]}" ch-run $W/zstd.sqsh -- /bin/true) >/dev/null 2>&1; then
   cmds+=(-n "ch-run zstd.sqsh -- /bin/true" "ch-run $W/zstd.sqsh -- /bin/true")
@@ -46,9 +52,14 @@ else
 fi
 (cd $W && "${as_user[@]}" hyperfine -N --runs "$RUNS" --warmup 3 --export-json $W/out/h.json "${cmds[@]}" >$W/hyperfine.log 2>&1) \
   || { echo "bench start: hyperfine failed"; cat $W/hyperfine.log; exit 1; }
-python3 - "$W/out/h.json" "$(nproc)" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+# the same zstd start without warming the command (SKIFF_NO_WARM, runtime/lib/warm.h)
+(cd $W && "${as_user[@]}" SKIFF_NO_WARM=1 hyperfine -N --runs "$RUNS" --warmup 3 --export-json $W/out/h2.json \
+  -n "skiff start zstd.sqsh /bin/true, warming off" "$W/skiff start $W/zstd.sqsh /bin/true" >>$W/hyperfine.log 2>&1) \
+  || { echo "bench start: hyperfine failed"; cat $W/hyperfine.log; exit 1; }
+python3 - "$W/out/h.json" "$(nproc)" "$(cut -d' ' -f1 /proc/loadavg)" "$W/out/h2.json" <<'PY'
 import json, statistics, sys
 res = json.load(open(sys.argv[1]))["results"]
+res[2:2] = json.load(open(sys.argv[4]))["results"]
 print(f"Container start + /bin/true, busybox squashfs, non-root (median of {len(res[0]['times'])} runs; "
       f"{sys.argv[2]} CPUs, load {sys.argv[3]})\n")
 print("| command | median ms | mean ± σ ms | min ms |")

@@ -23,7 +23,7 @@ Test(config, defaults_without_file)
     skiff_config_for_user(1234, "alice", "/home/alice");
     cr_assert_eq(skiff_config_load(&cfg, NULL, false, &err), 0, "%s", err.msg);
     cr_assert_str_eq(cfg.cache_path, "/home/alice/.cache/skiff");
-    cr_assert_str_eq(cfg.runtime_path, "/tmp/skiff-1234");
+    cr_assert_str_eq(cfg.runtime_path, "/dev/shm/skiff-1234");
     cr_assert_str_eq(cfg.squash_compression, "zstd");
     cr_assert_eq(cfg.allow_http, false);
     skiff_config_for_user((unsigned)-1, NULL, NULL);
