@@ -75,7 +75,9 @@ struct skiff_fuse {
     int fd;
 };
 
-static int reader_open(struct reader *r, const char *image, skiff_err *err)
+/* for_data: this reader serves file data and gets the larger block caches;
+ * the metadata reader never reads a data block. */
+static int reader_open(struct reader *r, const char *image, bool for_data, skiff_err *err)
 {
     if (sqfs_open_image(&r->ll.fs, image, 0) != SQFS_OK)
         return skiff_error(err, EIO, "read squashfs image %s", image);
@@ -83,10 +85,12 @@ static int reader_open(struct reader *r, const char *image, skiff_err *err)
      * 128 KiB reads rarely line up with the image's blocks, so a read often
      * spans two and the same block is decompressed again and again (50
      * decompressions to exec a 2 MB busybox). 32 + 16 blocks (<= 6 MiB). */
-    sqfs_cache_destroy(&r->ll.fs.data_cache);
-    sqfs_cache_destroy(&r->ll.fs.frag_cache);
-    if (sqfs_block_cache_init(&r->ll.fs.data_cache, 32) != SQFS_OK ||
-        sqfs_block_cache_init(&r->ll.fs.frag_cache, 16) != SQFS_OK) {
+    if (for_data) {
+        sqfs_cache_destroy(&r->ll.fs.data_cache);
+        sqfs_cache_destroy(&r->ll.fs.frag_cache);
+    }
+    if (for_data && (sqfs_block_cache_init(&r->ll.fs.data_cache, 32) != SQFS_OK ||
+                     sqfs_block_cache_init(&r->ll.fs.frag_cache, 16) != SQFS_OK)) {
         sqfs_destroy(&r->ll.fs);
         return skiff_error(err, ENOMEM, "squashfs block cache");
     }
@@ -466,10 +470,10 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, i
     f->gid = getegid();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     f->ndata = cpus < 1 ? 1 : cpus > MAX_DATA_READERS ? MAX_DATA_READERS : (unsigned)cpus;
-    if (reader_open(&f->meta, image, err) < 0)
+    if (reader_open(&f->meta, image, false, err) < 0)
         goto fail;
     for (unsigned i = 0; i < f->ndata; i++)
-        if (reader_open(&f->data[i], image, err) < 0)
+        if (reader_open(&f->data[i], image, true, err) < 0)
             goto fail;
     f->no_xattrs = (uint64_t)f->meta.ll.fs.sb.xattr_id_table_start == UINT64_MAX; /* SQUASHFS_INVALID_BLK */
     char target[64], opts[160];
