@@ -12,7 +12,9 @@
  *
  * Best effort by design: a command that cannot be found or read here is
  * simply not warmed (exec reports the real error later), and warming never
- * fails a start. What is read ahead is capped per file (SKIFF_WARM_MAX), so a
+ * fails a start. It looks in the image only: a command under a user's bind
+ * mount (mounted later, and on a host filesystem with its own page cache) is
+ * not warmed. What is read ahead is capped per file (SKIFF_WARM_MAX), so a
  * huge binary cannot hold the FUSE server up. */
 #ifndef SKIFF_WARM_H
 #define SKIFF_WARM_H
