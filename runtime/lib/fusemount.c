@@ -262,6 +262,15 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     open_common(req, ino, fi, true);
 }
 
+/* A buffer for a reply of up to size bytes, or NULL after answering ENOMEM. */
+static char *reply_buf(fuse_req_t req, size_t size)
+{
+    char *buf = malloc(size ? size : 1);
+    if (!buf)
+        fuse_reply_err(req, ENOMEM);
+    return buf;
+}
+
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
@@ -273,11 +282,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 {
     (void)ino;
     struct skiff_fuse *f = fs_of(req);
-    char *buf = malloc(size ? size : 1);
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
+    char *buf = reply_buf(req, size);
+    if (!buf)
         return;
-    }
     sqfs_off_t n = (sqfs_off_t)size;
     struct reader *r = &f->data[(uint64_t)off / f->meta.ll.fs.sb.block_size % f->ndata];
     pthread_mutex_lock(&r->lock);
@@ -294,11 +301,9 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 {
     (void)ino;
     struct skiff_fuse *f = fs_of(req);
-    char *buf = malloc(size ? size : 1);
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
+    char *buf = reply_buf(req, size);
+    if (!buf)
         return;
-    }
     size_t used = 0;
     int e = 0;
     sqfs_dir dir;
@@ -352,12 +357,10 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
         return;
     }
     sqfs_inode inode;
-    char *buf = malloc(size ? size : 1);
+    char *buf = reply_buf(req, size);
     size_t real = size;
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
+    if (!buf)
         return;
-    }
     pthread_mutex_lock(&f->meta.lock);
     int e = meta_inode(f, ino, &inode);
     if (!e && sqfs_xattr_lookup(&f->meta.ll.fs, &inode, name, size ? buf : NULL, &real) != SQFS_OK)

@@ -103,6 +103,16 @@ static int find_command(const struct warm_job *j)
     return -1;
 }
 
+static void job_free(struct warm_job *j)
+{
+    if (j->rootfd >= 0)
+        close(j->rootfd);
+    free(j->argv0);
+    free(j->path);
+    free(j->workdir);
+    free(j);
+}
+
 static void *warm_main(void *arg)
 {
     struct warm_job *j = arg;
@@ -122,11 +132,7 @@ static void *warm_main(void *arg)
     }
     if (fd >= 0)
         close(fd);
-    close(j->rootfd);
-    free(j->argv0);
-    free(j->path);
-    free(j->workdir);
-    free(j);
+    job_free(j);
     return NULL;
 }
 
@@ -150,13 +156,7 @@ int skiff_warm_start(int rootfd, const char *argv0, const char *path, const char
         rc = pthread_create(&t, &a, warm_main, j) == 0 ? 0 : -1;
         pthread_attr_destroy(&a);
     }
-    if (rc < 0) {
-        if (j->rootfd >= 0)
-            close(j->rootfd);
-        free(j->argv0);
-        free(j->path);
-        free(j->workdir);
-        free(j);
-    }
+    if (rc < 0)
+        job_free(j);
     return rc;
 }
