@@ -315,6 +315,7 @@ struct holder_ctx {
     bool rootfs_only; /* export: lower + overlay, no system mounts, no pivot */
     char stage[SKIFF_PATH_MAX];
     char home[SKIFF_PATH_MAX]; /* the user's home (--mount-home), looked up before the namespace */
+    struct skiff_fuse *fuse;   /* the image's FUSE server (NULL: extracted) */
 };
 
 static int stage_path(struct holder_ctx *h, const char *sub, char *out, size_t n, skiff_err *err)
@@ -336,7 +337,10 @@ static int assemble_rootfs(struct holder_ctx *h, skiff_err *err)
     cleanup_close int rootdirfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (lowerfd < 0 || rootdirfd < 0)
         return skiff_error(err, errno, "open staging directories");
-    if (!skiff_fuse_mount_squashfs(h->image, lowerfd, h->o->fuse_fd, geteuid() != 0, err)) {
+    h->fuse = skiff_fuse_mount_squashfs(h->image, lowerfd, h->o->fuse_fd, geteuid() != 0, err);
+    if (h->fuse && h->o->fuse_fd >= 0)
+        close(h->o->fuse_fd); /* our copy: the server's must be the last (fusemount.h) */
+    if (!h->fuse) {
         int e = err->code;
         if (e != EACCES && e != EPERM && e != ENODEV && e != ENOENT && e != ENXIO)
             return skiff_err_wrap(err, "image %s", h->image);
@@ -771,6 +775,7 @@ static void holder_main(struct holder_ctx *h, int wfd)
     if (skiff_write_all(wfd, &status, sizeof(status)) < 0)
         _exit(1);
     if (rc < 0) {
+        skiff_fuse_stop(h->fuse); /* gone before our parent reaps us */
         (void)skiff_write_all(wfd, &err, sizeof(err));
         _exit(1);
     }
@@ -1146,6 +1151,7 @@ int skiff_container_export(const struct skiff_config *cfg, const char *name, con
         snprintf(root, sizeof(root), "%s/root", h.stage);
         if (rc == 0)
             rc = skiff_squash_from_dir(cfg, root, abs_out, &e);
+        skiff_fuse_stop(h.fuse);
         if (rc < 0)
             (void)skiff_write_all(p[1], &e, sizeof(e));
         _exit(rc < 0 ? 1 : 0);

@@ -1,8 +1,8 @@
-/* In-process squashfuse server; see fusemount.h.
+/* The squashfs FUSE server; see fusemount.h.
  *
- * Why in-process: exec'ing squashfuse_ll costs an exec, its own library
- * loading and a daemonize handshake per container start; serving from
- * threads of the holder costs one mount(2) and a thread.
+ * Why forked, not an exec'ed squashfuse_ll: exec'ing costs an exec, its own
+ * library loading and a daemonize handshake per container start; a fork of
+ * the holder, which has already opened the image, costs a fork.
  *
  * Why our own FUSE glue over libsquashfuse's reading functions (instead of
  * libsquashfuse_ll's ready-made sqfs_ll_op_* handlers, which a single thread
@@ -21,6 +21,7 @@
 #include "fusemount.h"
 #include "spawn.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <float.h>
 #include <stdbool.h>
@@ -33,7 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,7 +74,7 @@ struct skiff_fuse {
     uid_t uid;
     gid_t gid;
     struct fuse_session *se;
-    pthread_t thread;
+    pid_t server; /* the serving process */
     int fd;
 };
 
@@ -423,14 +426,33 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     conn->congestion_threshold = f->ndata;
 }
 
-static void *serve(void *arg)
+/* The server keeps stdio, /dev/fuse and its readers' image files; anything
+ * else of the caller's (a pipe its parent reads to EOF, a lock) is closed. */
+static void keep_only_server_fds(const struct skiff_fuse *f)
 {
-    struct skiff_fuse *f = arg;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        int fd = atoi(e->d_name);
+        bool keep = fd <= 2 || fd == dirfd(d) || fd == f->fd || fd == f->meta.ll.fs.fd;
+        for (unsigned i = 0; i < f->ndata; i++)
+            keep |= fd == f->data[i].ll.fs.fd;
+        if (!keep)
+            close(fd);
+    }
+    closedir(d);
+}
+
+static void serve(struct skiff_fuse *f)
+{
     /* workers are started on demand: one per busy reader, one answering
      * metadata, a spare */
     struct fuse_loop_config cfg = {.clone_fd = 0, .max_idle_threads = MAX_DATA_READERS + 2};
     fuse_session_loop_mt(f->se, &cfg);
-    return NULL;
 }
 
 static int check_magic(const char *image, skiff_err *err)
@@ -519,11 +541,31 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, i
         skiff_error(err, EIO, "attach FUSE session");
         goto fail_mounted;
     }
-    int rc = pthread_create(&f->thread, NULL, serve, f);
-    if (rc != 0) {
-        skiff_error(err, rc, "start FUSE thread");
+    /* The server is a process of its own, not threads of the caller: a FUSE
+     * request waits for its answer even through SIGKILL once the server has
+     * read it, so a caller thread caught in a request to its own server when
+     * the process is killed would wait forever, holding the /dev/fuse fd that
+     * would abort the connection. Served from another process, the caller's
+     * requests are answered or fail when that process dies. */
+    pid_t parent = getpid();
+    f->server = fork();
+    if (f->server < 0) {
+        skiff_error(err, errno, "start the FUSE server");
         goto fail_mounted;
     }
+    if (f->server == 0) {
+        /* dies with the caller's thread, even by SIGKILL */
+        prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        if (getppid() == parent) {
+            keep_only_server_fds(f);
+            serve(f);
+        }
+        _exit(0);
+    }
+    /* the server's copy is the connection's last: when it exits, every
+     * request to the mount fails instead of waiting */
+    close(f->fd);
+    f->fd = -1;
     return f;
 fail_mounted:
     umount2(target, MNT_DETACH);
@@ -537,6 +579,16 @@ fail:
         reader_close(&f->data[i]);
     free(f);
     return NULL;
+}
+
+void skiff_fuse_stop(struct skiff_fuse *f)
+{
+    if (!f || f->server <= 0)
+        return;
+    kill(f->server, SIGKILL);
+    while (waitpid(f->server, NULL, 0) < 0 && errno == EINTR)
+        ;
+    f->server = 0;
 }
 
 int skiff_squash_extract(const char *image, const char *dir, skiff_err *err)

@@ -1,7 +1,8 @@
-/* Serving a squashfs image over FUSE from inside the caller's process (a
- * thread running libsquashfuse_ll's operations), so no helper is exec'ed and
- * the mount lives exactly as long as the process that serves it. Meant for
- * the container holder, inside its user + mount namespaces. */
+/* Serving a squashfs image over FUSE from a process forked by the caller
+ * (no helper is exec'ed; libsquashfuse decodes, several threads serve), which
+ * dies with the caller's thread, so the mount lives exactly as long as the
+ * caller. Meant for the container holder, inside its user + mount
+ * namespaces. */
 #ifndef SKIFF_FUSEMOUNT_H
 #define SKIFF_FUSEMOUNT_H
 
@@ -12,14 +13,19 @@
 struct skiff_fuse;
 
 /* Opens the image, mounts it read-only (nosuid, nodev) on the directory open
- * at target_fd and starts the serving thread. devfuse_fd: an open /dev/fuse
- * (kept by the caller) or -1 to open it here. Returns NULL + err on failure;
- * err->code is EACCES/EPERM/ENODEV/ENOENT when FUSE itself is unusable (the
- * caller may then fall back to extraction). The serving thread runs until the
- * process exits (the kernel aborts the connection then). own_root: present
+ * at target_fd and forks the serving process (PR_SET_PDEATHSIG: it gets
+ * SIGKILL when the calling thread exits). devfuse_fd: an open /dev/fuse or -1
+ * to open it here; the caller must close its own copy once this returns, or a
+ * request in flight when the server dies could wait forever. Returns NULL +
+ * err on failure; err->code is EACCES/EPERM/ENODEV/ENOENT when FUSE itself is
+ * unusable (the caller may then fall back to extraction). own_root: present
  * files owned by uid/gid 0 as owned by the caller's euid/egid. */
 struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, int devfuse_fd, bool own_root,
                                              skiff_err *err);
+
+/* Kills the serving process and reaps it (a caller about to exit, so that
+ * nothing of the mount outlives it). Safe on NULL. */
+void skiff_fuse_stop(struct skiff_fuse *f);
 
 /* Extracts the image into the (empty, writable) directory at dir with
  * unsquashfs (argv, no shell). The fallback when FUSE is unavailable. */

@@ -275,6 +275,23 @@ check_rc "a dynamically linked command starts (warmed with its interpreter)" 0 s
 check_rc "a missing command still exits 127 (nothing to warm)" 127 st $W/dyn.sqsh /bin/nothing-here
 st_nowarm() { EXTRA_ENV=SKIFF_NO_WARM=1 st "$@"; }
 check_rc "the same without warming (SKIFF_NO_WARM)" 0 st_nowarm $W/dyn.sqsh /bin/true
+# A command that exits at once while its 8 MB executable is still being
+# warmed: the holder is killed with a warming thread waiting on the FUSE
+# server. Every start must come back, and leave nothing (a server inside the
+# holder's own process once left it stuck in the kernel for good).
+B=$W/big-img
+mkdir -p $B/bin
+{ cat $R/bin/busybox; head -c 8000000 /dev/urandom; } >$B/bin/big && chmod 755 $B/bin/big
+mksquashfs $B $W/big.sqsh -quiet -noappend -all-root -comp zstd >/dev/null && chmod 0644 $W/big.sqsh
+hung=0
+for i in $(seq 20); do
+  timeout -s KILL 20 setpriv --reuid=$TUID --regid=$TUID --init-groups env -i PATH=/bin SKIFF_RUNTIME_PATH=$W/run \
+    $SKIFF start $W/big.sqsh /bin/big >/dev/null 2>&1
+  [ $? -eq 137 ] && hung=$((hung + 1))
+done
+if [ $hung -eq 0 ] && ! ps -u $TUSER -o stat=,args= | grep "$W" | grep -q '^[DZ]'; then
+  t_pass "killed while warming: 20 starts come back, nothing stuck"
+else t_fail "killed while warming: 20 starts come back, nothing stuck" "$hung hung; $(ps -u $TUSER -o pid,stat,args | grep "$W")"; fi
 t_check "nothing left after the data cases" leftovers
 
 # ---- doctor ----
