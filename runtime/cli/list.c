@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "container.h"
 #include "named.h"
 
 static void print_one(const char *name, const char *image, void *arg)
@@ -20,6 +21,7 @@ int cmd_list(int argc, char **argv)
     struct skiff_config cfg;
     if (cli_load_config(&cfg) < 0)
         return 1;
+    skiff_container_prune(&cfg);
     skiff_err err;
     skiff_err_clear(&err);
     if (skiff_named_list(&cfg, print_one, NULL, &err) < 0)

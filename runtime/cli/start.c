@@ -186,6 +186,7 @@ int cmd_start(int argc, char **argv)
     struct skiff_config cfg;
     if (cli_load_config(&cfg) < 0)
         return 1;
+    skiff_container_prune(&cfg);
     const char *target = argv[optind++];
     struct stat st;
     if (stat(target, &st) == 0 && S_ISREG(st.st_mode))

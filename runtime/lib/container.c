@@ -245,6 +245,46 @@ static void remove_state(const char *state_dir)
             ;
 }
 
+/* A holder of ours is alive: the process exists, is not a zombie (an
+ * orphan waits for init to reap it), and is ours (signalling it works: a
+ * pid reused by another user's process is not our holder). */
+static bool holder_alive(pid_t pid)
+{
+    if (kill(pid, 0) < 0)
+        return false;
+    char p[64], buf[256];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* "PID (COMM) STATE ..." */
+    return !(paren && paren[1] == ' ' && paren[2] == 'Z');
+}
+
+void skiff_container_prune(const struct skiff_config *cfg)
+{
+    DIR *d = opendir(cfg->runtime_path);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "pid-", 4) != 0)
+            continue;
+        char *end;
+        long pid = strtol(e->d_name + 4, &end, 10);
+        if (*end || pid <= 0 || pid > INT_MAX)
+            continue;
+        if (holder_alive((pid_t)pid))
+            continue;
+        char p[SKIFF_PATH_MAX + 300];
+        if ((size_t)snprintf(p, sizeof(p), "%s/%s", cfg->runtime_path, e->d_name) < sizeof(p))
+            remove_state(p);
+    }
+    closedir(d);
+}
+
 /* ---- the image config (/.skiff/config.json = OCI config's "config") ---- */
 
 static int json_strv(json_t *o, const char *key, char ***out, skiff_err *err)

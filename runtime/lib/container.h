@@ -92,6 +92,12 @@ int skiff_container_env(const struct skiff_container *c, char ***envp, skiff_err
 int skiff_container_argv(const struct skiff_container *c, bool use_entrypoint,
                          char *const *user_argv, char ***argvp, skiff_err *err);
 
+/* Removes the state left by `skiff start` containers whose holder is gone
+ * (their CLI was killed before it could clean up): runtime_path/pid-N with no
+ * process N here. State keyed by the plugin (node.job.step) is left alone:
+ * its steps clean up themselves. */
+void skiff_container_prune(const struct skiff_config *cfg);
+
 /* Kills (SIGKILL) and reaps the holder, removes the state dir, frees memory.
  * Safe to call twice and on a container whose start failed. */
 int skiff_container_stop(struct skiff_container *c, skiff_err *err);

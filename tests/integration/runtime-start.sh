@@ -292,6 +292,20 @@ done
 if [ $hung -eq 0 ] && ! ps -u $TUSER -o stat=,args= | grep "$W" | grep -q '^[DZ]'; then
   t_pass "killed while warming: 20 starts come back, nothing stuck"
 else t_fail "killed while warming: 20 starts come back, nothing stuck" "$hung hung; $(ps -u $TUSER -o pid,stat,args | grep "$W")"; fi
+# skiff start killed outright (SIGKILL: no chance to clean up): the holder
+# and the command die with it; the state it leaves is removed by the next
+# start (and by skiff list).
+st $W/bb.sqsh sh -c 'while :; do sleep 1; done' >/dev/null 2>&1 &
+kpid=$!
+for _ in $(seq 100); do [ -n "$(ls -A $W/run 2>/dev/null)" ] && break; sleep 0.05; done
+sleep 0.2
+pkill -KILL -P $kpid 2>/dev/null; kill -KILL $kpid 2>/dev/null; wait $kpid 2>/dev/null
+for _ in $(seq 100); do pgrep -u $TUSER -f "$W/bb.sqsh" >/dev/null || break; sleep 0.05; done
+stale=$(ls -A $W/run 2>/dev/null | wc -l)
+st $W/bb.sqsh true
+if [ "$stale" -ge 1 ] && [ -z "$(ls -A $W/run 2>/dev/null)" ] && ! pgrep -u $TUSER -f "$W/bb.sqsh" >/dev/null; then
+  t_pass "a killed skiff start: nothing runs on, its state goes at the next start"
+else t_fail "a killed skiff start: nothing runs on, its state goes at the next start" "stale=$stale left=$(ls -A $W/run) procs=$(pgrep -u $TUSER -af "$W/bb.sqsh")"; fi
 t_check "nothing left after the data cases" leftovers
 
 # ---- doctor ----
