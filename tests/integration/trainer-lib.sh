@@ -10,7 +10,17 @@ trap 'rm -rf "$TDIR"' EXIT
 
 # A free-ish TCP port for MASTER_PORT (random; the store refuses a used one
 # with a clear message, which would fail the test loudly, not hang it).
-t_port() { echo $((20000 + (RANDOM * 7 + $$) % 30000)); }
+# t_port: a port for a test's rank 0, below the kernel's ephemeral range
+# (ip_local_port_range starts at 32768: a port in it may be the local end of
+# any outgoing connection, and rank 0's listen then fails), not listening now.
+t_port() {
+  local p i
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    p=$((20000 + (RANDOM * 7 + $$ + i) % 12000))
+    ss -Htln "sport = :$p" 2>/dev/null | grep -q . || break
+  done
+  echo $p
+}
 
 # t_corpus: byte-tokenized shards of Debian's licence texts (always present)
 # under $TDIR/lic_{train,val}_*.bin.
@@ -20,12 +30,15 @@ t_corpus() {
 }
 
 # t_ddp P CMD...: runs P ranks of CMD on localhost with env:// variables; exit
-# status is the first non-zero one.
+# status is the first non-zero one. The ranks wait 30 s for each other (not
+# the trainer's 300 s): when rank 0 stops early on purpose (a refused resume),
+# a rank that had not connected yet otherwise retries for 5 minutes.
 t_ddp() {
   local P=$1; shift
   local port; port=$(t_port)
   local pids=() r rc=0
   for ((r = 0; r < P; r++)); do
+    SKIFF_TRAIN_TIMEOUT=${SKIFF_TRAIN_TIMEOUT:-30} \
     RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$@" &
     pids+=($!)
   done
