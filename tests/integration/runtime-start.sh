@@ -306,6 +306,25 @@ st $W/bb.sqsh true
 if [ "$stale" -ge 1 ] && [ -z "$(ls -A $W/run 2>/dev/null)" ] && ! pgrep -u $TUSER -f "$W/bb.sqsh" >/dev/null; then
   t_pass "a killed skiff start: nothing runs on, its state goes at the next start"
 else t_fail "a killed skiff start: nothing runs on, its state goes at the next start" "stale=$stale left=$(ls -A $W/run) procs=$(pgrep -u $TUSER -af "$W/bb.sqsh")"; fi
+# xattrs through the FUSE server: an image with them answers list/get/size
+# query/ENODATA/ERANGE; one without an xattr table says "not supported".
+X=$W/xattr-img
+mkdir -p $X/bin && echo hi >$X/f
+if ! cc -O2 -static -o $X/bin/xa "$(dirname "$0")/xattr-probe.c" 2>$W/xa.log; then
+  t_fail "xattr probe: build it" "$(cat $W/xa.log)"
+elif ! python3 -c "import os,sys; os.setxattr(sys.argv[1], 'user.skiff', b'hello')" $X/f 2>>$W/xa.log; then
+  t_skip "xattrs of an image" "$(dirname $W) takes no user xattrs here: $(tail -1 $W/xa.log)"
+else
+  mksquashfs $X $W/xa.sqsh -quiet -noappend -all-root -xattrs >/dev/null
+  mksquashfs $X $W/noxa.sqsh -quiet -noappend -all-root -no-xattrs >/dev/null
+  chmod 0644 $W/xa.sqsh $W/noxa.sqsh
+  check_out "xattrs of an image: list, get, size, missing, too small" \
+    "$(printf 'name user.skiff\nvalue hello (size query 5)\nmissing: No data available\nsmall buffer: Numerical result out of range')" \
+    st $W/xa.sqsh /bin/xa /f
+  check_out "an image without xattrs: not supported" \
+    "$(printf 'list: Operation not supported\nget: Operation not supported\nmissing: Operation not supported\nsmall buffer: Operation not supported')" \
+    st $W/noxa.sqsh /bin/xa /f
+fi
 t_check "nothing left after the data cases" leftovers
 
 # ---- doctor ----
