@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +39,7 @@
 #include "image.h"
 #include "named.h"
 #include "plugin.h"
+#include "spawn.h"
 #include "ref.h"
 
 double skiff_now_ms(void)
@@ -365,46 +367,24 @@ int skiff_remote_post_opt(spank_t sp)
 
 static int run_importer(const char *image, char *out, size_t n, skiff_err *err)
 {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0)
-        return skiff_error(err, errno, "pipe");
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(p[0]);
-        close(p[1]);
-        return skiff_error(err, errno, "fork");
+    /* its stdout into a memory file: skiff_spawn waits for the program, and
+     * a pipe nobody reads could fill */
+    cleanup_close int mfd = memfd_create("skiff-importer", MFD_CLOEXEC);
+    if (mfd < 0)
+        return skiff_error(err, errno, "importer: memfd");
+    const char *argv[] = {skiff_g.args.importer, "get", image, NULL};
+    const char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
+    struct skiff_spawn_result r;
+    if (skiff_spawn(argv, envp, mfd, 0, 0, &r, err) < 0)
+        return skiff_err_wrap(err, "importer %s", skiff_g.args.importer);
+    if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
+        char how[64];
+        skiff_spawn_describe(&r, 0, how, sizeof(how));
+        return skiff_error(err, 0, "importer %s get %s failed (%s): %s", skiff_g.args.importer, image, how,
+                           r.err_tail);
     }
-    if (pid == 0) {
-        dup2(p[1], 1);
-        char get[] = "get";
-        char *img = strdup(image);
-        char *const argv[] = {skiff_g.args.importer, get, img, NULL};
-        char path[] = "PATH=/usr/local/bin:/usr/bin:/bin";
-        char *const envp[] = {path, NULL};
-        execve(argv[0], argv, envp);
-        _exit(127);
-    }
-    close(p[1]);
-    size_t got = 0;
-    for (;;) {
-        ssize_t r = read(p[0], out + got, n - 1 - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0 || got + (size_t)r >= n - 1) {
-            if (r > 0)
-                got += (size_t)r;
-            break;
-        }
-        got += (size_t)r;
-    }
-    close(p[0]);
-    out[got] = '\0';
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        return skiff_error(err, 0, "importer %s get %s failed (status %d)", skiff_g.args.importer, image,
-                           WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    ssize_t got = pread(mfd, out, n - 1, 0);
+    out[got > 0 ? got : 0] = '\0';
     out[strcspn(out, "\r\n")] = '\0';
     if (out[0] != '/')
         return skiff_error(err, 0, "importer %s printed '%s', not the absolute path of a squashfs file",
