@@ -77,6 +77,17 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
     return 0;
 }
 
+/* Reads and checks the header at the start of an open checkpoint. */
+static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_err *err)
+{
+    if (skiff_read_all(fd, h, sizeof *h) < 0 || memcmp(h->magic, CKPT_MAGIC, 8))
+        return skiff_error(err, EINVAL, "%s: not a skiff-train checkpoint", path);
+    if (h->version != CKPT_VERSION)
+        return skiff_error(err, EINVAL, "%s: checkpoint version %d, this build reads %d", path,
+                           h->version, CKPT_VERSION);
+    return 0;
+}
+
 int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err)
 {
     char path[4096];
@@ -84,11 +95,8 @@ int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err)
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return skiff_error(err, errno, "open %s", path);
     struct ckpt_header h;
-    if (skiff_read_all(fd, &h, sizeof h) < 0 || memcmp(h.magic, CKPT_MAGIC, 8))
-        return skiff_error(err, EINVAL, "%s: not a skiff-train checkpoint", path);
-    if (h.version != CKPT_VERSION)
-        return skiff_error(err, EINVAL, "%s: checkpoint version %d, this build reads %d", path,
-                           h.version, CKPT_VERSION);
+    if (read_header(fd, path, &h, err) < 0)
+        return -1;
     out->cfg = (struct gpt2_config){h.cfg[0], h.cfg[1], h.cfg[2], h.cfg[3], h.cfg[4], h.cfg[5]};
     out->world = h.world;
     out->zero = h.zero;
@@ -112,11 +120,8 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
                            errno == ENOENT ? " (no checkpoint of this rank: was the run saved "
                                              "with the same world size and --ckpt-dir?)" : "");
     struct ckpt_header h;
-    if (skiff_read_all(fd, &h, sizeof h) < 0 || memcmp(h.magic, CKPT_MAGIC, 8))
-        return skiff_error(err, EINVAL, "%s: not a skiff-train checkpoint", path);
-    if (h.version != CKPT_VERSION)
-        return skiff_error(err, EINVAL, "%s: checkpoint version %d, this build reads %d", path,
-                           h.version, CKPT_VERSION);
+    if (read_header(fd, path, &h, err) < 0)
+        return -1;
     int32_t want[6];
     cfg_pack(&w->cfg, want);
     if (memcmp(want, h.cfg, sizeof want))
