@@ -482,14 +482,6 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, i
         free(f);
         return NULL;
     }
-    /* squashfuse allocates a block-sized buffer (128 KiB) per block it
-     * reads, and we one per request: at glibc's default threshold each is a
-     * fresh mmap, page-faulted in 4 KiB at a time and unmapped again. Served
-     * from the heap instead, the pages are faulted once and reused. This is
-     * the holder's own process (a container's server), so the setting is
-     * ours to make. */
-    mallopt(M_MMAP_THRESHOLD, 8 << 20);
-    mallopt(M_TRIM_THRESHOLD, 32 << 20);
     f->own_root = own_root;
     f->uid = geteuid();
     f->gid = getegid();
@@ -558,14 +550,25 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, i
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         if (getppid() == parent) {
             keep_only_server_fds(f);
+            /* squashfuse allocates a block-sized buffer (128 KiB) per block
+             * it reads, and we one per request: at glibc's default threshold
+             * each is a fresh mmap, page-faulted in 4 KiB at a time and
+             * unmapped again. Served from the heap instead, the pages are
+             * faulted once and reused. This process only serves. */
+            mallopt(M_MMAP_THRESHOLD, 8 << 20);
+            mallopt(M_TRIM_THRESHOLD, 32 << 20);
             serve(f);
         }
         _exit(0);
     }
     /* the server's copy is the connection's last: when it exits, every
-     * request to the mount fails instead of waiting */
+     * request to the mount fails instead of waiting; the readers are the
+     * server's too */
     close(f->fd);
     f->fd = -1;
+    reader_close(&f->meta);
+    for (unsigned i = 0; i < f->ndata; i++)
+        reader_close(&f->data[i]);
     return f;
 fail_mounted:
     umount2(target, MNT_DETACH);
