@@ -609,6 +609,33 @@ out:
     return rv;
 }
 
+/* skiff_container_argv's choice, from the image's Entrypoint and Cmd. */
+static int build_argv(char *const *entrypoint, char *const *cmd, bool use_entrypoint, char *const *user_argv,
+                      char ***argvp, skiff_err *err)
+{
+    char **v = calloc(1, sizeof(char *));
+    if (!v)
+        return skiff_error(err, ENOMEM, "argv");
+    bool have_user = user_argv && user_argv[0];
+    if (use_entrypoint)
+        for (size_t i = 0; entrypoint && entrypoint[i]; i++)
+            if (strv_push(&v, entrypoint[i], err) < 0)
+                goto fail;
+    char *const *rest = have_user ? user_argv : cmd;
+    for (size_t i = 0; rest && rest[i]; i++)
+        if (strv_push(&v, rest[i], err) < 0)
+            goto fail;
+    if (!v[0]) {
+        skiff_error(err, EINVAL, "no command given and the image defines no Entrypoint or Cmd");
+        goto fail;
+    }
+    *argvp = v;
+    return 0;
+fail:
+    skiff_strv_free(v);
+    return -1;
+}
+
 /* The value of the last PATH= in env, or NULL. */
 static const char *path_in(const char *const *env, const char *found)
 {
@@ -623,18 +650,14 @@ static const char *path_in(const char *const *env, const char *found)
  * (hooks aside), the working directory it will start in. */
 static void warm_command(const struct skiff_start_opts *o, const struct image_config *ic, int rootfd)
 {
-    const char *argv0 = NULL;
-    if (o->use_entrypoint && ic->entrypoint && ic->entrypoint[0])
-        argv0 = ic->entrypoint[0];
-    else if (o->command && o->command[0])
-        argv0 = o->command[0];
-    else if (ic->cmd && ic->cmd[0])
-        argv0 = ic->cmd[0];
-    if (!argv0 || o->no_warm)
-        return;
+    char **argv = NULL;
+    skiff_err e;
+    if (o->no_warm || build_argv(ic->entrypoint, ic->cmd, o->use_entrypoint, o->command, &argv, &e) < 0)
+        return; /* nothing to run: the caller says so when it asks */
     const char *path = path_in(o->env, path_in((const char *const *)ic->env, DEFAULT_PATH + 5));
     const char *wd = o->workdir && *o->workdir ? o->workdir : ic->workdir[0] ? ic->workdir : "/";
-    (void)skiff_warm_start(rootfd, argv0, path, wd);
+    (void)skiff_warm_start(rootfd, argv[0], path, wd);
+    skiff_strv_free(argv);
 }
 
 static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
@@ -1001,27 +1024,7 @@ int skiff_container_env(const struct skiff_container *c, char ***envp, skiff_err
 int skiff_container_argv(const struct skiff_container *c, bool use_entrypoint, char *const *user_argv,
                          char ***argvp, skiff_err *err)
 {
-    char **v = calloc(1, sizeof(char *));
-    if (!v)
-        return skiff_error(err, ENOMEM, "argv");
-    bool have_user = user_argv && user_argv[0];
-    if (use_entrypoint)
-        for (size_t i = 0; c->entrypoint && c->entrypoint[i]; i++)
-            if (strv_push(&v, c->entrypoint[i], err) < 0)
-                goto fail;
-    char *const *rest = have_user ? user_argv : c->cmd;
-    for (size_t i = 0; rest && rest[i]; i++)
-        if (strv_push(&v, rest[i], err) < 0)
-            goto fail;
-    if (!v[0]) {
-        skiff_error(err, EINVAL, "no command given and the image defines no Entrypoint or Cmd");
-        goto fail;
-    }
-    *argvp = v;
-    return 0;
-fail:
-    skiff_strv_free(v);
-    return -1;
+    return build_argv(c->entrypoint, c->cmd, use_entrypoint, user_argv, argvp, err);
 }
 
 /* Kills the processes left in the container's mount namespace (a command's
