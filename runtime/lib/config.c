@@ -115,6 +115,10 @@ static const struct key {
      * journaled disk (tests/bench/start.sh) */
     {"runtime_path", K_PATH, F(runtime_path), "/dev/shm/skiff-${UID}"},
     {"temp_path", K_PATH, F(temp_path), "/tmp"},
+    /* decompressed blocks kept between starts (runtime/lib/blockcache.h):
+     * memory on a tmpfs, so that a start reads them at memory speed */
+    {"block_cache_path", K_PATH, F(block_cache_path), "/dev/shm/skiff-${UID}/blocks"},
+    {"block_cache_size", K_INT, F(block_cache_mb), "512"},
     {"hooks_dir", K_PATH, F(hooks_dir), SKIFF_HOOKS_DIR_DEFAULT},
     {"credentials_file", K_PATH, F(credentials_file), "${HOME}/.config/skiff/.credentials"},
     {"default_registry", K_STR, F(default_registry), "registry-1.docker.io"},

@@ -17,6 +17,8 @@ struct skiff_config {
     char cache_path[SKIFF_PATH_MAX];   /* layer + image cache, per user */
     char runtime_path[SKIFF_PATH_MAX]; /* state of running containers */
     char temp_path[SKIFF_PATH_MAX];    /* scratch for imports */
+    char block_cache_path[SKIFF_PATH_MAX]; /* decompressed squashfs blocks (blockcache.h) */
+    int block_cache_mb;                /* per image; 0 = no block cache */
     char hooks_dir[SKIFF_PATH_MAX];    /* executables run at container start */
     char credentials_file[SKIFF_PATH_MAX]; /* netrc-style registry credentials */
     char default_registry[256];        /* used when a docker:// ref names none */

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "caps.h"
 #include "fusemount.h"
 #include "hookrun.h"
@@ -365,6 +366,23 @@ static int stage_path(struct holder_ctx *h, const char *sub, char *out, size_t n
     return 0;
 }
 
+/* The block cache's directory (blockcache.h), created if missing; -1 when
+ * it cannot be used (the start goes on without the cache): it must be a
+ * directory of ours that nobody else can write, as the runtime path. */
+static int open_block_cache_dir(const char *path)
+{
+    skiff_err e;
+    if (skiff_mkdir_p(path, 0700, &e) < 0)
+        return -1;
+    int fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 022))) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* lower (FUSE or extracted) + overlay on stage/root; returns rootfd */
 static int assemble_rootfs(struct holder_ctx *h, skiff_err *err)
 {
@@ -377,7 +395,14 @@ static int assemble_rootfs(struct holder_ctx *h, skiff_err *err)
     cleanup_close int rootdirfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (lowerfd < 0 || rootdirfd < 0)
         return skiff_error(err, errno, "open staging directories");
-    h->fuse = skiff_fuse_mount_squashfs(h->image, lowerfd, h->o->fuse_fd, geteuid() != 0, err);
+    struct skiff_fuse_opts fo = {.devfuse_fd = h->o->fuse_fd, .own_root = geteuid() != 0, .cache_dirfd = -1};
+    if (h->cfg->block_cache_mb > 0 && h->cfg->block_cache_path[0]) {
+        fo.cache_dirfd = open_block_cache_dir(h->cfg->block_cache_path);
+        fo.cache_bytes = (uint64_t)h->cfg->block_cache_mb << 20;
+    }
+    h->fuse = skiff_fuse_mount_squashfs(h->image, lowerfd, &fo, err);
+    if (fo.cache_dirfd >= 0)
+        close(fo.cache_dirfd);
     if (h->fuse && h->o->fuse_fd >= 0)
         close(h->o->fuse_fd); /* our copy: the server's must be the last (fusemount.h) */
     if (!h->fuse) {

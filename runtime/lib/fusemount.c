@@ -19,6 +19,7 @@
  * numbers are squashfs inode locations (squashfuse's
  * 64-bit scheme), the same in every reader and stateless. */
 #include "fusemount.h"
+#include "blockcache.h"
 #include "spawn.h"
 
 #include <dirent.h>
@@ -76,7 +77,26 @@ struct skiff_fuse {
     struct fuse_session *se;
     pid_t server; /* the serving process */
     int fd;
+    /* the persistent block cache, opened by the first read */
+    int cache_dirfd;
+    uint64_t cache_bytes;
+    struct skiff_blockcache *bc;
 };
+
+/* the serving process's one mount, for the block cache's pthread_once */
+static struct skiff_fuse *served;
+static pthread_once_t bc_once = PTHREAD_ONCE_INIT;
+
+static void open_block_cache(void)
+{
+    struct skiff_fuse *f = served;
+    if (f->cache_dirfd < 0)
+        return;
+    skiff_err err;
+    f->bc = skiff_blockcache_open(f->cache_dirfd, f->meta.ll.fs.fd, &f->meta.ll.fs.sb, sizeof(f->meta.ll.fs.sb),
+                                  f->meta.ll.fs.sb.block_size, f->cache_bytes, &err);
+    /* without it, blocks are decompressed as before */
+}
 
 /* for_data: this reader serves file data and gets the larger block caches;
  * the metadata reader never reads a data block. */
@@ -281,23 +301,167 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     fuse_reply_err(req, 0);
 }
 
+/* A read's reply, piece by piece in file order: ranges of the block cache
+ * file (spliced into the reply by libfuse, no copy through this process)
+ * and ranges of mem (blocks decompressed now, holes), which has the reply's
+ * size and holds each piece at its offset in the reply. */
+struct reply {
+    struct fuse_bufvec *bv;
+    size_t cap;
+    char *mem;
+    size_t size;
+};
+
+static int reply_init(struct reply *rp, size_t size, size_t block_size)
+{
+    /* a range touches at most size / block_size + 2 blocks, and a fragment */
+    rp->cap = size / block_size + 3;
+    rp->bv = calloc(1, sizeof(*rp->bv) + rp->cap * sizeof(struct fuse_buf));
+    rp->mem = NULL;
+    rp->size = size;
+    return rp->bv ? 0 : -1;
+}
+
+static struct fuse_buf *reply_piece(struct reply *rp)
+{
+    if (rp->bv->count >= rp->cap)
+        return NULL;
+    struct fuse_buf *b = &rp->bv->buf[rp->bv->count++];
+    memset(b, 0, sizeof(*b));
+    return b;
+}
+
+/* Where to put len bytes at offset done of the reply. */
+static char *reply_mem(struct reply *rp, size_t done, size_t len)
+{
+    if (!rp->mem && !(rp->mem = malloc(rp->size ? rp->size : 1)))
+        return NULL;
+    struct fuse_buf *last = rp->bv->count ? &rp->bv->buf[rp->bv->count - 1] : NULL;
+    if (last && !(last->flags & FUSE_BUF_IS_FD) && (char *)last->mem + last->size == rp->mem + done) {
+        last->size += len;
+    } else {
+        struct fuse_buf *b = reply_piece(rp);
+        if (!b)
+            return NULL;
+        b->mem = rp->mem + done;
+        b->size = len;
+    }
+    return rp->mem + done;
+}
+
+static void reply_free(struct reply *rp)
+{
+    free(rp->bv);
+    free(rp->mem);
+}
+
+/* Bytes [off, off + len) of one decompressed block (data or fragment block
+ * at image offset pos, squashfs size header hdr) as the reply's piece at
+ * offset done: from the block cache, else decompressed by r (locked by the
+ * caller) and stored there. */
+static int block_piece(struct skiff_fuse *f, struct reader *r, bool frag, uint64_t pos, uint32_t hdr, size_t off,
+                       size_t len, struct reply *rp, size_t done)
+{
+    bool compressed;
+    uint32_t csize;
+    sqfs_data_header(hdr, &compressed, &csize);
+    struct skiff_blockcache *bc = compressed ? f->bc : NULL; /* stored blocks are read as they are */
+    off_t at;
+    if (skiff_blockcache_find(bc, pos, off, len, &at) == 0) {
+        struct fuse_buf *b = reply_piece(rp);
+        if (!b)
+            return -1;
+        b->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+        b->fd = skiff_blockcache_fd(bc);
+        b->pos = at;
+        b->size = len;
+        return 0;
+    }
+    sqfs_block *blk;
+    sqfs *fs = &r->ll.fs;
+    char *dst = reply_mem(rp, done, len);
+    if (!dst ||
+        sqfs_data_cache(fs, frag ? &fs->frag_cache : &fs->data_cache, (sqfs_off_t)pos, hdr, &blk) != SQFS_OK ||
+        off + len > blk->size)
+        return -1;
+    memcpy(dst, (char *)blk->data + off, len);
+    skiff_blockcache_put(bc, pos, blk->data, blk->size);
+    return 0;
+}
+
+/* Reads [start, start + *size) of a regular file into the reply, *size =
+ * bytes read (short at the end of the file). The walk is sqfs_read_range's
+ * (squashfuse file.c: a block list fast-forwarded to start, full blocks,
+ * then the tail in a fragment block); each block goes through block_piece
+ * so that the block cache is asked first. */
+static int read_range(struct skiff_fuse *f, struct reader *r, sqfs_inode *inode, uint64_t start, size_t *size,
+                      struct reply *rp)
+{
+    sqfs *fs = &r->ll.fs;
+    uint64_t fsize = inode->xtra.reg.file_size;
+    size_t bs = fs->sb.block_size;
+    if (!S_ISREG(inode->base.mode) || start > fsize)
+        return -1;
+    size_t want = *size < fsize - start ? *size : (size_t)(fsize - start), done = 0;
+    sqfs_blocklist bl;
+    if (want && sqfs_blockidx_blocklist(fs, inode, &bl, (sqfs_off_t)start) != SQFS_OK)
+        return -1;
+    while (done < want) {
+        uint64_t at = start + done;
+        size_t in = (size_t)(at % bs), take;
+        if (bl.remain == 0) {
+            struct squashfs_fragment_entry fe;
+            uint64_t tail = fsize % bs;
+            if (inode->xtra.reg.frag_idx == SQUASHFS_INVALID_FRAG || in >= tail ||
+                sqfs_frag_entry(fs, &fe, inode->xtra.reg.frag_idx) != SQFS_OK)
+                return -1;
+            take = want - done < tail - in ? want - done : (size_t)(tail - in);
+            if (block_piece(f, r, true, fe.start_block, fe.size, inode->xtra.reg.frag_off + in, take, rp, done) < 0)
+                return -1;
+            done += take;
+            break;
+        }
+        if (sqfs_blocklist_next(&bl) != SQFS_OK)
+            return -1;
+        if (bl.pos + bs <= at)
+            continue;
+        uint64_t bsize = fsize - bl.pos < bs ? fsize - bl.pos : bs;
+        take = want - done < bsize - in ? want - done : (size_t)(bsize - in);
+        if (bl.input_size == 0) { /* a hole */
+            char *dst = reply_mem(rp, done, take);
+            if (!dst)
+                return -1;
+            memset(dst, 0, take);
+        } else if (block_piece(f, r, false, bl.block, bl.header, in, take, rp, done) < 0) {
+            return -1;
+        }
+        done += take;
+    }
+    *size = done;
+    return 0;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
     (void)ino;
     struct skiff_fuse *f = fs_of(req);
-    char *buf = reply_buf(req, size);
-    if (!buf)
+    pthread_once(&bc_once, open_block_cache);
+    struct reply rp;
+    if (reply_init(&rp, size, f->meta.ll.fs.sb.block_size) < 0) {
+        fuse_reply_err(req, ENOMEM);
         return;
-    sqfs_off_t n = (sqfs_off_t)size;
+    }
     struct reader *r = &f->data[(uint64_t)off / f->meta.ll.fs.sb.block_size % f->ndata];
     pthread_mutex_lock(&r->lock);
-    sqfs_err e = sqfs_read_range(&r->ll.fs, (sqfs_inode *)(uintptr_t)fi->fh, off, &n, buf);
+    int e = read_range(f, r, (sqfs_inode *)(uintptr_t)fi->fh, (uint64_t)off, &size, &rp);
     pthread_mutex_unlock(&r->lock);
-    if (e != SQFS_OK)
+    if (e < 0)
         fuse_reply_err(req, EIO);
+    else if (rp.bv->count == 0)
+        fuse_reply_buf(req, NULL, 0);
     else
-        fuse_reply_buf(req, buf, (size_t)n);
-    free(buf);
+        fuse_reply_data(req, rp.bv, 0);
+    reply_free(&rp);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -424,6 +588,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
      * for the metadata requests queued after them. */
     conn->max_background = f->ndata;
     conn->congestion_threshold = f->ndata;
+    /* cached blocks go from the block cache file to the kernel by splice */
+    if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+        conn->want |= FUSE_CAP_SPLICE_WRITE;
 }
 
 /* The server keeps stdio, /dev/fuse and its readers' image files; anything
@@ -438,7 +605,7 @@ static void keep_only_server_fds(const struct skiff_fuse *f)
         if (e->d_name[0] < '0' || e->d_name[0] > '9')
             continue;
         int fd = atoi(e->d_name);
-        bool keep = fd <= 2 || fd == dirfd(d) || fd == f->fd || fd == f->meta.ll.fs.fd;
+        bool keep = fd <= 2 || fd == dirfd(d) || fd == f->fd || fd == f->meta.ll.fs.fd || fd == f->cache_dirfd;
         for (unsigned i = 0; i < f->ndata; i++)
             keep |= fd == f->data[i].ll.fs.fd;
         if (!keep)
@@ -466,7 +633,7 @@ static int check_magic(const char *image, skiff_err *err)
     return 0;
 }
 
-struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, int devfuse_fd, bool own_root,
+struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, const struct skiff_fuse_opts *o,
                                              skiff_err *err)
 {
     if (check_magic(image, err) < 0)
@@ -476,13 +643,15 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, i
         skiff_error(err, ENOMEM, "fuse");
         return NULL;
     }
-    f->fd = devfuse_fd >= 0 ? fcntl(devfuse_fd, F_DUPFD_CLOEXEC, 3) : open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    f->cache_dirfd = -1;
+    f->fd = o->devfuse_fd >= 0 ? fcntl(o->devfuse_fd, F_DUPFD_CLOEXEC, 3) : open("/dev/fuse", O_RDWR | O_CLOEXEC);
     if (f->fd < 0) {
         skiff_error(err, errno, "open /dev/fuse (run 'skiff doctor')");
         free(f);
         return NULL;
     }
-    f->own_root = own_root;
+    f->own_root = o->own_root;
+    f->cache_bytes = o->cache_bytes;
     f->uid = geteuid();
     f->gid = getegid();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -549,6 +718,9 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, i
         /* dies with the caller's thread, even by SIGKILL */
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         if (getppid() == parent) {
+            if (o->cache_dirfd >= 0 && o->cache_bytes)
+                f->cache_dirfd = fcntl(o->cache_dirfd, F_DUPFD_CLOEXEC, 3);
+            served = f;
             keep_only_server_fds(f);
             /* squashfuse allocates a block-sized buffer (128 KiB) per block
              * it reads, and we one per request: at glibc's default threshold

@@ -7,20 +7,31 @@
 #define SKIFF_FUSEMOUNT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "error.h"
 
 struct skiff_fuse;
 
+struct skiff_fuse_opts {
+    int devfuse_fd; /* an open /dev/fuse, or -1 to open it here */
+    /* present files owned by uid/gid 0 as owned by the caller's euid/egid */
+    bool own_root;
+    /* the block cache (blockcache.h): its directory, open (O_PATH will do),
+     * or -1 for none; and its size per image */
+    int cache_dirfd;
+    uint64_t cache_bytes;
+};
+
 /* Opens the image, mounts it read-only (nosuid, nodev) on the directory open
  * at target_fd and forks the serving process (PR_SET_PDEATHSIG: it gets
- * SIGKILL when the calling thread exits). devfuse_fd: an open /dev/fuse or -1
- * to open it here; the caller must close its own copy once this returns, or a
- * request in flight when the server dies could wait forever. Returns NULL +
- * err on failure; err->code is EACCES/EPERM/ENODEV/ENOENT when FUSE itself is
- * unusable (the caller may then fall back to extraction). own_root: present
- * files owned by uid/gid 0 as owned by the caller's euid/egid. */
-struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, int devfuse_fd, bool own_root,
+ * SIGKILL when the calling thread exits). The caller must close its own
+ * copies of o->devfuse_fd and o->cache_dirfd once this returns (the server
+ * has its own), or a request in flight when the server dies could wait
+ * forever. Returns NULL + err on failure; err->code is
+ * EACCES/EPERM/ENODEV/ENOENT when FUSE itself is unusable (the caller may
+ * then fall back to extraction). */
+struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, const struct skiff_fuse_opts *o,
                                              skiff_err *err);
 
 /* Kills the serving process and reaps it (a caller about to exit, so that

@@ -45,15 +45,15 @@ mksquashfs $R $W/ep.sqsh -quiet -noappend -all-root >/dev/null
 # a third image: no /etc/hosts (the host's cannot be mounted into a read-only image)
 mv $R/etc/hosts $W/hosts.saved && mksquashfs $R $W/nohosts.sqsh -quiet -noappend -all-root >/dev/null && mv $W/hosts.saved $R/etc/hosts
 echo notsquash >$W/bad.sqsh
-mkdir -p $W/data $W/run $W/hooks $W/share $W/ro && echo hostfile >$W/share/f.txt && echo rodata >$W/ro/r.txt
-chown -R $TUSER: $W/data $W/run $W/share $W/hooks
+mkdir -p $W/data $W/run $W/ucache $W/hooks $W/share $W/ro && echo hostfile >$W/share/f.txt && echo rodata >$W/ro/r.txt
+chown -R $TUSER: $W/data $W/run $W/ucache $W/share $W/hooks
 chmod 0644 $W/*.sqsh
 
 # run as the test user, clean env, isolated data/runtime paths
 as_user() {
   (cd "$W" && setpriv --reuid=$TUID --regid=$TUID --init-groups \
     env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/home/$TUSER \
-    SKIFF_DATA_PATH=$W/data SKIFF_RUNTIME_PATH=$W/run ${EXTRA_ENV:-} "$@")
+    SKIFF_DATA_PATH=$W/data SKIFF_RUNTIME_PATH=$W/run SKIFF_BLOCK_CACHE_PATH=$W/ucache/blocks ${EXTRA_ENV:-} "$@")
 }
 st() { as_user "$SKIFF" start "$@"; }
 
@@ -325,6 +325,67 @@ else
     "$(printf 'list: Operation not supported\nget: Operation not supported\nmissing: Operation not supported\nsmall buffer: Operation not supported')" \
     st $W/noxa.sqsh /bin/xa /f
 fi
+# ---- the block cache (runtime/lib/blockcache.h) ----
+# Compressible files (so their blocks are compressed and cached): several
+# blocks, a fragment tail, a sparse file with a hole. The first start fills
+# the cache, the next ones are served from it.
+B=$W/bc-img
+mkdir -p $B/bin $B/files
+cp $R/bin/busybox $B/bin/ && for a in sh sha256sum cat; do ln -s busybox $B/bin/$a; done
+for n in 1000 131072 400000 1500000; do head -c $((n * 3 / 4 + 3)) /dev/urandom | base64 -w0 | head -c $n >$B/files/c$n; done
+head -c 5000 /dev/urandom | base64 -w0 >$B/files/sparse && truncate -s 700000 $B/files/sparse && echo skiff-marker-end >>$B/files/sparse
+(cd $B/files && sha256sum * >$W/bc.sums)
+mkbc() { mksquashfs $B $1 -quiet -noappend -all-root -comp zstd >/dev/null && chmod 0644 $1; }
+mkbc $W/bc.sqsh
+sums_ok() { # NAME [st args]: the files' sums in the container equal the host's
+  local name=$1; shift
+  local out; out=$(st "$@" $W/bc.sqsh sh -c 'cd /files && sha256sum *' 2>&1)
+  if [ "$out" = "$(cat $W/bc.sums)" ]; then t_pass "$name"; else t_fail "$name" "$(diff <(echo "$out") $W/bc.sums | head -4)"; fi
+}
+rm -rf $W/ucache/blocks
+sums_ok "block cache: the first start fills it"
+bcfile=$(ls $W/ucache/blocks/img-* 2>/dev/null)
+if [ -n "$bcfile" ] && [ "$(stat -c %U $bcfile)" = $TUSER ] && [ "$(du -k $bcfile | cut -f1)" -gt 1000 ]; then
+  t_pass "block cache: one file per image, the user's, holding the blocks read"
+else t_fail "block cache: one file per image, the user's, holding the blocks read" "$(ls -ls $W/ucache/blocks 2>&1)"; fi
+out=$(st $W/bc.sqsh sh -c 'cd /files; for k in 1 2 3 4; do sha256sum * >/tmp/s$k & done; wait; cat /tmp/s1 /tmp/s2 /tmp/s3 /tmp/s4' 2>&1)
+if [ "$out" = "$(cat $W/bc.sums{,,,})" ]; then t_pass "block cache: 4 parallel readers served from it"
+else t_fail "block cache: 4 parallel readers served from it" "$(diff <(echo "$out") <(cat $W/bc.sums{,,,}) | head -4)"; fi
+# served from it indeed: a change planted in the cached blocks shows (the
+# cache is the user's own data, like the image), and goes with the file
+cp $bcfile $W/bc.saved
+python3 - $bcfile <<'PY'
+import sys
+f = open(sys.argv[1], "r+b"); data = bytearray(f.read())
+i = data.find(b"skiff-marker-end", 4096)   # the sparse file's last line, in a cached block
+if i >= 0: f.seek(i); f.write(b"SKIFF-MARKER-END")
+PY
+out=$(st $W/bc.sqsh sh -c 'tail -c 17 /files/sparse' 2>&1)
+if [ "$out" = SKIFF-MARKER-END ]; then t_pass "block cache: later starts read it, not the image"; else t_fail "block cache: later starts read it, not the image" "$out"; fi
+cp $W/bc.saved $bcfile
+# the image replaced at the same path (a new inode), then changed in place
+# (same inode): never the old blocks
+echo changed >>$B/files/c1000 && (cd $B/files && sha256sum * >$W/bc.sums)
+mkbc $W/bc2.sqsh && mv $W/bc2.sqsh $W/bc.sqsh
+sums_ok "block cache: a re-imported image is not served stale blocks"
+echo again >>$B/files/c400000 && (cd $B/files && sha256sum * >$W/bc.sums)
+mkbc $W/bc2.sqsh && cat $W/bc2.sqsh >$W/bc.sqsh && rm $W/bc2.sqsh
+sums_ok "block cache: an image rewritten in place is not served stale blocks"
+# garbage where the cache was: replaced
+for f in $W/ucache/blocks/img-*; do head -c 5000 /dev/urandom >$f; done
+sums_ok "block cache: a corrupt cache file is replaced"
+EXTRA_ENV="SKIFF_BLOCK_CACHE_SIZE=1" sums_ok "block cache: smaller than the files (1 MiB)"
+EXTRA_ENV="SKIFF_BLOCK_CACHE_SIZE=1" sums_ok "block cache: smaller than the files, second start"
+if [ "$(du -sk $W/ucache/blocks | cut -f1)" -le 2200 ]; then   # per image <= 1 MiB, all <= 2x that
+  t_pass "block cache: bounded by block_cache_size"
+else t_fail "block cache: bounded by block_cache_size" "$(ls -las $W/ucache/blocks | tr '\n' ' ')"; fi
+rm -rf $W/ucache/blocks
+EXTRA_ENV="SKIFF_BLOCK_CACHE_SIZE=0" sums_ok "block cache: off (block_cache_size = 0)"
+[ ! -e $W/ucache/blocks ] && t_pass "block cache: off leaves nothing" || t_fail "block cache: off leaves nothing" "$(ls -la $W/ucache/blocks)"
+mkdir -p $W/ucache/blocks && chown $TUSER: $W/ucache/blocks && chmod 0777 $W/ucache/blocks
+sums_ok "block cache: a directory others can write is not used"
+[ -z "$(ls -A $W/ucache/blocks)" ] && t_pass "block cache: nothing written to a shared directory" || t_fail "block cache: nothing written to a shared directory" "$(ls -la $W/ucache/blocks)"
+rm -rf $W/ucache/blocks
 t_check "nothing left after the data cases" leftovers
 
 # ---- doctor ----
