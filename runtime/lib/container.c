@@ -849,6 +849,7 @@ static void holder_main(struct holder_ctx *h, int wfd)
     sigset_t all;
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL);
+    prctl(PR_SET_NAME, "skiff-holder", 0, 0, 0);
     close_stray_fds(wfd, h->o->fuse_fd);
     skiff_err err;
     skiff_err_clear(&err);

@@ -72,6 +72,7 @@ struct skiff_fuse {
      * unprivileged namespace has are the user's own) */
     bool own_root;
     bool no_xattrs; /* the image has no xattr table: ENOSYS, asked once */
+    bool no_open;   /* the kernel opens files and directories without asking */
     uid_t uid;
     gid_t gid;
     struct fuse_session *se;
@@ -245,10 +246,18 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
     free(dst);
 }
 
-/* open and opendir: the inode, decoded once, is the handle */
+/* open and opendir: where the kernel can open by itself (zero-message
+ * opens, FUSE_CAP_NO_OPEN_SUPPORT), ENOSYS says so once, and no open or
+ * release reaches us again: an exec, a library load or a config read costs
+ * no round trip to this process. Otherwise the inode, decoded once, is the
+ * handle. */
 static void open_common(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, bool want_dir)
 {
     struct skiff_fuse *f = fs_of(req);
+    if (f->no_open) {
+        fuse_reply_err(req, ENOSYS);
+        return;
+    }
     if (!want_dir && (fi->flags & O_ACCMODE) != O_RDONLY) {
         fuse_reply_err(req, EROFS);
         return;
@@ -299,6 +308,15 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     (void)ino;
     free((sqfs_inode *)(uintptr_t)fi->fh);
     fuse_reply_err(req, 0);
+}
+
+/* The inode a read or readdir is for: the open's handle, or decoded again
+ * by the reader r (locked by the caller) when opens are zero-message. */
+static sqfs_inode *handle_inode(struct reader *r, fuse_ino_t ino, const struct fuse_file_info *fi, sqfs_inode *buf)
+{
+    if (fi && fi->fh)
+        return (sqfs_inode *)(uintptr_t)fi->fh;
+    return sqfs_ll_inode(&r->ll, buf, ino) == SQFS_OK ? buf : NULL;
 }
 
 /* A read's reply, piece by piece in file order: ranges of the block cache
@@ -443,7 +461,6 @@ static int read_range(struct skiff_fuse *f, struct reader *r, sqfs_inode *inode,
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-    (void)ino;
     struct skiff_fuse *f = fs_of(req);
     pthread_once(&bc_once, open_block_cache);
     struct reply rp;
@@ -452,8 +469,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
         return;
     }
     struct reader *r = &f->data[(uint64_t)off / f->meta.ll.fs.sb.block_size % f->ndata];
+    sqfs_inode ibuf, *inode;
     pthread_mutex_lock(&r->lock);
-    int e = read_range(f, r, (sqfs_inode *)(uintptr_t)fi->fh, (uint64_t)off, &size, &rp);
+    int e = (inode = handle_inode(r, ino, fi, &ibuf)) ? read_range(f, r, inode, (uint64_t)off, &size, &rp) : -1;
     pthread_mutex_unlock(&r->lock);
     if (e < 0)
         fuse_reply_err(req, EIO);
@@ -466,7 +484,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-    (void)ino;
     struct skiff_fuse *f = fs_of(req);
     char *buf = reply_buf(req, size);
     if (!buf)
@@ -480,8 +497,13 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
     struct stat st;
     memset(&st, 0, sizeof(st));
     sqfs_dentry_init(&entry, namebuf);
+    sqfs_inode ibuf, *inode;
     pthread_mutex_lock(&f->meta.lock);
-    if (sqfs_dir_open(&f->meta.ll.fs, (sqfs_inode *)(uintptr_t)fi->fh, &dir, off) != SQFS_OK)
+    if (!(inode = handle_inode(&f->meta, ino, fi, &ibuf)))
+        e = ENOENT;
+    else if (!S_ISDIR(inode->base.mode))
+        e = ENOTDIR;
+    else if (sqfs_dir_open(&f->meta.ll.fs, inode, &dir, off) != SQFS_OK)
         e = EINVAL;
     while (!e && sqfs_dir_next(&f->meta.ll.fs, &dir, &entry, &derr)) {
         st.st_ino = f->meta.ll.ino_fuse_num(&f->meta.ll, &entry);
@@ -582,7 +604,13 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-    const struct skiff_fuse *f = userdata;
+    struct skiff_fuse *f = userdata;
+    /* both or neither: read and readdir then find their inode by number */
+    f->no_open = (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) && (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT);
+    /* a symlink's target is asked once (the warm resolves the command's, the
+     * exec then finds it cached) */
+    if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+        conn->want |= FUSE_CAP_CACHE_SYMLINKS;
     /* Readahead requests go to the kernel's background queue; at most one
      * per data reader is handed to us at once, so worker threads stay free
      * for the metadata requests queued after them. */
@@ -717,6 +745,7 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, c
     if (f->server == 0) {
         /* dies with the caller's thread, even by SIGKILL */
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        prctl(PR_SET_NAME, "skiff-fuse", 0, 0, 0); /* in top, perf */
         if (getppid() == parent) {
             if (o->cache_dirfd >= 0 && o->cache_bytes)
                 f->cache_dirfd = fcntl(o->cache_dirfd, F_DUPFD_CLOEXEC, 3);
