@@ -25,7 +25,7 @@ $(LIBSKIFF_PIC): $(patsubst %.c,$(BUILD)/pic/%.o,$(RUNTIME_LIB_SRC))
 # `skiff import|resolve` exec bin/skiff-import, the full CLI (same main.c).
 SKIFF_CLI := $(BUILD)/bin/skiff
 SKIFF_IMPORT_CLI := $(BUILD)/bin/skiff-import
-SKIFF_LEAN_LIBS := -lsquashfuse_ll -lsquashfuse $(shell pkg-config --libs fuse3 jansson libcap 2>/dev/null) \
+SKIFF_LEAN_LIBS := -lsquashfuse_ll -lsquashfuse $(shell pkg-config --libs fuse3 jansson 2>/dev/null) \
                    -lz -llzma -llz4 -lzstd -llzo2
 $(BUILD)/lean/runtime/cli/main.o: runtime/cli/main.c
 	@mkdir -p $(@D)

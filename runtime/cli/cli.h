@@ -20,11 +20,11 @@ int cmd_exec(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 
 struct skiff_container;
-/* start.c: runs user_argv (or the image's Entrypoint + Cmd) in the container
- * whose namespaces join_pid holds, forwarding signals; returns the exit
- * status (128+N for signal N). Shared by start and exec. */
-int cli_run_in(struct skiff_container *c, _Bool use_entrypoint, char *const *user_argv, const char *workdir,
-               _Bool remap_root, int join_pid);
+/* start.c: runs user_argv in the container whose namespaces join_pid
+ * holds (setns join: skiff exec), forwarding signals; returns the exit
+ * status (128+N for signal N). skiff start has the holder start its
+ * command instead (opts.spawn). */
+int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid);
 int cmd_resolve(int argc, char **argv);
 
 /* Loads the configuration the CLI uses (file + SKIFF_* env); on failure prints

@@ -29,9 +29,12 @@ int cmd_exec(int argc, char **argv)
     skiff_err err;
     skiff_err_clear(&err);
     struct skiff_container c;
-    if (skiff_container_load(&cfg, (pid_t)pid, &c, &err) < 0)
+    /* marked first: the container's stop then also looks for us */
+    if (skiff_container_load(&cfg, (pid_t)pid, &c, &err) < 0 || skiff_container_mark_joined(&c, &err) < 0) {
+        skiff_container_free(&c);
         return cli_fail("exec", &err);
-    int rc = cli_run_in(&c, false, argv + 2, NULL, false, (pid_t)pid);
+    }
+    int rc = cli_run_in(&c, argv + 2, (pid_t)pid);
     skiff_container_free(&c); /* the container keeps running */
     return rc;
 }

@@ -17,16 +17,60 @@
 #include "container.h"
 #include "named.h"
 
-static volatile sig_atomic_t child_pid;
+static volatile sig_atomic_t child_pid, pending_sig;
 
 /* Forwards signals sent to skiff by a process (kill, Slurm, a batch
  * system). Terminal-generated ones (Ctrl-C: si_code SI_KERNEL) already reach
- * the command, which shares our process group: not sent twice. */
+ * the command, which shares our process group: not sent twice. One that
+ * comes before the command exists is sent when it does. */
 static void forward(int sig, siginfo_t *si, void *ctx)
 {
     (void)ctx;
-    if (child_pid > 0 && (!si || si->si_code <= 0))
+    if (si && si->si_code > 0)
+        return;
+    if (child_pid > 0)
         kill((pid_t)child_pid, sig);
+    else
+        pending_sig = sig;
+}
+
+static const int fwd_sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT, SIGWINCH};
+
+static void install_forwarding(void)
+{
+    struct sigaction sa = {.sa_sigaction = forward};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
+    for (size_t i = 0; i < sizeof(fwd_sigs) / sizeof(fwd_sigs[0]); i++)
+        sigaction(fwd_sigs[i], &sa, NULL);
+}
+
+/* Waits for the command (signals forwarded to it); its exit status the
+ * shell's way (128 + N for signal N). As a subreaper (skiff start), the
+ * orphans that come to us meanwhile are reaped too; *holder is zeroed if
+ * the holder is among them. */
+static int wait_command(pid_t pid, pid_t *holder)
+{
+    child_pid = pid;
+    if (pending_sig)
+        kill(pid, pending_sig);
+    int st = 0;
+    for (;;) {
+        int s2;
+        pid_t r = waitpid(holder ? -1 : pid, &s2, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 || r == pid) {
+            st = s2;
+            break;
+        }
+        if (holder && r == *holder)
+            *holder = 0;
+    }
+    child_pid = 0;
+    if (WIFSIGNALED(st))
+        return 128 + WTERMSIG(st);
+    return WEXITSTATUS(st);
 }
 
 static void usage(FILE *out)
@@ -44,83 +88,69 @@ static void usage(FILE *out)
             "CMD defaults to the image's Entrypoint + Cmd. Exit status: CMD's (128+N for signal N).\n");
 }
 
-int cli_run_in(struct skiff_container *c, bool use_entrypoint, char *const *user_argv, const char *workdir,
-               bool remap_root, int join_pid)
+/* A terminal's TERM and the user's HOME (/root with --remap-root), for
+ * the command when the image sets none: K=V strings in the buffers, listed
+ * in out (NULL-terminated). */
+static void default_env(bool remap_root, char *term, size_t tn, char *home, size_t hn, const char *out[3])
+{
+    size_t n = 0;
+    const char *t = getenv("TERM"), *h = remap_root ? "/root" : getenv("HOME");
+    if (t && (size_t)snprintf(term, tn, "TERM=%s", t) < tn)
+        out[n++] = term;
+    if (h && (size_t)snprintf(home, hn, "HOME=%s", h) < hn)
+        out[n++] = home;
+    out[n] = NULL;
+}
+
+int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid)
 {
     skiff_err err;
     skiff_err_clear(&err);
     char **argv = NULL, **envp = NULL;
-    if (skiff_container_argv(c, use_entrypoint, user_argv, &argv, &err) < 0 ||
-        skiff_container_env(c, &envp, &err) < 0) {
-        skiff_strv_free(argv);
-        return cli_fail("start", &err);
-    }
-    /* a terminal's TERM and the user's HOME when the image sets none */
-    bool has_term = false, has_home = false;
-    size_t n = 0;
-    for (; envp[n]; n++) {
-        has_term |= !strncmp(envp[n], "TERM=", 5);
-        has_home |= !strncmp(envp[n], "HOME=", 5);
-    }
     char term[256], home[SKIFF_PATH_MAX + 8];
-    char **ne = realloc(envp, (n + 3) * sizeof(char *));
-    if (ne) {
-        envp = ne;
-        const char *t = getenv("TERM"), *h = getenv("HOME");
-        if (!has_term && t && (size_t)snprintf(term, sizeof(term), "TERM=%s", t) < sizeof(term))
-            envp[n++] = strdup(term);
-        if (!has_home && (remap_root || h) &&
-            (size_t)snprintf(home, sizeof(home), "HOME=%s", remap_root ? "/root" : h) < sizeof(home))
-            envp[n++] = strdup(home);
-        envp[n] = NULL;
+    const char *defaults[3];
+    default_env(false, term, sizeof(term), home, sizeof(home), defaults);
+    if (skiff_container_argv(c, false, user_argv, &argv, &err) < 0 || skiff_container_env(c, &envp, &err) < 0 ||
+        skiff_env_add_defaults(&envp, defaults, &err) < 0) {
+        skiff_strv_free(argv);
+        skiff_strv_free(envp);
+        return cli_fail("exec", &err);
     }
-    struct sigaction sa = {.sa_sigaction = forward};
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART | SA_SIGINFO;
-    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT, SIGWINCH};
     sigset_t block, old;
     sigemptyset(&block);
-    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-        sigaddset(&block, sigs[i]);
+    for (size_t i = 0; i < sizeof(fwd_sigs) / sizeof(fwd_sigs[0]); i++)
+        sigaddset(&block, fwd_sigs[i]);
     sigprocmask(SIG_BLOCK, &block, &old);
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
         skiff_error(&err, errno, "fork");
-        return cli_fail("start", &err);
+        return cli_fail("exec", &err);
     }
     if (pid == 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
-        if (skiff_container_join(join_pid, workdir && *workdir ? workdir : c->workdir, &err) < 0) {
-            fprintf(stderr, "skiff: start: %s\n", err.msg);
+        if (skiff_container_join(join_pid, c->workdir, &err) < 0) {
+            fprintf(stderr, "skiff: exec: %s\n", err.msg);
             _exit(125);
         }
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         if (getppid() != parent)
             _exit(125);
-        skiff_trace(getenv("SKIFF_TRACE") != NULL, "child: joined, exec");
         close_range(3, ~0U, 0); /* no stray fds into the container */
         extern char **environ;
         environ = envp; /* execvp searches the container's PATH */
         execvp(argv[0], argv);
         int e = errno;
-        fprintf(stderr, "skiff: start: exec %s: %s\n", argv[0], strerror(e));
+        fprintf(stderr, "skiff: exec: exec %s: %s\n", argv[0], strerror(e));
         _exit(e == ENOENT ? 127 : 126);
     }
     child_pid = pid;
-    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-        sigaction(sigs[i], &sa, NULL);
+    install_forwarding();
     sigprocmask(SIG_SETMASK, &old, NULL);
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    child_pid = 0;
     skiff_strv_free(argv);
     skiff_strv_free(envp);
-    if (WIFSIGNALED(st))
-        return 128 + WTERMSIG(st);
-    return WEXITSTATUS(st);
+    return wait_command(pid, NULL);
 }
 
 int cmd_start(int argc, char **argv)
@@ -201,6 +231,16 @@ int cmd_start(int argc, char **argv)
     o.mounts = mounts;
     o.env = env;
     o.command = argv + optind;
+    /* the holder starts the command (no join) */
+    char term[256], home[SKIFF_PATH_MAX + 8];
+    const char *defaults[3];
+    default_env(o.remap_root, term, sizeof(term), home, sizeof(home), defaults);
+    o.spawn = true;
+    o.default_env = defaults;
+    /* the container's orphans (and the FUSE server, once the holder is
+     * gone) become our children: stop kills and reaps them, no /proc scan */
+    o.subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
+    install_forwarding();
     skiff_err err;
     skiff_err_clear(&err);
     struct skiff_container c;
@@ -210,7 +250,7 @@ int cmd_start(int argc, char **argv)
         fprintf(stderr, "skiff: %s\n", err.msg);
         return 1;
     }
-    int rc = cli_run_in(&c, o.use_entrypoint, argv + optind, o.workdir, o.remap_root, c.holder);
+    int rc = wait_command(c.command, &c.holder);
     skiff_trace(o.trace, "cli: command exited");
     skiff_container_stop(&c, &err);
     skiff_trace(o.trace, "cli: stopped");

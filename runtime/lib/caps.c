@@ -1,9 +1,14 @@
-/* See caps.h. libcap does the capset; prctl does the rest. */
+/* See caps.h. prctl and capset, the system calls: nothing here allocates,
+ * so a child cloned from the multithreaded holder (container.c, the spawned
+ * command) may call it before exec. libcap's cap_set_proc would malloc a
+ * cap_t first; its header still gives the capability numbers. */
 #include "caps.h"
 
 #include <errno.h>
 #include <sys/capability.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 int skiff_caps_drop_all(skiff_err *err)
 {
@@ -16,14 +21,10 @@ int skiff_caps_drop_all(skiff_err *err)
     }
     /* 2. ids: the caller's uid/gid are already what the command runs as */
     /* 3. capset: clear effective, permitted, inheritable */
-    cap_t none = cap_init();
-    if (!none)
-        return skiff_error(err, errno, "cap_init");
-    int rc = cap_set_proc(none);
-    int e = errno;
-    cap_free(none);
-    if (rc < 0)
-        return skiff_error(err, e, "clear capabilities");
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {{0, 0, 0}};
+    if (syscall(SYS_capset, &hdr, none) < 0)
+        return skiff_error(err, errno, "clear capabilities");
     /* 4. ambient */
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
         return skiff_error(err, errno, "clear ambient capabilities");

@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdint.h>
@@ -128,7 +129,8 @@ static char **strv_dup(char *const *v, skiff_err *err)
 
 /* ---- wire format between holder and parent (and the state file) ----
  * records: one tag byte ('W' workdir, 'E' env, 'P' entrypoint word, 'C' cmd
- * word, 'H' holder pid) + a NUL-terminated string. */
+ * word, 'H' holder pid, 'X' pid of the spawned command, 'F' pid of the
+ * FUSE server) + a NUL-terminated string. */
 struct buf {
     char *p;
     size_t len, cap;
@@ -168,6 +170,12 @@ static int parse_records(const char *p, size_t len, struct skiff_container *c, s
             break;
         case 'H':
             c->holder = (pid_t)atoi(s);
+            break;
+        case 'X':
+            c->command = (pid_t)atoi(s);
+            break;
+        case 'F':
+            c->server = (pid_t)atoi(s);
             break;
         case 'E':
             rc = strv_push(&c->env, s, err);
@@ -357,6 +365,8 @@ struct holder_ctx {
     char stage[SKIFF_PATH_MAX];
     char home[SKIFF_PATH_MAX]; /* the user's home (--mount-home), looked up before the namespace */
     struct skiff_fuse *fuse;   /* the image's FUSE server (NULL: extracted) */
+    sigset_t caller_mask;      /* the caller's signal mask, for the spawned command */
+    pid_t caller;              /* the process that forked the holder */
 };
 
 static int stage_path(struct holder_ctx *h, const char *sub, char *out, size_t n, skiff_err *err)
@@ -685,6 +695,66 @@ static void warm_command(const struct skiff_start_opts *o, const struct image_co
     skiff_strv_free(argv);
 }
 
+/* Writes "skiff: start: WHAT: strerror(e)" to stderr with write(2) alone. */
+static void child_fail(const char *what, const char *arg, int e)
+{
+    char msg[512];
+    int n = snprintf(msg, sizeof(msg), "skiff: start: %s%s%s: %s\n", what, arg ? " " : "", arg ? arg : "",
+                     strerror(e));
+    if (n > 0)
+        (void)!write(2, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+}
+
+/* opts->spawn: the command, cloned from the holder (inside the namespaces,
+ * after pivot_root) as a child of the caller, so that the caller waits for it
+ * and its signals reach it as with a join, without the join. The holder has
+ * another thread (the warm): between clone and exec the child makes system
+ * calls only (argv, envp and the messages are prepared before). */
+static pid_t spawn_command(const struct holder_ctx *h, char **argv, char **envp, const char *wd, skiff_err *err)
+{
+    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid < 0)
+        return skiff_error(err, errno, "start the command");
+    if (pid > 0)
+        return pid;
+    /* dies with the caller, as a joined child would */
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != h->caller)
+        _exit(125);
+    skiff_err e;
+    if (chdir(wd) < 0) {
+        child_fail("working directory", wd, errno);
+        _exit(125);
+    }
+    if (skiff_caps_drop_all(&e) < 0) {
+        child_fail(e.msg, NULL, e.code);
+        _exit(125);
+    }
+    close_range(3, ~0U, 0); /* no holder fd into the command */
+    sigprocmask(SIG_SETMASK, &h->caller_mask, NULL);
+    extern char **environ;
+    environ = envp; /* execvp searches the container's PATH */
+    execvp(argv[0], argv);
+    int en = errno;
+    child_fail("exec", argv[0], en);
+    _exit(en == ENOENT ? 127 : 126);
+}
+
+int skiff_env_add_defaults(char ***env, const char *const *defaults, skiff_err *err)
+{
+    for (size_t i = 0; defaults && defaults[i]; i++) {
+        const char *eq = strchr(defaults[i], '=');
+        if (!eq)
+            continue;
+        bool have = false;
+        for (size_t j = 0; *env && (*env)[j] && !have; j++)
+            have = !strncmp((*env)[j], defaults[i], (size_t)(eq - defaults[i]) + 1);
+        if (!have && strv_push(env, defaults[i], err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
 {
     const struct skiff_start_opts *o = h->o;
@@ -777,7 +847,10 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
     }
     char pid[16];
     snprintf(pid, sizeof(pid), "%d", (int)getpid());
-    if (buf_rec(out, 'H', pid, err) < 0 || buf_rec(out, 'W', wd, err) < 0)
+    char server[16];
+    snprintf(server, sizeof(server), "%d", (int)skiff_fuse_server_pid(h->fuse));
+    if (buf_rec(out, 'H', pid, err) < 0 || buf_rec(out, 'W', wd, err) < 0 ||
+        (h->fuse && buf_rec(out, 'F', server, err) < 0))
         goto out;
     for (size_t i = 0; env[i]; i++)
         if (buf_rec(out, 'E', env[i], err) < 0)
@@ -809,6 +882,24 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
         goto out;
     }
     skiff_trace(o->trace, "holder: pivot_root, ready");
+    if (o->spawn) {
+        char **argv = NULL;
+        char num[16];
+        pid_t cmd;
+        if (skiff_env_add_defaults(&env, o->default_env, err) < 0 ||
+            build_argv(ic.entrypoint, ic.cmd, o->use_entrypoint, o->command, &argv, err) < 0)
+            goto out;
+        cmd = spawn_command(h, argv, env, wd, err);
+        skiff_strv_free(argv);
+        if (cmd < 0)
+            goto out;
+        snprintf(num, sizeof(num), "%d", (int)cmd);
+        if (buf_rec(out, 'X', num, err) < 0) {
+            kill(cmd, SIGKILL); /* the caller will not know of it */
+            goto out;
+        }
+        skiff_trace(o->trace, "holder: command started");
+    }
     rv = 0;
 out:
     skiff_strv_free(env);
@@ -818,15 +909,26 @@ out:
     return rv;
 }
 
-/* Keeps fds 0-2 (to /dev/null, except stderr), keep1 and keep2; closes the
- * rest so the holder holds none of the caller's sockets or pipes. */
-static void close_stray_fds(int keep1, int keep2)
+/* Points stdin and stdout (and stderr when all) at /dev/null. */
+static void null_stdio(bool all)
 {
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (null >= 0) {
-        dup2(null, 0);
-        dup2(null, 1);
-    }
+    if (null < 0)
+        return;
+    dup2(null, 0);
+    dup2(null, 1);
+    if (all)
+        dup2(null, 2);
+    close(null);
+}
+
+/* Keeps fds 0-2 (stdin and stdout to /dev/null unless keep_stdio), keep1
+ * and keep2; closes the rest so the holder holds none of the caller's
+ * sockets or pipes. */
+static void close_stray_fds(int keep1, int keep2, bool keep_stdio)
+{
+    if (!keep_stdio)
+        null_stdio(false);
     int lo = keep1 < keep2 ? keep1 : keep2, hi = keep1 < keep2 ? keep2 : keep1;
     if (lo < 0)
         lo = hi;
@@ -848,9 +950,10 @@ static void holder_main(struct holder_ctx *h, int wfd)
      * the command); it dies by SIGKILL from stop, or with its parent. */
     sigset_t all;
     sigfillset(&all);
-    sigprocmask(SIG_SETMASK, &all, NULL);
+    sigprocmask(SIG_SETMASK, &all, &h->caller_mask);
     prctl(PR_SET_NAME, "skiff-holder", 0, 0, 0);
-    close_stray_fds(wfd, h->o->fuse_fd);
+    /* the spawned command gets the caller's stdio and signal mask */
+    close_stray_fds(wfd, h->o->fuse_fd, h->o->spawn);
     skiff_err err;
     skiff_err_clear(&err);
     struct buf out = {0};
@@ -871,9 +974,7 @@ static void holder_main(struct holder_ctx *h, int wfd)
     (void)skiff_write_all(wfd, out.p, out.len);
     close(wfd);
     free(out.p);
-    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (null >= 0)
-        if (!h->o->trace) dup2(null, 2);
+    null_stdio(!h->o->trace);
     for (;;)
         pause(); /* all signals blocked: only SIGKILL ends us */
 }
@@ -960,6 +1061,7 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
                           struct skiff_container *c, skiff_err *err)
 {
     memset(c, 0, sizeof(*c));
+    c->server_pidfd = -1;
     struct holder_ctx h = {.cfg = cfg, .o = opts};
     if (resolve_image(cfg, opts, &h, err) < 0)
         return skiff_err_wrap(err, "start");
@@ -983,6 +1085,7 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
         return skiff_err_wrap(err, "start");
     }
     pid_t parent = getpid();
+    h.caller = parent;
     skiff_trace(opts->trace, "start: fork holder");
     pid_t pid = fork();
     if (pid < 0) {
@@ -1027,6 +1130,20 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
         return skiff_err_wrap(err, "start");
     }
     c->holder = pid;
+    /* while the holder lives, so does its server (PR_SET_PDEATHSIG): this
+     * pidfd is the server's, and stop can kill both at once */
+    if (c->server > 0)
+        c->server_pidfd = pidfd_open(c->server, 0);
+    c->subreaper = opts->subreaper;
+    if (c->subreaper) {
+        char nsp[64];
+        struct stat ns;
+        snprintf(nsp, sizeof(nsp), "/proc/%d/ns/mnt", (int)pid);
+        if (stat(nsp, &ns) == 0) {
+            c->mntns_dev = ns.st_dev;
+            c->mntns_ino = ns.st_ino;
+        }
+    }
     return 0;
 }
 
@@ -1087,9 +1204,91 @@ static void kill_leftovers(pid_t holder, const struct stat *ns)
     closedir(d);
 }
 
+/* The FUSE server dies with the holder anyway (PR_SET_PDEATHSIG), but only
+ * once the holder has torn its namespace down: killed now, both exit at
+ * once. */
+static void kill_server(struct skiff_container *c)
+{
+    if (c->server_pidfd < 0)
+        return;
+    pidfd_send_signal(c->server_pidfd, SIGKILL, NULL, 0);
+    close(c->server_pidfd);
+    c->server_pidfd = -1;
+}
+
+#define JOINED_FILE "joined"
+
+int skiff_container_mark_joined(const struct skiff_container *c, skiff_err *err)
+{
+    if (!c->state_dir[0])
+        return skiff_error(err, ENOENT, "container state directory unknown");
+    char p[SKIFF_PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/" JOINED_FILE, c->state_dir);
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return skiff_error(err, errno, "mark %s as joined", c->state_dir);
+    close(fd);
+    return 0;
+}
+
+/* Subreaper stop: SIGKILLs every child of ours and reaps it, until none is
+ * left (orphans of the container come to us as their parents die). -1
+ * when /proc cannot list our children. */
+static int kill_children(void)
+{
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/self/task/%d/children", (int)getpid());
+    for (;;) {
+        char buf[4096];
+        cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        buf[n > 0 ? n : 0] = '\0';
+        for (char *q = buf, *end; *q; q = end) {
+            long pid = strtol(q, &end, 10);
+            if (end == q)
+                break;
+            if (pid > 0)
+                kill((pid_t)pid, SIGKILL);
+        }
+        if (waitpid(-1, NULL, 0) < 0 && errno == ECHILD)
+            return 0;
+    }
+}
+
+static bool was_joined(const char *state_dir)
+{
+    char p[SKIFF_PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/" JOINED_FILE, state_dir);
+    return state_dir[0] && access(p, F_OK) == 0;
+}
+
 int skiff_container_stop(struct skiff_container *c, skiff_err *err)
 {
     (void)err;
+    if (c->subreaper && (c->holder > 0 || c->mntns_ino)) {
+        /* the holder first: once it is reaped, nobody can join any more,
+         * so the mark below is final */
+        if (c->holder > 0) {
+            kill(c->holder, SIGKILL);
+            kill_server(c);
+            while (waitpid(c->holder, NULL, 0) < 0 && errno == EINTR)
+                ;
+            c->holder = 0;
+        }
+        skiff_trace(c->trace, "stop: holder reaped");
+        if (was_joined(c->state_dir) && c->mntns_ino) {
+            struct stat ns = {.st_dev = c->mntns_dev, .st_ino = c->mntns_ino};
+            kill_leftovers(0, &ns);
+        }
+        if (kill_children() < 0 && c->mntns_ino) {
+            struct stat ns = {.st_dev = c->mntns_dev, .st_ino = c->mntns_ino};
+            kill_leftovers(0, &ns);
+        }
+        c->mntns_ino = 0;
+        skiff_trace(c->trace, "stop: children reaped");
+    }
     if (c->holder > 0) {
         /* kill first, clean up while the kernel tears the namespace down,
          * reap last */
@@ -1099,6 +1298,7 @@ int skiff_container_stop(struct skiff_container *c, skiff_err *err)
         bool have_ns = stat(p, &ns) == 0;
         int pfd = pidfd_open(c->holder, 0);
         kill(c->holder, SIGKILL);
+        kill_server(c);
         if (have_ns)
             kill_leftovers(c->holder, &ns);
         skiff_trace(c->trace, "stop: killed");
@@ -1112,6 +1312,7 @@ int skiff_container_stop(struct skiff_container *c, skiff_err *err)
         c->holder = 0;
         skiff_trace(c->trace, "stop: holder reaped");
     }
+    kill_server(c); /* (its holder was gone already) */
     if (c->owns_state && c->state_dir[0])
         remove_state(c->state_dir);
     c->state_dir[0] = '\0';
@@ -1124,6 +1325,9 @@ int skiff_container_stop(struct skiff_container *c, skiff_err *err)
 
 void skiff_container_free(struct skiff_container *c)
 {
+    if (c->server_pidfd >= 0)
+        close(c->server_pidfd);
+    c->server_pidfd = -1;
     skiff_strv_free(c->env);
     skiff_strv_free(c->entrypoint);
     skiff_strv_free(c->cmd);
@@ -1134,6 +1338,7 @@ void skiff_container_free(struct skiff_container *c)
 int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff_container *c, skiff_err *err)
 {
     memset(c, 0, sizeof(*c));
+    c->server_pidfd = -1;
     char p[64];
     struct stat want;
     snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)pid);

@@ -16,9 +16,9 @@
  *       returns the caller execs the command (argv, env of its choice).
  *   skiff_container_env()    the container environment (image Env, then
  *       hook env files, then opts->env: later wins), K=V strings.
- *   skiff_container_stop()   kills and reaps the holder (the FUSE server is
- *       a thread of the holder: nothing stays mounted or running) and
- *       removes the state directory.
+ *   skiff_container_stop()   kills the holder and whatever else runs in the
+ *       container, reaps the holder, waits until its FUSE server is gone (so
+ *       nothing stays mounted or running) and removes the state directory.
  *
  * No globals: every call works on the structs passed in, so the plugin can
  * start several containers in one process. Usable from a PIC .so. */
@@ -57,6 +57,20 @@ struct skiff_start_opts {
     int hook_timeout_s;         /* per hook; 0 = 60 s */
     bool die_with_parent;       /* holder gets SIGKILL when the starting thread dies (CLI) */
     bool trace;                 /* print phase timestamps (CLOCK_MONOTONIC ms) to stderr */
+    /* The holder starts the command itself (Entrypoint/Cmd/command as
+     * skiff_container_argv chooses, the container env plus default_env's
+     * entries for keys it lacks) as a child of the caller (CLONE_PARENT),
+     * with the caller's stdio and signal mask: already in the namespaces, it
+     * needs no join. Its pid is c->command; the caller waits for it. The CLI
+     * uses this; the plugin joins per task instead. */
+    bool spawn;
+    const char *const *default_env;
+    /* The caller is a child subreaper (PR_SET_CHILD_SUBREAPER) whose only
+     * children are this container's processes: the container's orphans and
+     * the holder's FUSE server come to it, so stop kills and reaps its
+     * children instead of scanning /proc for the container's mount namespace
+     * (which it still does when `skiff exec` joined, see mark_joined). */
+    bool subreaper;
 };
 
 /* Default options: everything off, fuse_fd = -1, use_entrypoint = true. */
@@ -64,12 +78,18 @@ void skiff_start_opts_init(struct skiff_start_opts *opts);
 
 struct skiff_container {
     pid_t holder;                  /* the parked process holding the namespaces; 0 = none */
+    pid_t command;                 /* the command started with opts->spawn (our child); 0 = none */
+    pid_t server;                  /* the holder's FUSE server; 0 = none (extracted image) */
+    int server_pidfd;              /* a pidfd of it (start only), or -1 */
     char state_dir[SKIFF_PATH_MAX]; /* runtime_path/containers/KEY */
     char workdir[SKIFF_PATH_MAX];  /* resolved working directory inside the container */
     char **env;                    /* container env, NULL-terminated (owned) */
     char **entrypoint;             /* image Entrypoint (owned, may be NULL) */
     char **cmd;                    /* image Cmd (owned, may be NULL) */
     bool owns_state;               /* stop removes state_dir */
+    bool subreaper;                /* from opts->subreaper */
+    dev_t mntns_dev;               /* the container's mount namespace (subreaper stop) */
+    ino_t mntns_ino;
     bool trace;                    /* from opts->trace */
 };
 
@@ -98,8 +118,14 @@ int skiff_container_argv(const struct skiff_container *c, bool use_entrypoint,
  * its steps clean up themselves. */
 void skiff_container_prune(const struct skiff_config *cfg);
 
-/* Kills (SIGKILL) and reaps the holder, removes the state dir, frees memory.
- * Safe to call twice and on a container whose start failed. */
+/* Before joining a container started with opts->subreaper (skiff exec):
+ * marks it so that its stop looks for processes outside the starter's
+ * children. */
+int skiff_container_mark_joined(const struct skiff_container *c, skiff_err *err);
+
+/* Kills (SIGKILL) and reaps the holder and every process left in the
+ * container, removes the state dir, frees memory. Safe to call twice and on
+ * a container whose start failed. */
 int skiff_container_stop(struct skiff_container *c, skiff_err *err);
 
 /* Frees c's memory without touching the holder (after skiff_container_load). */
@@ -116,6 +142,10 @@ int skiff_container_export(const struct skiff_config *cfg, const char *name, con
                            skiff_err *err);
 
 void skiff_strv_free(char **v);
+
+/* Appends to *env (NULL-terminated, owned) each K=V of defaults whose K it
+ * lacks (the CLI's TERM and HOME). */
+int skiff_env_add_defaults(char ***env, const char *const *defaults, skiff_err *err);
 
 /* "skiff-trace: <monotonic ms> <what>" on stderr when on (startup profiling). */
 void skiff_trace(bool on, const char *what);

@@ -785,6 +785,11 @@ fail:
     return NULL;
 }
 
+pid_t skiff_fuse_server_pid(const struct skiff_fuse *f)
+{
+    return f ? f->server : 0;
+}
+
 void skiff_fuse_stop(struct skiff_fuse *f)
 {
     if (!f || f->server <= 0)

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "error.h"
 
@@ -33,6 +34,9 @@ struct skiff_fuse_opts {
  * then fall back to extraction). */
 struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, const struct skiff_fuse_opts *o,
                                              skiff_err *err);
+
+/* The serving process's pid. */
+pid_t skiff_fuse_server_pid(const struct skiff_fuse *f);
 
 /* Kills the serving process and reaps it (a caller about to exit, so that
  * nothing of the mount outlives it). Safe on NULL. */

@@ -116,6 +116,12 @@ check_out "/sys is read-only" "ro" st $W/bb.sqsh sh -c 'awk "\$5==\"/sys\"{print
 
 # ---- env and workdir ----
 check_out "image env + -e precedence" "1 cli" st -e OVER=cli $W/bb.sqsh sh -c 'echo $FROM_IMAGE $OVER'
+io_case() { echo in-data | st $W/bb.sqsh sh -c 'cat; echo err-data >&2' 2>&1 | paste -sd'|'; }
+check_out "stdin, stdout and stderr are the caller's" "in-data|err-data" io_case
+home_case() {
+  echo "$(EXTRA_ENV=TERM=xterm-t st $W/bb.sqsh sh -c 'echo $HOME $TERM')|$(EXTRA_ENV=TERM=xterm-t st --remap-root $W/bb.sqsh sh -c 'echo $HOME $TERM')"
+}
+check_out "HOME (--remap-root: /root) and TERM from the caller" "/home/$TUSER xterm-t|/root xterm-t" home_case
 check_out "image WorkingDir" "/work" st $W/bb.sqsh pwd
 check_out "--workdir" "/tmp" st --workdir /tmp $W/bb.sqsh pwd
 t_fails_with "missing workdir is a clear error" "working directory.*/nope" st --workdir /nope $W/bb.sqsh true
@@ -156,13 +162,19 @@ for _ in $(seq 100); do [ -s $W/share/sig/pid ] && break; sleep 0.05; done
 cpid=$(cat $W/share/sig/pid 2>/dev/null)
 check_out "exec into a running container" "image /work 1" as_user "$SKIFF" exec "$cpid" sh -c 'echo $OVER $(pwd) $(ls /sig | grep -c pid)'
 t_fails_with "exec into a non-container pid" "not in a skiff container|is it running, and yours" as_user "$SKIFF" exec $$ true
+# a process that joined with skiff exec and outlives the command goes at stop
+as_user "$SKIFF" exec "$cpid" sh -c 'sleep 314 & echo $! >/sig/joined' >/dev/null 2>&1
 kill -TERM "$(pgrep -o -u $TUSER -f "$SKIFF start -m $W/share/sig")"
 wait $spid; rc=$?
 if [ "$rc" -eq 3 ] && [ "$(cat $W/share/sig/out 2>/dev/null)" = term ]; then t_pass "TERM forwarded to the command"
 else t_fail "TERM forwarded to the command" "rc=$rc out=$(cat $W/share/sig/out 2>&1)"; fi
+if [ -s $W/share/sig/joined ] && ! pgrep -u $TUSER -f 'sleep 314' | xargs -r ps -o stat= -p 2>/dev/null | grep -qv '^Z'; then
+  t_pass "a process joined with skiff exec is killed at stop"
+else t_fail "a process joined with skiff exec is killed at stop" "$(pgrep -a -u $TUSER -f 'sleep 314')"; fi
 st $W/bb.sqsh sh -c 'sleep 313 & exit 0' >/dev/null 2>&1
+st $W/bb.sqsh sh -c '(sh -c "sleep 315 &" &) ; sleep 0.1; exit 0' >/dev/null 2>&1
 # (a killed orphan may stay a zombie until this machine's init reaps it: not running)
-if pgrep -u $TUSER -f 'sleep 313' | xargs -r ps -o stat= -p 2>/dev/null | grep -qv '^Z'; then t_fail "background process killed at exit"; else t_pass "background process killed at exit"; fi
+if pgrep -u $TUSER -f 'sleep 31[35]' | xargs -r ps -o stat= -p 2>/dev/null | grep -qv '^Z'; then t_fail "background processes (also double-forked) killed at exit"; else t_pass "background processes (also double-forked) killed at exit"; fi
 t_check "nothing mounted or left after signals" leftovers
 
 # ---- hooks ----
