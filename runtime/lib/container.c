@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
@@ -705,25 +706,26 @@ static void child_fail(const char *what, const char *arg, int e)
         (void)!write(2, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
 }
 
-/* opts->spawn: the command, cloned from the holder (inside the namespaces,
- * after pivot_root) as a child of the caller, so that the caller waits for it
- * and its signals reach it as with a join, without the join. The holder has
- * another thread (the warm): between clone and exec the child makes system
- * calls only (argv, envp and the messages are prepared before). */
-static pid_t spawn_command(const struct holder_ctx *h, char **argv, char **envp, const char *wd, skiff_err *err)
+struct spawn_args {
+    const struct holder_ctx *h;
+    char **argv, **envp;
+    const char *wd;
+};
+
+/* The spawned command's side, until exec. It shares the holder's memory
+ * (CLONE_VM, the holder waits: CLONE_VFORK) and the holder has another
+ * thread (the warm): system calls only, on its own stack, everything it
+ * needs prepared before. */
+static int spawned(void *arg)
 {
-    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, 0);
-    if (pid < 0)
-        return skiff_error(err, errno, "start the command");
-    if (pid > 0)
-        return pid;
+    const struct spawn_args *a = arg;
     /* dies with the caller, as a joined child would */
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    if (getppid() != h->caller)
+    if (getppid() != a->h->caller)
         _exit(125);
     skiff_err e;
-    if (chdir(wd) < 0) {
-        child_fail("working directory", wd, errno);
+    if (chdir(a->wd) < 0) {
+        child_fail("working directory", a->wd, errno);
         _exit(125);
     }
     if (skiff_caps_drop_all(&e) < 0) {
@@ -731,13 +733,32 @@ static pid_t spawn_command(const struct holder_ctx *h, char **argv, char **envp,
         _exit(125);
     }
     close_range(3, ~0U, 0); /* no holder fd into the command */
-    sigprocmask(SIG_SETMASK, &h->caller_mask, NULL);
+    sigprocmask(SIG_SETMASK, &a->h->caller_mask, NULL);
     extern char **environ;
-    environ = envp; /* execvp searches the container's PATH */
-    execvp(argv[0], argv);
+    environ = a->envp; /* execvp searches the container's PATH */
+    execvp(a->argv[0], a->argv);
     int en = errno;
-    child_fail("exec", argv[0], en);
+    child_fail("exec", a->argv[0], en);
     _exit(en == ENOENT ? 127 : 126);
+}
+
+/* opts->spawn: the command, cloned from the holder (inside the namespaces,
+ * after pivot_root) as a child of the caller (CLONE_PARENT), so that the
+ * caller waits for it and its signals reach it as with a join, without the
+ * join; like vfork, nothing of the holder is copied for an exec. */
+static pid_t spawn_command(const struct holder_ctx *h, char **argv, char **envp, const char *wd, skiff_err *err)
+{
+    const size_t stack_size = 64 << 10;
+    char *stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED)
+        return skiff_error(err, errno, "start the command: stack");
+    struct spawn_args a = {.h = h, .argv = argv, .envp = envp, .wd = wd};
+    pid_t pid = clone(spawned, stack + stack_size, CLONE_VM | CLONE_VFORK | CLONE_PARENT | SIGCHLD, &a);
+    int e = errno;
+    munmap(stack, stack_size); /* the child has exec'ed or exited */
+    if (pid < 0)
+        return skiff_error(err, e, "start the command");
+    return pid;
 }
 
 int skiff_env_add_defaults(char ***env, const char *const *defaults, skiff_err *err)
