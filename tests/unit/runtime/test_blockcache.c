@@ -73,6 +73,16 @@ static int files_in(void)
     return n;
 }
 
+/* One block (seed's pattern, in a) stored at image offset 96 by a server
+ * that then goes away. */
+static void store_one(unsigned char *a, unsigned seed, uint64_t max)
+{
+    block(a, BS, seed);
+    struct skiff_blockcache *c = open_cache(max);
+    skiff_blockcache_put(c, 96, a, BS);
+    skiff_blockcache_close(c);
+}
+
 TestSuite(blockcache, .init = setup, .fini = teardown);
 
 Test(blockcache, stores_and_finds_blocks_across_opens)
@@ -99,14 +109,11 @@ Test(blockcache, stores_and_finds_blocks_across_opens)
 Test(blockcache, a_changed_image_gets_a_new_cache)
 {
     unsigned char a[BS];
-    block(a, sizeof(a), 3);
-    struct skiff_blockcache *c = open_cache(64 * BS);
-    skiff_blockcache_put(c, 96, a, sizeof(a));
-    skiff_blockcache_close(c);
+    store_one(a, 3, 64 * BS);
     cr_assert_eq(pwrite(imgfd, "IMAGE", 5, 0), 5); /* mtime, ctime */
     struct timespec ts[2] = {{0, UTIME_OMIT}, {1, 0}};
     cr_assert_eq(futimens(imgfd, ts), 0);
-    c = open_cache(64 * BS);
+    struct skiff_blockcache *c = open_cache(64 * BS);
     cr_assert_eq(cached(c, 96, 0, BS, a), -1);
     skiff_blockcache_close(c);
     c = open_cache(32 * BS); /* other limits: a new one too */
@@ -119,10 +126,7 @@ Test(blockcache, a_changed_image_gets_a_new_cache)
 Test(blockcache, a_garbage_file_is_replaced)
 {
     unsigned char a[BS];
-    block(a, sizeof(a), 4);
-    struct skiff_blockcache *c = open_cache(8 * BS);
-    skiff_blockcache_put(c, 96, a, sizeof(a));
-    skiff_blockcache_close(c);
+    store_one(a, 4, 8 * BS);
     DIR *d = opendir(dir);
     struct dirent *e;
     char name[400] = "";
@@ -133,7 +137,7 @@ Test(blockcache, a_garbage_file_is_replaced)
     int fd = open(name, O_WRONLY);
     cr_assert_eq(pwrite(fd, "garbage!", 8, 0), 8);
     close(fd);
-    c = open_cache(8 * BS);
+    struct skiff_blockcache *c = open_cache(8 * BS);
     cr_assert_eq(cached(c, 96, 0, BS, a), -1);
     skiff_blockcache_put(c, 96, a, sizeof(a));
     cr_assert_eq(cached(c, 96, 0, BS, a), 0);
