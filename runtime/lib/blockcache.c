@@ -127,7 +127,8 @@ static void evict(int dirfd, uint64_t max_bytes)
     time_t now = time(NULL);
     while ((e = readdir(d))) {
         bool tmp = !strncmp(e->d_name, ".tmp-", 5);
-        if ((!tmp && strncmp(e->d_name, BC_PREFIX, strlen(BC_PREFIX))) || strlen(e->d_name) >= 64)
+        size_t nl = strlen(e->d_name);
+        if ((!tmp && strncmp(e->d_name, BC_PREFIX, strlen(BC_PREFIX))) || nl >= sizeof(v->name))
             continue;
         struct stat st;
         if (fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
@@ -144,7 +145,7 @@ static void evict(int dirfd, uint64_t max_bytes)
                 break;
             v = nv;
         }
-        snprintf(v[n].name, sizeof(v[n].name), "%s", e->d_name);
+        memcpy(v[n].name, e->d_name, nl + 1);
         v[n].mtime = st.st_mtime;
         v[n].bytes = (uint64_t)st.st_blocks * 512;
         n++;
