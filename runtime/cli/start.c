@@ -153,7 +153,8 @@ int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid)
     return wait_command(pid, NULL);
 }
 
-int cmd_start(int argc, char **argv)
+/* cmd_start without the mounts/env arrays' allocation (freed by it) */
+static int start_with(int argc, char **argv, const char **mounts, const char **env)
 {
     static const struct option longopts[] = {
         {"mount", required_argument, NULL, 'm'},   {"env", required_argument, NULL, 'e'},
@@ -161,13 +162,7 @@ int cmd_start(int argc, char **argv)
         {"workdir", required_argument, NULL, 'w'}, {"no-entrypoint", no_argument, NULL, 'N'},
         {"mount-home", no_argument, NULL, 'H'},    {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
-    const char **mounts = calloc((size_t)argc + 1, sizeof(char *));
-    const char **env = calloc((size_t)argc + 1, sizeof(char *));
     size_t nm = 0, ne = 0;
-    if (!mounts || !env) {
-        fprintf(stderr, "skiff: start: out of memory\n");
-        return 1;
-    }
     struct skiff_start_opts o;
     skiff_start_opts_init(&o);
     o.die_with_parent = true;
@@ -245,8 +240,6 @@ int cmd_start(int argc, char **argv)
     skiff_err_clear(&err);
     struct skiff_container c;
     if (skiff_container_start(&cfg, &o, &c, &err) < 0) {
-        free(mounts);
-        free(env);
         fprintf(stderr, "skiff: %s\n", err.msg);
         return 1;
     }
@@ -254,6 +247,18 @@ int cmd_start(int argc, char **argv)
     skiff_trace(o.trace, "cli: command exited");
     skiff_container_stop(&c, &err);
     skiff_trace(o.trace, "cli: stopped");
+    return rc;
+}
+
+int cmd_start(int argc, char **argv)
+{
+    const char **mounts = calloc((size_t)argc + 1, sizeof(char *));
+    const char **env = calloc((size_t)argc + 1, sizeof(char *));
+    int rc = 1;
+    if (mounts && env)
+        rc = start_with(argc, argv, mounts, env);
+    else
+        fprintf(stderr, "skiff: start: out of memory\n");
     free(mounts);
     free(env);
     return rc;

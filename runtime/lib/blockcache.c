@@ -151,7 +151,8 @@ static void evict(int dirfd, uint64_t max_bytes)
         n++;
     }
     closedir(d);
-    qsort(v, n, sizeof(*v), newest_first);
+    if (n)
+        qsort(v, n, sizeof(*v), newest_first);
     uint64_t kept = 0;
     for (size_t i = 0; i < n; i++) {
         kept += v[i].bytes;
