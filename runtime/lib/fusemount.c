@@ -642,12 +642,43 @@ static void keep_only_server_fds(const struct skiff_fuse *f)
     closedir(d);
 }
 
+/* One serving thread: take a request off /dev/fuse, handle it, again,
+ * until the mount goes away. The handlers never wait on this mount, so a
+ * fixed set of threads cannot deadlock. */
+static void *serve_thread(void *arg)
+{
+    struct fuse_session *se = arg;
+    struct fuse_buf buf = {.mem = NULL};
+    while (!fuse_session_exited(se)) {
+        int n = fuse_session_receive_buf(se, &buf);
+        if (n == -EINTR || n == -EAGAIN)
+            continue;
+        if (n <= 0)
+            break; /* -ENODEV: unmounted */
+        fuse_session_process_buf(se, &buf);
+    }
+    free(buf.mem);
+    return NULL;
+}
+
+/* The calling thread and one more per data reader serve. Not libfuse's
+ * fuse_session_loop_mt: its main thread only waits while workers, started on
+ * demand, serve (five threads per start here, each a clone and a stack to
+ * map), and a container start cannot wait for a pool to warm up. Requests
+ * beyond the threads queue in the kernel: at most ndata reads are in
+ * flight at once anyway (max_background), so one thread is always left
+ * for the lookups setup waits on. */
 static void serve(struct skiff_fuse *f)
 {
-    /* workers are started on demand: one per busy reader, one answering
-     * metadata, a spare */
-    struct fuse_loop_config cfg = {.clone_fd = 0, .max_idle_threads = MAX_DATA_READERS + 2};
-    fuse_session_loop_mt(f->se, &cfg);
+    pthread_t t[MAX_DATA_READERS];
+    unsigned n = 0;
+    for (; n < f->ndata; n++)
+        if (pthread_create(&t[n], NULL, serve_thread, f->se) != 0)
+            break;
+    serve_thread(f->se);
+    /* the mount is gone: the others see it too */
+    for (unsigned i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
 }
 
 static int check_magic(const char *image, skiff_err *err)
