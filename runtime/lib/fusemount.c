@@ -320,9 +320,10 @@ static sqfs_inode *handle_inode(struct reader *r, fuse_ino_t ino, const struct f
 }
 
 /* A read's reply, piece by piece in file order: ranges of the block cache
- * file (spliced into the reply by libfuse, no copy through this process)
- * and ranges of mem (blocks decompressed now, holes), which has the reply's
- * size and holds each piece at its offset in the reply. */
+ * file or of the image (uncompressed blocks), spliced into the reply by
+ * libfuse with no copy through this process, and ranges of mem (blocks
+ * decompressed now, holes), which has the reply's size and holds each piece
+ * at its offset in the reply. */
 struct reply {
     struct fuse_bufvec *bv;
     size_t cap;
@@ -383,20 +384,29 @@ static int block_piece(struct skiff_fuse *f, struct reader *r, bool frag, uint64
     bool compressed;
     uint32_t csize;
     sqfs_data_header(hdr, &compressed, &csize);
-    struct skiff_blockcache *bc = compressed ? f->bc : NULL; /* stored blocks are read as they are */
-    off_t at;
-    if (skiff_blockcache_find(bc, pos, off, len, &at) == 0) {
+    sqfs *fs = &r->ll.fs;
+    /* a block stored uncompressed is spliced from the image itself, a
+     * cached one from the block cache */
+    int fd = -1;
+    off_t at = 0;
+    if (!compressed && off + len <= csize) {
+        fd = fs->fd;
+        at = (off_t)(fs->offset + pos + off);
+    } else if (compressed && skiff_blockcache_find(f->bc, pos, off, len, &at) == 0) {
+        fd = skiff_blockcache_fd(f->bc);
+    }
+    if (fd >= 0) {
         struct fuse_buf *b = reply_piece(rp);
         if (!b)
             return -1;
         b->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-        b->fd = skiff_blockcache_fd(bc);
+        b->fd = fd;
         b->pos = at;
         b->size = len;
         return 0;
     }
+    struct skiff_blockcache *bc = compressed ? f->bc : NULL;
     sqfs_block *blk;
-    sqfs *fs = &r->ll.fs;
     char *dst = reply_mem(rp, done, len);
     if (!dst ||
         sqfs_data_cache(fs, frag ? &fs->frag_cache : &fs->data_cache, (sqfs_off_t)pos, hdr, &blk) != SQFS_OK ||
