@@ -394,6 +394,35 @@ static int open_block_cache_dir(const char *path)
     return fd;
 }
 
+/* The host's files bound into every container (the node's own name must
+ * resolve inside: gloo binds to it). */
+static const char *const etc_binds[] = {"/etc/hosts", "/etc/resolv.conf", "/etc/hostname"};
+
+/* Mount points for etc_binds that the image lacks (images exported by
+ * docker usually have no /etc/resolv.conf or /etc/hostname), made as empty
+ * files in a fresh upper before the overlay is mounted; through the overlay
+ * each would cost a copy-up of /etc and a create at every start. Asked of
+ * the image itself (no FUSE round trip), and only where its /etc is a real
+ * directory, so that the upper's merges with it. */
+static void premake_etc_targets(struct skiff_fuse *fuse, const char *up)
+{
+    mode_t mode;
+    if (skiff_fuse_lookup(fuse, "/etc", &mode) < 0 || !S_ISDIR(mode))
+        return;
+    cleanup_close int ufd = open(up, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    bool made_etc = false;
+    for (size_t i = 0; ufd >= 0 && i < sizeof(etc_binds) / sizeof(etc_binds[0]); i++) {
+        if (access(etc_binds[i], R_OK) != 0 || skiff_fuse_lookup(fuse, etc_binds[i], &mode) == 0)
+            continue;
+        if (!made_etc && mkdirat(ufd, "etc", 0755) < 0 && errno != EEXIST)
+            return;
+        made_etc = true;
+        int fd = openat(ufd, etc_binds[i] + 1, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0)
+            close(fd);
+    }
+}
+
 /* lower (FUSE or extracted) + overlay on stage/root; returns rootfd */
 static int assemble_rootfs(struct holder_ctx *h, skiff_err *err)
 {
@@ -433,6 +462,7 @@ static int assemble_rootfs(struct holder_ctx *h, skiff_err *err)
             return -1;
         if (mkdir(up, 0755) < 0 || mkdir(work, 0755) < 0)
             return skiff_error(err, errno, "create overlay directories");
+        premake_etc_targets(h->fuse, up);
     } else {
         snprintf(up, sizeof(up), "%s/upper", upper);
         snprintf(work, sizeof(work), "%s/work", upper);
@@ -499,9 +529,8 @@ static int system_mounts(int rootfd, skiff_err *err)
             return skiff_error(err, errno, "create /dev/%s", links[i][1]);
     if (tmpfs_at(rootfd, "/tmp", "mode=1777", 0, err) < 0)
         return -1;
-    /* the node's own name must resolve inside (gloo binds to it) */
-    static const char *const etc[] = {"/etc/hosts", "/etc/resolv.conf", "/etc/hostname"};
-    for (size_t i = 0; i < sizeof(etc) / sizeof(etc[0]); i++) {
+    for (size_t i = 0; i < sizeof(etc_binds) / sizeof(etc_binds[0]); i++) {
+        const char *const *etc = etc_binds;
         if (access(etc[i], R_OK) != 0)
             continue;
         /* A read-only image without the file (or without /etc) has no place

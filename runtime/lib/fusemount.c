@@ -804,11 +804,11 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, c
         _exit(0);
     }
     /* the server's copy is the connection's last: when it exits, every
-     * request to the mount fails instead of waiting; the readers are the
-     * server's too */
+     * request to the mount fails instead of waiting; the data readers are
+     * the server's too (the caller keeps the metadata reader's copy, for
+     * skiff_fuse_lookup) */
     close(f->fd);
     f->fd = -1;
-    reader_close(&f->meta);
     for (unsigned i = 0; i < f->ndata; i++)
         reader_close(&f->data[i]);
     return f;
@@ -824,6 +824,20 @@ fail:
         reader_close(&f->data[i]);
     free(f);
     return NULL;
+}
+
+int skiff_fuse_lookup(struct skiff_fuse *f, const char *path, mode_t *mode)
+{
+    if (!f || !f->meta.open)
+        return -1;
+    sqfs_inode inode;
+    bool found = false;
+    sqfs *fs = &f->meta.ll.fs;
+    if (sqfs_inode_get(fs, &inode, sqfs_inode_root(fs)) != SQFS_OK ||
+        sqfs_lookup_path(fs, &inode, path, &found) != SQFS_OK || !found)
+        return -1;
+    *mode = inode.base.mode;
+    return 0;
 }
 
 pid_t skiff_fuse_server_pid(const struct skiff_fuse *f)

@@ -35,6 +35,11 @@ struct skiff_fuse_opts {
 struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, const struct skiff_fuse_opts *o,
                                              skiff_err *err);
 
+/* Looks path (relative to the image's root, no symlinks followed) up in
+ * the image itself, in the calling process, without a FUSE round trip:
+ * 0 and its mode, or -1 when it is not there. */
+int skiff_fuse_lookup(struct skiff_fuse *f, const char *path, mode_t *mode);
+
 /* The serving process's pid. */
 pid_t skiff_fuse_server_pid(const struct skiff_fuse *f);
 

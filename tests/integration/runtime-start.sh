@@ -112,6 +112,22 @@ check_out "minimal /dev" "full null ptmx pts random shm tty urandom zero" \
   st $W/bb.sqsh sh -c 'ls /dev | grep -v -e ^fd -e ^std | tr "\n" " " | sed "s/ $//"'
 check_out "/dev/null and /dev/zero work" "5" st $W/bb.sqsh sh -c 'echo x > /dev/null && head -c 5 /dev/zero | wc -c'
 check_out "host hostname and /etc/hosts" "$(hostname) $(md5sum </etc/hosts)" st $W/bb.sqsh sh -c 'echo "$(hostname) $(md5sum </etc/hosts)"'
+# the image has no resolv.conf or hostname (made in the upper before the
+# overlay), then one whose /etc is a symlink (made through it)
+etc_case() {
+  local want="" got f
+  for f in /etc/resolv.conf /etc/hostname; do [ -r $f ] && want="$want $(md5sum <$f)"; done
+  got=$(st $W/bb.sqsh sh -c 'for f in /etc/resolv.conf /etc/hostname; do [ -e $f ] && echo -n " $(md5sum <$f)"; done')
+  [ "$got" = "$want" ] && echo same || echo "differ: '$got' '$want'"
+}
+check_out "host resolv.conf and hostname where the image has none" "same" etc_case
+if [ ! -e $W/etclink.sqsh ]; then
+  cp -a $R $W/etclink && mv $W/etclink/etc $W/etclink/etc.real && ln -s etc.real $W/etclink/etc &&
+    rm -f $W/etclink/etc.real/hosts &&
+    mksquashfs $W/etclink $W/etclink.sqsh -quiet -noappend -all-root >/dev/null && chmod 0644 $W/etclink.sqsh
+fi
+check_out "an image whose /etc is a symlink keeps it, host files mounted through it" \
+  "$(md5sum </etc/hosts) root" st --no-entrypoint $W/etclink.sqsh sh -c 'echo "$(md5sum </etc/hosts) $(head -1 /etc/passwd | cut -d: -f1)"'
 check_out "/sys is read-only" "ro" st $W/bb.sqsh sh -c 'awk "\$5==\"/sys\"{print substr(\$6,1,2)}" /proc/self/mountinfo'
 
 # ---- env and workdir ----
