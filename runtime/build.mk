@@ -4,7 +4,7 @@ RUNTIME_CFLAGS := $(shell pkg-config --cflags $(RUNTIME_PKGS) 2>/dev/null)
 # squashfuse's static libraries (the in-process FUSE server, fusemount.c) and
 # the decompressors they call.
 RUNTIME_LIBS := -lsquashfuse_ll -lsquashfuse $(shell pkg-config --libs $(RUNTIME_PKGS) 2>/dev/null) -lcrypto \
-                -lz -llzma -llz4 -lzstd -llzo2
+                -lz -llzma -llz4 -lzstd -llzo2 -lisal
 
 RUNTIME_LIB_SRC := $(wildcard runtime/lib/*.c)
 LIBSKIFF     := $(BUILD)/libskiff.a

@@ -2,6 +2,7 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <isa-l/igzip_lib.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -233,6 +234,7 @@ static int make_room(int pfd, const char *base, bool new_is_dir, skiff_err *err)
 struct reader {
     int fd;
     char *buf;
+    ssize_t pending; /* bytes in buf already read (and hashed), to hand out first */
     struct skiff_sha256 hash;
     bool hashing;
     unsigned long long bytes;
@@ -261,21 +263,34 @@ static ssize_t reader_read(struct reader *r)
     }
 }
 
-static la_ssize_t read_cb(struct archive *a, void *ud, const void **out)
+/* The next chunk of the blob in r->buf, hashed and counted: its length, 0
+ * at the end, -1 with errno set. */
+static ssize_t next_chunk(struct reader *r)
 {
-    struct reader *r = ud;
-    for (;;) {
-        ssize_t n = reader_read(r);
-        if (n < 0) {
-            archive_set_error(a, errno, r->wait_more && errno == EIO ? "download failed" : "read");
-            return -1;
-        }
+    if (r->pending > 0) {
+        ssize_t n = r->pending;
+        r->pending = 0;
+        return n;
+    }
+    ssize_t n = reader_read(r);
+    if (n > 0) {
         if (r->hashing)
             skiff_sha256_update(&r->hash, r->buf, (size_t)n);
         r->bytes += (unsigned long long)n;
-        *out = r->buf;
-        return n;
     }
+    return n;
+}
+
+static la_ssize_t read_cb(struct archive *a, void *ud, const void **out)
+{
+    struct reader *r = ud;
+    ssize_t n = next_chunk(r);
+    if (n < 0) {
+        archive_set_error(a, errno, r->wait_more && errno == EIO ? "download failed" : "read");
+        return -1;
+    }
+    *out = r->buf;
+    return n;
 }
 
 static int write_data(struct archive *a, int fd, const char *entry, skiff_err *err)
@@ -495,13 +510,103 @@ static int drain_hash(struct reader *r)
     }
 }
 
+/* Sends n bytes to the tar reader; false once it has stopped reading (end
+ * marker or error). */
+static bool send_all(struct decoder *d, const char *p, size_t n)
+{
+    for (size_t off = 0; off < n;) {
+        ssize_t w = send(d->sock, p + off, n - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return false;
+        off += (size_t)w;
+    }
+    return true;
+}
+
+/* gzip layers (docker's default) are inflated with ISA-L's igzip instead of
+ * libarchive's zlib filter: ~4x faster here (a 92 MB layer: 0.29 s against
+ * 1.2 s for gzip -d), and on two cores the decoder thread is what an import
+ * of gzip layers waits for. Member by member (concatenated members are
+ * gzip), header parsed and CRC checked by ISA-L; the blob's digest is
+ * checked as for any layer. n: bytes of the first chunk, in d->r.buf. */
+static void inflate_gzip(struct decoder *d, ssize_t n, char *out)
+{
+    struct inflate_state *st = malloc(sizeof(*st));
+    if (!st) {
+        snprintf(d->error, sizeof(d->error), "out of memory");
+        return;
+    }
+    isal_inflate_init(st);
+    st->crc_flag = ISAL_GZIP;
+    st->next_in = (uint8_t *)d->r.buf;
+    st->avail_in = (uint32_t)n;
+    for (;;) {
+        st->next_out = (uint8_t *)out;
+        st->avail_out = READ_CHUNK;
+        int rc = isal_inflate(st);
+        if (rc < 0) {
+            snprintf(d->error, sizeof(d->error), "%s: corrupt gzip data (isa-l error %d; truncated or corrupt layer)",
+                     d->path, rc);
+            break;
+        }
+        size_t made = READ_CHUNK - st->avail_out;
+        if (made && !send_all(d, out, made))
+            break;
+        if (st->avail_out == 0)
+            continue; /* more output may come without more input */
+        if (st->avail_in > 0 && st->block_state == ISAL_BLOCK_FINISH) {
+            isal_inflate_reset(st); /* the next member, in this chunk */
+            st->crc_flag = ISAL_GZIP;
+            continue;
+        }
+        if (st->avail_in > 0)
+            continue;
+        ssize_t got = next_chunk(&d->r);
+        if (got < 0) {
+            snprintf(d->error, sizeof(d->error), "read %s: %s", d->path,
+                     d->r.wait_more && errno == EIO ? "download failed" : strerror(errno));
+            break;
+        }
+        if (got == 0) {
+            if (st->block_state != ISAL_BLOCK_FINISH)
+                snprintf(d->error, sizeof(d->error), "%s: truncated gzip stream (truncated or corrupt layer)",
+                         d->path);
+            break;
+        }
+        if (st->block_state == ISAL_BLOCK_FINISH) {
+            isal_inflate_reset(st); /* the next member, in the next chunk */
+            st->crc_flag = ISAL_GZIP;
+        }
+        st->next_in = (uint8_t *)d->r.buf;
+        st->avail_in = (uint32_t)got;
+    }
+    free(st);
+}
+
 static void *decoder_main(void *arg)
 {
     struct decoder *d = arg;
-    struct archive *a = archive_read_new();
+    struct archive *a = NULL;
     char *out = malloc(READ_CHUNK);
-    bool peer_gone = false;
-    if (!a || !out) {
+    if (!out) {
+        snprintf(d->error, sizeof(d->error), "out of memory");
+        goto done;
+    }
+    ssize_t first = next_chunk(&d->r);
+    if (first < 0) {
+        snprintf(d->error, sizeof(d->error), "read %s: %s", d->path,
+                 d->r.wait_more && errno == EIO ? "download failed" : strerror(errno));
+        goto done;
+    }
+    if (first >= 2 && (unsigned char)d->r.buf[0] == 0x1f && (unsigned char)d->r.buf[1] == 0x8b) {
+        inflate_gzip(d, first, out);
+        goto done;
+    }
+    d->r.pending = first; /* libarchive reads it again through read_cb */
+    a = archive_read_new();
+    if (!a) {
         snprintf(d->error, sizeof(d->error), "out of memory");
         goto done;
     }
@@ -522,18 +627,8 @@ static void *decoder_main(void *arg)
                      archive_error_string(a));
             goto done;
         }
-        for (la_ssize_t off = 0; off < n;) {
-            ssize_t w = send(d->sock, out + off, (size_t)(n - off), MSG_NOSIGNAL);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w < 0) {
-                peer_gone = true; /* the tar reader is done (end marker or error) */
-                break;
-            }
-            off += w;
-        }
-        if (peer_gone)
-            break;
+        if (!send_all(d, out, (size_t)n))
+            break; /* the tar reader is done (end marker or error) */
     }
 done:
     shutdown(d->sock, SHUT_WR);

@@ -30,6 +30,7 @@ mkdir -p "$W/tmp" "$W/out"
 cd "$W/out" || exit 1
 
 "$MKIMAGE" "$W/layout" busybox multilayer zstd multi evil-dotdot evil-symlink evil-hardlink truncated baddigest \
+  multimember badcrc \
   || { t_fail "build test images"; t_done; }
 registry_start "$W/reg" || { t_fail "start registry"; t_done; }
 R=127.0.0.1:$REG_PORT
@@ -101,6 +102,9 @@ done
 expect_fail "index without the platform" "no linux/s390x image.*linux/amd64, linux/arm64" -a s390x docker://$R#multi:oci
 
 # ---- whiteouts, opaque dirs, hardlinks across layers ------------------------------
+t_check "import a gzip layer of two members" "$SKIFF" import -o mm.sqsh "oci:$W/layout:multimember"
+[ "$(cat_in mm.sqsh /two-members)" = yes ] && has mm.sqsh bin/busybox && t_pass "both gzip members applied" \
+  || t_fail "both gzip members applied" "$(unsquashfs -l mm.sqsh 2>&1 | tail -3)"
 t_check "import multi-layer image" "$SKIFF" import -o ml.sqsh docker://$R#multilayer:1
 ok=1
 for p in a/y a/z o/new r/file/inner hl abs-link rel-link; do has ml.sqsh "$p" || { ok=0; echo "missing $p"; }; done
@@ -154,6 +158,7 @@ expect_fail "hardlink to a path outside" "hardlink 'pw'.*'\.\.' component" "oci:
 expect_fail "wrong layer digest" "digest mismatch" "oci:$W/layout:baddigest"
 expect_fail "truncated layer (oci layout)" "truncated" "oci:$W/layout:truncated"
 expect_fail "truncated layer (registry)" "truncated" docker://$R#broken:truncated
+expect_fail "gzip layer with a wrong CRC" "corrupt gzip data" "oci:$W/layout:badcrc"
 expect_fail "hostile layer from the registry" "'\.\./escape'" docker://$R#evil:dotdot
 n=$(find "$W/cache/blobs" -type f | wc -l)
 "$SKIFF" import -o "$W/out/x.sqsh" docker://$R#evil:dotdot >/dev/null 2>&1

@@ -16,6 +16,8 @@ Each recipe adds one tag to the OCI layout LAYOUT (created if missing):
   evil-symlink an absolute symlink out of the rootfs, then a file through it
   evil-hardlink a hardlink to ../../etc/passwd
   truncated    a gzip layer cut in the middle (digest matches the cut blob)
+  multimember  busybox in a gzip layer of two concatenated members (valid gzip)
+  badcrc       a gzip layer whose CRC is wrong (digest matches the bad blob)
   baddigest    a layer whose blob does not match its digest
 Written for tests only: tar entries are built with Python's tarfile so the
 hostile ones can be made exactly.
@@ -105,6 +107,11 @@ def image(lay, layers, how="gzip", arch="amd64", config_extra=None, corrupt=None
         data, mt = compress(raw, how)
         if corrupt == "truncate" and i == len(layers) - 1:
             data = data[: len(data) // 2]
+        if corrupt == "members" and how == "gzip":
+            cut = len(raw) // 3
+            data = compress(raw[:cut], how)[0] + compress(raw[cut:], how)[0]
+        if corrupt == "crc" and how == "gzip":
+            data = data[:-8] + bytes([data[-8] ^ 0xFF]) + data[-7:]  # the trailer's CRC32
         digest = sha(data)
         if corrupt == "digest" and i == len(layers) - 1:
             lay.blob(data[:-1] + bytes([data[-1] ^ 1]), digest)
@@ -208,6 +215,10 @@ def recipe(lay, name):
         lay.tag(name, image(lay, [t.bytes()]))
     elif name == "truncated":
         lay.tag(name, image(lay, [busybox_tar()], corrupt="truncate"))
+    elif name == "multimember":
+        lay.tag(name, image(lay, [busybox_tar(lambda t: t.add("two-members", data=b"yes\n"))], corrupt="members"))
+    elif name == "badcrc":
+        lay.tag(name, image(lay, [busybox_tar(lambda t: t.add("badcrc", data=b"x"))], corrupt="crc"))
     elif name == "baddigest":
         # A layer of its own: corrupting a shared blob would break the other tags.
         lay.tag(name, image(lay, [busybox_tar(lambda t: t.add("baddigest", data=b"x"))], corrupt="digest"))
