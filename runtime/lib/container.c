@@ -530,16 +530,15 @@ static int system_mounts(int rootfd, skiff_err *err)
     if (tmpfs_at(rootfd, "/tmp", "mode=1777", 0, err) < 0)
         return -1;
     for (size_t i = 0; i < sizeof(etc_binds) / sizeof(etc_binds[0]); i++) {
-        const char *const *etc = etc_binds;
-        if (access(etc[i], R_OK) != 0)
+        if (access(etc_binds[i], R_OK) != 0)
             continue;
         /* A read-only image without the file (or without /etc) has no place
          * to mount it; such an image starts without it rather than failing. */
-        cleanup_close int t = skiff_root_mkfile(rootfd, etc[i], err);
+        cleanup_close int t = skiff_root_mkfile(rootfd, etc_binds[i], err);
         if (t < 0 && err->code == EROFS)
             continue;
-        if (t < 0 || skiff_mount_bind(etc[i], t, false, true, true, false, err) < 0)
-            return skiff_err_wrap(err, "mount %s", etc[i]);
+        if (t < 0 || skiff_mount_bind(etc_binds[i], t, false, true, true, false, err) < 0)
+            return skiff_err_wrap(err, "mount %s", etc_binds[i]);
     }
     return 0;
 }
@@ -1107,6 +1106,21 @@ out:
     return rv;
 }
 
+/* Whether pid's parent is parent (/proc/PID/stat). */
+static bool is_child_of(pid_t pid, pid_t parent)
+{
+    char p[64], buf[512];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* "PID (COMM) STATE PPID ..." */
+    int ppid = 0;
+    return paren && sscanf(paren + 1, " %*c %d", &ppid) == 1 && ppid == (int)parent;
+}
+
 int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_opts *opts,
                           struct skiff_container *c, skiff_err *err)
 {
@@ -1182,8 +1196,10 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
     c->holder = pid;
     /* while the holder lives, so does its server (PR_SET_PDEATHSIG): this
      * pidfd is the server's, and stop can kill both at once */
-    if (c->server > 0)
-        c->server_pidfd = pidfd_open(c->server, 0);
+    if (c->server > 0 && (c->server_pidfd = pidfd_open(c->server, 0)) >= 0 && !is_child_of(c->server, pid)) {
+        close(c->server_pidfd); /* (not the server: it has died, its pid is reused) */
+        c->server_pidfd = -1;
+    }
     c->subreaper = opts->subreaper;
     if (c->subreaper) {
         char nsp[64];
@@ -1294,7 +1310,9 @@ static int kill_children(void)
         if (fd < 0)
             return -1;
         ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        buf[n > 0 ? n : 0] = '\0';
+        if (n < 0)
+            return -1; /* (waiting blind could wait for a child never killed) */
+        buf[n] = '\0';
         for (char *q = buf, *end; *q; q = end) {
             long pid = strtol(q, &end, 10);
             if (end == q)
