@@ -978,19 +978,8 @@ static void close_stray_fds(int keep1, int keep2, bool keep_stdio)
 {
     if (!keep_stdio)
         null_stdio(false);
-    int lo = keep1 < keep2 ? keep1 : keep2, hi = keep1 < keep2 ? keep2 : keep1;
-    if (lo < 0)
-        lo = hi;
-    unsigned from = 3;
-    int keeps[2] = {lo, hi};
-    for (int i = 0; i < 2; i++) {
-        if (keeps[i] < 3 || (i == 1 && keeps[1] == keeps[0]))
-            continue;
-        if ((unsigned)keeps[i] > from)
-            close_range(from, (unsigned)keeps[i] - 1, 0);
-        from = (unsigned)keeps[i] + 1;
-    }
-    close_range(from, ~0U, 0);
+    const int keep[] = {keep1, keep2};
+    skiff_close_fds_except(keep, 2);
 }
 
 static void holder_main(struct holder_ctx *h, int wfd)

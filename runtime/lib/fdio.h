@@ -19,4 +19,8 @@ int skiff_read_all(int fd, void *buf, size_t n);
  * with err set on failure. For small metadata files (JSON, config). */
 char *skiff_read_fd_small(int fd, const char *path, size_t max, size_t *len, skiff_err *err);
 
+/* Closes every fd from 3 up except the n in keep (negative ones ignored),
+ * with close_range over the gaps: no /proc scan. */
+void skiff_close_fds_except(const int *keep, size_t n);
+
 #endif

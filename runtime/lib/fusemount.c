@@ -20,6 +20,7 @@
  * 64-bit scheme), the same in every reader and stateless. */
 #include "fusemount.h"
 #include "blockcache.h"
+#include "fdio.h"
 #include "spawn.h"
 
 #include <dirent.h>
@@ -631,25 +632,19 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
         conn->want |= FUSE_CAP_SPLICE_WRITE;
 }
 
-/* The server keeps stdio, /dev/fuse and its readers' image files; anything
- * else of the caller's (a pipe its parent reads to EOF, a lock) is closed. */
+/* The server keeps stdio, /dev/fuse, its readers' image files and the block
+ * cache directory; anything else of the caller's (a pipe its parent reads to
+ * EOF, a lock) is closed. */
 static void keep_only_server_fds(const struct skiff_fuse *f)
 {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
-            continue;
-        int fd = atoi(e->d_name);
-        bool keep = fd <= 2 || fd == dirfd(d) || fd == f->fd || fd == f->meta.ll.fs.fd || fd == f->cache_dirfd;
-        for (unsigned i = 0; i < f->ndata; i++)
-            keep |= fd == f->data[i].ll.fs.fd;
-        if (!keep)
-            close(fd);
-    }
-    closedir(d);
+    int keep[3 + MAX_DATA_READERS];
+    size_t n = 0;
+    keep[n++] = f->fd;
+    keep[n++] = f->meta.ll.fs.fd;
+    keep[n++] = f->cache_dirfd;
+    for (unsigned i = 0; i < f->ndata; i++)
+        keep[n++] = f->data[i].ll.fs.fd;
+    skiff_close_fds_except(keep, n);
 }
 
 /* One serving thread: take a request off /dev/fuse, handle it, again,
@@ -680,6 +675,15 @@ static void *serve_thread(void *arg)
  * for the lookups setup waits on. */
 static void serve(struct skiff_fuse *f)
 {
+    /* the first request is INIT, which the caller's mount waits for: it is
+     * answered before the other threads are made */
+    struct fuse_buf buf = {.mem = NULL};
+    int got = fuse_session_receive_buf(f->se, &buf);
+    if (got > 0)
+        fuse_session_process_buf(f->se, &buf);
+    free(buf.mem);
+    if (got <= 0 && got != -EINTR && got != -EAGAIN)
+        return;
     pthread_t t[MAX_DATA_READERS];
     unsigned n = 0;
     for (; n < f->ndata; n++)
