@@ -255,22 +255,31 @@ static void remove_state(const char *state_dir)
             ;
 }
 
+/* State letter and parent pid of process pid, from /proc/PID/stat
+ * ("PID (COMM) STATE PPID ..."): 0, or -1 when it is gone. */
+static int proc_state(pid_t pid, char *state, int *ppid)
+{
+    char p[64], buf[512];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    return paren && sscanf(paren + 1, " %c %d", state, ppid) == 2 ? 0 : -1;
+}
+
 /* A holder of ours is alive: the process exists, is not a zombie (an
  * orphan waits for init to reap it), and is ours (signalling it works: a
  * pid reused by another user's process is not our holder). */
 static bool holder_alive(pid_t pid)
 {
+    char state;
+    int ppid;
     if (kill(pid, 0) < 0)
         return false;
-    char p[64], buf[256];
-    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')'); /* "PID (COMM) STATE ..." */
-    return !(paren && paren[1] == ' ' && paren[2] == 'Z');
+    return proc_state(pid, &state, &ppid) < 0 || state != 'Z'; /* unreadable: kept, to be safe */
 }
 
 void skiff_container_prune(const struct skiff_config *cfg)
@@ -1095,19 +1104,12 @@ out:
     return rv;
 }
 
-/* Whether pid's parent is parent (/proc/PID/stat). */
+/* Whether pid's parent is parent. */
 static bool is_child_of(pid_t pid, pid_t parent)
 {
-    char p[64], buf[512];
-    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')'); /* "PID (COMM) STATE PPID ..." */
-    int ppid = 0;
-    return paren && sscanf(paren + 1, " %*c %d", &ppid) == 1 && ppid == (int)parent;
+    char state;
+    int ppid;
+    return proc_state(pid, &state, &ppid) == 0 && ppid == (int)parent;
 }
 
 int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_opts *opts,
