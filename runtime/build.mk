@@ -20,7 +20,7 @@ $(LIBSKIFF_PIC): $(patsubst %.c,$(BUILD)/pic/%.o,$(RUNTIME_LIB_SRC))
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 
-# bin/skiff links only what the container verbs need (12 shared objects
+# bin/skiff links only what the container verbs need (11 shared objects with vDSO and loader
 # instead of 49: ~4 ms less per `skiff start`, see tests/bench/start.sh);
 # `skiff import|resolve` exec bin/skiff-import, the full CLI (same main.c).
 SKIFF_CLI := $(BUILD)/bin/skiff
