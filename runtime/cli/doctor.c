@@ -69,6 +69,29 @@ static int in_path(const char *prog)
 }
 
 /* Really tries: a child creates user + mount namespaces. */
+/* The block cache is never an error of a start, so a directory it cannot
+ * use would only make starts slower, silently: said here. */
+static void block_cache(const struct skiff_config *cfg)
+{
+    char fix[SKIFF_PATH_MAX + 64];
+    struct stat st;
+    if (cfg->block_cache_mb <= 0 || !cfg->block_cache_path[0]) {
+        printf("note:    block cache off (block_cache_size = 0): every start decompresses what it reads\n");
+        return;
+    }
+    if (lstat(cfg->block_cache_path, &st) < 0) {
+        ok("block cache (created at the first start)");
+        return;
+    }
+    snprintf(fix, sizeof(fix), "chmod 700 %s (or remove it)", cfg->block_cache_path);
+    if (!S_ISDIR(st.st_mode) || st.st_uid != getuid())
+        bad("block_cache_path exists but is not a directory of yours (starts run without the cache)", fix);
+    else if (st.st_mode & 022)
+        bad("block_cache_path is writable by others, so it is not used (starts run without the cache)", fix);
+    else
+        ok("block cache usable");
+}
+
 static int try_userns(void)
 {
     pid_t pid = fork();
@@ -157,6 +180,7 @@ int cmd_doctor(int argc, char **argv)
             bad("runtime_path exists but is not a directory of yours", "rm -rf the path, or set runtime_path in skiff.conf");
         else
             ok("runtime_path usable");
+        block_cache(&cfg);
     }
     if (getuid() == 0)
         printf("note:    run 'skiff doctor' as a normal user too: containers run unprivileged\n");

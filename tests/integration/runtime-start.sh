@@ -423,5 +423,10 @@ if [ $rc -eq 0 ] && grep -q "ok:.*user + mount namespaces" <<<"$out" && grep -q 
 out=$(unshare -m sh -c "mount --bind $W/nofuse /dev/fuse && $SKIFF doctor" 2>&1); rc=$?
 if [ $rc -eq 1 ] && grep -q "fix: chmod 0666 /dev/fuse" <<<"$out"; then t_pass "doctor reports /dev/fuse with its fix"
 else t_fail "doctor reports /dev/fuse with its fix" "rc=$rc $out"; fi
+mkdir -p $W/ucache/shared && chown $TUSER: $W/ucache/shared && chmod 0777 $W/ucache/shared
+out=$(EXTRA_ENV="SKIFF_BLOCK_CACHE_PATH=$W/ucache/shared" as_user "$SKIFF" doctor 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "fix: chmod 700 $W/ucache/shared" <<<"$out"; then t_pass "doctor reports an unusable block cache with its fix"
+else t_fail "doctor reports an unusable block cache with its fix" "rc=$rc $out"; fi
+rm -rf $W/ucache/shared
 t_check "nothing left at the end" leftovers
 t_done
