@@ -82,26 +82,20 @@ char *skiff_read_fd_small(int fd, const char *path, size_t max, size_t *len, ski
     return buf;
 }
 
-static int by_value(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
-
 void skiff_close_fds_except(const int *keep, size_t n)
 {
-    int sorted[16];
-    size_t m = 0;
-    for (size_t i = 0; i < n && m < sizeof(sorted) / sizeof(sorted[0]); i++)
-        if (keep[i] >= 3)
-            sorted[m++] = keep[i];
-    qsort(sorted, m, sizeof(sorted[0]), by_value);
+    /* the gaps in order: from `from` up to the next kept fd (n is a handful) */
     unsigned from = 3;
-    for (size_t i = 0; i < m; i++) {
-        if ((unsigned)sorted[i] > from)
-            close_range(from, (unsigned)sorted[i] - 1, 0);
-        if ((unsigned)sorted[i] + 1 > from)
-            from = (unsigned)sorted[i] + 1;
+    for (;;) {
+        unsigned next = ~0U;
+        for (size_t i = 0; i < n; i++)
+            if (keep[i] >= 0 && (unsigned)keep[i] >= from && (unsigned)keep[i] < next)
+                next = (unsigned)keep[i];
+        if (next == ~0U)
+            break;
+        if (next > from)
+            close_range(from, next - 1, 0);
+        from = next + 1;
     }
     close_range(from, ~0U, 0);
 }
