@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "options.h"
@@ -36,6 +37,8 @@ int skiff_plugin_args_parse(struct skiff_plugin_args *a, int ac, char **av, skif
     a->scope = SKIFF_SCOPE_GLOBAL;
     a->sbatch_support = true;
     a->ddp_env = true;
+    snprintf(a->runtime_path, sizeof(a->runtime_path), "%s", SKIFF_PLUGIN_RUNTIME_DEFAULT);
+    a->timeout_s = SKIFF_PLUGIN_TIMEOUT_DEFAULT;
     for (int i = 0; i < ac; i++) {
         const char *arg = av[i];
         const char *eq = strchr(arg, '=');
@@ -73,6 +76,16 @@ int skiff_plugin_args_parse(struct skiff_plugin_args *a, int ac, char **av, skif
             rv = copy(a->default_registry, sizeof(a->default_registry), key, val, err);
         } else if (!strcmp(key, "ddp_env"))
             rv = boolean(&a->ddp_env, key, val, err);
+        else if (!strcmp(key, "helper"))
+            rv = abs_path(a->helper, sizeof(a->helper), key, val, err);
+        else if (!strcmp(key, "timeout")) {
+            char *end;
+            errno = 0;
+            long v = strtol(val, &end, 10);
+            if (errno || end == val || *end || v < 1 || v > 86400)
+                return skiff_error(err, 0, "plugstack.conf: timeout=%s: give whole seconds from 1 to 86400", val);
+            a->timeout_s = (int)v;
+        }
         else if (!strcmp(key, "use_squashfuse") || !strcmp(key, "use_enroot_load")) {
             /* pyxis's enroot knobs: skiff always mounts with its own FUSE
              * server and never runs enroot; accepted so a pyxis line works. */
@@ -85,7 +98,8 @@ int skiff_plugin_args_parse(struct skiff_plugin_args *a, int ac, char **av, skif
         } else
             return skiff_error(err, 0,
                                "plugstack.conf: unknown argument '%s' (known: runtime_path, execute_entrypoint, "
-                               "container_scope, sbatch_support, importer, config, default_registry, ddp_env)",
+                               "container_scope, sbatch_support, importer, config, default_registry, ddp_env, helper, "
+                               "timeout)",
                                arg);
         if (rv < 0)
             return -1;

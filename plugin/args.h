@@ -12,10 +12,17 @@
 #include "config.h"
 #include "error.h"
 
+/* Containers' runtime state: a root-owned base the plugin creates, with one
+ * directory per user in it (never a name users could take first). */
+#define SKIFF_PLUGIN_RUNTIME_DEFAULT "/run/skiff"
+/* How long root waits for the user-side helper: an import of a large image
+ * included. */
+#define SKIFF_PLUGIN_TIMEOUT_DEFAULT 300
+
 enum skiff_scope { SKIFF_SCOPE_GLOBAL, SKIFF_SCOPE_JOB };
 
 struct skiff_plugin_args {
-    char runtime_path[SKIFF_PATH_MAX]; /* "" = skiff.conf's runtime_path */
+    char runtime_path[SKIFF_PATH_MAX]; /* root-owned base; each user gets BASE/UID */
     bool execute_entrypoint;           /* default false, as pyxis */
     enum skiff_scope scope;            /* default global, as pyxis */
     bool sbatch_support;               /* default true */
@@ -23,6 +30,8 @@ struct skiff_plugin_args {
     char config[SKIFF_PATH_MAX];       /* "" = /etc/skiff/skiff.conf when present */
     char default_registry[256];        /* "" = skiff.conf's */
     bool ddp_env;                      /* per-task torchrun env, default true */
+    char helper[SKIFF_PATH_MAX];       /* "" = skiff-helper beside spank_skiff.so */
+    int timeout_s;                     /* the longest root waits for the user-side helper */
     char ignored[256];                 /* pyxis arguments accepted and ignored, for a log line */
 };
 

@@ -1,10 +1,10 @@
 # plugin/: spank_skiff.so, the SPANK plugin. It links the PIC libskiff and
 # libskiffhooks (per-task training env); a version script keeps every symbol
 # but Slurm's entry points local.
-PLUGIN_SRC := $(wildcard plugin/*.c)
+PLUGIN_SRC := $(filter-out plugin/helper.c,$(wildcard plugin/*.c))
 SPANK_SKIFF := $(BUILD)/plugin/spank_skiff.so
 # options.c and args.c need no Slurm: unit tests link them directly.
-PLUGIN_PURE_OBJ := $(BUILD)/pic/plugin/options.o $(BUILD)/pic/plugin/args.o
+PLUGIN_PURE_OBJ := $(BUILD)/pic/plugin/options.o $(BUILD)/pic/plugin/args.o $(BUILD)/pic/plugin/proto.o
 
 $(SPANK_SKIFF): $(patsubst %.c,$(BUILD)/pic/%.o,$(PLUGIN_SRC)) $(LIBSKIFFHOOKS_PIC) $(LIBSKIFF_PIC) plugin/spank_skiff.map
 	@mkdir -p $(@D)
@@ -34,3 +34,12 @@ cluster-down:
 .PHONY: cluster-up cluster-down
 
 MAN8 += doc/man/spank-skiff.8
+
+# skiff-helper: the plugin's user-side half (plugin/helper.c), exec'd as the
+# job's user. It sits beside spank_skiff.so, where the plugin looks for it.
+SKIFF_HELPER := $(BUILD)/plugin/skiff-helper
+$(BUILD)/plugin/helper.o $(BUILD)/plugin/proto.o: PIE_CFLAGS += -Iplugin
+$(SKIFF_HELPER): $(BUILD)/plugin/helper.o $(BUILD)/plugin/proto.o $(LIBSKIFF)
+	@mkdir -p $(@D)
+	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
+PLUGINS += $(SKIFF_HELPER)

@@ -1,5 +1,6 @@
 /* Job epilog (root, once per node at job end): with container_scope=job,
- * the job's named containers on this node are removed, as the user. */
+ * the job's named containers on this node are removed by the user-side
+ * helper, as the user (remote.c, skiff_remove_job_containers). */
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
@@ -10,52 +11,7 @@
 
 #include "named.h"
 #include "plugin.h"
-
-struct sweep {
-    char suffix[300];
-    const struct skiff_config *cfg;
-    int failures;
-    skiff_err first;
-};
-
-static void sweep_one(const char *name, const char *image, void *arg)
-{
-    (void)image;
-    struct sweep *s = arg;
-    size_t n = strlen(name), m = strlen(s->suffix);
-    if (n <= m || strcmp(name + n - m, s->suffix))
-        return;
-    skiff_err e;
-    skiff_err_clear(&e);
-    if (skiff_named_remove(s->cfg, name, &e) < 0 && s->failures++ == 0)
-        s->first = e;
-}
-
-static struct sweep sweep_arg;
-
-static int sweep_job(void *arg, skiff_err *err)
-{
-    (void)arg;
-    if (skiff_named_list(sweep_arg.cfg, sweep_one, &sweep_arg, err) < 0) {
-        if (err->code == ENOENT)
-            return 0; /* the user never had a named container here */
-        return -1;
-    }
-    if (sweep_arg.failures) {
-        *err = sweep_arg.first;
-        return -1;
-    }
-    return 0;
-}
-
-int skiff_remove_job_containers(uid_t uid, gid_t gid, const gid_t *groups, int ngroups, const char *node,
-                                uint32_t jobid, const struct skiff_config *cfg, skiff_err *err)
-{
-    memset(&sweep_arg, 0, sizeof(sweep_arg));
-    snprintf(sweep_arg.suffix, sizeof(sweep_arg.suffix), ".%s.job%u", node, (unsigned)jobid);
-    sweep_arg.cfg = cfg;
-    return skiff_as_user(uid, gid, groups, ngroups, NULL, sweep_job, NULL, err);
-}
+#include "userproc.h"
 
 int skiff_epilog(spank_t sp, int ac, char **av)
 {
@@ -97,8 +53,10 @@ int skiff_epilog(spank_t sp, int ac, char **av)
     if (dot)
         *dot = '\0';
     struct skiff_config cfg;
+    struct skiff_user u = {.uid = uid, .gid = pw.pw_gid, .groups = groups, .ngroups = ngroups, .name = pw.pw_name,
+                           .home = pw.pw_dir};
     if (skiff_load_user_config(&skiff_g.args, uid, pw.pw_name, pw.pw_dir, &cfg, &err) < 0 ||
-        skiff_remove_job_containers(uid, pw.pw_gid, groups, ngroups, node, jobid, &cfg, &err) < 0)
+        skiff_remove_job_containers(&u, node, jobid, &cfg, &err) < 0)
         slurm_error("skiff: epilog: job %u: %s", (unsigned)jobid, err.msg);
     return 0; /* never drain a node over a leftover directory */
 }

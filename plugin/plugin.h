@@ -17,8 +17,8 @@
 #include "container.h"
 #include "error.h"
 #include "options.h"
+#include "proto.h"
 
-#define SKIFF_PHASE_MAX 16
 
 struct skiff_plugin {
     struct skiff_plugin_args args;
@@ -44,6 +44,7 @@ struct skiff_plugin {
     bool named_exists;
     bool temp_named; /* made only to keep the upper for --container-save */
     char save_path[SKIFF_PATH_MAX];
+    char state_key[512];             /* NODE.JOB.STEP: the container's runtime state */
     char *command0; /* the step's argv[0]: warmed while the container starts */
     struct skiff_container c;
     bool started;
@@ -80,14 +81,11 @@ int skiff_remote_exit(spank_t sp);
 int skiff_epilog(spank_t sp, int ac, char **av);
 
 /* remote.c helpers shared with epilog.c */
-double skiff_now_ms(void);
-/* Runs fn(arg, err) in a child process dropped fully to uid/gid/groups with
- * cwd (NULL: unchanged); the child's error comes back in err. */
-int skiff_as_user(uid_t uid, gid_t gid, const gid_t *groups, int ngroups, const char *cwd,
-                  int (*fn)(void *arg, skiff_err *err), void *arg, skiff_err *err);
-/* Removes the job-scoped named containers of jobid on node (as the user). */
-int skiff_remove_job_containers(uid_t uid, gid_t gid, const gid_t *groups, int ngroups, const char *node,
-                                uint32_t jobid, const struct skiff_config *cfg, skiff_err *err);
+struct skiff_user;
+/* Removes the job-scoped named containers of jobid on node, through the
+ * user-side helper running as u. */
+int skiff_remove_job_containers(const struct skiff_user *u, const char *node, uint32_t jobid,
+                                const struct skiff_config *cfg, skiff_err *err);
 /* The user's config (skiff.conf + the plugstack arguments). */
 int skiff_load_user_config(const struct skiff_plugin_args *a, uid_t uid, const char *user, const char *home,
                            struct skiff_config *cfg, skiff_err *err);

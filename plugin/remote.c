@@ -1,17 +1,30 @@
 /* slurmstepd side of spank_skiff.so: one container per step and node.
  *
- *   init_post_opt (root)   environment fallbacks, the user's skiff.conf
- *   user_init (euid=user)  prepare as the user in a child process (resolve
- *                          the image: cache, lock, atomic publish; named
- *                          containers), then start the holder through
- *                          libskiff: it drops to the user itself
+ * Root does as little as it can, and nothing with the user's files (the
+ * rules: doc/SECURITY.md). Everything that touches the user's images,
+ * containers and directories runs in skiff-helper (helper.c), exec'd as the
+ * job's user through userproc.c:
+ *
+ *   init_post_opt (root)   options, the admin's config, the per-user runtime
+ *                          directory under a root-owned base; then the
+ *                          starter: skiff-helper start (as the user) resolves
+ *                          the image and starts the container while Slurm
+ *                          goes on setting up the step
+ *   user_init (euid=user)  read its answer (bounded in size and time) and
+ *                          check the holder it names: the helper's child,
+ *                          running as the job's uid, in a mount namespace
+ *                          the user's own user namespace owns
  *   task_init (the task, as the user, once per task)
  *                          join the holder's namespaces, apply the image
  *                          env, --container-env, then the per-task training
  *                          env (ddp_env); report any earlier error here,
  *                          because user_init's failures never reach srun
- *   exit (root)            stop and reap the holder (nothing stays mounted),
- *                          --container-save, job-scoped cleanup
+ *   task_exit (root)       after the last task: close the control pipe, and
+ *                          the helper stops the container
+ *   exit (root)            wait for the helper (bounded), kill what is left
+ *                          in the container's namespace as the user, then
+ *                          --container-save and job-scoped cleanup through
+ *                          the helper
  *
  * Errors are "skiff: PHASE: CAUSE" with PHASE one of config, import, mount,
  * hook, join, env, save. No exit() here: this is slurmstepd. */
@@ -25,7 +38,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/pidfd.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -34,20 +49,12 @@
 
 #include <slurm/slurm.h>
 
-#include "fdio.h"
+#include "clock.h"
 #include "ddp_env.h"
-#include "image.h"
 #include "named.h"
 #include "plugin.h"
-#include "spawn.h"
-#include "ref.h"
-
-double skiff_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+#include "proto.h"
+#include "userproc.h"
 
 /* Stores the first error for task_init and logs it for the admin. */
 static int fail(const char *phase, const skiff_err *err)
@@ -62,93 +69,6 @@ static int fail(const char *phase, const skiff_err *err)
     return 0; /* fail in task_init, where srun sees it */
 }
 
-
-struct as_user_reply {
-    int32_t rc;
-    skiff_err err;
-    char out[SKIFF_PATH_MAX];
-};
-
-struct as_user_call {
-    int (*fn)(void *arg, skiff_err *err);
-    void *arg;
-};
-
-/* Output of the function run as the user (a path, a flag): written by the
- * child into this buffer and carried back over the pipe. */
-static char as_user_out[SKIFF_PATH_MAX];
-
-int skiff_as_user(uid_t uid, gid_t gid, const gid_t *groups, int ngroups, const char *cwd,
-                  int (*fn)(void *arg, skiff_err *err), void *arg, skiff_err *err)
-{
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0)
-        return skiff_error(err, errno, "pipe");
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(p[0]);
-        close(p[1]);
-        return skiff_error(err, errno, "fork");
-    }
-    if (pid == 0) {
-        close(p[0]);
-        struct as_user_reply *r = calloc(1, sizeof(*r));
-        if (!r)
-            _exit(1);
-        as_user_out[0] = '\0';
-        /* user_init runs with euid = user but saved uid 0: get root back
-         * for setgroups, then drop everything for good. */
-        if (geteuid() != 0 && seteuid(0) < 0)
-            r->rc = skiff_error(&r->err, errno, "regain root to drop to uid %u", (unsigned)uid);
-        else if (setgroups((size_t)ngroups, groups) < 0 || setresgid(gid, gid, gid) < 0 ||
-                 setresuid(uid, uid, uid) < 0)
-            r->rc = skiff_error(&r->err, errno, "drop to uid %u gid %u", (unsigned)uid, (unsigned)gid);
-        /* a credential change clears dumpable; libskiff writes the new user
-         * namespace's /proc/self/{setgroups,uid_map}, which needs it */
-        else if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
-            r->rc = skiff_error(&r->err, errno, "set dumpable");
-        else if (cwd && *cwd && chdir(cwd) < 0)
-            r->rc = skiff_error(&r->err, errno, "working directory %s", cwd);
-        else
-            r->rc = fn(arg, &r->err);
-        snprintf(r->out, sizeof(r->out), "%s", as_user_out);
-        _exit(skiff_write_all(p[1], r, sizeof(*r)) < 0 ? 1 : 0);
-    }
-    close(p[1]);
-    struct as_user_reply *r = calloc(1, sizeof(*r));
-    size_t got = 0;
-    while (r && got < sizeof(*r)) {
-        ssize_t n = read(p[0], (char *)r + got, sizeof(*r) - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    close(p[0]);
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    int rv;
-    if (!r) {
-        rv = skiff_error(err, ENOMEM, "out of memory");
-    } else if (got != sizeof(*r)) {
-        if (WIFSIGNALED(st))
-            rv = skiff_error(err, 0, "helper process killed by signal %d", WTERMSIG(st));
-        else
-            rv = skiff_error(err, 0, "helper process exited (status %d) without a report",
-                             WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-    } else if (r->rc < 0) {
-        *err = r->err;
-        err->msg[sizeof(err->msg) - 1] = '\0';
-        rv = -1;
-    } else {
-        snprintf(as_user_out, sizeof(as_user_out), "%s", r->out);
-        rv = 0;
-    }
-    free(r);
-    return rv;
-}
 
 int skiff_load_user_config(const struct skiff_plugin_args *a, uid_t uid, const char *user, const char *home,
                            struct skiff_config *cfg, skiff_err *err)
@@ -218,24 +138,40 @@ static int absolute(const char *path, char *out, size_t n, skiff_err *err)
  * image: it is bind-mounted read-only at the same path. */
 static char *batch_script_mount;
 
+/* BASE/UID for the job's user: BASE is made by root (0755) and must be
+ * root's and writable by nobody else, so no user can take a name in it
+ * first; UID is made by root inside it (by fd: nothing is followed) and
+ * given to the user. */
 static int make_runtime_dir(skiff_err *err)
 {
-    if (!skiff_g.args.runtime_path[0])
-        return 0;
-    if (mkdir(skiff_g.args.runtime_path, 0755) < 0 && errno != EEXIST)
-        return skiff_error(err, errno, "create runtime_path %s", skiff_g.args.runtime_path);
-    if (mkdir(skiff_g.cfg.runtime_path, 0700) < 0 && errno != EEXIST)
-        return skiff_error(err, errno, "create %s", skiff_g.cfg.runtime_path);
+    const char *base = skiff_g.args.runtime_path;
+    if (mkdir(base, 0755) < 0 && errno != EEXIST)
+        return skiff_error(err, errno, "create runtime_path %s", base);
+    cleanup_close int bfd = open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
-    if (lstat(skiff_g.cfg.runtime_path, &st) < 0)
-        return skiff_error(err, errno, "stat %s", skiff_g.cfg.runtime_path);
-    if (st.st_uid != skiff_g.uid && lchown(skiff_g.cfg.runtime_path, skiff_g.uid, skiff_g.gid) < 0)
-        return skiff_error(err, errno, "chown %s", skiff_g.cfg.runtime_path);
+    if (bfd < 0 || fstat(bfd, &st) < 0)
+        return skiff_error(err, errno, "open runtime_path %s", base);
+    if (st.st_uid != 0 || (st.st_mode & 022))
+        return skiff_error(err, 0,
+                           "runtime_path %s must be a directory owned by root and writable only by root (an admin "
+                           "must remove it, or set runtime_path= in plugstack.conf)",
+                           base);
+    char uid[16];
+    snprintf(uid, sizeof(uid), "%u", (unsigned)skiff_g.uid);
+    if (mkdirat(bfd, uid, 0700) < 0 && errno != EEXIST)
+        return skiff_error(err, errno, "create %s/%s", base, uid);
+    if (fstatat(bfd, uid, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return skiff_error(err, errno, "stat %s/%s", base, uid);
+    if (!S_ISDIR(st.st_mode))
+        return skiff_error(err, 0, "%s/%s is not a directory (an admin must remove it)", base, uid);
+    if ((st.st_uid != skiff_g.uid || st.st_gid != skiff_g.gid) &&
+        fchownat(bfd, uid, skiff_g.uid, skiff_g.gid, AT_SYMLINK_NOFOLLOW) < 0)
+        return skiff_error(err, errno, "chown %s/%s", base, uid);
     return 0;
 }
 
 static char **build_hook_env(spank_t sp);
-static void spawn_starter(void);
+static int spawn_starter(spank_t sp, skiff_err *err);
 
 /* Who and where: the job's user, groups, id and this node's name. */
 static int load_identity(spank_t sp, skiff_err *err)
@@ -359,85 +295,12 @@ int skiff_remote_post_opt(spank_t sp)
     }
     skiff_g.t_config_ms = skiff_now_ms() - t0;
     skiff_g.t_post_opt_end = skiff_now_ms();
-    spawn_starter();
+    if (spawn_starter(sp, &err) < 0)
+        return fail("config", &err);
     return 0;
 }
 
-/* ---- prepare, as the user --------------------------------------------------- */
-
-static int run_importer(const char *image, char *out, size_t n, skiff_err *err)
-{
-    /* its stdout into a memory file: skiff_spawn waits for the program, and
-     * a pipe nobody reads could fill */
-    cleanup_close int mfd = memfd_create("skiff-importer", MFD_CLOEXEC);
-    if (mfd < 0)
-        return skiff_error(err, errno, "importer: memfd");
-    const char *argv[] = {skiff_g.args.importer, "get", image, NULL};
-    const char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
-    struct skiff_spawn_result r;
-    if (skiff_spawn(argv, envp, mfd, 0, 0, &r, err) < 0)
-        return skiff_err_wrap(err, "importer %s", skiff_g.args.importer);
-    if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
-        char how[64];
-        skiff_spawn_describe(&r, 0, how, sizeof(how));
-        return skiff_error(err, 0, "importer %s get %s failed (%s): %s", skiff_g.args.importer, image, how,
-                           r.err_tail);
-    }
-    ssize_t got = pread(mfd, out, n - 1, 0);
-    out[got > 0 ? got : 0] = '\0';
-    out[strcspn(out, "\r\n")] = '\0';
-    if (out[0] != '/')
-        return skiff_error(err, 0, "importer %s printed '%s', not the absolute path of a squashfs file",
-                           skiff_g.args.importer, out);
-    return 0;
-}
-
-/* In the child, as the user, cwd = the step's working directory. Writes
- * "E<path>" (named container exists: start from it) or "I<path>" (image). */
-static int prepare(void *arg, skiff_err *err)
-{
-    (void)arg;
-    const struct skiff_config *cfg = &skiff_g.cfg;
-    const struct skiff_opts *o = &skiff_g.opts;
-    bool exists = false;
-    if (skiff_g.named[0]) {
-        exists = skiff_named_exists(cfg, skiff_g.named);
-        if (exists && (skiff_g.temp_named || o->name_mode == SKIFF_NAME_CREATE)) {
-            if (skiff_named_remove(cfg, skiff_g.named, err) < 0)
-                return -1;
-            exists = false;
-        }
-        if (!exists && o->name_mode == SKIFF_NAME_EXEC && !skiff_g.temp_named)
-            return skiff_error(err, 0,
-                               "no container named '%s' on %s (create it first: --container-name=%s with "
-                               "--container-image)",
-                               o->name, skiff_g.node, o->name);
-        if (!exists && !o->image)
-            return skiff_error(err, 0, "no container named '%s' on %s yet: give --container-image to create it",
-                               o->name, skiff_g.node);
-    }
-    if (exists) {
-        snprintf(as_user_out, sizeof(as_user_out), "E");
-        return 0;
-    }
-    char path[SKIFF_PATH_MAX - 16];
-    int rc = skiff_g.args.importer[0] ? run_importer(o->image, path, sizeof(path), err)
-                                      : skiff_image_resolve(cfg, o->image, path, sizeof(path), err);
-    if (rc < 0)
-        return -1;
-    if (skiff_g.named[0] && skiff_named_create(cfg, skiff_g.named, path, err) < 0)
-        return skiff_err_wrap(err, "container %s", skiff_g.named);
-    snprintf(as_user_out, sizeof(as_user_out), "I%s", path);
-    return 0;
-}
-
-/* Which phase a start error belongs to, from libskiff's message. */
-static const char *start_phase(const char *msg)
-{
-    if (strstr(msg, "hook"))
-        return "hook";
-    return "mount";
-}
+/* ---- the request to the helper -------------------------------------------- */
 
 static char **build_hook_env(spank_t sp)
 {
@@ -460,290 +323,210 @@ static char **build_hook_env(spank_t sp)
     return out;
 }
 
-/* Resolve the image and start the holder. Called either in user_init
- * (euid = user: root is taken back for the fork only) or in the starter
- * process (root). On failure *phase names the step that failed. */
-static int start_container(const char **phase, skiff_err *err)
+static int req_opt(struct skiff_recbuf *b, const char *key, const char *value, skiff_err *err)
+{
+    if (!value)
+        return 0;
+    return skiff_rec_putf(b, 'o', err, "%s=%s", key, value);
+}
+
+/* What every verb needs: the user's configuration and where the step runs. */
+static int request_base(struct skiff_recbuf *b, const struct skiff_config *cfg, const char *cwd, skiff_err *err)
+{
+    char kv[SKIFF_PATH_MAX + 64];
+    for (size_t i = 0;; i++) {
+        int r = skiff_config_entry(cfg, i, kv, sizeof(kv));
+        if (r == 0)
+            break;
+        if (r < 0 || skiff_rec_put(b, 'c', kv, err) < 0)
+            return r < 0 ? skiff_error(err, ENAMETOOLONG, "configuration entry") : -1;
+    }
+    return req_opt(b, SKIFF_REQ_CWD, cwd, err) < 0 || req_opt(b, SKIFF_REQ_NODE, skiff_g.node, err) < 0 ? -1 : 0;
+}
+
+static const char *name_mode_word(enum skiff_name_mode m)
+{
+    switch (m) {
+    case SKIFF_NAME_CREATE:
+        return "create";
+    case SKIFF_NAME_EXEC:
+        return "exec";
+    case SKIFF_NAME_NO_EXEC:
+        return "no_exec";
+    default:
+        return "auto";
+    }
+}
+
+static int request_start(struct skiff_recbuf *b, skiff_err *err)
 {
     const struct skiff_opts *o = &skiff_g.opts;
-    bool root = geteuid() == 0;
-    double t0 = skiff_now_ms();
-    *phase = "import";
-    if (!root && !skiff_g.named[0] && !skiff_g.args.importer[0] && skiff_ref_classify(o->image) == SKIFF_ARG_PATH) {
-        /* A squashfs path needs no import: check it here, with the user's
-         * euid (user_init's), and save the fork of a helper (~1-3 ms). */
-        char abs[SKIFF_PATH_MAX];
-        if (absolute(o->image, abs, sizeof(abs) - 16, err) < 0 ||
-            skiff_image_resolve(&skiff_g.cfg, abs, as_user_out + 1, sizeof(as_user_out) - 1, err) < 0)
-            return -1;
-        as_user_out[0] = 'I';
-    } else if (skiff_as_user(skiff_g.uid, skiff_g.gid, skiff_g.groups, skiff_g.ngroups, skiff_g.cwd, prepare, NULL,
-                             err) < 0)
+    char num[16];
+    char *key = skiff_g.state_key;
+    if (skiff_g.is_batch)
+        snprintf(key, sizeof(skiff_g.state_key), "%s.%u.batch", skiff_g.node, (unsigned)skiff_g.jobid);
+    else
+        snprintf(key, sizeof(skiff_g.state_key), "%s.%u.%u", skiff_g.node, (unsigned)skiff_g.jobid,
+                 (unsigned)skiff_g.stepid);
+    snprintf(num, sizeof(num), "%d", o->unshare_flags);
+    bool ep = o->entrypoint == 1 || (o->entrypoint < 0 && skiff_g.args.execute_entrypoint);
+    if (request_base(b, &skiff_g.cfg, skiff_g.cwd, err) < 0 || req_opt(b, SKIFF_REQ_IMAGE, o->image, err) < 0 ||
+        req_opt(b, SKIFF_REQ_NAME, o->name, err) < 0 ||
+        req_opt(b, SKIFF_REQ_NAMED, skiff_g.named[0] ? skiff_g.named : NULL, err) < 0 ||
+        req_opt(b, SKIFF_REQ_NAME_MODE, name_mode_word(o->name_mode), err) < 0 ||
+        req_opt(b, SKIFF_REQ_TEMP, skiff_g.temp_named ? "1" : "0", err) < 0 ||
+        req_opt(b, SKIFF_REQ_IMPORTER, skiff_g.args.importer[0] ? skiff_g.args.importer : NULL, err) < 0 ||
+        req_opt(b, SKIFF_REQ_WORKDIR, o->workdir, err) < 0 ||
+        req_opt(b, SKIFF_REQ_WRITABLE, o->writable != 0 ? "1" : "0", err) < 0 ||
+        req_opt(b, SKIFF_REQ_REMAP_ROOT, o->remap_root == 1 ? "1" : "0", err) < 0 ||
+        req_opt(b, SKIFF_REQ_MOUNT_HOME, o->mount_home == 1 ? "1" : "0", err) < 0 ||
+        req_opt(b, SKIFF_REQ_ENTRYPOINT, ep ? "1" : "0", err) < 0 || req_opt(b, SKIFF_REQ_UNSHARE, num, err) < 0 ||
+        req_opt(b, SKIFF_REQ_COMMAND, skiff_g.command0, err) < 0 || req_opt(b, SKIFF_REQ_STATE_KEY, key, err) < 0)
         return -1;
-    skiff_g.named_exists = as_user_out[0] == 'E';
-    if (as_user_out[0] == 'I')
-        snprintf(skiff_g.image_path, sizeof(skiff_g.image_path), "%s", as_user_out + 1);
-    double t1 = skiff_now_ms();
-    skiff_g.t_resolve_ms = t1 - t0;
-
     /* mounts: relative sources against the step's working directory */
-    *phase = "mount";
-    char **mounts = calloc(o->nmounts + 2, sizeof(char *));
-    if (!mounts)
-        return skiff_error(err, ENOMEM, "out of memory");
-    size_t k = 0;
-    int rc = -1;
     for (size_t i = 0; i < o->nmounts; i++) {
         const char *m = o->mounts[i];
-        if (m[0] == '.') {
-            if (asprintf(&mounts[k], "%s/%s", skiff_g.cwd, m) < 0)
-                mounts[k] = NULL;
-        } else
-            mounts[k] = strdup(m);
-        if (!mounts[k]) {
-            skiff_error(err, ENOMEM, "out of memory");
-            goto out;
-        }
-        k++;
+        if ((m[0] == '.' ? skiff_rec_putf(b, 'm', err, "%s/%s", skiff_g.cwd, m) : skiff_rec_put(b, 'm', m, err)) < 0)
+            return -1;
     }
-    if (batch_script_mount && !(mounts[k++] = strdup(batch_script_mount))) {
-        skiff_error(err, ENOMEM, "out of memory");
-        goto out;
-    }
+    if (batch_script_mount && skiff_rec_put(b, 'm', batch_script_mount, err) < 0)
+        return -1;
+    for (size_t i = 0; skiff_g.hook_env && skiff_g.hook_env[i]; i++)
+        if (skiff_rec_put(b, 'h', skiff_g.hook_env[i], err) < 0)
+            return -1;
+    return 0;
+}
 
-    struct skiff_start_opts so;
-    skiff_start_opts_init(&so);
-    so.image = skiff_g.named_exists ? NULL : skiff_g.image_path;
-    so.name = skiff_g.named[0] ? skiff_g.named : NULL;
-    so.mounts = (const char *const *)mounts;
-    so.workdir = o->workdir;
-    so.writable = o->writable != 0 || skiff_g.named[0];
-    so.remap_root = o->remap_root == 1;
-    so.mount_home = o->mount_home == 1;
-    so.use_entrypoint = o->entrypoint == 1 || (o->entrypoint < 0 && skiff_g.args.execute_entrypoint);
-    so.unshare_flags = o->unshare_flags;
-    char *command[2] = {skiff_g.command0, NULL};
-    so.command = skiff_g.command0 ? command : NULL;
-    so.hook_env = (const char *const *)skiff_g.hook_env;
-    so.set_creds = true;
-    so.uid = skiff_g.uid;
-    so.gid = skiff_g.gid;
-    so.groups = skiff_g.groups;
-    so.ngroups = (size_t)skiff_g.ngroups;
-    char key[512];
-    if (skiff_g.is_batch)
-        snprintf(key, sizeof(key), "%s.%u.batch", skiff_g.node, (unsigned)skiff_g.jobid);
-    else
-        snprintf(key, sizeof(key), "%s.%u.%u", skiff_g.node, (unsigned)skiff_g.jobid, (unsigned)skiff_g.stepid);
-    so.state_key = key;
-    so.fuse_fd = -1;
-    /* The forking thread is slurmstepd's main thread (user_init) or the
-     * starter: when it dies, even by SIGKILL, the holder and every mount go. */
-    so.die_with_parent = true;
+static struct skiff_user job_user(void)
+{
+    return (struct skiff_user){.uid = skiff_g.uid,
+                               .gid = skiff_g.gid,
+                               .groups = skiff_g.groups,
+                               .ngroups = skiff_g.ngroups,
+                               .name = skiff_g.user,
+                               .home = skiff_g.home};
+}
 
-    /* The holder sets the user's groups and ids itself (it needs root for
-     * setgroups); in user_init the euid is the user's, so root is taken
-     * back for the fork and given up right after. */
-    uid_t euid = geteuid();
-    if (euid != 0 && seteuid(0) < 0) {
-        rc = skiff_error(err, errno, "regain root to start the container");
-    } else {
-        rc = skiff_container_start(&skiff_g.cfg, &so, &skiff_g.c, err);
-        if (euid != 0 && seteuid(euid) < 0) {
-            /* never go on as root in user_init */
-            int e = errno;
-            if (rc == 0)
-                skiff_container_stop(&skiff_g.c, err);
-            rc = skiff_error(err, e, "return to uid %u", (unsigned)euid);
-        }
-    }
-    if (rc < 0)
-        *phase = start_phase(err->msg);
-    skiff_g.t_start_ms = skiff_now_ms() - t1;
-out:
-    for (size_t i = 0; i < k; i++)
-        free(mounts[i]);
-    free(mounts);
-    return rc;
+/* Proxy settings of the job reach the helper (a registry behind a proxy). */
+static const char *const proxy_vars[] = {"http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY",
+                                         "HTTPS_PROXY", "NO_PROXY", "all_proxy", "ALL_PROXY"};
+
+static char **proxy_env(spank_t sp)
+{
+    char **env = calloc(sizeof(proxy_vars) / sizeof(proxy_vars[0]) + 1, sizeof(char *));
+    char buf[4096];
+    size_t n = 0;
+    for (size_t i = 0; env && i < sizeof(proxy_vars) / sizeof(proxy_vars[0]); i++)
+        if (spank_getenv(sp, proxy_vars[i], buf, sizeof(buf)) == ESPANK_SUCCESS &&
+            asprintf(&env[n], "%s=%s", proxy_vars[i], buf) > 0)
+            n++;
+    return env;
 }
 
 /* ---- the starter: the container is started while Slurm sets the step up ----
  *
  * Between init_post_opt and user_init slurmstepd spends 5-15 ms on its own
- * setup. A child forked at the end of init_post_opt (root, so no credential
- * juggling) resolves the image and starts the holder meanwhile; user_init
- * only collects the result. The starter stays the holder's parent until
- * exit, then stops it. It dies with slurmstepd (PDEATHSIG), and the holder
- * with it. Reply: int32 status, then on failure a phase and a skiff_err, on
- * success tagged records (tag, u32 length, bytes), ended by 'Z'. */
-static pid_t starter_pid = -1;
-static int starter_rep = -1, starter_ctl = -1;
+ * setup. The helper, started at the end of init_post_opt, resolves the
+ * image and starts the holder meanwhile; user_init only collects its
+ * answer. The helper stays the holder's parent until its control pipe
+ * closes, then stops the container. */
+static struct skiff_helper_proc starter = SKIFF_HELPER_PROC_INIT;
+static char helper_program[SKIFF_PATH_MAX];
 
-
-static int put_rec(int fd, char tag, const char *s)
+static int spawn_starter(spank_t sp, skiff_err *err)
 {
-    uint32_t len = (uint32_t)strlen(s);
-    return skiff_write_all(fd, &tag, 1) < 0 || skiff_write_all(fd, &len, sizeof(len)) < 0 || skiff_write_all(fd, s, len) < 0 ? -1 : 0;
+    struct skiff_recbuf req = {0};
+    int rc = -1;
+    char **penv = NULL;
+    if (skiff_helper_path(skiff_g.args.helper, helper_program, sizeof(helper_program), err) < 0 ||
+        request_start(&req, err) < 0)
+        goto out;
+    penv = proxy_env(sp);
+    struct skiff_user u = job_user();
+    rc = skiff_helper_spawn(helper_program, "start", &u, &req, (const char *const *)penv, true, &starter, err);
+out:
+    skiff_recbuf_free(&req);
+    skiff_strv_free(penv);
+    return rc;
 }
 
-static void starter_main(pid_t stepd, int rep, int ctl)
+/* /proc/PID/stat's parent pid; -1 when unreadable. */
+static int parent_of(pid_t pid)
 {
-    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    if (getppid() != stepd)
-        _exit(1);
-    /* keep nothing of slurmstepd's: its sockets must close when it does */
-    if (dup2(rep, 3) < 0 || dup2(ctl, 4) < 0)
-        _exit(1);
-    rep = 3;
-    ctl = 4;
-    close_range(5, ~0U, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    skiff_err err;
-    skiff_err_clear(&err);
-    const char *phase = "mount";
-    int32_t status = start_container(&phase, &err) < 0 ? -1 : 0;
-    if (skiff_write_all(rep, &status, sizeof(status)) < 0)
-        _exit(1);
-    if (status < 0) {
-        char ph[SKIFF_PHASE_MAX] = {0};
-        snprintf(ph, sizeof(ph), "%s", phase);
-        (void)!skiff_write_all(rep, ph, sizeof(ph));
-        (void)!skiff_write_all(rep, &err, sizeof(err));
-        _exit(0);
-    }
-    char num[64];
-    int bad = 0;
-    snprintf(num, sizeof(num), "%d", (int)skiff_g.c.holder);
-    bad |= put_rec(rep, 'H', num);
-    snprintf(num, sizeof(num), "%.3f %.3f", skiff_g.t_resolve_ms, skiff_g.t_start_ms);
-    bad |= put_rec(rep, 'T', num);
-    bad |= put_rec(rep, 'W', skiff_g.c.workdir);
-    for (size_t i = 0; skiff_g.c.env && skiff_g.c.env[i]; i++)
-        bad |= put_rec(rep, 'E', skiff_g.c.env[i]);
-    for (size_t i = 0; skiff_g.c.entrypoint && skiff_g.c.entrypoint[i]; i++)
-        bad |= put_rec(rep, 'P', skiff_g.c.entrypoint[i]);
-    for (size_t i = 0; skiff_g.c.cmd && skiff_g.c.cmd[i]; i++)
-        bad |= put_rec(rep, 'C', skiff_g.c.cmd[i]);
-    bad |= put_rec(rep, 'Z', "");
-    close(rep);
-    if (!bad) {
-        char b;
-        while (read(ctl, &b, 1) < 0 && errno == EINTR)
-            ; /* EOF: slurmstepd's exit, or slurmstepd is gone */
-    }
-    skiff_container_stop(&skiff_g.c, &err);
-    _exit(0);
-}
-
-/* Forks the starter; on failure the container is started in user_init. */
-static void spawn_starter(void)
-{
-    int rp[2], cp[2];
-    if (pipe2(rp, O_CLOEXEC) < 0)
-        return;
-    if (pipe2(cp, O_CLOEXEC) < 0) {
-        close(rp[0]);
-        close(rp[1]);
-        return;
-    }
-    pid_t stepd = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(rp[0]);
-        close(cp[1]);
-        starter_main(stepd, rp[1], cp[0]);
-        _exit(1);
-    }
-    close(rp[1]);
-    close(cp[0]);
-    if (pid < 0) {
-        close(rp[0]);
-        close(cp[1]);
-        return;
-    }
-    starter_pid = pid;
-    starter_rep = rp[0];
-    starter_ctl = cp[1];
-}
-
-static int strv_add(char ***v, size_t *n, char *s)
-{
-    char **nv = realloc(*v, (*n + 2) * sizeof(char *));
-    if (!nv)
+    char p[64], buf[512];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
         return -1;
-    *v = nv;
-    nv[(*n)++] = s;
-    nv[*n] = NULL;
-    return 0;
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    char state;
+    int ppid;
+    return paren && sscanf(paren + 1, " %c %d", &state, &ppid) == 2 ? ppid : -1;
 }
 
-/* Reads the starter's reply into skiff_g.c; returns 0, or -1 with phase and err. */
-static int collect_starter(const char **phase, skiff_err *err)
+/* Whether all four uids of /proc/PID/status (real, effective, saved, fs) are uid. */
+static bool runs_as(pid_t pid, uid_t uid)
 {
-    static char ph[SKIFF_PHASE_MAX];
-    int32_t status;
-    *phase = "mount";
-    if (skiff_read_all(starter_rep, &status, sizeof(status)) < 0)
-        return skiff_error(err, 0, "the container starter exited without a report");
-    if (status < 0) {
-        if (skiff_read_all(starter_rep, ph, sizeof(ph)) < 0 || skiff_read_all(starter_rep, err, sizeof(*err)) < 0)
-            return skiff_error(err, 0, "the container starter failed without a report");
-        ph[sizeof(ph) - 1] = '\0';
-        err->msg[sizeof(err->msg) - 1] = '\0';
-        *phase = ph;
-        return -1;
+    char p[64], buf[4096];
+    snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
+    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *l = strstr(buf, "\nUid:");
+    unsigned r, e, sv, fs;
+    return l && sscanf(l + 5, "%u %u %u %u", &r, &e, &sv, &fs) == 4 && r == uid && e == uid && sv == uid && fs == uid;
+}
+
+/* The holder the helper names is accepted only if it is the helper's child
+ * (the helper is ours: its pid cannot be reused before we reap it), runs
+ * as the job's uid, and lives in a mount namespace owned by a user
+ * namespace of that uid; all checked through a pidfd, so the pid cannot
+ * change under us. Returns the namespace, held open, or -1. */
+static int verify_holder(pid_t holder, skiff_err *err)
+{
+    int pidfd = pidfd_open(holder, 0);
+    if (pidfd < 0)
+        return skiff_error(err, 0, "the container process %d the helper named is not running", (int)holder);
+    int mnt = -1;
+    if (parent_of(holder) != starter.pid || !runs_as(holder, skiff_g.uid)) {
+        skiff_error(err, 0, "process %d is not the helper's container process (refused)", (int)holder);
+        goto fail;
     }
-    size_t ne = 0, np = 0, nc = 0;
-    for (;;) {
-        char tag;
-        uint32_t len;
-        if (skiff_read_all(starter_rep, &tag, 1) < 0 || skiff_read_all(starter_rep, &len, sizeof(len)) < 0 || len > (1u << 24))
-            return skiff_error(err, 0, "short reply from the container starter");
-        char *s = malloc((size_t)len + 1);
-        if (!s)
-            return skiff_error(err, ENOMEM, "out of memory");
-        if (skiff_read_all(starter_rep, s, len) < 0) {
-            free(s);
-            return skiff_error(err, 0, "short reply from the container starter");
-        }
-        s[len] = '\0';
-        int bad = 0;
-        switch (tag) {
-        case 'H':
-            skiff_g.c.holder = (pid_t)atoi(s);
-            free(s);
-            break;
-        case 'T':
-            if (sscanf(s, "%lf %lf", &skiff_g.t_resolve_ms, &skiff_g.t_start_ms) != 2)
-                skiff_g.t_resolve_ms = skiff_g.t_start_ms = 0;
-            free(s);
-            break;
-        case 'W':
-            snprintf(skiff_g.c.workdir, sizeof(skiff_g.c.workdir), "%s", s);
-            free(s);
-            break;
-        case 'E':
-            bad = strv_add(&skiff_g.c.env, &ne, s);
-            break;
-        case 'P':
-            bad = strv_add(&skiff_g.c.entrypoint, &np, s);
-            break;
-        case 'C':
-            bad = strv_add(&skiff_g.c.cmd, &nc, s);
-            break;
-        default:
-            free(s);
-            if (tag == 'Z')
-                return skiff_g.c.holder > 0 ? 0 : skiff_error(err, 0, "the container starter sent no holder");
-            return skiff_error(err, 0, "bad reply from the container starter");
-        }
-        if (bad) {
-            free(s);
-            return skiff_error(err, ENOMEM, "out of memory");
-        }
+    char nsp[64];
+    snprintf(nsp, sizeof(nsp), "/proc/%d/ns/mnt", (int)holder);
+    mnt = open(nsp, O_RDONLY | O_CLOEXEC);
+    /* still the same process now that its /proc files were read */
+    if (mnt < 0 || syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0) {
+        skiff_error(err, 0, "the container process %d went away", (int)holder);
+        goto fail;
     }
+    if (!skiff_ns_owned_by(mnt, skiff_g.uid)) {
+        skiff_error(err, 0, "process %d is not in a container's mount namespace (refused)", (int)holder);
+        goto fail;
+    }
+    close(pidfd);
+    return mnt;
+fail:
+    if (mnt >= 0)
+        close(mnt);
+    close(pidfd);
+    return -1;
+}
+
+static void take_reply(struct skiff_reply *r)
+{
+    skiff_g.c.holder = r->holder;
+    snprintf(skiff_g.c.workdir, sizeof(skiff_g.c.workdir), "%s", r->workdir);
+    skiff_g.c.env = r->env;
+    skiff_g.c.entrypoint = r->entrypoint;
+    skiff_g.c.cmd = r->cmd;
+    r->env = r->entrypoint = r->cmd = NULL;
+    skiff_g.t_resolve_ms = r->t_resolve_ms;
+    skiff_g.t_start_ms = r->t_start_ms;
 }
 
 int skiff_remote_user_init(spank_t sp)
@@ -756,31 +539,33 @@ int skiff_remote_user_init(spank_t sp)
     skiff_g.debug = spank_getenv(sp, "SKIFF_DEBUG", dbg, sizeof(dbg)) == ESPANK_SUCCESS && dbg[0] && strcmp(dbg, "0");
     double t0 = skiff_now_ms();
     skiff_g.t_gap_ms = t0 - skiff_g.t_post_opt_end;
-    const char *phase = "mount";
-    int rc;
-    if (starter_pid > 0) {
-        rc = collect_starter(&phase, &err);
-        close(starter_rep);
-        starter_rep = -1;
-        skiff_g.t_wait_ms = skiff_now_ms() - t0;
-    } else {
-        rc = start_container(&phase, &err);
+    if (starter.pid <= 0) {
+        skiff_error(&err, 0, "the container helper was not started");
+        return fail("mount", &err);
     }
-    if (rc < 0)
+    struct skiff_reply r;
+    int rc = skiff_helper_reply(&starter, skiff_g.args.timeout_s, &r, &err);
+    skiff_g.t_wait_ms = skiff_now_ms() - t0;
+    if (rc < 0) {
+        skiff_reply_free(&r);
+        return fail("mount", &err);
+    }
+    if (r.status < 0) {
+        char phase[SKIFF_PHASE_MAX];
+        snprintf(phase, sizeof(phase), "%s", r.phase);
+        err = r.err;
+        skiff_reply_free(&r);
         return fail(phase, &err);
-    skiff_g.started = true;
-    /* Remembered so exit can find processes left in the container after
-     * task_exit has already killed the holder. The fd keeps the namespace
-     * alive: otherwise its inode number could be reused by another step's
-     * container and exit would kill that step's tasks. */
-    char nsp[64];
-    struct stat nst;
-    snprintf(nsp, sizeof(nsp), "/proc/%d/ns/mnt", (int)skiff_g.c.holder);
-    skiff_g.mntns_fd = open(nsp, O_RDONLY | O_CLOEXEC);
-    if (skiff_g.mntns_fd >= 0 && fstat(skiff_g.mntns_fd, &nst) == 0) {
-        skiff_g.mntns_dev = nst.st_dev;
-        skiff_g.mntns_ino = nst.st_ino;
     }
+    take_reply(&r);
+    skiff_reply_free(&r);
+    /* Kept so exit can kill what is left in the container after the helper
+     * stopped it. The fd keeps the namespace alive: otherwise its inode
+     * number could be reused by another step's container. */
+    skiff_g.mntns_fd = verify_holder(skiff_g.c.holder, &err);
+    if (skiff_g.mntns_fd < 0)
+        return fail("mount", &err);
+    skiff_g.started = true;
     return 0;
 }
 
@@ -933,83 +718,78 @@ int skiff_remote_task_init(spank_t sp)
 }
 
 /* task_exit (slurmstepd, root, once per task): when the node's last task
- * is gone the holder gets SIGKILL at once, so that the kernel tears the
- * namespace and the FUSE mount down while Slurm finishes the step;
- * exit() reaps it. */
+ * is gone the control pipe closes, so that the helper stops the container
+ * (the kernel tears the namespace and the FUSE mount down) while Slurm
+ * finishes the step; exit() waits for it. */
 int skiff_remote_task_exit(spank_t sp)
 {
-    /* Only when the starter is the holder's parent: it reaps the holder at
-     * exit, so until then the pid cannot be reused. A holder that is
-     * slurmstepd's own child could be reaped by slurmstepd's wait for any
-     * child, and a later kill would hit whatever process got its pid. */
-    if (!skiff_g.active || !skiff_g.started || skiff_g.c.holder <= 0 || starter_pid <= 0)
+    if (!skiff_g.active || !skiff_g.started || starter.ctl < 0)
         return 0;
     uint32_t ntasks = 0;
     if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) != ESPANK_SUCCESS)
         return 0;
-    if (++skiff_g.tasks_exited >= ntasks)
-        kill(skiff_g.c.holder, SIGKILL);
+    if (++skiff_g.tasks_exited >= ntasks) {
+        close(starter.ctl);
+        starter.ctl = -1;
+    }
     return 0;
 }
 
 /* ---- exit: slurmstepd, root ----------------------------------------------------- */
 
-static int do_save(void *arg, skiff_err *err)
+/* Runs an exit-time verb of the helper as the job's user. */
+static int helper_verb(const char *verb, const char *cwd, const char *key, const char *value, skiff_err *err)
 {
-    (void)arg;
-    return skiff_container_export(&skiff_g.cfg, skiff_g.named, skiff_g.save_path, err);
+    struct skiff_recbuf req = {0};
+    int rc = -1;
+    if (!helper_program[0] && skiff_helper_path(skiff_g.args.helper, helper_program, sizeof(helper_program), err) < 0)
+        goto out;
+    if (request_base(&req, &skiff_g.cfg, cwd, err) < 0 ||
+        req_opt(&req, SKIFF_REQ_NAMED, skiff_g.named[0] ? skiff_g.named : NULL, err) < 0 ||
+        req_opt(&req, SKIFF_REQ_IMPORTER, skiff_g.args.importer[0] ? skiff_g.args.importer : NULL, err) < 0 ||
+        (key && req_opt(&req, key, value, err) < 0))
+        goto out;
+    struct skiff_user u = job_user();
+    rc = skiff_helper_call(helper_program, verb, &u, &req, skiff_g.args.timeout_s, err);
+out:
+    skiff_recbuf_free(&req);
+    return rc;
 }
 
-static int do_remove_named(void *arg, skiff_err *err)
+static int remove_state_fn(void *arg)
 {
     (void)arg;
-    if (!skiff_named_exists(&skiff_g.cfg, skiff_g.named))
-        return 0;
-    return skiff_named_remove(&skiff_g.cfg, skiff_g.named, err);
+    skiff_err e;
+    return skiff_container_remove_state(&skiff_g.cfg, skiff_g.state_key, &e);
 }
 
-static int do_release(void *arg, skiff_err *err)
+/* Whether the step's state directory is still there: looked up from the
+ * root-owned base, never following a link, without opening anything. */
+static bool state_left(void)
 {
-    (void)arg;
-    pid_t pid = fork();
-    if (pid < 0)
-        return skiff_error(err, errno, "fork");
-    if (pid == 0) {
-        char release[] = "release";
-        char *const argv[] = {skiff_g.args.importer, release, NULL};
-        char path[] = "PATH=/usr/local/bin:/usr/bin:/bin";
-        char *const envp[] = {path, NULL};
-        execve(argv[0], argv, envp);
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    return 0;
+    if (!skiff_g.state_key[0])
+        return false;
+    cleanup_close int bfd = open(skiff_g.args.runtime_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    char rel[600];
+    struct stat st;
+    snprintf(rel, sizeof(rel), "%u/%s", (unsigned)skiff_g.uid, skiff_g.state_key);
+    return bfd >= 0 && fstatat(bfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
-/* SIGKILLs every process still in the container's mount namespace (a
- * task's daemon that left the step's process tree). */
-static void kill_ns_members(void)
+int skiff_remove_job_containers(const struct skiff_user *u, const char *node, uint32_t jobid,
+                                const struct skiff_config *cfg, skiff_err *err)
 {
-    if (skiff_g.mntns_fd < 0)
-        return;
-    DIR *d = opendir("/proc");
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[300];
-    while ((e = readdir(d))) {
-        if (e->d_name[0] < '1' || e->d_name[0] > '9')
-            continue;
-        struct stat st;
-        snprintf(p, sizeof(p), "/proc/%s/ns/mnt", e->d_name);
-        if (stat(p, &st) == 0 && st.st_ino == skiff_g.mntns_ino && st.st_dev == skiff_g.mntns_dev)
-            kill((pid_t)atoi(e->d_name), SIGKILL);
-    }
-    closedir(d);
-    close(skiff_g.mntns_fd);
-    skiff_g.mntns_fd = -1;
+    char suffix[300], program[SKIFF_PATH_MAX];
+    snprintf(suffix, sizeof(suffix), ".%s.job%u", node, (unsigned)jobid);
+    struct skiff_recbuf req = {0};
+    int rc = -1;
+    if (skiff_helper_path(skiff_g.args.helper, program, sizeof(program), err) < 0 ||
+        request_base(&req, cfg, NULL, err) < 0 || req_opt(&req, SKIFF_REQ_SUFFIX, suffix, err) < 0)
+        goto out;
+    rc = skiff_helper_call(program, "sweep", u, &req, skiff_g.args.timeout_s, err);
+out:
+    skiff_recbuf_free(&req);
+    return rc;
 }
 
 int skiff_remote_exit(spank_t sp)
@@ -1017,9 +797,9 @@ int skiff_remote_exit(spank_t sp)
     (void)sp;
     skiff_err err;
     skiff_err_clear(&err);
+    struct skiff_user u = job_user();
     if (skiff_g.sweep_only) {
-        if (skiff_remove_job_containers(skiff_g.uid, skiff_g.gid, skiff_g.groups, skiff_g.ngroups, skiff_g.node,
-                                        skiff_g.jobid, &skiff_g.cfg, &err) < 0)
+        if (skiff_remove_job_containers(&u, skiff_g.node, skiff_g.jobid, &skiff_g.cfg, &err) < 0)
             slurm_error("skiff: cleanup: %s", err.msg);
         free(skiff_g.groups);
         skiff_g.groups = NULL;
@@ -1027,46 +807,37 @@ int skiff_remote_exit(spank_t sp)
     }
     if (!skiff_g.active)
         return 0;
-    if (starter_pid > 0) {
-        /* EOF on its control pipe: the starter stops the holder, removes
-         * the state and exits; wait for it (save needs the upper free) */
-        if (skiff_g.started && skiff_g.c.holder > 0)
-            kill(skiff_g.c.holder, SIGKILL);
-        if (starter_ctl >= 0)
-            close(starter_ctl);
-        starter_ctl = -1;
-        if (starter_rep >= 0)
-            close(starter_rep);
-        starter_rep = -1;
-        while (waitpid(starter_pid, NULL, 0) < 0 && errno == EINTR)
-            ;
+    double t0 = skiff_now_ms();
+    if (starter.pid > 0 && skiff_helper_finish(&starter, skiff_g.args.timeout_s) == -1)
+        slurm_error("skiff: %s: the container helper did not stop within %d s; it was killed", skiff_g.node,
+                    skiff_g.args.timeout_s);
+    if (state_left())
+        /* Slurm killed the helper with the step's processes before it could
+         * stop the container: its state directory is removed as the user */
+        if (skiff_fork_as_user(&u, NULL, 0, remove_state_fn, NULL, skiff_g.args.timeout_s) < 0)
+            slurm_error("skiff: %s: could not remove the state of %s", skiff_g.node, skiff_g.state_key);
+    if (skiff_g.mntns_fd >= 0) {
+        /* a task's daemon that left the step's process tree */
+        skiff_kill_ns_as_user(skiff_g.mntns_fd, &u, skiff_g.args.timeout_s);
+        close(skiff_g.mntns_fd);
+        skiff_g.mntns_fd = -1;
     }
     if (skiff_g.started) {
-        double t0 = skiff_now_ms();
-        if (starter_pid > 0) {
-            skiff_container_free(&skiff_g.c); /* the starter stops and reaps it */
-        } else
-            skiff_container_stop(&skiff_g.c, &err);
-        kill_ns_members();
+        skiff_container_free(&skiff_g.c);
         skiff_g.started = false;
         if (skiff_g.debug)
             slurm_info("skiff: %s: timing: stop %.1f ms", skiff_g.node, skiff_now_ms() - t0);
     }
-    if (skiff_g.save_path[0] && !skiff_g.failed && skiff_g.named[0]) {
-        if (skiff_as_user(skiff_g.uid, skiff_g.gid, skiff_g.groups, skiff_g.ngroups, skiff_g.cwd, do_save, NULL,
-                          &err) < 0)
-            slurm_error("skiff: save: %s", err.msg);
-    }
-    if (skiff_g.temp_named &&
-        skiff_as_user(skiff_g.uid, skiff_g.gid, skiff_g.groups, skiff_g.ngroups, NULL, do_remove_named, NULL,
-                      &err) < 0)
+    if (skiff_g.save_path[0] && !skiff_g.failed && skiff_g.named[0] &&
+        helper_verb("save", skiff_g.cwd, SKIFF_REQ_SAVE, skiff_g.save_path, &err) < 0)
+        slurm_error("skiff: save: %s", err.msg);
+    if (skiff_g.temp_named && helper_verb("remove", NULL, NULL, NULL, &err) < 0)
         slurm_error("skiff: save: remove %s: %s", skiff_g.named, err.msg);
     if (skiff_g.is_batch && skiff_g.args.scope == SKIFF_SCOPE_JOB &&
-        skiff_remove_job_containers(skiff_g.uid, skiff_g.gid, skiff_g.groups, skiff_g.ngroups, skiff_g.node,
-                                    skiff_g.jobid, &skiff_g.cfg, &err) < 0)
+        skiff_remove_job_containers(&u, skiff_g.node, skiff_g.jobid, &skiff_g.cfg, &err) < 0)
         slurm_error("skiff: cleanup: %s", err.msg);
-    if (skiff_g.args.importer[0])
-        skiff_as_user(skiff_g.uid, skiff_g.gid, skiff_g.groups, skiff_g.ngroups, NULL, do_release, NULL, &err);
+    if (skiff_g.args.importer[0] && helper_verb("release", NULL, NULL, NULL, &err) < 0)
+        slurm_error("skiff: importer release: %s", err.msg);
     free(skiff_g.groups);
     skiff_g.groups = NULL;
     free(batch_script_mount);

@@ -73,17 +73,17 @@ static int in_path(const char *prog)
  * use would only make starts slower, silently: said here. */
 static void block_cache(const struct skiff_config *cfg)
 {
-    char fix[SKIFF_PATH_MAX + 64];
+    char fix[SKIFF_PATH_MAX + 64], dir[SKIFF_PATH_MAX];
     struct stat st;
-    if (cfg->block_cache_mb <= 0 || !cfg->block_cache_path[0]) {
+    if (cfg->block_cache_mb <= 0 || skiff_config_block_cache(cfg, dir, sizeof(dir)) < 0) {
         printf("note:    block cache off (block_cache_size = 0): every start decompresses what it reads\n");
         return;
     }
-    if (lstat(cfg->block_cache_path, &st) < 0) {
+    if (lstat(dir, &st) < 0) {
         ok("block cache (created at the first start)");
         return;
     }
-    snprintf(fix, sizeof(fix), "chmod 700 %s (or remove it)", cfg->block_cache_path);
+    snprintf(fix, sizeof(fix), "chmod 700 %s (or remove it)", dir);
     if (!S_ISDIR(st.st_mode) || st.st_uid != getuid())
         bad("block_cache_path exists but is not a directory of yours (starts run without the cache)", fix);
     else if (st.st_mode & 022)

@@ -117,7 +117,9 @@ static const struct key {
     {"temp_path", K_PATH, F(temp_path), "/tmp"},
     /* decompressed blocks kept between starts (runtime/lib/blockcache.h):
      * memory on a tmpfs, so that a start reads them at memory speed */
-    {"block_cache_path", K_PATH, F(block_cache_path), "/dev/shm/skiff-${UID}/blocks"},
+    /* "" = runtime_path/blocks: the cache follows the runtime directory
+     * (under the plugin, a per-user directory in a root-owned base) */
+    {"block_cache_path", K_PATH, F(block_cache_path), ""},
     {"block_cache_size", K_INT, F(block_cache_mb), "512"},
     {"hooks_dir", K_PATH, F(hooks_dir), SKIFF_HOOKS_DIR_DEFAULT},
     {"credentials_file", K_PATH, F(credentials_file), "${HOME}/.config/skiff/.credentials"},
@@ -132,7 +134,47 @@ static const struct key {
 
 static const char *const compressors[] = {"zstd", "gzip", "lz4", "xz", "lzo", "none"};
 
+static int config_set(struct skiff_config *cfg, const char *key, const char *value, bool raw, skiff_err *err);
+
 int skiff_config_set(struct skiff_config *cfg, const char *key, const char *value, skiff_err *err)
+{
+    return config_set(cfg, key, value, false, err);
+}
+
+int skiff_config_set_raw(struct skiff_config *cfg, const char *key, const char *value, skiff_err *err)
+{
+    return config_set(cfg, key, value, true, err);
+}
+
+int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size_t n)
+{
+    if (i >= sizeof(keys) / sizeof(keys[0]))
+        return 0;
+    const struct key *k = &keys[i];
+    const char *src = (const char *)cfg + k->off;
+    int w;
+    switch (k->kind) {
+    case K_BOOL:
+        w = snprintf(out, n, "%s=%s", k->name, *(const bool *)src ? "yes" : "no");
+        break;
+    case K_INT:
+        w = snprintf(out, n, "%s=%d", k->name, *(const int *)src);
+        break;
+    default:
+        w = snprintf(out, n, "%s=%s", k->name, src);
+        break;
+    }
+    return w < 0 || (size_t)w >= n ? -1 : 1;
+}
+
+int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n)
+{
+    int w = cfg->block_cache_path[0] ? snprintf(out, n, "%s", cfg->block_cache_path)
+                                     : snprintf(out, n, "%s/blocks", cfg->runtime_path);
+    return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+static int config_set(struct skiff_config *cfg, const char *key, const char *value, bool raw, skiff_err *err)
 {
     const struct key *k = NULL;
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
@@ -143,8 +185,14 @@ int skiff_config_set(struct skiff_config *cfg, const char *key, const char *valu
     char *dst = (char *)cfg + k->off;
     switch (k->kind) {
     case K_PATH:
-        if (value[0] && value[0] != '/' && value[0] != '$')
+        if (value[0] && value[0] != '/' && (raw || value[0] != '$'))
             return skiff_error(err, 0, "%s: '%s' is not an absolute path", key, value);
+        if (raw) {
+            if (strlen(value) >= k->size)
+                return skiff_error(err, ENAMETOOLONG, "%s: value too long", key);
+            strcpy(dst, value);
+            return 0;
+        }
         return expand(dst, k->size, key, value, err);
     case K_STR:
         if (strlen(value) >= k->size)

@@ -17,7 +17,7 @@ struct skiff_config {
     char cache_path[SKIFF_PATH_MAX];   /* layer + image cache, per user */
     char runtime_path[SKIFF_PATH_MAX]; /* state of running containers */
     char temp_path[SKIFF_PATH_MAX];    /* scratch for imports */
-    char block_cache_path[SKIFF_PATH_MAX]; /* decompressed squashfs blocks (blockcache.h) */
+    char block_cache_path[SKIFF_PATH_MAX]; /* decompressed squashfs blocks; "" = runtime_path/blocks */
     int block_cache_mb;                /* per image; 0 = no block cache */
     char hooks_dir[SKIFF_PATH_MAX];    /* executables run at container start */
     char credentials_file[SKIFF_PATH_MAX]; /* netrc-style registry credentials */
@@ -39,6 +39,18 @@ int skiff_config_load(struct skiff_config *cfg, const char *path, bool use_env, 
 /* Sets one key (as in the file) to a value, expanding variables. Unknown keys
  * and bad values are errors naming the key and what is accepted. */
 int skiff_config_set(struct skiff_config *cfg, const char *key, const char *value, skiff_err *err);
+
+/* skiff_config_set without ${...} expansion: for values that were expanded
+ * already (the plugin hands its loaded config to its user-side helper). */
+int skiff_config_set_raw(struct skiff_config *cfg, const char *key, const char *value, skiff_err *err);
+
+/* "key=value" of the i-th key into out: 1, 0 past the last key, -1 when it
+ * does not fit. Values are as loaded (expanded); booleans yes/no. */
+int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size_t n);
+
+/* The block cache directory: block_cache_path, or runtime_path/blocks when
+ * it is empty (the default). -1 when it does not fit in n. */
+int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n);
 
 /* Sets the user whose ${HOME}/${UID}/${USER} expand in later load/set calls
  * (the plugin runs as root for a job user). uid (unsigned)-1 = calling user. */

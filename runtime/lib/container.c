@@ -41,6 +41,7 @@
 #include "warm.h"
 #include "named.h"
 #include "squash.h"
+#include "state.h"
 
 #define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define STATE_FILE "state"
@@ -129,54 +130,31 @@ static char **strv_dup(char *const *v, skiff_err *err)
 }
 
 /* ---- wire format between holder and parent (and the state file) ----
- * records: one tag byte ('W' workdir, 'E' env, 'P' entrypoint word, 'C' cmd
+ * records (state.h): 'W' workdir, 'E' env, 'P' entrypoint word, 'C' cmd
  * word, 'H' holder pid, 'X' pid of the spawned command, 'F' pid of the
- * FUSE server) + a NUL-terminated string. */
-struct buf {
-    char *p;
-    size_t len, cap;
-};
-
-static int buf_rec(struct buf *b, char tag, const char *s, skiff_err *err)
-{
-    size_t n = strlen(s) + 2;
-    if (b->len + n > b->cap) {
-        size_t cap = (b->cap ? b->cap * 2 : 4096) + n;
-        char *np = realloc(b->p, cap);
-        if (!np)
-            return skiff_error(err, ENOMEM, "state");
-        b->p = np;
-        b->cap = cap;
-    }
-    b->p[b->len] = tag;
-    memcpy(b->p + b->len + 1, s, n - 1);
-    b->len += n;
-    return 0;
-}
-
+ * FUSE server. */
 static int parse_records(const char *p, size_t len, struct skiff_container *c, skiff_err *err)
 {
-    size_t i = 0;
-    while (i < len) {
-        char tag = p[i++];
-        const char *s = p + i;
-        size_t sl = strnlen(s, len - i);
-        if (sl == len - i)
+    size_t off = 0;
+    char tag;
+    const char *s;
+    int more;
+    while ((more = skiff_rec_next(p, len, &off, &tag, &s)) != 0) {
+        if (more < 0)
             return skiff_error(err, EINVAL, "truncated container state");
-        i += sl + 1;
         int rc = 0;
         switch (tag) {
         case 'W':
             snprintf(c->workdir, sizeof(c->workdir), "%s", s);
             break;
         case 'H':
-            c->holder = (pid_t)atoi(s);
+            c->holder = skiff_rec_pid(s);
             break;
         case 'X':
-            c->command = (pid_t)atoi(s);
+            c->command = skiff_rec_pid(s);
             break;
         case 'F':
-            c->server = (pid_t)atoi(s);
+            c->server = skiff_rec_pid(s);
             break;
         case 'E':
             rc = strv_push(&c->env, s, err);
@@ -230,29 +208,15 @@ static int state_dir_for(const struct skiff_config *cfg, const char *key, pid_t 
 }
 
 /* Removes the state dir and whatever hooks left in it (they may use
- * SKIFF_STATE_DIR as scratch). Under the plugin stop runs as root: the
- * removal then runs in a child with the owner's uid, so a user who swapped a
- * path component for a symlink cannot make root delete anything. */
+ * SKIFF_STATE_DIR as scratch). Every caller runs as the state's owner (the
+ * plugin starts containers from its user-side helper, never as root). */
 static void remove_state(const char *state_dir)
 {
     struct stat st;
-    if (lstat(state_dir, &st) < 0 || !S_ISDIR(st.st_mode))
+    if (lstat(state_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
         return;
     skiff_err e;
-    if (geteuid() != 0 || st.st_uid == 0) {
-        skiff_rm_tree(state_dir, &e);
-        return;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (setgroups(0, NULL) < 0 || setresgid(st.st_gid, st.st_gid, st.st_gid) < 0 ||
-            setresuid(st.st_uid, st.st_uid, st.st_uid) < 0)
-            _exit(1);
-        _exit(skiff_rm_tree(state_dir, &e) < 0 ? 1 : 0);
-    }
-    if (pid > 0)
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-            ;
+    skiff_rm_tree(state_dir, &e);
 }
 
 /* State letter and parent pid of process pid, from /proc/PID/stat
@@ -280,6 +244,17 @@ static bool holder_alive(pid_t pid)
     if (kill(pid, 0) < 0)
         return false;
     return proc_state(pid, &state, &ppid) < 0 || state != 'Z'; /* unreadable: kept, to be safe */
+}
+
+int skiff_container_remove_state(const struct skiff_config *cfg, const char *key, skiff_err *err)
+{
+    char dir[SKIFF_PATH_MAX];
+    if (!key || !*key)
+        return skiff_error(err, 0, "no state key");
+    if (state_dir_for(cfg, key, 0, dir, err) < 0)
+        return -1;
+    remove_state(dir);
+    return 0;
 }
 
 void skiff_container_prune(const struct skiff_config *cfg)
@@ -445,8 +420,9 @@ static int assemble_rootfs(struct holder_ctx *h, skiff_err *err)
     if (lowerfd < 0 || rootdirfd < 0)
         return skiff_error(err, errno, "open staging directories");
     struct skiff_fuse_opts fo = {.devfuse_fd = h->o->fuse_fd, .own_root = geteuid() != 0, .cache_dirfd = -1};
-    if (h->cfg->block_cache_mb > 0 && h->cfg->block_cache_path[0]) {
-        fo.cache_dirfd = open_block_cache_dir(h->cfg->block_cache_path);
+    char cache_dir[SKIFF_PATH_MAX];
+    if (h->cfg->block_cache_mb > 0 && skiff_config_block_cache(h->cfg, cache_dir, sizeof(cache_dir)) == 0) {
+        fo.cache_dirfd = open_block_cache_dir(cache_dir);
         fo.cache_bytes = (uint64_t)h->cfg->block_cache_mb << 20;
     }
     h->fuse = skiff_fuse_mount_squashfs(h->image, lowerfd, &fo, err);
@@ -813,7 +789,7 @@ int skiff_env_add_defaults(char ***env, const char *const *defaults, skiff_err *
     return 0;
 }
 
-static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
+static int holder_setup(struct holder_ctx *h, struct skiff_recbuf *out, skiff_err *err)
 {
     const struct skiff_start_opts *o = h->o;
     char mnt[SKIFF_PATH_MAX + 8];
@@ -907,17 +883,17 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
     snprintf(pid, sizeof(pid), "%d", (int)getpid());
     char server[16];
     snprintf(server, sizeof(server), "%d", (int)skiff_fuse_server_pid(h->fuse));
-    if (buf_rec(out, 'H', pid, err) < 0 || buf_rec(out, 'W', wd, err) < 0 ||
-        (h->fuse && buf_rec(out, 'F', server, err) < 0))
+    if (skiff_rec_put(out, 'H', pid, err) < 0 || skiff_rec_put(out, 'W', wd, err) < 0 ||
+        (h->fuse && skiff_rec_put(out, 'F', server, err) < 0))
         goto out;
     for (size_t i = 0; env[i]; i++)
-        if (buf_rec(out, 'E', env[i], err) < 0)
+        if (skiff_rec_put(out, 'E', env[i], err) < 0)
             goto out;
     for (size_t i = 0; ic.entrypoint && ic.entrypoint[i]; i++)
-        if (buf_rec(out, 'P', ic.entrypoint[i], err) < 0)
+        if (skiff_rec_put(out, 'P', ic.entrypoint[i], err) < 0)
             goto out;
     for (size_t i = 0; ic.cmd && ic.cmd[i]; i++)
-        if (buf_rec(out, 'C', ic.cmd[i], err) < 0)
+        if (skiff_rec_put(out, 'C', ic.cmd[i], err) < 0)
             goto out;
     skiff_trace(o->trace, "holder: env, workdir, read-only");
     {
@@ -952,7 +928,7 @@ static int holder_setup(struct holder_ctx *h, struct buf *out, skiff_err *err)
         if (cmd < 0)
             goto out;
         snprintf(num, sizeof(num), "%d", (int)cmd);
-        if (buf_rec(out, 'X', num, err) < 0) {
+        if (skiff_rec_put(out, 'X', num, err) < 0) {
             kill(cmd, SIGKILL); /* the caller will not know of it */
             goto out;
         }
@@ -1003,13 +979,8 @@ static void holder_main(struct holder_ctx *h, int wfd)
     close_stray_fds(wfd, h->o->fuse_fd, h->o->spawn);
     skiff_err err;
     skiff_err_clear(&err);
-    struct buf out = {0};
-    int rc = 0;
-    if (h->o->set_creds &&
-        skiff_ns_drop_creds(h->o->uid, h->o->gid, h->o->groups, h->o->ngroups, &err) < 0)
-        rc = -1;
-    if (rc == 0)
-        rc = holder_setup(h, &out, &err);
+    struct skiff_recbuf out = {0};
+    int rc = holder_setup(h, &out, &err);
     int32_t status = rc;
     if (skiff_write_all(wfd, &status, sizeof(status)) < 0)
         _exit(1);
@@ -1052,27 +1023,19 @@ static int resolve_image(const struct skiff_config *cfg, const struct skiff_star
     return 0;
 }
 
+/* The holder's report is bounded: its env and argv, a few KiB normally. */
+#define REPLY_MAX (16u << 20)
+
 static int read_reply(int rfd, pid_t pid, struct skiff_container *c, skiff_err *err)
 {
     int32_t status;
     char *data = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            cap = cap ? cap * 2 : 16384;
-            char *nd = realloc(data, cap);
-            if (!nd) {
-                free(data);
-                return skiff_error(err, ENOMEM, "read container state");
-            }
-            data = nd;
-        }
-        ssize_t n = read(rfd, data + len, cap - len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        len += (size_t)n;
+    size_t len = 0;
+    if (skiff_rec_read_fd(rfd, REPLY_MAX, 0, 0, &data, &len, NULL, err) < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        c->holder = 0;
+        return skiff_err_wrap(err, "container setup process");
     }
     int rv = -1;
     if (len < sizeof(status)) {

@@ -47,11 +47,6 @@ struct skiff_start_opts {
     bool no_warm;               /* do not warm it (diagnostics: SKIFF_NO_WARM=1 in the CLI) */
     int unshare_flags;          /* extra namespaces: CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS */
     const char *const *hook_env; /* K=V passed to hooks (the plugin passes SLURM_*), or NULL */
-    bool set_creds;             /* drop fully to uid/gid/groups in the holder (plugin: root) */
-    uid_t uid;
-    gid_t gid;
-    const gid_t *groups;
-    size_t ngroups;
     const char *state_key;      /* unique key for runtime state (plugin: node.job.step); NULL = auto */
     int fuse_fd;                /* an open /dev/fuse fd (root may pass one), or -1 to open it */
     int hook_timeout_s;         /* per hook; 0 = 60 s */
@@ -117,6 +112,10 @@ int skiff_container_argv(const struct skiff_container *c, bool use_entrypoint,
  * process N here. State keyed by the plugin (node.job.step) is left alone:
  * its steps clean up themselves. */
 void skiff_container_prune(const struct skiff_config *cfg);
+
+/* Removes runtime_path/KEY, the state of a container whose holder is gone
+ * (the plugin's helper was killed before it could stop it). */
+int skiff_container_remove_state(const struct skiff_config *cfg, const char *key, skiff_err *err);
 
 /* Before joining a container started with opts->subreaper (skiff exec):
  * marks it so that its stop looks for processes outside the starter's

@@ -24,12 +24,12 @@ int skiff_ns_drop_creds(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroup
         return skiff_error(err, errno, "setresgid %u", (unsigned)gid);
     if (setresuid(uid, uid, uid) < 0)
         return skiff_error(err, errno, "setresuid %u", (unsigned)uid);
-    if (setresuid((uid_t)-1, 0, (uid_t)-1) == 0 && uid != 0)
+    if (uid != 0 && (setresuid((uid_t)-1, 0, (uid_t)-1) == 0 || setresgid((gid_t)-1, 0, (gid_t)-1) == 0 ||
+                     setgroups(0, NULL) == 0))
         return skiff_error(err, EPERM, "could regain root after dropping to uid %u", (unsigned)uid);
-    /* a credential change clears dumpable; without it /proc/self/uid_map and
-     * our ns files would belong to root */
-    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
-        return skiff_error(err, errno, "set dumpable");
+    /* Not made dumpable: the caller still holds a copy of root's memory.
+     * It execs a program next (plugin/spawn_user.c), which starts with a
+     * fresh image and is then the user's own, dumpable process. */
     return 0;
 }
 

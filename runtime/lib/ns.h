@@ -8,9 +8,11 @@
 
 #include "error.h"
 
-/* Drops the calling process fully to uid/gid/groups (root only; used in the
- * holder forked from slurmstepd) and keeps it dumpable so the user's own
- * tasks can open its /proc/PID/ns files. */
+/* Drops the calling process fully to uid/gid/groups (root only: the plugin's
+ * child before it execs the user-side helper) and checks that neither root
+ * nor setgroups can be had back. The process stays non-dumpable: it holds a
+ * copy of root's memory until it execs. Async-signal-safe enough for a fork
+ * of a multithreaded process (no allocation). */
 int skiff_ns_drop_creds(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups, skiff_err *err);
 
 /* unshare(CLONE_NEWUSER|CLONE_NEWNS|extra) and map the caller's euid/egid to

@@ -177,7 +177,7 @@ t_fails_with "invalid: container_scope value" "container_scope=sometimes: use jo
 echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
 
 # --- a killed step leaves nothing behind --------------------------------------------------------
-state_before=$(ls -A "/dev/shm/skiff-$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' || true)
+state_before=$(ls -A "/run/skiff/$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' || true)
 # setpriv execs srun itself, so $! is srun and gets the signals
 (cd "$W" && exec setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups env SLURM_CONF="$SLURM_CONF" \
   srun -Q -n1 -w n2 --container-image="$IMG" --container-mounts="$T/mdir:/data" sleep 300 >/dev/null 2>&1) &
@@ -196,7 +196,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 mnt=$(findmnt -rn -o SOURCE,TARGET | grep -F "$IMG" || true)
-rt=$(ls -A "/dev/shm/skiff-$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' | grep -vxF "$state_before" || true)
+rt=$(ls -A "/run/skiff/$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' | grep -vxF "$state_before" || true)
 if [ "$holder_seen" -gt 0 ] && [ -z "$left" ] && [ -z "$mnt" ] && [ -z "$rt" ]; then
   t_pass "interrupted srun: no process, mount or state left"
 else t_fail "interrupted srun" "procs: $left / mounts: $mnt / state: $rt"; fi

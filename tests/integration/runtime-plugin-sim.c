@@ -1,7 +1,8 @@
 /* Drives libskiff the way the SPANK plugin does, for runtime-start.sh:
- *   user_init (real uid 0, euid = job user): skiff_container_start with
- *   set_creds -> N "tasks" (fork, drop to the user, skiff_container_join,
- *   apply skiff_container_env, exec) -> wait -> skiff_container_stop.
+ *   root drops fully to the job user (as before the plugin execs
+ *   skiff-helper), skiff_container_start with a state key -> N "tasks"
+ *   (fork, skiff_container_join, apply skiff_container_env, exec) -> wait
+ *   -> skiff_container_stop.
  * usage: runtime-plugin-sim UID GID IMAGE STATE_KEY NTASKS CMD... */
 #include <grp.h>
 #include <stdio.h>
@@ -29,19 +30,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "config: %s\n", err.msg);
         return 1;
     }
-    if (seteuid(uid) < 0) { /* as slurmstepd in user_init */
-        perror("seteuid");
+    if (getuid() == 0) {
+        /* as the plugin: drop fully, then exec (a fresh, dumpable image
+         * that may write its new user namespace's maps) */
+        if (setgroups(1, &gid) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) {
+            perror("drop to the user");
+            return 1;
+        }
+        execv("/proc/self/exe", argv);
+        perror("exec");
         return 1;
     }
     struct skiff_start_opts o;
     skiff_start_opts_init(&o);
     o.image = argv[3];
     o.state_key = argv[4];
-    o.set_creds = true;
-    o.uid = uid;
-    o.gid = gid;
-    o.groups = &gid;
-    o.ngroups = 1;
     const char *hook_env[] = {"SLURM_JOB_ID=42", NULL};
     o.hook_env = hook_env;
     struct skiff_container c;
@@ -49,16 +52,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "start: %s\n", err.msg);
         return 1;
     }
-    if (seteuid(0) < 0)
-        return 1;
     printf("holder %d state %s\n", (int)c.holder, c.state_dir);
     fflush(stdout);
     int rc = 0;
     for (int t = 0; t < ntasks; t++) {
         pid_t pid = fork();
-        if (pid == 0) { /* task: slurmstepd drops fully before task_init */
-            if (setgroups(1, &gid) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
-                _exit(120);
+        if (pid == 0) { /* task: as the user, like task_init */
             char **env = NULL;
             if (skiff_container_join(c.holder, c.workdir, &err) < 0 || skiff_container_env(&c, &env, &err) < 0) {
                 fprintf(stderr, "task_init: %s\n", err.msg);

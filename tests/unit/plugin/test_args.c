@@ -29,7 +29,9 @@ Test(args, defaults_match_pyxis)
     cr_assert(a.sbatch_support);
     cr_assert(!a.execute_entrypoint);
     cr_assert(a.ddp_env);
-    cr_assert_str_eq(a.runtime_path, "");
+    cr_assert_str_eq(a.runtime_path, "/run/skiff");
+    cr_assert_eq(a.timeout_s, 300);
+    cr_assert_str_eq(a.helper, "");
 }
 
 Test(args, every_argument)
@@ -68,6 +70,14 @@ Test(args, bad_values)
     cr_assert(strstr(err.msg, "use job or global"), "%s", err.msg);
     cr_assert_eq(PARSE("runtime_path=relative"), -1);
     cr_assert(strstr(err.msg, "absolute path"), "%s", err.msg);
+    cr_assert_eq(PARSE("timeout=0"), -1);
+    cr_assert(strstr(err.msg, "timeout=0: give whole seconds"), "%s", err.msg);
+    cr_assert_eq(PARSE("timeout=5m"), -1);
+    cr_assert_eq(PARSE("helper=bin/skiff-helper"), -1);
+    cr_assert(strstr(err.msg, "absolute path"), "%s", err.msg);
+    cr_assert_eq(PARSE("timeout=30", "helper=/opt/skiff/helper"), 0, "%s", err.msg);
+    cr_assert_eq(a.timeout_s, 30);
+    cr_assert_str_eq(a.helper, "/opt/skiff/helper");
     cr_assert_eq(PARSE("sbatch_support=maybe"), -1);
     cr_assert(strstr(err.msg, "not a boolean"), "%s", err.msg);
     cr_assert_eq(PARSE("default_registry=a/b"), -1);

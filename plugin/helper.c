@@ -1,0 +1,413 @@
+/* skiff-helper: the plugin's user-side half. spank_skiff.so (root) execs it
+ * as the job's user with a closed fd set and a clean environment; it does
+ * everything that touches the user's files and images (see proto.h):
+ *
+ *   start    resolve the image (cache, import, importer=, named container),
+ *            start the container through libskiff, answer with the holder's
+ *            pid, workdir and environment, then wait: when root closes the
+ *            control pipe (last task gone, step over, or slurmstepd dead),
+ *            stop the container (nothing stays mounted or running) and exit
+ *   save     squash a named container into --container-save's path
+ *   remove   remove a named container (the temporary one of --container-save)
+ *   sweep    remove the named containers whose name ends in a suffix
+ *            (container_scope=job: the job's, at its end)
+ *   release  `IMPORTER release` (pyxis's importer contract)
+ *
+ * It is not a command for people: it refuses to run without its channels. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "container.h"
+#include "fdio.h"
+#include "image.h"
+#include "named.h"
+#include "proto.h"
+#include "ref.h"
+#include "spawn.h"
+#include "state.h"
+
+#define MAX_LIST 4096
+
+struct request {
+    struct skiff_config cfg;
+    const char *cwd, *node, *image, *name, *named, *name_mode, *importer, *workdir, *command, *state_key, *save,
+        *suffix;
+    bool temp, writable, remap_root, mount_home, entrypoint;
+    int unshare;
+    const char *mounts[MAX_LIST + 1];
+    size_t nmounts;
+    const char *hook_env[MAX_LIST + 1];
+    size_t nhook_env;
+};
+
+static bool flag(const char *v)
+{
+    return v && !strcmp(v, "1");
+}
+
+/* The request is root's: parsed strictly all the same. Strings point into
+ * data, which lives as long as the process. */
+static int parse_request(const char *data, size_t len, struct request *q, skiff_err *err)
+{
+    memset(q, 0, sizeof(*q));
+    if (skiff_config_load(&q->cfg, "/dev/null", false, err) < 0)
+        return -1;
+    size_t off = 0;
+    char tag;
+    const char *s;
+    int more;
+    while ((more = skiff_rec_next(data, len, &off, &tag, &s)) != 0) {
+        if (more < 0)
+            return skiff_error(err, 0, "truncated request");
+        const char *eq = strchr(s, '=');
+        char key[64];
+        if ((tag == 'c' || tag == 'o') && (!eq || (size_t)(eq - s) >= sizeof(key)))
+            return skiff_error(err, 0, "bad request record");
+        if (eq && (size_t)(eq - s) < sizeof(key)) {
+            memcpy(key, s, (size_t)(eq - s));
+            key[eq - s] = '\0';
+        }
+        switch (tag) {
+        case 'c':
+            if (skiff_config_set_raw(&q->cfg, key, eq + 1, err) < 0)
+                return -1;
+            break;
+        case 'm':
+            if (q->nmounts >= MAX_LIST)
+                return skiff_error(err, 0, "too many mounts");
+            q->mounts[q->nmounts++] = s;
+            break;
+        case 'h':
+            if (q->nhook_env >= MAX_LIST)
+                return skiff_error(err, 0, "too many hook variables");
+            q->hook_env[q->nhook_env++] = s;
+            break;
+        case 'o': {
+            const char *v = eq + 1;
+            static const struct {
+                const char *key;
+                size_t off;
+            } strs[] = {
+                {SKIFF_REQ_CWD, offsetof(struct request, cwd)},
+                {SKIFF_REQ_NODE, offsetof(struct request, node)},
+                {SKIFF_REQ_IMAGE, offsetof(struct request, image)},
+                {SKIFF_REQ_NAME, offsetof(struct request, name)},
+                {SKIFF_REQ_NAMED, offsetof(struct request, named)},
+                {SKIFF_REQ_NAME_MODE, offsetof(struct request, name_mode)},
+                {SKIFF_REQ_IMPORTER, offsetof(struct request, importer)},
+                {SKIFF_REQ_WORKDIR, offsetof(struct request, workdir)},
+                {SKIFF_REQ_COMMAND, offsetof(struct request, command)},
+                {SKIFF_REQ_STATE_KEY, offsetof(struct request, state_key)},
+                {SKIFF_REQ_SAVE, offsetof(struct request, save)},
+                {SKIFF_REQ_SUFFIX, offsetof(struct request, suffix)},
+            };
+            bool done = false;
+            for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]) && !done; i++)
+                if (!strcmp(key, strs[i].key)) {
+                    *(const char **)(void *)((char *)q + strs[i].off) = v;
+                    done = true;
+                }
+            if (done)
+                break;
+            if (!strcmp(key, SKIFF_REQ_TEMP))
+                q->temp = flag(v);
+            else if (!strcmp(key, SKIFF_REQ_WRITABLE))
+                q->writable = flag(v);
+            else if (!strcmp(key, SKIFF_REQ_REMAP_ROOT))
+                q->remap_root = flag(v);
+            else if (!strcmp(key, SKIFF_REQ_MOUNT_HOME))
+                q->mount_home = flag(v);
+            else if (!strcmp(key, SKIFF_REQ_ENTRYPOINT))
+                q->entrypoint = flag(v);
+            else if (!strcmp(key, SKIFF_REQ_UNSHARE))
+                q->unshare = atoi(v);
+            else
+                return skiff_error(err, 0, "unknown request key '%s'", key);
+            break;
+        }
+        default:
+            return skiff_error(err, 0, "unknown request record 0x%02x", (unsigned char)tag);
+        }
+    }
+    return 0;
+}
+
+/* ---- the answer ---- */
+
+static int put_failure(struct skiff_recbuf *b, const char *phase, const skiff_err *e)
+{
+    skiff_err ignore;
+    b->len = 0;
+    return skiff_rec_put(b, 'S', "-1", &ignore) < 0 || skiff_rec_put(b, 'p', phase, &ignore) < 0 ||
+                   skiff_rec_putf(b, 'n', &ignore, "%d", e->code) < 0 || skiff_rec_put(b, 'e', e->msg, &ignore) < 0 ||
+                   skiff_rec_put(b, 'Z', "", &ignore) < 0
+               ? -1
+               : 0;
+}
+
+static int answer(const struct skiff_recbuf *b)
+{
+    int rc = skiff_write_all(SKIFF_HELPER_REP_FD, b->p, b->len);
+    close(SKIFF_HELPER_REP_FD);
+    return rc;
+}
+
+/* Answers a verb that has nothing to report but success or failure. */
+static int answer_status(int rc, const char *phase, const skiff_err *e)
+{
+    struct skiff_recbuf b = {0};
+    skiff_err ignore;
+    if (rc < 0)
+        put_failure(&b, phase, e);
+    else if (skiff_rec_put(&b, 'S', "0", &ignore) < 0 || skiff_rec_put(&b, 'Z', "", &ignore) < 0)
+        return 1;
+    answer(&b);
+    skiff_recbuf_free(&b);
+    return rc < 0 ? 1 : 0;
+}
+
+/* ---- start ---- */
+
+static int run_importer(const struct request *q, char *out, size_t n, skiff_err *err)
+{
+    /* its stdout into a memory file: skiff_spawn waits for the program, and
+     * a pipe nobody reads could fill */
+    cleanup_close int mfd = memfd_create("skiff-importer", MFD_CLOEXEC);
+    if (mfd < 0)
+        return skiff_error(err, errno, "importer: memfd");
+    const char *argv[] = {q->importer, "get", q->image, NULL};
+    const char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
+    struct skiff_spawn_result r;
+    if (skiff_spawn(argv, envp, mfd, 0, 0, &r, err) < 0)
+        return skiff_err_wrap(err, "importer %s", q->importer);
+    if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
+        char how[64];
+        skiff_spawn_describe(&r, 0, how, sizeof(how));
+        return skiff_error(err, 0, "importer %s get %s failed (%s): %s", q->importer, q->image, how, r.err_tail);
+    }
+    ssize_t got = pread(mfd, out, n - 1, 0);
+    out[got > 0 ? got : 0] = '\0';
+    out[strcspn(out, "\r\n")] = '\0';
+    if (out[0] != '/')
+        return skiff_error(err, 0, "importer %s printed '%s', not the absolute path of a squashfs file", q->importer,
+                           out);
+    return 0;
+}
+
+/* The image to start, or "" for an existing named container. */
+static int prepare(const struct request *q, char *image, size_t n, skiff_err *err)
+{
+    image[0] = '\0';
+    bool exists = false;
+    if (q->named) {
+        bool create = q->name_mode && !strcmp(q->name_mode, "create");
+        bool exec = q->name_mode && !strcmp(q->name_mode, "exec");
+        exists = skiff_named_exists(&q->cfg, q->named);
+        if (exists && (q->temp || create)) {
+            if (skiff_named_remove(&q->cfg, q->named, err) < 0)
+                return -1;
+            exists = false;
+        }
+        if (!exists && exec && !q->temp)
+            return skiff_error(err, 0,
+                               "no container named '%s' on %s (create it first: --container-name=%s with "
+                               "--container-image)",
+                               q->name, q->node, q->name);
+        if (!exists && !q->image)
+            return skiff_error(err, 0, "no container named '%s' on %s yet: give --container-image to create it",
+                               q->name, q->node);
+    }
+    if (exists)
+        return 0;
+    if (!q->image)
+        return skiff_error(err, 0, "no image given");
+    int rc = q->importer && q->importer[0] ? run_importer(q, image, n, err)
+                                           : skiff_image_resolve(&q->cfg, q->image, image, n, err);
+    if (rc < 0)
+        return -1;
+    if (q->named && skiff_named_create(&q->cfg, q->named, image, err) < 0)
+        return skiff_err_wrap(err, "container %s", q->named);
+    return 0;
+}
+
+/* Which phase a start error belongs to, from libskiff's message. */
+static const char *start_phase(const char *msg)
+{
+    return strstr(msg, "hook") ? "hook" : "mount";
+}
+
+static int verb_start(const struct request *q)
+{
+    skiff_err err;
+    skiff_err_clear(&err);
+    struct skiff_recbuf b = {0};
+    double t0 = skiff_now_ms();
+    char image[SKIFF_PATH_MAX];
+    if (prepare(q, image, sizeof(image), &err) < 0) {
+        put_failure(&b, "import", &err);
+        answer(&b);
+        return 1;
+    }
+    double t1 = skiff_now_ms();
+    struct skiff_start_opts so;
+    skiff_start_opts_init(&so);
+    so.image = image[0] ? image : NULL;
+    so.name = q->named;
+    so.mounts = q->mounts;
+    so.workdir = q->workdir;
+    so.writable = q->writable || q->named;
+    so.remap_root = q->remap_root;
+    so.mount_home = q->mount_home;
+    so.use_entrypoint = q->entrypoint;
+    so.unshare_flags = q->unshare;
+    char *command[2] = {q->command ? strdup(q->command) : NULL, NULL};
+    so.command = command[0] ? command : NULL;
+    so.hook_env = q->hook_env;
+    so.state_key = q->state_key;
+    /* when this process dies, even by SIGKILL, the holder and every mount go */
+    so.die_with_parent = true;
+    struct skiff_container c;
+    if (skiff_container_start(&q->cfg, &so, &c, &err) < 0) {
+        put_failure(&b, start_phase(err.msg), &err);
+        answer(&b);
+        return 1;
+    }
+    double t2 = skiff_now_ms();
+    skiff_err ignore;
+    int bad = skiff_rec_put(&b, 'S', "0", &ignore) < 0 || skiff_rec_putf(&b, 'H', &ignore, "%d", (int)c.holder) < 0 ||
+              skiff_rec_putf(&b, 'T', &ignore, "%.3f %.3f", t1 - t0, t2 - t1) < 0 ||
+              skiff_rec_put(&b, 'W', c.workdir[0] ? c.workdir : "/", &ignore) < 0;
+    for (size_t i = 0; !bad && c.env && c.env[i]; i++)
+        bad = skiff_rec_put(&b, 'E', c.env[i], &ignore) < 0;
+    for (size_t i = 0; !bad && c.entrypoint && c.entrypoint[i]; i++)
+        bad = skiff_rec_put(&b, 'P', c.entrypoint[i], &ignore) < 0;
+    for (size_t i = 0; !bad && c.cmd && c.cmd[i]; i++)
+        bad = skiff_rec_put(&b, 'C', c.cmd[i], &ignore) < 0;
+    bad = bad || skiff_rec_put(&b, 'Z', "", &ignore) < 0;
+    if (!bad && answer(&b) == 0) {
+        /* EOF: root is done with the container (or slurmstepd is gone) */
+        for (;;) {
+            char ch;
+            ssize_t r = read(SKIFF_HELPER_CTL_FD, &ch, 1);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+        }
+    }
+    skiff_recbuf_free(&b);
+    skiff_container_stop(&c, &err);
+    return 0;
+}
+
+/* ---- the exit-time verbs ---- */
+
+struct sweep {
+    const struct request *q;
+    int failures;
+    skiff_err first;
+};
+
+static void sweep_one(const char *name, const char *image, void *arg)
+{
+    (void)image;
+    struct sweep *s = arg;
+    size_t n = strlen(name), m = strlen(s->q->suffix);
+    if (n <= m || strcmp(name + n - m, s->q->suffix))
+        return;
+    skiff_err e;
+    skiff_err_clear(&e);
+    if (skiff_named_remove(&s->q->cfg, name, &e) < 0 && s->failures++ == 0)
+        s->first = e;
+}
+
+static int verb_sweep(const struct request *q, skiff_err *err)
+{
+    if (!q->suffix || !q->suffix[0])
+        return skiff_error(err, 0, "sweep: no suffix");
+    struct sweep s = {.q = q};
+    if (skiff_named_list(&q->cfg, sweep_one, &s, err) < 0)
+        return err->code == ENOENT ? 0 : -1; /* no named container here at all */
+    if (s.failures) {
+        *err = s.first;
+        return -1;
+    }
+    return 0;
+}
+
+static int verb_release(const struct request *q, skiff_err *err)
+{
+    if (!q->importer || !q->importer[0])
+        return 0;
+    const char *argv[] = {q->importer, "release", NULL};
+    const char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
+    struct skiff_spawn_result r;
+    return skiff_spawn(argv, envp, -1, 60000, 0, &r, err);
+}
+
+int main(int argc, char **argv)
+{
+    /* its channels are there, or it was not started by the plugin */
+    struct stat st;
+    if (argc != 2 || fstat(SKIFF_HELPER_REQ_FD, &st) < 0 || fstat(SKIFF_HELPER_REP_FD, &st) < 0) {
+        fprintf(stderr, "skiff-helper: run by spank_skiff.so only (see doc/SECURITY.md)\n");
+        return 2;
+    }
+    const char *verb = argv[1];
+    bool start = !strcmp(verb, "start");
+    if (start && fstat(SKIFF_HELPER_CTL_FD, &st) < 0) {
+        fprintf(stderr, "skiff-helper: start without its control channel\n");
+        return 2;
+    }
+    /* dies with the plugin's process (set before the exec as well) */
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    /* Slurm signals every process of a step (scancel, --signal, the job's
+     * end): those signals are for the tasks. The container must outlive
+     * them, so that a task that checkpoints on SIGTERM or SIGUSR1 still has
+     * its files, and --container-save must finish. Root ends this process
+     * by closing the control pipe, and SIGKILL (after KillWait) still ends
+     * it. */
+    static const int ignored[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM};
+    for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
+        signal(ignored[i], SIG_IGN); /* (already, from before the exec: userproc.c) */
+    skiff_err err;
+    skiff_err_clear(&err);
+    struct request *q = calloc(1, sizeof(*q));
+    size_t len = 0;
+    char *data = skiff_read_fd_small(SKIFF_HELPER_REQ_FD, "request", SKIFF_REQUEST_MAX, &len, &err);
+    close(SKIFF_HELPER_REQ_FD);
+    if (!q || !data || parse_request(data, len, q, &err) < 0)
+        return answer_status(-1, "config", &err);
+    if (q->cwd && q->cwd[0] && chdir(q->cwd) < 0) {
+        skiff_error(&err, errno, "working directory %s", q->cwd);
+        return answer_status(-1, start ? "import" : "save", &err);
+    }
+    if (start)
+        return verb_start(q);
+    int rc;
+    const char *phase = "save";
+    if (!strcmp(verb, "save")) {
+        rc = q->named && q->save ? skiff_container_export(&q->cfg, q->named, q->save, &err)
+                                 : skiff_error(&err, 0, "save: no container or path");
+    } else if (!strcmp(verb, "remove")) {
+        rc = q->named && skiff_named_exists(&q->cfg, q->named) ? skiff_named_remove(&q->cfg, q->named, &err) : 0;
+    } else if (!strcmp(verb, "sweep")) {
+        rc = verb_sweep(q, &err);
+    } else if (!strcmp(verb, "release")) {
+        rc = verb_release(q, &err);
+    } else {
+        phase = "config";
+        rc = skiff_error(&err, 0, "unknown verb '%s'", verb);
+    }
+    return answer_status(rc, phase, &err);
+}

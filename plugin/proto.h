@@ -1,0 +1,83 @@
+/* What the plugin (root, in slurmstepd or slurmd) and its user-side helper
+ * (plugin/helper.c, exec'd as the job's user) say to each other.
+ *
+ * Root execs `skiff-helper VERB` with exactly these fds open:
+ *   3  the request: a sealed memory file of records (runtime/lib/state.h)
+ *   4  the reply: a pipe the helper writes records into
+ *   5  (verb start only) control: a pipe; EOF means "stop the container
+ *      and exit" (slurmstepd closed it, or died)
+ * and 0-2 on /dev/null. Root trusts nothing in the reply: it reads at most
+ * SKIFF_REPLY_MAX bytes before a deadline, parses with skiff_reply_parse,
+ * and checks every pid it is given (plugin/remote.c, verify_holder).
+ *
+ * Request records:
+ *   'c' key=value   the loaded configuration (skiff_config_entry)
+ *   'o' key=value   one scalar of the step (keys below, SKIFF_REQ_*)
+ *   'm' spec        a --container-mounts entry, sources made absolute
+ *   'h' K=V         environment for the container's hooks (SLURM_* ...)
+ * Reply records, in this order:
+ *   'S' "0" or "-1"
+ *   failure: 'p' phase (config, import, mount, hook, save), 'n' errno, 'e' message
+ *   start:   'H' holder pid, 'T' "RESOLVE_MS START_MS", 'W' workdir,
+ *            'E' K=V..., 'P' entrypoint word..., 'C' cmd word...
+ *   'Z' ""          the end */
+#ifndef SKIFF_PLUGIN_PROTO_H
+#define SKIFF_PLUGIN_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "error.h"
+
+#define SKIFF_HELPER_REQ_FD 3
+#define SKIFF_HELPER_REP_FD 4
+#define SKIFF_HELPER_CTL_FD 5
+
+/* Bounds on what root accepts from the helper. */
+#define SKIFF_REPLY_MAX (4u << 20)
+#define SKIFF_REPLY_RECORDS_MAX 65536
+/* and on what the helper accepts as a request (root wrote it) */
+#define SKIFF_REQUEST_MAX (16u << 20)
+
+/* 'o' keys */
+#define SKIFF_REQ_CWD "cwd"             /* the step's working directory */
+#define SKIFF_REQ_NODE "node"           /* this node's name, for messages */
+#define SKIFF_REQ_IMAGE "image"         /* --container-image as given */
+#define SKIFF_REQ_NAME "name"           /* --container-name as given (no mode) */
+#define SKIFF_REQ_NAMED "named"         /* the stored name: NAME.NODE[.jobID] */
+#define SKIFF_REQ_NAME_MODE "name_mode" /* auto, create, exec, no_exec */
+#define SKIFF_REQ_TEMP "temp"           /* 1: named only to keep the upper for --container-save */
+#define SKIFF_REQ_IMPORTER "importer"   /* the plugstack's importer program */
+#define SKIFF_REQ_WORKDIR "workdir"
+#define SKIFF_REQ_WRITABLE "writable"
+#define SKIFF_REQ_REMAP_ROOT "remap_root"
+#define SKIFF_REQ_MOUNT_HOME "mount_home"
+#define SKIFF_REQ_ENTRYPOINT "entrypoint"
+#define SKIFF_REQ_UNSHARE "unshare"     /* CLONE_NEW* flags, decimal */
+#define SKIFF_REQ_COMMAND "command"     /* the step's argv[0], warmed */
+#define SKIFF_REQ_STATE_KEY "state_key" /* NODE.JOB.STEP */
+#define SKIFF_REQ_SAVE "save"           /* --container-save's absolute path */
+#define SKIFF_REQ_SUFFIX "suffix"       /* sweep: remove named containers ending in it */
+
+#define SKIFF_PHASE_MAX 16
+
+struct skiff_reply {
+    int status; /* 0, or -1 with phase and err */
+    char phase[SKIFF_PHASE_MAX];
+    skiff_err err;
+    pid_t holder;
+    double t_resolve_ms, t_start_ms;
+    char workdir[SKIFF_PATH_MAX];
+    char **env, **entrypoint, **cmd; /* NULL-terminated, owned */
+};
+
+/* Parses a reply. Anything unexpected (unknown tag, missing 'S' or 'Z',
+ * a bad pid, too many records, data after 'Z') is an error. Messages and
+ * phases are made printable (control characters become '?'): they end up
+ * in srun's output and slurmd's log. */
+int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_err *err);
+void skiff_reply_free(struct skiff_reply *r);
+
+#endif

@@ -1,0 +1,86 @@
+/* Root's side of the user-side helper (see proto.h): start it, read its
+ * answer, wait for it, each bounded in time; and kill what is left in a
+ * container's mount namespace, as the user.
+ *
+ * The rules this file keeps (doc/SECURITY.md):
+ *  - what runs as the user is exec'd: the child closes every fd but the
+ *    request, reply and control channels, drops to the job's uid, gid and
+ *    groups (and checks none can be had back) and execs the helper; until
+ *    the exec it is not dumpable, so the user cannot look into the copy of
+ *    root's memory it holds;
+ *  - root reads at most SKIFF_REPLY_MAX bytes from it, before a deadline;
+ *  - root kills only its own unreaped child (through a pidfd), and kills
+ *    in a container's namespace only from a child that runs as the user. */
+#ifndef SKIFF_PLUGIN_USERPROC_H
+#define SKIFF_PLUGIN_USERPROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "proto.h"
+#include "state.h"
+
+struct skiff_user {
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups;
+    int ngroups;
+    const char *name; /* login name, for USER/LOGNAME */
+    const char *home;
+};
+
+struct skiff_helper_proc {
+    pid_t pid;  /* 0: none */
+    int pidfd;  /* of pid */
+    int rep;    /* read end of its reply pipe, or -1 */
+    int ctl;    /* write end of its control pipe (start), or -1 */
+};
+
+#define SKIFF_HELPER_PROC_INIT {0, -1, -1, -1}
+
+/* The helper program to run: helper if set, else skiff-helper in the
+ * directory spank_skiff.so was loaded from. It must be a regular file owned
+ * by root and writable by nobody else. */
+int skiff_helper_path(const char *helper, char *out, size_t n, skiff_err *err);
+
+/* Forks and execs `PROGRAM VERB` as u with the request req (see proto.h).
+ * env: extra K=V for the helper's environment (proxies), or NULL. */
+int skiff_helper_spawn(const char *program, const char *verb, const struct skiff_user *u,
+                       const struct skiff_recbuf *req, const char *const *env, bool control,
+                       struct skiff_helper_proc *hp, skiff_err *err);
+
+/* Reads and parses the helper's answer, for at most timeout_s. On a
+ * timeout or a malformed answer err says so. Free r with skiff_reply_free
+ * in every case. */
+int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, struct skiff_reply *r, skiff_err *err);
+
+/* Closes the control pipe (the helper stops its container), waits up to
+ * timeout_s for the helper to exit, then kills it; reaps it and closes
+ * every fd. Returns its wait status, or -1 when it had to be killed. */
+int skiff_helper_finish(struct skiff_helper_proc *hp, int timeout_s);
+
+/* spawn + reply + finish, for the verbs that end by themselves. */
+int skiff_helper_call(const char *program, const char *verb, const struct skiff_user *u,
+                      const struct skiff_recbuf *req, int timeout_s, skiff_err *err);
+
+/* Runs fn(arg) in a child of the caller that keeps only the fds in keep
+ * (and 0-2 on /dev/null), drops to u and is never made dumpable: for work
+ * that needs no user namespace (it does not exec, so Slurm's process
+ * tracking, which spares processes named slurmstepd, lets it finish at the
+ * step's end). 0 when fn returned >= 0 within timeout_s. */
+int skiff_fork_as_user(const struct skiff_user *u, const int *keep, size_t nkeep, int (*fn)(void *arg), void *arg,
+                       int timeout_s);
+
+/* Kills (SIGKILL) every process in the mount namespace mntns_fd from a
+ * child running as u, so the kernel refuses anything not the user's; the
+ * namespace must belong to a user namespace owned by u->uid (checked
+ * again). Waits at most timeout_s. */
+void skiff_kill_ns_as_user(int mntns_fd, const struct skiff_user *u, int timeout_s);
+
+/* Whether mntns_fd is a mount namespace of uid's own (owned by a user
+ * namespace that uid created, not the host's). */
+bool skiff_ns_owned_by(int mntns_fd, uid_t uid);
+
+#endif
