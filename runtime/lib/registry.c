@@ -11,7 +11,10 @@
 #include <strings.h>
 #include <unistd.h>
 
+/* Caps on answers read into memory: manifests and indexes (and the error
+ * JSON of any answer), and a token server's JSON. Blobs go to a file. */
 #define MANIFEST_MAX (4u << 20)
+#define TOKEN_MAX (1u << 20)
 
 static const char *const accept_manifests =
     "Accept: application/vnd.oci.image.index.v1+json, "
@@ -19,9 +22,23 @@ static const char *const accept_manifests =
     "application/vnd.oci.image.manifest.v1+json, "
     "application/vnd.docker.distribution.manifest.v2+json";
 
+/* A bearer token, kept by the endpoint whose challenge asked for it and never
+ * sent anywhere else; realm, service and scope say what issued it for what. */
+struct bearer {
+    char *value;
+    char realm[1024], service[256], scope[640];
+};
+
+/* The mirror or the image's registry. Each has its own credentials (the
+ * credentials file's entry for its host) and its own token: nothing one
+ * endpoint was given or issued is sent to the other. */
 struct endpoint {
-    char host[256];
-    char base[320]; /* scheme://host */
+    char host[256];   /* HOST[:PORT] */
+    char base[320];   /* scheme://host */
+    const char *user; /* login the entry must have ("" = any) */
+    char login[256], password[256];
+    bool have_creds;
+    struct bearer tok;
 };
 
 struct skiff_registry {
@@ -31,9 +48,6 @@ struct skiff_registry {
     struct endpoint ep[2];
     int nep;
     int cur; /* endpoint that served the manifest */
-    char login[256], password[256];
-    bool have_creds;
-    char *token; /* bearer token, once obtained */
     char challenge[1024];
 };
 
@@ -129,7 +143,8 @@ int skiff_credentials_lookup(const char *path, const char *host, const char *use
 struct sink {
     /* memory */
     char *buf;
-    size_t len, cap, max;
+    size_t len, cap, max; /* max: the answer's cap (bytes) */
+    const char *what;     /* what is read, for the cap's error ("a manifest") */
     /* file */
     int fd;
     struct skiff_sha256 *hash;
@@ -172,7 +187,7 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *ud)
         }
         return n;
     }
-    if (s->len + n + 1 > s->max) {
+    if (n > s->max - s->len) {
         s->write_errno = EFBIG;
         return 0;
     }
@@ -227,20 +242,26 @@ static bool plain_http_ok(const struct skiff_config *cfg, const char *host)
     return cfg->allow_http || skiff_ref_is_loopback(host);
 }
 
-/* One GET. auth: 0 none, 1 bearer token, 2 basic credentials. */
-static int http_get(struct skiff_registry *r, const char *url, const char *accept, int auth,
+enum auth_kind { AUTH_NONE, AUTH_BEARER, AUTH_BASIC };
+
+struct auth {
+    enum auth_kind kind;
+    const char *token;            /* AUTH_BEARER */
+    const char *login, *password; /* AUTH_BASIC */
+};
+
+/* One GET. Credentials go through libcurl's own auth options, never a custom
+ * "Authorization:" header, and CURLOPT_UNRESTRICTED_AUTH stays off: libcurl
+ * then sends them only while a redirect stays on the host, port and scheme
+ * of url, so a blob redirect to a storage host gets none. */
+static int http_get(struct skiff_registry *r, const char *url, const char *accept, const struct auth *a,
                     struct sink *s, long *status, skiff_err *err)
 {
     CURL *c = r->curl;
     curl_easy_reset(c);
     struct curl_slist *h = NULL;
-    char authz[8192];
     if (accept)
         h = curl_slist_append(h, accept);
-    if (auth == 1 && r->token) {
-        snprintf(authz, sizeof(authz), "Authorization: Bearer %s", r->token);
-        h = curl_slist_append(h, authz);
-    }
     struct hdrs hd = {.challenge = r->challenge, .chsize = sizeof(r->challenge)};
     r->challenge[0] = '\0';
     curl_easy_setopt(c, CURLOPT_URL, url);
@@ -248,6 +269,7 @@ static int http_get(struct skiff_registry *r, const char *url, const char *accep
     curl_easy_setopt(c, CURLOPT_USERAGENT, "skiff/" SKIFF_VERSION);
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
     curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+    curl_easy_setopt(c, CURLOPT_UNRESTRICTED_AUTH, 0L);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     /* Blob redirects go to storage hosts: https only unless http was allowed. */
     curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, r->cfg->allow_http ? "http,https" : "https");
@@ -259,16 +281,27 @@ static int http_get(struct skiff_registry *r, const char *url, const char *accep
     curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &hd);
-    if (auth == 2 && r->have_creds) {
+    if (s->fd < 0) /* a Content-Length over the cap fails before the body */
+        curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)s->max);
+    if (a->kind == AUTH_BEARER) {
+        curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
+        curl_easy_setopt(c, CURLOPT_XOAUTH2_BEARER, a->token);
+    } else if (a->kind == AUTH_BASIC) {
         curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
-        curl_easy_setopt(c, CURLOPT_USERNAME, r->login);
-        curl_easy_setopt(c, CURLOPT_PASSWORD, r->password);
+        curl_easy_setopt(c, CURLOPT_USERNAME, a->login);
+        curl_easy_setopt(c, CURLOPT_PASSWORD, a->password);
     }
     char ebuf[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
     CURLcode rc = curl_easy_perform(c);
     curl_slist_free_all(h);
+    /* libcurl keeps copies of the strings it was given until the next reset. */
+    curl_easy_setopt(c, CURLOPT_XOAUTH2_BEARER, NULL);
+    curl_easy_setopt(c, CURLOPT_PASSWORD, NULL);
     if (rc != CURLE_OK) {
+        if ((s->fd < 0 && s->write_errno == EFBIG) || rc == CURLE_FILESIZE_EXCEEDED)
+            return skiff_error(err, 0, "GET %s: the answer is larger than %zu MiB, the limit for %s; refused", url,
+                               s->max >> 20, s->what ? s->what : "it");
         if (s->write_errno)
             return skiff_error(err, s->write_errno, "GET %s", url);
         return skiff_error(err, rc == CURLE_COULDNT_CONNECT ? ECONNREFUSED : 0, "GET %s: %s", url,
@@ -305,22 +338,121 @@ static void challenge_param(const char *ch, const char *key, char *out, size_t n
     }
 }
 
-static int fetch_token(struct skiff_registry *r, const char *challenge, skiff_err *err)
+static void drop_token(struct bearer *t)
+{
+    if (t->value) {
+        explicit_bzero(t->value, strlen(t->value));
+        free(t->value);
+    }
+    memset(t, 0, sizeof(*t));
+}
+
+/* A token realm's URL as libcurl itself parses it (what it will connect to,
+ * so no parser differs from the one that decides who gets credentials). */
+struct realm_url {
+    char scheme[16];
+    char host[256];      /* as libcurl has it: lower case, [v6] in brackets */
+    char authority[300]; /* host[:port], the port only when the URL has one */
+    long port;           /* the URL's port, or the scheme's default */
+    bool userinfo;       /* a user name or password in the URL */
+};
+
+static int parse_realm(const char *realm, struct realm_url *out)
+{
+    memset(out, 0, sizeof(*out));
+    CURLU *u = curl_url();
+    if (!u)
+        return -1;
+    char *scheme = NULL, *host = NULL, *port = NULL, *user = NULL, *pw = NULL;
+    int rv = -1;
+    if (curl_url_set(u, CURLUPART_URL, realm, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host[0] ||
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK)
+        goto out;
+    out->userinfo = curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK ||
+                    curl_url_get(u, CURLUPART_PASSWORD, &pw, 0) == CURLUE_OK;
+    snprintf(out->scheme, sizeof(out->scheme), "%s", scheme);
+    snprintf(out->host, sizeof(out->host), "%s", host);
+    out->port = strtol(port, NULL, 10);
+    curl_free(port);
+    port = NULL;
+    if (curl_url_get(u, CURLUPART_PORT, &port, 0) == CURLUE_OK)
+        snprintf(out->authority, sizeof(out->authority), "%s:%s", host, port);
+    else
+        snprintf(out->authority, sizeof(out->authority), "%s", host);
+    rv = 0;
+out:
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(port);
+    curl_free(user);
+    curl_free(pw);
+    curl_url_cleanup(u);
+    return rv;
+}
+
+/* HOST of HOST[:PORT] ([v6] keeps its brackets). */
+static void host_only(const char *hostport, char *out, size_t n)
+{
+    snprintf(out, n, "%s", hostport);
+    char *colon = strrchr(out, ':');
+    if (colon && !strchr(colon, ']') && (out[0] != '[' || colon[-1] == ']'))
+        *colon = '\0';
+}
+
+bool skiff_registry_realm_same_host(const char *endpoint, const char *realm)
+{
+    struct realm_url ru;
+    if (parse_realm(realm, &ru) < 0 || ru.userinfo)
+        return false;
+    char host[256];
+    host_only(endpoint, host, sizeof(host));
+    if (!strcasecmp(host, ru.host))
+        return true;
+    /* Docker Hub's registry names its token server on another host. */
+    return !strcasecmp(host, "registry-1.docker.io") && !strcmp(ru.scheme, "https") &&
+           !strcmp(ru.host, "auth.docker.io") && ru.port == 443;
+}
+
+static int fetch_token(struct skiff_registry *r, struct endpoint *e, const char *challenge, skiff_err *err)
 {
     char realm[1024], service[256], scope[640];
     challenge_param(challenge, "realm", realm, sizeof(realm));
     challenge_param(challenge, "service", service, sizeof(service));
     challenge_param(challenge, "scope", scope, sizeof(scope));
     if (!realm[0])
-        return skiff_error(err, 0, "registry asked for a bearer token without a realm");
+        return skiff_error(err, 0, "%s asked for a bearer token without a realm", e->host);
     if (!scope[0])
         snprintf(scope, sizeof(scope), "repository:%s:pull", r->ref->repository);
-    if (strncmp(realm, "https://", 8) != 0) {
-        char rhost[256] = "";
-        if (!strncmp(realm, "http://", 7))
-            sscanf(realm + 7, "%255[^/]", rhost);
-        if (!rhost[0] || !plain_http_ok(r->cfg, rhost))
-            return skiff_error(err, 0, "token realm %s is not https (set allow_http = yes to allow it)", realm);
+    struct realm_url ru;
+    if (parse_realm(realm, &ru) < 0)
+        return skiff_error(err, 0, "%s names a token realm that is not a URL: %s", e->host, realm);
+    if (ru.userinfo)
+        return skiff_error(err, 0, "%s names a token realm with a user name or password in its URL; refused",
+                           e->host);
+    if (strcmp(ru.scheme, "https") != 0 && !(!strcmp(ru.scheme, "http") && plain_http_ok(r->cfg, ru.authority)))
+        return skiff_error(err, 0, "token realm %s is not https (set allow_http = yes to allow it)", realm);
+    /* Whose credentials the token server gets: the endpoint's when it is on
+     * the endpoint's host, else only the credentials file's entry for the
+     * realm's own host. */
+    struct auth a = {.kind = AUTH_NONE};
+    char login[256] = "", password[256] = "";
+    const char *cred_host = NULL; /* whose entry was sent */
+    bool withheld = false;        /* the endpoint's were not */
+    if (e->have_creds && skiff_registry_realm_same_host(e->host, realm)) {
+        a = (struct auth){.kind = AUTH_BASIC, .login = e->login, .password = e->password};
+        cred_host = e->host;
+    } else {
+        int found = skiff_credentials_lookup(r->cfg->credentials_file, ru.authority, e->user, login,
+                                             sizeof(login), password, sizeof(password), err);
+        if (found < 0)
+            return skiff_err_wrap(err, "credentials for token realm %s", ru.authority);
+        if (found) {
+            a = (struct auth){.kind = AUTH_BASIC, .login = login, .password = password};
+            cred_host = ru.authority;
+        }
+        withheld = !found && e->have_creds;
     }
     CURL *c = r->curl;
     char *es = curl_easy_escape(c, service, 0), *esc = curl_easy_escape(c, scope, 0);
@@ -329,23 +461,33 @@ static int fetch_token(struct skiff_registry *r, const char *challenge, skiff_er
              es ? es : "", esc ? esc : "");
     curl_free(es);
     curl_free(esc);
-    struct sink s = {.fd = -1, .max = 1u << 20};
+    struct sink s = {.fd = -1, .max = TOKEN_MAX, .what = "a token server's answer"};
     long status = 0;
-    int rv = http_get(r, url, NULL, r->have_creds ? 2 : 0, &s, &status, err);
+    int rv = http_get(r, url, NULL, &a, &s, &status, err);
+    explicit_bzero(password, sizeof(password));
     if (rv < 0) {
         free(s.buf);
-        return skiff_err_wrap(err, "token");
+        return skiff_err_wrap(err, "token for %s", e->host);
     }
     if (status != 200) {
         free(s.buf);
+        if ((status == 401 || status == 403) && cred_host)
+            return skiff_error(err, 0, "token server %s refused (HTTP %ld): check the login and password "
+                               "for %s in the credentials file", realm, status, cred_host);
+        if ((status == 401 || status == 403) && withheld)
+            return skiff_error(err, 0, "token server %s refused (HTTP %ld): it is not on %s, so the "
+                               "credentials for %s were not sent; add 'machine %s login USER password "
+                               "PASS' to the credentials file to log in there",
+                               realm, status, e->host, e->host, ru.authority);
         if (status == 401 || status == 403)
-            return skiff_error(err, 0, "token server %s refused (HTTP %ld): %s", realm, status,
-                               r->have_creds ? "check the login and password in the credentials file"
-                                             : "add 'machine HOST login USER password PASS' to the credentials file");
+            return skiff_error(err, 0, "token server %s refused (HTTP %ld): add 'machine %s login USER "
+                               "password PASS' to the credentials file", realm, status, e->host);
         return skiff_error(err, 0, "token server %s: HTTP %ld", realm, status);
     }
     json_error_t je;
     json_t *j = json_loadb(s.buf ? s.buf : "", s.len, 0, &je);
+    if (s.buf)
+        explicit_bzero(s.buf, s.len);
     free(s.buf);
     const char *tok = NULL;
     if (j) {
@@ -353,26 +495,45 @@ static int fetch_token(struct skiff_registry *r, const char *challenge, skiff_er
         if (!tok)
             tok = json_string_value(json_object_get(j, "access_token"));
     }
-    if (!tok) {
+    if (!tok || !tok[0]) {
         json_decref(j);
         return skiff_error(err, 0, "token server %s: no token in the answer", realm);
     }
-    free(r->token);
-    r->token = strdup(tok);
+    drop_token(&e->tok);
+    e->tok.value = strdup(tok);
     json_decref(j);
-    return r->token ? 0 : skiff_error(err, ENOMEM, "token");
+    if (!e->tok.value)
+        return skiff_error(err, ENOMEM, "token");
+    snprintf(e->tok.realm, sizeof(e->tok.realm), "%s", realm);
+    snprintf(e->tok.service, sizeof(e->tok.service), "%s", service);
+    snprintf(e->tok.scope, sizeof(e->tok.scope), "%s", scope);
+    return 0;
 }
 
-/* GET with the auth dance: anonymous (or cached token) first, then what the
- * registry's 401 challenge asks for. */
-static int authed_get(struct skiff_registry *r, const char *url, const char *accept, struct sink *s,
-                      long *status, skiff_err *err)
+/* Whether the challenge asks for what tok was issued for. */
+static bool token_matches(const struct bearer *tok, const char *challenge)
 {
-    int auth = r->token ? 1 : 0;
+    char realm[1024], service[256], scope[640];
+    challenge_param(challenge, "realm", realm, sizeof(realm));
+    challenge_param(challenge, "service", service, sizeof(service));
+    challenge_param(challenge, "scope", scope, sizeof(scope));
+    return tok->value && !strcmp(realm, tok->realm) && !strcmp(service, tok->service) &&
+           (!scope[0] || !strcmp(scope, tok->scope));
+}
+
+/* GET from endpoint e with the auth dance: anonymous (or e's cached token)
+ * first, then what e's 401 challenge asks for. Only e's own token and
+ * credentials are ever sent to it. */
+static int authed_get(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept,
+                      struct sink *s, long *status, skiff_err *err)
+{
+    struct auth a = {.kind = AUTH_NONE};
+    if (e->tok.value)
+        a = (struct auth){.kind = AUTH_BEARER, .token = e->tok.value};
     bool fresh_token = false; /* a cached token may have expired: renew it once */
     for (int attempt = 0; attempt < 3; attempt++) {
         off_t start = s->fd >= 0 ? lseek(s->fd, 0, SEEK_CUR) : 0;
-        if (http_get(r, url, accept, auth, s, status, err) < 0)
+        if (http_get(r, url, accept, &a, s, status, err) < 0)
             return -1;
         if (*status != 401)
             return 0;
@@ -384,20 +545,25 @@ static int authed_get(struct skiff_registry *r, const char *url, const char *acc
             s->len = 0;
         }
         if (!strncasecmp(r->challenge, "Bearer", 6) && !fresh_token) {
-            if (fetch_token(r, r->challenge, err) < 0)
+            /* A token for another realm, service or scope is of no use here. */
+            if (!token_matches(&e->tok, r->challenge))
+                drop_token(&e->tok);
+            if (fetch_token(r, e, r->challenge, err) < 0)
                 return -1;
-            auth = 1;
+            a = (struct auth){.kind = AUTH_BEARER, .token = e->tok.value};
             fresh_token = true;
-        } else if (!strncasecmp(r->challenge, "Basic", 5) && auth != 2 && r->have_creds) {
-            auth = 2;
+        } else if (!strncasecmp(r->challenge, "Basic", 5) && a.kind != AUTH_BASIC && e->have_creds) {
+            a = (struct auth){.kind = AUTH_BASIC, .login = e->login, .password = e->password};
         } else {
             break;
         }
     }
+    if (*status == 401 && e->have_creds)
+        return skiff_error(err, 0, "%s: authentication required (HTTP 401): the credentials for %s "
+                           "in the credentials file were refused", url, e->host);
     if (*status == 401)
-        return skiff_error(err, 0, "%s: authentication required (HTTP 401): %s", url,
-                           r->have_creds ? "the credentials in the credentials file were refused"
-                                         : "add 'machine HOST login USER password PASS' to the credentials file (credentials_file)");
+        return skiff_error(err, 0, "%s: authentication required (HTTP 401): add 'machine %s login USER "
+                           "password PASS' to the credentials file (credentials_file)", url, e->host);
     return 0;
 }
 
@@ -435,22 +601,29 @@ int skiff_registry_open(struct skiff_registry **out, const struct skiff_config *
         free(r);
         return skiff_error(err, ENOMEM, "curl_easy_init");
     }
+    /* The mirror first. Each endpoint gets the credentials file's entry for
+     * its own host: the mirror's for the mirror (any login), the image
+     * registry's (as the reference names it, USER@ selecting the login) for
+     * the registry. */
     const char *hosts[2] = {cfg->registry_mirror[0] ? cfg->registry_mirror : NULL, skiff_ref_endpoint(ref)};
+    const char *cred_hosts[2] = {hosts[0], ref->registry};
+    const char *users[2] = {"", ref->user};
     for (int i = 0; i < 2; i++) {
         if (!hosts[i])
             continue;
         struct endpoint *e = &r->ep[r->nep++];
         snprintf(e->host, sizeof(e->host), "%s", hosts[i]);
         snprintf(e->base, sizeof(e->base), "%s://%s", plain_http_ok(cfg, hosts[i]) ? "http" : "https", hosts[i]);
+        e->user = users[i];
+        int found = skiff_credentials_lookup(cfg->credentials_file, cred_hosts[i], e->user, e->login,
+                                             sizeof(e->login), e->password, sizeof(e->password), err);
+        if (found < 0) {
+            skiff_registry_close(r);
+            return skiff_err_wrap(err, "credentials for %s", cred_hosts[i]);
+        }
+        e->have_creds = found == 1;
     }
-    int found = skiff_credentials_lookup(cfg->credentials_file, ref->registry, ref->user, r->login,
-                                         sizeof(r->login), r->password, sizeof(r->password), err);
-    if (found < 0) {
-        skiff_registry_close(r);
-        return skiff_err_wrap(err, "credentials");
-    }
-    r->have_creds = found == 1;
-    if (ref->user[0] && !r->have_creds) {
+    if (ref->user[0] && !r->ep[r->nep - 1].have_creds) {
         skiff_registry_close(r);
         return skiff_error(err, 0, "no password for user '%s' at %s in %s (add 'machine %s login %s password ...')",
                            ref->user, ref->registry, cfg->credentials_file, ref->registry, ref->user);
@@ -465,8 +638,10 @@ void skiff_registry_close(struct skiff_registry *r)
         return;
     if (r->curl)
         curl_easy_cleanup(r->curl);
-    free(r->token);
-    explicit_bzero(r->password, sizeof(r->password));
+    for (int i = 0; i < r->nep; i++) {
+        drop_token(&r->ep[i].tok);
+        explicit_bzero(r->ep[i].password, sizeof(r->ep[i].password));
+    }
     free(r);
 }
 
@@ -479,11 +654,11 @@ int skiff_registry_manifest(struct skiff_registry *r, const char *reference, cha
     for (int i = 0; i < r->nep; i++) {
         char url[2048];
         snprintf(url, sizeof(url), "%s/v2/%s/manifests/%s", r->ep[i].base, r->ref->repository, reference);
-        struct sink s = {.fd = -1, .max = MANIFEST_MAX};
+        struct sink s = {.fd = -1, .max = MANIFEST_MAX, .what = "a manifest"};
         long status = 0;
         skiff_err e;
         skiff_err_clear(&e);
-        if (authed_get(r, url, accept_manifests, &s, &status, &e) < 0) {
+        if (authed_get(r, &r->ep[i], url, accept_manifests, &s, &status, &e) < 0) {
             free(s.buf);
             if (!first.msg[0])
                 first = e;
@@ -557,7 +732,7 @@ int skiff_registry_blob_progress(struct skiff_registry *r, const char *digest, i
         }
         struct sink s = {.fd = fd, .hash = &h, .curl = r->curl, .progress = progress, .progress_ctx = ctx};
         long status = 0;
-        if (authed_get(r, url, NULL, &s, &status, err) < 0) {
+        if (authed_get(r, &r->ep[i], url, NULL, &s, &status, err) < 0) {
             skiff_sha256_abort(&h);
             if (s.write_errno == ECANCELED)
                 return -1;

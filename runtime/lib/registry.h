@@ -3,10 +3,17 @@
  * blobs streamed to a file with their sha256 checked; bearer-token and basic
  * auth with credentials from a netrc-style file (cfg->credentials_file).
  * Plain http is used only for loopback registries or with allow_http; a
- * registry_mirror, when set, is asked first. */
+ * registry_mirror, when set, is asked first.
+ * Credentials stay with their host: each endpoint (mirror, registry) gets the
+ * credentials file's entry for its own host, a bearer token is sent only to
+ * the endpoint that asked for it, a token server gets the endpoint's
+ * credentials only when it is on the endpoint's host (else its own entry, if
+ * any), and libcurl drops them all on a redirect to another host. Answers
+ * read into memory are capped (manifests 4 MiB, token answers 1 MiB). */
 #ifndef SKIFF_REGISTRY_H
 #define SKIFF_REGISTRY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "config.h"
@@ -44,5 +51,11 @@ int skiff_registry_blob_progress(struct skiff_registry *r, const char *digest, i
  * when not (a missing file is not an error), -1 on error. */
 int skiff_credentials_lookup(const char *path, const char *host, const char *user, char *login,
                              size_t ln, char *password, size_t pn, skiff_err *err);
+
+/* Whether a token server at the URL realm may get the credentials held for
+ * endpoint (HOST[:PORT]): its host is the endpoint's (any port), or it is
+ * https://auth.docker.io for registry-1.docker.io. False for a realm that is
+ * not a URL or has a user name or password in it. */
+bool skiff_registry_realm_same_host(const char *endpoint, const char *realm);
 
 #endif

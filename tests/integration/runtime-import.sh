@@ -18,7 +18,11 @@ done
 [ -x "$SKIFF" ] || { t_fail "skiff binary" "$SKIFF missing: run make"; t_done; }
 
 W=$(mktemp -d /tmp/skiff-import-test.XXXXXX)
-cleanup() { registry_stop; [ -n "${TOKPID:-}" ] && kill "$TOKPID" 2>/dev/null; rm -rf "$W" /tmp/skiff-evil-target; }
+cleanup() {
+  registry_stop; [ -n "${TOKPID:-}" ] && kill "$TOKPID" 2>/dev/null
+  fake_stop
+  rm -rf "$W" /tmp/skiff-evil-target
+}
 trap cleanup EXIT
 export SKIFF_CONFIG=$W/skiff.conf
 cat >"$SKIFF_CONFIG" <<EOF2
@@ -46,6 +50,19 @@ push --format oci oci:"$W/layout":truncated docker://$R/broken:truncated \
   || { t_fail "push test images with skopeo"; t_done; }
 
 # ---- helpers ---------------------------------------------------------------
+FAKEPIDS=""
+fake_start() {  # NAME PORT ARGS...: tests/integration/lib/fakereg.py, logging to $W/fake-NAME.log
+  local log=$W/fake-$1.log port=$2; shift 2
+  /usr/bin/python3 "$T_ROOT/tests/integration/lib/fakereg.py" "$port" "$log" "$@" &
+  FAKEPIDS="$FAKEPIDS $!"
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$port/" && { : >"$log"; return 0; }
+    sleep 0.05
+  done
+  return 1
+}
+fake_stop() { local p; for p in $FAKEPIDS; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; FAKEPIDS=""; }
+b64() { printf %s "$1" | base64 -w0; }
 cat_in() { unsquashfs -cat "$1" "$2" 2>/dev/null; }
 has() { unsquashfs -l "$1" 2>/dev/null | grep -qx "squashfs-root/$2"; }
 json_get() { /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
@@ -202,6 +219,89 @@ expect_fail "unknown scheme" "unknown image source" http://example.com/x
 t_check "default_registry from the config" env SKIFF_DEFAULT_REGISTRY=$R "$SKIFF" import -o dr.sqsh docker://busybox:v2s2
 t_check "registry_mirror serves a dead registry's image" env SKIFF_REGISTRY_MIRROR=$R "$SKIFF" import -o mirror.sqsh docker://127.0.0.1:$DEAD#busybox:v2s2
 check_busybox mirror mirror.sqsh
+
+# ---- credentials and tokens stay with the host they were meant for -----------
+# Fake mirrors, registries, token realms and blob stores (fakereg.py) record
+# the Authorization header of every request; the image itself comes from the
+# real registry behind them. Each import uses an empty cache so that every
+# blob is fetched.
+SEC_OK=1
+PA=$(registry_free_port); fake_start mirror "$PA" --bearer "http://127.0.0.1:$PA/token" --token tok-from-mirror || SEC_OK=0
+PB=$(registry_free_port); fake_start reg "$PB" --upstream "$R" || SEC_OK=0
+PD=$(registry_free_port); fake_start realm-elsewhere "$PD" --bearer "http://localhost:$PD/token" --token tok-d --upstream "$R" || SEC_OK=0
+PS=$(registry_free_port); fake_start store "$PS" --upstream "$R" || SEC_OK=0
+PC=$(registry_free_port)
+fake_start redirecting "$PC" --bearer "http://127.0.0.1:$PC/token" --token tok-c --upstream "$R" --redirect-blobs "http://localhost:$PS" || SEC_OK=0
+PE=$(registry_free_port); fake_start big-manifest "$PE" --big-manifest $((5 << 20)) || SEC_OK=0
+PF=$(registry_free_port); fake_start big-token "$PF" --bearer "http://127.0.0.1:$PF/token" --big-token $((2 << 20)) || SEC_OK=0
+if [ $SEC_OK = 1 ]; then
+  flog() { cat "$W/fake-$1.log"; }
+  # (a) the mirror asks for a bearer token at its own realm; the credentials
+  # file has an entry only for the image's registry.
+  printf 'machine 127.0.0.1:%s login alice password s3cret-reg\n' "$PB" >"$W/credentials"
+  t_check "mirror with a token realm in front of a registry with credentials" \
+    env SKIFF_REGISTRY_MIRROR=127.0.0.1:$PA SKIFF_CACHE_PATH=$W/cache-a "$SKIFF" import -o scoped.sqsh docker://127.0.0.1:$PB#busybox:v2s2
+  check_busybox "mirror in front" scoped.sqsh
+  grep -q '"path": "/token?' "$W/fake-mirror.log" && t_pass "the mirror's realm was asked for a token" \
+    || t_fail "the mirror's realm was asked for a token" "$(flog mirror)"
+  ! grep -q "Basic\|$(b64 alice:s3cret-reg)" "$W/fake-mirror.log" \
+    && t_pass "mirror and its realm got no credentials of the image's registry" \
+    || t_fail "mirror and its realm got no credentials of the image's registry" "$(flog mirror)"
+  # (b) a token issued by the mirror's realm is never sent to the registry
+  grep -q '/v2/busybox/blobs/' "$W/fake-reg.log" && ! grep -q 'tok-from-mirror\|Bearer' "$W/fake-reg.log" \
+    && t_pass "the mirror's bearer token was not sent to the registry" \
+    || t_fail "the mirror's bearer token was not sent to the registry" "$(flog reg)"
+  # the mirror's own entry goes to the mirror's realm, and only that
+  printf 'machine 127.0.0.1:%s login alice password s3cret-reg\nmachine 127.0.0.1:%s login mirror-user password mirror-pw\n' \
+    "$PB" "$PA" >"$W/credentials"
+  : >"$W/fake-mirror.log"; : >"$W/fake-reg.log"
+  t_check "mirror with its own entry in the credentials file" \
+    env SKIFF_REGISTRY_MIRROR=127.0.0.1:$PA SKIFF_CACHE_PATH=$W/cache-a2 "$SKIFF" import -f -o scoped.sqsh docker://127.0.0.1:$PB#busybox:v2s2
+  grep '"path": "/token?' "$W/fake-mirror.log" | grep -q "Basic $(b64 mirror-user:mirror-pw)" &&
+    ! grep -q "$(b64 alice:s3cret-reg)" "$W/fake-mirror.log" && ! grep -q 'tok-from-mirror' "$W/fake-reg.log" \
+    && t_pass "the mirror's realm gets the mirror's entry, the registry's stays home" \
+    || t_fail "the mirror's realm gets the mirror's entry, the registry's stays home" "$(flog mirror; flog reg)"
+  # 3. a registry naming a token realm on another host (localhost, not
+  # 127.0.0.1) does not get its password sent there ...
+  printf 'machine 127.0.0.1:%s login alice password s3cret-reg\n' "$PD" >"$W/credentials"
+  t_check "registry with a token realm on another host" \
+    env SKIFF_CACHE_PATH=$W/cache-d "$SKIFF" import -o elsewhere.sqsh docker://127.0.0.1:$PD#busybox:oci
+  grep -q '"path": "/token?' "$W/fake-realm-elsewhere.log" && ! grep -q "Basic" "$W/fake-realm-elsewhere.log" \
+    && t_pass "a realm on another host gets no password of the registry" \
+    || t_fail "a realm on another host gets no password of the registry" "$(flog realm-elsewhere)"
+  # ... unless the credentials file has an entry for the realm's host: that one
+  printf 'machine 127.0.0.1:%s login alice password s3cret-reg\nmachine localhost login realm-user password realm-pw\n' "$PD" >"$W/credentials"
+  : >"$W/fake-realm-elsewhere.log"
+  t_check "realm on another host with its own entry" \
+    env SKIFF_CACHE_PATH=$W/cache-d2 "$SKIFF" import -f -o elsewhere.sqsh docker://127.0.0.1:$PD#busybox:oci
+  grep '"path": "/token?' "$W/fake-realm-elsewhere.log" | grep -q "Basic $(b64 realm-user:realm-pw)" &&
+    ! grep -q "$(b64 alice:s3cret-reg)" "$W/fake-realm-elsewhere.log" \
+    && t_pass "a realm on another host gets its own entry only" \
+    || t_fail "a realm on another host gets its own entry only" "$(flog realm-elsewhere)"
+  # a realm on the registry's host gets the registry's entry
+  printf 'machine 127.0.0.1:%s login alice password s3cret-reg\n' "$PC" >"$W/credentials"
+  # blobs redirected to a storage host (localhost): downloaded without credentials
+  t_check "blobs redirected to another host" \
+    env SKIFF_ALLOW_HTTP=yes SKIFF_CACHE_PATH=$W/cache-c "$SKIFF" import -o redirect.sqsh docker://127.0.0.1:$PC#busybox:oci
+  check_busybox redirect redirect.sqsh
+  grep '"path": "/token?' "$W/fake-redirecting.log" | grep -q "Basic $(b64 alice:s3cret-reg)" \
+    && t_pass "a realm on the registry's host gets the registry's entry" \
+    || t_fail "a realm on the registry's host gets the registry's entry" "$(flog redirecting)"
+  grep '/blobs/' "$W/fake-redirecting.log" | grep -q 'Bearer tok-c' && grep -q '/blobs/' "$W/fake-store.log" &&
+    ! grep -q '"auth": "[^"]' "$W/fake-store.log" \
+    && t_pass "no Authorization follows a redirect to another host" \
+    || t_fail "no Authorization follows a redirect to another host" "$(flog redirecting; flog store)"
+  # (c) answers over the caps
+  : >"$W/credentials"
+  expect_fail "manifest over 4 MiB" "GET http://127\.0\.0\.1:$PE/v2/big/manifests/1: the answer is larger than 4 MiB, the limit for a manifest; refused" \
+    docker://127.0.0.1:$PE#big:1
+  expect_fail "token answer over 1 MiB" "GET http://127\.0\.0\.1:$PF/token\?.*: the answer is larger than 1 MiB, the limit for a token server's answer; refused" \
+    docker://127.0.0.1:$PF#big:1
+  rm -f "$W/credentials"
+else
+  t_fail "start the fake registries (fakereg.py)"
+fi
+fake_stop
 
 # ---- resolve (what the SPANK plugin calls) ------------------------------------
 p1=$W/r1 p2=$W/r2
