@@ -35,11 +35,21 @@ cluster-down:
 
 MAN8 += doc/man/spank-skiff.8
 
-# skiff-helper: the plugin's user-side half (plugin/helper.c), exec'd as the
-# job's user. It sits beside spank_skiff.so, where the plugin looks for it.
+# skiff-helper and skiff-helper-full: the plugin's user-side half
+# (plugin/helper.c), exec'd as the job's user. They sit beside
+# spank_skiff.so, where the plugin looks for them. The lean one starts
+# containers (every step: linked like bin/skiff, ~6 ms less to exec); the
+# full one imports images and runs the exit-time verbs.
 SKIFF_HELPER := $(BUILD)/plugin/skiff-helper
-$(BUILD)/plugin/helper.o $(BUILD)/plugin/proto.o: PIE_CFLAGS += -Iplugin
-$(SKIFF_HELPER): $(BUILD)/plugin/helper.o $(BUILD)/plugin/proto.o $(LIBSKIFF)
+SKIFF_HELPER_FULL := $(BUILD)/plugin/skiff-helper-full
+$(BUILD)/plugin/helper.o $(BUILD)/plugin/proto.o $(BUILD)/lean/plugin/helper.o: PIE_CFLAGS += -Iplugin
+$(BUILD)/lean/plugin/helper.o: plugin/helper.c
+	@mkdir -p $(@D)
+	$(CC) $(PIE_CFLAGS) $(RUNTIME_CFLAGS) -DSKIFF_HELPER_LEAN -MMD -MP -c $< -o $@
+$(SKIFF_HELPER): $(BUILD)/lean/plugin/helper.o $(BUILD)/plugin/proto.o $(LIBSKIFF)
+	@mkdir -p $(@D)
+	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(SKIFF_LEAN_LIBS)
+$(SKIFF_HELPER_FULL): $(BUILD)/plugin/helper.o $(BUILD)/plugin/proto.o $(LIBSKIFF)
 	@mkdir -p $(@D)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
-PLUGINS += $(SKIFF_HELPER)
+PLUGINS += $(SKIFF_HELPER) $(SKIFF_HELPER_FULL)

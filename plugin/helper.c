@@ -1,6 +1,11 @@
-/* skiff-helper: the plugin's user-side half. spank_skiff.so (root) execs it
- * as the job's user with a closed fd set and a clean environment; it does
- * everything that touches the user's files and images (see proto.h):
+/* skiff-helper and skiff-helper-full: the plugin's user-side half.
+ * spank_skiff.so (root) execs them as the job's user with a closed fd set
+ * and a clean environment; they do everything that touches the user's files
+ * and images (see proto.h). One source, two programs: skiff-helper
+ * (SKIFF_HELPER_LEAN) links only what starting a container needs, 11 shared
+ * objects instead of 49 (~6 ms less to exec, and it runs on every step);
+ * skiff-helper-full links the importers too and serves every other verb,
+ * including `resolve`, which the lean one runs for an image reference.
  *
  *   start    resolve the image (cache, import, importer=, named container),
  *            start the container through libskiff, answer with the holder's
@@ -12,10 +17,13 @@
  *   sweep    remove the named containers whose name ends in a suffix
  *            (container_scope=job: the job's, at its end)
  *   release  `IMPORTER release` (pyxis's importer contract)
+ *   resolve  (full only) print the squashfs path of the request's image:
+ *            the cache, an import, or importer= (run by the lean start)
  *
  * It is not a command for people: it refuses to run without its channels. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +42,7 @@
 #include "proto.h"
 #include "ref.h"
 #include "spawn.h"
+#include "squash.h"
 #include "state.h"
 
 #define MAX_LIST 4096
@@ -178,6 +187,7 @@ static int answer_status(int rc, const char *phase, const skiff_err *e)
 
 /* ---- start ---- */
 
+#ifndef SKIFF_HELPER_LEAN
 static int run_importer(const struct request *q, char *out, size_t n, skiff_err *err)
 {
     /* its stdout into a memory file: skiff_spawn waits for the program, and
@@ -203,6 +213,43 @@ static int run_importer(const struct request *q, char *out, size_t n, skiff_err 
                            out);
     return 0;
 }
+#endif
+
+#ifdef SKIFF_HELPER_LEAN
+/* An image reference (or importer=): skiff-helper-full resolves it, with
+ * the same request on fd 3; its stdout is the path, its stderr the error. */
+static int resolve_image(const struct request *q, char *out, size_t n, skiff_err *err)
+{
+    char self[PATH_MAX], full[PATH_MAX + 8];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len <= 0)
+        return skiff_error(err, errno, "find skiff-helper-full");
+    self[len] = '\0';
+    snprintf(full, sizeof(full), "%s-full", self);
+    cleanup_close int mfd = memfd_create("skiff-resolved", MFD_CLOEXEC);
+    if (mfd < 0 || lseek(SKIFF_HELPER_REQ_FD, 0, SEEK_SET) < 0)
+        return skiff_error(err, errno, "resolve %s", q->image);
+    const char *argv[] = {full, "resolve", NULL};
+    extern char **environ;
+    struct skiff_spawn_result r;
+    if (skiff_spawn(argv, (const char *const *)environ, mfd, 0, 0, &r, err) < 0)
+        return -1;
+    if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0)
+        return skiff_error(err, 0, "%s", r.err_tail[0] ? r.err_tail : "skiff-helper-full resolve failed");
+    ssize_t got = pread(mfd, out, n - 1, 0);
+    out[got > 0 ? got : 0] = '\0';
+    out[strcspn(out, "\n")] = '\0';
+    if (out[0] != '/')
+        return skiff_error(err, 0, "skiff-helper-full resolve printed no path");
+    return 0;
+}
+#else
+static int resolve_image(const struct request *q, char *out, size_t n, skiff_err *err)
+{
+    return q->importer && q->importer[0] ? run_importer(q, out, n, err)
+                                         : skiff_image_resolve(&q->cfg, q->image, out, n, err);
+}
+#endif
 
 /* The image to start, or "" for an existing named container. */
 static int prepare(const struct request *q, char *image, size_t n, skiff_err *err)
@@ -231,8 +278,10 @@ static int prepare(const struct request *q, char *image, size_t n, skiff_err *er
         return 0;
     if (!q->image)
         return skiff_error(err, 0, "no image given");
-    int rc = q->importer && q->importer[0] ? run_importer(q, image, n, err)
-                                           : skiff_image_resolve(&q->cfg, q->image, image, n, err);
+    /* a squashfs path needs no importer: checked here, without an exec */
+    int rc = !(q->importer && q->importer[0]) && skiff_ref_classify(q->image) == SKIFF_ARG_PATH
+                 ? skiff_squash_resolve_path(q->image, image, n, err)
+                 : resolve_image(q, image, n, err);
     if (rc < 0)
         return -1;
     if (q->named && skiff_named_create(&q->cfg, q->named, image, err) < 0)
@@ -310,7 +359,8 @@ static int verb_start(const struct request *q)
     return 0;
 }
 
-/* ---- the exit-time verbs ---- */
+#ifndef SKIFF_HELPER_LEAN
+/* ---- the exit-time verbs (skiff-helper-full) ---- */
 
 struct sweep {
     const struct request *q;
@@ -355,11 +405,24 @@ static int verb_release(const struct request *q, skiff_err *err)
     return skiff_spawn(argv, envp, -1, 60000, 0, &r, err);
 }
 
+static int verb_resolve(const struct request *q, skiff_err *err)
+{
+    char path[SKIFF_PATH_MAX];
+    if (!q->image)
+        return skiff_error(err, 0, "no image given");
+    if (resolve_image(q, path, sizeof(path), err) < 0)
+        return -1;
+    printf("%s\n", path);
+    return fflush(stdout) == 0 ? 0 : skiff_error(err, errno, "write the path");
+}
+#endif
+
 int main(int argc, char **argv)
 {
     /* its channels are there, or it was not started by the plugin */
     struct stat st;
-    if (argc != 2 || fstat(SKIFF_HELPER_REQ_FD, &st) < 0 || fstat(SKIFF_HELPER_REP_FD, &st) < 0) {
+    bool resolve = argc == 2 && !strcmp(argv[1], "resolve");
+    if (argc != 2 || fstat(SKIFF_HELPER_REQ_FD, &st) < 0 || (!resolve && fstat(SKIFF_HELPER_REP_FD, &st) < 0)) {
         fprintf(stderr, "skiff-helper: run by spank_skiff.so only (see doc/SECURITY.md)\n");
         return 2;
     }
@@ -385,15 +448,39 @@ int main(int argc, char **argv)
     struct request *q = calloc(1, sizeof(*q));
     size_t len = 0;
     char *data = skiff_read_fd_small(SKIFF_HELPER_REQ_FD, "request", SKIFF_REQUEST_MAX, &len, &err);
-    close(SKIFF_HELPER_REQ_FD);
-    if (!q || !data || parse_request(data, len, q, &err) < 0)
+#ifndef SKIFF_HELPER_LEAN
+    close(SKIFF_HELPER_REQ_FD); /* (the lean one hands it to skiff-helper-full resolve) */
+#endif
+    if (!q || !data || parse_request(data, len, q, &err) < 0) {
+        if (resolve) {
+            fprintf(stderr, "%s", err.msg);
+            return 1;
+        }
         return answer_status(-1, "config", &err);
+    }
+    /* the reply and control pipes are not for the programs run from here */
+    fcntl(SKIFF_HELPER_REP_FD, F_SETFD, FD_CLOEXEC);
+    fcntl(SKIFF_HELPER_CTL_FD, F_SETFD, FD_CLOEXEC);
     if (q->cwd && q->cwd[0] && chdir(q->cwd) < 0) {
         skiff_error(&err, errno, "working directory %s", q->cwd);
+        if (resolve) {
+            fprintf(stderr, "%s", err.msg);
+            return 1;
+        }
         return answer_status(-1, start ? "import" : "save", &err);
     }
     if (start)
         return verb_start(q);
+#ifdef SKIFF_HELPER_LEAN
+    skiff_error(&err, 0, "verb '%s' is skiff-helper-full's", verb);
+    return answer_status(-1, "config", &err);
+#else
+    if (resolve) {
+        if (verb_resolve(q, &err) == 0)
+            return 0;
+        fprintf(stderr, "%s", err.msg);
+        return 1;
+    }
     int rc;
     const char *phase = "save";
     if (!strcmp(verb, "save")) {
@@ -410,4 +497,5 @@ int main(int argc, char **argv)
         rc = skiff_error(&err, 0, "unknown verb '%s'", verb);
     }
     return answer_status(rc, phase, &err);
+#endif
 }

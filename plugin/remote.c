@@ -438,7 +438,7 @@ static int spawn_starter(spank_t sp, skiff_err *err)
     struct skiff_recbuf req = {0};
     int rc = -1;
     char **penv = NULL;
-    if (skiff_helper_path(skiff_g.args.helper, helper_program, sizeof(helper_program), err) < 0 ||
+    if (skiff_helper_path(skiff_g.args.helper, false, helper_program, sizeof(helper_program), err) < 0 ||
         request_start(&req, err) < 0)
         goto out;
     penv = proxy_env(sp);
@@ -742,7 +742,8 @@ static int helper_verb(const char *verb, const char *cwd, const char *key, const
 {
     struct skiff_recbuf req = {0};
     int rc = -1;
-    if (!helper_program[0] && skiff_helper_path(skiff_g.args.helper, helper_program, sizeof(helper_program), err) < 0)
+    char program[SKIFF_PATH_MAX];
+    if (skiff_helper_path(skiff_g.args.helper, true, program, sizeof(program), err) < 0)
         goto out;
     if (request_base(&req, &skiff_g.cfg, cwd, err) < 0 ||
         req_opt(&req, SKIFF_REQ_NAMED, skiff_g.named[0] ? skiff_g.named : NULL, err) < 0 ||
@@ -750,7 +751,7 @@ static int helper_verb(const char *verb, const char *cwd, const char *key, const
         (key && req_opt(&req, key, value, err) < 0))
         goto out;
     struct skiff_user u = job_user();
-    rc = skiff_helper_call(helper_program, verb, &u, &req, skiff_g.args.timeout_s, err);
+    rc = skiff_helper_call(program, verb, &u, &req, skiff_g.args.timeout_s, err);
 out:
     skiff_recbuf_free(&req);
     return rc;
@@ -783,7 +784,7 @@ int skiff_remove_job_containers(const struct skiff_user *u, const char *node, ui
     snprintf(suffix, sizeof(suffix), ".%s.job%u", node, (unsigned)jobid);
     struct skiff_recbuf req = {0};
     int rc = -1;
-    if (skiff_helper_path(skiff_g.args.helper, program, sizeof(program), err) < 0 ||
+    if (skiff_helper_path(skiff_g.args.helper, true, program, sizeof(program), err) < 0 ||
         request_base(&req, cfg, NULL, err) < 0 || req_opt(&req, SKIFF_REQ_SUFFIX, suffix, err) < 0)
         goto out;
     rc = skiff_helper_call(program, "sweep", u, &req, skiff_g.args.timeout_s, err);

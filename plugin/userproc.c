@@ -43,17 +43,18 @@ static int root_only(const char *path, bool dir, skiff_err *err)
     return 0;
 }
 
-int skiff_helper_path(const char *helper, char *out, size_t n, skiff_err *err)
+int skiff_helper_path(const char *helper, bool full, char *out, size_t n, skiff_err *err)
 {
     int w;
     if (helper && helper[0]) {
-        w = snprintf(out, n, "%s", helper);
+        w = snprintf(out, n, "%s%s", helper, full ? "-full" : "");
     } else {
         Dl_info info;
         if (!dladdr((void *)skiff_helper_path, &info) || !info.dli_fname || info.dli_fname[0] != '/')
             return skiff_error(err, 0, "cannot tell where spank_skiff.so is (plugstack.conf: set helper=PATH)");
         const char *slash = strrchr(info.dli_fname, '/');
-        w = snprintf(out, n, "%.*s/" HELPER_NAME, (int)(slash - info.dli_fname), info.dli_fname);
+        w = snprintf(out, n, "%.*s/" HELPER_NAME "%s", (int)(slash - info.dli_fname), info.dli_fname,
+                     full ? "-full" : "");
     }
     if (w < 0 || (size_t)w >= n)
         return skiff_error(err, ENAMETOOLONG, "helper path");

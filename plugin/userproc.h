@@ -41,9 +41,11 @@ struct skiff_helper_proc {
 #define SKIFF_HELPER_PROC_INIT {0, -1, -1, -1}
 
 /* The helper program to run: helper if set, else skiff-helper in the
- * directory spank_skiff.so was loaded from. It must be a regular file owned
- * by root and writable by nobody else. */
-int skiff_helper_path(const char *helper, char *out, size_t n, skiff_err *err);
+ * directory spank_skiff.so was loaded from; with full, that name + "-full"
+ * (skiff-helper-full: imports and the exit-time verbs). It must be a
+ * regular file owned by root and writable by nobody else, in a directory
+ * the same holds for. */
+int skiff_helper_path(const char *helper, bool full, char *out, size_t n, skiff_err *err);
 
 /* Forks and execs `PROGRAM VERB` as u with the request req (see proto.h).
  * env: extra K=V for the helper's environment (proxies), or NULL. */

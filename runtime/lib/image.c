@@ -1153,30 +1153,13 @@ static int key_hex(const char *text, char *out, skiff_err *err)
     return 0;
 }
 
-static int resolve_path(const char *arg, char *sqsh_path, size_t n, skiff_err *err)
-{
-    char real[PATH_MAX];
-    if (!realpath(arg, real))
-        return skiff_error(err, errno, "container image %s", arg);
-    struct stat st;
-    if (stat(real, &st) < 0)
-        return skiff_error(err, errno, "container image %s", arg);
-    if (!S_ISREG(st.st_mode))
-        return skiff_error(err, 0, "container image %s is not a file (want a squashfs image)", arg);
-    if (!skiff_squash_is_image(real))
-        return skiff_error(err, 0, "container image %s is not a squashfs image (import one with skiff import)", arg);
-    if (snprintf(sqsh_path, n, "%s", real) >= (int)n)
-        return skiff_error(err, ENAMETOOLONG, "%s", real);
-    return 0;
-}
-
 int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, char *sqsh_path,
                         size_t n, skiff_err *err)
 {
     char uri[2048];
     switch (skiff_ref_classify(image_arg)) {
     case SKIFF_ARG_PATH:
-        return resolve_path(image_arg, sqsh_path, n, err);
+        return skiff_squash_resolve_path(image_arg, sqsh_path, n, err);
     case SKIFF_ARG_SQSH_NAME:
         if (access(image_arg, F_OK) == 0)
             return skiff_error(err, 0, "'%s' looks like a file name: a local file needs a path with '/' (write ./%s)",

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -191,5 +192,22 @@ int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const
         unlink(tmp);
         return skiff_error(err, e, "publish %s", out_path);
     }
+    return 0;
+}
+
+int skiff_squash_resolve_path(const char *arg, char *sqsh_path, size_t n, skiff_err *err)
+{
+    char real[PATH_MAX];
+    if (!realpath(arg, real))
+        return skiff_error(err, errno, "container image %s", arg);
+    struct stat st;
+    if (stat(real, &st) < 0)
+        return skiff_error(err, errno, "container image %s", arg);
+    if (!S_ISREG(st.st_mode))
+        return skiff_error(err, 0, "container image %s is not a file (want a squashfs image)", arg);
+    if (!skiff_squash_is_image(real))
+        return skiff_error(err, 0, "container image %s is not a squashfs image (import one with skiff import)", arg);
+    if (snprintf(sqsh_path, n, "%s", real) >= (int)n)
+        return skiff_error(err, ENAMETOOLONG, "%s", real);
     return 0;
 }

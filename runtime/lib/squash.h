@@ -28,4 +28,8 @@ int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const ch
 /* True when the file at path starts with the squashfs magic ("hsqs"). */
 bool skiff_squash_is_image(const char *path);
 
+/* A squashfs file named by a local path (absolute, ./ or ../): its real
+ * path into sqsh_path, or an error saying what is wrong with it. */
+int skiff_squash_resolve_path(const char *arg, char *sqsh_path, size_t n, skiff_err *err);
+
 #endif

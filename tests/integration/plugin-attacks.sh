@@ -52,11 +52,12 @@ skiff_procs() {
     tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | grep -q "^$BUILD/plugin/skiff-helper" && echo "$p"
   done
 }
-helper_of() { # N VERB: the pid of `skiff-helper VERB` on node N, waiting up to 10 s
-  local p
+helper_of() { # N VERB: the pid of `skiff-helper VERB` (start; the others are skiff-helper-full's) on node N, waiting up to 10 s
+  local p prog=$BUILD/plugin/skiff-helper
+  [ "$2" = start ] || prog=$prog-full
   for _ in $(seq 200); do
     for p in $(node_pids "$1"); do
-      [ "$(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)" = "$BUILD/plugin/skiff-helper $2 " ] &&
+      [ "$(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)" = "$prog $2 " ] &&
         [ "$(stat -c %u /proc/$p)" = "$UID_U" ] && { echo "$p"; return 0; }
     done
     sleep 0.05
