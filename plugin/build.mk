@@ -3,8 +3,9 @@
 # but Slurm's entry points local.
 PLUGIN_SRC := $(filter-out plugin/helper.c,$(wildcard plugin/*.c))
 SPANK_SKIFF := $(BUILD)/plugin/spank_skiff.so
-# options.c and args.c need no Slurm: unit tests link them directly.
-PLUGIN_PURE_OBJ := $(BUILD)/pic/plugin/options.o $(BUILD)/pic/plugin/args.o $(BUILD)/pic/plugin/proto.o
+# options.c, args.c, proto.c and userproc.c need no Slurm: unit tests link them directly.
+PLUGIN_PURE_OBJ := $(BUILD)/pic/plugin/options.o $(BUILD)/pic/plugin/args.o $(BUILD)/pic/plugin/proto.o \
+                   $(BUILD)/pic/plugin/userproc.o
 
 $(SPANK_SKIFF): $(patsubst %.c,$(BUILD)/pic/%.o,$(PLUGIN_SRC)) $(LIBSKIFFHOOKS_PIC) $(LIBSKIFF_PIC) plugin/spank_skiff.map
 	@mkdir -p $(@D)

@@ -89,3 +89,44 @@ Test(config, explicit_missing_file_is_error)
     cr_assert_eq(skiff_config_load(&cfg, "/nonexistent/skiff.conf", false, &err), -1);
     cr_assert(strstr(err.msg, "open config /nonexistent/skiff.conf"), "%s", err.msg);
 }
+
+/* The plugin hands its loaded config to the helper as key=value entries:
+ * set_raw over them gives the same config, and no ${...} is expanded twice. */
+Test(config, entries_round_trip_without_a_second_expansion)
+{
+    struct skiff_config a, b;
+    skiff_err err;
+    skiff_config_for_user(1234, "alice", "/home/al${UID}ice");
+    cr_assert_eq(skiff_config_load(&a, NULL, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(skiff_config_set(&a, "allow_http", "yes", &err), 0);
+    cr_assert_eq(skiff_config_set(&a, "block_cache_size", "64", &err), 0);
+    skiff_config_for_user((unsigned)-1, NULL, NULL);
+    cr_assert_str_eq(a.data_path, "/home/al${UID}ice/.local/share/skiff");
+    cr_assert_eq(skiff_config_load(&b, "/dev/null", false, &err), 0, "%s", err.msg);
+    char kv[8192];
+    int r;
+    for (size_t i = 0; (r = skiff_config_entry(&a, i, kv, sizeof(kv))) == 1; i++) {
+        char *eq = strchr(kv, '=');
+        cr_assert_not_null(eq);
+        *eq = '\0';
+        cr_assert_eq(skiff_config_set_raw(&b, kv, eq + 1, &err), 0, "%s: %s", kv, err.msg);
+    }
+    cr_assert_eq(r, 0);
+    cr_assert_eq(memcmp(&a, &b, sizeof(a)), 0);
+    cr_assert_eq(skiff_config_set_raw(&b, "data_path", "relative", &err), -1);
+    cr_assert_eq(skiff_config_set_raw(&b, "data_path", "${HOME}/x", &err), -1);
+}
+
+Test(config, block_cache_follows_the_runtime_path)
+{
+    struct skiff_config cfg;
+    skiff_err err;
+    char dir[4096];
+    cr_assert_eq(skiff_config_load(&cfg, "/dev/null", false, &err), 0, "%s", err.msg);
+    cr_assert_eq(skiff_config_set(&cfg, "runtime_path", "/run/skiff/7", &err), 0);
+    cr_assert_eq(skiff_config_block_cache(&cfg, dir, sizeof(dir)), 0);
+    cr_assert_str_eq(dir, "/run/skiff/7/blocks");
+    cr_assert_eq(skiff_config_set(&cfg, "block_cache_path", "/var/cache/b", &err), 0);
+    cr_assert_eq(skiff_config_block_cache(&cfg, dir, sizeof(dir)), 0);
+    cr_assert_str_eq(dir, "/var/cache/b");
+}
