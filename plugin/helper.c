@@ -45,112 +45,6 @@
 #include "squash.h"
 #include "state.h"
 
-#define MAX_LIST 4096
-
-struct request {
-    struct skiff_config cfg;
-    const char *cwd, *node, *image, *name, *named, *name_mode, *importer, *workdir, *command, *state_key, *save,
-        *suffix;
-    bool temp, writable, remap_root, mount_home, entrypoint;
-    int unshare;
-    const char *mounts[MAX_LIST + 1];
-    size_t nmounts;
-    const char *hook_env[MAX_LIST + 1];
-    size_t nhook_env;
-};
-
-static bool flag(const char *v)
-{
-    return v && !strcmp(v, "1");
-}
-
-/* The request is root's: parsed strictly all the same. Strings point into
- * data, which lives as long as the process. */
-static int parse_request(const char *data, size_t len, struct request *q, skiff_err *err)
-{
-    memset(q, 0, sizeof(*q));
-    if (skiff_config_load(&q->cfg, "/dev/null", false, err) < 0)
-        return -1;
-    size_t off = 0;
-    char tag;
-    const char *s;
-    int more;
-    while ((more = skiff_rec_next(data, len, &off, &tag, &s)) != 0) {
-        if (more < 0)
-            return skiff_error(err, 0, "truncated request");
-        const char *eq = strchr(s, '=');
-        char key[64];
-        if ((tag == 'c' || tag == 'o') && (!eq || (size_t)(eq - s) >= sizeof(key)))
-            return skiff_error(err, 0, "bad request record");
-        if (eq && (size_t)(eq - s) < sizeof(key)) {
-            memcpy(key, s, (size_t)(eq - s));
-            key[eq - s] = '\0';
-        }
-        switch (tag) {
-        case 'c':
-            if (skiff_config_set_raw(&q->cfg, key, eq + 1, err) < 0)
-                return -1;
-            break;
-        case 'm':
-            if (q->nmounts >= MAX_LIST)
-                return skiff_error(err, 0, "too many mounts");
-            q->mounts[q->nmounts++] = s;
-            break;
-        case 'h':
-            if (q->nhook_env >= MAX_LIST)
-                return skiff_error(err, 0, "too many hook variables");
-            q->hook_env[q->nhook_env++] = s;
-            break;
-        case 'o': {
-            const char *v = eq + 1;
-            static const struct {
-                const char *key;
-                size_t off;
-            } strs[] = {
-                {SKIFF_REQ_CWD, offsetof(struct request, cwd)},
-                {SKIFF_REQ_NODE, offsetof(struct request, node)},
-                {SKIFF_REQ_IMAGE, offsetof(struct request, image)},
-                {SKIFF_REQ_NAME, offsetof(struct request, name)},
-                {SKIFF_REQ_NAMED, offsetof(struct request, named)},
-                {SKIFF_REQ_NAME_MODE, offsetof(struct request, name_mode)},
-                {SKIFF_REQ_IMPORTER, offsetof(struct request, importer)},
-                {SKIFF_REQ_WORKDIR, offsetof(struct request, workdir)},
-                {SKIFF_REQ_COMMAND, offsetof(struct request, command)},
-                {SKIFF_REQ_STATE_KEY, offsetof(struct request, state_key)},
-                {SKIFF_REQ_SAVE, offsetof(struct request, save)},
-                {SKIFF_REQ_SUFFIX, offsetof(struct request, suffix)},
-            };
-            bool done = false;
-            for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]) && !done; i++)
-                if (!strcmp(key, strs[i].key)) {
-                    *(const char **)(void *)((char *)q + strs[i].off) = v;
-                    done = true;
-                }
-            if (done)
-                break;
-            if (!strcmp(key, SKIFF_REQ_TEMP))
-                q->temp = flag(v);
-            else if (!strcmp(key, SKIFF_REQ_WRITABLE))
-                q->writable = flag(v);
-            else if (!strcmp(key, SKIFF_REQ_REMAP_ROOT))
-                q->remap_root = flag(v);
-            else if (!strcmp(key, SKIFF_REQ_MOUNT_HOME))
-                q->mount_home = flag(v);
-            else if (!strcmp(key, SKIFF_REQ_ENTRYPOINT))
-                q->entrypoint = flag(v);
-            else if (!strcmp(key, SKIFF_REQ_UNSHARE))
-                q->unshare = atoi(v);
-            else
-                return skiff_error(err, 0, "unknown request key '%s'", key);
-            break;
-        }
-        default:
-            return skiff_error(err, 0, "unknown request record 0x%02x", (unsigned char)tag);
-        }
-    }
-    return 0;
-}
-
 /* ---- the answer ---- */
 
 static int put_failure(struct skiff_recbuf *b, const char *phase, const skiff_err *e)
@@ -188,7 +82,7 @@ static int answer_status(int rc, const char *phase, const skiff_err *e)
 /* ---- start ---- */
 
 #ifndef SKIFF_HELPER_LEAN
-static int run_importer(const struct request *q, char *out, size_t n, skiff_err *err)
+static int run_importer(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
 {
     /* its stdout into a memory file: skiff_spawn waits for the program, and
      * a pipe nobody reads could fill */
@@ -218,7 +112,7 @@ static int run_importer(const struct request *q, char *out, size_t n, skiff_err 
 #ifdef SKIFF_HELPER_LEAN
 /* An image reference (or importer=): skiff-helper-full resolves it, with
  * the same request on fd 3; its stdout is the path, its stderr the error. */
-static int resolve_image(const struct request *q, char *out, size_t n, skiff_err *err)
+static int resolve_image(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
 {
     char self[PATH_MAX], full[PATH_MAX + 8];
     ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -244,7 +138,7 @@ static int resolve_image(const struct request *q, char *out, size_t n, skiff_err
     return 0;
 }
 #else
-static int resolve_image(const struct request *q, char *out, size_t n, skiff_err *err)
+static int resolve_image(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
 {
     return q->importer && q->importer[0] ? run_importer(q, out, n, err)
                                          : skiff_image_resolve(&q->cfg, q->image, out, n, err);
@@ -252,7 +146,7 @@ static int resolve_image(const struct request *q, char *out, size_t n, skiff_err
 #endif
 
 /* The image to start, or "" for an existing named container. */
-static int prepare(const struct request *q, char *image, size_t n, skiff_err *err)
+static int prepare(const struct skiff_request *q, char *image, size_t n, skiff_err *err)
 {
     image[0] = '\0';
     bool exists = false;
@@ -295,7 +189,7 @@ static const char *start_phase(const char *msg)
     return strstr(msg, "hook") ? "hook" : "mount";
 }
 
-static int verb_start(const struct request *q)
+static int verb_start(const struct skiff_request *q)
 {
     skiff_err err;
     skiff_err_clear(&err);
@@ -363,7 +257,7 @@ static int verb_start(const struct request *q)
 /* ---- the exit-time verbs (skiff-helper-full) ---- */
 
 struct sweep {
-    const struct request *q;
+    const struct skiff_request *q;
     int failures;
     skiff_err first;
 };
@@ -381,7 +275,7 @@ static void sweep_one(const char *name, const char *image, void *arg)
         s->first = e;
 }
 
-static int verb_sweep(const struct request *q, skiff_err *err)
+static int verb_sweep(const struct skiff_request *q, skiff_err *err)
 {
     if (!q->suffix || !q->suffix[0])
         return skiff_error(err, 0, "sweep: no suffix");
@@ -395,7 +289,7 @@ static int verb_sweep(const struct request *q, skiff_err *err)
     return 0;
 }
 
-static int verb_release(const struct request *q, skiff_err *err)
+static int verb_release(const struct skiff_request *q, skiff_err *err)
 {
     if (!q->importer || !q->importer[0])
         return 0;
@@ -405,7 +299,7 @@ static int verb_release(const struct request *q, skiff_err *err)
     return skiff_spawn(argv, envp, -1, 60000, 0, &r, err);
 }
 
-static int verb_resolve(const struct request *q, skiff_err *err)
+static int verb_resolve(const struct skiff_request *q, skiff_err *err)
 {
     char path[SKIFF_PATH_MAX];
     if (!q->image)
@@ -445,13 +339,13 @@ int main(int argc, char **argv)
         signal(ignored[i], SIG_IGN); /* (already, from before the exec: userproc.c) */
     skiff_err err;
     skiff_err_clear(&err);
-    struct request *q = calloc(1, sizeof(*q));
+    struct skiff_request *q = calloc(1, sizeof(*q));
     size_t len = 0;
     char *data = skiff_read_fd_small(SKIFF_HELPER_REQ_FD, "request", SKIFF_REQUEST_MAX, &len, &err);
 #ifndef SKIFF_HELPER_LEAN
     close(SKIFF_HELPER_REQ_FD); /* (the lean one hands it to skiff-helper-full resolve) */
 #endif
-    if (!q || !data || parse_request(data, len, q, &err) < 0) {
+    if (!q || !data || skiff_request_parse(data, len, q, &err) < 0) {
         if (resolve) {
             fprintf(stderr, "%s", err.msg);
             return 1;

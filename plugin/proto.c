@@ -2,6 +2,7 @@
 #include "proto.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,98 @@ int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_er
             snprintf(r->err.msg, sizeof(r->err.msg), "failed without a reason");
         if (!r->phase[0])
             snprintf(r->phase, sizeof(r->phase), "mount");
+    }
+    return 0;
+}
+
+static bool flag(const char *v)
+{
+    return v && !strcmp(v, "1");
+}
+
+/* The request is root's: parsed strictly all the same. Strings point into
+ * data, which lives as long as the process. */
+int skiff_request_parse(const char *data, size_t len, struct skiff_request *q, skiff_err *err)
+{
+    memset(q, 0, sizeof(*q));
+    if (skiff_config_load(&q->cfg, "/dev/null", false, err) < 0)
+        return -1;
+    size_t off = 0;
+    char tag;
+    const char *s;
+    int more;
+    while ((more = skiff_rec_next(data, len, &off, &tag, &s)) != 0) {
+        if (more < 0)
+            return skiff_error(err, 0, "truncated request");
+        const char *eq = strchr(s, '=');
+        char key[64];
+        if ((tag == 'c' || tag == 'o') && (!eq || (size_t)(eq - s) >= sizeof(key)))
+            return skiff_error(err, 0, "bad request record");
+        if (eq && (size_t)(eq - s) < sizeof(key)) {
+            memcpy(key, s, (size_t)(eq - s));
+            key[eq - s] = '\0';
+        }
+        switch (tag) {
+        case 'c':
+            if (skiff_config_set_raw(&q->cfg, key, eq + 1, err) < 0)
+                return -1;
+            break;
+        case 'm':
+            if (q->nmounts >= SKIFF_REQUEST_LIST_MAX)
+                return skiff_error(err, 0, "too many mounts");
+            q->mounts[q->nmounts++] = s;
+            break;
+        case 'h':
+            if (q->nhook_env >= SKIFF_REQUEST_LIST_MAX)
+                return skiff_error(err, 0, "too many hook variables");
+            q->hook_env[q->nhook_env++] = s;
+            break;
+        case 'o': {
+            const char *v = eq + 1;
+            static const struct {
+                const char *key;
+                size_t off;
+            } strs[] = {
+                {SKIFF_REQ_CWD, offsetof(struct skiff_request, cwd)},
+                {SKIFF_REQ_NODE, offsetof(struct skiff_request, node)},
+                {SKIFF_REQ_IMAGE, offsetof(struct skiff_request, image)},
+                {SKIFF_REQ_NAME, offsetof(struct skiff_request, name)},
+                {SKIFF_REQ_NAMED, offsetof(struct skiff_request, named)},
+                {SKIFF_REQ_NAME_MODE, offsetof(struct skiff_request, name_mode)},
+                {SKIFF_REQ_IMPORTER, offsetof(struct skiff_request, importer)},
+                {SKIFF_REQ_WORKDIR, offsetof(struct skiff_request, workdir)},
+                {SKIFF_REQ_COMMAND, offsetof(struct skiff_request, command)},
+                {SKIFF_REQ_STATE_KEY, offsetof(struct skiff_request, state_key)},
+                {SKIFF_REQ_SAVE, offsetof(struct skiff_request, save)},
+                {SKIFF_REQ_SUFFIX, offsetof(struct skiff_request, suffix)},
+            };
+            bool done = false;
+            for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]) && !done; i++)
+                if (!strcmp(key, strs[i].key)) {
+                    *(const char **)(void *)((char *)q + strs[i].off) = v;
+                    done = true;
+                }
+            if (done)
+                break;
+            if (!strcmp(key, SKIFF_REQ_TEMP))
+                q->temp = flag(v);
+            else if (!strcmp(key, SKIFF_REQ_WRITABLE))
+                q->writable = flag(v);
+            else if (!strcmp(key, SKIFF_REQ_REMAP_ROOT))
+                q->remap_root = flag(v);
+            else if (!strcmp(key, SKIFF_REQ_MOUNT_HOME))
+                q->mount_home = flag(v);
+            else if (!strcmp(key, SKIFF_REQ_ENTRYPOINT))
+                q->entrypoint = flag(v);
+            else if (!strcmp(key, SKIFF_REQ_UNSHARE))
+                q->unshare = atoi(v);
+            else
+                return skiff_error(err, 0, "unknown request key '%s'", key);
+            break;
+        }
+        default:
+            return skiff_error(err, 0, "unknown request record 0x%02x", (unsigned char)tag);
+        }
     }
     return 0;
 }

@@ -62,6 +62,26 @@
 #define SKIFF_REQ_SUFFIX "suffix"       /* sweep: remove named containers ending in it */
 
 #define SKIFF_PHASE_MAX 16
+#define SKIFF_REQUEST_LIST_MAX 4096
+
+/* A request as the helper reads it: strings point into the request's data,
+ * which must outlive it. */
+struct skiff_request {
+    struct skiff_config cfg;
+    const char *cwd, *node, *image, *name, *named, *name_mode, *importer, *workdir, *command, *state_key, *save,
+        *suffix;
+    bool temp, writable, remap_root, mount_home, entrypoint;
+    int unshare;
+    const char *mounts[SKIFF_REQUEST_LIST_MAX + 1];
+    size_t nmounts;
+    const char *hook_env[SKIFF_REQUEST_LIST_MAX + 1];
+    size_t nhook_env;
+};
+
+/* Parses a request over the defaults of skiff_config_load. Root wrote it,
+ * but it is parsed as strictly as a reply: unknown keys and tags are
+ * errors, lists are bounded. */
+int skiff_request_parse(const char *data, size_t len, struct skiff_request *q, skiff_err *err);
 
 struct skiff_reply {
     int status; /* 0, or -1 with phase and err */

@@ -110,3 +110,32 @@ Test(proto, the_record_count_is_bounded)
     skiff_recbuf_free(&b);
     skiff_reply_free(&r);
 }
+
+Test(proto, a_request_parses_strictly)
+{
+    struct skiff_recbuf b = {0};
+    static struct skiff_request q;
+    cr_assert_eq(skiff_rec_put(&b, 'c', "data_path=/d/${UID}", &err), 0);
+    cr_assert_eq(skiff_rec_put(&b, 'o', "image=docker://x:1", &err), 0);
+    cr_assert_eq(skiff_rec_put(&b, 'o', "writable=1", &err), 0);
+    cr_assert_eq(skiff_rec_put(&b, 'o', "unshare=1073741824", &err), 0);
+    cr_assert_eq(skiff_rec_put(&b, 'm', "/a:/b:ro", &err), 0);
+    cr_assert_eq(skiff_rec_put(&b, 'h', "SLURM_JOB_ID=7", &err), 0);
+    cr_assert_eq(skiff_request_parse(b.p, b.len, &q, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(q.cfg.data_path, "/d/${UID}"); /* as root expanded it: not again */
+    cr_assert_str_eq(q.image, "docker://x:1");
+    cr_assert(q.writable && !q.remap_root);
+    cr_assert_eq(q.unshare, 1073741824);
+    cr_assert_eq(q.nmounts, 1);
+    cr_assert_str_eq(q.hook_env[0], "SLURM_JOB_ID=7");
+    cr_assert_eq(skiff_rec_put(&b, 'o', "bogus=1", &err), 0);
+    cr_assert_eq(skiff_request_parse(b.p, b.len, &q, &err), -1);
+    cr_assert(strstr(err.msg, "unknown request key 'bogus'"), "%s", err.msg);
+    b.len = 0;
+    cr_assert_eq(skiff_rec_put(&b, 'c', "no_such_key=1", &err), 0);
+    cr_assert_eq(skiff_request_parse(b.p, b.len, &q, &err), -1);
+    b.len = 0;
+    cr_assert_eq(skiff_rec_put(&b, 'x', "y", &err), 0);
+    cr_assert_eq(skiff_request_parse(b.p, b.len, &q, &err), -1);
+    skiff_recbuf_free(&b);
+}
