@@ -122,7 +122,7 @@ int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err)
                                        "run 'skiff doctor')");
         /* read-only needs no overlay: the lower itself, as a bind */
         skiff_err_clear(err);
-        if (skiff_mount_bind(lower, rootdirfd, false, true, false, false, err) < 0)
+        if (skiff_mount_bind(lower, rootdirfd, SKIFF_BIND_RO, err) < 0)
             return skiff_err_wrap(err, "root");
     }
     int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -131,11 +131,13 @@ int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err)
     return rootfd;
 }
 
-static int bind_at(int rootfd, const char *src, const char *dst, bool file, bool rec, bool ro, bool keep_dev,
-                   bool noexec, skiff_err *err)
+/* Binds host src on dst inside the root, creating dst (a file with
+ * SKIFF_BIND_FILE, else a directory) if missing. */
+static int bind_at(int rootfd, const char *src, const char *dst, unsigned flags, skiff_err *err)
 {
-    cleanup_close int t = file ? skiff_root_mkfile(rootfd, dst, err) : skiff_root_mkdirs(rootfd, dst, 0755, err);
-    if (t < 0 || skiff_mount_bind(src, t, rec, ro, noexec, keep_dev, err) < 0)
+    cleanup_close int t = flags & SKIFF_BIND_FILE ? skiff_root_mkfile(rootfd, dst, err)
+                                                  : skiff_root_mkdirs(rootfd, dst, 0755, err);
+    if (t < 0 || skiff_mount_bind(src, t, flags, err) < 0)
         return skiff_err_wrap(err, "mount %s", dst);
     return 0;
 }
@@ -150,19 +152,19 @@ static int tmpfs_at(int rootfd, const char *dst, const char *data, unsigned long
 
 int skiff_rootfs_system_mounts(int rootfd, skiff_err *err)
 {
-    if (bind_at(rootfd, "/proc", "/proc", false, true, false, false, true, err) < 0 ||
-        bind_at(rootfd, "/sys", "/sys", false, true, true, false, true, err) < 0 ||
+    if (bind_at(rootfd, "/proc", "/proc", SKIFF_BIND_REC | SKIFF_BIND_NOEXEC, err) < 0 ||
+        bind_at(rootfd, "/sys", "/sys", SKIFF_BIND_REC | SKIFF_BIND_RO | SKIFF_BIND_NOEXEC, err) < 0 ||
         tmpfs_at(rootfd, "/dev", "mode=0755,size=64k", MS_NOEXEC, err) < 0)
         return -1;
     static const char *const devs[] = {"null", "zero", "full", "random", "urandom", "tty"};
     char p[32];
     for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++) {
         snprintf(p, sizeof(p), "/dev/%s", devs[i]);
-        if (bind_at(rootfd, p, p, true, false, false, true, true, err) < 0)
+        if (bind_at(rootfd, p, p, SKIFF_BIND_FILE | SKIFF_BIND_DEV | SKIFF_BIND_NOEXEC, err) < 0)
             return -1;
     }
-    if (bind_at(rootfd, "/dev/pts", "/dev/pts", false, false, false, true, true, err) < 0 ||
-        bind_at(rootfd, "/dev/shm", "/dev/shm", false, false, false, false, true, err) < 0)
+    if (bind_at(rootfd, "/dev/pts", "/dev/pts", SKIFF_BIND_DEV | SKIFF_BIND_NOEXEC, err) < 0 ||
+        bind_at(rootfd, "/dev/shm", "/dev/shm", SKIFF_BIND_NOEXEC, err) < 0)
         return -1;
     cleanup_close int devfd = skiff_root_open(rootfd, "/dev", O_PATH | O_DIRECTORY, err);
     if (devfd < 0)
@@ -183,7 +185,7 @@ int skiff_rootfs_system_mounts(int rootfd, skiff_err *err)
         cleanup_close int t = skiff_root_mkfile(rootfd, etc_binds[i], err);
         if (t < 0 && err->code == EROFS)
             continue;
-        if (t < 0 || skiff_mount_bind(etc_binds[i], t, false, true, true, false, err) < 0)
+        if (t < 0 || skiff_mount_bind(etc_binds[i], t, SKIFF_BIND_RO | SKIFF_BIND_NOEXEC, err) < 0)
             return skiff_err_wrap(err, "mount %s", etc_binds[i]);
     }
     return 0;
@@ -205,7 +207,7 @@ static int apply_spec_list(int rootfd, const char *const *specs, skiff_err *err)
 
 int skiff_rootfs_user_mounts(int rootfd, const char *home, const char *const *specs, skiff_err *err)
 {
-    if (home && bind_at(rootfd, home, home, false, true, false, false, false, err) < 0)
+    if (home && bind_at(rootfd, home, home, SKIFF_BIND_REC, err) < 0)
         return skiff_err_wrap(err, "home directory");
     return apply_spec_list(rootfd, specs, err);
 }

@@ -403,7 +403,7 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
             goto out;
         }
     }
-    if (!h->writable && skiff_mount_setattr(rootfd, false, true, err) < 0) {
+    if (!h->writable && skiff_mount_setattr(rootfd, SKIFF_BIND_RO, err) < 0) {
         skiff_err_wrap(err, "make the root read-only");
         goto out;
     }
