@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
@@ -32,6 +31,7 @@
 #include "caps.h"
 #include "fdio.h"
 #include "fusemount.h"
+#include "imgconfig.h"
 #include "mountspec.h"
 #include "named.h"
 #include "ns.h"
@@ -39,7 +39,6 @@
 #include "squash.h"
 #include "warm.h"
 
-#define CONFIG_JSON "/.skiff/config.json"
 
 void skiff_trace(bool on, const char *what)
 {
@@ -123,64 +122,6 @@ static char **strv_dup(char *const *v, skiff_err *err)
     return out;
 }
 
-/* ---- the image config (/.skiff/config.json = OCI config's "config") ---- */
-
-static int json_strv(json_t *o, const char *key, char ***out, skiff_err *err)
-{
-    json_t *a = json_object_get(o, key);
-    if (!a || json_is_null(a))
-        return 0;
-    if (!json_is_array(a))
-        return skiff_error(err, EINVAL, "%s: %s is not an array", CONFIG_JSON, key);
-    size_t i;
-    json_t *v;
-    json_array_foreach(a, i, v)
-    {
-        if (!json_is_string(v))
-            return skiff_error(err, EINVAL, "%s: %s[%zu] is not a string", CONFIG_JSON, key, i);
-        if (skiff_strv_push(out, json_string_value(v), err) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-struct image_config {
-    char **env, **entrypoint, **cmd;
-    char workdir[SKIFF_PATH_MAX];
-};
-
-static int read_image_config(int rootfd, struct image_config *ic, skiff_err *err)
-{
-    size_t len;
-    cleanup_free char *text = skiff_root_read(rootfd, CONFIG_JSON, 1 << 20, &len, err);
-    if (!text) {
-        if (err->code == ENOENT) { /* images without it get defaults */
-            skiff_err_clear(err);
-            return 0;
-        }
-        return -1;
-    }
-    json_error_t je;
-    json_t *root = json_loadb(text, len, 0, &je);
-    if (!root)
-        return skiff_error(err, EINVAL, "%s: line %d: %s", CONFIG_JSON, je.line, je.text);
-    int rv = -1;
-    if (!json_is_object(root)) {
-        skiff_error(err, EINVAL, "%s is not a JSON object", CONFIG_JSON);
-        goto out;
-    }
-    if (json_strv(root, "Env", &ic->env, err) < 0 || json_strv(root, "Entrypoint", &ic->entrypoint, err) < 0 ||
-        json_strv(root, "Cmd", &ic->cmd, err) < 0)
-        goto out;
-    json_t *wd = json_object_get(root, "WorkingDir");
-    if (json_is_string(wd))
-        snprintf(ic->workdir, sizeof(ic->workdir), "%s", json_string_value(wd));
-    rv = 0;
-out:
-    json_decref(root);
-    return rv;
-}
-
 /* ---- holder ---- */
 
 int skiff_stage_path(const struct skiff_holder *h, const char *sub, char *out, size_t n, skiff_err *err)
@@ -229,7 +170,7 @@ static const char *path_in(const char *const *env, const char *found)
 /* Starts warming the executable the caller will run (see warm.h): the same
  * choice of argv[0] as skiff_container_argv, the PATH the command will get
  * (hooks aside), the working directory it will start in. */
-static void warm_command(const struct skiff_start_opts *o, const struct image_config *ic, int rootfd)
+static void warm_command(const struct skiff_start_opts *o, const struct skiff_image_config *ic, int rootfd)
 {
     char **argv = NULL;
     skiff_err e;
@@ -364,10 +305,10 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
         return 0;
     /* the image config first (it is the image's own file, under no mount):
      * it names the command to warm while the rest is set up */
-    struct image_config ic = {0};
+    struct skiff_image_config ic = {0};
     char **env = NULL;
     int rv = -1;
-    if (read_image_config(rootfd, &ic, err) < 0)
+    if (skiff_imgconfig_read(rootfd, &ic, err) < 0)
         goto out;
     warm_command(o, &ic, rootfd);
     skiff_trace(o->trace, "holder: image config, warm");
@@ -457,9 +398,7 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
     rv = 0;
 out:
     skiff_strv_free(env);
-    skiff_strv_free(ic.env);
-    skiff_strv_free(ic.entrypoint);
-    skiff_strv_free(ic.cmd);
+    skiff_imgconfig_free(&ic);
     return rv;
 }
 

@@ -20,6 +20,7 @@
 #include "cache.h"
 #include "digest.h"
 #include "fdio.h"
+#include "imgconfig.h"
 #include "layer.h"
 #include "ref.h"
 #include "registry.h"
@@ -570,80 +571,6 @@ static int extract_source(struct job *j, skiff_err *err)
     return 0;
 }
 
-/* ---- writing the tree ------------------------------------------------- */
-
-static int write_file_at(int dirfd, const char *name, const char *data, size_t len, skiff_err *err)
-{
-    cleanup_close int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return skiff_error(err, errno, "create /.skiff/%s", name);
-    size_t off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, data + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return skiff_error(err, errno, "write /.skiff/%s", name);
-        off += (size_t)w;
-    }
-    if (fchmod(fd, 0644) < 0)
-        return skiff_error(err, errno, "chmod /.skiff/%s", name);
-    return 0;
-}
-
-/* /.skiff/config.json and /.skiff/environment; whatever the image had at
- * /.skiff (even a symlink) is replaced. */
-static int write_metadata(struct job *j, int rootfd, skiff_err *err)
-{
-    if (skiff_remove_tree_at(rootfd, ".skiff", err) < 0)
-        return -1;
-    if (mkdirat(rootfd, ".skiff", 0755) < 0)
-        return skiff_error(err, errno, "mkdir /.skiff");
-    cleanup_close int dfd = openat(rootfd, ".skiff", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0)
-        return skiff_error(err, errno, "open /.skiff");
-    if (fchmod(dfd, 0755) < 0)
-        return skiff_error(err, errno, "chmod /.skiff");
-    json_t *c = json_object_get(j->config, "config");
-    json_t *empty = NULL;
-    if (!json_is_object(c))
-        c = empty = json_object();
-    cleanup_free char *text = json_dumps(c, JSON_INDENT(2));
-    json_decref(empty);
-    if (!text)
-        return skiff_error(err, ENOMEM, "config.json");
-    size_t tl = strlen(text);
-    text[tl] = '\0';
-    cleanup_free char *withnl = malloc(tl + 2);
-    if (!withnl)
-        return skiff_error(err, ENOMEM, "config.json");
-    memcpy(withnl, text, tl);
-    withnl[tl] = '\n';
-    if (write_file_at(dfd, "config.json", withnl, tl + 1, err) < 0)
-        return -1;
-    char *env = NULL;
-    size_t envlen = 0;
-    FILE *m = open_memstream(&env, &envlen);
-    if (!m)
-        return skiff_error(err, ENOMEM, "environment");
-    json_t *arr = json_object_get(c, "Env");
-    size_t i;
-    json_t *v;
-    json_array_foreach(arr, i, v)
-    {
-        const char *s = json_string_value(v);
-        if (!s || !strchr(s, '=') || strchr(s, '\n')) {
-            warn(j, "image Env entry %zu is not one KEY=VALUE line; left out of /.skiff/environment", i);
-            continue;
-        }
-        fprintf(m, "%s\n", s);
-    }
-    fclose(m);
-    int rv = write_file_at(dfd, "environment", env ? env : "", envlen, err);
-    free(env);
-    return rv;
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -1053,7 +980,7 @@ static int import_to(struct job *j, const char *tmp_out, skiff_err *err)
         return skiff_error(err, errno, "open %s", root);
     if (apply_layers(j, rootfd, err) < 0)
         return -1;
-    if (write_metadata(j, rootfd, err) < 0)
+    if (skiff_imgconfig_write(rootfd, j->config, j->o ? j->o->warn : NULL, j->o ? j->o->warn_ctx : NULL, err) < 0)
         return skiff_err_wrap(err, "image metadata");
     /* The compressed sources are not needed any more: free the scratch space
      * before mksquashfs needs memory (temp_path may be a tmpfs). */
