@@ -72,7 +72,8 @@ static void premake_etc_targets(struct skiff_fuse *fuse, const char *up)
 int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err)
 {
     char lower[SKIFF_PATH_MAX + 8], root[SKIFF_PATH_MAX + 8], data[3 * SKIFF_PATH_MAX + 64];
-    if (skiff_stage_path(h, "lower", lower, sizeof(lower), err) < 0 || skiff_stage_path(h, "root", root, sizeof(root), err) < 0)
+    if (skiff_stage_path(h, "lower", lower, sizeof(lower), err) < 0 ||
+        skiff_stage_path(h, "root", root, sizeof(root), err) < 0)
         return -1;
     if (mkdir(lower, 0755) < 0 || mkdir(root, 0755) < 0)
         return skiff_error(err, errno, "create staging directories");
@@ -104,7 +105,8 @@ int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err)
     const char *upper = h->upper;
     char up[SKIFF_PATH_MAX + 16], work[SKIFF_PATH_MAX + 16];
     if (!*upper) {
-        if (skiff_stage_path(h, "upper", up, sizeof(up), err) < 0 || skiff_stage_path(h, "work", work, sizeof(work), err) < 0)
+        if (skiff_stage_path(h, "upper", up, sizeof(up), err) < 0 ||
+            skiff_stage_path(h, "work", work, sizeof(work), err) < 0)
             return -1;
         if (mkdir(up, 0755) < 0 || mkdir(work, 0755) < 0)
             return skiff_error(err, errno, "create overlay directories");
