@@ -21,14 +21,19 @@
 struct hook {
     char name[NAME_MAX + 1];
     char path[PATH_MAX];
+    size_t dir; /* index of its directory in dirs */
 };
 
+/* By name; a name in two directories runs from the earlier one first (the
+ * admin's before the user's): qsort alone is not stable. */
 static int cmp_hook(const void *a, const void *b)
 {
-    return strcmp(((const struct hook *)a)->name, ((const struct hook *)b)->name);
+    const struct hook *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->dir > y->dir) - (x->dir < y->dir);
 }
 
-static int collect(const char *dir, struct hook **list, size_t *n, skiff_err *err)
+static int collect(const char *dir, size_t dir_index, struct hook **list, size_t *n, skiff_err *err)
 {
     DIR *d = opendir(dir);
     if (!d) {
@@ -52,6 +57,7 @@ static int collect(const char *dir, struct hook **list, size_t *n, skiff_err *er
         }
         *list = nl;
         snprintf(nl[*n].name, sizeof(nl[*n].name), "%s", e->d_name);
+        nl[*n].dir = dir_index;
         if ((size_t)snprintf(nl[*n].path, sizeof(nl[*n].path), "%s/%s", dir, e->d_name) >=
             sizeof(nl[*n].path))
             continue;
@@ -66,12 +72,12 @@ int skiff_hooks_run(const char *const *dirs, const char *const *envp, int timeou
     struct hook *list = NULL;
     size_t n = 0;
     for (size_t i = 0; dirs && dirs[i]; i++)
-        if (dirs[i][0] && collect(dirs[i], &list, &n, err) < 0) {
+        if (dirs[i][0] && collect(dirs[i], i, &list, &n, err) < 0) {
             free(list);
             return -1;
         }
     if (n > 1)
-        qsort(list, n, sizeof(*list), cmp_hook); /* stable enough: names differ or dirs order */
+        qsort(list, n, sizeof(*list), cmp_hook);
     int rv = 0;
     for (size_t i = 0; i < n; i++) {
         const char *argv[] = {list[i].path, NULL};
@@ -150,13 +156,14 @@ static int read_env_file(const char *path, char ***env, skiff_err *err)
 
 int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *err)
 {
-    /* the configured directory, then $SKIFF_HOOKS_DIR (config.c may already
-     * have copied it into hooks_dir: then it runs once) */
-    const char *envdir = getenv("SKIFF_HOOKS_DIR");
-    if (envdir && !strcmp(envdir, h->cfg->hooks_dir))
-        envdir = NULL;
-    const char *dirs[] = {h->cfg->hooks_dir, envdir ? envdir : "", NULL};
-    if (!h->cfg->hooks_dir[0] && !(envdir && *envdir))
+    /* the admin's directory, then the user's extra one: both run (the same
+     * directory named twice, once). The library reads no environment: the
+     * front end passes the user's directory in the start options. */
+    const char *extra = h->o->extra_hooks_dir;
+    if (extra && !strcmp(extra, h->cfg->hooks_dir))
+        extra = NULL;
+    const char *dirs[] = {h->cfg->hooks_dir, extra ? extra : "", NULL};
+    if (!h->cfg->hooks_dir[0] && !(extra && *extra))
         return 0;
     char envfile[SKIFF_PATH_MAX + 16], mounts[SKIFF_PATH_MAX + 16], root[SKIFF_PATH_MAX + 8];
     if (skiff_stage_path(h, "hook.env", envfile, sizeof(envfile), err) < 0 ||
