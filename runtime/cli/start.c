@@ -170,6 +170,7 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
     o.no_warm = getenv("SKIFF_NO_WARM") != NULL;
     if (getenv("SKIFF_HOOK_TIMEOUT"))
         o.hook_timeout_s = atoi(getenv("SKIFF_HOOK_TIMEOUT"));
+    o.extra_hooks_dir = getenv("SKIFF_HOOKS_DIR"); /* the user's, with the admin's hooks_dir */
     skiff_trace(o.trace, "cli: main");
     int ch;
     optind = 1;

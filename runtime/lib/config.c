@@ -300,6 +300,11 @@ int skiff_config_load(struct skiff_config *cfg, const char *path, bool use_env, 
         for (const char *p = keys[i].name; *p && j < sizeof(name) - 1; p++)
             name[j++] = (char)toupper((unsigned char)*p);
         name[j] = '\0';
+        /* SKIFF_HOOKS_DIR is the user's extra hooks directory, which the CLI
+         * passes in the start options (doc/hooks.md): read as hooks_dir it
+         * replaced the admin's hooks instead of adding to them. */
+        if (!strcmp(keys[i].name, "hooks_dir"))
+            continue;
         const char *v = getenv(name);
         if (v && skiff_config_set(cfg, keys[i].name, v, err) < 0)
             return skiff_err_wrap(err, "environment %s", name);

@@ -47,6 +47,8 @@ struct skiff_start_opts {
     bool no_warm;               /* do not warm it (diagnostics: SKIFF_NO_WARM=1 in the CLI) */
     int unshare_flags;          /* extra namespaces: CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS */
     const char *const *hook_env; /* K=V passed to hooks (the plugin passes SLURM_*), or NULL */
+    const char *extra_hooks_dir; /* the user's hooks, run with cfg->hooks_dir's (the CLI's
+                                    $SKIFF_HOOKS_DIR; doc/hooks.md), or NULL */
     const char *state_key;      /* unique key for runtime state (plugin: node.job.step); NULL = auto */
     int fuse_fd;                /* an open /dev/fuse fd (root may pass one), or -1 to open it */
     int hook_timeout_s;         /* per hook; 0 = 60 s */

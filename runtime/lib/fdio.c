@@ -1,7 +1,11 @@
 #include "fdio.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -98,4 +102,76 @@ void skiff_close_fds_except(const int *keep, size_t n)
         from = next + 1;
     }
     close_range(from, ~0U, 0);
+}
+
+/* ---- removal ---------------------------------------------------------- */
+
+int skiff_remove_tree_at(int dirfd, const char *name, skiff_err *err)
+{
+    if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
+        return 0;
+    if (errno != EISDIR && errno != EPERM)
+        return skiff_error(err, errno, "remove %s", name);
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", name);
+    int rv = skiff_clear_dir_fd(fd, err);
+    close(fd);
+    if (rv < 0)
+        return -1;
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+        return skiff_error(err, errno, "remove %s", name);
+    return 0;
+}
+
+int skiff_clear_dir_fd(int fd, skiff_err *err)
+{
+    int dfd = dup(fd);
+    if (dfd < 0)
+        return skiff_error(err, errno, "dup");
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        int e = errno;
+        close(dfd);
+        return skiff_error(err, e, "opendir");
+    }
+    int rv = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        /* A read-only directory cannot be emptied by its owner; open it up. */
+        if (de->d_type == DT_DIR && fchmodat(fd, de->d_name, 0700, 0) < 0) {
+            /* best effort: the removal below reports what matters */
+        }
+        if (skiff_remove_tree_at(fd, de->d_name, err) < 0) {
+            rv = -1;
+            break;
+        }
+    }
+    closedir(d);
+    return rv;
+}
+
+int skiff_remove_tree(const char *path, skiff_err *err)
+{
+    char parent[4096];
+    snprintf(parent, sizeof(parent), "%s", path);
+    char *slash = strrchr(parent, '/');
+    const char *name = path;
+    int dirfd = AT_FDCWD;
+    if (slash) {
+        *slash = '\0';
+        name = slash + 1;
+        dirfd = open(slash == parent ? "/" : parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dirfd < 0)
+            return errno == ENOENT ? 0 : skiff_error(err, errno, "open %s", parent);
+    }
+    if (fchmodat(dirfd, name, 0700, 0) < 0) {
+        /* best effort: the removal below reports what matters */
+    }
+    int rv = skiff_remove_tree_at(dirfd, name, err);
+    if (dirfd >= 0)
+        close(dirfd);
+    return rv;
 }

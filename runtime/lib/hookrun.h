@@ -1,6 +1,7 @@
 /* Container start hooks: the executables of the hook directories, run in
- * lexical order of their names (both directories merged), each with an argv
- * of just its path, an explicit environment and a timeout. ABI: doc/hooks.md. */
+ * lexical order of their names (the directories merged; a name found in two
+ * runs from the earlier directory first), each with an argv of just its
+ * path, an explicit environment and a timeout. ABI: doc/hooks.md. */
 #ifndef SKIFF_HOOKRUN_H
 #define SKIFF_HOOKRUN_H
 

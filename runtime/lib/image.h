@@ -16,10 +16,8 @@
 
 #include "config.h"
 #include "error.h"
+#include "imgconfig.h" /* SKIFF_IMAGE_CONFIG_PATH, SKIFF_IMAGE_ENV_PATH */
 
-/* Where the container engineer (and anyone else) finds the image config. */
-#define SKIFF_IMAGE_CONFIG_PATH "/.skiff/config.json"
-#define SKIFF_IMAGE_ENV_PATH "/.skiff/environment"
 
 struct skiff_import_opts {
     const char *arch; /* platform to pick from a manifest list (NULL: the host's) */

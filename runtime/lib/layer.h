@@ -54,11 +54,5 @@ int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const cha
  * files inside an unpacked archive, whose symlinks must not reach the host. */
 int skiff_open_in_root(int dirfd, const char *rel, skiff_err *err);
 
-/* Removes the directory entry name under dirfd, recursively, without
- * following symlinks. ENOENT is not an error. */
-int skiff_remove_tree_at(int dirfd, const char *name, skiff_err *err);
-
-/* Removes the tree at path (the scratch tree of a failed import). */
-int skiff_remove_tree(const char *path, skiff_err *err);
 
 #endif

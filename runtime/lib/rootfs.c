@@ -300,9 +300,10 @@ static void fd_path(char *buf, size_t n, int fd)
     snprintf(buf, n, "/proc/self/fd/%d", fd);
 }
 
-int skiff_mount_bind(const char *src, int target_fd, bool recursive, bool readonly, bool noexec,
-                     bool keep_dev, skiff_err *err)
+int skiff_mount_bind(const char *src, int target_fd, unsigned flags, skiff_err *err)
 {
+    bool recursive = flags & SKIFF_BIND_REC, readonly = flags & SKIFF_BIND_RO, noexec = flags & SKIFF_BIND_NOEXEC,
+         keep_dev = flags & SKIFF_BIND_DEV;
     cleanup_close int tree =
         open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0));
     if (tree < 0) {
@@ -340,11 +341,12 @@ int skiff_mount_fs(const char *fstype, const char *source, int target_fd, unsign
     return 0;
 }
 
-int skiff_mount_setattr(int target_fd, bool rec, bool readonly, skiff_err *err)
+int skiff_mount_setattr(int target_fd, unsigned flags, skiff_err *err)
 {
     struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                                          (readonly ? MOUNT_ATTR_RDONLY : 0)};
-    if (mount_setattr(target_fd, "", AT_EMPTY_PATH | (rec ? AT_RECURSIVE : 0), &attr, sizeof(attr)) < 0)
+                                          (flags & SKIFF_BIND_RO ? MOUNT_ATTR_RDONLY : 0)};
+    if (mount_setattr(target_fd, "", AT_EMPTY_PATH | (flags & SKIFF_BIND_REC ? AT_RECURSIVE : 0), &attr,
+                      sizeof(attr)) < 0)
         return skiff_error(err, errno, "set mount attributes");
     return 0;
 }
@@ -383,7 +385,10 @@ int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err)
     int rc = m->tmpfs ? skiff_mount_fs("tmpfs", "tmpfs", target, (m->readonly ? MS_RDONLY : 0) |
                                                                      (m->noexec ? MS_NOEXEC : 0),
                                        m->data ? m->data : "mode=0755", err)
-                      : skiff_mount_bind(m->src, target, m->recursive, m->readonly, m->noexec, chardev, err);
+                      : skiff_mount_bind(m->src, target,
+                                         (m->recursive ? SKIFF_BIND_REC : 0) | (m->readonly ? SKIFF_BIND_RO : 0) |
+                                             (m->noexec ? SKIFF_BIND_NOEXEC : 0) | (chardev ? SKIFF_BIND_DEV : 0),
+                                         err);
     if (rc < 0)
         return skiff_err_wrap(err, "mount %s", m->dst);
     return 0;

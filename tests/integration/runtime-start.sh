@@ -220,6 +220,21 @@ if grep -Eq '^first [0-9]+ rootfs$' $W/share/hooklog && [ "$(sed -n 2p $W/share/
   t_pass "hooks run in lexical order with SKIFF_ROOTFS/SKIFF_PID"
 else t_fail "hooks run in lexical order with SKIFF_ROOTFS/SKIFF_PID" "$(cat $W/share/hooklog)"; fi
 check_out "-e beats the hook env file" "cli" st -e OVER=cli $W/bb.sqsh sh -c 'echo $OVER'
+# the admin's hooks_dir (skiff.conf) and the user's $SKIFF_HOOKS_DIR both run, merged
+# by name; a name in both runs the admin's first (doc/hooks.md)
+AH=$W/adminhooks
+mkdir -p $AH
+printf '#!/bin/sh\necho admin-05 >> %s\n' $W/share/hooklog >$AH/05-admin
+printf '#!/bin/sh\necho admin-20 >> %s\n' $W/share/hooklog >$AH/20-second
+chmod 755 $AH $AH/05-admin $AH/20-second
+printf 'hooks_dir = %s\n' $AH >$W/admin.conf && chmod 644 $W/admin.conf
+rm -f $W/share/hooklog
+EXTRA_ENV="SKIFF_CONFIG=$W/admin.conf SKIFF_HOOKS_DIR=$H"
+check_rc "admin and user hook directories: start" 0 st $W/bb.sqsh true
+got=$(sed 's/^first .*/first/' $W/share/hooklog 2>/dev/null | tr '\n' ' ')
+if [ "$got" = "admin-05 first admin-20 second " ]; then t_pass "admin and user hook directories both run, in name order"
+else t_fail "admin and user hook directories both run, in name order" "got: $got"; fi
+EXTRA_ENV="SKIFF_HOOKS_DIR=$H"
 printf '#!/bin/sh\necho boom >&2\nexit 4\n' >$H/30-fail; chmod 755 $H/30-fail; chown $TUSER: $H/30-fail
 t_fails_with "failing hook aborts, named, with status and stderr" "hook $H/30-fail failed \(exit status 4\): boom" st $W/bb.sqsh true
 rm -f $H/30-fail

@@ -57,6 +57,20 @@ Test(config, env_overrides_file)
     unlink(tmpconf);
 }
 
+/* SKIFF_HOOKS_DIR is the user's extra hooks directory (the CLI passes it in
+ * the start options): it must not replace the admin's hooks_dir. */
+Test(config, hooks_dir_env_is_not_an_override)
+{
+    write_conf("hooks_dir = /etc/skiff/hooks.d\n");
+    setenv("SKIFF_HOOKS_DIR", "/tmp/user-hooks", 1);
+    struct skiff_config cfg;
+    skiff_err err;
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, true, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(cfg.hooks_dir, "/etc/skiff/hooks.d");
+    unsetenv("SKIFF_HOOKS_DIR");
+    unlink(tmpconf);
+}
+
 Test(config, errors_name_line_and_key)
 {
     struct skiff_config cfg;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "digest.h"
+#include "fdio.h"
 #include "layer.h"
 #include "registry.h"
 

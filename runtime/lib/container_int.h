@@ -1,0 +1,90 @@
+/* Private to the container module, whose API is container.h: what its files
+ * share. container.c starts the holder, spawns the command and joins;
+ * ctstate.c keeps a container's runtime state (state directory, state file,
+ * prune, load) and stops it; assemble.c builds the root filesystem (lower +
+ * overlay, system mounts, user mounts); hookrun.c runs the hooks (ABI:
+ * doc/hooks.md). The CLI and the plugin must not include this header. */
+#ifndef SKIFF_CONTAINER_INT_H
+#define SKIFF_CONTAINER_INT_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "container.h"
+#include "error.h"
+#include "state.h"
+
+/* The PATH every container (and every hook) starts from. */
+#define SKIFF_DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+struct skiff_fuse;
+
+/* What the holder knows while it sets the container up. */
+struct skiff_holder {
+    const struct skiff_config *cfg;
+    const struct skiff_start_opts *o;
+    const char *state_dir;
+    char image[SKIFF_PATH_MAX];
+    char upper[SKIFF_PATH_MAX]; /* persistent upper (named), or "" */
+    bool writable;
+    bool rootfs_only; /* export: lower + overlay, no system mounts, no pivot */
+    char stage[SKIFF_PATH_MAX];
+    char home[SKIFF_PATH_MAX]; /* the user's home (--mount-home), looked up before the namespace */
+    struct skiff_fuse *fuse;   /* the image's FUSE server (NULL: extracted) */
+    sigset_t caller_mask;      /* the caller's signal mask, for the spawned command */
+    pid_t caller;              /* the process that forked the holder */
+};
+
+/* ---- container.c ---- */
+
+/* Appends a copy of s to the NULL-terminated list *v. */
+int skiff_strv_push(char ***v, const char *s, skiff_err *err);
+
+/* Sets K=V in an env list: replaces an existing K, else appends. */
+int skiff_env_set(char ***v, const char *kv, skiff_err *err);
+
+/* h->stage/sub into out (n bytes). */
+int skiff_stage_path(const struct skiff_holder *h, const char *sub, char *out, size_t n, skiff_err *err);
+
+/* ---- ctstate.c ---- */
+
+/* Fills c from the records of the holder's report or the state file. */
+int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skiff_err *err);
+
+/* runtime_path/KEY into out (SKIFF_PATH_MAX bytes); no key: "pid-PID". */
+int skiff_state_dir_for(const struct skiff_config *cfg, const char *key, pid_t pid, char *out, skiff_err *err);
+
+/* Creates path 0700 if missing and checks it is ours and private. */
+int skiff_state_private_dir(const char *path, skiff_err *err);
+
+/* Writes the state file (the holder's report) into state_dir, atomically. */
+int skiff_state_write(const char *state_dir, const struct skiff_recbuf *rec, skiff_err *err);
+
+/* Removes the state dir and whatever hooks left in it. */
+void skiff_state_remove(const char *state_dir);
+
+/* Whether pid's parent is parent. */
+bool skiff_is_child_of(pid_t pid, pid_t parent);
+
+/* ---- assemble.c ---- */
+
+/* Lower (FUSE or extracted) + overlay on h->stage/root; returns an O_PATH
+ * fd of the root, or -1. Sets h->fuse. */
+int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err);
+
+/* /proc, a minimal /dev, /sys, /tmp and the host's hosts/resolv.conf/hostname. */
+int skiff_rootfs_system_mounts(int rootfd, skiff_err *err);
+
+/* The user's home (home: NULL for none), then the user's mount specs. */
+int skiff_rootfs_user_mounts(int rootfd, const char *home, const char *const *specs, skiff_err *err);
+
+/* ---- hookrun.c ---- */
+
+/* Runs the hooks of the container h is setting up (doc/hooks.md), then adds
+ * their env file lines to *env and applies their mounts file. */
+int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *err);
+
+#endif

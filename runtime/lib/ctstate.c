@@ -1,0 +1,416 @@
+/* A container's runtime state and its end; see container_int.h.
+ *
+ * Each container has a directory runtime_path/KEY (KEY: the plugin's
+ * node.job.step, or pid-HOLDER for `skiff start`) holding the state file
+ * (the holder's report, records of state.h) that `skiff exec` loads, the
+ * holder's staging mount point and whatever hooks keep there. Stop kills
+ * the holder, its FUSE server and what is left in the container, then
+ * removes the directory. */
+#include "container_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fdio.h"
+#include "named.h"
+
+#define STATE_FILE "state"
+
+/* ---- wire format between holder and parent (and the state file) ----
+ * records (state.h): 'W' workdir, 'E' env, 'P' entrypoint word, 'C' cmd
+ * word, 'H' holder pid, 'X' pid of the spawned command, 'F' pid of the
+ * FUSE server. */
+int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skiff_err *err)
+{
+    size_t off = 0;
+    char tag;
+    const char *s;
+    int more;
+    while ((more = skiff_rec_next(p, len, &off, &tag, &s)) != 0) {
+        if (more < 0)
+            return skiff_error(err, EINVAL, "truncated container state");
+        int rc = 0;
+        switch (tag) {
+        case 'W':
+            snprintf(c->workdir, sizeof(c->workdir), "%s", s);
+            break;
+        case 'H':
+            c->holder = skiff_rec_pid(s);
+            break;
+        case 'X':
+            c->command = skiff_rec_pid(s);
+            break;
+        case 'F':
+            c->server = skiff_rec_pid(s);
+            break;
+        case 'E':
+            rc = skiff_strv_push(&c->env, s, err);
+            break;
+        case 'P':
+            rc = skiff_strv_push(&c->entrypoint, s, err);
+            break;
+        case 'C':
+            rc = skiff_strv_push(&c->cmd, s, err);
+            break;
+        default:
+            return skiff_error(err, EINVAL, "corrupt container state");
+        }
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+
+/* ---- paths ---- */
+
+int skiff_state_private_dir(const char *path, skiff_err *err)
+{
+    if (mkdir(path, 0700) < 0 && errno != EEXIST)
+        return skiff_error(err, errno, "create %s", path);
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return skiff_error(err, errno, "stat %s", path);
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022))
+        return skiff_error(err, EPERM,
+                           "%s must be a directory owned by uid %u and writable only by it (remove it, "
+                           "or set runtime_path)",
+                           path, (unsigned)geteuid());
+    return 0;
+}
+
+int skiff_state_dir_for(const struct skiff_config *cfg, const char *key, pid_t pid, char *out,
+                         skiff_err *err)
+{
+    char autokey[32];
+    if (!key || !*key) {
+        snprintf(autokey, sizeof(autokey), "pid-%d", (int)pid);
+        key = autokey;
+    }
+    if (!skiff_name_valid(key))
+        return skiff_error(err, EINVAL, "state key '%s' may only contain letters, digits, '.', '_', '-'", key);
+    if ((size_t)snprintf(out, SKIFF_PATH_MAX, "%s/%s", cfg->runtime_path, key) >= SKIFF_PATH_MAX)
+        return skiff_error(err, ENAMETOOLONG, "runtime path");
+    return 0;
+}
+
+int skiff_state_write(const char *state_dir, const struct skiff_recbuf *rec, skiff_err *err)
+{
+    /* written atomically: `skiff exec` may read it at any time */
+    char tmp[SKIFF_PATH_MAX + 16], fin[SKIFF_PATH_MAX + 16];
+    snprintf(tmp, sizeof(tmp), "%s/" STATE_FILE ".tmp", state_dir);
+    snprintf(fin, sizeof(fin), "%s/" STATE_FILE, state_dir);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || skiff_write_all(fd, rec->p, rec->len) < 0 || close(fd) < 0 || rename(tmp, fin) < 0)
+        return skiff_error(err, errno, "write %s", fin);
+    return 0;
+}
+
+/* Removes the state dir and whatever hooks left in it (they may use
+ * SKIFF_STATE_DIR as scratch). Every caller runs as the state's owner (the
+ * plugin starts containers from its user-side helper, never as root). */
+void skiff_state_remove(const char *state_dir)
+{
+    struct stat st;
+    if (lstat(state_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+        return;
+    skiff_err e;
+    skiff_rm_tree(state_dir, &e);
+}
+
+/* State letter and parent pid of process pid, from /proc/PID/stat
+ * ("PID (COMM) STATE PPID ..."): 0, or -1 when it is gone. */
+static int proc_state(pid_t pid, char *state, int *ppid)
+{
+    char p[64], buf[512];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    return paren && sscanf(paren + 1, " %c %d", state, ppid) == 2 ? 0 : -1;
+}
+
+/* A holder of ours is alive: the process exists, is not a zombie (an
+ * orphan waits for init to reap it), and is ours (signalling it works: a
+ * pid reused by another user's process is not our holder). */
+static bool holder_alive(pid_t pid)
+{
+    char state;
+    int ppid;
+    if (kill(pid, 0) < 0)
+        return false;
+    return proc_state(pid, &state, &ppid) < 0 || state != 'Z'; /* unreadable: kept, to be safe */
+}
+
+int skiff_container_remove_state(const struct skiff_config *cfg, const char *key, skiff_err *err)
+{
+    char dir[SKIFF_PATH_MAX];
+    if (!key || !*key)
+        return skiff_error(err, 0, "no state key");
+    if (skiff_state_dir_for(cfg, key, 0, dir, err) < 0)
+        return -1;
+    skiff_state_remove(dir);
+    return 0;
+}
+
+void skiff_container_prune(const struct skiff_config *cfg)
+{
+    DIR *d = opendir(cfg->runtime_path);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "pid-", 4) != 0)
+            continue;
+        char *end;
+        long pid = strtol(e->d_name + 4, &end, 10);
+        if (*end || pid <= 0 || pid > INT_MAX)
+            continue;
+        if (holder_alive((pid_t)pid))
+            continue;
+        char p[SKIFF_PATH_MAX + 300];
+        if ((size_t)snprintf(p, sizeof(p), "%s/%s", cfg->runtime_path, e->d_name) < sizeof(p))
+            skiff_state_remove(p);
+    }
+    closedir(d);
+}
+
+/* Whether pid's parent is parent. */
+bool skiff_is_child_of(pid_t pid, pid_t parent)
+{
+    char state;
+    int ppid;
+    return proc_state(pid, &state, &ppid) == 0 && ppid == (int)parent;
+}
+
+/* Kills the processes left in the container's mount namespace (a command's
+ * background children): without a PID namespace they are found by their
+ * /proc/PID/ns/mnt, compared with the holder's (ns = its stat). */
+static void kill_leftovers(pid_t holder, const struct stat *ns)
+{
+    char p[64];
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    struct dirent *e;
+    pid_t self = getpid();
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid == holder || pid == self)
+            continue;
+        struct stat st;
+        snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)pid);
+        if (stat(p, &st) == 0 && st.st_ino == ns->st_ino && st.st_dev == ns->st_dev) {
+            /* wait until it is dead (not reaped: its parent may be init),
+             * so nothing of the container runs once stop returns */
+            int pfd = pidfd_open(pid, 0);
+            kill(pid, SIGKILL);
+            if (pfd >= 0) {
+                struct pollfd pf = {.fd = pfd, .events = POLLIN};
+                poll(&pf, 1, 2000);
+                close(pfd);
+            }
+        }
+    }
+    closedir(d);
+}
+
+/* The FUSE server dies with the holder anyway (PR_SET_PDEATHSIG), but only
+ * once the holder has torn its namespace down: killed now, both exit at
+ * once. */
+static void kill_server(struct skiff_container *c)
+{
+    if (c->server_pidfd < 0)
+        return;
+    pidfd_send_signal(c->server_pidfd, SIGKILL, NULL, 0);
+    close(c->server_pidfd);
+    c->server_pidfd = -1;
+}
+
+#define JOINED_FILE "joined"
+
+int skiff_container_mark_joined(const struct skiff_container *c, skiff_err *err)
+{
+    if (!c->state_dir[0])
+        return skiff_error(err, ENOENT, "container state directory unknown");
+    char p[SKIFF_PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/" JOINED_FILE, c->state_dir);
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return skiff_error(err, errno, "mark %s as joined", c->state_dir);
+    close(fd);
+    return 0;
+}
+
+/* Subreaper stop: SIGKILLs every child of ours and reaps it, until none is
+ * left (orphans of the container come to us as their parents die). -1
+ * when /proc cannot list our children. */
+static int kill_children(void)
+{
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/self/task/%d/children", (int)getpid());
+    for (;;) {
+        char buf[4096];
+        cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        if (n < 0)
+            return -1; /* (waiting blind could wait for a child never killed) */
+        buf[n] = '\0';
+        for (char *q = buf, *end; *q; q = end) {
+            long pid = strtol(q, &end, 10);
+            if (end == q)
+                break;
+            if (pid > 0)
+                kill((pid_t)pid, SIGKILL);
+        }
+        if (waitpid(-1, NULL, 0) < 0 && errno == ECHILD)
+            return 0;
+    }
+}
+
+static bool was_joined(const char *state_dir)
+{
+    char p[SKIFF_PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/" JOINED_FILE, state_dir);
+    return state_dir[0] && access(p, F_OK) == 0;
+}
+
+int skiff_container_stop(struct skiff_container *c, skiff_err *err)
+{
+    (void)err;
+    if (c->subreaper && (c->holder > 0 || c->mntns_ino)) {
+        /* the holder first: once it is reaped, nobody can join any more,
+         * so the mark below is final */
+        if (c->holder > 0) {
+            kill(c->holder, SIGKILL);
+            kill_server(c);
+            while (waitpid(c->holder, NULL, 0) < 0 && errno == EINTR)
+                ;
+            c->holder = 0;
+        }
+        skiff_trace(c->trace, "stop: holder reaped");
+        if (was_joined(c->state_dir) && c->mntns_ino) {
+            struct stat ns = {.st_dev = c->mntns_dev, .st_ino = c->mntns_ino};
+            kill_leftovers(0, &ns);
+        }
+        if (kill_children() < 0 && c->mntns_ino) {
+            struct stat ns = {.st_dev = c->mntns_dev, .st_ino = c->mntns_ino};
+            kill_leftovers(0, &ns);
+        }
+        c->mntns_ino = 0;
+        skiff_trace(c->trace, "stop: children reaped");
+    }
+    if (c->holder > 0) {
+        /* kill first, clean up while the kernel tears the namespace down,
+         * reap last */
+        char p[64];
+        struct stat ns;
+        snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)c->holder);
+        bool have_ns = stat(p, &ns) == 0;
+        int pfd = pidfd_open(c->holder, 0);
+        kill(c->holder, SIGKILL);
+        kill_server(c);
+        if (have_ns)
+            kill_leftovers(c->holder, &ns);
+        skiff_trace(c->trace, "stop: killed");
+        if (waitpid(c->holder, NULL, 0) < 0 && errno == ECHILD && pfd >= 0) {
+            /* not our child: wait until it is gone */
+            struct pollfd pf = {.fd = pfd, .events = POLLIN};
+            poll(&pf, 1, 5000);
+        }
+        if (pfd >= 0)
+            close(pfd);
+        c->holder = 0;
+        skiff_trace(c->trace, "stop: holder reaped");
+    }
+    kill_server(c); /* (its holder was gone already) */
+    if (c->owns_state && c->state_dir[0])
+        skiff_state_remove(c->state_dir);
+    c->state_dir[0] = '\0';
+    skiff_strv_free(c->env);
+    skiff_strv_free(c->entrypoint);
+    skiff_strv_free(c->cmd);
+    c->env = c->entrypoint = c->cmd = NULL;
+    return 0;
+}
+
+void skiff_container_free(struct skiff_container *c)
+{
+    if (c->server_pidfd >= 0)
+        close(c->server_pidfd);
+    c->server_pidfd = -1;
+    skiff_strv_free(c->env);
+    skiff_strv_free(c->entrypoint);
+    skiff_strv_free(c->cmd);
+    c->env = c->entrypoint = c->cmd = NULL;
+    c->holder = 0;
+}
+
+int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff_container *c, skiff_err *err)
+{
+    memset(c, 0, sizeof(*c));
+    c->server_pidfd = -1;
+    char p[64];
+    struct stat want;
+    snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)pid);
+    if (stat(p, &want) < 0)
+        return skiff_error(err, errno, "process %d (is it running, and yours?)", (int)pid);
+    DIR *d = opendir(cfg->runtime_path);
+    if (!d)
+        return skiff_error(err, errno, "no running containers (%s)", cfg->runtime_path);
+    struct dirent *e;
+    int rv = -1;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char sp[SKIFF_PATH_MAX + 300];
+        snprintf(sp, sizeof(sp), "%s/%s/" STATE_FILE, cfg->runtime_path, e->d_name);
+        cleanup_close int fd = open(sp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue;
+        char buf[1 << 16];
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n <= 0)
+            continue;
+        struct skiff_container t = {0};
+        skiff_err e2;
+        if (skiff_state_parse(buf, (size_t)n, &t, &e2) == 0 && t.holder > 0) {
+            struct stat hs;
+            snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)t.holder);
+            if (stat(p, &hs) == 0 && hs.st_ino == want.st_ino && hs.st_dev == want.st_dev) {
+                *c = t;
+                if ((size_t)snprintf(c->state_dir, sizeof(c->state_dir), "%s/%s", cfg->runtime_path,
+                                     e->d_name) >= sizeof(c->state_dir))
+                    c->state_dir[0] = '\0';
+                c->owns_state = false;
+                rv = 0;
+                break;
+            }
+        }
+        skiff_strv_free(t.env);
+        skiff_strv_free(t.entrypoint);
+        skiff_strv_free(t.cmd);
+    }
+    closedir(d);
+    if (rv < 0)
+        skiff_error(err, ESRCH, "process %d is not in a skiff container of yours (see 'skiff list')", (int)pid);
+    return rv;
+}
