@@ -52,6 +52,7 @@
 #include "clock.h"
 #include "ddp_env.h"
 #include "named.h"
+#include "ns.h"
 #include "plugin.h"
 #include "proto.h"
 #include "userproc.h"
@@ -453,17 +454,9 @@ out:
 /* /proc/PID/stat's parent pid; -1 when unreadable. */
 static int parent_of(pid_t pid)
 {
-    char p[64], buf[512];
-    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');
     char state;
     int ppid;
-    return paren && sscanf(paren + 1, " %c %d", &state, &ppid) == 2 ? ppid : -1;
+    return skiff_proc_stat(pid, &state, &ppid) == 0 ? ppid : -1;
 }
 
 /* Whether all four uids of /proc/PID/status (real, effective, saved, fs) are uid. */

@@ -1,7 +1,6 @@
 /* See userproc.h. */
 #include "userproc.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -287,26 +286,8 @@ static void kill_ns_members(int mntns_fd)
     struct stat ns;
     if (fstat(mntns_fd, &ns) < 0)
         return;
-    for (int pass = 0; pass < 5; pass++) {
-        DIR *d = opendir("/proc");
-        if (!d)
-            return;
-        int killed = 0;
-        struct dirent *e;
-        char p[300];
-        while ((e = readdir(d))) {
-            if (e->d_name[0] < '1' || e->d_name[0] > '9')
-                continue;
-            struct stat st;
-            snprintf(p, sizeof(p), "/proc/%s/ns/mnt", e->d_name);
-            if (stat(p, &st) == 0 && st.st_ino == ns.st_ino && st.st_dev == ns.st_dev &&
-                kill((pid_t)atoi(e->d_name), SIGKILL) == 0)
-                killed++;
-        }
-        closedir(d);
-        if (!killed)
-            return;
-    }
+    for (int pass = 0; pass < 5 && skiff_ns_kill_members(&ns, 0, 0) > 0; pass++)
+        ;
 }
 
 int skiff_fork_as_user(const struct skiff_user *u, const int *keep, size_t nkeep, int (*fn)(void *arg), void *arg,

@@ -24,6 +24,7 @@
 
 #include "fdio.h"
 #include "named.h"
+#include "ns.h"
 
 #define STATE_FILE "state"
 
@@ -129,21 +130,6 @@ void skiff_state_remove(const char *state_dir)
     skiff_rm_tree(state_dir, &e);
 }
 
-/* State letter and parent pid of process pid, from /proc/PID/stat
- * ("PID (COMM) STATE PPID ..."): 0, or -1 when it is gone. */
-static int proc_state(pid_t pid, char *state, int *ppid)
-{
-    char p[64], buf[512];
-    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');
-    return paren && sscanf(paren + 1, " %c %d", state, ppid) == 2 ? 0 : -1;
-}
-
 /* A holder of ours is alive: the process exists, is not a zombie (an
  * orphan waits for init to reap it), and is ours (signalling it works: a
  * pid reused by another user's process is not our holder). */
@@ -153,7 +139,7 @@ static bool holder_alive(pid_t pid)
     int ppid;
     if (kill(pid, 0) < 0)
         return false;
-    return proc_state(pid, &state, &ppid) < 0 || state != 'Z'; /* unreadable: kept, to be safe */
+    return skiff_proc_stat(pid, &state, &ppid) < 0 || state != 'Z'; /* unreadable: kept, to be safe */
 }
 
 int skiff_container_remove_state(const struct skiff_config *cfg, const char *key, skiff_err *err)
@@ -194,41 +180,15 @@ bool skiff_is_child_of(pid_t pid, pid_t parent)
 {
     char state;
     int ppid;
-    return proc_state(pid, &state, &ppid) == 0 && ppid == (int)parent;
+    return skiff_proc_stat(pid, &state, &ppid) == 0 && ppid == (int)parent;
 }
 
 /* Kills the processes left in the container's mount namespace (a command's
- * background children): without a PID namespace they are found by their
- * /proc/PID/ns/mnt, compared with the holder's (ns = its stat). */
+ * background children), and waits until each is dead, so nothing of the
+ * container runs once stop returns. */
 static void kill_leftovers(pid_t holder, const struct stat *ns)
 {
-    char p[64];
-    DIR *d = opendir("/proc");
-    if (!d)
-        return;
-    struct dirent *e;
-    pid_t self = getpid();
-    while ((e = readdir(d))) {
-        if (e->d_name[0] < '1' || e->d_name[0] > '9')
-            continue;
-        pid_t pid = (pid_t)atoi(e->d_name);
-        if (pid == holder || pid == self)
-            continue;
-        struct stat st;
-        snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)pid);
-        if (stat(p, &st) == 0 && st.st_ino == ns->st_ino && st.st_dev == ns->st_dev) {
-            /* wait until it is dead (not reaped: its parent may be init),
-             * so nothing of the container runs once stop returns */
-            int pfd = pidfd_open(pid, 0);
-            kill(pid, SIGKILL);
-            if (pfd >= 0) {
-                struct pollfd pf = {.fd = pfd, .events = POLLIN};
-                poll(&pf, 1, 2000);
-                close(pfd);
-            }
-        }
-    }
-    closedir(d);
+    skiff_ns_kill_members(ns, holder, 2000);
 }
 
 /* The FUSE server dies with the holder anyway (PR_SET_PDEATHSIG), but only

@@ -1,13 +1,18 @@
 /* See ns.h. */
 #include "ns.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <grp.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -131,4 +136,51 @@ out:
         if (fds[i] >= 0)
             close(fds[i]);
     return rv;
+}
+
+int skiff_proc_stat(pid_t pid, char *state, int *ppid)
+{
+    char p[64], buf[512];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    /* the command name may hold ')' and spaces: the last ')' ends it */
+    const char *paren = strrchr(buf, ')');
+    return paren && sscanf(paren + 1, " %c %d", state, ppid) == 2 ? 0 : -1;
+}
+
+int skiff_ns_kill_members(const struct stat *ns, pid_t skip, int wait_ms)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    struct dirent *e;
+    pid_t self = getpid();
+    int killed = 0;
+    char p[64];
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid == skip || pid == self)
+            continue;
+        struct stat st;
+        snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)pid);
+        if (stat(p, &st) < 0 || st.st_ino != ns->st_ino || st.st_dev != ns->st_dev)
+            continue;
+        /* (not reaped here: its parent may be init) */
+        int pfd = wait_ms > 0 ? pidfd_open(pid, 0) : -1;
+        if (kill(pid, SIGKILL) == 0)
+            killed++;
+        if (pfd >= 0) {
+            struct pollfd pf = {.fd = pfd, .events = POLLIN};
+            poll(&pf, 1, wait_ms);
+            close(pfd);
+        }
+    }
+    closedir(d);
+    return killed;
 }

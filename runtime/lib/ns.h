@@ -4,6 +4,7 @@
 #define SKIFF_NS_H
 
 #include <stdbool.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "error.h"
@@ -22,5 +23,16 @@ int skiff_ns_create(int extra_flags, bool remap_root, skiff_err *err);
 /* setns into pid's user, mount and (where they differ from ours) net, ipc,
  * uts namespaces, then chroot into pid's root. */
 int skiff_ns_join(pid_t pid, skiff_err *err);
+
+/* State letter and parent pid of pid from /proc/PID/stat: 0, or -1 when it
+ * is gone or unreadable. */
+int skiff_proc_stat(pid_t pid, char *state, int *ppid);
+
+/* SIGKILLs every process (but skip and the caller) whose mount namespace is
+ * ns (the stat of a /proc/PID/ns/mnt): without a PID namespace that is how
+ * a container's processes are found. With wait_ms > 0 it waits up to that
+ * long for each to die. Returns how many it signalled. It can only signal
+ * what the caller may: the plugin calls it as the job's user. */
+int skiff_ns_kill_members(const struct stat *ns, pid_t skip, int wait_ms);
 
 #endif

@@ -56,12 +56,13 @@ int skiff_spawn(const char *const *argv, const char *const *envp, int stdout_fd,
         sigset_t none; /* the holder blocks every signal; its helpers must not */
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        /* nor inherit a signal the caller ignores (the plugin's helper
-         * ignores Slurm's step signals) */
+        /* An ignored SIGPIPE would change how the helper's pipelines end
+         * (writers get EPIPE errors instead of dying quietly). The plugin's
+         * helper also ignores Slurm's step signals (TERM, USR1, ...); those
+         * stay ignored, so an importer's `release` or a hook is not killed
+         * by the SIGTERM of the job's end either. */
         struct sigaction dfl = {.sa_handler = SIG_DFL};
-        for (int s = 1; s < NSIG; s++)
-            if (s != SIGKILL && s != SIGSTOP)
-                sigaction(s, &dfl, NULL);
+        sigaction(SIGPIPE, &dfl, NULL);
         int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null >= 0)
             dup2(null, 0);

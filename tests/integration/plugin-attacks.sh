@@ -181,7 +181,7 @@ wait $spid
 plugstack timeout=6
 if [ "$seen" -ge 4 ] && [ -z "$bad" ]; then
   t_pass "3: helper, holder, FUSE server and an exit-time helper hold no socket or file of slurmstepd's ($seen processes)"
-else t_fail "3: fds reachable by the user" "seen=$seen: $bad"; fi
+else t_fail "3: fds reachable by the user" "seen=$seen: $bad / release step: $(head -c 300 "$T/release.out")"; fi
 
 # --- 4. a FIFO as the image: slurmstepd is not wedged ----------------------------------------------
 rm -f "$UHOME/f1"; runuser -u "$U" -- mkfifo "$UHOME/f1"
