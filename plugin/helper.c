@@ -183,12 +183,6 @@ static int prepare(const struct skiff_request *q, char *image, size_t n, skiff_e
     return 0;
 }
 
-/* Which phase a start error belongs to, from libskiff's message. */
-static const char *start_phase(const char *msg)
-{
-    return strstr(msg, "hook") ? "hook" : "mount";
-}
-
 static int verb_start(const struct skiff_request *q)
 {
     skiff_err err;
@@ -221,7 +215,7 @@ static int verb_start(const struct skiff_request *q)
     so.die_with_parent = true;
     struct skiff_container c;
     if (skiff_container_start(&q->cfg, &so, &c, &err) < 0) {
-        put_failure(&b, start_phase(err.msg), &err);
+        put_failure(&b, c.failed_phase == SKIFF_START_FAILED_HOOKS ? "hook" : "mount", &err);
         answer(&b);
         return 1;
     }

@@ -326,8 +326,10 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
             skiff_err_wrap(err, "image Env");
             goto out;
         }
-    if (skiff_hooks_container(h, &env, err) < 0)
+    if (skiff_hooks_container(h, &env, err) < 0) {
+        h->failed_in_hooks = true;
         goto out;
+    }
     skiff_trace(o->trace, "holder: hooks");
     for (size_t i = 0; o->env && o->env[i]; i++)
         if (skiff_env_set(&env, o->env[i], err) < 0)
@@ -440,7 +442,7 @@ static void holder_main(struct skiff_holder *h, int wfd)
     skiff_err_clear(&err);
     struct skiff_recbuf out = {0};
     int rc = holder_setup(h, &out, &err);
-    int32_t status = rc;
+    int32_t status = rc < 0 && h->failed_in_hooks ? -2 : rc;
     if (skiff_write_all(wfd, &status, sizeof(status)) < 0)
         _exit(1);
     if (rc < 0) {
@@ -510,6 +512,7 @@ static int read_reply(int rfd, pid_t pid, struct skiff_container *c, skiff_err *
     }
     memcpy(&status, data, sizeof(status));
     if (status < 0) {
+        c->failed_phase = status == -2 ? SKIFF_START_FAILED_HOOKS : SKIFF_START_FAILED_SETUP;
         if (len >= sizeof(status) + sizeof(*err))
             memcpy(err, data + sizeof(status), sizeof(*err));
         else

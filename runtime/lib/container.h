@@ -73,6 +73,12 @@ struct skiff_start_opts {
 /* Default options: everything off, fuse_fd = -1, use_entrypoint = true. */
 void skiff_start_opts_init(struct skiff_start_opts *opts);
 
+/* Where a failed start failed (the plugin names it: "skiff: hook: ..."). */
+enum skiff_start_failure {
+    SKIFF_START_FAILED_SETUP, /* image, mounts, namespaces, working directory */
+    SKIFF_START_FAILED_HOOKS, /* a hook, or what a hook asked for */
+};
+
 struct skiff_container {
     pid_t holder;                  /* the parked process holding the namespaces; 0 = none */
     pid_t command;                 /* the command started with opts->spawn (our child); 0 = none */
@@ -88,6 +94,7 @@ struct skiff_container {
     dev_t mntns_dev;               /* the container's mount namespace (subreaper stop) */
     ino_t mntns_ino;
     bool trace;                    /* from opts->trace */
+    enum skiff_start_failure failed_phase; /* after skiff_container_start failed */
 };
 
 int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_opts *opts,

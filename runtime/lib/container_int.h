@@ -36,6 +36,7 @@ struct skiff_holder {
     struct skiff_fuse *fuse;   /* the image's FUSE server (NULL: extracted) */
     sigset_t caller_mask;      /* the caller's signal mask, for the spawned command */
     pid_t caller;              /* the process that forked the holder */
+    bool failed_in_hooks;      /* setup failed in the hooks (reported as status -2) */
 };
 
 /* ---- container.c ---- */

@@ -237,6 +237,16 @@ out_is "importer=PROGRAM resolves the image" from-image srun1 --container-image=
 t_fails_with "importer failure is an import error" "skiff: import: importer .* failed" srun1 --container-image=site/other:1 true
 echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
 
+# --- a failing hook is named as the hook phase ----------------------------------------------------
+mkdir -p "$T/hookfail"
+printf '#!/bin/sh\necho "no such device here" >&2\nexit 3\n' >"$T/hookfail/10-fails"
+chmod 755 "$T/hookfail/10-fails"
+echo "hooks_dir = $T/hookfail" >"$T/hookfail.conf"
+echo "required $PLUGIN config=$T/hookfail.conf" >"$SKIFF_PLUGSTACK"
+t_fails_with "a failing hook: the error names the hook phase, the hook and its message" \
+  "skiff: hook: .*10-fails.*no such device here" srun1 --container-image="$IMG" true
+echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
+
 # --- container_scope=job: named containers go at job end ------------------------------------------
 echo "required $PLUGIN container_scope=job" >"$SKIFF_PLUGSTACK"
 jid=$(as_user sbatch --parsable -w n1 --wrap "srun --container-image=$IMG --container-name=pt-job true" 2>"$T/err")
