@@ -9,7 +9,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
 SKIFF=$BUILD/bin/skiff
 RUNS=${BENCH_RUNS:-40}
-TUSER=skifftest
+TUSER=${SKIFF_TEST_USER:-skifftest}
 for tool in hyperfine mksquashfs busybox setpriv python3; do
   command -v $tool >/dev/null || { echo "bench start: $tool missing (scripts/install-deps test)"; exit 1; }
 done

@@ -30,6 +30,6 @@ grep -q 'training done' "$out" && grep -q 'loss curve: .*loss.png' "$out" && t_p
   t_fail "first/last loss and the PNG path printed" "$(tail -5 "$out")"
 [ -z "$(findmnt -rn -o TARGET | grep -E 'skiff' || true)" ] && t_pass "nothing left mounted" \
   || t_fail "nothing left mounted" "$(findmnt -rn -o TARGET | grep skiff)"
-! pgrep -u skifftest -f skiff-train >/dev/null && t_pass "no trainer process left" || t_fail "no trainer process left"
+! pgrep -u "${SKIFF_TEST_USER:-skifftest}" -f skiff-train >/dev/null && t_pass "no trainer process left" || t_fail "no trainer process left"
 [ ! -d /run/skiff-cluster-${SKIFF_CLUSTER_INDEX:-0} ] && t_pass "cluster torn down" || t_fail "cluster torn down"
 t_done

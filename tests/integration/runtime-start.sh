@@ -7,7 +7,7 @@
 # left in place, other tests rely on it too).
 source "$(dirname "$0")/../lib.sh"
 SKIFF=$BUILD/bin/skiff
-TUSER=skifftest
+TUSER=${SKIFF_TEST_USER:-skifftest}
 
 if [ "$(id -u)" -ne 0 ]; then t_skip "runtime-start" "must run as root to create the test user"; t_done; fi
 for p in busybox mksquashfs setpriv findmnt; do
