@@ -59,7 +59,7 @@ mkdir "$T/hooks"
 cp "$BUILD"/hooks/[0-9][0-9]-* "$T/hooks/"
 echo "hooks_dir = $T/hooks" >"$T/skiff.conf"
 mkdir -m 777 "$T/work"
-cp "$BUILD/bin/skiff-ddp-env" "$BUILD/bin/skiff-train" examples/mpirun-train.sbatch "$T/"
+cp "$BUILD/bin/skiff-ddp-env" "$BUILD/bin/skiff-train" examples/mpirun-train.sbatch examples/mpi-pmix.sbatch "$T/"
 chmod -R a+rX "$T"
 echo "required $PLUGIN config=$T/skiff.conf" >"$SKIFF_PLUGSTACK"
 
@@ -162,6 +162,16 @@ if as_user srun -Q -w n1,n2 --container-image="$IMG" --container-name=mt-mpi tru
    [ "$(grep -c ' ok$' <<<"$out")" = 4 ] && ! grep -q 'PMIX ERROR' <<<"$out"; then
   t_pass "pmix in a named container created by an earlier plain step"
 else t_fail "pmix in a named container" "${out:-}"; fi
+
+# --- examples/mpi-pmix.sbatch as written, the image as ./mpi.sqsh --------------------------------
+# (the emulation's UCX settings for MPICH, see above, in the job's environment)
+ln -s "$IMG" "$T/work/mpi.sqsh"
+if sbatch_wait -N3 --ntasks-per-node=2 --chdir="$T/work" -o "$T/work/pmix-example.out" \
+     --export=ALL,UCX_TLS=posix,self,UCX_POSIX_USE_PROC_LINK=n "$T/mpi-pmix.sbatch" &&
+   [ "$(grep -c '^rank [0-5]/6 .* ok$' "$T/work/pmix-example.out")" = 12 ] &&
+   [ "$(grep -c '^[0-5] 6 15$' "$T/work/pmix-example.out")" = 6 ]; then
+  t_pass "examples/mpi-pmix.sbatch: hello_mpi (pmix), mpi4py (pmix) and hello_mpi.mpich (pmi2) on 3 nodes x 2"
+else t_fail "examples/mpi-pmix.sbatch" "$(cat "$T/sbatch.err" "$T/work/pmix-example.out" 2>&1)"; fi
 
 # --- the seed's launch style: mpirun inside one allocation, no srun per rank -----------------------
 W=$T/work
