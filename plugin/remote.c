@@ -9,7 +9,9 @@
  *                          directory under a root-owned base; then the
  *                          starter: skiff-helper start (as the user) resolves
  *                          the image and starts the container while Slurm
- *                          goes on setting up the step
+ *                          goes on setting up the step (a PMIx step's
+ *                          starter waits for user_init: Slurm's PMIx
+ *                          directory exists only then)
  *   user_init (euid=user)  read its answer (bounded in size and time) and
  *                          check the holder it names: the helper's child,
  *                          running as the job's uid, in a mount namespace
@@ -454,7 +456,8 @@ static char **proxy_env(spank_t sp)
 /* ---- the starter: the container is started while Slurm sets the step up ----
  *
  * Between init_post_opt and user_init slurmstepd spends 5-15 ms on its own
- * setup. The helper, started at the end of init_post_opt, resolves the
+ * setup. The helper, started at the end of init_post_opt (PMIx steps: at
+ * the start of user_init, after Slurm's PMIx setup), resolves the
  * image and starts the holder meanwhile; user_init only collects its
  * answer. The helper stays the holder's parent until its control pipe
  * closes, then stops the container. */
