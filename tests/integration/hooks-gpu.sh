@@ -117,19 +117,11 @@ if [ ! -f "$BUILD/plugin/spank_skiff.so" ]; then
 fi
 IMG=$(scripts/make-mpi-image "${SKIFF_TEST_CACHE:-/var/cache/skiff-tests}") ||
   { t_fail "test image (scripts/make-mpi-image)"; t_done; }
-export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
-started=0
-if ! [ -f tests/cluster/run/env.sh ] || ! (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
-  SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 3 || { t_fail "cluster up"; t_done; }
-  started=1
-fi
-source tests/cluster/run/env.sh
+t_cluster 3 || t_done
 U=$SKIFF_TEST_USER
-PLUGSTACK_ORIG=$(cat "$SKIFF_PLUGSTACK")
 cleanup() {
-  echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
   rm -rf "$T"
-  [ "$started" = 1 ] && SKIFF_CLUSTER_QUIET=1 tests/cluster/down
+  t_cluster_done
 }
 echo "hooks_dir = $T/hooks" >"$T/skiff.conf"
 echo "hooks_dir = $T/hooks-broken" >"$T/skiff-broken.conf"

@@ -33,24 +33,16 @@ IMG=$(scripts/make-mpi-image "${SKIFF_TEST_CACHE:-/var/cache/skiff-tests}") ||
   { t_fail "MPI test image" "scripts/make-mpi-image failed"; t_done; }
 echo "MPI test image $IMG ready in $(( $(date +%s) - t0 )) s"
 
-export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
-started=0
-if ! [ -f tests/cluster/run/env.sh ] || ! (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
-  SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 3 || { t_fail "cluster up"; t_done; }
-  started=1
-fi
-source tests/cluster/run/env.sh
-PLUGSTACK_ORIG=$(cat "$SKIFF_PLUGSTACK")
+t_cluster 3 || t_done
 U=$SKIFF_TEST_USER
 UHOME=$(getent passwd "$U" | cut -d: -f6)
 T=$(mktemp -d /tmp/skiff-mpi-test.XXXXXX)
 MARK=$(mktemp /tmp/skiff-mpi-hosttmp.XXXXXX)
 chmod 755 "$T"; chmod 644 "$MARK"
 cleanup() {
-  echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
   rm -rf "$T" "$MARK"
   rm -rf "$UHOME/.local/share/skiff/containers"/mt-* 2>/dev/null
-  [ "$started" = 1 ] && SKIFF_CLUSTER_QUIET=1 tests/cluster/down
+  t_cluster_done
 }
 trap cleanup EXIT
 
