@@ -1,10 +1,21 @@
-/* Hook "pmix": makes `srun --mpi=pmix` (and pmi2) programs work inside. The
- * PMIx client finds its server through a rendezvous directory on the host
- * (PMIX_SERVER_TMPDIR, PMIX_SYSTEM_TMPDIR, under slurmd's spool): each one
- * that exists is bound at the same path. The step-wide PMIx/PMI variables
- * are passed into the container; per-task ones (PMIX_RANK, PMI_RANK, PMI_FD)
- * are not, since all tasks of the step share the container. Without PMIx
- * variables there is nothing to do. */
+/* Hook "pmix": makes `srun --mpi=pmix` programs work inside the container.
+ *
+ * A PMIx client reaches the node's PMIx server (in slurmstepd) through the
+ * URI in its environment (tcp on the node's loopback, which the container
+ * shares), and reads the job's data from shared-memory files in the
+ * server's directory, PMIX_SERVER_TMPDIR (SlurmdSpoolDir/pmix.JOB.STEP/).
+ * That directory is bound at the same path; the SPANK plugin passes its
+ * name (Slurm 22.05 tells only slurmstepd itself before the tasks exist)
+ * and starts PMIx steps' containers once Slurm made it.
+ *
+ * Nothing else is bound: PMIX_SYSTEM_TMPDIR is /tmp by default, and the
+ * host's /tmp must not replace the container's; the client's session
+ * directory (Slurm's TmpFS/spmix_appdir_UID_JOB.STEP) is created inside
+ * by the client, where every rank of the node (one container) shares it.
+ * No variable is written either: each task already has Slurm's PMIx and
+ * PMI-2 variables (PMIX_RANK, PMI_FD, ...), and a line in the container's
+ * environment file would override all of them with one value. PMI-2
+ * (`--mpi=pmi2`) needs nothing: the task inherits Slurm's socket (PMI_FD). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,44 +24,25 @@
 
 #include "hookutil.h"
 
-extern char **environ;
-
-static const char *const dirs[] = {"PMIX_SERVER_TMPDIR", "PMIX_SYSTEM_TMPDIR", "SLURM_PMIX_TMPDIR", NULL};
-static const char *const per_task[] = {"PMIX_RANK=", "PMI_RANK=", "PMI_FD=", "PMI_SIZE=", NULL};
-
 static int run(skiff_err *err)
 {
-    char done[3][4096] = {{0}};
-    for (size_t i = 0; dirs[i]; i++) {
-        const char *d = getenv(dirs[i]);
-        struct stat st;
-        if (!d || d[0] != '/' || strlen(d) >= sizeof(done[0]) || stat(d, &st) < 0 || !S_ISDIR(st.st_mode))
-            continue;
-        int dup = 0;
-        for (size_t k = 0; k < i; k++)
-            dup |= !strcmp(done[k], d);
-        if (dup)
-            continue;
-        snprintf(done[i], sizeof(done[i]), "%s", d);
-        if (skiff_hook_mount(d, d, "none", "rw,bind,x-create=dir", err) < 0)
-            return skiff_err_wrap(err, "%s", dirs[i]);
-    }
-    for (char **e = environ; *e; e++) {
-        if (strncmp(*e, "PMIX_", 5) && strncmp(*e, "PMI_", 4) && strncmp(*e, "SLURM_PMIX", 10))
-            continue;
-        int skip = 0;
-        for (size_t i = 0; per_task[i]; i++)
-            skip |= !strncmp(*e, per_task[i], strlen(per_task[i]));
-        const char *eq = strchr(*e, '=');
-        char name[256];
-        if (skip || !eq || strpbrk(eq, "\n\r") || (size_t)(eq - *e) >= sizeof(name))
-            continue;
-        memcpy(name, *e, (size_t)(eq - *e));
-        name[eq - *e] = '\0';
-        if (skiff_hook_setenv(name, eq + 1, err) < 0)
-            return -1;
-    }
-    return 0;
+    const char *d = getenv("PMIX_SERVER_TMPDIR");
+    if (!d || !*d)
+        return 0; /* not a PMIx step */
+    char dir[4096];
+    size_t n = strlen(d);
+    while (n > 1 && d[n - 1] == '/')
+        n--; /* Slurm writes ".../pmix.J.S/" */
+    if (d[0] != '/' || n >= sizeof(dir))
+        return skiff_error(err, 0, "PMIX_SERVER_TMPDIR '%s' is not an absolute path", d);
+    memcpy(dir, d, n);
+    dir[n] = '\0';
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return skiff_error(err, errno, "PMIx server directory %s (PMIX_SERVER_TMPDIR)", dir);
+    if (!S_ISDIR(st.st_mode))
+        return skiff_error(err, ENOTDIR, "PMIx server directory %s (PMIX_SERVER_TMPDIR)", dir);
+    return skiff_hook_mount(dir, dir, "none", "rw,bind,noexec,x-create=dir", err);
 }
 
 int main(void)

@@ -48,6 +48,7 @@ struct skiff_plugin {
     char *command0; /* the step's argv[0]: warmed while the container starts */
     struct skiff_container c;
     bool started;
+    bool start_in_user_init; /* a PMIx step: start once Slurm made its PMIx directory */
     uint32_t tasks_exited;
     int mntns_fd;    /* the container's mount namespace, held open */
     dev_t mntns_dev;

@@ -9,7 +9,9 @@
  *                          directory under a root-owned base; then the
  *                          starter: skiff-helper start (as the user) resolves
  *                          the image and starts the container while Slurm
- *                          goes on setting up the step
+ *                          goes on setting up the step (a PMIx step's
+ *                          starter waits for user_init: Slurm's PMIx
+ *                          directory exists only then)
  *   user_init (euid=user)  read its answer (bounded in size and time) and
  *                          check the holder it names: the helper's child,
  *                          running as the job's uid, in a mount namespace
@@ -283,7 +285,6 @@ int skiff_remote_post_opt(spank_t sp)
                  (unsigned)skiff_g.stepid);
         skiff_g.temp_named = true;
     }
-    skiff_g.hook_env = build_hook_env(sp);
     {
         int argc = 0;
         char **argv = NULL;
@@ -296,6 +297,15 @@ int skiff_remote_post_opt(spank_t sp)
     }
     skiff_g.t_config_ms = skiff_now_ms() - t0;
     skiff_g.t_post_opt_end = skiff_now_ms();
+    /* Slurm's PMIx plugin makes the step's server directory (which the
+     * pmix hook binds) after init_post_opt, and says where only then: a
+     * PMIx step's container starts in user_init. SLURM_MPI_TYPE here is
+     * slurmstepd's own environment, set by Slurm (MpiDefault included). */
+    const char *mpi = getenv("SLURM_MPI_TYPE");
+    if (mpi && !strncmp(mpi, "pmix", 4) && !skiff_g.is_batch) {
+        skiff_g.start_in_user_init = true;
+        return 0;
+    }
     if (spawn_starter(sp, &err) < 0)
         return fail("config", &err);
     return 0;
@@ -303,24 +313,43 @@ int skiff_remote_post_opt(spank_t sp)
 
 /* ---- the request to the helper -------------------------------------------- */
 
+static bool hook_var(const char *kv)
+{
+    return !strncmp(kv, "SLURM_", 6) || !strncmp(kv, "CUDA_VISIBLE_DEVICES=", 21) || !strncmp(kv, "NVIDIA_", 7) ||
+           !strncmp(kv, "PMIX_", 5);
+}
+
+/* The job's SLURM_*, GPU and PMIx variables, borrowed from Slurm for the
+ * duration of the start. Slurm 22.05 sets PMIX_SERVER_TMPDIR (the step's
+ * PMIx server directory under SlurmdSpoolDir) only in slurmstepd's own
+ * environment before user_init, and in each task's after it: the pmix
+ * hook gets it from there (Slurm wrote it; the job cannot). */
 static char **build_hook_env(spank_t sp)
 {
+    extern char **environ;
+    static const char srv[] = "PMIX_SERVER_TMPDIR=";
     char **env = NULL;
     if (spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || !env)
         return NULL;
+    char *own_srv = NULL;
+    for (size_t i = 0; environ && environ[i]; i++)
+        if (!strncmp(environ[i], srv, sizeof(srv) - 1))
+            own_srv = environ[i];
     size_t n = 0;
-    for (size_t i = 0; env[i]; i++)
-        if (!strncmp(env[i], "SLURM_", 6) || !strncmp(env[i], "CUDA_VISIBLE_DEVICES=", 21) ||
-            !strncmp(env[i], "NVIDIA_", 7) || !strncmp(env[i], "PMIX_", 5))
-            n++;
-    char **out = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; env[i]; i++) {
+        n += hook_var(env[i]);
+        if (!strncmp(env[i], srv, sizeof(srv) - 1))
+            own_srv = NULL; /* the job's environment has it (newer Slurm) */
+    }
+    char **out = calloc(n + 2, sizeof(char *));
     if (!out)
         return NULL;
     n = 0;
     for (size_t i = 0; env[i]; i++)
-        if (!strncmp(env[i], "SLURM_", 6) || !strncmp(env[i], "CUDA_VISIBLE_DEVICES=", 21) ||
-            !strncmp(env[i], "NVIDIA_", 7) || !strncmp(env[i], "PMIX_", 5))
-            out[n++] = env[i]; /* borrowed from Slurm for the duration of start */
+        if (hook_var(env[i]))
+            out[n++] = env[i];
+    if (own_srv)
+        out[n++] = own_srv;
     return out;
 }
 
@@ -427,7 +456,8 @@ static char **proxy_env(spank_t sp)
 /* ---- the starter: the container is started while Slurm sets the step up ----
  *
  * Between init_post_opt and user_init slurmstepd spends 5-15 ms on its own
- * setup. The helper, started at the end of init_post_opt, resolves the
+ * setup. The helper, started at the end of init_post_opt (PMIx steps: at
+ * the start of user_init, after Slurm's PMIx setup), resolves the
  * image and starts the holder meanwhile; user_init only collects its
  * answer. The helper stays the holder's parent until its control pipe
  * closes, then stops the container. */
@@ -439,6 +469,8 @@ static int spawn_starter(spank_t sp, skiff_err *err)
     struct skiff_recbuf req = {0};
     int rc = -1;
     char **penv = NULL;
+    free(skiff_g.hook_env);
+    skiff_g.hook_env = build_hook_env(sp);
     if (skiff_helper_path(skiff_g.args.helper, false, helper_program, sizeof(helper_program), err) < 0 ||
         request_start(&req, err) < 0)
         goto out;
@@ -532,6 +564,10 @@ int skiff_remote_user_init(spank_t sp)
     skiff_g.debug = spank_getenv(sp, "SKIFF_DEBUG", dbg, sizeof(dbg)) == ESPANK_SUCCESS && dbg[0] && strcmp(dbg, "0");
     double t0 = skiff_now_ms();
     skiff_g.t_gap_ms = t0 - skiff_g.t_post_opt_end;
+    if (skiff_g.start_in_user_init) {
+        if (spawn_starter(sp, &err) < 0)
+            return fail("config", &err);
+    }
     if (starter.pid <= 0) {
         skiff_error(&err, 0, "the container helper was not started");
         return fail("mount", &err);

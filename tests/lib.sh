@@ -28,3 +28,29 @@ t_fails_with() {
 }
 
 t_done() { exit "$T_FAILED"; }
+
+# t_cluster N: this checkout's running test cluster, or a new one of N nodes
+# (tests/cluster/up; a free SKIFF_CLUSTER_INDEX unless the caller chose one:
+# others may share the machine). Sources its run/env.sh and keeps
+# plugstack.conf for t_cluster_done. Returns 1 after a FAIL line when it
+# cannot start one.
+t_cluster() {
+  export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
+  T_CLUSTER_STARTED=0
+  local env=$T_ROOT/tests/cluster/run/env.sh
+  if ! [ -f "$env" ] || ! (source "$env"; sinfo -h >/dev/null 2>&1); then
+    SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD "$T_ROOT/tests/cluster/up" "$1" || { t_fail "cluster up"; return 1; }
+    T_CLUSTER_STARTED=1
+  fi
+  # shellcheck disable=SC1090
+  source "$env"
+  T_PLUGSTACK_ORIG=$(cat "$SKIFF_PLUGSTACK")
+}
+
+# t_cluster_done: plugstack.conf as t_cluster found it; the cluster down if
+# t_cluster started it.
+t_cluster_done() {
+  [ -n "${SKIFF_PLUGSTACK:-}" ] && echo "$T_PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
+  [ "${T_CLUSTER_STARTED:-0}" = 1 ] && SKIFF_CLUSTER_QUIET=1 "$T_ROOT/tests/cluster/down"
+  return 0
+}

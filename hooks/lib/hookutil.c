@@ -57,8 +57,12 @@ int skiff_hook_mount(const char *src, const char *dst, const char *type, const c
 int skiff_gpu_parse(const char *s, struct skiff_gpu_set *set, skiff_err *err)
 {
     memset(set, 0, sizeof(*set));
-    if (!s || !*s || !strcmp(s, "none") || !strcmp(s, "void") || !strcmp(s, "NoDevFiles")) {
+    if (!s || !*s || !strcmp(s, "void") || !strcmp(s, "NoDevFiles")) {
         set->kind = SKIFF_GPU_NONE;
+        return 0;
+    }
+    if (!strcmp(s, "none")) {
+        set->kind = SKIFF_GPU_DRIVER;
         return 0;
     }
     if (!strcmp(s, "all")) {
@@ -119,7 +123,7 @@ int skiff_gpu_select(const char *(*get)(void *, const char *), void *ctx, struct
         return 0;
     }
     memset(set, 0, sizeof(*set));
-    set->kind = SKIFF_GPU_ALL;
+    set->kind = SKIFF_GPU_NONE;
     set->from = "default";
     return 0;
 }

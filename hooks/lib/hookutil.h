@@ -18,8 +18,9 @@ int skiff_hook_setenv(const char *name, const char *value, skiff_err *err);
  * are refused (the file is split on blanks). */
 int skiff_hook_mount(const char *src, const char *dst, const char *type, const char *opts, skiff_err *err);
 
-/* Which GPUs a container should see. */
-enum skiff_gpu_vis { SKIFF_GPU_NONE, SKIFF_GPU_ALL, SKIFF_GPU_LIST };
+/* Which GPUs a container should see: nothing at all; the driver (control
+ * devices, libraries, tools) but no GPU; every GPU; the listed GPUs. */
+enum skiff_gpu_vis { SKIFF_GPU_NONE, SKIFF_GPU_DRIVER, SKIFF_GPU_ALL, SKIFF_GPU_LIST };
 #define SKIFF_GPU_MAX 64
 
 struct skiff_gpu_set {
@@ -29,14 +30,16 @@ struct skiff_gpu_set {
     const char *from;            /* the variable it came from, or "default" */
 };
 
-/* Parses one visibility list: "0,2", "0-3", "all", "none", "void", "" or
- * "NoDevFiles" (none). GPU-/MIG- UUIDs cannot be mapped to device files
- * without NVML: they select all devices (the driver still hides the rest
- * through CUDA_VISIBLE_DEVICES). */
+/* Parses one visibility list: "0,2", "0-3", "all", "none" (the driver
+ * without GPUs, as the NVIDIA container runtime means it), "void", "" or
+ * "NoDevFiles" (Slurm's word for no device: nothing). GPU-/MIG- UUIDs
+ * cannot be mapped to device files without NVML: they select all devices
+ * (the driver still hides the rest through CUDA_VISIBLE_DEVICES). */
 int skiff_gpu_parse(const char *s, struct skiff_gpu_set *set, skiff_err *err);
 
 /* Picks the list by precedence: NVIDIA_VISIBLE_DEVICES, SLURM_STEP_GPUS,
- * SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES, else all. get as in ddp_env.h. */
+ * SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES; none of them set: nothing (a step
+ * that asked for no GPU gets none). get as in ddp_env.h. */
 int skiff_gpu_select(const char *(*get)(void *, const char *), void *ctx, struct skiff_gpu_set *set,
                      skiff_err *err);
 

@@ -61,7 +61,8 @@ c_nodes() { cat "$C_STATE/nodes" 2>/dev/null || echo 0; }
 # Node names resolve as they would through a site's DNS: a marked block in the
 # host's /etc/hosts (containers see the host's file). Rewritten in place, not
 # renamed over, because /etc/hosts may be a bind mount. With two clusters at
-# once the first block naming nK wins; CI runs one.
+# once the first block naming nK wins on the host; inside the nodes (slurmd and
+# everything it starts) each cluster sees its own file, STATE/etc/hosts (up).
 C_HOSTS_MARK="# skiff-cluster-$C_IDX"
 c_hosts_remove() {
   grep -q -- "$C_HOSTS_MARK\$" /etc/hosts 2>/dev/null || return 0
@@ -69,10 +70,13 @@ c_hosts_remove() {
   kept=$(grep -v -- "$C_HOSTS_MARK\$" /etc/hosts)
   printf '%s\n' "$kept" >/etc/hosts
 }
-c_hosts_add() { # N
-  c_hosts_remove
+c_hosts_lines() { # N
   local k
   for k in $(seq 1 "$1"); do
     printf '%s n%s %s\n' "$(c_addr "$k")" "$k" "$C_HOSTS_MARK"
-  done >>/etc/hosts
+  done
+}
+c_hosts_add() { # N
+  c_hosts_remove
+  c_hosts_lines "$1" >>/etc/hosts
 }

@@ -113,15 +113,22 @@ fi
 # --- pmix -------------------------------------------------------------------------------------
 setup
 mkdir -p "$W/pmix.77.0"; chown "$USR:" "$W/pmix.77.0"
-if hook 50-pmix PMIX_SERVER_TMPDIR="$W/pmix.77.0" PMIX_SYSTEM_TMPDIR="$W/pmix.77.0" PMIX_RANK=3 \
+# Slurm writes the server directory with a trailing slash; PMIX_SYSTEM_TMPDIR
+# is /tmp by default and must not be bound over the container's own /tmp.
+if hook 50-pmix PMIX_SERVER_TMPDIR="$W/pmix.77.0/" PMIX_SYSTEM_TMPDIR=/tmp PMIX_RANK=3 \
      PMIX_NAMESPACE=slurm.pmix.77.0 PMI_FD=5 &&
-   [ "$(grep -c . "$W/fstab")" = 1 ] && grep -qx "$W/pmix.77.0 $W/pmix.77.0 none rw,bind,x-create=dir" "$W/fstab" &&
-   grep -qx 'PMIX_NAMESPACE=slurm.pmix.77.0' "$W/env" && ! grep -q 'PMIX_RANK\|PMI_FD' "$W/env"; then
-  t_pass "pmix: server directory bound once, step-wide variables passed, per-task rank left out"
+   [ "$(grep -c . "$W/fstab")" = 1 ] &&
+   grep -qx "$W/pmix.77.0 $W/pmix.77.0 none rw,bind,noexec,x-create=dir" "$W/fstab" && [ ! -s "$W/env" ]; then
+  t_pass "pmix: the server directory bound (noexec), not /tmp; no variable overrides the tasks' own"
 else t_fail "pmix hook" "$(cat "$W/fstab" "$W/env")"; fi
 setup
 if hook 50-pmix && [ ! -s "$W/fstab" ] && [ ! -s "$W/env" ]; then t_pass "pmix: nothing to do without PMIx"
 else t_fail "pmix without pmix"; fi
+setup
+t_fails_with "pmix: a server directory that is not there is a clear error naming it" \
+  "PMIx server directory $W/pmix.78.0 \(PMIX_SERVER_TMPDIR\)" hook 50-pmix PMIX_SERVER_TMPDIR="$W/pmix.78.0/"
+t_fails_with "pmix: a relative PMIX_SERVER_TMPDIR is refused" "not an absolute path" \
+  hook 50-pmix PMIX_SERVER_TMPDIR=pmix.1.0
 
 # --- ABI misuse ----------------------------------------------------------------------------------
 t_fails_with "hooks refuse to run without SKIFF_ENV_FILE" "SKIFF_ENV_FILE is not set" \

@@ -15,24 +15,16 @@ for b in mksquashfs busybox srun; do
   command -v "$b" >/dev/null || [ -x /bin/busybox ] || { t_skip "plugin cluster" "$b missing"; t_done; }
 done
 
-# a free cluster index unless the caller chose one (others may share the machine)
-export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
-started=0
-if ! [ -f tests/cluster/run/env.sh ] || ! (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
-  SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 3 || { t_fail "cluster up"; t_done; }
-  started=1
-fi
-source tests/cluster/run/env.sh
-PLUGSTACK_ORIG=$(cat "$SKIFF_PLUGSTACK")
+t_cluster 3 || t_done
+PLUGSTACK_ORIG=$T_PLUGSTACK_ORIG
 U=$SKIFF_TEST_USER
 UHOME=$(getent passwd "$U" | cut -d: -f6)
 T=$(mktemp -d /tmp/skiff-plugin-test.XXXXXX)
 chmod 755 "$T"
 cleanup() {
-  echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
   rm -rf "$T"
   rm -rf "$UHOME/.local/share/skiff/containers"/pt-* 2>/dev/null
-  [ "$started" = 1 ] && SKIFF_CLUSTER_QUIET=1 tests/cluster/down
+  t_cluster_done
 }
 trap cleanup EXIT
 

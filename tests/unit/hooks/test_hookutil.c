@@ -19,7 +19,7 @@ Test(gpu, parse_table)
     } c[] = {
         {"0", SKIFF_GPU_LIST, "0"},         {"0,2", SKIFF_GPU_LIST, "0 2"},   {"0-3", SKIFF_GPU_LIST, "0 1 2 3"},
         {"1,3-4", SKIFF_GPU_LIST, "1 3 4"}, {"2,2", SKIFF_GPU_LIST, "2"},     {"all", SKIFF_GPU_ALL, ""},
-        {"none", SKIFF_GPU_NONE, ""},       {"void", SKIFF_GPU_NONE, ""},     {"", SKIFF_GPU_NONE, ""},
+        {"none", SKIFF_GPU_DRIVER, ""},     {"void", SKIFF_GPU_NONE, ""},     {"", SKIFF_GPU_NONE, ""},
         {"NoDevFiles", SKIFF_GPU_NONE, ""}, {"GPU-8a3f-11", SKIFF_GPU_ALL, ""}, {"MIG-abc", SKIFF_GPU_ALL, ""},
     };
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
@@ -64,11 +64,11 @@ Test(gpu, precedence)
     cr_expect_str_eq(s.from, "SLURM_STEP_GPUS");
     cr_expect_eq(s.n, 2);
     cr_assert_eq(skiff_gpu_select(tget, CTX(e2), &s, &err), 0);
-    cr_expect_eq(s.kind, SKIFF_GPU_NONE);
+    cr_expect_eq(s.kind, SKIFF_GPU_DRIVER);
     cr_assert_eq(skiff_gpu_select(tget, CTX(e3), &s, &err), 0);
     cr_expect_eq(s.idx[0], 1);
     cr_assert_eq(skiff_gpu_select(tget, CTX(e4), &s, &err), 0);
-    cr_expect_eq(s.kind, SKIFF_GPU_ALL);
+    cr_expect_eq(s.kind, SKIFF_GPU_NONE, "no GPU variable: no GPU");
     const char *e5[] = {"SLURM_STEP_GPUS=zz", NULL};
     cr_expect_eq(skiff_gpu_select(tget, CTX(e5), &s, &err), -1);
     cr_expect(strstr(err.msg, "SLURM_STEP_GPUS") != NULL, "%s", err.msg);
