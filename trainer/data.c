@@ -32,38 +32,62 @@ void data_loader_close(struct data_loader *l)
     memset(l, 0, sizeof *l);
 }
 
-static int map_shard(struct data_shard *s, const char *path, int vocab, skiff_err *err)
+int data_shard_map(const char *path, struct data_shard_map *sm, skiff_err *err)
 {
+    memset(sm, 0, sizeof *sm);
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return skiff_error(err, errno, "open %s", path);
     struct stat st;
     if (fstat(fd, &st) < 0) return skiff_error(err, errno, "stat %s", path);
     if ((size_t)st.st_size < SKIFF_SHARD_HEADER_BYTES)
-        return skiff_error(err, EINVAL, "%s: %lld bytes, shorter than the 1024-byte shard header "
-                                        "(make shards with `skiff-train tokenize`)",
+        return skiff_error(err, 0, "%s: %lld bytes, shorter than the 1024-byte shard header "
+                                   "(make shards with `skiff-train tokenize`)",
                            path, (long long)st.st_size);
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) return skiff_error(err, errno, "mmap %s", path);
-    s->map = m;
-    s->map_len = (size_t)st.st_size;
+    sm->map = m;
+    sm->map_len = (size_t)st.st_size;
     const int32_t *h = m;
+    int rc = -1;
     if (h[0] != SKIFF_SHARD_MAGIC)
-        return skiff_error(err, EINVAL, "%s: bad magic %d (want %d: an llm.c token shard; make one "
-                                        "with `skiff-train tokenize`)", path, h[0], SKIFF_SHARD_MAGIC);
-    if (h[1] != SKIFF_SHARD_VERSION)
-        return skiff_error(err, EINVAL, "%s: shard version %d, this reader knows %d", path, h[1],
-                           SKIFF_SHARD_VERSION);
-    size_t n = (uint32_t)h[2];
-    if (SKIFF_SHARD_HEADER_BYTES + n * 2 != (size_t)st.st_size)
-        return skiff_error(err, EINVAL, "%s: header says %zu tokens but the file holds %lld bytes "
-                                        "of tokens (truncated?)", path, n,
-                           (long long)st.st_size - SKIFF_SHARD_HEADER_BYTES);
-    s->tokens = (const uint16_t *)((const char *)m + SKIFF_SHARD_HEADER_BYTES);
-    s->ntok = n;
-    for (size_t i = 0; i < n; i++)
+        skiff_error(err, 0, "%s: bad magic %d (want %d: an llm.c token shard; make one with "
+                            "`skiff-train tokenize`)", path, h[0], SKIFF_SHARD_MAGIC);
+    else if (h[1] != SKIFF_SHARD_VERSION)
+        skiff_error(err, 0, "%s: shard version %d, this reader knows %d", path, h[1],
+                    SKIFF_SHARD_VERSION);
+    else if (SKIFF_SHARD_HEADER_BYTES + (size_t)(uint32_t)h[2] * 2 != (size_t)st.st_size)
+        skiff_error(err, 0, "%s: header says %u tokens but the file holds %lld bytes of tokens "
+                            "(truncated?)", path, (uint32_t)h[2],
+                    (long long)st.st_size - SKIFF_SHARD_HEADER_BYTES);
+    else
+        rc = 0;
+    if (rc < 0) {
+        data_shard_unmap(sm);
+        return -1;
+    }
+    sm->tokens = (const uint16_t *)((const char *)m + SKIFF_SHARD_HEADER_BYTES);
+    sm->ntok = (uint32_t)h[2];
+    return 0;
+}
+
+void data_shard_unmap(struct data_shard_map *sm)
+{
+    if (sm->map) munmap(sm->map, sm->map_len);
+    memset(sm, 0, sizeof *sm);
+}
+
+static int map_shard(struct data_shard *s, const char *path, int vocab, skiff_err *err)
+{
+    struct data_shard_map sm;
+    if (data_shard_map(path, &sm, err) < 0) return -1;
+    s->map = sm.map;
+    s->map_len = sm.map_len;
+    s->tokens = sm.tokens;
+    s->ntok = sm.ntok;
+    for (size_t i = 0; i < s->ntok; i++)
         if (s->tokens[i] >= vocab)
-            return skiff_error(err, EINVAL, "%s: token %u at %zu is outside the model's vocabulary "
-                                            "of %d (shards for another tokenizer?)",
+            return skiff_error(err, 0, "%s: token %u at %zu is outside the model's vocabulary "
+                                       "of %d (shards for another tokenizer?)",
                                path, s->tokens[i], i, vocab);
     return 0;
 }
@@ -80,7 +104,7 @@ int data_loader_open(struct data_loader *l, const char *pattern, int B, int T, i
     glob_t g;
     int gr = glob(pattern, GLOB_ERR, NULL, &g);
     if (gr == GLOB_NOMATCH)
-        return skiff_error(err, ENOENT, "no shard matches '%s' (quote the glob so the shell does "
+        return skiff_error(err, 0, "no shard matches '%s' (quote the glob so the shell does "
                                         "not expand it; make shards with `skiff-train tokenize`)",
                            pattern);
     if (gr != 0) return skiff_error(err, errno, "glob %s", pattern);
@@ -107,11 +131,11 @@ int data_loader_open(struct data_loader *l, const char *pattern, int B, int T, i
     globfree(&g);
     if (l->num_windows == 0) {
         data_loader_close(l);
-        return skiff_error(err, EINVAL, "'%s': no shard holds more than --seq %d tokens", pattern, T);
+        return skiff_error(err, 0, "'%s': no shard holds more than --seq %d tokens", pattern, T);
     }
     if (l->num_windows > UINT32_MAX) {
         data_loader_close(l);
-        return skiff_error(err, EFBIG, "'%s': more than 2^32 windows; use a larger --seq", pattern);
+        return skiff_error(err, 0, "'%s': more than 2^32 windows; use a larger --seq", pattern);
     }
     if (shuffle) {
         l->perm = malloc(l->num_windows * sizeof *l->perm);
@@ -177,7 +201,7 @@ int data_loader_batch(struct data_loader *l, uint64_t first, int *inputs, int *t
 
 int data_write_shard(const char *path, const uint16_t *tokens, size_t n, skiff_err *err)
 {
-    if (n > INT32_MAX) return skiff_error(err, EFBIG, "%s: %zu tokens is too many for one shard", path, n);
+    if (n > INT32_MAX) return skiff_error(err, 0, "%s: %zu tokens is too many for one shard", path, n);
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
         return skiff_error(err, ENAMETOOLONG, "%s", path);

@@ -188,7 +188,8 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
     r->in = (int *)calloc((size_t)o->batch * o->seq, sizeof(int));
     r->tg = (int *)calloc((size_t)o->batch * o->seq, sizeof(int));
     if (!r->hparams || !r->hm || !r->hv || !r->in || !r->tg) return skiff_error(err, ENOMEM, "host buffers");
-    if (data_loader_open(&r->train, o->data, o->batch, o->seq, o->cfg.vocab_size, o->seed, 1, err) < 0)
+    if (data_loader_open(&r->train, o->data, o->batch, o->seq, o->cfg.vocab_size, o->seed, !o->sequential,
+                         err) < 0)
         return skiff_err_wrap(err, "--data");
     r->have_train = 1;
     if (o->val) {
@@ -198,7 +199,7 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
     }
 
     *start_step = 0;
-    gpt2_init_params(&o->cfg, r->hparams, o->seed);
+    TRY(train_init_params(o, rank, r->hparams, err));
     if (o->resume) {
         int has_opt = o->zero || rank == 0;
         struct train_ckpt c;
