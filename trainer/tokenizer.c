@@ -49,6 +49,12 @@ int tokenizer_find_gpt2(char *path, size_t n, char *where, size_t wn)
     return 0;
 }
 
+int tokenizer_name_ok(const char *name)
+{
+    return !strcmp(name, "bytes") || !strcmp(name, "gpt2") || strchr(name, '/') ||
+           strstr(name, ".bin");
+}
+
 int tokenizer_open(struct tokenizer *t, const char *name, skiff_err *err)
 {
     memset(t, 0, sizeof *t);
@@ -67,12 +73,11 @@ int tokenizer_open(struct tokenizer *t, const char *name, skiff_err *err)
                                        "SKIFF_GPT2_BPE=FILE",
                                SKIFF_GPT2_BPE_FILE, where);
         snprintf(t->name, sizeof t->name, "gpt2");
-    } else if (strchr(name, '/') || strstr(name, ".bin")) {
+    } else if (tokenizer_name_ok(name)) {
         snprintf(t->path, sizeof t->path, "%s", name);
         snprintf(t->name, sizeof t->name, "bpe");
     } else {
-        return skiff_error(err, 0, "--tokenizer '%s': use bytes, gpt2 or the path of a converted "
-                                   "BPE file", name);
+        return skiff_error(err, 0, TOKENIZER_NAME_ERROR, name);
     }
     t->bpe = bpe_load(t->path, err);
     if (!t->bpe) return skiff_err_wrap(err, "--tokenizer %s", name);

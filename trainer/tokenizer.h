@@ -32,6 +32,11 @@ struct tokenizer {
  * and fills path when found; 0 with the places looked at in where. */
 int tokenizer_find_gpt2(char *path, size_t n, char *where, size_t wn);
 
+/* 1 when name can name a tokenizer: bytes, gpt2, or a path (a '/' or
+ * ".bin" in it); else a usage error, worded by TOKENIZER_NAME_ERROR. */
+int tokenizer_name_ok(const char *name);
+#define TOKENIZER_NAME_ERROR "--tokenizer '%s': use bytes, gpt2 or the path of a converted BPE file"
+
 /* name: "bytes", "gpt2" (found as above; a clear error says how to get it
  * when it is missing) or the path of a compact BPE file. */
 int tokenizer_open(struct tokenizer *t, const char *name, skiff_err *err);

@@ -192,6 +192,7 @@ int tool_tokenize(int argc, char **argv, skiff_err *err)
         }
     }
     if (!prefix) return USAGE("--out PREFIX is required");
+    if (!tokenizer_name_ok(tokname)) return USAGE(TOKENIZER_NAME_ERROR, tokname);
     if (optind >= argc) return USAGE("give at least one text FILE");
     struct tokenize_run r = {0};
     struct tokbuf tr = {0}, va = {0};
@@ -240,7 +241,7 @@ int tool_tokenize(int argc, char **argv, skiff_err *err)
     printf("%zu documents, %zu train and %zu val tokens (%s tokenizer, vocab %d, EOT = %d)%s\n",
            r.ndoc, trn, van, r.tok.name, r.tok.vocab, r.tok.eot,
            by_tokens && van ? "; split by tokens: fewer documents than a document split needs" : "");
-    if (r.encode_s > 0)
+    if (r.tok.bpe && r.encode_s > 0)
         printf("encoded %zu tokens in %.3f s: %.0f tokens/s\n", r.all.n - r.ndoc, r.encode_s,
                (double)(r.all.n - r.ndoc) / r.encode_s);
     rc = 0;
@@ -267,6 +268,7 @@ int tool_decode(int argc, char **argv, skiff_err *err)
         else return train_opt_error(c, argv, err), 2;
     }
     if (optind >= argc) return USAGE("give at least one SHARD.bin");
+    if (tokname && !tokenizer_name_ok(tokname)) return USAGE(TOKENIZER_NAME_ERROR, tokname);
     int rc = 1;
     struct tokenizer tok = {0};
     for (int i = optind; i < argc; i++) {
@@ -397,6 +399,7 @@ int tool_sample(int argc, char **argv, skiff_err *err)
     }
     if (optind < argc) return USAGE("unexpected argument '%s'", argv[optind]);
     if (!dir == !init_from) return USAGE("give one of --ckpt-dir DIR and --init-from FILE.bin");
+    if (tokname && !tokenizer_name_ok(tokname)) return USAGE(TOKENIZER_NAME_ERROR, tokname);
     struct gpt2_config cfg;
     float *params = NULL;
     struct tokenizer tok = {0};
