@@ -79,6 +79,7 @@ test: deps
 	tests/run-all --unit $(UNIT_TESTS) --integration $(INTEGRATION_TESTS)
 
 bench: deps all
+	$(if $(TEST_DATA),$(MAKE) $(TEST_DATA))
 	tests/run-all --bench $(BENCHES)
 
 fuzz: $(FUZZERS)

@@ -121,11 +121,32 @@ int llmc_load(const char *path, const struct gpt2_config *want, float *params, s
     return 0;
 }
 
-int llmc_save(const char *path, const struct gpt2_config *cfg, const float *params,
+static uint16_t to_bf16(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40); /* NaN stays NaN */
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1)) >> 16);
+}
+
+static int write_params(int fd, const float *params, size_t n, int version)
+{
+    if (version == LLMC_VERSION_FP32) return skiff_write_all(fd, params, n * sizeof(float));
+    enum { PIECE = 1 << 16 };
+    uint16_t buf[PIECE];
+    for (size_t i = 0; i < n; i += PIECE) {
+        size_t k = n - i < PIECE ? n - i : PIECE;
+        for (size_t j = 0; j < k; j++) buf[j] = to_bf16(params[i + j]);
+        if (skiff_write_all(fd, buf, k * sizeof *buf) < 0) return -1;
+    }
+    return 0;
+}
+
+int llmc_save(const char *path, const struct gpt2_config *cfg, const float *params, int version,
               skiff_err *err)
 {
-    int32_t h[LLMC_HEADER_INTS] = {LLMC_MAGIC,      LLMC_VERSION_FP32, cfg->max_seq_len,
-                                   cfg->vocab_size, cfg->num_layers,   cfg->num_heads,
+    int32_t h[LLMC_HEADER_INTS] = {LLMC_MAGIC,      version,         cfg->max_seq_len,
+                                   cfg->vocab_size, cfg->num_layers, cfg->num_heads,
                                    cfg->channels,   cfg->padded_vocab_size};
     size_t n = gpt2_param_layout(cfg, NULL, NULL);
     char tmp[4096];
@@ -133,8 +154,8 @@ int llmc_save(const char *path, const struct gpt2_config *cfg, const float *para
         return skiff_error(err, ENAMETOOLONG, "%s", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return skiff_error(err, errno, "create %s", tmp);
-    int ok = skiff_write_all(fd, h, sizeof h) == 0 &&
-             skiff_write_all(fd, params, n * sizeof(float)) == 0 && fsync(fd) == 0;
+    int ok = skiff_write_all(fd, h, sizeof h) == 0 && write_params(fd, params, n, version) == 0 &&
+             fsync(fd) == 0;
     int saved = errno;
     if (close(fd) < 0 && ok) {
         ok = 0;

@@ -33,8 +33,10 @@ int llmc_peek(const char *path, struct gpt2_config *cfg, int *version, skiff_err
  * bf16 files are widened), after checking that its shape is *want. */
 int llmc_load(const char *path, const struct gpt2_config *want, float *params, skiff_err *err);
 
-/* Writes a version 3 (fp32) checkpoint atomically (temporary name, rename). */
-int llmc_save(const char *path, const struct gpt2_config *cfg, const float *params,
+/* Writes a checkpoint atomically (temporary name, rename): version 3 (fp32)
+ * or 5 (bf16, rounded to nearest even: what llm.c's CUDA trainer loads in
+ * its default bf16 build). */
+int llmc_save(const char *path, const struct gpt2_config *cfg, const float *params, int version,
               skiff_err *err);
 
 /* "maxT=%d V=%d L=%d NH=%d C=%d Vp=%d", for messages. */

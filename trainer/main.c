@@ -93,9 +93,10 @@ static const struct verb {
      "an llm.c checkpoint. The tokenizer defaults to bytes for a vocabulary of 256, else\n"
      "gpt2; --model checks the checkpoint's shape; temperature 0 takes the likeliest.\n"},
     {"export", tool_export, "a checkpoint -> llm.c's checkpoint format",
-     "export --llmc OUT.bin --ckpt-dir DIR\n"
-     "Writes rank 0's weights in DIR as an llm.c checkpoint (version 3, fp32), which\n"
-     "llm.c's train_gpt2 and `skiff-train train --init-from` read.\n"},
+     "export --llmc OUT.bin --ckpt-dir DIR [--bf16]\n"
+     "Writes rank 0's weights in DIR as an llm.c checkpoint: version 3 (fp32), which\n"
+     "llm.c's train_gpt2 (CPU) reads, or with --bf16 version 5, which its CUDA trainer\n"
+     "(train_gpt2cu -e OUT.bin) reads; `skiff-train train --init-from` reads both.\n"},
     {"tokenizer-import", tool_tokenizer_import, "GPT-2's encoder.json + vocab.bpe -> a BPE file",
      "tokenizer-import --encoder encoder.json --merges vocab.bpe --out FILE\n"
      "Checks and converts GPT-2's vocabulary and merge rules into the compact file that\n"

@@ -494,14 +494,17 @@ out:
 
 int tool_export(int argc, char **argv, skiff_err *err)
 {
-    static const struct option lo[] = {{"llmc", 1, 0, 'l'}, {"ckpt-dir", 1, 0, 'c'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"llmc", 1, 0, 'l'}, {"ckpt-dir", 1, 0, 'c'},
+                                       {"bf16", 0, 0, 'b'}, {0, 0, 0, 0}};
     const char *out = NULL, *dir = NULL;
+    int version = LLMC_VERSION_FP32;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
         if (c == 'l') out = optarg;
         else if (c == 'c') dir = optarg;
+        else if (c == 'b') version = LLMC_VERSION_BF16;
         else return train_opt_error(c, argv, err), 2;
     }
     if (optind < argc) return USAGE("unexpected argument '%s'", argv[optind]);
@@ -509,12 +512,13 @@ int tool_export(int argc, char **argv, skiff_err *err)
     struct gpt2_config cfg;
     float *params = NULL;
     int rc = sample_weights(dir, NULL, &cfg, &params, err) < 0 ||
-             llmc_save(out, &cfg, params, err) < 0;
+             llmc_save(out, &cfg, params, version, err) < 0;
     free(params);
     if (!rc) {
         char shape[160];
         llmc_shape_str(&cfg, shape, sizeof shape);
-        printf("%s: llm.c checkpoint, version 3 (fp32), %s\n", out, shape);
+        printf("%s: llm.c checkpoint, version %d (%s), %s\n", out, version,
+               version == LLMC_VERSION_FP32 ? "fp32" : "bf16", shape);
     }
     return rc;
 }

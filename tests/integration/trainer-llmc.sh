@@ -118,6 +118,17 @@ else
   t_fail "export --llmc" "$(cat "$W/export.log")"
 fi
 
+# --bf16: version 5, what llm.c's CUDA trainer loads; the loss moves by bf16 rounding only
+if "$TRAIN" export --bf16 --llmc "$W/exported16.bin" --ckpt-dir "$W/ck" >/dev/null 2>&1 &&
+   [ "$(od -A n -t d4 -j 4 -N 4 "$W/exported16.bin" | tr -d ' ')" = 5 ] &&
+   "$TRAIN" train --init-from "$W/exported16.bin" --data "$DATA" --steps 1 "${LLMC_OPTS[@]}" \
+     --log "$W/exp16.jsonl" >/dev/null 2>&1 &&
+   awk -v a="$(t_losses "$W/exp16.jsonl")" -v b="$a" 'BEGIN { d = a - b; exit !(d < 0.01 && d > -0.01) }'; then
+  t_pass "export --bf16 writes version 5; it trains from loss $(t_losses "$W/exp16.jsonl") (fp32: $a)"
+else
+  t_fail "export --bf16" "loss '$(t_losses "$W/exp16.jsonl" 2>/dev/null)' vs $a"
+fi
+
 # ---- 3. bf16 checkpoints (version 5) load as the same values in fp32 -----------------
 "$GEN" ckpt "$W/b16.bin" 9 64 50257 2 4 64 50304 bf16
 "$GEN" ckpt "$W/b16w.bin" 9 64 50257 2 4 64 50304 bf16-as-fp32

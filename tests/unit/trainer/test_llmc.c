@@ -2,6 +2,7 @@
  * checks, fp32 round trip, bf16 widening, the shape taken from the file.
  * (Against llm.c itself: tests/integration/trainer-llmc.sh.) */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,7 @@ Test(llmc, fp32_round_trip_and_bf16_widening)
     char path[128];
     snprintf(path, sizeof path, "%s/a.bin", dir);
     skiff_err err;
-    cr_assert_eq(llmc_save(path, &small, p, &err), 0, "%s", err.msg);
+    cr_assert_eq(llmc_save(path, &small, p, LLMC_VERSION_FP32, &err), 0, "%s", err.msg);
     struct gpt2_config c;
     int v;
     cr_assert_eq(llmc_peek(path, &c, &v, &err), 0, "%s", err.msg);
@@ -125,6 +126,18 @@ Test(llmc, fp32_round_trip_and_bf16_widening)
         memcpy(&b, &q[i], 4);
         cr_assert_eq(b, a & 0xffff0000u, "value %zu", i);
     }
+    /* --bf16 export: rounded to nearest even, read back as those values */
+    snprintf(path, sizeof path, "%s/c.bin", dir);
+    p[0] = 1.00390625f;  /* 1 + 2^-8: exactly halfway, rounds to even (1.0) */
+    p[1] = 1.01171875f;  /* 1 + 3*2^-8: halfway, rounds up to 1 + 2^-6 */
+    p[2] = -2.0f;
+    cr_assert_eq(llmc_save(path, &small, p, LLMC_VERSION_BF16, &err), 0, "%s", err.msg);
+    cr_assert_eq(llmc_peek(path, &c, &v, &err), 0, "%s", err.msg);
+    cr_assert_eq(v, LLMC_VERSION_BF16);
+    cr_assert_eq(llmc_load(path, &small, q, &err), 0, "%s", err.msg);
+    cr_expect(q[0] == 1.0f && q[1] == 1.015625f && q[2] == -2.0f, "%g %g %g", q[0], q[1], q[2]);
+    for (size_t i = 3; i < n; i++)
+        cr_assert(fabsf(q[i] - p[i]) <= fabsf(p[i]) * 0x1p-8f, "value %zu: %g -> %g", i, p[i], q[i]);
     free(p);
     free(q);
 }
@@ -151,7 +164,7 @@ Test(llmc, init_from_gives_the_shape_and_fills_the_weights)
     float *p = calloc(n, sizeof *p), *q = calloc(n, sizeof *q);
     for (size_t i = 0; i < n; i++) p[i] = (float)i;
     skiff_err err;
-    cr_assert_eq(llmc_save(path, &small, p, &err), 0);
+    cr_assert_eq(llmc_save(path, &small, p, LLMC_VERSION_FP32, &err), 0);
 
     struct train_opts o;
     cr_assert_eq(parse(&o, &err, "--init-from", path, NULL, NULL), 0, "%s", err.msg);
