@@ -25,13 +25,14 @@ static const struct {
 } presets[] = {
     /*          maxT  V      Vp     L   NH  C */
     {"tiny", {64, 256, 256, 2, 4, 64}},
+    {"tiny-gpt2", {64, 50257, 50304, 2, 4, 64}},
     {"mini", {256, 256, 256, 4, 4, 128}},
     {"small", {512, 256, 256, 6, 6, 384}},
     {"d6", {1024, 50257, 50304, 6, 6, 384}},
     {"d12", {1024, 50257, 50304, 12, 12, 768}},
 };
 
-const char *gpt2_preset_names(void) { return "tiny mini small d6 d12"; }
+const char *gpt2_preset_names(void) { return "tiny tiny-gpt2 mini small d6 d12"; }
 
 int gpt2_config_preset(const char *name, struct gpt2_config *cfg, skiff_err *err)
 {
