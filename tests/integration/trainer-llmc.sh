@@ -14,6 +14,9 @@
 # there is no GPU) starts from the same weights.
 # Without llm.c's sources this SKIPs and says where it looked
 # (SKIFF_LLMC_DIR=/path/to/llm.c points at a checkout).
+# SKIFF_LLMC_SHAPE="maxT V L NH C Vp" runs only part 1 at another shape: the
+# 124M one by hand is SKIFF_LLMC_SHAPE="1024 50257 12 12 768 50304" (a 500 MB
+# checkpoint, minutes per implementation on 2 cores).
 source "$(dirname "$0")/trainer-lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
 
@@ -60,7 +63,8 @@ gcc -O2 -Wall -Wextra -Werror -o "$GEN" "$HERE/lib/llmc-random.c" -lm || { t_fai
 # L=2, NH=4, C=64, maxT=64, GPT-2's vocabulary; text the model can learn
 # from (a random 97-token sequence repeated), so that optimizer differences
 # move the losses by more than the tolerance within 10 steps.
-"$GEN" ckpt "$W/small.bin" 7 64 50257 2 4 64 50304
+read -r -a SHAPE <<<"${SKIFF_LLMC_SHAPE:-64 50257 2 4 64 50304}"
+"$GEN" ckpt "$W/small.bin" 7 "${SHAPE[@]}"
 "$GEN" shard "$W/dev/data/tinyshakespeare/tiny_shakespeare_train.bin" 11 20000 50257 97
 "$GEN" shard "$W/dev/data/tinyshakespeare/tiny_shakespeare_val.bin" 12 5000 50257
 DATA=$W/dev/data/tinyshakespeare/tiny_shakespeare_train.bin
@@ -101,6 +105,10 @@ if "$TRAIN" train --init-from "$W/small.bin" --data "$DATA" --steps 10 "${LLMC_O
   fi
 else
   t_fail "skiff-train train --init-from an llm.c checkpoint" "$(tail -5 "$W/skiff.log")"
+fi
+if [ -n "${SKIFF_LLMC_SHAPE:-}" ]; then
+  echo "shape maxT V L NH C Vp = ${SHAPE[*]}: parts 2-6 run at the default shape only"
+  t_done
 fi
 
 # ---- 2. export --llmc: llm.c reads it and sees skiff-train's loss -----------------
