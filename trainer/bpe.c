@@ -401,8 +401,8 @@ static int parse(struct bpe *b, size_t len, const char *name, skiff_err *err)
     int rc = -1;
     for (uint32_t i = 0; i < b->n_vocab; i++) {
         uint32_t o = b->off[i], e = b->off[i + 1];
-        if (e < o || e - o == 0 || e - o > BPE_MAX_TOKEN_BYTES) {
-            skiff_error(err, 0, "%s: token %u has %d bytes (need 1..%d)", name, i,
+        if (e < o || e - o == 0 || e - o > BPE_MAX_TOKEN_BYTES || e > text_bytes) {
+            skiff_error(err, 0, "%s: token %u has %d bytes (need 1..%d, inside the text)", name, i,
                         e < o ? -1 : (int)(e - o), BPE_MAX_TOKEN_BYTES);
             goto out;
         }
@@ -711,7 +711,7 @@ static int write_compact(const struct import *im, uint32_t eot, const struct mer
         o += im->len[i];
     }
     off[im->nv] = o;
-    memcpy(t + pad4(text), m, sizeof *m * nm);
+    if (nm) memcpy(t + pad4(text), m, sizeof *m * nm); /* m is NULL without rules */
     /* check what we wrote with the loader before publishing it */
     struct bpe *b = bpe_load_mem(img, size, err);
     if (!b) {

@@ -327,6 +327,7 @@ Test(bpe, bad_files_are_refused_with_the_reason)
     expect_refused(c, size, "repeats rule 0");
     MUTATE(rules, 256, "end-of-text");               /* a rule naming EOT */
     MUTATE(32 + 4 * 1, 0, "has 0 bytes");            /* token 0 empty */
+    MUTATE(32 + 4 * 1, 100000, "inside the text");   /* token 0 past the text (found by fuzzing) */
 #undef MUTATE
     /* token 'b' (98) spelled 'a': two tokens with the same bytes, and no
      * token for byte b */
