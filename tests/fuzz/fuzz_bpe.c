@@ -2,7 +2,7 @@
  * loads, the merge rules `tokenizer-import` reads, and encoding any text.
  * Input: byte 0 flags (bit 0: the rest is a vocab.bpe rules file, imported
  * against a fixed small encoder.json; else a compact file image; bit 1 writes
- * a good magic and version over the image), then the file, then "\0TEXT\0"
+ * a good magic and version over the image), then the file, then "@@TEXT@@"
  * and a text to encode with what loaded.
  * Properties: a failure says why; with a vocabulary that loads, the
  * pre-split cuts the text into non-empty pieces that cover it, encoding
