@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <utf8proc.h>
 
+#include "atomicfile.h"
 #include "fdio.h"
 
 #define HEADER_BYTES 32
@@ -691,6 +692,17 @@ static int import_merges(const struct import *im, const char *path, struct merge
     return 0;
 }
 
+struct image {
+    const unsigned char *p;
+    size_t len;
+};
+
+static int fill_image(int fd, void *ctx)
+{
+    const struct image *im = ctx;
+    return skiff_write_all(fd, im->p, im->len);
+}
+
 static int write_compact(const struct import *im, uint32_t eot, const struct merge *m,
                          uint32_t nm, const char *out_path, skiff_err *err)
 {
@@ -719,29 +731,10 @@ static int write_compact(const struct import *im, uint32_t eot, const struct mer
         return skiff_err_wrap(err, "the converted tokenizer does not check out");
     }
     bpe_free(b);
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", out_path, (int)getpid()) >= sizeof tmp) {
-        free(img);
-        return skiff_error(err, ENAMETOOLONG, "%s", out_path);
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        free(img);
-        return skiff_error(err, errno, "create %s", tmp);
-    }
-    int ok = skiff_write_all(fd, img, size) == 0 && fsync(fd) == 0;
-    int saved = errno;
+    struct image image = {img, size};
+    int rc = atomic_write_file(out_path, NULL, fill_image, &image, err);
     free(img);
-    if (close(fd) < 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
-    if (!ok || rename(tmp, out_path) < 0) {
-        if (ok) saved = errno;
-        unlink(tmp);
-        return skiff_error(err, saved, "writing %s", out_path);
-    }
-    return 0;
+    return rc;
 }
 
 int bpe_import(const char *encoder_json, const char *merges_txt, const char *out_path,

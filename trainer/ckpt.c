@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "fdio.h"
 #include "llmc.h"
 #include "train.h"
@@ -49,6 +50,23 @@ int train_init_params(const struct train_opts *o, int rank, float *params, skiff
                                                              : 0;
 }
 
+struct ckpt_write {
+    const struct train_ckpt *c;
+    const struct ckpt_header *h;
+};
+
+static int fill_ckpt(int fd, void *ctx)
+{
+    const struct ckpt_write *w = ctx;
+    const struct train_ckpt *c = w->c;
+    if (skiff_write_all(fd, w->h, sizeof *w->h) < 0) return -1;
+    if (c->params && skiff_write_all(fd, c->params, c->num_params * sizeof(float)) < 0) return -1;
+    if (c->opt_len && (skiff_write_all(fd, c->m, c->opt_len * sizeof(float)) < 0 ||
+                       skiff_write_all(fd, c->v, c->opt_len * sizeof(float)) < 0))
+        return -1;
+    return 0;
+}
+
 int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
 {
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) return skiff_error(err, errno, "mkdir %s", dir);
@@ -70,25 +88,10 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
     h.opt_off = c->opt_off;
     h.opt_len = c->opt_len;
     h.has_params = c->params != NULL;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return skiff_error(err, errno, "create %s", tmp);
-    int ok = skiff_write_all(fd, &h, sizeof h) == 0;
-    if (ok && c->params) ok = skiff_write_all(fd, c->params, c->num_params * sizeof(float)) == 0;
-    if (ok && c->opt_len)
-        ok = skiff_write_all(fd, c->m, c->opt_len * sizeof(float)) == 0 &&
-             skiff_write_all(fd, c->v, c->opt_len * sizeof(float)) == 0;
-    if (ok) ok = fsync(fd) == 0;
-    int saved = errno;
-    if (close(fd) < 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
-    if (!ok || rename(tmp, path) < 0) {
-        if (ok) saved = errno;
-        unlink(tmp);
-        return skiff_error(err, saved, "writing checkpoint %s", path);
-    }
-    return 0;
+    struct ckpt_write w = {c, &h};
+    return atomic_write_file(path, tmp, fill_ckpt, &w, err) < 0
+               ? skiff_err_wrap(err, "checkpoint")
+               : 0;
 }
 
 /* Reads and checks the header at the start of an open checkpoint. */

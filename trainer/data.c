@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
+#include "fdio.h"
 #include "train.h"
 
 struct data_shard {
@@ -199,23 +201,23 @@ int data_loader_batch(struct data_loader *l, uint64_t first, int *inputs, int *t
     return 0;
 }
 
+struct shard_write {
+    const int32_t *h;
+    const uint16_t *tokens;
+    size_t n;
+};
+
+static int fill_shard(int fd, void *ctx)
+{
+    const struct shard_write *w = ctx;
+    if (skiff_write_all(fd, w->h, SKIFF_SHARD_HEADER_BYTES) < 0) return -1;
+    return skiff_write_all(fd, w->tokens, w->n * sizeof *w->tokens);
+}
+
 int data_write_shard(const char *path, const uint16_t *tokens, size_t n, skiff_err *err)
 {
     if (n > INT32_MAX) return skiff_error(err, 0, "%s: %zu tokens is too many for one shard", path, n);
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
-        return skiff_error(err, ENAMETOOLONG, "%s", path);
-    int32_t h[256] = {SKIFF_SHARD_MAGIC, SKIFF_SHARD_VERSION, (int32_t)n};
-    FILE *f = fopen(tmp, "wxe");
-    if (!f) return skiff_error(err, errno, "create %s", tmp);
-    int ok = fwrite(h, sizeof h, 1, f) == 1 && (n == 0 || fwrite(tokens, 2, n, f) == n);
-    ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
-    int saved = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) < 0) {
-        saved = errno ? errno : saved;
-        unlink(tmp);
-        return skiff_error(err, saved, "writing shard %s", path);
-    }
-    return 0;
+    int32_t h[SKIFF_SHARD_HEADER_BYTES / 4] = {SKIFF_SHARD_MAGIC, SKIFF_SHARD_VERSION, (int32_t)n};
+    struct shard_write w = {h, tokens, n};
+    return atomic_write_file(path, NULL, fill_shard, &w, err) < 0 ? skiff_err_wrap(err, "shard") : 0;
 }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "fdio.h"
 
 /* Far above any GPT-2 (124M: maxT 1024, Vp 50304, L 12, C 768; 1.5B: L 48,
@@ -129,14 +130,23 @@ static uint16_t to_bf16(float f)
     return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1)) >> 16);
 }
 
-static int write_params(int fd, const float *params, size_t n, int version)
+struct llmc_write {
+    const int32_t *h;
+    const float *params;
+    size_t n;
+    int version;
+};
+
+static int fill_llmc(int fd, void *ctx)
 {
-    if (version == LLMC_VERSION_FP32) return skiff_write_all(fd, params, n * sizeof(float));
+    const struct llmc_write *w = ctx;
+    if (skiff_write_all(fd, w->h, LLMC_HEADER_BYTES) < 0) return -1;
+    if (w->version == LLMC_VERSION_FP32) return skiff_write_all(fd, w->params, w->n * sizeof(float));
     enum { PIECE = 1 << 16 };
     uint16_t buf[PIECE];
-    for (size_t i = 0; i < n; i += PIECE) {
-        size_t k = n - i < PIECE ? n - i : PIECE;
-        for (size_t j = 0; j < k; j++) buf[j] = to_bf16(params[i + j]);
+    for (size_t i = 0; i < w->n; i += PIECE) {
+        size_t k = w->n - i < PIECE ? w->n - i : PIECE;
+        for (size_t j = 0; j < k; j++) buf[j] = to_bf16(w->params[i + j]);
         if (skiff_write_all(fd, buf, k * sizeof *buf) < 0) return -1;
     }
     return 0;
@@ -148,23 +158,6 @@ int llmc_save(const char *path, const struct gpt2_config *cfg, const float *para
     int32_t h[LLMC_HEADER_INTS] = {LLMC_MAGIC,      version,         cfg->max_seq_len,
                                    cfg->vocab_size, cfg->num_layers, cfg->num_heads,
                                    cfg->channels,   cfg->padded_vocab_size};
-    size_t n = gpt2_param_layout(cfg, NULL, NULL);
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
-        return skiff_error(err, ENAMETOOLONG, "%s", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return skiff_error(err, errno, "create %s", tmp);
-    int ok = skiff_write_all(fd, h, sizeof h) == 0 && write_params(fd, params, n, version) == 0 &&
-             fsync(fd) == 0;
-    int saved = errno;
-    if (close(fd) < 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
-    if (!ok || rename(tmp, path) < 0) {
-        if (ok) saved = errno;
-        unlink(tmp);
-        return skiff_error(err, saved, "writing %s", path);
-    }
-    return 0;
+    struct llmc_write w = {h, params, gpt2_param_layout(cfg, NULL, NULL), version};
+    return atomic_write_file(path, NULL, fill_llmc, &w, err);
 }
