@@ -307,6 +307,9 @@ int bpe_encode(struct bpe *b, const char *text, size_t len, uint16_t **out, size
     size_t pos = 0;
     while (pos < len) {
         size_t end = bpe_presplit(text, len, pos), m = end - pos;
+        if (m > INT32_MAX) /* positions in the merge loop are int32 */
+            return skiff_error(err, 0, "tokenizer: a piece of %zu bytes (one word or one run of "
+                                       "white space) is longer than 2 GiB", m);
         if (*cap - *n < m) { /* a piece gives at most one token per byte */
             size_t c = *cap ? *cap : 4096;
             while (c - *n < m) c *= 2;
