@@ -323,7 +323,7 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
         double mine = c.step, mean;
         if (mean_over_ranks(r->comm, mine, &mean, err) < 0) return -1;
         if (mean != mine)
-            return skiff_error(err, EINVAL, "--resume: rank %d's checkpoint is at step %d but the "
+            return skiff_error(err, 0, "--resume: rank %d's checkpoint is at step %d but the "
                                             "ranks disagree (mean %.2f): a save was interrupted; "
                                             "remove %s or restart from scratch",
                                rank, c.step, mean, o->ckpt_dir);

@@ -115,7 +115,7 @@ static int pick_backend(struct run *r, const char **name, skiff_err *err) {
     const char *env = getenv("SKIFF_TRAIN_COMM");
     if (env && *env && strcmp(env, "auto")) {
         if (strcmp(env, "nccl") && strcmp(env, "host-staged"))
-            return skiff_error(err, EINVAL, "SKIFF_TRAIN_COMM='%s': use nccl, host-staged or auto", env);
+            return skiff_error(err, 0, "SKIFF_TRAIN_COMM='%s': use nccl, host-staged or auto", env);
         *name = env;
         return 0;
     }
@@ -217,12 +217,12 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
         double mine = c.step, mean;
         TRY(mean_over_ranks(r, mine, &mean, err));
         if (mean != mine)
-            return skiff_error(err, EINVAL,
+            return skiff_error(err, 0,
                                "--resume: rank %d's checkpoint is at step %d but the ranks disagree "
                                "(mean %.2f): a save was interrupted; remove %s or restart from scratch",
                                rank, c.step, mean, o->ckpt_dir);
         if (*start_step >= o->steps)
-            return skiff_error(err, EINVAL, "--resume: checkpoint is at step %d, --steps is %d: nothing left to do",
+            return skiff_error(err, 0, "--resume: checkpoint is at step %d, --steps is %d: nothing left to do",
                                *start_step, o->steps);
     }
     if (bcast_host(r, r->hparams, r->n_pad, err) < 0)
