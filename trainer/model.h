@@ -43,6 +43,8 @@ extern const char *const gpt2_param_names[GPT2_NUM_PARAM_TENSORS];
 
 /* Presets, smallest first:
  *   tiny  L2  H4  C64  T64   V256 (byte vocab, ~0.12M params; tests)
+ *   tiny-gpt2 the same with GPT-2's vocab (V50257/Vp50304, ~3.3M params, most
+ *         of them the token embedding; the demo with GPT-2 tokens, llm.c tests)
  *   mini  L4  H4  C128 T256  V256 (byte vocab, ~0.86M params; benchmarks)
  *   small L6  H6  C384 T512  V256 (byte vocab, ~10.9M params)
  *   d6    L6  H6  C384 T1024 V50257/Vp50304 (GPT-2 vocab, ~30M params)

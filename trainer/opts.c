@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "llmc.h"
 #include "train.h"
 
 void train_opts_defaults(struct train_opts *o)
@@ -28,24 +29,24 @@ void train_opts_defaults(struct train_opts *o)
     o->timeout_ms = 300 * 1000;
 }
 
-static int parse_int(const char *opt, const char *s, int lo, int *out, skiff_err *err)
+int train_parse_int(const char *opt, const char *s, int lo, int *out, skiff_err *err)
 {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > INT_MAX)
-        return skiff_error(err, EINVAL, "%s '%s': need an integer >= %d", opt, s, lo);
+        return skiff_error(err, 0, "%s '%s': need an integer >= %d", opt, s, lo);
     *out = (int)v;
     return 0;
 }
 
-static int parse_double(const char *opt, const char *s, double lo, double *out, skiff_err *err)
+int train_parse_double(const char *opt, const char *s, double lo, double *out, skiff_err *err)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v >= lo) || !isfinite(v))
-        return skiff_error(err, EINVAL, "%s '%s': need a number >= %g", opt, s, lo);
+        return skiff_error(err, 0, "%s '%s': need a number >= %g", opt, s, lo);
     *out = v;
     return 0;
 }
@@ -53,8 +54,43 @@ static int parse_double(const char *opt, const char *s, double lo, double *out, 
 enum {
     O_MODEL = 256, O_DATA, O_VAL, O_BATCH, O_SEQ, O_ACCUM, O_STEPS, O_LR, O_LRMIN, O_WARMUP,
     O_WD, O_CLIP, O_SEED, O_ZERO, O_BUCKET, O_DEVICE, O_PREC, O_CKPT, O_CKPT_EVERY, O_RESUME,
-    O_STOP, O_LOG, O_VAL_EVERY, O_VAL_BATCHES, O_THREADS, O_TIMEOUT, O_QUIET
+    O_STOP, O_LOG, O_VAL_EVERY, O_VAL_BATCHES, O_THREADS, O_TIMEOUT, O_QUIET, O_INIT_FROM,
+    O_BETA1, O_BETA2, O_EPS, O_ORDER
 };
+
+int train_opt_error(int c, char **argv, skiff_err *err)
+{
+    if (c == ':') return skiff_error(err, 0, "option '%s' needs a value", argv[optind - 1]);
+    return skiff_error(err, 0, "unknown option '%s'", argv[optind - 1]);
+}
+
+/* The shape comes from --model, from the --init-from file, or both (then
+ * they must agree). */
+static int resolve_model(struct train_opts *o, skiff_err *err)
+{
+    if (!o->model && !o->init_from)
+        return skiff_error(err, 0, "--model NAME or --init-from FILE.bin is required (models: %s)",
+                           gpt2_preset_names());
+    if (o->model && gpt2_config_preset(o->model, &o->cfg, err) < 0)
+        return skiff_err_wrap(err, "--model");
+    if (!o->init_from) return 0;
+    struct gpt2_config file;
+    int version;
+    if (llmc_peek(o->init_from, &file, &version, err) < 0) return skiff_err_wrap(err, "--init-from");
+    if (o->model && memcmp(&file, &o->cfg, sizeof file)) {
+        char a[160], b[160];
+        llmc_shape_str(&file, a, sizeof a);
+        llmc_shape_str(&o->cfg, b, sizeof b);
+        return skiff_error(err, 0, "--init-from %s holds %s, but --model %s is %s; drop --model to "
+                                   "take the file's shape", o->init_from, a, o->model, b);
+    }
+    if (!o->model) {
+        const char *slash = strrchr(o->init_from, '/');
+        o->model = slash ? slash + 1 : o->init_from;
+        o->cfg = file;
+    }
+    return 0;
+}
 
 int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err)
 {
@@ -68,95 +104,111 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
         {"ckpt-every", 1, 0, O_CKPT_EVERY}, {"resume", 0, 0, O_RESUME},
         {"stop-after", 1, 0, O_STOP}, {"log", 1, 0, O_LOG}, {"val-every", 1, 0, O_VAL_EVERY},
         {"val-batches", 1, 0, O_VAL_BATCHES}, {"threads", 1, 0, O_THREADS},
-        {"timeout", 1, 0, O_TIMEOUT}, {"quiet", 0, 0, O_QUIET}, {0, 0, 0, 0}};
+        {"timeout", 1, 0, O_TIMEOUT}, {"quiet", 0, 0, O_QUIET}, {"init-from", 1, 0, O_INIT_FROM},
+        {"beta1", 1, 0, O_BETA1}, {"beta2", 1, 0, O_BETA2}, {"eps", 1, 0, O_EPS},
+        {"data-order", 1, 0, O_ORDER}, {0, 0, 0, 0}};
     train_opts_defaults(o);
     const char *env_t = getenv("SKIFF_TRAIN_TIMEOUT");
     double d = 0;
     if (env_t && *env_t) {
-        if (parse_double("SKIFF_TRAIN_TIMEOUT", env_t, 0.001, &d, err) < 0) return -1;
+        if (train_parse_double("SKIFF_TRAIN_TIMEOUT", env_t, 0.001, &d, err) < 0) return -1;
         o->timeout_ms = (int)(d * 1000);
     }
     optind = 1;
     opterr = 0;
     int c, v = 0;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
         int rc = 0;
         switch (c) {
         case O_MODEL: o->model = optarg; break;
         case O_DATA: o->data = optarg; break;
         case O_VAL: o->val = optarg; break;
-        case O_BATCH: rc = parse_int("--batch", optarg, 1, &o->batch, err); break;
-        case O_SEQ: rc = parse_int("--seq", optarg, 1, &o->seq, err); break;
-        case O_ACCUM: rc = parse_int("--grad-accum", optarg, 1, &o->grad_accum, err); break;
-        case O_STEPS: rc = parse_int("--steps", optarg, 1, &o->steps, err); break;
-        case O_LR: rc = parse_double("--lr", optarg, 0, &d, err); o->lr = (float)d; break;
+        case O_BATCH: rc = train_parse_int("--batch", optarg, 1, &o->batch, err); break;
+        case O_SEQ: rc = train_parse_int("--seq", optarg, 1, &o->seq, err); break;
+        case O_ACCUM: rc = train_parse_int("--grad-accum", optarg, 1, &o->grad_accum, err); break;
+        case O_STEPS: rc = train_parse_int("--steps", optarg, 1, &o->steps, err); break;
+        case O_LR: rc = train_parse_double("--lr", optarg, 0, &d, err); o->lr = (float)d; break;
         case O_LRMIN:
-            rc = parse_double("--lr-min-frac", optarg, 0, &d, err);
+            rc = train_parse_double("--lr-min-frac", optarg, 0, &d, err);
             o->lr_min_frac = (float)d;
             break;
-        case O_WARMUP: rc = parse_int("--warmup", optarg, 0, &o->warmup, err); break;
+        case O_WARMUP: rc = train_parse_int("--warmup", optarg, 0, &o->warmup, err); break;
         case O_WD:
-            rc = parse_double("--weight-decay", optarg, 0, &d, err);
+            rc = train_parse_double("--weight-decay", optarg, 0, &d, err);
             o->weight_decay = (float)d;
             break;
         case O_CLIP:
-            rc = parse_double("--grad-clip", optarg, 0, &d, err);
+            rc = train_parse_double("--grad-clip", optarg, 0, &d, err);
             o->grad_clip = (float)d;
             break;
-        case O_SEED: rc = parse_int("--seed", optarg, 0, &v, err); o->seed = (uint64_t)v; break;
+        case O_SEED: rc = train_parse_int("--seed", optarg, 0, &v, err); o->seed = (uint64_t)v; break;
         case O_ZERO:
-            rc = parse_int("--zero", optarg, 0, &o->zero, err);
-            if (!rc && o->zero > 2) rc = skiff_error(err, EINVAL, "--zero %s: use 0, 1 or 2", optarg);
+            rc = train_parse_int("--zero", optarg, 0, &o->zero, err);
+            if (!rc && o->zero > 2) rc = skiff_error(err, 0, "--zero %s: use 0, 1 or 2", optarg);
             break;
         case O_BUCKET:
-            rc = parse_double("--bucket-mb", optarg, 0.001, &o->bucket_mb, err);
+            rc = train_parse_double("--bucket-mb", optarg, 0.001, &o->bucket_mb, err);
             break;
         case O_DEVICE:
             if (!strcmp(optarg, "cpu")) o->device = TRAIN_DEVICE_CPU;
             else if (!strcmp(optarg, "cuda")) o->device = TRAIN_DEVICE_CUDA;
-            else rc = skiff_error(err, EINVAL, "--device '%s': use cpu or cuda", optarg);
+            else rc = skiff_error(err, 0, "--device '%s': use cpu or cuda", optarg);
             break;
         case O_PREC:
             if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16") && strcmp(optarg, "fp16"))
-                rc = skiff_error(err, EINVAL, "--precision '%s': use fp32, bf16 or fp16", optarg);
+                rc = skiff_error(err, 0, "--precision '%s': use fp32, bf16 or fp16", optarg);
             o->precision = optarg;
             break;
         case O_CKPT: o->ckpt_dir = optarg; break;
-        case O_CKPT_EVERY: rc = parse_int("--ckpt-every", optarg, 0, &o->ckpt_every, err); break;
+        case O_CKPT_EVERY: rc = train_parse_int("--ckpt-every", optarg, 0, &o->ckpt_every, err); break;
         case O_RESUME: o->resume = 1; break;
-        case O_STOP: rc = parse_int("--stop-after", optarg, 1, &o->stop_after, err); break;
+        case O_STOP: rc = train_parse_int("--stop-after", optarg, 1, &o->stop_after, err); break;
         case O_LOG: o->log_path = optarg; break;
-        case O_VAL_EVERY: rc = parse_int("--val-every", optarg, 0, &o->val_every, err); break;
-        case O_VAL_BATCHES: rc = parse_int("--val-batches", optarg, 1, &o->val_batches, err); break;
-        case O_THREADS: rc = parse_int("--threads", optarg, 0, &o->threads, err); break;
+        case O_VAL_EVERY: rc = train_parse_int("--val-every", optarg, 0, &o->val_every, err); break;
+        case O_VAL_BATCHES: rc = train_parse_int("--val-batches", optarg, 1, &o->val_batches, err); break;
+        case O_THREADS: rc = train_parse_int("--threads", optarg, 0, &o->threads, err); break;
         case O_TIMEOUT:
-            rc = parse_double("--timeout", optarg, 0.001, &d, err);
+            rc = train_parse_double("--timeout", optarg, 0.001, &d, err);
             o->timeout_ms = (int)(d * 1000);
             break;
         case O_QUIET: o->quiet = 1; break;
+        case O_INIT_FROM: o->init_from = optarg; break;
+        case O_BETA1:
+            rc = train_parse_double("--beta1", optarg, 0, &d, err);
+            if (!rc && d >= 1) rc = skiff_error(err, 0, "--beta1 %s: need 0 <= beta1 < 1", optarg);
+            o->beta1 = (float)d;
+            break;
+        case O_BETA2:
+            rc = train_parse_double("--beta2", optarg, 0, &d, err);
+            if (!rc && d >= 1) rc = skiff_error(err, 0, "--beta2 %s: need 0 <= beta2 < 1", optarg);
+            o->beta2 = (float)d;
+            break;
+        case O_EPS: rc = train_parse_double("--eps", optarg, 0, &d, err); o->eps = (float)d; break;
+        case O_ORDER:
+            if (!strcmp(optarg, "shuffle")) o->sequential = 0;
+            else if (!strcmp(optarg, "sequential")) o->sequential = 1;
+            else rc = skiff_error(err, 0, "--data-order '%s': use shuffle or sequential", optarg);
+            break;
         default:
-            return skiff_error(err, EINVAL, "train: unknown or incomplete option '%s' (see "
-                                            "skiff-train --help)", argv[optind - 1]);
+            return train_opt_error(c, argv, err);
         }
         if (rc < 0) return -1;
     }
-    if (optind < argc)
-        return skiff_error(err, EINVAL, "train: unexpected argument '%s'", argv[optind]);
-    if (!o->model) return skiff_error(err, EINVAL, "train: --model NAME is required (%s)", gpt2_preset_names());
-    if (gpt2_config_preset(o->model, &o->cfg, err) < 0) return skiff_err_wrap(err, "--model");
-    if (!o->data) return skiff_error(err, EINVAL, "train: --data GLOB is required");
+    if (optind < argc) return skiff_error(err, 0, "unexpected argument '%s'", argv[optind]);
+    if (resolve_model(o, err) < 0) return -1;
+    if (!o->data) return skiff_error(err, 0, "--data GLOB is required");
     if (!o->batch || !o->seq || !o->steps)
-        return skiff_error(err, EINVAL, "train: --batch, --seq and --steps are required");
+        return skiff_error(err, 0, "--batch, --seq and --steps are required");
     if (o->seq > o->cfg.max_seq_len)
-        return skiff_error(err, EINVAL, "--seq %d: model %s has a context of %d", o->seq, o->model,
+        return skiff_error(err, 0, "--seq %d: model %s has a context of %d", o->seq, o->model,
                            o->cfg.max_seq_len);
-    if (o->resume && !o->ckpt_dir) return skiff_error(err, EINVAL, "--resume needs --ckpt-dir");
+    if (o->resume && !o->ckpt_dir) return skiff_error(err, 0, "--resume needs --ckpt-dir");
     if (o->stop_after && !o->ckpt_dir)
-        return skiff_error(err, EINVAL, "--stop-after checkpoints before it exits: give --ckpt-dir");
+        return skiff_error(err, 0, "--stop-after checkpoints before it exits: give --ckpt-dir");
     if (!o->precision)
         o->precision = o->device == TRAIN_DEVICE_CPU ? "fp32" : "bf16";
     if (o->device == TRAIN_DEVICE_CPU && strcmp(o->precision, "fp32"))
-        return skiff_error(err, EINVAL, "--precision %s: the CPU path trains in fp32 only",
+        return skiff_error(err, 0, "--precision %s: the CPU path trains in fp32 only",
                            o->precision);
     if (o->warmup < 0) o->warmup = o->steps / 10;
     return 0;
@@ -179,7 +231,7 @@ static int env_int(const char *name, int lo, int *out, skiff_err *err)
 {
     const char *s = getenv(name);
     if (!s || !*s) return 0;
-    if (parse_int(name, s, lo, out, err) < 0) return -1;
+    if (train_parse_int(name, s, lo, out, err) < 0) return -1;
     return 1;
 }
 
@@ -194,19 +246,19 @@ int train_dist_init(struct train_dist *d, int timeout_ms, skiff_err *err)
     if (env_int("LOCAL_RANK", 0, &d->local_rank, err) < 0) return -1;
     if (!hr && !hw) return 0; /* one process */
     if (!hr || !hw)
-        return skiff_error(err, EINVAL, "env://: %s is set but %s is not; set both (or neither "
-                                        "for one process)", hr ? "RANK" : "WORLD_SIZE",
+        return skiff_error(err, 0, "env://: %s is set but %s is not; set both (or neither for "
+                                   "one process)", hr ? "RANK" : "WORLD_SIZE",
                            hr ? "WORLD_SIZE" : "RANK");
     if (d->rank >= d->world)
-        return skiff_error(err, EINVAL, "env://: RANK=%d must be < WORLD_SIZE=%d", d->rank, d->world);
+        return skiff_error(err, 0, "env://: RANK=%d must be < WORLD_SIZE=%d", d->rank, d->world);
     if (d->world == 1) return 0;
     const char *a = getenv("MASTER_ADDR");
-    if (!a || !*a) return skiff_error(err, EINVAL, "env://: WORLD_SIZE=%d needs MASTER_ADDR", d->world);
+    if (!a || !*a) return skiff_error(err, 0, "env://: WORLD_SIZE=%d needs MASTER_ADDR", d->world);
     snprintf(d->master_addr, sizeof d->master_addr, "%s", a);
     int hp = env_int("MASTER_PORT", 1, &d->master_port, err);
     if (hp < 0) return -1;
     if (!hp || d->master_port > 65535)
-        return skiff_error(err, EINVAL, "env://: WORLD_SIZE=%d needs MASTER_PORT (1-65535)", d->world);
+        return skiff_error(err, 0, "env://: WORLD_SIZE=%d needs MASTER_PORT (1-65535)", d->world);
     if (skiff_store_open(d->master_addr, d->master_port, d->rank == 0, timeout_ms, &d->store, err) < 0)
         return skiff_err_wrap(err, "rank %d", d->rank);
     if (skiff_store_rendezvous(d->store, d->rank, d->world, err) < 0) {

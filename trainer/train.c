@@ -286,7 +286,8 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
     if (!r->m || !r->v || !r->decay || !r->in || !r->tg || (o->zero == 2 && !r->gshard))
         return skiff_error(err, ENOMEM, "optimizer state");
     gpt2_decay_mask(&o->cfg, r->decay);
-    if (data_loader_open(&r->train, o->data, o->batch, o->seq, o->cfg.vocab_size, o->seed, 1, err) < 0)
+    if (data_loader_open(&r->train, o->data, o->batch, o->seq, o->cfg.vocab_size, o->seed,
+                         !o->sequential, err) < 0)
         return skiff_err_wrap(err, "--data");
     if (o->val) {
         if (data_loader_open(&r->val, o->val, o->batch, o->seq, o->cfg.vocab_size, o->seed, 0, err) < 0)
@@ -303,7 +304,7 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
     }
 
     *start_step = 0;
-    gpt2_init_params(&o->cfg, r->model.params, o->seed);
+    if (train_init_params(o, rank, r->model.params, err) < 0) return -1;
     if (o->resume) {
         /* ZeRO 0 keeps the whole optimizer state in rank 0's file; the
          * others carry only their step and data position */
@@ -322,7 +323,7 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
         double mine = c.step, mean;
         if (mean_over_ranks(r->comm, mine, &mean, err) < 0) return -1;
         if (mean != mine)
-            return skiff_error(err, EINVAL, "--resume: rank %d's checkpoint is at step %d but the "
+            return skiff_error(err, 0, "--resume: rank %d's checkpoint is at step %d but the "
                                             "ranks disagree (mean %.2f): a save was interrupted; "
                                             "remove %s or restart from scratch",
                                rank, c.step, mean, o->ckpt_dir);

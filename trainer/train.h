@@ -18,8 +18,9 @@
 enum train_device { TRAIN_DEVICE_CPU = 0, TRAIN_DEVICE_CUDA = 1 };
 
 struct train_opts {
-    const char *model;       /* --model NAME (preset) */
-    struct gpt2_config cfg;  /* the preset */
+    const char *model;       /* --model NAME (preset), or the --init-from file's name */
+    struct gpt2_config cfg;  /* the preset, or the shape in the --init-from file */
+    const char *init_from;   /* --init-from FILE.bin: llm.c checkpoint with the start weights */
     const char *data;        /* --data GLOB (train shards) */
     const char *val;         /* --val GLOB or NULL */
     int batch;               /* --batch B: per-rank micro-batch (sequences) */
@@ -30,9 +31,11 @@ struct train_opts {
     float lr_min_frac;       /* --lr-min-frac (default 0.1): final LR = lr * this */
     int warmup;              /* --warmup steps (default: steps/10; 0 = none) */
     float weight_decay;      /* --weight-decay (default 0.1), 2-D tensors only */
-    float beta1, beta2, eps; /* AdamW: 0.9, 0.95, 1e-8 */
+    float beta1, beta2, eps; /* --beta1 0.9, --beta2 0.95, --eps 1e-8 (AdamW) */
     float grad_clip;         /* --grad-clip (default 1.0; 0 = off) */
     uint64_t seed;           /* --seed S (default 1337): init + data shuffle */
+    int sequential;          /* --data-order sequential: windows in file order (llm.c's
+                                loader without shuffling), not a seeded permutation */
     int zero;                /* --zero 0|1|2 */
     double bucket_mb;        /* --bucket-mb M (default 25) */
     enum train_device device;/* --device cpu|cuda */
@@ -53,6 +56,20 @@ struct train_opts {
  * Returns 0, or -1 with a usage error message. */
 int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err);
 void train_opts_defaults(struct train_opts *o);
+
+/* Option values for every subcommand: an integer >= lo, a finite number >=
+ * lo (named opt in the message). 0, or -1 with a usage error. */
+int train_parse_int(const char *opt, const char *s, int lo, int *out, skiff_err *err);
+int train_parse_double(const char *opt, const char *s, double lo, double *out, skiff_err *err);
+/* The usage error for what getopt_long (optstring ":") returned as c: an
+ * unknown option or one without its value. Returns -1. */
+int train_opt_error(int c, char **argv, skiff_err *err);
+
+/* The starting weights (params: gpt2_param_layout(&o->cfg) floats): read
+ * from o->init_from (llm.c's format, llmc.h) when set, else GPT-2's
+ * initialisation seeded by o->seed. Ranks other than 0 get zeros from a
+ * file (rank 0's weights are broadcast to them). */
+int train_init_params(const struct train_opts *o, int rank, float *params, skiff_err *err);
 
 /* ---- distributed setup (env://) ------------------------------------------ */
 
@@ -102,6 +119,17 @@ void data_loader_close(struct data_loader *l);
  * window index `first` (wrapping into later epochs). */
 int data_loader_batch(struct data_loader *l, uint64_t first, int *inputs, int *targets,
                       skiff_err *err);
+
+/* One shard mapped read-only after checking its header (magic, version,
+ * token count vs file size). */
+struct data_shard_map {
+    void *map;
+    size_t map_len;
+    const uint16_t *tokens;
+    size_t ntok;
+};
+int data_shard_map(const char *path, struct data_shard_map *sm, skiff_err *err);
+void data_shard_unmap(struct data_shard_map *sm);
 
 /* Writes one llm.c shard atomically (tmp + rename). */
 int data_write_shard(const char *path, const uint16_t *tokens, size_t n, skiff_err *err);

@@ -87,7 +87,7 @@ t_fails_with "--stop-after needs --ckpt-dir" "give --ckpt-dir" \
   "$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 5 --stop-after 2
 t_fails_with "half an env:// setup" "RANK is set but WORLD_SIZE is not" \
   env RANK=0 "$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 1
-if "$TRAIN" --help | grep -q 'device cpu|cuda'; then t_pass "--help lists --device"; else t_fail "--help"; fi
+if "$TRAIN" train --help | grep -q 'device cpu|cuda'; then t_pass "train --help lists --device"; else t_fail "train --help"; fi
 out=$("$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 1 --device cuda --quiet 2>&1); rc=$?
 if grep -q "built without CUDA" <<<"$out"; then
   [ $rc -eq 2 ] && t_pass "--device cuda without CUDA: clear error" || t_fail "--device cuda exit code $rc"

@@ -34,7 +34,7 @@ static int attention_backward_hs(T *dqkv, float *dq, float *D, const T *dout, co
 static int head_size(int C, int NH, skiff_err *err) {
     int hs = (NH > 0 && C % NH == 0) ? C / NH : 0;
     if (hs != 16 && hs != 32 && hs != 64 && hs != 128)
-        return skiff_error(err, EINVAL,
+        return skiff_error(err, 0,
                            "CUDA attention supports head sizes 16, 32, 64 and 128 "
                            "(n_embd / n_head), got %d / %d",
                            C, NH);

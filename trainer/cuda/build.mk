@@ -56,7 +56,7 @@ EMU_SKIFF_TRAIN := $(BUILD)/emu/bin/skiff-train
 EMU_GPU_TOOL := $(BUILD)/emu/tests/gpu/gpu_tool
 $(EMU_SKIFF_TRAIN): $(BUILD)/trainer/main.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(BUILD)/libskiff.a
 	@mkdir -p $(@D)
-	$(CXX) $(EXE_LDFLAGS) -o $@ $^ -fopenmp -pthread -lm
+	$(CXX) $(EXE_LDFLAGS) -o $@ $^ -fopenmp -pthread $(TRAINER_LDLIBS)
 $(EMU_GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(BUILD)/libskiff.a
 	@mkdir -p $(@D)
 	$(CXX) $(EXE_LDFLAGS) -o $@ $^ -fopenmp -pthread -lm

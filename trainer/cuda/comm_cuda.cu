@@ -72,7 +72,7 @@ static int nccl_issue(struct skiff_comm *c, int op, void *buf, size_t n, enum sk
                       skiff_err *err) {
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
     if (op == SKIFF_COMM_REDUCE_SCATTER && n % c->world)
-        return skiff_error(err, EINVAL, "reduce-scatter of %zu elements over %d ranks", n, c->world);
+        return skiff_error(err, 0, "reduce-scatter of %zu elements over %d ranks", n, c->world);
     TRY(handoff(im, err));
     size_t shard = n / c->world;
     char *b = (char *)buf;
@@ -88,7 +88,7 @@ static int nccl_issue(struct skiff_comm *c, int op, void *buf, size_t n, enum sk
         break;
     default:  // 2: all-gather, in place
         if (n % c->world)
-            return skiff_error(err, EINVAL, "all-gather of %zu elements over %d ranks", n, c->world);
+            return skiff_error(err, 0, "all-gather of %zu elements over %d ranks", n, c->world);
         NCCL_CHECK(ncclAllGather(b + c->rank * shard * bytes_of(t), buf, shard, nccl_type(t),
                                  im->comm, im->side));
         c->stats.bytes_sent += (c->world - 1) * shard * bytes_of(t);
@@ -235,7 +235,7 @@ static int staged_buf(struct staged_impl *s, size_t bytes, skiff_err *err) {
 
 static int check_f32(enum skiff_dtype t, skiff_err *err) {
     if (t != SKIFF_F32)
-        return skiff_error(err, EINVAL, "host-staged collectives carry fp32 only (dtype %d)", (int)t);
+        return skiff_error(err, 0, "host-staged collectives carry fp32 only (dtype %d)", (int)t);
     return 0;
 }
 

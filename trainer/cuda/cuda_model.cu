@@ -56,7 +56,7 @@ extern "C" int cuda_precision_parse(const char *name, int *prec, skiff_err *err)
     if (!name || !strcmp(name, "bf16")) *prec = SKIFF_CUDA_BF16;
     else if (!strcmp(name, "fp16")) *prec = SKIFF_CUDA_FP16;
     else if (!strcmp(name, "fp32")) *prec = SKIFF_CUDA_FP32;
-    else return skiff_error(err, EINVAL, "--precision '%s': use bf16, fp16 or fp32", name);
+    else return skiff_error(err, 0, "--precision '%s': use bf16, fp16 or fp32", name);
     return 0;
 }
 
@@ -118,17 +118,17 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     m->B = B, m->T = T, m->prec = prec;
     m->L = cfg->num_layers, m->C = cfg->channels, m->NH = cfg->num_heads;
     m->V = cfg->vocab_size, m->Vp = cfg->padded_vocab_size;
-    if (m->L > MAX_LAYERS) return skiff_error(err, EINVAL, "at most %d layers on CUDA", MAX_LAYERS);
-    if (T > cfg->max_seq_len) return skiff_error(err, EINVAL, "--seq %d > the model's %d", T, cfg->max_seq_len);
+    if (m->L > MAX_LAYERS) return skiff_error(err, 0, "at most %d layers on CUDA", MAX_LAYERS);
+    if (T > cfg->max_seq_len) return skiff_error(err, 0, "--seq %d > the model's %d", T, cfg->max_seq_len);
     int hs = m->NH > 0 && m->C % m->NH == 0 ? m->C / m->NH : 0;
     if (hs != 16 && hs != 32 && hs != 64 && hs != 128)
-        return skiff_error(err, EINVAL,
+        return skiff_error(err, 0,
                            "the CUDA attention kernels support head sizes 16, 32, 64 and 128; this model "
                            "has n_embd %d / n_head %d: use --device cpu or another --model",
                            m->C, m->NH);
     m->nparams = gpt2_param_layout(cfg, m->sizes, m->offs);
     if (n_pad < m->nparams || opt_off + opt_len > n_pad)
-        return skiff_error(err, EINVAL, "bad parameter padding/shard (%zu/%zu+%zu of %zu)", n_pad,
+        return skiff_error(err, 0, "bad parameter padding/shard (%zu/%zu+%zu of %zu)", n_pad,
                            opt_off, opt_len, m->nparams);
     m->n_pad = n_pad, m->opt_off = opt_off, m->opt_len = opt_len;
     m->elem = prec == SKIFF_CUDA_FP32 ? 4 : 2;
@@ -326,7 +326,7 @@ extern "C" int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const i
     int N = m->B * m->T;
     for (int i = 0; i < N; i++)
         if (inputs[i] < 0 || inputs[i] >= m->V || (targets && (targets[i] < 0 || targets[i] >= m->V)))
-            return skiff_error(err, EINVAL, "token %d at position %d is outside the vocabulary (%d)",
+            return skiff_error(err, 0, "token %d at position %d is outside the vocabulary (%d)",
                                inputs[i] < 0 || inputs[i] >= m->V ? inputs[i] : targets[i], i, m->V);
     int slot = m->up_slot ^= 1;
     CUDA_CHECK(cudaEventSynchronize(m->up_ev[slot]));  // its previous upload has been read
@@ -447,7 +447,7 @@ extern "C" int cuda_gpt2_zero_grad(struct cuda_gpt2 *m, skiff_err *err) {
 }
 
 extern "C" int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err) {
-    if (!m->have_targets) return skiff_error(err, EINVAL, "backward needs a forward with targets");
+    if (!m->have_targets) return skiff_error(err, 0, "backward needs a forward with targets");
     switch (m->prec) {
     case SKIFF_CUDA_FP32: return backward_t<float>(m, ready, ctx, err);
     case SKIFF_CUDA_BF16: return backward_t<bf16>(m, ready, ctx, err);

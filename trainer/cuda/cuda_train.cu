@@ -115,7 +115,7 @@ static int pick_backend(struct run *r, const char **name, skiff_err *err) {
     const char *env = getenv("SKIFF_TRAIN_COMM");
     if (env && *env && strcmp(env, "auto")) {
         if (strcmp(env, "nccl") && strcmp(env, "host-staged"))
-            return skiff_error(err, EINVAL, "SKIFF_TRAIN_COMM='%s': use nccl, host-staged or auto", env);
+            return skiff_error(err, 0, "SKIFF_TRAIN_COMM='%s': use nccl, host-staged or auto", env);
         *name = env;
         return 0;
     }
@@ -188,7 +188,8 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
     r->in = (int *)calloc((size_t)o->batch * o->seq, sizeof(int));
     r->tg = (int *)calloc((size_t)o->batch * o->seq, sizeof(int));
     if (!r->hparams || !r->hm || !r->hv || !r->in || !r->tg) return skiff_error(err, ENOMEM, "host buffers");
-    if (data_loader_open(&r->train, o->data, o->batch, o->seq, o->cfg.vocab_size, o->seed, 1, err) < 0)
+    if (data_loader_open(&r->train, o->data, o->batch, o->seq, o->cfg.vocab_size, o->seed, !o->sequential,
+                         err) < 0)
         return skiff_err_wrap(err, "--data");
     r->have_train = 1;
     if (o->val) {
@@ -198,7 +199,7 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
     }
 
     *start_step = 0;
-    gpt2_init_params(&o->cfg, r->hparams, o->seed);
+    TRY(train_init_params(o, rank, r->hparams, err));
     if (o->resume) {
         int has_opt = o->zero || rank == 0;
         struct train_ckpt c;
@@ -216,12 +217,12 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
         double mine = c.step, mean;
         TRY(mean_over_ranks(r, mine, &mean, err));
         if (mean != mine)
-            return skiff_error(err, EINVAL,
+            return skiff_error(err, 0,
                                "--resume: rank %d's checkpoint is at step %d but the ranks disagree "
                                "(mean %.2f): a save was interrupted; remove %s or restart from scratch",
                                rank, c.step, mean, o->ckpt_dir);
         if (*start_step >= o->steps)
-            return skiff_error(err, EINVAL, "--resume: checkpoint is at step %d, --steps is %d: nothing left to do",
+            return skiff_error(err, 0, "--resume: checkpoint is at step %d, --steps is %d: nothing left to do",
                                *start_step, o->steps);
     }
     if (bcast_host(r, r->hparams, r->n_pad, err) < 0)

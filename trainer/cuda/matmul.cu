@@ -159,7 +159,7 @@ int mm_forward(struct mm_ctx *c, T *out, T *gelu_pre, const T *inp, const T *w, 
     cublasLtEpilogue_t epi = gelu_pre ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                              : bias   ? CUBLASLT_EPILOGUE_BIAS
                                       : CUBLASLT_EPILOGUE_DEFAULT;
-    if (gelu_pre && !bias) return skiff_error(err, EINVAL, "mm_forward: the GELU epilogue needs a bias");
+    if (gelu_pre && !bias) return skiff_error(err, 0, "mm_forward: the GELU epilogue needs a bias");
     return lt_matmul(c, out, w, inp, OC, N, C, 1, 0, C, C, OC, t, t, epi, bias, gelu_pre, 0, s, err);
 }
 
