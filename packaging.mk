@@ -87,8 +87,9 @@ rpm: dist
 	rpmbuild -bb $(RPMBUILD_FLAGS) --define '_topdir $(abspath $(BUILD)/rpm)' \
 	  --define '_sourcedir $(abspath $(BUILD)/dist)' skiff.spec
 
-# The package test builds the .deb in a scratch directory, installs it,
-# runs steps through the installed plugin and purges it.
-INTEGRATION_TESTS += tests/integration/pkg-deb.sh
+# pkg-install: `make install` in a private mount namespace, steps through the
+# installed plugin. pkg-deb: the .deb built in a scratch directory, installed,
+# steps through it, purged.
+INTEGRATION_TESTS += tests/integration/pkg-install.sh tests/integration/pkg-deb.sh
 
 .PHONY: installable install install-config dist deb rpm

@@ -81,6 +81,21 @@ missing=$(for f in $want; do grep -qxF "$f" <<<"$files" || echo "$f"; done)
 if [ -n "$plugin" ] && [ -z "$missing" ] && ! grep -q 'slurm-wlm/skiff-helper' <<<"$files"; then
   t_pass "layout: $plugin in Slurm's plugin directory, helpers and hooks in /usr/libexec/skiff"
 else t_fail "layout" "plugin '$plugin', missing: $missing"; fi
+# The same file list as `make install` + `make install-config` with the
+# package's directories (run in the scratch tree the package was built in:
+# nothing is rebuilt), less the docs and lintian overrides; man pages are
+# gzipped in the package.
+SRC=$T/build/deb/skiff-$VERSION
+MI=$T/make-install
+make -s -C "$SRC" BUILD=build-cpu NVCC= PREFIX=/usr LIBEXECDIR=/usr/libexec \
+  SLURM_PLUGIN_DIR="$(dirname "$plugin")" DESTDIR="$MI" install install-config >"$T/mi.log" 2>&1 ||
+  t_fail "make install in the package's tree" "$(tail -5 "$T/mi.log")"
+from_make=$(cd "$MI" && find . ! -type d | sort)
+from_pkg=$( { dpkg-deb -c "$DEB"; dpkg-deb -c "$TRAIN_DEB"; } | awk '$1 !~ /^d/ {print $6}' |
+            grep -Ev '^\./usr/share/(doc|lintian)/' | sed 's|\(/man/man[0-9]/.*\)\.gz$|\1|' | sort)
+if [ -n "$from_make" ] && [ "$from_make" = "$from_pkg" ]; then
+  t_pass "the packages hold exactly what make install + install-config install ($(wc -l <<<"$from_make") files)"
+else t_fail "packages vs make install" "$(diff <(echo "$from_make") <(echo "$from_pkg") | head -10)"; fi
 dep=$(dpkg-deb -f "$DEB" Depends)
 if grep -Eq 'slurm-wlm-basic-plugins \(>= [0-9]+\.[0-9]+~\), slurm-wlm-basic-plugins \(<< [0-9]+\.[0-9]+~\)' <<<"$dep"; then
   t_pass "Depends pins the Slurm release built against: $(grep -Eo 'slurm-wlm-basic-plugins \(>= [^)]*\)' <<<"$dep")"
