@@ -12,14 +12,7 @@ source "$(dirname "$0")/../lib.sh"
 cd "$T_ROOT"
 [ "$(id -u)" -eq 0 ] || { t_skip "make install" "needs root (mount namespace, the test cluster)"; t_done; }
 [ -x /bin/busybox ] && command -v mksquashfs >/dev/null || { t_skip "make install" "busybox-static or squashfs-tools missing"; t_done; }
-if [ -z "${SKIFF_INSTALL_NS:-}" ]; then
-  exec unshare -m --propagation private env SKIFF_INSTALL_NS=1 "$0" "$@"
-fi
-export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
-if [ -f tests/cluster/run/env.sh ] && (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
-  t_skip "make install" "this checkout's test cluster is up outside the test's mount namespace (tests/cluster/down first)"
-  t_done
-fi
+t_private_mount_ns "make install" "$@"
 mount -t tmpfs -o mode=755 tmpfs /usr/local || { t_fail "tmpfs over /usr/local"; t_done; }
 T=$(mktemp -d /tmp/skiff-install-test.XXXXXX)
 chmod 755 "$T"
