@@ -27,11 +27,9 @@ VERSION=$(cat VERSION)
 ARCH=$(dpkg --print-architecture)
 T=$(mktemp -d /tmp/skiff-pkg-test.XXXXXX)
 chmod 755 "$T"
-export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
-installed=0 started=0 PLUGSTACK_ORIG=""
+installed=0 clustered=0
 cleanup() {
-  [ -n "$PLUGSTACK_ORIG" ] && printf '%s\n' "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
-  [ "$started" = 1 ] && SKIFF_CLUSTER_QUIET=1 tests/cluster/down
+  [ "$clustered" = 1 ] && t_cluster_done
   [ "$installed" = 1 ] && dpkg_run --purge skiff-train skiff >/dev/null 2>&1
   rm -rf "$T"
 }
@@ -117,12 +115,9 @@ if dpkg-query -W -f='${Conffiles}' skiff | grep -q ' /etc/skiff/skiff.conf ' &&
 else t_fail "skiff.conf" "$(dpkg-query -W -f='${Conffiles}' skiff)"; fi
 
 # --- the installed plugin on the test cluster ----------------------------------------------------
-if ! [ -f tests/cluster/run/env.sh ] || ! (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
-  SKIFF_CLUSTER_QUIET=1 SKIFF_PLUGIN="$plugin" tests/cluster/up 3 || { t_fail "cluster up"; t_done; }
-  started=1
-fi
-source tests/cluster/run/env.sh
-PLUGSTACK_ORIG=$(cat "$SKIFF_PLUGSTACK")
+export SKIFF_PLUGIN=$plugin   # for a cluster t_cluster starts; the plugstack is rewritten below anyway
+t_cluster 3 || t_done
+clustered=1
 U=$SKIFF_TEST_USER
 # As on Debian: plugstack.conf includes plugstack.conf.d/*.conf, where the
 # admin links the package's snippet.
@@ -150,7 +145,7 @@ want=$(for r in 0 1 2 3 4 5; do echo "$r $((r % 2)) 6 n1 $U"; done)
 if [ "$got" = "$want" ]; then
   t_pass "srun -N3 --ntasks-per-node=2 through the installed plugin: container, RANK/WORLD_SIZE per task, installed hooks"
 else t_fail "srun through the installed plugin" "got: $got / $(head -c 600 "$T/err")"; fi
-printf '%s\n' "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
+printf '%s\n' "$T_PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
 
 # --- purge: nothing of the package is left ----------------------------------------------------------
 owned=$(dpkg-query -L skiff skiff-train 2>/dev/null)
