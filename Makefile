@@ -3,12 +3,18 @@
 #   make            build everything buildable here (CUDA parts when nvcc exists)
 #   make test       install missing packages, build, run every test (what CI runs)
 #   make bench      run the benchmarks and print their tables
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=   (and dist, deb, rpm: packaging.mk)
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
+# Where `make install` puts things (packaging.mk). The compiled-in defaults
+# follow them: bundled hooks and the plugin's helpers LIBEXECDIR, the
+# trainer's data DATADIR.
+LIBEXECDIR       ?= $(PREFIX)/libexec
+DATADIR          ?= $(PREFIX)/share
+SLURM_PLUGIN_DIR ?= $(PREFIX)/lib/skiff
 BUILD   ?= build
 CC      ?= cc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
@@ -23,7 +29,8 @@ OPT ?= -O2 -g
 CFLAGS ?=
 BASE_CFLAGS := -std=gnu11 $(OPT) $(WARN) $(HARDEN) -D_GNU_SOURCE \
                -DSKIFF_VERSION='"$(VERSION)"' \
-               -DSKIFF_HOOKS_DIR_DEFAULT='"$(PREFIX)/libexec/skiff/hooks"' -Iruntime/lib -Ihooks/lib $(SAN) $(CFLAGS)
+               -DSKIFF_HOOKS_DIR_DEFAULT='"$(LIBEXECDIR)/skiff/hooks"' \
+               -DSKIFF_HELPER_DIR_DEFAULT='"$(LIBEXECDIR)/skiff"' -Iruntime/lib -Ihooks/lib $(SAN) $(CFLAGS)
 PIE_CFLAGS  := $(BASE_CFLAGS) -fPIE
 PIC_CFLAGS  := $(BASE_CFLAGS) -fPIC
 LDHARDEN    := -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(SAN)
@@ -32,14 +39,14 @@ SO_LDFLAGS  := -shared $(LDHARDEN)
 
 # Lists filled by the fragments.
 BINS :=          # executables installed to $(PREFIX)/bin
-LIBEXEC :=       # executables installed to $(PREFIX)/libexec/skiff (hooks)
-PLUGINS :=       # shared objects installed to $(PREFIX)/lib/skiff
+LIBEXEC :=       # executables installed to $(LIBEXECDIR)/skiff/hooks
+PLUGINS :=       # spank_skiff.so (to SLURM_PLUGIN_DIR) and the programs it execs (to LIBEXECDIR/skiff)
 UNIT_TESTS :=    # Criterion test executables
 INTEGRATION_TESTS := # scripts under tests/integration, run as root
 BENCHES :=       # benchmark scripts, each prints a table
 FUZZERS :=       # libFuzzer targets
 TEST_DATA :=     # inputs `make test` fetches before the tests (e.g. GPT-2's vocabulary)
-SHARE_FILES :=   # data files installed to $(PREFIX)/share/skiff
+SHARE_FILES :=   # data files installed to $(DATADIR)/skiff
 MAN1 :=
 MAN8 :=
 
@@ -49,6 +56,7 @@ include runtime/build.mk
 -include trainer/cuda/build.mk
 -include trainer/build.mk
 -include tests/build.mk
+include packaging.mk
 
 all: $(BINS) $(LIBEXEC) $(PLUGINS)
 
@@ -91,18 +99,7 @@ asan:
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/skiff/hooks \
-	  $(DESTDIR)$(PREFIX)/lib/skiff $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
-	  $(DESTDIR)$(PREFIX)/share/skiff
-	$(if $(BINS),install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/)
-	$(if $(LIBEXEC),install -m 755 $(LIBEXEC) $(DESTDIR)$(PREFIX)/libexec/skiff/hooks/)
-	$(if $(PLUGINS),install -m 755 $(PLUGINS) $(DESTDIR)$(PREFIX)/lib/skiff/)
-	$(if $(MAN1),install -m 644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/)
-	$(if $(MAN8),install -m 644 $(MAN8) $(DESTDIR)$(PREFIX)/share/man/man8/)
-	$(if $(SHARE_FILES),install -m 644 $(SHARE_FILES) $(DESTDIR)$(PREFIX)/share/skiff/)
-
 clean:
 	rm -rf $(BUILD) build-asan
 
-.PHONY: all deps demo unit-test test bench fuzz asan format install clean
+.PHONY: all deps demo unit-test test bench fuzz asan format clean

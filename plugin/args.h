@@ -30,7 +30,7 @@ struct skiff_plugin_args {
     char config[SKIFF_PATH_MAX];       /* "" = /etc/skiff/skiff.conf when present */
     char default_registry[256];        /* "" = skiff.conf's */
     bool ddp_env;                      /* per-task torchrun env, default true */
-    char helper[SKIFF_PATH_MAX];       /* "" = skiff-helper beside spank_skiff.so */
+    char helper[SKIFF_PATH_MAX];       /* "" = beside spank_skiff.so, else LIBEXECDIR/skiff */
     int timeout_s;                     /* the longest root waits for the user-side helper */
     char ignored[256];                 /* pyxis arguments accepted and ignored, for a log line */
 };

@@ -37,8 +37,9 @@ cluster-down:
 MAN8 += doc/man/spank-skiff.8
 
 # skiff-helper and skiff-helper-full: the plugin's user-side half
-# (plugin/helper.c), exec'd as the job's user. They sit beside
-# spank_skiff.so, where the plugin looks for them. The lean one starts
+# (plugin/helper.c), exec'd as the job's user. In the build tree they sit
+# beside spank_skiff.so, where the plugin looks first; `make install` puts
+# them in LIBEXECDIR/skiff, where it looks next. The lean one starts
 # containers (every step: linked like bin/skiff, ~6 ms less to exec); the
 # full one imports images and runs the exit-time verbs.
 SKIFF_HELPER := $(BUILD)/plugin/skiff-helper

@@ -42,18 +42,29 @@ static int root_only(const char *path, bool dir, skiff_err *err)
     return 0;
 }
 
+/* Where `make install` and the packages put the helpers (LIBEXECDIR/skiff):
+ * the plugin itself goes to Slurm's plugin directory, which is Slurm's and
+ * holds plugins only. */
+#ifndef SKIFF_HELPER_DIR_DEFAULT
+#define SKIFF_HELPER_DIR_DEFAULT "/usr/local/libexec/skiff"
+#endif
+
 int skiff_helper_path(const char *helper, bool full, char *out, size_t n, skiff_err *err)
 {
     int w;
     if (helper && helper[0]) {
         w = snprintf(out, n, "%s%s", helper, full ? "-full" : "");
     } else {
+        /* beside spank_skiff.so first (a build tree: build/plugin/), else
+         * the installed helper directory */
         Dl_info info;
         if (!dladdr((void *)skiff_helper_path, &info) || !info.dli_fname || info.dli_fname[0] != '/')
             return skiff_error(err, 0, "cannot tell where spank_skiff.so is (plugstack.conf: set helper=PATH)");
         const char *slash = strrchr(info.dli_fname, '/');
         w = snprintf(out, n, "%.*s/" HELPER_NAME "%s", (int)(slash - info.dli_fname), info.dli_fname,
                      full ? "-full" : "");
+        if (w >= 0 && (size_t)w < n && access(out, F_OK) < 0 && errno == ENOENT)
+            w = snprintf(out, n, SKIFF_HELPER_DIR_DEFAULT "/" HELPER_NAME "%s", full ? "-full" : "");
     }
     if (w < 0 || (size_t)w >= n)
         return skiff_error(err, ENAMETOOLONG, "helper path");

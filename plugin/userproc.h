@@ -41,7 +41,9 @@ struct skiff_helper_proc {
 #define SKIFF_HELPER_PROC_INIT {0, -1, -1, -1}
 
 /* The helper program to run: helper if set, else skiff-helper in the
- * directory spank_skiff.so was loaded from; with full, that name + "-full"
+ * directory spank_skiff.so was loaded from, else (none there) in the
+ * directory the helpers are installed to (SKIFF_HELPER_DIR_DEFAULT,
+ * LIBEXECDIR/skiff); with full, that name + "-full"
  * (skiff-helper-full: imports and the exit-time verbs). It must be a
  * regular file owned by root and writable by nobody else, in a directory
  * the same holds for. */

@@ -53,4 +53,4 @@ BENCHES += tests/bench/import.sh
 # Container half: integration suite, start benchmark, man page.
 INTEGRATION_TESTS += tests/integration/runtime-start.sh
 BENCHES += tests/bench/start.sh
-MAN1 += doc/man/skiff.1
+MAN1 += doc/man/skiff.1 doc/man/skiff-import.1

@@ -54,3 +54,19 @@ t_cluster_done() {
   [ "${T_CLUSTER_STARTED:-0}" = 1 ] && SKIFF_CLUSTER_QUIET=1 "$T_ROOT/tests/cluster/down"
   return 0
 }
+
+# t_private_mount_ns NAME "$@": re-runs the calling script in a private mount
+# namespace (mounts and the cluster it starts stay out of the machine's), and
+# skips NAME there when this checkout's test cluster is up outside it: the
+# script brings up a cluster of its own inside.
+t_private_mount_ns() {
+  local name=$1; shift
+  if [ -z "${SKIFF_PRIVATE_MOUNT_NS:-}" ]; then
+    exec unshare -m --propagation private env SKIFF_PRIVATE_MOUNT_NS=1 "$0" "$@"
+  fi
+  export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
+  if [ -f "$T_ROOT/tests/cluster/run/env.sh" ] && (source "$T_ROOT/tests/cluster/run/env.sh"; sinfo -h >/dev/null 2>&1); then
+    t_skip "$name" "this checkout's test cluster is up outside a private mount namespace (tests/cluster/down first)"
+    t_done
+  fi
+}

@@ -12,7 +12,7 @@ TRAINER_LDLIBS := -fopenmp -lpthread -lm -lutf8proc -ljansson
 # -ffast-math: results must not depend on reassociation (determinism tests).
 $(BUILD)/trainer/%.o $(BUILD)/tests/unit/trainer/%.o: PIE_CFLAGS += -fopenmp -O3 -Itrainer
 $(BUILD)/trainer/main.o: PIE_CFLAGS += $(TRAINER_CUDA_CFLAGS)
-$(BUILD)/trainer/tokenizer.o: PIE_CFLAGS += -DSKIFF_DATA_DIR='"$(PREFIX)/share/skiff"'
+$(BUILD)/trainer/tokenizer.o: PIE_CFLAGS += -DSKIFF_DATA_DIR='"$(DATADIR)/skiff"'
 
 $(LIBSKIFFTRAIN): $(TRAINER_OBJ)
 	@mkdir -p $(@D)

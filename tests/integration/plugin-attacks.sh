@@ -13,15 +13,7 @@ cd "$T_ROOT"
 [ "$(id -u)" -eq 0 ] || { t_skip "plugin attacks" "needs root to start the test cluster"; t_done; }
 PLUGIN=$BUILD/plugin/spank_skiff.so
 [ -f "$PLUGIN" ] && [ -x "$BUILD/plugin/skiff-helper" ] || { t_fail "plugin built" "run make"; t_done; }
-if [ -z "${SKIFF_ATTACK_NS:-}" ]; then
-  exec unshare -m --propagation private env SKIFF_ATTACK_NS=1 "$0" "$@"
-fi
-
-export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
-if [ -f tests/cluster/run/env.sh ] && (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
-  t_skip "plugin attacks" "this checkout's test cluster is up outside a private mount namespace (tests/cluster/down first)"
-  t_done
-fi
+t_private_mount_ns "plugin attacks" "$@"
 SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 2 || { t_fail "cluster up"; t_done; }
 source tests/cluster/run/env.sh
 U=$SKIFF_TEST_USER

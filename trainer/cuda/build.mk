@@ -15,7 +15,10 @@ NVCC_FLAGS := -O3 $(CUDA_ARCH) -std=c++17 -lineinfo \
   -Xcompiler -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE -Iruntime/lib -Itrainer -Itrainer/cuda
 CUDA_SRC := $(wildcard trainer/cuda/*.cu)
 TRAINER_CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.o,$(CUDA_SRC))
-TRAINER_CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++
+# The runpath finds CUDA where the runfile installs it (no ld.so.conf entry);
+# packages set CUDA_RPATH= and depend on CUDA's packages, which add one.
+CUDA_RPATH ?= -Wl,-rpath,$(CUDA_HOME)/lib64
+TRAINER_CUDA_LIBS := -L$(CUDA_HOME)/lib64 $(CUDA_RPATH) -lcudart -lcublasLt -lcublas -lnccl -lstdc++
 TRAINER_CUDA_CFLAGS := -DSKIFF_HAVE_CUDA -I$(CUDA_HOME)/include
 
 $(BUILD)/trainer/cuda/%.o: trainer/cuda/%.cu
