@@ -23,9 +23,14 @@ OPT ?= -O2 -g
 CFLAGS ?=
 BASE_CFLAGS := -std=gnu11 $(OPT) $(WARN) $(HARDEN) -D_GNU_SOURCE \
                -DSKIFF_VERSION='"$(VERSION)"' \
-               -DSKIFF_HOOKS_DIR_DEFAULT='"$(PREFIX)/libexec/skiff/hooks"' -Iruntime/lib -Ihooks/lib $(SAN) $(CFLAGS)
-PIE_CFLAGS  := $(BASE_CFLAGS) -fPIE
-PIC_CFLAGS  := $(BASE_CFLAGS) -fPIC
+               -DSKIFF_HOOKS_DIR_DEFAULT='"$(PREFIX)/libexec/skiff/hooks"' $(SAN) $(CFLAGS)
+# PART_CFLAGS: each fragment sets it on its own objects (a pattern-specific
+# value), with the include paths that part may use: the layering of
+# doc/ARCHITECTURE.md is what the compiler enforces. Nothing is global.
+# Deferred (=), so the per-object value is what the compile sees.
+PART_CFLAGS :=
+PIE_CFLAGS   = $(BASE_CFLAGS) $(PART_CFLAGS) -fPIE
+PIC_CFLAGS   = $(BASE_CFLAGS) $(PART_CFLAGS) -fPIC
 LDHARDEN    := -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(SAN)
 EXE_LDFLAGS := -pie $(LDHARDEN)
 SO_LDFLAGS  := -shared $(LDHARDEN)
@@ -43,12 +48,14 @@ SHARE_FILES :=   # data files installed to $(PREFIX)/share/skiff
 MAN1 :=
 MAN8 :=
 
+# Each part's fragment; a missing one is an error, not a silently smaller build.
+include common/build.mk
 include runtime/build.mk
--include hooks/build.mk
--include plugin/build.mk
--include trainer/cuda/build.mk
--include trainer/build.mk
--include tests/build.mk
+include hooks/build.mk
+include plugin/build.mk
+include trainer/cuda/build.mk
+include trainer/build.mk
+include tests/build.mk
 
 all: $(BINS) $(LIBEXEC) $(PLUGINS)
 

@@ -25,10 +25,10 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "caps.h"
+#include "clock.h"
 #include "fdio.h"
 #include "fusemount.h"
 #include "imgconfig.h"
@@ -42,12 +42,8 @@
 
 void skiff_trace(bool on, const char *what)
 {
-    if (!on)
-        return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    fprintf(stderr, "skiff-trace: %.3f %d %s\n", (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6, (int)getpid(),
-            what);
+    if (on)
+        fprintf(stderr, "skiff-trace: %.3f %d %s\n", skiff_now_ms(), (int)getpid(), what);
 }
 
 void skiff_start_opts_init(struct skiff_start_opts *opts)
@@ -55,37 +51,6 @@ void skiff_start_opts_init(struct skiff_start_opts *opts)
     memset(opts, 0, sizeof(*opts));
     opts->fuse_fd = -1;
     opts->use_entrypoint = true;
-}
-
-void skiff_strv_free(char **v)
-{
-    if (!v)
-        return;
-    for (char **p = v; *p; p++)
-        free(*p);
-    free(v);
-}
-
-static size_t strv_len(char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    return n;
-}
-
-int skiff_strv_push(char ***v, const char *s, skiff_err *err)
-{
-    size_t n = strv_len(*v);
-    char **nv = realloc(*v, (n + 2) * sizeof(char *));
-    if (!nv)
-        return skiff_error(err, ENOMEM, "list");
-    *v = nv;
-    nv[n] = strdup(s);
-    nv[n + 1] = NULL;
-    if (!nv[n])
-        return skiff_error(err, ENOMEM, "list");
-    return 0;
 }
 
 /* Sets K=V in an env list: replaces an existing K, else appends. */
@@ -105,21 +70,6 @@ int skiff_env_set(char ***v, const char *kv, skiff_err *err)
             return 0;
         }
     return skiff_strv_push(v, kv, err);
-}
-
-static char **strv_dup(char *const *v, skiff_err *err)
-{
-    char **out = calloc(1, sizeof(char *));
-    if (!out) {
-        skiff_error(err, ENOMEM, "list");
-        return NULL;
-    }
-    for (size_t i = 0; v && v[i]; i++)
-        if (skiff_strv_push(&out, v[i], err) < 0) {
-            skiff_strv_free(out);
-            return NULL;
-        }
-    return out;
 }
 
 /* ---- holder ---- */
@@ -634,7 +584,7 @@ int skiff_container_join(pid_t holder, const char *workdir, skiff_err *err)
 
 int skiff_container_env(const struct skiff_container *c, char ***envp, skiff_err *err)
 {
-    *envp = strv_dup(c->env, err);
+    *envp = skiff_strv_dup(c->env, err);
     return *envp ? 0 : -1;
 }
 

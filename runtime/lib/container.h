@@ -31,6 +31,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "strv.h"
 
 struct skiff_start_opts {
     const char *image;          /* squashfs path (NULL when name is an existing container) */
@@ -148,8 +149,6 @@ int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff
  * into out_path (atomically: temp + rename). */
 int skiff_container_export(const struct skiff_config *cfg, const char *name, const char *out_path,
                            skiff_err *err);
-
-void skiff_strv_free(char **v);
 
 /* Appends to *env (NULL-terminated, owned) each K=V of defaults whose K it
  * lacks (the CLI's TERM and HOME). */
