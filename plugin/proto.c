@@ -9,6 +9,7 @@
 
 #include "container.h"
 #include "state.h"
+#include "strv.h"
 
 static const char *const phases[] = {"config", "import", "mount", "hook", "join", "env", "save"};
 
@@ -19,23 +20,11 @@ static void printable(char *s)
             *s = '?';
 }
 
-static int push(char ***v, size_t *n, const char *s)
-{
-    char **nv = realloc(*v, (*n + 2) * sizeof(char *));
-    if (!nv)
-        return -1;
-    *v = nv;
-    if (!(nv[*n] = strdup(s)))
-        return -1;
-    nv[++*n] = NULL;
-    return 0;
-}
-
 int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_err *err)
 {
     memset(r, 0, sizeof(*r));
     r->status = -1;
-    size_t off = 0, count = 0, ne = 0, np = 0, nc = 0;
+    size_t off = 0, count = 0;
     bool have_status = false, ended = false;
     char tag;
     const char *s;
@@ -91,13 +80,13 @@ int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_er
         case 'E':
             if (!strchr(s, '=') || s[0] == '=')
                 return skiff_error(err, 0, "bad environment entry");
-            bad = push(&r->env, &ne, s);
+            bad = skiff_strv_push(&r->env, s, err);
             break;
         case 'P':
-            bad = push(&r->entrypoint, &np, s);
+            bad = skiff_strv_push(&r->entrypoint, s, err);
             break;
         case 'C':
-            bad = push(&r->cmd, &nc, s);
+            bad = skiff_strv_push(&r->cmd, s, err);
             break;
         case 'Z':
             ended = true;
@@ -106,7 +95,7 @@ int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_er
             return skiff_error(err, 0, "unknown record 0x%02x", (unsigned char)tag);
         }
         if (bad)
-            return skiff_error(err, ENOMEM, "out of memory");
+            return -1; /* out of memory */
     }
     if (!ended)
         return skiff_error(err, 0, "the answer has no end");
