@@ -299,7 +299,7 @@ int skiff_opts_set(struct skiff_opts *o, enum skiff_opt_id id, int val, const ch
         rv = set_unshare(o, arg, err);
         break;
     default:
-        return skiff_error(err, EINVAL, "unknown option id %d", (int)id);
+        return skiff_error(err, 0, "unknown option id %d", (int)id);
     }
     if (rv < 0 && valued)
         return skiff_err_wrap(err, "--%s", skiff_opt_flag(id));

@@ -58,7 +58,7 @@ int skiff_env_set(char ***v, const char *kv, skiff_err *err)
 {
     const char *eq = strchr(kv, '=');
     if (!eq || eq == kv)
-        return skiff_error(err, EINVAL, "environment entry '%s' is not KEY=VALUE", kv);
+        return skiff_error(err, 0, "environment entry '%s' is not KEY=VALUE", kv);
     size_t klen = (size_t)(eq - kv) + 1;
     for (char **p = *v; p && *p; p++)
         if (!strncmp(*p, kv, klen)) {
@@ -98,7 +98,7 @@ static int build_argv(char *const *entrypoint, char *const *cmd, bool use_entryp
         if (skiff_strv_push(&v, rest[i], err) < 0)
             goto fail;
     if (!v[0]) {
-        skiff_error(err, EINVAL, "no command given and the image defines no Entrypoint or Cmd");
+        skiff_error(err, 0, "no command given and the image defines no Entrypoint or Cmd");
         goto fail;
     }
     *argvp = v;
@@ -286,7 +286,7 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
             goto out;
     const char *wd = o->workdir && *o->workdir ? o->workdir : ic.workdir[0] ? ic.workdir : "/";
     if (wd[0] != '/') {
-        skiff_error(err, EINVAL, "working directory '%s' is not absolute", wd);
+        skiff_error(err, 0, "working directory '%s' is not absolute", wd);
         goto out;
     }
     {
@@ -423,14 +423,14 @@ static int resolve_image(const struct skiff_config *cfg, const struct skiff_star
     }
     if (o->image) {
         if (!o->image[0])
-            return skiff_error(err, EINVAL, "empty image path");
+            return skiff_error(err, 0, "empty image path");
         if (o->image[0] == '/')
             snprintf(h->image, sizeof(h->image), "%s", o->image);
         else if (!realpath(o->image, h->image))
             return skiff_error(err, errno, "image %s", o->image);
     }
     if (!h->image[0])
-        return skiff_error(err, EINVAL, "no image given");
+        return skiff_error(err, 0, "no image given");
     return 0;
 }
 
@@ -496,7 +496,7 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
     }
     for (size_t i = 0; opts->env && opts->env[i]; i++)
         if (!strchr(opts->env[i], '=') || opts->env[i][0] == '=')
-            return skiff_error(err, EINVAL, "start: environment entry '%s' is not KEY=VALUE", opts->env[i]);
+            return skiff_error(err, 0, "start: environment entry '%s' is not KEY=VALUE", opts->env[i]);
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return skiff_error(err, errno, "start: pipe");

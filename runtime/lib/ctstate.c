@@ -40,7 +40,7 @@ int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skif
     int more;
     while ((more = skiff_rec_next(p, len, &off, &tag, &s)) != 0) {
         if (more < 0)
-            return skiff_error(err, EINVAL, "truncated container state");
+            return skiff_error(err, 0, "truncated container state");
         int rc = 0;
         switch (tag) {
         case 'W':
@@ -65,7 +65,7 @@ int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skif
             rc = skiff_strv_push(&c->cmd, s, err);
             break;
         default:
-            return skiff_error(err, EINVAL, "corrupt container state");
+            return skiff_error(err, 0, "corrupt container state");
         }
         if (rc < 0)
             return -1;
@@ -100,7 +100,7 @@ int skiff_state_dir_for(const struct skiff_config *cfg, const char *key, pid_t p
         key = autokey;
     }
     if (!skiff_name_valid(key))
-        return skiff_error(err, EINVAL, "state key '%s' may only contain letters, digits, '.', '_', '-'", key);
+        return skiff_error(err, 0, "state key '%s' may only contain letters, digits, '.', '_', '-'", key);
     if ((size_t)snprintf(out, SKIFF_PATH_MAX, "%s/%s", cfg->runtime_path, key) >= SKIFF_PATH_MAX)
         return skiff_error(err, ENAMETOOLONG, "runtime path");
     return 0;
