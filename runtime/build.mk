@@ -49,9 +49,14 @@ BINS += $(SKIFF_CLI) $(SKIFF_IMPORT_CLI)
 RUNTIME_UNIT := $(patsubst tests/unit/runtime/%.c,$(BUILD)/tests/unit/runtime/%,$(wildcard tests/unit/runtime/test_*.c))
 $(BUILD)/tests/unit/runtime/%: $(BUILD)/tests/unit/runtime/%.o $(LIBSKIFF) $(LIBSKIFFCOMMON)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS) -lcriterion
+# test_cli runs the CLI in-process (cli_main): every verb's object but main.o.
+SKIFF_CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out runtime/cli/main.c,$(wildcard runtime/cli/*.c)))
+$(BUILD)/tests/unit/runtime/test_cli.o: PART_CFLAGS := $(RUNTIME_PART_CFLAGS) -Iruntime/cli
+$(BUILD)/tests/unit/runtime/test_cli: $(BUILD)/tests/unit/runtime/test_cli.o $(SKIFF_CLI_OBJ) $(LIBSKIFF) $(LIBSKIFFCOMMON)
+	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS) -lcriterion
 UNIT_TESTS += $(RUNTIME_UNIT)
 
-INTEGRATION_TESTS += tests/integration/runtime-import.sh
+INTEGRATION_TESTS += tests/integration/runtime-import.sh tests/integration/runtime-cli.sh
 BENCHES += tests/bench/import.sh
 
 # Container half: integration suite, start benchmark, man page.
