@@ -3,6 +3,7 @@
 #   make            build everything buildable here (CUDA parts when nvcc exists)
 #   make test       install missing packages, build, run every test (what CI runs)
 #   make bench      run the benchmarks and print their tables
+#   make format     format the sources (.clang-format); make format-check lists what differs
 #   make install PREFIX=/usr/local DESTDIR=
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -95,8 +96,21 @@ fuzz: $(FUZZERS)
 asan:
 	$(MAKE) BUILD=build-asan OPT='-O1 -g' SAN='-fsanitize=address,undefined -fno-omit-frame-pointer' unit-test
 
+# The C, C++ and CUDA sources git knows of (tracked or new, not ignored),
+# formatted by .clang-format (trainer/ and tests/gpu/ refine it).
+FORMAT_FILES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' | \
+                 while read -r f; do [ -f "$$f" ] && echo "$$f"; done)
 format:
-	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+	clang-format -i $(FORMAT_FILES)
+
+# Lists the files `make format` would change; fails when there are any.
+format-check:
+	@command -v clang-format >/dev/null || { echo "format-check: clang-format not found (scripts/install-deps)" >&2; exit 2; }
+	@bad=$$(for f in $(FORMAT_FILES); do clang-format --dry-run -Werror "$$f" >/dev/null 2>&1 || echo "$$f"; done); \
+	if [ -n "$$bad" ]; then \
+	  echo "format-check: $$(echo "$$bad" | wc -l) file(s) not formatted (run 'make format'):"; \
+	  echo "$$bad" | sed 's/^/  /'; exit 1; \
+	fi; echo "format-check: $(words $(FORMAT_FILES)) files formatted"
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/skiff/hooks \
@@ -112,4 +126,4 @@ install: all
 clean:
 	rm -rf $(BUILD) build-asan
 
-.PHONY: all deps demo unit-test test bench fuzz asan format install clean
+.PHONY: all deps demo unit-test test bench fuzz asan format format-check install clean
