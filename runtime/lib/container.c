@@ -300,22 +300,16 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
         skiff_err_wrap(err, "make the root read-only");
         goto out;
     }
-    char pid[16];
-    snprintf(pid, sizeof(pid), "%d", (int)getpid());
-    char server[16];
-    snprintf(server, sizeof(server), "%d", (int)skiff_fuse_server_pid(h->fuse));
-    if (skiff_rec_put(out, 'H', pid, err) < 0 || skiff_rec_put(out, 'W', wd, err) < 0 ||
-        (h->fuse && skiff_rec_put(out, 'F', server, err) < 0))
-        goto out;
-    for (size_t i = 0; env[i]; i++)
-        if (skiff_rec_put(out, 'E', env[i], err) < 0)
+    {
+        /* the report (and state file): the container as the library
+         * encodes it everywhere, borrowing env and the image config's lists */
+        struct skiff_container view = {
+            .holder = getpid(), .server_pidfd = -1, .env = env, .entrypoint = ic.entrypoint, .cmd = ic.cmd};
+        snprintf(view.workdir, sizeof(view.workdir), "%s", wd);
+        if (skiff_container_encode(&view, out, err) < 0 ||
+            (h->fuse && skiff_rec_putf(out, 'F', err, "%d", (int)skiff_fuse_server_pid(h->fuse)) < 0))
             goto out;
-    for (size_t i = 0; ic.entrypoint && ic.entrypoint[i]; i++)
-        if (skiff_rec_put(out, 'P', ic.entrypoint[i], err) < 0)
-            goto out;
-    for (size_t i = 0; ic.cmd && ic.cmd[i]; i++)
-        if (skiff_rec_put(out, 'C', ic.cmd[i], err) < 0)
-            goto out;
+    }
     skiff_trace(o->trace, "holder: env, workdir, read-only");
     /* state for `skiff exec` */
     if (skiff_state_write(h->state_dir, out, err) < 0)
