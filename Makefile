@@ -36,6 +36,13 @@ LDHARDEN    := -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(SAN)
 EXE_LDFLAGS := -pie $(LDHARDEN)
 SO_LDFLAGS  := -shared $(LDHARDEN)
 
+# The recipe of every static library: made afresh, so that a source that
+# moved or went away leaves no old member behind (`ar rcs` keeps them).
+define archive =
+@mkdir -p $(@D)
+rm -f $@ && $(AR) rcs $@ $^
+endef
+
 # Lists filled by the fragments.
 BINS :=          # executables installed to $(PREFIX)/bin
 LIBEXEC :=       # executables installed to $(PREFIX)/libexec/skiff (hooks)

@@ -8,12 +8,10 @@ LIBSKIFFCOMMON_PIC := $(BUILD)/libskiffcommon_pic.a
 $(BUILD)/common/%.o $(BUILD)/pic/common/%.o: PART_CFLAGS := -Icommon
 
 $(LIBSKIFFCOMMON): $(patsubst %.c,$(BUILD)/%.o,$(COMMON_SRC))
-	@mkdir -p $(@D)
-	rm -f $@ && $(AR) rcs $@ $^
+	$(archive)
 
 $(LIBSKIFFCOMMON_PIC): $(patsubst %.c,$(BUILD)/pic/%.o,$(COMMON_SRC))
-	@mkdir -p $(@D)
-	rm -f $@ && $(AR) rcs $@ $^
+	$(archive)
 
 all: $(LIBSKIFFCOMMON) $(LIBSKIFFCOMMON_PIC)
 

@@ -12,12 +12,10 @@ LIBSKIFFHOOKS     := $(BUILD)/libskiffhooks.a
 LIBSKIFFHOOKS_PIC := $(BUILD)/libskiffhooks_pic.a
 
 $(LIBSKIFFHOOKS): $(patsubst %.c,$(BUILD)/%.o,$(HOOKS_LIB_SRC))
-	@mkdir -p $(@D)
-	rm -f $@ && $(AR) rcs $@ $^
+	$(archive)
 
 $(LIBSKIFFHOOKS_PIC): $(patsubst %.c,$(BUILD)/pic/%.o,$(HOOKS_LIB_SRC))
-	@mkdir -p $(@D)
-	rm -f $@ && $(AR) rcs $@ $^
+	$(archive)
 
 SKIFF_DDP_ENV := $(BUILD)/bin/skiff-ddp-env
 $(SKIFF_DDP_ENV): $(BUILD)/hooks/cli/skiff-ddp-env.o $(LIBSKIFFHOOKS) $(LIBSKIFFCOMMON)

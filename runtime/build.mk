@@ -17,12 +17,10 @@ $(BUILD)/runtime/%.o $(BUILD)/pic/runtime/%.o $(BUILD)/lean/runtime/%.o $(BUILD)
     PART_CFLAGS := $(RUNTIME_PART_CFLAGS)
 
 $(LIBSKIFF): $(patsubst %.c,$(BUILD)/%.o,$(RUNTIME_LIB_SRC))
-	@mkdir -p $(@D)
-	rm -f $@ && $(AR) rcs $@ $^
+	$(archive)
 
 $(LIBSKIFF_PIC): $(patsubst %.c,$(BUILD)/pic/%.o,$(RUNTIME_LIB_SRC))
-	@mkdir -p $(@D)
-	rm -f $@ && $(AR) rcs $@ $^
+	$(archive)
 
 # bin/skiff links only what the container verbs need (11 shared objects with vDSO and loader
 # instead of 49: ~4 ms less per `skiff start`, see tests/bench/start.sh);

@@ -18,8 +18,7 @@ $(BUILD)/trainer/main.o: PART_CFLAGS := $(TRAINER_PART_CFLAGS) $(TRAINER_CUDA_CF
 $(BUILD)/trainer/tokenizer.o: PART_CFLAGS := $(TRAINER_PART_CFLAGS) -DSKIFF_DATA_DIR='"$(PREFIX)/share/skiff"'
 
 $(LIBSKIFFTRAIN): $(TRAINER_OBJ)
-	@mkdir -p $(@D)
-	rm -f $@ && $(AR) rcs $@ $^
+	$(archive)
 
 SKIFF_TRAIN := $(BUILD)/bin/skiff-train
 TRAINER_LINKER := $(if $(strip $(TRAINER_CUDA_OBJS)),$(CXX),$(CC))
