@@ -3,6 +3,7 @@
 #   make            build everything buildable here (CUDA parts when nvcc exists)
 #   make test       install missing packages, build, run every test (what CI runs)
 #   make bench      run the benchmarks and print their tables
+#   make format     format the sources (.clang-format); make format-check lists what differs
 #   make install PREFIX=/usr/local DESTDIR=   (and dist, deb, rpm: packaging.mk)
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -30,12 +31,24 @@ CFLAGS ?=
 BASE_CFLAGS := -std=gnu11 $(OPT) $(WARN) $(HARDEN) -D_GNU_SOURCE \
                -DSKIFF_VERSION='"$(VERSION)"' \
                -DSKIFF_HOOKS_DIR_DEFAULT='"$(LIBEXECDIR)/skiff/hooks"' \
-               -DSKIFF_HELPER_DIR_DEFAULT='"$(LIBEXECDIR)/skiff"' -Iruntime/lib -Ihooks/lib $(SAN) $(CFLAGS)
-PIE_CFLAGS  := $(BASE_CFLAGS) -fPIE
-PIC_CFLAGS  := $(BASE_CFLAGS) -fPIC
+               -DSKIFF_HELPER_DIR_DEFAULT='"$(LIBEXECDIR)/skiff"' $(SAN) $(CFLAGS)
+# PART_CFLAGS: each fragment sets it on its own objects (a pattern-specific
+# value), with the include paths that part may use: the layering of
+# doc/ARCHITECTURE.md is what the compiler enforces. Nothing is global.
+# Deferred (=), so the per-object value is what the compile sees.
+PART_CFLAGS :=
+PIE_CFLAGS   = $(BASE_CFLAGS) $(PART_CFLAGS) -fPIE
+PIC_CFLAGS   = $(BASE_CFLAGS) $(PART_CFLAGS) -fPIC
 LDHARDEN    := -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(SAN)
 EXE_LDFLAGS := -pie $(LDHARDEN)
 SO_LDFLAGS  := -shared $(LDHARDEN)
+
+# The recipe of every static library: made afresh, so that a source that
+# moved or went away leaves no old member behind (`ar rcs` keeps them).
+define archive =
+@mkdir -p $(@D)
+rm -f $@ && $(AR) rcs $@ $^
+endef
 
 # Lists filled by the fragments.
 BINS :=          # executables installed to $(PREFIX)/bin
@@ -50,12 +63,14 @@ SHARE_FILES :=   # data files installed to $(DATADIR)/skiff
 MAN1 :=
 MAN8 :=
 
+# Each part's fragment; a missing one is an error, not a silently smaller build.
+include common/build.mk
 include runtime/build.mk
--include hooks/build.mk
--include plugin/build.mk
--include trainer/cuda/build.mk
--include trainer/build.mk
--include tests/build.mk
+include hooks/build.mk
+include plugin/build.mk
+include trainer/cuda/build.mk
+include trainer/build.mk
+include tests/build.mk
 include packaging.mk
 
 all: $(BINS) $(LIBEXEC) $(PLUGINS)
@@ -96,10 +111,23 @@ fuzz: $(FUZZERS)
 asan:
 	$(MAKE) BUILD=build-asan OPT='-O1 -g' SAN='-fsanitize=address,undefined -fno-omit-frame-pointer' unit-test
 
+# The C, C++ and CUDA sources git knows of (tracked or new, not ignored),
+# formatted by .clang-format (trainer/ and tests/gpu/ refine it).
+FORMAT_FILES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' | \
+                 while read -r f; do [ -f "$$f" ] && echo "$$f"; done)
 format:
-	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+	clang-format -i $(FORMAT_FILES)
+
+# Lists the files `make format` would change; fails when there are any.
+format-check:
+	@command -v clang-format >/dev/null || { echo "format-check: clang-format not found (scripts/install-deps)" >&2; exit 2; }
+	@bad=$$(for f in $(FORMAT_FILES); do clang-format --dry-run -Werror "$$f" >/dev/null 2>&1 || echo "$$f"; done); \
+	if [ -n "$$bad" ]; then \
+	  echo "format-check: $$(echo "$$bad" | wc -l) file(s) not formatted (run 'make format'):"; \
+	  echo "$$bad" | sed 's/^/  /'; exit 1; \
+	fi; echo "format-check: $(words $(FORMAT_FILES)) files formatted"
 
 clean:
 	rm -rf $(BUILD) build-asan
 
-.PHONY: all deps demo unit-test test bench fuzz asan format clean
+.PHONY: all deps demo unit-test test bench fuzz asan format format-check clean

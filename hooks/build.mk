@@ -2,22 +2,23 @@
 # copy for the SPANK plugin), the skiff-ddp-env tool, the container hooks,
 # their unit tests and the host list fuzzer.
 #
-# libskiffhooks does not contain error.o: link it together with libskiff
-# (or libskiff_pic), which does.
+# hooks/ may include common/ and itself, nothing of runtime/: libskiffhooks
+# and everything built here link libskiffcommon, not libskiff.
+HOOKS_PART_CFLAGS := -Icommon -Ihooks/lib
+$(BUILD)/hooks/%.o $(BUILD)/pic/hooks/%.o $(BUILD)/tests/unit/hooks/%.o: PART_CFLAGS := $(HOOKS_PART_CFLAGS)
+
 HOOKS_LIB_SRC := $(wildcard hooks/lib/*.c)
 LIBSKIFFHOOKS     := $(BUILD)/libskiffhooks.a
 LIBSKIFFHOOKS_PIC := $(BUILD)/libskiffhooks_pic.a
 
 $(LIBSKIFFHOOKS): $(patsubst %.c,$(BUILD)/%.o,$(HOOKS_LIB_SRC))
-	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	$(archive)
 
 $(LIBSKIFFHOOKS_PIC): $(patsubst %.c,$(BUILD)/pic/%.o,$(HOOKS_LIB_SRC))
-	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	$(archive)
 
 SKIFF_DDP_ENV := $(BUILD)/bin/skiff-ddp-env
-$(SKIFF_DDP_ENV): $(BUILD)/hooks/cli/skiff-ddp-env.o $(LIBSKIFFHOOKS) $(LIBSKIFF)
+$(SKIFF_DDP_ENV): $(BUILD)/hooks/cli/skiff-ddp-env.o $(LIBSKIFFHOOKS) $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^
 
@@ -29,7 +30,7 @@ BINS += $(SKIFF_DDP_ENV)
 HOOKS_ORDER := 10-identity 20-home 30-shm 40-gpu 50-pmix 60-slurm
 HOOKS_BINS := $(addprefix $(BUILD)/hooks/,$(HOOKS_ORDER))
 define hooks_rule
-$(BUILD)/hooks/$(1): $(BUILD)/hooks/$(word 2,$(subst -, ,$(1))).o $(LIBSKIFFHOOKS) $(LIBSKIFF)
+$(BUILD)/hooks/$(1): $(BUILD)/hooks/$(word 2,$(subst -, ,$(1))).o $(LIBSKIFFHOOKS) $(LIBSKIFFCOMMON)
 	@mkdir -p $$(@D)
 	$$(CC) $$(EXE_LDFLAGS) -o $$@ $$^
 endef
@@ -40,7 +41,7 @@ all: $(LIBSKIFFHOOKS) $(LIBSKIFFHOOKS_PIC)
 
 # Criterion unit tests: tests/unit/hooks/test_*.c, each linked with both libraries.
 HOOKS_UNIT := $(patsubst tests/unit/hooks/%.c,$(BUILD)/tests/unit/hooks/%,$(wildcard tests/unit/hooks/test_*.c))
-$(BUILD)/tests/unit/hooks/%: $(BUILD)/tests/unit/hooks/%.o $(LIBSKIFFHOOKS) $(LIBSKIFF)
+$(BUILD)/tests/unit/hooks/%: $(BUILD)/tests/unit/hooks/%.o $(LIBSKIFFHOOKS) $(LIBSKIFFCOMMON)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ -lcriterion
 UNIT_TESTS += $(HOOKS_UNIT)
 
@@ -48,11 +49,11 @@ UNIT_TESTS += $(HOOKS_UNIT)
 # tests/integration/hooks-fuzz.sh, which `make fuzz` and CI run).
 FUZZ_CC ?= clang
 HOSTLIST_FUZZER := $(BUILD)/fuzz/fuzz_hostlist
-$(HOSTLIST_FUZZER): tests/fuzz/fuzz_hostlist.c hooks/lib/hostlist.c hooks/lib/hostlist.h runtime/lib/error.c
+$(HOSTLIST_FUZZER): tests/fuzz/fuzz_hostlist.c hooks/lib/hostlist.c hooks/lib/hostlist.h common/error.c
 	@mkdir -p $(@D)
-	$(FUZZ_CC) -std=gnu11 -O1 -g -D_GNU_SOURCE -Iruntime/lib -Ihooks/lib -Wall -Wextra -Werror \
+	$(FUZZ_CC) -std=gnu11 -O1 -g -D_GNU_SOURCE $(HOOKS_PART_CFLAGS) -Wall -Wextra -Werror \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ \
-	  tests/fuzz/fuzz_hostlist.c hooks/lib/hostlist.c runtime/lib/error.c
+	  tests/fuzz/fuzz_hostlist.c hooks/lib/hostlist.c common/error.c
 
 INTEGRATION_TESTS += $(sort $(wildcard tests/integration/hooks-*.sh))
 FUZZERS += tests/integration/hooks-fuzz.sh

@@ -51,7 +51,7 @@ int skiff_plugin_args_parse(struct skiff_plugin_args *a, int ac, char **av, skif
         memcpy(key, arg, kl);
         key[kl] = '\0';
         const char *val = eq + 1;
-        int rv;
+        int rv = 0;
         if (!strcmp(key, "runtime_path"))
             rv = abs_path(a->runtime_path, sizeof(a->runtime_path), key, val, err);
         else if (!strcmp(key, "execute_entrypoint"))

@@ -1,13 +1,18 @@
 # plugin/: spank_skiff.so, the SPANK plugin. It links the PIC libskiff and
 # libskiffhooks (per-task training env); a version script keeps every symbol
 # but Slurm's entry points local.
+# plugin/ may include common/, runtime/lib and hooks/lib.
+PLUGIN_PART_CFLAGS := -Icommon -Iruntime/lib -Ihooks/lib -Iplugin $(RUNTIME_CFLAGS)
+$(BUILD)/plugin/%.o $(BUILD)/pic/plugin/%.o $(BUILD)/lean/plugin/%.o $(BUILD)/tests/unit/plugin/%.o: \
+    PART_CFLAGS := $(PLUGIN_PART_CFLAGS)
 PLUGIN_SRC := $(filter-out plugin/helper.c,$(wildcard plugin/*.c))
 SPANK_SKIFF := $(BUILD)/plugin/spank_skiff.so
 # options.c, args.c, proto.c and userproc.c need no Slurm: unit tests link them directly.
 PLUGIN_PURE_OBJ := $(BUILD)/pic/plugin/options.o $(BUILD)/pic/plugin/args.o $(BUILD)/pic/plugin/proto.o \
                    $(BUILD)/pic/plugin/userproc.o
 
-$(SPANK_SKIFF): $(patsubst %.c,$(BUILD)/pic/%.o,$(PLUGIN_SRC)) $(LIBSKIFFHOOKS_PIC) $(LIBSKIFF_PIC) plugin/spank_skiff.map
+$(SPANK_SKIFF): $(patsubst %.c,$(BUILD)/pic/%.o,$(PLUGIN_SRC)) $(LIBSKIFFHOOKS_PIC) $(LIBSKIFF_PIC) $(LIBSKIFFCOMMON_PIC) \
+    plugin/spank_skiff.map
 	@mkdir -p $(@D)
 	$(CC) $(SO_LDFLAGS) -Wl,--version-script=plugin/spank_skiff.map -Wl,--no-undefined-version \
 	  -o $@ $(filter %.o %.a,$^) $(RUNTIME_LIBS)
@@ -16,9 +21,7 @@ PLUGINS += $(SPANK_SKIFF)
 
 # Criterion unit tests: tests/unit/plugin/test_*.c
 PLUGIN_UNIT := $(patsubst tests/unit/plugin/%.c,$(BUILD)/tests/unit/plugin/%,$(wildcard tests/unit/plugin/test_*.c))
-# PIE_CFLAGS, not CFLAGS: the generic rule expanded CFLAGS already
-$(BUILD)/tests/unit/plugin/%.o: PIE_CFLAGS += -Iplugin
-$(BUILD)/tests/unit/plugin/%: $(BUILD)/tests/unit/plugin/%.o $(PLUGIN_PURE_OBJ) $(LIBSKIFF_PIC)
+$(BUILD)/tests/unit/plugin/%: $(BUILD)/tests/unit/plugin/%.o $(PLUGIN_PURE_OBJ) $(LIBSKIFF_PIC) $(LIBSKIFFCOMMON_PIC)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS) -lcriterion
 UNIT_TESTS += $(PLUGIN_UNIT)
 
@@ -44,14 +47,13 @@ MAN8 += doc/man/spank-skiff.8
 # full one imports images and runs the exit-time verbs.
 SKIFF_HELPER := $(BUILD)/plugin/skiff-helper
 SKIFF_HELPER_FULL := $(BUILD)/plugin/skiff-helper-full
-$(BUILD)/plugin/helper.o $(BUILD)/plugin/proto.o $(BUILD)/lean/plugin/helper.o: PIE_CFLAGS += -Iplugin
 $(BUILD)/lean/plugin/helper.o: plugin/helper.c
 	@mkdir -p $(@D)
-	$(CC) $(PIE_CFLAGS) $(RUNTIME_CFLAGS) -DSKIFF_HELPER_LEAN -MMD -MP -c $< -o $@
-$(SKIFF_HELPER): $(BUILD)/lean/plugin/helper.o $(BUILD)/plugin/proto.o $(LIBSKIFF)
+	$(CC) $(PIE_CFLAGS) -DSKIFF_HELPER_LEAN -MMD -MP -c $< -o $@
+$(SKIFF_HELPER): $(BUILD)/lean/plugin/helper.o $(BUILD)/plugin/proto.o $(LIBSKIFF) $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(SKIFF_LEAN_LIBS)
-$(SKIFF_HELPER_FULL): $(BUILD)/plugin/helper.o $(BUILD)/plugin/proto.o $(LIBSKIFF)
+$(SKIFF_HELPER_FULL): $(BUILD)/plugin/helper.o $(BUILD)/plugin/proto.o $(LIBSKIFF) $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
 PLUGINS += $(SKIFF_HELPER) $(SKIFF_HELPER_FULL)

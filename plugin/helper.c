@@ -221,16 +221,9 @@ static int verb_start(const struct skiff_request *q)
     }
     double t2 = skiff_now_ms();
     skiff_err ignore;
-    int bad = skiff_rec_put(&b, 'S', "0", &ignore) < 0 || skiff_rec_putf(&b, 'H', &ignore, "%d", (int)c.holder) < 0 ||
+    int bad = skiff_rec_put(&b, 'S', "0", &ignore) < 0 ||
               skiff_rec_putf(&b, 'T', &ignore, "%.3f %.3f", t1 - t0, t2 - t1) < 0 ||
-              skiff_rec_put(&b, 'W', c.workdir[0] ? c.workdir : "/", &ignore) < 0;
-    for (size_t i = 0; !bad && c.env && c.env[i]; i++)
-        bad = skiff_rec_put(&b, 'E', c.env[i], &ignore) < 0;
-    for (size_t i = 0; !bad && c.entrypoint && c.entrypoint[i]; i++)
-        bad = skiff_rec_put(&b, 'P', c.entrypoint[i], &ignore) < 0;
-    for (size_t i = 0; !bad && c.cmd && c.cmd[i]; i++)
-        bad = skiff_rec_put(&b, 'C', c.cmd[i], &ignore) < 0;
-    bad = bad || skiff_rec_put(&b, 'Z', "", &ignore) < 0;
+              skiff_container_encode(&c, &b, &ignore) < 0 || skiff_rec_put(&b, 'Z', "", &ignore) < 0;
     if (!bad && answer(&b) == 0) {
         /* EOF: root is done with the container (or slurmstepd is gone) */
         for (;;) {

@@ -10,6 +10,7 @@
 #include "mountspec.h"
 #include "named.h"
 #include "ref.h"
+#include "strv.h"
 
 static const struct {
     const char *flag;
@@ -45,21 +46,14 @@ void skiff_opts_init(struct skiff_opts *o)
     o->mount_home = o->remap_root = o->entrypoint = o->entrypoint_log = o->writable = -1;
 }
 
-static void strv_free(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
 void skiff_opts_free(struct skiff_opts *o)
 {
     free(o->image);
     free(o->workdir);
     free(o->name);
     free(o->save);
-    strv_free(o->mounts);
-    strv_free(o->env);
+    skiff_strv_free(o->mounts);
+    skiff_strv_free(o->env);
     skiff_opts_init(o);
 }
 
@@ -90,16 +84,11 @@ static int set_str(char **dst, const char *arg, skiff_err *err)
 /* Appends s to the NULL-terminated list unless it is there already. */
 static int add_unique(char ***v, size_t *n, const char *s, skiff_err *err)
 {
-    for (size_t i = 0; i < *n; i++)
-        if (!strcmp((*v)[i], s))
-            return 0;
-    char **nv = realloc(*v, (*n + 2) * sizeof(char *));
-    if (!nv)
-        return skiff_error(err, ENOMEM, "out of memory");
-    *v = nv;
-    if (!(nv[*n] = strdup(s)))
-        return skiff_error(err, ENOMEM, "out of memory");
-    nv[++*n] = NULL;
+    if (skiff_strv_contains(*v, s))
+        return 0;
+    if (skiff_strv_push(v, s, err) < 0)
+        return -1;
+    ++*n;
     return 0;
 }
 
@@ -310,7 +299,7 @@ int skiff_opts_set(struct skiff_opts *o, enum skiff_opt_id id, int val, const ch
         rv = set_unshare(o, arg, err);
         break;
     default:
-        return skiff_error(err, EINVAL, "unknown option id %d", (int)id);
+        return skiff_error(err, 0, "unknown option id %d", (int)id);
     }
     if (rv < 0 && valued)
         return skiff_err_wrap(err, "--%s", skiff_opt_flag(id));

@@ -9,6 +9,7 @@
 
 #include "container.h"
 #include "state.h"
+#include "strv.h"
 
 static const char *const phases[] = {"config", "import", "mount", "hook", "join", "env", "save"};
 
@@ -19,23 +20,9 @@ static void printable(char *s)
             *s = '?';
 }
 
-static int push(char ***v, size_t *n, const char *s)
+static int reply_parse(const char *p, size_t len, struct skiff_reply *r, struct skiff_container *c, skiff_err *err)
 {
-    char **nv = realloc(*v, (*n + 2) * sizeof(char *));
-    if (!nv)
-        return -1;
-    *v = nv;
-    if (!(nv[*n] = strdup(s)))
-        return -1;
-    nv[++*n] = NULL;
-    return 0;
-}
-
-int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_err *err)
-{
-    memset(r, 0, sizeof(*r));
-    r->status = -1;
-    size_t off = 0, count = 0, ne = 0, np = 0, nc = 0;
+    size_t off = 0, count = 0;
     bool have_status = false, ended = false;
     char tag;
     const char *s;
@@ -49,7 +36,6 @@ int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_er
             return skiff_error(err, 0, "more than %d records", SKIFF_REPLY_RECORDS_MAX);
         if (!have_status && tag != 'S')
             return skiff_error(err, 0, "the answer does not start with its status");
-        int bad = 0;
         switch (tag) {
         case 'S':
             if (have_status || (strcmp(s, "0") && strcmp(s, "-1")))
@@ -74,39 +60,23 @@ int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_er
             snprintf(r->err.msg, sizeof(r->err.msg), "%s", s);
             printable(r->err.msg);
             break;
-        case 'H':
-            if ((r->holder = skiff_rec_pid(s)) < 0)
-                return skiff_error(err, 0, "bad holder pid '%.20s'", s);
-            break;
         case 'T':
             if (sscanf(s, "%lf %lf", &r->t_resolve_ms, &r->t_start_ms) != 2 || !(r->t_resolve_ms >= 0) ||
                 !(r->t_start_ms >= 0) || r->t_resolve_ms > 1e9 || r->t_start_ms > 1e9)
                 r->t_resolve_ms = r->t_start_ms = 0;
             break;
-        case 'W':
-            if (s[0] != '/' || strlen(s) >= sizeof(r->workdir))
-                return skiff_error(err, 0, "bad working directory");
-            snprintf(r->workdir, sizeof(r->workdir), "%s", s);
-            break;
-        case 'E':
-            if (!strchr(s, '=') || s[0] == '=')
-                return skiff_error(err, 0, "bad environment entry");
-            bad = push(&r->env, &ne, s);
-            break;
-        case 'P':
-            bad = push(&r->entrypoint, &np, s);
-            break;
-        case 'C':
-            bad = push(&r->cmd, &nc, s);
-            break;
         case 'Z':
             ended = true;
             break;
-        default:
-            return skiff_error(err, 0, "unknown record 0x%02x", (unsigned char)tag);
+        default: {
+            /* the container: H W E P C, libskiff's format (container.h) */
+            int known = skiff_container_decode(c, tag, s, err);
+            if (known < 0)
+                return -1;
+            if (!known)
+                return skiff_error(err, 0, "unknown record 0x%02x", (unsigned char)tag);
         }
-        if (bad)
-            return skiff_error(err, ENOMEM, "out of memory");
+        }
     }
     if (!ended)
         return skiff_error(err, 0, "the answer has no end");
@@ -117,6 +87,21 @@ int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_er
             snprintf(r->phase, sizeof(r->phase), "mount");
     }
     return 0;
+}
+
+int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_err *err)
+{
+    memset(r, 0, sizeof(*r));
+    r->status = -1;
+    struct skiff_container c = {.server_pidfd = -1};
+    int rc = reply_parse(p, len, r, &c, err);
+    /* the lists move into r (freed by skiff_reply_free) either way */
+    r->holder = c.holder;
+    snprintf(r->workdir, sizeof(r->workdir), "%s", c.workdir);
+    r->env = c.env;
+    r->entrypoint = c.entrypoint;
+    r->cmd = c.cmd;
+    return rc;
 }
 
 static bool flag(const char *v)

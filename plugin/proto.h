@@ -18,8 +18,9 @@
  * Reply records, in this order:
  *   'S' "0" or "-1"
  *   failure: 'p' phase (config, import, mount, hook, save), 'n' errno, 'e' message
- *   start:   'H' holder pid, 'T' "RESOLVE_MS START_MS", 'W' workdir,
- *            'E' K=V..., 'P' entrypoint word..., 'C' cmd word...
+ *   start:   'T' "RESOLVE_MS START_MS", then the container as libskiff
+ *            encodes it (skiff_container_encode, container.h): 'H' holder
+ *            pid, 'W' workdir, 'E' K=V..., 'P' entrypoint word..., 'C' cmd word...
  *   'Z' ""          the end */
 #ifndef SKIFF_PLUGIN_PROTO_H
 #define SKIFF_PLUGIN_PROTO_H

@@ -5,15 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/nsfs.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
@@ -270,25 +267,6 @@ int skiff_helper_call(const char *program, const char *verb, const struct skiff_
     skiff_reply_free(&r);
     skiff_helper_finish(&hp, rc < 0 ? 1 : timeout_s);
     return rc;
-}
-
-bool skiff_ns_owned_by(int mntns_fd, uid_t uid)
-{
-    if (mntns_fd < 0 || ioctl(mntns_fd, NS_GET_NSTYPE) != CLONE_NEWNS)
-        return false;
-    int ufd = ioctl(mntns_fd, NS_GET_USERNS);
-    if (ufd < 0)
-        return false;
-    uid_t owner = (uid_t)-1;
-    struct stat us, hs;
-    bool ok = ioctl(ufd, NS_GET_OWNER_UID, &owner) == 0 && owner == uid && fstat(ufd, &us) == 0 &&
-              stat("/proc/self/ns/user", &hs) == 0 && (us.st_ino != hs.st_ino || us.st_dev != hs.st_dev);
-    close(ufd);
-    struct stat ms, self;
-    if (ok && fstat(mntns_fd, &ms) == 0 && stat("/proc/self/ns/mnt", &self) == 0 && ms.st_ino == self.st_ino &&
-        ms.st_dev == self.st_dev)
-        ok = false;
-    return ok;
 }
 
 /* In the child, as the user: a few passes over /proc, until one kills none. */

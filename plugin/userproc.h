@@ -83,8 +83,4 @@ int skiff_fork_as_user(const struct skiff_user *u, const int *keep, size_t nkeep
  * again). Waits at most timeout_s. */
 void skiff_kill_ns_as_user(int mntns_fd, const struct skiff_user *u, int timeout_s);
 
-/* Whether mntns_fd is a mount namespace of uid's own (owned by a user
- * namespace that uid created, not the host's). */
-bool skiff_ns_owned_by(int mntns_fd, uid_t uid);
-
 #endif

@@ -8,19 +8,21 @@ LIBSKIFFTRAIN := $(BUILD)/libskifftrain.a
 # utf8proc: Unicode classes for GPT-2's pre-split; jansson: encoder.json.
 TRAINER_LDLIBS := -fopenmp -lpthread -lm -lutf8proc -ljansson
 
+# trainer/ may include common/ and itself, nothing of runtime/ or hooks/:
+# it links libskiffcommon, not libskiff.
 # OpenMP for the CPU kernels; -O3 lets GCC vectorise the matmul loops. No
 # -ffast-math: results must not depend on reassociation (determinism tests).
-$(BUILD)/trainer/%.o $(BUILD)/tests/unit/trainer/%.o: PIE_CFLAGS += -fopenmp -O3 -Itrainer
-$(BUILD)/trainer/main.o: PIE_CFLAGS += $(TRAINER_CUDA_CFLAGS)
-$(BUILD)/trainer/tokenizer.o: PIE_CFLAGS += -DSKIFF_DATA_DIR='"$(DATADIR)/skiff"'
+TRAINER_PART_CFLAGS := -Icommon -Itrainer -fopenmp -O3
+$(BUILD)/trainer/%.o $(BUILD)/tests/unit/trainer/%.o: PART_CFLAGS := $(TRAINER_PART_CFLAGS)
+$(BUILD)/trainer/main.o: PART_CFLAGS := $(TRAINER_PART_CFLAGS) $(TRAINER_CUDA_CFLAGS)
+$(BUILD)/trainer/tokenizer.o: PART_CFLAGS := $(TRAINER_PART_CFLAGS) -DSKIFF_DATA_DIR='"$(DATADIR)/skiff"'
 
 $(LIBSKIFFTRAIN): $(TRAINER_OBJ)
-	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	$(archive)
 
 SKIFF_TRAIN := $(BUILD)/bin/skiff-train
 TRAINER_LINKER := $(if $(strip $(TRAINER_CUDA_OBJS)),$(CXX),$(CC))
-$(SKIFF_TRAIN): $(BUILD)/trainer/main.o $(TRAINER_CUDA_OBJS) $(LIBSKIFFTRAIN) $(LIBSKIFF)
+$(SKIFF_TRAIN): $(BUILD)/trainer/main.o $(TRAINER_CUDA_OBJS) $(LIBSKIFFTRAIN) $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(TRAINER_LINKER) $(EXE_LDFLAGS) -o $@ $^ $(TRAINER_CUDA_LIBS) $(TRAINER_LDLIBS)
 
@@ -41,7 +43,7 @@ TEST_DATA += $(GPT2_BPE)
 SHARE_FILES += $(wildcard $(GPT2_BPE))
 
 TRAINER_UNIT := $(patsubst tests/unit/trainer/%.c,$(BUILD)/tests/unit/trainer/%,$(wildcard tests/unit/trainer/test_*.c))
-$(BUILD)/tests/unit/trainer/%: $(BUILD)/tests/unit/trainer/%.o $(LIBSKIFFTRAIN) $(LIBSKIFF)
+$(BUILD)/tests/unit/trainer/%: $(BUILD)/tests/unit/trainer/%.o $(LIBSKIFFTRAIN) $(LIBSKIFFCOMMON)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ -lcriterion $(TRAINER_LDLIBS)
 UNIT_TESTS += $(TRAINER_UNIT)
 INTEGRATION_TESTS += $(filter-out %/trainer-lib.sh,$(wildcard tests/integration/trainer-*.sh))

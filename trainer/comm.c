@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "net.h"
 #include "store.h"
 
@@ -88,13 +88,6 @@ struct tcp {
     float *tmp;
     size_t tmp_cap;
 };
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Sends slen bytes to the right while receiving rlen bytes from the left,
  * both at once (a ring where everyone sent first would deadlock once
@@ -247,7 +240,7 @@ static int ring_barrier(struct tcp *t, skiff_err *err)
 
 static int run_op(struct tcp *t, struct skiff_comm_req *q)
 {
-    double t0 = mono_s();
+    double t0 = skiff_now_s();
     int rc;
     switch (q->op) {
     case OP_ALLREDUCE:
@@ -259,7 +252,7 @@ static int run_op(struct tcp *t, struct skiff_comm_req *q)
     case OP_BCAST: rc = ring_broadcast(t, q->buf, q->n, q->root, &q->err); break;
     default: rc = ring_barrier(t, &q->err); break;
     }
-    t->c->stats.busy_s += mono_s() - t0;
+    t->c->stats.busy_s += skiff_now_s() - t0;
     t->c->stats.ops++;
     return rc;
 }

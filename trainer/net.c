@@ -10,15 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
-int64_t net_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "clock.h"
 
 void net_tune(int fd, int nb)
 {
@@ -33,7 +27,7 @@ void net_tune(int fd, int nb)
 
 int net_connect_retry(const char *host, int port, int timeout_ms, skiff_err *err)
 {
-    int64_t deadline = net_now_ms() + timeout_ms;
+    double deadline = skiff_now_ms() + timeout_ms;
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     int last_errno = 0;
@@ -59,7 +53,7 @@ int net_connect_retry(const char *host, int port, int timeout_ms, skiff_err *err
             last_errno = g == EAI_SYSTEM ? errno : 0;
             last_what = gai_strerror(g);
         }
-        if (net_now_ms() >= deadline) break;
+        if (skiff_now_ms() >= deadline) break;
         usleep(50 * 1000);
     }
     return skiff_error(err, last_errno ? last_errno : ETIMEDOUT,

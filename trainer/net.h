@@ -8,8 +8,6 @@
 
 #include "error.h"
 
-/* Monotonic milliseconds. */
-int64_t net_now_ms(void);
 /* Connects to host:port, retrying (connection refused, name not yet
  * resolvable) until timeout_ms; returns the fd or -1. */
 int net_connect_retry(const char *host, int port, int timeout_ms, skiff_err *err);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "net.h"
 
 enum { OP_SET = 1, OP_GET = 2, OP_ADD = 3 };
@@ -289,7 +290,7 @@ int skiff_store_check(struct skiff_store *s, const char *key, skiff_err *err)
 int skiff_store_get(struct skiff_store *s, const char *key, void **val, size_t *len,
                     skiff_err *err)
 {
-    int64_t start = net_now_ms();
+    double start = skiff_now_ms();
     for (;;) {
         uint8_t st;
         void *v = NULL;
@@ -302,7 +303,7 @@ int skiff_store_get(struct skiff_store *s, const char *key, void **val, size_t *
             return 0;
         }
         free(v);
-        if (net_now_ms() - start >= s->timeout_ms)
+        if (skiff_now_ms() - start >= s->timeout_ms)
             return skiff_error(err, ETIMEDOUT, "store get %s: not set within %.1f s", key,
                                s->timeout_ms / 1000.0);
         usleep(10 * 1000);
@@ -311,7 +312,7 @@ int skiff_store_get(struct skiff_store *s, const char *key, void **val, size_t *
 
 int skiff_store_wait(struct skiff_store *s, const char *const *keys, size_t n, skiff_err *err)
 {
-    int64_t start = net_now_ms();
+    double start = skiff_now_ms();
     for (;;) {
         char missing[512] = "";
         size_t used = 0, nmissing = 0;
@@ -326,7 +327,7 @@ int skiff_store_wait(struct skiff_store *s, const char *const *keys, size_t n, s
             }
         }
         if (!nmissing) return 0;
-        int64_t waited = net_now_ms() - start;
+        double waited = skiff_now_ms() - start;
         if (waited >= s->timeout_ms)
             return skiff_error(err, ETIMEDOUT, "store wait: %zu key(s) not set within %.1f s: %s",
                                nmissing, waited / 1000.0, missing);
@@ -360,7 +361,7 @@ int skiff_store_rendezvous(struct skiff_store *s, int rank, int world, skiff_err
     snprintf(val, sizeof val, "%s pid %d", host, (int)getpid());
     snprintf(key, sizeof key, "rank/%d", rank);
     if (skiff_store_set(s, key, val, strlen(val), err) < 0) return -1;
-    int64_t start = net_now_ms();
+    double start = skiff_now_ms();
     for (;;) {
         char missing[512] = "";
         size_t nmissing = 0, used = 0;
@@ -376,7 +377,7 @@ int skiff_store_rendezvous(struct skiff_store *s, int rank, int world, skiff_err
             }
         }
         if (!nmissing) return 0;
-        int64_t waited = net_now_ms() - start;
+        double waited = skiff_now_ms() - start;
         if (waited >= s->timeout_ms)
             return skiff_error(err, ETIMEDOUT,
                                "rendezvous: rank%s %s of WORLD_SIZE=%d did not arrive within "

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "llmc.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -22,13 +22,6 @@
 
 /* Usage errors: the message in err, exit status 2. */
 #define USAGE(...) (skiff_error(err, 0, __VA_ARGS__), 2)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int read_file(const char *path, char **out, size_t *len, skiff_err *err)
 {
@@ -159,9 +152,9 @@ static int add_doc(void *ctx, const char *s, size_t n, skiff_err *err)
     r->starts[r->ndoc++] = r->all.n;
     uint16_t eot = (uint16_t)r->tok.eot;
     if (tb_append(&r->all, &eot, 1, err) < 0) return -1;
-    double t0 = now_s();
+    double t0 = skiff_now_s();
     int rc = tokenizer_encode(&r->tok, s, n, &r->all.t, &r->all.n, &r->all.cap, err);
-    r->encode_s += now_s() - t0;
+    r->encode_s += skiff_now_s() - t0;
     return rc;
 }
 

@@ -7,16 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "train.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- DDP buckets ------------------------------------------------------------
  * The backward reports gradient slices as they become final (per layer, last
@@ -114,7 +107,7 @@ static void ddp_begin(struct ddp *d)
 static int ddp_finish(struct ddp *d, double *wait_s, skiff_err *err)
 {
     launch(d);
-    double t0 = now_s();
+    double t0 = skiff_now_s();
     int rc = d->failed ? -1 : 0;
     if (rc < 0) *err = d->err;
     for (size_t i = 0; i < d->nreqs; i++) {
@@ -124,7 +117,7 @@ static int ddp_finish(struct ddp *d, double *wait_s, skiff_err *err)
             rc = -1;
         }
     }
-    *wait_s += now_s() - t0;
+    *wait_s += skiff_now_s() - t0;
     if (rc < 0) return skiff_err_wrap(err, "gradient all-reduce");
     for (size_t i = 0; i < d->nsegs; i++)
         memcpy(d->grads + d->segs[i].lo, d->stage + d->segs[i].stage_off,
@@ -358,7 +351,7 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
     int end = o->steps;
     if (o->stop_after && start + o->stop_after < end) end = start + o->stop_after;
     for (int step = start; step < end; step++) {
-        double t0 = now_s(), wait_s = 0, overlap_s = 0, busy0 = c->stats.busy_s;
+        double t0 = skiff_now_s(), wait_s = 0, overlap_s = 0, busy0 = c->stats.busy_s;
         float lr = train_lr(o, step);
         gpt2_zero_grad(&r.model);
         if (o->zero == 2) memset(r.gshard, 0, r.opt_len * sizeof(float));
@@ -385,9 +378,9 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
             if (o->zero == 2) {
                 /* ZeRO-2: reduce-scatter every micro-step and keep only our
                  * shard, so no rank holds a full accumulated gradient */
-                double w0 = now_s();
+                double w0 = skiff_now_s();
                 if (skiff_reduce_scatter(c, r.model.grads, r.n_pad, SKIFF_F32, err) < 0) goto out;
-                wait_s += now_s() - w0;
+                wait_s += skiff_now_s() - w0;
                 const float *g = r.model.grads + r.opt_off;
                 for (size_t i = 0; i < r.opt_len; i++) r.gshard[i] += g[i];
                 if (!last) gpt2_zero_grad(&r.model);
@@ -400,17 +393,17 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
             norm2 = sumsq(gopt, r.n_pad);
         } else {
             if (o->zero == 1) {
-                double w0 = now_s();
+                double w0 = skiff_now_s();
                 if (skiff_reduce_scatter(c, r.model.grads, r.n_pad, SKIFF_F32, err) < 0) goto out;
-                wait_s += now_s() - w0;
+                wait_s += skiff_now_s() - w0;
                 gopt = r.model.grads + r.opt_off;
             } else {
                 gopt = r.gshard;
             }
             /* norm^2 = sum over ranks of each shard's sum of squares */
-            double mean, ss = sumsq(gopt, r.opt_len), w0 = now_s();
+            double mean, ss = sumsq(gopt, r.opt_len), w0 = skiff_now_s();
             if (mean_over_ranks(c, ss, &mean, err) < 0) goto out;
-            wait_s += now_s() - w0;
+            wait_s += skiff_now_s() - w0;
             norm2 = mean * P;
         }
         float norm = (float)sqrt(norm2);
@@ -418,18 +411,18 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
         adamw(r.model.params + r.opt_off, gopt, r.m, r.v, r.decay + r.opt_off, r.opt_len, lr, o,
               step + 1, gscale);
         if (o->zero) {
-            double w0 = now_s();
+            double w0 = skiff_now_s();
             if (skiff_all_gather(c, r.model.params, r.n_pad, SKIFF_F32, err) < 0) goto out;
-            wait_s += now_s() - w0;
+            wait_s += skiff_now_s() - w0;
         }
-        double loss, w1 = now_s();
+        double loss, w1 = skiff_now_s();
         if (mean_over_ranks(c, loss_sum / K, &loss, err) < 0) goto out;
-        wait_s += now_s() - w1; /* so wait_ms and comm_ms cover the same collectives */
+        wait_s += skiff_now_s() - w1; /* so wait_ms and comm_ms cover the same collectives */
         double val_loss = NAN;
         if (r.have_val && o->val_every && ((step + 1) % o->val_every == 0 || step + 1 == o->steps) &&
             evaluate(&r.model, &r.val, c, o->val_batches, r.in, r.tg, &val_loss, err) < 0)
             goto out;
-        double dt = now_s() - t0;
+        double dt = skiff_now_s() - t0;
         if (c->rank == 0) {
             struct train_step_log s = {
                 .step = step + 1, .loss = loss, .lr = lr, .grad_norm = norm,

@@ -3,7 +3,8 @@
  *   skiff-ddp-env --env                NAME=VALUE lines (env files)
  *   skiff-ddp-env --expand LIST        one host per line (no scontrol needed)
  *   skiff-ddp-env --compress HOST...   the bracket form (or hosts on stdin)
- * Advice goes to stderr; exit 0 ok, 1 bad launcher variables, 2 usage. */
+ * Advice goes to stderr; exit 0 ok, 1 bad launcher variables, 2 usage (a
+ * malformed host list given to --expand/--count/--compress included). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,23 +26,27 @@ static void usage(FILE *f)
           f);
 }
 
+/* A host list the user gave that does not parse (err->code 0) is a usage
+ * error; running out of memory is not. */
+static int list_failed(const skiff_err *err)
+{
+    fprintf(stderr, "skiff-ddp-env: %s\n", err->msg);
+    return err->code ? 1 : 2;
+}
+
 static int do_expand(const char *list, int count_only)
 {
     skiff_err err = {0};
     if (count_only) {
         size_t n;
-        if (skiff_hostlist_count(list, &n, &err) < 0) {
-            fprintf(stderr, "skiff-ddp-env: %s\n", err.msg);
-            return 1;
-        }
+        if (skiff_hostlist_count(list, &n, &err) < 0)
+            return list_failed(&err);
         printf("%zu\n", n);
         return 0;
     }
     struct skiff_hostlist hl;
-    if (skiff_hostlist_expand(list, 0, &hl, &err) < 0) {
-        fprintf(stderr, "skiff-ddp-env: %s\n", err.msg);
-        return 1;
-    }
+    if (skiff_hostlist_expand(list, 0, &hl, &err) < 0)
+        return list_failed(&err);
     for (size_t i = 0; i < hl.n; i++)
         puts(hl.hosts[i]);
     skiff_hostlist_free(&hl);
@@ -88,10 +93,8 @@ static int do_compress(char **hosts, int n)
             free(list[i]);
         free(list);
     }
-    if (!s) {
-        fprintf(stderr, "skiff-ddp-env: %s\n", err.msg);
-        return 1;
-    }
+    if (!s)
+        return list_failed(&err);
     puts(s);
     free(s);
     return 0;
@@ -106,6 +109,9 @@ int main(int argc, char **argv)
         {"compress", no_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},   {NULL, 0, NULL, 0},
     };
+    /* getopt's messages name the program, however it was run */
+    static char prog[] = "skiff-ddp-env";
+    argv[0] = prog;
     int c;
     while ((c = getopt_long(argc, argv, "eqh", opts, NULL)) != -1) {
         switch (c) {

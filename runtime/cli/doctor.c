@@ -106,8 +106,8 @@ static int try_userns(void)
 
 int cmd_doctor(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    if (argc > 1)
+        return cli_usage_error("doctor", "unexpected argument '%s'", argv[1]);
     problems = 0;
     printf("skiff %s doctor (uid %u)\n", SKIFF_VERSION, (unsigned)getuid());
 

@@ -1,28 +1,21 @@
 /* skiff exec PID CMD...: run a command in a running container, joining the
  * namespaces of PID (the container's holder or any process in it). */
-#include <stdio.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cli.h"
 #include "container.h"
 
 int cmd_exec(int argc, char **argv)
 {
-    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("usage: skiff exec PID CMD [ARG...]\n");
-        return 0;
-    }
-    if (argc < 3) {
-        fprintf(stderr, "usage: skiff exec PID CMD [ARG...]\n");
-        return 2;
-    }
+    if (argc < 3)
+        return cli_usage_error("exec", argc < 2 ? "no process id and command given" : "no command given");
     char *end;
+    errno = 0;
     long pid = strtol(argv[1], &end, 10);
-    if (*end || pid <= 0) {
-        fprintf(stderr, "skiff: exec: '%s' is not a process id\n", argv[1]);
-        return 2;
-    }
+    if (*end || end == argv[1] || pid <= 0 || pid > INT_MAX || errno)
+        return cli_usage_error("exec", "'%s' is not a process id", argv[1]);
     struct skiff_config cfg;
     if (cli_load_config(&cfg) < 0)
         return 1;

@@ -1,22 +1,10 @@
 /* skiff import [-o FILE.sqsh] [-a ARCH] [-f] URI */
 #include <getopt.h>
 #include <stdio.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "image.h"
-
-static void import_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: skiff import [-o FILE.sqsh] [-a ARCH] [-f] URI\n"
-            "  URI: docker://[USER@][REGISTRY#]IMAGE[:TAG|@sha256:DIGEST]\n"
-            "       docker-archive:PATH.tar  oci:DIR[:TAG]  oci-archive:PATH.tar[:TAG]  dir:PATH\n"
-            "  -o FILE  output file (default: IMAGE+TAG.sqsh in the current directory)\n"
-            "  -a ARCH  platform to pick from a multi-arch image (amd64, arm64, ...)\n"
-            "  -f       replace an existing output file\n");
-}
 
 static void print_warning(void *ctx, const char *msg)
 {
@@ -36,7 +24,7 @@ int cmd_import(int argc, char **argv)
     const char *output = NULL;
     struct skiff_import_opts o = {.progress = isatty(2) == 1, .warn = print_warning};
     int c;
-    optind = 1;
+    optind = 0; /* glibc: a full restart, whatever a parse before left */
     while ((c = getopt_long(argc, argv, "+o:a:fh", longopts, NULL)) != -1) {
         switch (c) {
         case 'o':
@@ -49,17 +37,15 @@ int cmd_import(int argc, char **argv)
             o.force = true;
             break;
         case 'h':
-            import_usage(stdout);
+            cli_usage("import", stdout);
             return 0;
         default:
-            import_usage(stderr);
-            return 2;
+            return cli_bad_option("import");
         }
     }
-    if (optind != argc - 1) {
-        import_usage(stderr);
-        return 2;
-    }
+    if (optind != argc - 1)
+        return optind == argc ? cli_usage_error("import", "no image URI given")
+                              : cli_usage_error("import", "unexpected argument '%s'", argv[optind + 1]);
     struct skiff_config cfg;
     if (cli_load_config(&cfg) < 0)
         return 1;

@@ -1,6 +1,5 @@
 /* skiff list: named containers and their images. */
 #include <stdio.h>
-#include <string.h>
 
 #include "cli.h"
 #include "container.h"
@@ -14,10 +13,8 @@ static void print_one(const char *name, const char *image, void *arg)
 
 int cmd_list(int argc, char **argv)
 {
-    if (argc > 1) {
-        fprintf(!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ? stdout : stderr, "usage: skiff list\n");
-        return !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ? 0 : 2;
-    }
+    if (argc > 1)
+        return cli_usage_error("list", "unexpected argument '%s'", argv[1]);
     struct skiff_config cfg;
     if (cli_load_config(&cfg) < 0)
         return 1;

@@ -3,22 +3,15 @@
  * per-user cache; prints the squashfs path. Useful to fill the cache before
  * a job (and to test the plugin's resolution without Slurm). */
 #include <stdio.h>
-#include <string.h>
 
 #include "cli.h"
 #include "image.h"
 
 int cmd_resolve(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: skiff resolve IMAGE\n"
-               "  IMAGE: ./file.sqsh, /abs/file.sqsh, docker://..., oci:..., or a bare name (ubuntu:22.04)\n");
-        return 0;
-    }
-    if (argc != 2) {
-        fprintf(stderr, "usage: skiff resolve IMAGE\n");
-        return 2;
-    }
+    if (argc != 2)
+        return argc < 2 ? cli_usage_error("resolve", "no image given")
+                        : cli_usage_error("resolve", "unexpected argument '%s'", argv[2]);
     struct skiff_config cfg;
     if (cli_load_config(&cfg) < 0)
         return 1;

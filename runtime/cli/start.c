@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "container.h"
+#include "mountspec.h"
 #include "named.h"
 
 static volatile sig_atomic_t child_pid, pending_sig;
@@ -73,19 +74,17 @@ static int wait_command(pid_t pid, pid_t *holder)
     return WEXITSTATUS(st);
 }
 
-static void usage(FILE *out)
+/* A -m value the library would refuse at start: refused here, as a usage
+ * error, before anything is set up. */
+static int check_mount(const char *spec)
 {
-    fprintf(out,
-            "usage: skiff start [OPTIONS] IMAGE.sqsh|NAME [CMD [ARG...]]\n"
-            "  -m, --mount SRC:DST[:FLAGS]  bind mount (flags: ro, rw, rbind, x-create=dir|file, noexec;\n"
-            "                               SRC 'tmpfs' for a tmpfs); repeatable\n"
-            "  -e, --env KEY=VALUE          set an environment variable; repeatable\n"
-            "      --rw                     writable root (overlay over a tmpfs)\n"
-            "      --remap-root             run as uid/gid 0 inside\n"
-            "  -w, --workdir DIR            working directory inside\n"
-            "      --no-entrypoint          ignore the image's Entrypoint\n"
-            "      --mount-home             bind your home directory\n"
-            "CMD defaults to the image's Entrypoint + Cmd. Exit status: CMD's (128+N for signal N).\n");
+    skiff_err err;
+    struct skiff_mount m;
+    skiff_err_clear(&err);
+    memset(&m, 0, sizeof(m));
+    int rc = skiff_mountspec_parse(spec, &m, &err);
+    skiff_mount_free(&m);
+    return rc < 0 ? cli_usage_error("start", "%s", err.msg) : 0;
 }
 
 /* A terminal's TERM and the user's HOME (/root with --remap-root), for
@@ -173,13 +172,17 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
     o.extra_hooks_dir = getenv("SKIFF_HOOKS_DIR"); /* the user's, with the admin's hooks_dir */
     skiff_trace(o.trace, "cli: main");
     int ch;
-    optind = 1;
+    optind = 0; /* glibc: a full restart, whatever a parse before left */
     while ((ch = getopt_long(argc, argv, "+m:e:w:h", longopts, NULL)) != -1) {
         switch (ch) {
         case 'm':
+            if (check_mount(optarg) != 0)
+                return 2;
             mounts[nm++] = optarg;
             break;
         case 'e':
+            if (!strchr(optarg, '=') || optarg[0] == '=')
+                return cli_usage_error("start", "--env '%s' is not KEY=VALUE", optarg);
             env[ne++] = optarg;
             break;
         case 'W':
@@ -189,6 +192,8 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
             o.remap_root = true;
             break;
         case 'w':
+            if (optarg[0] != '/')
+                return cli_usage_error("start", "--workdir '%s' is not an absolute path", optarg);
             o.workdir = optarg;
             break;
         case 'N':
@@ -198,17 +203,14 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
             o.mount_home = true;
             break;
         case 'h':
-            usage(stdout);
+            cli_usage("start", stdout);
             return 0;
         default:
-            usage(stderr);
-            return 2;
+            return cli_bad_option("start");
         }
     }
-    if (optind >= argc) {
-        usage(stderr);
-        return 2;
-    }
+    if (optind >= argc)
+        return cli_usage_error("start", "no image or container name given");
     struct skiff_config cfg;
     if (cli_load_config(&cfg) < 0)
         return 1;

@@ -60,7 +60,7 @@ static int expected_header(int image_fd, const void *sb, size_t sb_len, uint32_t
     if (fstat(image_fd, &st) < 0)
         return skiff_error(err, errno, "block cache: stat image");
     if (sb_len > BC_MAX_SB || block_size == 0 || block_size > (1u << 20))
-        return skiff_error(err, EINVAL, "block cache: unsupported superblock");
+        return skiff_error(err, 0, "block cache: unsupported superblock");
     memset(h, 0, sizeof(*h));
     memcpy(h->magic, BC_MAGIC, 8);
     h->block_size = block_size;
@@ -73,7 +73,7 @@ static int expected_header(int image_fd, const void *sb, size_t sb_len, uint32_t
     h->ctime_ns = (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec;
     h->nslots = max_bytes / block_size;
     if (h->nslots == 0)
-        return skiff_error(err, EINVAL, "block cache: smaller than one block");
+        return skiff_error(err, 0, "block cache: smaller than one block");
     if (h->nslots > (1u << 30))
         h->nslots = 1u << 30;
     h->nindex = 1;

@@ -36,7 +36,7 @@ int skiff_mkdir_p(const char *path, unsigned mode, skiff_err *err)
 int skiff_cache_dir(const struct skiff_config *cfg, const char *sub, char *out, size_t n, skiff_err *err)
 {
     if (!cfg->cache_path[0])
-        return skiff_error(err, EINVAL, "cache_path is not set");
+        return skiff_error(err, 0, "cache_path is not set");
     int w = snprintf(out, n, "%s/%s", cfg->cache_path, sub);
     if (w < 0 || (size_t)w >= n)
         return skiff_error(err, ENAMETOOLONG, "cache path");
@@ -49,7 +49,7 @@ int skiff_cache_blob_path(const struct skiff_config *cfg, const char *digest, ch
                           skiff_err *err)
 {
     if (!skiff_ref_valid_digest(digest))
-        return skiff_error(err, EINVAL, "bad digest '%s'", digest);
+        return skiff_error(err, 0, "bad digest '%s'", digest);
     char dir[SKIFF_PATH_MAX];
     if (skiff_cache_dir(cfg, "blobs/sha256", dir, sizeof(dir), err) < 0)
         return -1;

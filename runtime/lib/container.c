@@ -25,10 +25,10 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "caps.h"
+#include "clock.h"
 #include "fdio.h"
 #include "fusemount.h"
 #include "imgconfig.h"
@@ -42,12 +42,8 @@
 
 void skiff_trace(bool on, const char *what)
 {
-    if (!on)
-        return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    fprintf(stderr, "skiff-trace: %.3f %d %s\n", (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6, (int)getpid(),
-            what);
+    if (on)
+        fprintf(stderr, "skiff-trace: %.3f %d %s\n", skiff_now_ms(), (int)getpid(), what);
 }
 
 void skiff_start_opts_init(struct skiff_start_opts *opts)
@@ -57,43 +53,12 @@ void skiff_start_opts_init(struct skiff_start_opts *opts)
     opts->use_entrypoint = true;
 }
 
-void skiff_strv_free(char **v)
-{
-    if (!v)
-        return;
-    for (char **p = v; *p; p++)
-        free(*p);
-    free(v);
-}
-
-static size_t strv_len(char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    return n;
-}
-
-int skiff_strv_push(char ***v, const char *s, skiff_err *err)
-{
-    size_t n = strv_len(*v);
-    char **nv = realloc(*v, (n + 2) * sizeof(char *));
-    if (!nv)
-        return skiff_error(err, ENOMEM, "list");
-    *v = nv;
-    nv[n] = strdup(s);
-    nv[n + 1] = NULL;
-    if (!nv[n])
-        return skiff_error(err, ENOMEM, "list");
-    return 0;
-}
-
 /* Sets K=V in an env list: replaces an existing K, else appends. */
 int skiff_env_set(char ***v, const char *kv, skiff_err *err)
 {
     const char *eq = strchr(kv, '=');
     if (!eq || eq == kv)
-        return skiff_error(err, EINVAL, "environment entry '%s' is not KEY=VALUE", kv);
+        return skiff_error(err, 0, "environment entry '%s' is not KEY=VALUE", kv);
     size_t klen = (size_t)(eq - kv) + 1;
     for (char **p = *v; p && *p; p++)
         if (!strncmp(*p, kv, klen)) {
@@ -105,21 +70,6 @@ int skiff_env_set(char ***v, const char *kv, skiff_err *err)
             return 0;
         }
     return skiff_strv_push(v, kv, err);
-}
-
-static char **strv_dup(char *const *v, skiff_err *err)
-{
-    char **out = calloc(1, sizeof(char *));
-    if (!out) {
-        skiff_error(err, ENOMEM, "list");
-        return NULL;
-    }
-    for (size_t i = 0; v && v[i]; i++)
-        if (skiff_strv_push(&out, v[i], err) < 0) {
-            skiff_strv_free(out);
-            return NULL;
-        }
-    return out;
 }
 
 /* ---- holder ---- */
@@ -148,7 +98,7 @@ static int build_argv(char *const *entrypoint, char *const *cmd, bool use_entryp
         if (skiff_strv_push(&v, rest[i], err) < 0)
             goto fail;
     if (!v[0]) {
-        skiff_error(err, EINVAL, "no command given and the image defines no Entrypoint or Cmd");
+        skiff_error(err, 0, "no command given and the image defines no Entrypoint or Cmd");
         goto fail;
     }
     *argvp = v;
@@ -336,7 +286,7 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
             goto out;
     const char *wd = o->workdir && *o->workdir ? o->workdir : ic.workdir[0] ? ic.workdir : "/";
     if (wd[0] != '/') {
-        skiff_error(err, EINVAL, "working directory '%s' is not absolute", wd);
+        skiff_error(err, 0, "working directory '%s' is not absolute", wd);
         goto out;
     }
     {
@@ -350,22 +300,16 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
         skiff_err_wrap(err, "make the root read-only");
         goto out;
     }
-    char pid[16];
-    snprintf(pid, sizeof(pid), "%d", (int)getpid());
-    char server[16];
-    snprintf(server, sizeof(server), "%d", (int)skiff_fuse_server_pid(h->fuse));
-    if (skiff_rec_put(out, 'H', pid, err) < 0 || skiff_rec_put(out, 'W', wd, err) < 0 ||
-        (h->fuse && skiff_rec_put(out, 'F', server, err) < 0))
-        goto out;
-    for (size_t i = 0; env[i]; i++)
-        if (skiff_rec_put(out, 'E', env[i], err) < 0)
+    {
+        /* the report (and state file): the container as the library
+         * encodes it everywhere, borrowing env and the image config's lists */
+        struct skiff_container view = {
+            .holder = getpid(), .server_pidfd = -1, .env = env, .entrypoint = ic.entrypoint, .cmd = ic.cmd};
+        snprintf(view.workdir, sizeof(view.workdir), "%s", wd);
+        if (skiff_container_encode(&view, out, err) < 0 ||
+            (h->fuse && skiff_rec_putf(out, 'F', err, "%d", (int)skiff_fuse_server_pid(h->fuse)) < 0))
             goto out;
-    for (size_t i = 0; ic.entrypoint && ic.entrypoint[i]; i++)
-        if (skiff_rec_put(out, 'P', ic.entrypoint[i], err) < 0)
-            goto out;
-    for (size_t i = 0; ic.cmd && ic.cmd[i]; i++)
-        if (skiff_rec_put(out, 'C', ic.cmd[i], err) < 0)
-            goto out;
+    }
     skiff_trace(o->trace, "holder: env, workdir, read-only");
     /* state for `skiff exec` */
     if (skiff_state_write(h->state_dir, out, err) < 0)
@@ -473,14 +417,14 @@ static int resolve_image(const struct skiff_config *cfg, const struct skiff_star
     }
     if (o->image) {
         if (!o->image[0])
-            return skiff_error(err, EINVAL, "empty image path");
+            return skiff_error(err, 0, "empty image path");
         if (o->image[0] == '/')
             snprintf(h->image, sizeof(h->image), "%s", o->image);
         else if (!realpath(o->image, h->image))
             return skiff_error(err, errno, "image %s", o->image);
     }
     if (!h->image[0])
-        return skiff_error(err, EINVAL, "no image given");
+        return skiff_error(err, 0, "no image given");
     return 0;
 }
 
@@ -546,7 +490,7 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
     }
     for (size_t i = 0; opts->env && opts->env[i]; i++)
         if (!strchr(opts->env[i], '=') || opts->env[i][0] == '=')
-            return skiff_error(err, EINVAL, "start: environment entry '%s' is not KEY=VALUE", opts->env[i]);
+            return skiff_error(err, 0, "start: environment entry '%s' is not KEY=VALUE", opts->env[i]);
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return skiff_error(err, errno, "start: pipe");
@@ -634,7 +578,7 @@ int skiff_container_join(pid_t holder, const char *workdir, skiff_err *err)
 
 int skiff_container_env(const struct skiff_container *c, char ***envp, skiff_err *err)
 {
-    *envp = strv_dup(c->env, err);
+    *envp = skiff_strv_dup(c->env, err);
     return *envp ? 0 : -1;
 }
 

@@ -31,6 +31,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "strv.h"
 
 struct skiff_start_opts {
     const char *image;          /* squashfs path (NULL when name is an existing container) */
@@ -136,6 +137,19 @@ int skiff_container_mark_joined(const struct skiff_container *c, skiff_err *err)
  * a container whose start failed. */
 int skiff_container_stop(struct skiff_container *c, skiff_err *err);
 
+/* c as records (state.h): its holder pid 'H', workdir 'W', env 'E',
+ * Entrypoint 'P' and Cmd 'C', appended to b. One format for the holder's
+ * report to its starter, the state file `skiff exec` reads and the plugin
+ * helper's answer to root (plugin/proto.h). */
+struct skiff_recbuf;
+int skiff_container_encode(const struct skiff_container *c, struct skiff_recbuf *b, skiff_err *err);
+
+/* Applies one record of that format to c: 1 when tag is one of H W E P C,
+ * 0 when it is not (a tag of the caller's), -1 with err when the value is
+ * malformed. Strict, because root reads it from a user-side process: a
+ * holder pid > 0, an absolute workdir that fits, env entries KEY=VALUE. */
+int skiff_container_decode(struct skiff_container *c, char tag, const char *s, skiff_err *err);
+
 /* Frees c's memory without touching the holder (after skiff_container_load). */
 void skiff_container_free(struct skiff_container *c);
 
@@ -148,8 +162,6 @@ int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff
  * into out_path (atomically: temp + rename). */
 int skiff_container_export(const struct skiff_config *cfg, const char *name, const char *out_path,
                            skiff_err *err);
-
-void skiff_strv_free(char **v);
 
 /* Appends to *env (NULL-terminated, owned) each K=V of defaults whose K it
  * lacks (the CLI's TERM and HOME). */

@@ -16,6 +16,7 @@
 #include "container.h"
 #include "error.h"
 #include "state.h"
+#include "strv.h"
 
 /* The PATH every container (and every hook) starts from. */
 #define SKIFF_DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -40,9 +41,6 @@ struct skiff_holder {
 };
 
 /* ---- container.c ---- */
-
-/* Appends a copy of s to the NULL-terminated list *v. */
-int skiff_strv_push(char ***v, const char *s, skiff_err *err);
 
 /* Sets K=V in an env list: replaces an existing K, else appends. */
 int skiff_env_set(char ***v, const char *kv, skiff_err *err);

@@ -28,10 +28,60 @@
 
 #define STATE_FILE "state"
 
-/* ---- wire format between holder and parent (and the state file) ----
- * records (state.h): 'W' workdir, 'E' env, 'P' entrypoint word, 'C' cmd
- * word, 'H' holder pid, 'X' pid of the spawned command, 'F' pid of the
- * FUSE server. */
+/* ---- a container as records (state.h) ----
+ * 'H' holder pid, 'W' workdir, 'E' env entry, 'P' Entrypoint word, 'C' Cmd
+ * word (skiff_container_encode/decode: the holder's report to its starter,
+ * the state file, the plugin helper's answer to root); and, in the holder's
+ * report and the state file only, 'X' the spawned command's pid and 'F' the
+ * FUSE server's. */
+
+int skiff_container_encode(const struct skiff_container *c, struct skiff_recbuf *b, skiff_err *err)
+{
+    if (skiff_rec_putf(b, 'H', err, "%d", (int)c->holder) < 0 ||
+        skiff_rec_put(b, 'W', c->workdir[0] ? c->workdir : "/", err) < 0)
+        return -1;
+    for (size_t i = 0; c->env && c->env[i]; i++)
+        if (skiff_rec_put(b, 'E', c->env[i], err) < 0)
+            return -1;
+    for (size_t i = 0; c->entrypoint && c->entrypoint[i]; i++)
+        if (skiff_rec_put(b, 'P', c->entrypoint[i], err) < 0)
+            return -1;
+    for (size_t i = 0; c->cmd && c->cmd[i]; i++)
+        if (skiff_rec_put(b, 'C', c->cmd[i], err) < 0)
+            return -1;
+    return 0;
+}
+
+int skiff_container_decode(struct skiff_container *c, char tag, const char *s, skiff_err *err)
+{
+    switch (tag) {
+    case 'H': {
+        /* a pid that does not parse is an error, never -1: kill(-1, ...)
+         * signals every process the caller may signal */
+        pid_t pid = skiff_rec_pid(s);
+        if (pid < 0)
+            return skiff_error(err, 0, "bad holder pid '%.20s'", s);
+        c->holder = pid;
+        return 1;
+    }
+    case 'W':
+        if (s[0] != '/' || strlen(s) >= sizeof(c->workdir))
+            return skiff_error(err, 0, "bad working directory");
+        snprintf(c->workdir, sizeof(c->workdir), "%s", s);
+        return 1;
+    case 'E':
+        if (!strchr(s, '=') || s[0] == '=')
+            return skiff_error(err, 0, "bad environment entry");
+        return skiff_strv_push(&c->env, s, err) < 0 ? -1 : 1;
+    case 'P':
+        return skiff_strv_push(&c->entrypoint, s, err) < 0 ? -1 : 1;
+    case 'C':
+        return skiff_strv_push(&c->cmd, s, err) < 0 ? -1 : 1;
+    default:
+        return 0;
+    }
+}
+
 int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skiff_err *err)
 {
     size_t off = 0;
@@ -40,35 +90,19 @@ int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skif
     int more;
     while ((more = skiff_rec_next(p, len, &off, &tag, &s)) != 0) {
         if (more < 0)
-            return skiff_error(err, EINVAL, "truncated container state");
-        int rc = 0;
-        switch (tag) {
-        case 'W':
-            snprintf(c->workdir, sizeof(c->workdir), "%s", s);
-            break;
-        case 'H':
-            c->holder = skiff_rec_pid(s);
-            break;
-        case 'X':
-            c->command = skiff_rec_pid(s);
-            break;
-        case 'F':
-            c->server = skiff_rec_pid(s);
-            break;
-        case 'E':
-            rc = skiff_strv_push(&c->env, s, err);
-            break;
-        case 'P':
-            rc = skiff_strv_push(&c->entrypoint, s, err);
-            break;
-        case 'C':
-            rc = skiff_strv_push(&c->cmd, s, err);
-            break;
-        default:
-            return skiff_error(err, EINVAL, "corrupt container state");
+            return skiff_error(err, 0, "truncated container state");
+        if (tag == 'X' || tag == 'F') {
+            pid_t pid = skiff_rec_pid(s);
+            if (pid < 0)
+                return skiff_error(err, 0, "corrupt container state: bad pid '%.20s'", s);
+            *(tag == 'X' ? &c->command : &c->server) = pid;
+            continue;
         }
+        int rc = skiff_container_decode(c, tag, s, err);
         if (rc < 0)
-            return -1;
+            return skiff_err_wrap(err, "corrupt container state");
+        if (rc == 0)
+            return skiff_error(err, 0, "corrupt container state: unknown record 0x%02x", (unsigned char)tag);
     }
     return 0;
 }
@@ -100,7 +134,7 @@ int skiff_state_dir_for(const struct skiff_config *cfg, const char *key, pid_t p
         key = autokey;
     }
     if (!skiff_name_valid(key))
-        return skiff_error(err, EINVAL, "state key '%s' may only contain letters, digits, '.', '_', '-'", key);
+        return skiff_error(err, 0, "state key '%s' may only contain letters, digits, '.', '_', '-'", key);
     if ((size_t)snprintf(out, SKIFF_PATH_MAX, "%s/%s", cfg->runtime_path, key) >= SKIFF_PATH_MAX)
         return skiff_error(err, ENAMETOOLONG, "runtime path");
     return 0;

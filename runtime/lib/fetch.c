@@ -61,7 +61,7 @@ static void *fetch_main(void *arg)
             }
             break;
         }
-        double t0 = skiff_import_now_s();
+        double t0 = skiff_now_s();
         struct fetch_progress fp = {j, l};
         int rv = skiff_registry_blob_progress(j->reg, l->digest, fd, fetch_progress_cb, &fp, &e);
         if (rv == 0 && close(fd) < 0)
@@ -70,7 +70,7 @@ static void *fetch_main(void *arg)
             close(fd);
         if (rv == 0 && j->o && j->o->progress)
             fprintf(stderr, "skiff: fetched layer %.19s %8.1f MB %5.2f s\n", l->digest, (double)l->avail / 1e6,
-                    skiff_import_now_s() - t0);
+                    skiff_now_s() - t0);
         pthread_mutex_lock(&j->mu);
         if (rv == 0 && rename(l->tmp, l->path) < 0)
             rv = skiff_error(&e, errno, "publish %s", l->path);
@@ -178,7 +178,7 @@ int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, skiff_err *
     }
     for (size_t i = 0; i < j->nlayers; i++) {
         struct skiff_import_layer *l = &j->layers[i];
-        double t0 = skiff_import_now_s();
+        double t0 = skiff_now_s();
         struct skiff_layer_stats st;
         int rv;
         if (l->remote) {
@@ -218,7 +218,7 @@ int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, skiff_err *
         if (j->o && j->o->progress)
             fprintf(stderr, "skiff: layer %zu/%zu %.19s %8.1f MB %6lu entries %5.2f s\n", i + 1, j->nlayers,
                     l->digest[0] ? l->digest : "(no digest)", (double)st.bytes_in / 1e6, st.entries,
-                    skiff_import_now_s() - t0);
+                    skiff_now_s() - t0);
     }
     skiff_fetch_stop(j);
     if (devices)

@@ -702,7 +702,7 @@ static int check_magic(const char *image, skiff_err *err)
     if (fd < 0)
         return skiff_error(err, errno, "open image %s", image);
     if (pread(fd, magic, 4, 0) != 4 || memcmp(magic, "hsqs", 4) != 0)
-        return skiff_error(err, EINVAL, "%s is not a squashfs image (import it first: skiff import)", image);
+        return skiff_error(err, 0, "%s is not a squashfs image (import it first: skiff import)", image);
     return 0;
 }
 

@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -45,13 +44,6 @@ void skiff_import_warn(const struct skiff_import_job *j, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     j->o->warn(j->o->warn_ctx, msg);
-}
-
-double skiff_import_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* ---- import ----------------------------------------------------------- */
@@ -193,11 +185,11 @@ static int import_to(struct skiff_import_job *j, const char *tmp_out, skiff_err 
         /* A plain directory is already the root filesystem: squash it as it
          * is. Its files are the user's own, so there is nothing to neutralise
          * that the container's nosuid,nodev mounts do not already. */
-        double t0 = skiff_import_now_s();
+        double t0 = skiff_now_s();
         if (skiff_squash_build(j->cfg, j->ref.path, tmp_out, err) < 0)
             return skiff_err_wrap(err, "dir:%s", j->ref.path);
         if (j->o && j->o->progress)
-            fprintf(stderr, "skiff: squashfs (%s) %5.2f s\n", j->cfg->squash_compression, skiff_import_now_s() - t0);
+            fprintf(stderr, "skiff: squashfs (%s) %5.2f s\n", j->cfg->squash_compression, skiff_now_s() - t0);
         return 0;
     }
     if (skiff_source_plan(j, err) < 0)
@@ -222,11 +214,11 @@ static int import_to(struct skiff_import_job *j, const char *tmp_out, skiff_err 
         skiff_err e;
         skiff_remove_tree(j->src, &e);
     }
-    double t0 = skiff_import_now_s();
+    double t0 = skiff_now_s();
     if (skiff_squash_build(j->cfg, root, tmp_out, err) < 0)
         return -1;
     if (j->o && j->o->progress)
-        fprintf(stderr, "skiff: squashfs (%s) %5.2f s\n", j->cfg->squash_compression, skiff_import_now_s() - t0);
+        fprintf(stderr, "skiff: squashfs (%s) %5.2f s\n", j->cfg->squash_compression, skiff_now_s() - t0);
     return 0;
 }
 

@@ -22,13 +22,13 @@ static int json_strv(json_t *o, const char *key, char ***out, skiff_err *err)
     if (!a || json_is_null(a))
         return 0;
     if (!json_is_array(a))
-        return skiff_error(err, EINVAL, "%s: %s is not an array", SKIFF_IMAGE_CONFIG_PATH, key);
+        return skiff_error(err, 0, "%s: %s is not an array", SKIFF_IMAGE_CONFIG_PATH, key);
     size_t i;
     json_t *v;
     json_array_foreach(a, i, v)
     {
         if (!json_is_string(v))
-            return skiff_error(err, EINVAL, "%s: %s[%zu] is not a string", SKIFF_IMAGE_CONFIG_PATH, key, i);
+            return skiff_error(err, 0, "%s: %s[%zu] is not a string", SKIFF_IMAGE_CONFIG_PATH, key, i);
         if (skiff_strv_push(out, json_string_value(v), err) < 0)
             return -1;
     }
@@ -49,10 +49,10 @@ int skiff_imgconfig_read(int rootfd, struct skiff_image_config *ic, skiff_err *e
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je);
     if (!root)
-        return skiff_error(err, EINVAL, "%s: line %d: %s", SKIFF_IMAGE_CONFIG_PATH, je.line, je.text);
+        return skiff_error(err, 0, "%s: line %d: %s", SKIFF_IMAGE_CONFIG_PATH, je.line, je.text);
     int rv = -1;
     if (!json_is_object(root)) {
-        skiff_error(err, EINVAL, "%s is not a JSON object", SKIFF_IMAGE_CONFIG_PATH);
+        skiff_error(err, 0, "%s is not a JSON object", SKIFF_IMAGE_CONFIG_PATH);
         goto out;
     }
     if (json_strv(root, "Env", &ic->env, err) < 0 || json_strv(root, "Entrypoint", &ic->entrypoint, err) < 0 ||

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "clock.h" /* skiff_now_s for progress lines */
 #include "config.h"
 #include "digest.h"
 #include "error.h"
@@ -72,9 +73,6 @@ int skiff_import_fmt_path(char *buf, size_t n, skiff_err *err, const char *fmt, 
 
 /* A warning for the user (o->warn), when the caller asked for them. */
 void skiff_import_warn(const struct skiff_import_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* CLOCK_MONOTONIC in seconds, for progress lines. */
-double skiff_import_now_s(void);
 
 /* ---- source.c ---- */
 

@@ -58,15 +58,15 @@ static int apply_flag(struct skiff_mount *m, const char *f, skiff_err *err)
     else if (!strcmp(f, "x-create=none"))
         m->create = SKIFF_CREATE_NONE;
     else if (!strncmp(f, "x-create=", 9))
-        return skiff_error(err, EINVAL, "unknown x-create value '%s' (use dir, file or auto)", f + 9);
+        return skiff_error(err, 0, "unknown x-create value '%s' (use dir, file or auto)", f + 9);
     else if (m->tmpfs && (!strncmp(f, "size=", 5) || !strncmp(f, "mode=", 5) ||
                           !strncmp(f, "nr_inodes=", 10))) {
         const char *v = strchr(f, '=') + 1;
         if (!*v || strspn(v, "0123456789kKmMgG%") != strlen(v))
-            return skiff_error(err, EINVAL, "bad tmpfs option '%s'", f);
+            return skiff_error(err, 0, "bad tmpfs option '%s'", f);
         return append_data(m, f, err);
     } else
-        return skiff_error(err, EINVAL,
+        return skiff_error(err, 0,
                            "unknown mount flag '%s' (accepted: ro, rw, bind, rbind, noexec, "
                            "x-create=dir|file|auto%s)",
                            f, m->tmpfs ? ", size=, mode=" : "");
@@ -88,14 +88,14 @@ static int apply_flags(struct skiff_mount *m, const char *flags, const char *sep
 static int check_path(const char *what, const char *p, skiff_err *err)
 {
     if (!*p)
-        return skiff_error(err, EINVAL, "empty %s path", what);
+        return skiff_error(err, 0, "empty %s path", what);
     if (p[0] != '/')
-        return skiff_error(err, EINVAL, "%s '%s' is not an absolute path", what, p);
+        return skiff_error(err, 0, "%s '%s' is not an absolute path", what, p);
     /* '..' components are refused outright: they are never needed and make the
      * destination harder to reason about (resolution is also confined). */
     for (const char *s = p; (s = strstr(s, "..")); s += 2)
         if ((s == p || s[-1] == '/') && (s[2] == '/' || s[2] == '\0'))
-            return skiff_error(err, EINVAL, "%s '%s' contains '..'", what, p);
+            return skiff_error(err, 0, "%s '%s' contains '..'", what, p);
     return 0;
 }
 
@@ -103,7 +103,7 @@ int skiff_mountspec_parse(const char *spec, struct skiff_mount *m, skiff_err *er
 {
     memset(m, 0, sizeof(*m));
     if (!spec || !*spec)
-        return skiff_error(err, EINVAL, "empty mount spec (write SRC:DST[:FLAGS])");
+        return skiff_error(err, 0, "empty mount spec (write SRC:DST[:FLAGS])");
     cleanup_free char *copy = strdup(spec);
     if (!copy)
         return skiff_error(err, ENOMEM, "mount spec");
@@ -123,7 +123,7 @@ int skiff_mountspec_parse(const char *spec, struct skiff_mount *m, skiff_err *er
     if (!strcmp(parts[0], "tmpfs"))
         m->tmpfs = true;
     if (m->tmpfs && n < 2) {
-        skiff_error(err, EINVAL, "tmpfs needs a destination (tmpfs:DST)");
+        skiff_error(err, 0, "tmpfs needs a destination (tmpfs:DST)");
         goto fail;
     }
     const char *dst = n >= 2 && *parts[1] ? parts[1] : parts[0];
@@ -141,7 +141,7 @@ int skiff_mountspec_parse(const char *spec, struct skiff_mount *m, skiff_err *er
     }
     return 0;
 too_many:
-    skiff_error(err, EINVAL, "too many ':' fields (write SRC:DST[:FLAGS])");
+    skiff_error(err, 0, "too many ':' fields (write SRC:DST[:FLAGS])");
 fail:
     skiff_mount_free(m);
     return skiff_err_wrap(err, "mount spec '%s'", spec);
@@ -161,13 +161,13 @@ int skiff_mountspec_parse_fstab(const char *line, struct skiff_mount *m, skiff_e
     if (n == 0 || f[0][0] == '#')
         return 0;
     if (n < 3) {
-        skiff_error(err, EINVAL, "expected 'SRC DST TYPE [OPTIONS]'");
+        skiff_error(err, 0, "expected 'SRC DST TYPE [OPTIONS]'");
         goto fail;
     }
     if (!strcmp(f[2], "tmpfs"))
         m->tmpfs = true;
     else if (strcmp(f[2], "none") && strcmp(f[2], "bind")) {
-        skiff_error(err, EINVAL, "unsupported type '%s' (use none/bind or tmpfs)", f[2]);
+        skiff_error(err, 0, "unsupported type '%s' (use none/bind or tmpfs)", f[2]);
         goto fail;
     }
     if (!m->tmpfs && check_path("mount source", f[0], err) < 0)

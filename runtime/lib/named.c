@@ -19,13 +19,20 @@ bool skiff_name_valid(const char *name)
     return strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
 }
 
-int skiff_named_dir(const struct skiff_config *cfg, const char *name, char *dir, size_t n, skiff_err *err)
+int skiff_name_check(const char *name, skiff_err *err)
 {
     if (!skiff_name_valid(name))
-        return skiff_error(err, EINVAL,
+        return skiff_error(err, 0,
                            "container name '%s' may only contain letters, digits, '.', '_', '-' (and not start "
-                           "with '.' or '-')",
+                           "with '.' or '-'; at most 128)",
                            name ? name : "");
+    return 0;
+}
+
+int skiff_named_dir(const struct skiff_config *cfg, const char *name, char *dir, size_t n, skiff_err *err)
+{
+    if (skiff_name_check(name, err) < 0)
+        return -1;
     if ((size_t)snprintf(dir, n, "%s/containers/%s", cfg->data_path, name) >= n)
         return skiff_error(err, ENAMETOOLONG, "container path");
     return 0;
@@ -45,8 +52,10 @@ int skiff_named_image(const struct skiff_config *cfg, const char *name, char *im
         return skiff_error(err, errno, "open %s", p);
     }
     ssize_t r = read(fd, image, n - 1);
-    if (r <= 0)
-        return skiff_error(err, r < 0 ? errno : EINVAL, "read %s", p);
+    if (r < 0)
+        return skiff_error(err, errno, "read %s", p);
+    if (r == 0)
+        return skiff_error(err, 0, "%s is empty (remove the container: skiff remove %s)", p, name);
     image[r] = '\0';
     image[strcspn(image, "\n")] = '\0';
     return 0;
@@ -136,7 +145,7 @@ int skiff_named_create(const struct skiff_config *cfg, const char *name, const c
     ssize_t got = read(ifd, magic, 4);
     close(ifd);
     if (got != 4 || memcmp(magic, "hsqs", 4))
-        return skiff_error(err, EINVAL, "%s is not a squashfs image (import it first: skiff import)", image);
+        return skiff_error(err, 0, "%s is not a squashfs image (import it first: skiff import)", image);
     char parent[SKIFF_PATH_MAX + 16];
     snprintf(parent, sizeof(parent), "%s/containers", cfg->data_path);
     if (mkdirs(parent, err) < 0)

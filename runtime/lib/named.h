@@ -10,8 +10,12 @@
 #include "config.h"
 #include "error.h"
 
-/* Letters, digits, '.', '_', '-'; not starting with '.'; at most 128. */
+/* Letters, digits, '.', '_', '-'; not starting with '.' or '-'; at most 128. */
 bool skiff_name_valid(const char *name);
+
+/* skiff_name_valid, with the rule in err (code 0) when it is not: front
+ * ends report it as a usage error. */
+int skiff_name_check(const char *name, skiff_err *err);
 
 int skiff_named_dir(const struct skiff_config *cfg, const char *name, char *dir, size_t n, skiff_err *err);
 

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/nsfs.h>
 #include <poll.h>
 #include <signal.h>
 #include <grp.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
@@ -183,4 +185,23 @@ int skiff_ns_kill_members(const struct stat *ns, pid_t skip, int wait_ms)
     }
     closedir(d);
     return killed;
+}
+
+bool skiff_ns_owned_by(int mntns_fd, uid_t uid)
+{
+    if (mntns_fd < 0 || ioctl(mntns_fd, NS_GET_NSTYPE) != CLONE_NEWNS)
+        return false;
+    int ufd = ioctl(mntns_fd, NS_GET_USERNS);
+    if (ufd < 0)
+        return false;
+    uid_t owner = (uid_t)-1;
+    struct stat us, hs;
+    bool ok = ioctl(ufd, NS_GET_OWNER_UID, &owner) == 0 && owner == uid && fstat(ufd, &us) == 0 &&
+              stat("/proc/self/ns/user", &hs) == 0 && (us.st_ino != hs.st_ino || us.st_dev != hs.st_dev);
+    close(ufd);
+    struct stat ms, self;
+    if (ok && fstat(mntns_fd, &ms) == 0 && stat("/proc/self/ns/mnt", &self) == 0 && ms.st_ino == self.st_ino &&
+        ms.st_dev == self.st_dev)
+        ok = false;
+    return ok;
 }

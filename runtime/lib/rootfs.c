@@ -227,7 +227,7 @@ static int mkdirs_depth(int rootfd, const char *path, mode_t mode, int depth, sk
     if (parent < 0)
         return -1;
     if (!strcmp(name, "..") || !strcmp(name, "."))
-        return skiff_error(err, EINVAL, "mkdir %s", path);
+        return skiff_error(err, 0, "mkdir %s: ends in '.' or '..'", path);
     /* mkdirat on an O_PATH dir fd works: the name is created in that dir */
     if (mkdirat(parent, name, mode) < 0) {
         if (errno != EEXIST)

@@ -222,13 +222,13 @@ static int registry_blob(struct skiff_import_job *j, const char *digest, bool la
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
         return skiff_error(err, errno, "create %s", tmp);
-    double t0 = skiff_import_now_s();
+    double t0 = skiff_now_s();
     int rv = skiff_registry_blob(j->reg, digest, fd, err);
     if (rv == 0 && layer && j->o && j->o->progress) {
         struct stat st;
         fstat(fd, &st);
         fprintf(stderr, "skiff: fetched layer %.19s %8.1f MB %5.2f s\n", digest,
-                (double)st.st_size / 1e6, skiff_import_now_s() - t0);
+                (double)st.st_size / 1e6, skiff_now_s() - t0);
     }
     if (rv == 0 && close(fd) < 0)
         rv = skiff_error(err, errno, "write %s", tmp);

@@ -9,15 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "clock.h"
 
 static void tail_append(struct skiff_spawn_result *r, size_t *len, const char *buf, size_t n)
 {
@@ -80,18 +74,18 @@ int skiff_spawn(const char *const *argv, const char *const *envp, int stdout_fd,
     }
     close(p[1]);
     size_t len = 0;
-    long long deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+    double deadline = timeout_ms > 0 ? skiff_now_ms() + timeout_ms : 0;
     for (;;) {
         int wait_ms = -1;
         if (deadline) {
-            long long left = deadline - now_ms();
+            double left = deadline - skiff_now_ms();
             if (left <= 0) {
                 kill(-pid, SIGKILL);
                 kill(pid, SIGKILL);
                 r->timed_out = 1;
                 break;
             }
-            wait_ms = (int)left;
+            wait_ms = (int)left + 1;
         }
         struct pollfd pfd = {.fd = p[0], .events = POLLIN};
         int rc = poll(&pfd, 1, wait_ms);
@@ -113,7 +107,7 @@ int skiff_spawn(const char *const *argv, const char *const *envp, int stdout_fd,
     while (waitpid(pid, &r->status, 0) < 0) {
         if (errno != EINTR)
             return skiff_error(err, errno, "wait for %s", argv[0]);
-        if (deadline && now_ms() > deadline) {
+        if (deadline && skiff_now_ms() > deadline) {
             kill(-pid, SIGKILL);
             kill(pid, SIGKILL);
             r->timed_out = 1;

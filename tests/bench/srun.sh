@@ -4,6 +4,10 @@
 # that of `srun ... true`, for -n1 and -N3 -n6. Runs as the non-root test
 # user; the two variants alternate so load changes hit both alike.
 # Prints a markdown table. SKIFF_BENCH_RUNS (default 20) per variant.
+# SKIFF_BENCH_BASE=DIR (another checkout's build directory, e.g. main's):
+# also prints paired A/B ratios of container steps with its spank_skiff.so
+# (and the helpers beside it) against this build's, the cluster's
+# plugstack.conf switched before each run (srun reads it at every step).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -71,3 +75,25 @@ row "srun -n1 true" -n1
 row "srun -N3 -n6 true" -N3 -n6
 echo
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs${EXTRA:+, extra flags: $EXTRA}"
+
+# ---- A/B: this build's plugin against SKIFF_BENCH_BASE's, alternating ----
+if [ -n "${SKIFF_BENCH_BASE:-}" ]; then
+  BASE_SO=$SKIFF_BENCH_BASE/plugin/spank_skiff.so
+  [ -f "$BASE_SO" ] || { echo "srun.sh: $BASE_SO not built" >&2; exit 1; }
+  THIS_SO=$(awk '{print $2}' "$SKIFF_PLUGSTACK")
+  ARGS=$(cut -d' ' -f3- "$SKIFF_PLUGSTACK")
+  # the plugstack.conf line for one plugin, written as tests/cluster/up does
+  use() { echo "printf 'required %s %s\\n' '$1' '$ARGS' >'$SKIFF_PLUGSTACK.new' && chmod 644 '$SKIFF_PLUGSTACK.new' &&
+          mv '$SKIFF_PLUGSTACK.new' '$SKIFF_PLUGSTACK'"; }
+  trap 'sh -c "$(use "$THIS_SO")"; rm -rf "$T"; [ "$started" = 1 ] && SKIFF_CLUSTER_QUIET=1 tests/cluster/down' EXIT
+  as_user="cd $T && runuser -u $U -- env SLURM_CONF=$SLURM_CONF"
+  echo
+  echo "A/B: $BASE_SO (base) against $THIS_SO (this), load $(cut -d' ' -f1 /proc/loadavg)"
+  echo
+  python3 tests/bench/abpairs.py --runs "$RUNS" --label-a base --label-b this \
+    --setup-a "$(use "$BASE_SO")" --setup-b "$(use "$THIS_SO")" \
+    --row "srun -n1 --container-image true" "$as_user srun -Q -n1 $EXTRA --container-image=$T/busybox.sqsh true" \
+      "$as_user srun -Q -n1 $EXTRA --container-image=$T/busybox.sqsh true" \
+    --row "srun -N3 -n6 --container-image true" "$as_user srun -Q -N3 -n6 $EXTRA --container-image=$T/busybox.sqsh true" \
+      "$as_user srun -Q -N3 -n6 $EXTRA --container-image=$T/busybox.sqsh true" || exit 1
+fi

@@ -4,6 +4,9 @@
 # charliecloud's ch-run on the same squashfs. Prints a markdown table of
 # medians (hyperfine, BENCH_RUNS runs each, default 40).
 # Needs root (to create the test user skifftest and chmod 0666 /dev/fuse).
+# SKIFF_BENCH_BASE=DIR (another checkout's build directory, e.g. main's):
+# also prints paired A/B ratios of its bin/skiff against this build's
+# (tests/bench/abpairs.py: alternating runs, so load changes hit both alike).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -109,3 +112,17 @@ for w in order:
 tot = [r[-1][0] - r[0][0] for r in runs if r]
 print(f"| total (cli: main → cli: stopped) | {statistics.median(tot):.2f} | {min(tot):.2f} |")
 PY
+
+# ---- A/B: this build against SKIFF_BENCH_BASE's, alternating, one run ----
+if [ -n "${SKIFF_BENCH_BASE:-}" ]; then
+  [ -x "$SKIFF_BENCH_BASE/bin/skiff" ] || { echo "bench start: $SKIFF_BENCH_BASE/bin/skiff not built"; exit 1; }
+  cp "$SKIFF_BENCH_BASE/bin/skiff" $W/skiff-base && chmod 755 $W/skiff-base
+  echo
+  echo "A/B: $SKIFF_BENCH_BASE/bin/skiff (base) against $SKIFF (this), load $(cut -d' ' -f1 /proc/loadavg)"
+  echo
+  (cd $W && "${as_user[@]}" python3 "$ROOT/tests/bench/abpairs.py" --runs "$RUNS" --label-a base --label-b this \
+     --row "skiff start zstd.sqsh /bin/true" "$W/skiff-base start $W/zstd.sqsh /bin/true" "$W/skiff start $W/zstd.sqsh /bin/true" \
+     --row "skiff start none.sqsh /bin/true" "$W/skiff-base start $W/none.sqsh /bin/true" "$W/skiff start $W/none.sqsh /bin/true" \
+     --row "skiff start --rw zstd.sqsh /bin/true" "$W/skiff-base start --rw $W/zstd.sqsh /bin/true" \
+       "$W/skiff start --rw $W/zstd.sqsh /bin/true") || exit 1
+fi

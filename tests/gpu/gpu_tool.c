@@ -17,19 +17,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "cuda_model.h"
 #include "error.h"
 #include "model.h"
 #include "train.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint64_t lcg(uint64_t *s)
 {
@@ -123,11 +116,11 @@ static int cmd_check(struct args *a, skiff_err *err)
     for (int i = 0; i < N; i++) in[i] = (int)(lcg(&s) % V);
     for (int i = 0; i < N; i++) tg[i] = i + 1 < N ? in[i + 1] : (int)(lcg(&s) % V);
 
-    double t0 = now_s();
+    double t0 = skiff_now_s();
     float cpu_loss = gpt2_forward(&cpu, in, tg);
     gpt2_zero_grad(&cpu);
     gpt2_backward(&cpu, 1.0f);
-    printf("check: CPU reference forward+backward %.2f s, loss %.6f\n", now_s() - t0, cpu_loss);
+    printf("check: CPU reference forward+backward %.2f s, loss %.6f\n", skiff_now_s() - t0, cpu_loss);
 
     if (cuda_gpt2_create(&m, &cfg, B, T, prec, n, 0, n, err) < 0 || cuda_gpt2_set_params(m, cpu.params, err) < 0)
         goto out;
@@ -302,10 +295,10 @@ static int cmd_bench(struct args *a, skiff_err *err)
     int N = B * T, rc = -1;
     for (int i = 0; i < 2; i++)  /* warm-up beyond the first step */
         if (bench_step(m, in, tg, N, a->zero, NULL, &loss, err) < 0) goto out;
-    double t0 = now_s();
+    double t0 = skiff_now_s();
     for (int i = 0; i < a->steps; i++)
         if (bench_step(m, in, tg, N, a->zero, NULL, &loss, err) < 0) goto out;
-    double dt = (now_s() - t0) / a->steps;
+    double dt = (skiff_now_s() - t0) / a->steps;
     size_t used = 0, total = 0;
     if (cuda_mem_info(&used, &total, err) < 0) goto out;
     double flops_tok = 6.0 * n + 6.0 * cfg.num_layers * cfg.channels * T;

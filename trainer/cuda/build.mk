@@ -12,7 +12,7 @@ CUDA_ARCH ?= -arch=sm_90
 # links as a PIE; hardening flags as far as the host compiler takes them.
 NVCC_FLAGS := -O3 $(CUDA_ARCH) -std=c++17 -lineinfo \
   -Xcompiler -Wall,-Wextra,-Werror,-fPIE,-fstack-protector-strong,-fstack-clash-protection,-fcf-protection \
-  -Xcompiler -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE -Iruntime/lib -Itrainer -Itrainer/cuda
+  -Xcompiler -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE -Icommon -Itrainer -Itrainer/cuda
 CUDA_SRC := $(wildcard trainer/cuda/*.cu)
 TRAINER_CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.o,$(CUDA_SRC))
 # The runpath finds CUDA where the runfile installs it (no ld.so.conf entry);
@@ -28,8 +28,8 @@ $(BUILD)/trainer/cuda/%.o: trainer/cuda/%.cu
 # tests/gpu/gpu_tool: CUDA vs CPU check, GEMM peak and throughput benchmark,
 # synthetic shards. Links the same objects as skiff-train.
 GPU_TOOL := $(BUILD)/tests/gpu/gpu_tool
-$(BUILD)/tests/gpu/%.o: PIE_CFLAGS += -fopenmp -Itrainer -Itrainer/cuda $(TRAINER_CUDA_CFLAGS)
-$(GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(TRAINER_CUDA_OBJS) $(BUILD)/libskifftrain.a $(BUILD)/libskiff.a
+$(BUILD)/tests/gpu/%.o: PART_CFLAGS := -Icommon -Itrainer -Itrainer/cuda -fopenmp $(TRAINER_CUDA_CFLAGS)
+$(GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(TRAINER_CUDA_OBJS) $(BUILD)/libskifftrain.a $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(CXX) $(EXE_LDFLAGS) -o $@ $^ $(TRAINER_CUDA_LIBS) -fopenmp -lpthread -lm
 
@@ -40,14 +40,14 @@ $(KERNEL_EMU): tests/gpu/emu/kernels_emu.cpp tests/gpu/emu/cuda_emu.h trainer/cu
                trainer/cuda/attention_dev.cuh trainer/cuda/common.cuh $(wildcard trainer/layers/*.h)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++20 -O1 -g -Wall -Wextra -Werror -fopenmp -pthread -DSKIFF_CUDA_EMU \
-	  -I$(CUDA_HOME)/include -Iruntime/lib -Itrainer -Itrainer/cuda -Itests/gpu/emu $< -o $@
+	  -I$(CUDA_HOME)/include -Icommon -Itrainer -Itrainer/cuda -Itests/gpu/emu $< -o $@
 
 # The whole CUDA path compiled for the CPU emulation (tests/gpu/emu: kernels
 # on CPU threads, stand-ins for the CUDA runtime, cuBLASLt and NCCL):
 # build/emu/bin/skiff-train and build/emu/tests/gpu/gpu_tool run the GPU tests'
 # host logic without a GPU (`make cuda-emu-test`; slow: tiny models only).
 EMU_CXXFLAGS := -std=c++20 -O1 -g -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -pthread \
-  -DSKIFF_CUDA_EMU -I$(CUDA_HOME)/include -Iruntime/lib -Itrainer -Itrainer/cuda -Itests/gpu/emu
+  -DSKIFF_CUDA_EMU -I$(CUDA_HOME)/include -Icommon -Itrainer -Itrainer/cuda -Itests/gpu/emu
 EMU_OBJS := $(patsubst trainer/cuda/%.cu,$(BUILD)/emu/%.o,$(CUDA_SRC)) $(BUILD)/emu/runtime_emu.o
 $(BUILD)/emu/%.o: trainer/cuda/%.cu tests/gpu/emu/cuda_emu.h
 	@mkdir -p $(@D)
@@ -57,10 +57,10 @@ $(BUILD)/emu/runtime_emu.o: tests/gpu/emu/runtime_emu.cpp tests/gpu/emu/cuda_emu
 	$(CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
 EMU_SKIFF_TRAIN := $(BUILD)/emu/bin/skiff-train
 EMU_GPU_TOOL := $(BUILD)/emu/tests/gpu/gpu_tool
-$(EMU_SKIFF_TRAIN): $(BUILD)/trainer/main.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(BUILD)/libskiff.a
+$(EMU_SKIFF_TRAIN): $(BUILD)/trainer/main.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(CXX) $(EXE_LDFLAGS) -o $@ $^ -fopenmp -pthread $(TRAINER_LDLIBS)
-$(EMU_GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(BUILD)/libskiff.a
+$(EMU_GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(CXX) $(EXE_LDFLAGS) -o $@ $^ -fopenmp -pthread -lm
 

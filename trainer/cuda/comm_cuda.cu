@@ -2,9 +2,9 @@
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "comm_cuda.cuh"
 
 #define NCCL_CHECK(call)                                                                    \
@@ -15,12 +15,6 @@
                                ncclGetErrorString(r_), ncclGetLastError(NULL)[0] ? ": " : "", \
                                ncclGetLastError(NULL));                                     \
     } while (0)
-
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static size_t bytes_of(enum skiff_dtype t) { return t == SKIFF_F32 ? 4 : 2; }
 
@@ -248,11 +242,11 @@ static int staged_sync_op(struct skiff_comm *c, int op, void *buf, size_t n, enu
     TRY(staged_buf(s, bytes, err));
     CUDA_CHECK(cudaMemcpyAsync(s->pinned, buf, bytes, cudaMemcpyDeviceToHost, s->compute));
     CUDA_CHECK(cudaStreamSynchronize(s->compute));
-    double t0 = mono_s();
+    double t0 = skiff_now_s();
     int rc = op == 0   ? skiff_allreduce_sum(s->host, s->pinned, n, t, err)
              : op == 1 ? skiff_reduce_scatter(s->host, s->pinned, n, t, err)
                        : skiff_all_gather(s->host, s->pinned, n, t, err);
-    c->stats.busy_s += mono_s() - t0;
+    c->stats.busy_s += skiff_now_s() - t0;
     c->stats.ops++;
     if (rc < 0) return rc;
     CUDA_CHECK(cudaMemcpyAsync(buf, s->pinned, bytes, cudaMemcpyHostToDevice, s->compute));
@@ -339,9 +333,9 @@ static void staged_release(struct staged_impl *s, struct skiff_comm_req *r) {
 }
 static int staged_wait(struct skiff_comm *c, struct skiff_comm_req *r, skiff_err *err) {
     struct staged_impl *s = (struct staged_impl *)c->impl;
-    double t0 = mono_s();
+    double t0 = skiff_now_s();
     int rc = skiff_comm_wait(s->host, r->host_req, err);
-    c->stats.busy_s += mono_s() - t0;
+    c->stats.busy_s += skiff_now_s() - t0;
     c->stats.ops++;
     cudaError_t e = cudaSuccess;
     if (rc == 0) {
@@ -427,7 +421,7 @@ int cuda_comm_sync(struct skiff_comm *c, skiff_err *err) {
     cudaEvent_t e;
     CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(e, s));
-    double t0 = mono_s();
+    double t0 = skiff_now_s();
     for (;;) {
         cudaError_t q = cudaEventQuery(e);
         if (q == cudaSuccess) break;
@@ -437,7 +431,7 @@ int cuda_comm_sync(struct skiff_comm *c, skiff_err *err) {
         }
         ncclResult_t async = ncclSuccess;
         ncclCommGetAsyncError(im->comm, &async);
-        double waited = mono_s() - t0;
+        double waited = skiff_now_s() - t0;
         if (async != ncclSuccess || waited * 1000 > c->timeout_ms) {
             // Abort so the stuck kernels return; the process exits after this.
             ncclCommAbort(im->comm);

@@ -6,21 +6,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comm_cuda.cuh"
 
 extern "C" {
+#include "clock.h"
 #include "cuda_model.h"
 #include "cuda_train.h"
 #include "train.h"
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 struct run {
@@ -321,7 +315,7 @@ static int loop(struct run *r, int start, skiff_err *err) {
     CUDA_CHECK(cudaEventCreate(&e1));
     int rc = -1;
     for (int step = start; step < end; step++) {
-        double t0 = now_s(), busy0 = c->stats.busy_s;
+        double t0 = skiff_now_s(), busy0 = c->stats.busy_s;
         float wait_ms = 0.0f;
         float lr = train_lr(o, step);
         if (cuda_gpt2_zero_grad(r->m, err) < 0) goto out;
@@ -416,7 +410,7 @@ static int loop(struct run *r, int start, skiff_err *err) {
             if (r->have_val && o->val_every && ((step + 1) % o->val_every == 0 || step + 1 == o->steps) &&
                 evaluate(r, &val_loss, err) < 0)
                 goto out;
-            double dt = now_s() - t0;
+            double dt = skiff_now_s() - t0;
             if (r->rank == 0) {
                 struct train_step_log sl;
                 memset(&sl, 0, sizeof(sl));

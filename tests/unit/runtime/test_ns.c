@@ -1,4 +1,5 @@
-/* Root's checks of what the helper names (plugin/userproc.c). */
+/* Namespace ownership (runtime/lib/ns.c): root's check of the container
+ * process a user-side helper names. */
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -8,9 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "userproc.h"
+#include "ns.h"
 
-Test(userproc, the_callers_own_mount_namespace_is_nobodys_container)
+Test(ns, the_callers_own_mount_namespace_is_nobodys_container)
 {
     int fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
     cr_assert_geq(fd, 0);
@@ -23,7 +24,7 @@ Test(userproc, the_callers_own_mount_namespace_is_nobodys_container)
     close(fd);
 }
 
-Test(userproc, a_mount_namespace_of_a_user_namespace_of_ours_is)
+Test(ns, a_mount_namespace_of_a_user_namespace_of_ours_is)
 {
     int p[2];
     cr_assert_eq(pipe(p), 0);

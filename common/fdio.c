@@ -55,7 +55,7 @@ char *skiff_read_fd_small(int fd, const char *path, size_t max, size_t *len, ski
         return NULL;
     }
     if (!S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
-        skiff_error(err, EINVAL, "%s: not a regular file of at most %zu bytes", path, max);
+        skiff_error(err, 0, "%s: not a regular file of at most %zu bytes", path, max);
         return NULL;
     }
     size_t size = (size_t)st.st_size;

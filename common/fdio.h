@@ -9,6 +9,10 @@
 
 #include "error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Writes all n bytes, retrying on EINTR. 0, or -1 with errno set. */
 int skiff_write_all(int fd, const void *buf, size_t n);
 
@@ -35,5 +39,9 @@ int skiff_clear_dir_fd(int fd, skiff_err *err);
 
 /* Removes the tree at path (the scratch tree of a failed import). */
 int skiff_remove_tree(const char *path, skiff_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

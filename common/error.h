@@ -9,6 +9,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define SKIFF_ERR_MSG_MAX 1024
 
 typedef struct skiff_err {
@@ -34,5 +38,9 @@ void skiff_freep(void *p);
 void skiff_closep(const int *fd);
 #define cleanup_free __attribute__((cleanup(skiff_freep)))
 #define cleanup_close __attribute__((cleanup(skiff_closep)))
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

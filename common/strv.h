@@ -1,0 +1,34 @@
+/* NULL-terminated lists of strings (argv, envp, an image's Cmd), each string
+ * owned by the list. A NULL list is the empty list everywhere. */
+#ifndef SKIFF_STRV_H
+#define SKIFF_STRV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of strings in v (0 for NULL). */
+size_t skiff_strv_len(char *const *v);
+
+/* Appends a copy of s to *v (which may be NULL), keeping it NULL-terminated. */
+int skiff_strv_push(char ***v, const char *s, skiff_err *err);
+
+/* Whether v holds a string equal to s. */
+bool skiff_strv_contains(char *const *v, const char *s);
+
+/* A copy of v (an empty list, not NULL, for an empty v); NULL + err on failure. */
+char **skiff_strv_dup(char *const *v, skiff_err *err);
+
+/* Frees every string and the list. Safe on NULL. */
+void skiff_strv_free(char **v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
