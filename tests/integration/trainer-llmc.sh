@@ -23,16 +23,16 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 find_llmc() {
   local common c
   common=$(git -C "$T_ROOT" rev-parse --path-format=absolute --git-common-dir 2>/dev/null)
-  # beside the checkout (CI's clone, /work/main); beside the main checkout
-  # when this is one of its worktrees
-  for c in "${SKIFF_LLMC_DIR:-}" "$T_ROOT/../shared/anchors/llm.c" \
+  # inside the checkout (a shared/ folder carried with it), beside it (CI's
+  # clone, /work/main); beside the main checkout when this is a worktree
+  for c in "${SKIFF_LLMC_DIR:-}" "$T_ROOT/shared/anchors/llm.c" "$T_ROOT/../shared/anchors/llm.c" \
            ${common:+"$common/../../shared/anchors/llm.c"}; do
     if [ -n "$c" ] && [ -f "$c/train_gpt2.c" ] && [ -d "$c/llmc" ]; then
       (cd "$c" && pwd)
       return 0
     fi
   done
-  echo "\$SKIFF_LLMC_DIR, $T_ROOT/../shared/anchors/llm.c${common:+, $common/../../shared/anchors/llm.c}"
+  echo "\$SKIFF_LLMC_DIR, $T_ROOT/shared/anchors/llm.c, $T_ROOT/../shared/anchors/llm.c${common:+, $common/../../shared/anchors/llm.c}"
   return 1
 }
 if ! LLMC=$(find_llmc); then
