@@ -248,9 +248,12 @@ static int load_file(struct skiff_config *cfg, const char *path, bool must_exist
             return 0;
         return skiff_error(err, errno, "open config %s", path);
     }
-    char line[8192];
+    /* getline, not a fixed buffer: fgets split a long line, and the part
+     * past the buffer (of a comment, say) was read as a line of its own */
+    char *line = NULL;
+    size_t cap = 0;
     int lineno = 0, rv = 0;
-    while (fgets(line, sizeof(line), f)) {
+    while (getline(&line, &cap, f) >= 0) {
         lineno++;
         char *hash = strchr(line, '#');
         if (hash)
@@ -275,6 +278,7 @@ static int load_file(struct skiff_config *cfg, const char *path, bool must_exist
             break;
         }
     }
+    free(line);
     fclose(f);
     return rv;
 }

@@ -144,3 +144,24 @@ Test(config, block_cache_follows_the_runtime_path)
     cr_assert_eq(skiff_config_block_cache(&cfg, dir, sizeof(dir)), 0);
     cr_assert_str_eq(dir, "/var/cache/b");
 }
+
+/* Found by tests/fuzz/fuzz_config.c (its seed regress-long-comment-line):
+ * lines were read into an 8 KiB buffer, so the end of a longer comment
+ * was read as a line of its own and set a key. */
+Test(config, long_comment_line_stays_a_comment)
+{
+    size_t n = 9000;
+    char *text = malloc(n + 64);
+    cr_assert_not_null(text);
+    memset(text, 'x', n);
+    memcpy(text, "# ", 2);
+    strcpy(text + n - 20, " allow_http = yes\ncache_path = /c\n");
+    write_conf(text);
+    free(text);
+    struct skiff_config cfg;
+    skiff_err err;
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, false, &err), 0, "%s", err.msg);
+    unlink(tmpconf);
+    cr_assert_eq(cfg.allow_http, false, "the end of a comment set allow_http");
+    cr_assert_str_eq(cfg.cache_path, "/c");
+}
