@@ -184,16 +184,23 @@ static int config_set(struct skiff_config *cfg, const char *key, const char *val
         return skiff_error(err, 0, "unknown configuration key '%s' (see doc/admin-guide.md)", key);
     char *dst = (char *)cfg + k->off;
     switch (k->kind) {
-    case K_PATH:
-        if (value[0] && value[0] != '/' && (raw || value[0] != '$'))
-            return skiff_error(err, 0, "%s: '%s' is not an absolute path", key, value);
+    case K_PATH: {
+        char path[SKIFF_PATH_MAX];
         if (raw) {
             if (strlen(value) >= k->size)
                 return skiff_error(err, ENAMETOOLONG, "%s: value too long", key);
-            strcpy(dst, value);
-            return 0;
+            strcpy(path, value);
+        } else if (expand(path, k->size, key, value, err) < 0) {
+            return -1;
         }
-        return expand(dst, k->size, key, value, err);
+        /* checked after expansion: "$HOME/x" (no braces) or "${USER}/x"
+         * passed a check of the first character and stayed relative */
+        if (path[0] && path[0] != '/')
+            return skiff_error(err, 0, "%s: '%s' is not an absolute path%s", key, value,
+                               strcmp(path, value) ? " once expanded" : "");
+        strcpy(dst, path);
+        return 0;
+    }
     case K_STR:
         if (strlen(value) >= k->size)
             return skiff_error(err, ENAMETOOLONG, "%s: value too long", key);

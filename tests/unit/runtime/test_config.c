@@ -165,3 +165,26 @@ Test(config, long_comment_line_stays_a_comment)
     cr_assert_eq(cfg.allow_http, false, "the end of a comment set allow_http");
     cr_assert_str_eq(cfg.cache_path, "/c");
 }
+
+/* Found by tests/fuzz/fuzz_config.c: paths were checked before expansion,
+ * where a leading '$' passed, so "$HOME/x" (no braces) and "${USER}/x"
+ * loaded as relative paths, which the helper's set_raw then refused. */
+Test(config, paths_are_absolute_once_expanded)
+{
+    struct skiff_config cfg;
+    skiff_err err;
+    skiff_config_for_user(7, "bob", "/home/bob");
+    cr_assert_eq(skiff_config_load(&cfg, "/dev/null", false, &err), 0, "%s", err.msg);
+    cr_assert_eq(skiff_config_set(&cfg, "cache_path", "$HOME/cache", &err), -1);
+    cr_assert(strstr(err.msg, "cache_path: '$HOME/cache' is not an absolute path"), "%s", err.msg);
+    cr_assert_eq(skiff_config_set(&cfg, "runtime_path", "${USER}/run", &err), -1);
+    cr_assert(strstr(err.msg, "'${USER}/run' is not an absolute path once expanded"), "%s", err.msg);
+    cr_assert_str_eq(cfg.runtime_path, "/dev/shm/skiff-7", "a refused value changed the key");
+    cr_assert_eq(skiff_config_set(&cfg, "data_path", "${HOME}/d", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(cfg.data_path, "/home/bob/d");
+    write_conf("temp_path = ${UID}\n");
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, false, &err), -1);
+    unlink(tmpconf);
+    cr_assert(strstr(err.msg, ":1: temp_path: '${UID}' is not an absolute path once expanded"), "%s", err.msg);
+    skiff_config_for_user((unsigned)-1, NULL, NULL);
+}
