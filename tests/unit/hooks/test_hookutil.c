@@ -160,6 +160,12 @@ Test(writers, refuse_bad_lines)
     cr_expect_eq(skiff_hook_setenv("B", "x\ny", &err), -1);
     cr_expect_eq(skiff_hook_mount("/a", "/a", "none", "ro,bind", &err), 0);
     cr_expect_eq(skiff_hook_mount("/a b", "/a", "none", "ro", &err), -1);
+    /* found by tests/fuzz/fuzz_hookfiles.c: these were written, and the
+     * runtime skipped them as comments */
+    cr_expect_eq(skiff_hook_setenv("#A", "1", &err), -1);
+    cr_expect(strstr(err.msg, "name starting with '#'") != NULL, "%s", err.msg);
+    cr_expect_eq(skiff_hook_mount("#/a", "/", "none", "ro", &err), -1);
+    cr_expect(strstr(err.msg, "a source starting with '#'") != NULL, "%s", err.msg);
     char buf[256] = "";
     int fd = open(envf, O_RDONLY);
     cr_assert(read(fd, buf, sizeof(buf) - 1) >= 0);
