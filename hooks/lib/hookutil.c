@@ -268,10 +268,18 @@ static int line_matches(const char *l, size_t n, const char *name, unsigned long
     const char *c2 = memchr(c1 + 1, ':', n - (size_t)(c1 + 1 - l));
     if (!c2)
         return 0;
-    const char *idp = c2 + 1;
+    /* the id field, up to the ':' that ends it within this line: strtoul
+     * on the line itself skipped blanks and newlines, so an empty field
+     * read the next line's number ("a:b:" then "1000:..." matched 1000) */
+    const char *idp = c2 + 1, *c3 = memchr(idp, ':', n - (size_t)(idp - l));
+    if (!c3)
+        return 0;
+    cleanup_free char *num = strndup(idp, (size_t)(c3 - idp));
+    if (!num)
+        return 0;
     char *end;
-    unsigned long v = strtoul(idp, &end, 10);
-    return end != idp && *end == ':' && v == id;
+    unsigned long v = strtoul(num, &end, 10);
+    return end != num && *end == '\0' && v == id;
 }
 
 char *skiff_identity_merge(const char *image, const char *name, unsigned long id, const char *line, skiff_err *err)
