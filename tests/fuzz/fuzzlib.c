@@ -24,6 +24,11 @@ void fuzz_fail(const char *file, int line, const char *cond, const char *fmt, ..
 
 void fuzz_check_failure(int rc, const skiff_err *err, const char *what)
 {
+    static int verbose = -1;
+    if (verbose < 0)
+        verbose = getenv("FUZZ_VERBOSE") != NULL;
+    if (verbose)
+        fprintf(stderr, "%s: %s%s\n", what, rc < 0 ? "failed: " : "ok", rc < 0 ? err->msg : "");
     if (rc < 0)
         FUZZ_CHECK(err->msg[0] != '\0', "%s failed without a message", what);
 }

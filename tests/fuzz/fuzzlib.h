@@ -23,7 +23,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 __attribute__((noreturn, format(printf, 4, 5))) void fuzz_fail(const char *file, int line, const char *cond,
                                                                const char *fmt, ...);
 
-/* A failed call (rc < 0) must say why: err->msg is not empty. */
+/* A failed call (rc < 0) must say why: err->msg is not empty. With
+ * FUZZ_VERBOSE set in the environment, every call's outcome is printed
+ * (for looking at one input: FUZZ_VERBOSE=1 build/fuzz/fuzz_NAME FILE). */
 void fuzz_check_failure(int rc, const skiff_err *err, const char *what);
 
 /* data[0..size) as a NUL-terminated string (malloc'ed; NULs in the input
