@@ -97,14 +97,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* written back in its own form */
     size_t n = 2 * strlen(s) + 1024;
-    char *again = malloc(n), flags[512];
-    if (!again)
+    char *again = malloc(n), *flags = malloc(n);
+    if (!again || !flags)
         abort();
     if (fstab) {
-        flags_of(&m, ',', flags, sizeof(flags));
+        flags_of(&m, ',', flags, n);
         snprintf(again, n, "%s %s %s %s 0 0", m.tmpfs ? "tmpfs" : m.src, m.dst, m.tmpfs ? "tmpfs" : "none", flags);
     } else {
-        flags_of(&m, '+', flags, sizeof(flags));
+        flags_of(&m, '+', flags, n);
         snprintf(again, n, "%s:%s:%s", m.tmpfs ? "tmpfs" : m.src, m.dst, flags);
     }
     struct skiff_mount b;
@@ -114,6 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     skiff_mount_free(&b);
     skiff_mount_free(&m);
     free(again);
+    free(flags);
     free(s);
     return 0;
 }
