@@ -106,7 +106,8 @@ bench: deps all
 	$(if $(TEST_DATA),$(MAKE) $(TEST_DATA))
 	tests/run-all --bench $(BENCHES)
 
-fuzz: $(FUZZERS)
+fuzz: deps
+	$(MAKE) fuzzers
 	tests/fuzz/run --seconds $(FUZZ_SECONDS) $(FUZZERS)
 
 asan:
