@@ -33,7 +33,9 @@ $(FUZZ_OBJ_DIR)/%.o: %.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
+# (rebuilt from scratch: a member of a file that moved away must not linger)
 $(LIBSKIFF_FUZZ): $(patsubst %.c,$(FUZZ_OBJ_DIR)/%.o,$(FUZZ_LIB_SRC))
+	rm -f $@
 	$(AR) rcs $@ $^
 
 $(BUILD)/fuzz/fuzz_%: $(FUZZ_OBJ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_OBJ_DIR)/tests/fuzz/fuzzlib.o $(LIBSKIFF_FUZZ)
