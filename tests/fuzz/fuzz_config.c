@@ -15,8 +15,8 @@
 #include "config.h"
 #include "fuzzlib.h"
 
-static const char *const path_keys[] = {"data_path", "cache_path", "runtime_path", "temp_path",
-                                        "block_cache_path", "hooks_dir", "credentials_file", NULL};
+static const char *const path_keys[] = {"data_path",        "cache_path", "runtime_path",     "temp_path",
+                                        "block_cache_path", "hooks_dir",  "credentials_file", NULL};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -107,16 +107,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     struct dirent *e;
     while ((e = readdir(d)))
-        FUZZ_CHECK(!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."), "the layer wrote %s/%s", outside,
-                   e->d_name);
+        FUZZ_CHECK(!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."), "the layer wrote %s/%s", outside, e->d_name);
     closedir(d);
     struct stat sst;
     FUZZ_CHECK(lstat(secret, &sst) == 0 && S_ISREG(sst.st_mode) && sst.st_nlink == 1,
                "the file beside the root was replaced or linked into it");
     char buf[64] = "";
     int fd = open(secret, O_RDONLY | O_CLOEXEC);
-    FUZZ_CHECK(fd >= 0 && read(fd, buf, sizeof(buf) - 1) == (ssize_t)strlen(secret_text) &&
-                   !strcmp(buf, secret_text),
+    FUZZ_CHECK(fd >= 0 && read(fd, buf, sizeof(buf) - 1) == (ssize_t)strlen(secret_text) && !strcmp(buf, secret_text),
                "the file beside the root changed");
     close(fd);
     check_tree(rootfd, "");

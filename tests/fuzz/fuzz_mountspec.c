@@ -17,8 +17,7 @@ static void check_path(const char *what, const char *p, const char *in)
 {
     FUZZ_CHECK(p && p[0] == '/', "'%s': %s '%s' is not absolute", in, what, p ? p : "(null)");
     for (const char *s = p; (s = strstr(s, "..")); s += 2)
-        FUZZ_CHECK(!(s[-1] == '/' && (s[2] == '/' || s[2] == '\0')), "'%s': %s '%s' has a '..' component", in,
-                   what, p);
+        FUZZ_CHECK(!(s[-1] == '/' && (s[2] == '/' || s[2] == '\0')), "'%s': %s '%s' has a '..' component", in, what, p);
 }
 
 static const char *create_word(enum skiff_mount_create c)
@@ -50,8 +49,7 @@ static void same(const struct skiff_mount *a, const struct skiff_mount *b, const
     FUZZ_CHECK(a->tmpfs == b->tmpfs && a->readonly == b->readonly && a->recursive == b->recursive &&
                    a->noexec == b->noexec && a->create == b->create,
                "'%s' and its rewrite '%s' differ in flags", in, again);
-    FUZZ_CHECK(!a->src == !b->src && (!a->src || !strcmp(a->src, b->src)), "'%s' -> '%s': source differs", in,
-               again);
+    FUZZ_CHECK(!a->src == !b->src && (!a->src || !strcmp(a->src, b->src)), "'%s' -> '%s': source differs", in, again);
     FUZZ_CHECK(!strcmp(a->dst, b->dst), "'%s' -> '%s': destination differs", in, again);
     FUZZ_CHECK(!a->data == !b->data && (!a->data || !strcmp(a->data, b->data)), "'%s' -> '%s': data differs", in,
                again);

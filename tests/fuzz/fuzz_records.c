@@ -103,12 +103,12 @@ static void request(const char *p, size_t len)
     fuzz_check_failure(rc, &err, "skiff_request_parse");
     if (rc == 0) {
         FUZZ_CHECK(q.nmounts <= SKIFF_REQUEST_LIST_MAX && q.nhook_env <= SKIFF_REQUEST_LIST_MAX, "lists too long");
-        const char *paths[] = {q.cfg.data_path, q.cfg.cache_path, q.cfg.runtime_path, q.cfg.temp_path,
-                               q.cfg.block_cache_path, q.cfg.hooks_dir, q.cfg.credentials_file};
+        const char *paths[] = {q.cfg.data_path,        q.cfg.cache_path, q.cfg.runtime_path,    q.cfg.temp_path,
+                               q.cfg.block_cache_path, q.cfg.hooks_dir,  q.cfg.credentials_file};
         for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
             FUZZ_CHECK(!paths[i][0] || paths[i][0] == '/', "config path '%s'", paths[i]);
-        const char *strs[] = {q.cwd, q.node, q.image, q.name, q.named, q.name_mode, q.importer, q.workdir,
-                              q.command, q.state_key, q.save, q.suffix};
+        const char *strs[] = {q.cwd,      q.node,    q.image,   q.name,      q.named, q.name_mode,
+                              q.importer, q.workdir, q.command, q.state_key, q.save,  q.suffix};
         for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
             FUZZ_CHECK(!strs[i] || (strs[i] > p && strs[i] < p + len), "request string %zu outside the data", i);
     }

@@ -15,8 +15,7 @@
 static void same_ref(const struct skiff_ref *a, const struct skiff_ref *b, const char *via)
 {
     FUZZ_CHECK(a->kind == b->kind, "kind differs after %s", via);
-    FUZZ_CHECK(!strcmp(a->registry, b->registry), "registry '%s' became '%s' via %s", a->registry, b->registry,
-               via);
+    FUZZ_CHECK(!strcmp(a->registry, b->registry), "registry '%s' became '%s' via %s", a->registry, b->registry, via);
     FUZZ_CHECK(!strcmp(a->repository, b->repository), "repository '%s' became '%s' via %s", a->repository,
                b->repository, via);
     FUZZ_CHECK(!strcmp(a->tag, b->tag), "tag '%s' became '%s' via %s", a->tag, b->tag, via);

@@ -85,8 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             for (int t = 0; t < T; t++) {
                 size_t k = in_shard * (size_t)T + (size_t)t;
                 int x = tok[2 * k] | tok[2 * k + 1] << 8, y = tok[2 * k + 2] | tok[2 * k + 3] << 8;
-                FUZZ_CHECK(in[b * T + t] == x && tg[b * T + t] == y, "batch %d position %d: window %zu differs", b,
-                           t, w);
+                FUZZ_CHECK(in[b * T + t] == x && tg[b * T + t] == y, "batch %d position %d: window %zu differs", b, t,
+                           w);
             }
         }
         free(in);

@@ -15,10 +15,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 /* A property that does not hold: prints the target's reason and aborts, so
  * libFuzzer keeps the input as a crash artifact. */
-#define FUZZ_CHECK(cond, ...)                                                                                 \
-    do {                                                                                                      \
-        if (!(cond))                                                                                          \
-            fuzz_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                                                \
+#define FUZZ_CHECK(cond, ...)                                                                                          \
+    do {                                                                                                               \
+        if (!(cond))                                                                                                   \
+            fuzz_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                                                         \
     } while (0)
 __attribute__((noreturn, format(printf, 4, 5))) void fuzz_fail(const char *file, int line, const char *cond,
                                                                const char *fmt, ...);
