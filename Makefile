@@ -3,6 +3,7 @@
 #   make            build everything buildable here (CUDA parts when nvcc exists)
 #   make test       install missing packages, build, run every test (what CI runs)
 #   make bench      run the benchmarks and print their tables
+#   make fuzz       run every fuzzer for FUZZ_SECONDS (default 60) and print a table
 #   make format     format the sources (.clang-format); make format-check lists what differs
 #   make install PREFIX=/usr/local DESTDIR=   (and dist, deb, rpm: packaging.mk)
 SHELL := /bin/bash
@@ -105,8 +106,9 @@ bench: deps all
 	$(if $(TEST_DATA),$(MAKE) $(TEST_DATA))
 	tests/run-all --bench $(BENCHES)
 
-fuzz: $(FUZZERS)
-	tests/run-all --fuzz $(FUZZERS)
+fuzz: deps
+	$(MAKE) fuzzers
+	tests/fuzz/run --seconds $(FUZZ_SECONDS) $(FUZZERS)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT='-O1 -g' SAN='-fsanitize=address,undefined -fno-omit-frame-pointer' unit-test

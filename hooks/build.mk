@@ -1,6 +1,6 @@
 # hooks/: libskiffhooks (ddp_env, host lists, hook helpers; static, plus a PIC
 # copy for the SPANK plugin), the skiff-ddp-env tool, the container hooks,
-# their unit tests and the host list fuzzer.
+# their unit tests (the host list fuzzer: tests/build.mk).
 #
 # hooks/ may include common/ and itself, nothing of runtime/: libskiffhooks
 # and everything built here link libskiffcommon, not libskiff.
@@ -45,16 +45,5 @@ $(BUILD)/tests/unit/hooks/%: $(BUILD)/tests/unit/hooks/%.o $(LIBSKIFFHOOKS) $(LI
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ -lcriterion
 UNIT_TESTS += $(HOOKS_UNIT)
 
-# libFuzzer target for the host list parser (clang only; built on demand by
-# tests/integration/hooks-fuzz.sh, which `make fuzz` and CI run).
-FUZZ_CC ?= clang
-HOSTLIST_FUZZER := $(BUILD)/fuzz/fuzz_hostlist
-$(HOSTLIST_FUZZER): tests/fuzz/fuzz_hostlist.c hooks/lib/hostlist.c hooks/lib/hostlist.h common/error.c
-	@mkdir -p $(@D)
-	$(FUZZ_CC) -std=gnu11 -O1 -g -D_GNU_SOURCE $(HOOKS_PART_CFLAGS) -Wall -Wextra -Werror \
-	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ \
-	  tests/fuzz/fuzz_hostlist.c hooks/lib/hostlist.c common/error.c
-
 INTEGRATION_TESTS += $(sort $(wildcard tests/integration/hooks-*.sh))
-FUZZERS += tests/integration/hooks-fuzz.sh
 MAN1 += hooks/skiff-ddp-env.1

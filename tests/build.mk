@@ -3,3 +3,50 @@
 INTEGRATION_TESTS += tests/integration/mpi-cluster.sh
 # Whole-system tests: the demo path at a smaller size (last: it uses every part).
 INTEGRATION_TESTS += tests/integration/e2e-demo.sh
+
+# ---- fuzzing (doc/fuzzing.md) ----------------------------------------------
+# libFuzzer targets, one per parser family: tests/fuzz/fuzz_NAME.c ->
+# $(BUILD)/fuzz/fuzz_NAME. clang only (-fsanitize=fuzzer); the parsers they
+# drive are compiled again here, with coverage and ASan + UBSan, into
+# libskiff_fuzz.a (every part's library sources, so a target links what it
+# calls). `make fuzz` runs each for FUZZ_SECONDS and prints a table
+# (tests/fuzz/run); `make test` runs each for a few seconds
+# (tests/integration/fuzz-smoke.sh). Nothing is written into the source tree:
+# corpora grow under $(BUILD)/fuzz/corpus, findings land in $(BUILD)/fuzz/findings.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_INC := -Icommon -Iruntime/lib -Ihooks/lib -Iplugin -Itrainer
+FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -DSKIFF_VERSION='"$(VERSION)"' $(WARN) -Wno-unknown-pragmas -Wno-string-plus-int \
+               $(FUZZ_INC) $(RUNTIME_CFLAGS) $(FUZZ_SAN)
+# (trainer/train.c calls OpenMP's runtime, which the fuzzers do not link;
+# nothing they reach needs it)
+FUZZ_LIB_SRC := $(wildcard common/*.c) $(RUNTIME_LIB_SRC) $(HOOKS_LIB_SRC) \
+                plugin/options.c plugin/args.c plugin/proto.c \
+                $(filter-out trainer/train.c,$(TRAINER_SRC))
+FUZZ_OBJ_DIR := $(BUILD)/fuzz/obj
+LIBSKIFF_FUZZ := $(BUILD)/fuzz/libskiff_fuzz.a
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZERS += $(addprefix $(BUILD)/fuzz/,$(FUZZ_TARGETS))
+
+$(FUZZ_OBJ_DIR)/%.o: %.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+# (rebuilt from scratch: a member of a file that moved away must not linger)
+$(LIBSKIFF_FUZZ): $(patsubst %.c,$(FUZZ_OBJ_DIR)/%.o,$(FUZZ_LIB_SRC))
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/fuzz/fuzz_%: $(FUZZ_OBJ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_OBJ_DIR)/tests/fuzz/fuzzlib.o $(LIBSKIFF_FUZZ)
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(RUNTIME_LIBS) $(filter-out -fopenmp,$(TRAINER_LDLIBS))
+
+fuzzers: $(FUZZERS)
+
+# for tests/integration/fuzz-smoke.sh
+print-fuzzers:
+	@printf '%s\n' $(FUZZERS)
+
+INTEGRATION_TESTS += tests/integration/fuzz-smoke.sh
+
+.PHONY: fuzzers print-fuzzers

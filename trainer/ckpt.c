@@ -94,7 +94,12 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
                : 0;
 }
 
-/* Reads and checks the header at the start of an open checkpoint. */
+/* Reads and checks the header at the start of an open checkpoint. Readers
+ * allocate and read what it says (sample and compare: num_params floats,
+ * then the model's parameters from them), so it must describe a valid
+ * model, a parameter count that is the model's padded to a multiple of the
+ * world size (as train.c pads it), an optimizer range inside it, and a file
+ * that holds exactly that. */
 static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_err *err)
 {
     if (skiff_read_all(fd, h, sizeof *h) < 0 || memcmp(h->magic, CKPT_MAGIC, 8))
@@ -102,6 +107,23 @@ static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_er
     if (h->version != CKPT_VERSION)
         return skiff_error(err, 0, "%s: checkpoint version %d, this build reads %d", path,
                            h->version, CKPT_VERSION);
+    if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 2 || h->step < 0)
+        return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, zero %d, step %d", path,
+                           h->world, h->rank, h->zero, h->step);
+    struct gpt2_config cfg = {h->cfg[0], h->cfg[1], h->cfg[2], h->cfg[3], h->cfg[4], h->cfg[5]};
+    if (gpt2_config_check(&cfg, err) < 0) /* (bounded: the layout below cannot overflow) */
+        return skiff_err_wrap(err, "%s", path);
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return skiff_error(err, errno, "stat %s", path);
+    uint64_t layout = gpt2_param_layout(&cfg, NULL, NULL), np = h->num_params, off = h->opt_off,
+             len = h->opt_len;
+    if (np < layout || np - layout >= (uint64_t)h->world || off > np || len > np - off ||
+        sizeof *h + (h->has_params ? np * 4 : 0) + len * 8 != (uint64_t)st.st_size)
+        return skiff_error(err, 0, "%s: corrupt checkpoint: %llu parameters (the model has %llu, world %d), "
+                                        "optimizer range %llu+%llu, %lld bytes",
+                           path, (unsigned long long)np, (unsigned long long)layout, h->world,
+                           (unsigned long long)off, (unsigned long long)len, (long long)st.st_size);
     return 0;
 }
 
@@ -124,7 +146,7 @@ int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err)
     out->opt_off = h.opt_off;
     out->opt_len = h.opt_len;
     out->params = out->m = out->v = NULL;
-    return gpt2_config_check(&out->cfg, err) < 0 ? skiff_err_wrap(err, "%s", path) : 0;
+    return 0; /* (read_header checked the config) */
 }
 
 int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)

@@ -51,6 +51,14 @@ int gpt2_config_check(const struct gpt2_config *c, skiff_err *err)
     if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 ||
         c->num_heads <= 0 || c->channels <= 0)
         return skiff_error(err, 0, "model config: every size must be positive");
+    /* far above any GPT-2 (or GPT-3: C 12288, L 96), and low enough that
+     * gpt2_param_layout cannot overflow (every tensor < 2^47 floats): a
+     * checkpoint header is read with this check */
+    if (c->max_seq_len > (1 << 20) || c->padded_vocab_size > (1 << 24) || c->num_layers > (1 << 12) ||
+        c->channels > (1 << 16))
+        return skiff_error(err, 0, "model config: T %d, Vp %d, L %d or C %d is beyond the limits "
+                                        "(T <= 2^20, Vp <= 2^24, L <= 2^12, C <= 2^16)",
+                           c->max_seq_len, c->padded_vocab_size, c->num_layers, c->channels);
     if (c->channels % c->num_heads)
         return skiff_error(err, 0, "model config: channels %d not divisible by heads %d",
                            c->channels, c->num_heads);

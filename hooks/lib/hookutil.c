@@ -30,8 +30,12 @@ static int append_line(const char *var, const char *line, skiff_err *err)
 
 int skiff_hook_setenv(const char *name, const char *value, skiff_err *err)
 {
-    if (!*name || strchr(name, '=') || strpbrk(name, "\n\r") || strpbrk(value, "\n\r"))
-        return skiff_error(err, 0, "environment variable %.60s: name or value holds '=' or a newline", name);
+    /* what the runtime would not read back as this variable: a '#' line is
+     * a comment there */
+    if (!*name || name[0] == '#' || strchr(name, '=') || strpbrk(name, "\n\r") || strpbrk(value, "\n\r"))
+        return skiff_error(err, 0, "environment variable %.60s: empty name, name starting with '#', or '=' or a "
+                                   "newline in it",
+                           name);
     size_t n = strlen(name) + strlen(value) + 3;
     cleanup_free char *line = malloc(n);
     if (!line)
@@ -46,6 +50,8 @@ int skiff_hook_mount(const char *src, const char *dst, const char *type, const c
     for (size_t i = 0; i < 4; i++)
         if (!*f[i] || strpbrk(f[i], " \t\n\r"))
             return skiff_error(err, 0, "mount %.100s on %.100s: empty field or blank in a field", src, dst);
+    if (src[0] == '#') /* the runtime would skip the line as a comment */
+        return skiff_error(err, 0, "mount %.100s on %.100s: a source starting with '#'", src, dst);
     size_t n = strlen(src) + strlen(dst) + strlen(type) + strlen(opts) + 8;
     cleanup_free char *line = malloc(n);
     if (!line)
@@ -262,10 +268,18 @@ static int line_matches(const char *l, size_t n, const char *name, unsigned long
     const char *c2 = memchr(c1 + 1, ':', n - (size_t)(c1 + 1 - l));
     if (!c2)
         return 0;
-    const char *idp = c2 + 1;
+    /* the id field, up to the ':' that ends it within this line: strtoul
+     * on the line itself skipped blanks and newlines, so an empty field
+     * read the next line's number ("a:b:" then "1000:..." matched 1000) */
+    const char *idp = c2 + 1, *c3 = memchr(idp, ':', n - (size_t)(idp - l));
+    if (!c3)
+        return 0;
+    cleanup_free char *num = strndup(idp, (size_t)(c3 - idp));
+    if (!num)
+        return 0;
     char *end;
-    unsigned long v = strtoul(idp, &end, 10);
-    return end != idp && *end == ':' && v == id;
+    unsigned long v = strtoul(num, &end, 10);
+    return end != num && *end == '\0' && v == id;
 }
 
 char *skiff_identity_merge(const char *image, const char *name, unsigned long id, const char *line, skiff_err *err)

@@ -11,11 +11,13 @@
 #include "error.h"
 
 /* Appends "NAME=VALUE\n" to the file named by $SKIFF_ENV_FILE. Values with a
- * newline are refused (one variable per line is the file's format). */
+ * newline are refused (one variable per line is the file's format), and so
+ * are names starting with '#' (a comment there). */
 int skiff_hook_setenv(const char *name, const char *value, skiff_err *err);
 
 /* Appends "SRC DST TYPE OPTS\n" to $SKIFF_MOUNTS_FILE. Fields with blanks
- * are refused (the file is split on blanks). */
+ * are refused (the file is split on blanks), and so is a SRC starting with
+ * '#' (a comment there). */
 int skiff_hook_mount(const char *src, const char *dst, const char *type, const char *opts, skiff_err *err);
 
 /* Which GPUs a container should see: nothing at all; the driver (control

@@ -184,16 +184,23 @@ static int config_set(struct skiff_config *cfg, const char *key, const char *val
         return skiff_error(err, 0, "unknown configuration key '%s' (see doc/admin-guide.md)", key);
     char *dst = (char *)cfg + k->off;
     switch (k->kind) {
-    case K_PATH:
-        if (value[0] && value[0] != '/' && (raw || value[0] != '$'))
-            return skiff_error(err, 0, "%s: '%s' is not an absolute path", key, value);
+    case K_PATH: {
+        char path[SKIFF_PATH_MAX];
         if (raw) {
             if (strlen(value) >= k->size)
                 return skiff_error(err, ENAMETOOLONG, "%s: value too long", key);
-            strcpy(dst, value);
-            return 0;
+            strcpy(path, value);
+        } else if (expand(path, k->size, key, value, err) < 0) {
+            return -1;
         }
-        return expand(dst, k->size, key, value, err);
+        /* checked after expansion: "$HOME/x" (no braces) or "${USER}/x"
+         * passed a check of the first character and stayed relative */
+        if (path[0] && path[0] != '/')
+            return skiff_error(err, 0, "%s: '%s' is not an absolute path%s", key, value,
+                               strcmp(path, value) ? " once expanded" : "");
+        strcpy(dst, path);
+        return 0;
+    }
     case K_STR:
         if (strlen(value) >= k->size)
             return skiff_error(err, ENAMETOOLONG, "%s: value too long", key);
@@ -248,9 +255,12 @@ static int load_file(struct skiff_config *cfg, const char *path, bool must_exist
             return 0;
         return skiff_error(err, errno, "open config %s", path);
     }
-    char line[8192];
+    /* getline, not a fixed buffer: fgets split a long line, and the part
+     * past the buffer (of a comment, say) was read as a line of its own */
+    char *line = NULL;
+    size_t cap = 0;
     int lineno = 0, rv = 0;
-    while (fgets(line, sizeof(line), f)) {
+    while (getline(&line, &cap, f) >= 0) {
         lineno++;
         char *hash = strchr(line, '#');
         if (hash)
@@ -275,6 +285,7 @@ static int load_file(struct skiff_config *cfg, const char *path, bool must_exist
             break;
         }
     }
+    free(line);
     fclose(f);
     return rv;
 }

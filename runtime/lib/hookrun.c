@@ -181,6 +181,9 @@ int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *
     char **henv = NULL;
     char kv[SKIFF_PATH_MAX + 64];
     int rv = -1;
+    /* declared before the first goto: a jump over a cleanup variable's
+     * initialisation would close whatever its stack slot held */
+    cleanup_close int rootfd = -1;
 #define ADD(...)                                                                                              \
     do {                                                                                                      \
         snprintf(kv, sizeof(kv), __VA_ARGS__);                                                                \
@@ -206,7 +209,7 @@ int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *
     int timeout_ms = (h->o->hook_timeout_s > 0 ? h->o->hook_timeout_s : 60) * 1000;
     if (skiff_hooks_run(dirs, (const char *const *)henv, timeout_ms, err) < 0)
         goto out;
-    cleanup_close int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (rootfd < 0) {
         skiff_error(err, errno, "open %s", root);
         goto out;

@@ -239,6 +239,10 @@ static int parse_docker(const char *s, const char *default_registry, struct skif
     } else {
         COPY(ref->repository, p, "image name");
     }
+    /* checked after "library/" is added: a repository the registry would
+     * refuse must not pass here (and must not fail only when written out) */
+    if (strlen(ref->repository) > 255)
+        return skiff_error(err, 0, "'%s': repository '%s' is longer than 255 characters", s, ref->repository);
     if (!ref->tag[0] && !ref->digest[0])
         strcpy(ref->tag, "latest");
     return 0;

@@ -116,12 +116,19 @@ int skiff_credentials_lookup(const char *path, const char *host, const char *use
                 in_match = mach && (!strcmp(mach, host) || !strcmp(mach, hostonly));
                 is_default = false;
             }
-        } else if (!strcmp(t, "login") && (t = next_token(&p))) {
-            snprintf(cl, sizeof(cl), "%s", t);
-            have_l = true;
-        } else if (!strcmp(t, "password") && (t = next_token(&p))) {
-            snprintf(cp, sizeof(cp), "%s", t);
-            have_p = true;
+        } else if (!strcmp(t, "login") || !strcmp(t, "password")) {
+            /* (a keyword without its value ends the file: strcmp(NULL)
+             * used to follow when "login" was the last word) */
+            bool is_login = t[0] == 'l';
+            const char *v = next_token(&p);
+            if (!v)
+                break;
+            if (is_login)
+                snprintf(cl, sizeof(cl), "%s", v);
+            else
+                snprintf(cp, sizeof(cp), "%s", v);
+            have_l |= is_login;
+            have_p |= !is_login;
         }
     }
     if (!found && in_match && have_l && have_p && (!user || !*user || !strcmp(user, cl)))

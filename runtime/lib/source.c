@@ -429,13 +429,16 @@ static int plan_docker_archive(struct skiff_import_job *j, skiff_err *err)
     /* Names in manifest.json are paths inside the extracted archive; they
      * pass the same checks as layer entries. */
     int rv = 0;
+    /* before the first goto: jumping over a cleanup variable's
+     * initialisation freed whatever its stack slot held */
+    cleanup_free char *cbuf = NULL;
     if (strstr(config, "..") || config[0] == '/') {
         rv = skiff_error(err, 0, "docker-archive: bad config path '%s'", config);
         goto out;
     }
     snprintf(p, sizeof(p), "%s/%s", j->src, config);
     size_t clen;
-    cleanup_free char *cbuf = read_small(j, p, NULL, &clen, err);
+    cbuf = read_small(j, p, NULL, &clen, err);
     if (!cbuf) {
         rv = -1;
         goto out;

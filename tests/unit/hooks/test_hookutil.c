@@ -142,6 +142,15 @@ Test(identity, merge)
     m = skiff_identity_merge("noend:x:1:1::/:/bin/sh", "u", 7, "u:x:7:7::/:/bin/sh", &err);
     cr_expect_str_eq(m, "noend:x:1:1::/:/bin/sh\nu:x:7:7::/:/bin/sh\n");
     free(m);
+    /* found by tests/fuzz/fuzz_hookutil.c: a line whose id field is empty
+     * took the next line's leading number as its id and was dropped */
+    m = skiff_identity_merge("odd:x:\n7:x\nkeep:x:8:8::/:/bin/sh\n", "u", 7, "u:x:7:7::/:/bin/sh", &err);
+    cr_expect_str_eq(m, "odd:x:\n7:x\nkeep:x:8:8::/:/bin/sh\nu:x:7:7::/:/bin/sh\n");
+    free(m);
+    /* an id the C library would read (blanks, a sign) still counts */
+    m = skiff_identity_merge("a:x: 7:7::/:/bin/sh\n", "u", 7, "u:x:7:7::/:/bin/sh", &err);
+    cr_expect_str_eq(m, "u:x:7:7::/:/bin/sh\n");
+    free(m);
 }
 
 Test(writers, refuse_bad_lines)
@@ -160,6 +169,12 @@ Test(writers, refuse_bad_lines)
     cr_expect_eq(skiff_hook_setenv("B", "x\ny", &err), -1);
     cr_expect_eq(skiff_hook_mount("/a", "/a", "none", "ro,bind", &err), 0);
     cr_expect_eq(skiff_hook_mount("/a b", "/a", "none", "ro", &err), -1);
+    /* found by tests/fuzz/fuzz_hookfiles.c: these were written, and the
+     * runtime skipped them as comments */
+    cr_expect_eq(skiff_hook_setenv("#A", "1", &err), -1);
+    cr_expect(strstr(err.msg, "name starting with '#'") != NULL, "%s", err.msg);
+    cr_expect_eq(skiff_hook_mount("#/a", "/", "none", "ro", &err), -1);
+    cr_expect(strstr(err.msg, "a source starting with '#'") != NULL, "%s", err.msg);
     char buf[256] = "";
     int fd = open(envf, O_RDONLY);
     cr_assert(read(fd, buf, sizeof(buf) - 1) >= 0);

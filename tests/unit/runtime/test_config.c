@@ -144,3 +144,47 @@ Test(config, block_cache_follows_the_runtime_path)
     cr_assert_eq(skiff_config_block_cache(&cfg, dir, sizeof(dir)), 0);
     cr_assert_str_eq(dir, "/var/cache/b");
 }
+
+/* Found by tests/fuzz/fuzz_config.c (its seed regress-long-comment-line):
+ * lines were read into an 8 KiB buffer, so the end of a longer comment
+ * was read as a line of its own and set a key. */
+Test(config, long_comment_line_stays_a_comment)
+{
+    size_t n = 9000;
+    char *text = malloc(n + 64);
+    cr_assert_not_null(text);
+    memset(text, 'x', n);
+    memcpy(text, "# ", 2);
+    strcpy(text + n - 20, " allow_http = yes\ncache_path = /c\n");
+    write_conf(text);
+    free(text);
+    struct skiff_config cfg;
+    skiff_err err;
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, false, &err), 0, "%s", err.msg);
+    unlink(tmpconf);
+    cr_assert_eq(cfg.allow_http, false, "the end of a comment set allow_http");
+    cr_assert_str_eq(cfg.cache_path, "/c");
+}
+
+/* Found by tests/fuzz/fuzz_config.c: paths were checked before expansion,
+ * where a leading '$' passed, so "$HOME/x" (no braces) and "${USER}/x"
+ * loaded as relative paths, which the helper's set_raw then refused. */
+Test(config, paths_are_absolute_once_expanded)
+{
+    struct skiff_config cfg;
+    skiff_err err;
+    skiff_config_for_user(7, "bob", "/home/bob");
+    cr_assert_eq(skiff_config_load(&cfg, "/dev/null", false, &err), 0, "%s", err.msg);
+    cr_assert_eq(skiff_config_set(&cfg, "cache_path", "$HOME/cache", &err), -1);
+    cr_assert(strstr(err.msg, "cache_path: '$HOME/cache' is not an absolute path"), "%s", err.msg);
+    cr_assert_eq(skiff_config_set(&cfg, "runtime_path", "${USER}/run", &err), -1);
+    cr_assert(strstr(err.msg, "'${USER}/run' is not an absolute path once expanded"), "%s", err.msg);
+    cr_assert_str_eq(cfg.runtime_path, "/dev/shm/skiff-7", "a refused value changed the key");
+    cr_assert_eq(skiff_config_set(&cfg, "data_path", "${HOME}/d", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(cfg.data_path, "/home/bob/d");
+    write_conf("temp_path = ${UID}\n");
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, false, &err), -1);
+    unlink(tmpconf);
+    cr_assert(strstr(err.msg, ":1: temp_path: '${UID}' is not an absolute path once expanded"), "%s", err.msg);
+    skiff_config_for_user((unsigned)-1, NULL, NULL);
+}

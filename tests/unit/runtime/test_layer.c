@@ -267,3 +267,23 @@ Test(credentials, netrc_lookup, .init = setup, .fini = teardown)
     cr_assert_eq(skiff_credentials_lookup(p, "reg:5000", "carol", l, sizeof(l), pw, sizeof(pw), &err), 0);
     cr_assert_eq(skiff_credentials_lookup("/nonexistent/creds", "x", "", l, sizeof(l), pw, sizeof(pw), &err), 0);
 }
+
+/* Found by tests/fuzz/fuzz_registry.c: a credentials file ending in
+ * "login" (or "password") without its value made the lookup call
+ * strcmp(NULL, ...): skiff import died with SIGSEGV. */
+Test(credentials, netrc_keyword_at_the_end, .init = setup, .fini = teardown)
+{
+    char p[400];
+    snprintf(p, sizeof(p), "%s/creds", dir);
+    static const char *const files[] = {"machine reg login alice password pw\nmachine other login",
+                                        "machine reg login alice password", "login"};
+    for (size_t i = 0; i < 3; i++) {
+        FILE *f = fopen(p, "w");
+        fputs(files[i], f);
+        fclose(f);
+        char l[64], pw[64];
+        skiff_err err;
+        int rc = skiff_credentials_lookup(p, "reg", "", l, sizeof(l), pw, sizeof(pw), &err);
+        cr_assert_eq(rc, i == 0 ? 1 : 0, "'%s': %d", files[i], rc);
+    }
+}

@@ -178,3 +178,24 @@ Test(ref, valid_digest)
     cr_assert_not(skiff_ref_valid_digest("sha512:e3b0"));
     cr_assert_not(skiff_ref_valid_digest("sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b85"));
 }
+
+/* Found by tests/fuzz/fuzz_ref.c: a Docker Hub name of 248..255 characters
+ * passed the 255-character check and became "library/NAME", a repository
+ * longer than the parser itself accepts (docker://registry-1.docker.io#
+ * library/NAME was refused). The limit now applies to the repository. */
+Test(ref, repository_limit_counts_library_prefix)
+{
+    char name[256], uri[300];
+    memset(name, 'a', 250);
+    name[250] = '\0';
+    snprintf(uri, sizeof(uri), "docker://%s", name);
+    cr_assert_eq(skiff_ref_parse(uri, NULL, &ref, &err), -1, "library/%s accepted", name);
+    cr_assert(strstr(err.msg, "longer than 255 characters"), "%s", err.msg);
+    /* on another registry no prefix is added: 250 characters are fine */
+    snprintf(uri, sizeof(uri), "docker://reg.example#%s", name);
+    cr_assert_eq(skiff_ref_parse(uri, NULL, &ref, &err), 0, "%s", err.msg);
+    name[247] = '\0';
+    snprintf(uri, sizeof(uri), "docker://%s", name);
+    cr_assert_eq(skiff_ref_parse(uri, NULL, &ref, &err), 0, "%s", err.msg);
+    cr_assert_eq(strlen(ref.repository), 255);
+}

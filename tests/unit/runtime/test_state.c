@@ -1,11 +1,14 @@
 /* Tagged records and their bounded reader (runtime/lib/state.c). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "clock.h"
+#include "container.h"
+#include "container_int.h"
 #include "state.h"
 
 static skiff_err err;
@@ -102,4 +105,26 @@ Test(state, eof_ends_the_read)
     cr_assert_eq(len, 0);
     free(out);
     close(p[0]);
+}
+
+/* Found by tests/fuzz/fuzz_records.c: a pid record that did not parse gave
+ * pid -1 (skiff_rec_pid's error), which kill() takes as "every process". */
+Test(state, a_bad_pid_in_a_state_is_an_error)
+{
+    static const char *const bad[] = {"H", "X", "F"};
+    for (size_t i = 0; i < 3; i++) {
+        char data[32];
+        int n = snprintf(data, sizeof(data), "W/%c%snot-a-pid", 0, bad[i]);
+        struct skiff_container c;
+        memset(&c, 0, sizeof(c));
+        skiff_err_clear(&err);
+        cr_assert_eq(skiff_state_parse(data, (size_t)n + 1, &c, &err), -1, "%s record accepted", bad[i]);
+        cr_assert(strstr(err.msg, "pid 'not-a-pid'"), "%s", err.msg);
+        cr_assert(c.holder >= 0 && c.command >= 0 && c.server >= 0);
+    }
+    struct skiff_container c;
+    memset(&c, 0, sizeof(c));
+    static const char good[] = "H7\0X8\0F9\0";
+    cr_assert_eq(skiff_state_parse(good, sizeof(good) - 1, &c, &err), 0, "%s", err.msg);
+    cr_assert(c.holder == 7 && c.command == 8 && c.server == 9);
 }

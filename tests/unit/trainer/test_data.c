@@ -142,6 +142,36 @@ Test(data, checkpoint_roundtrip_and_refusals)
     cr_assert_neq(access(tmp, F_OK), 0, "temporary file left behind");
 }
 
+/* Found by tests/fuzz/fuzz_ckpt.c: peek and load believed the header's
+ * parameter count and config apart, so a checkpoint of 300 parameters for
+ * a 120576-parameter model made `skiff-train compare` read past its buffer
+ * (SIGSEGV), and a count beyond the file's end passed peek. */
+Test(data, checkpoint_header_must_match_model_and_file)
+{
+    struct gpt2_config cfg = {64, 256, 256, 2, 4, 64};
+    skiff_err err;
+    float p[300] = {0};
+    struct train_ckpt c = {.cfg = cfg, .world = 1, .rank = 0, .num_params = 300, .params = p};
+    cr_assert_eq(train_ckpt_save(dir, &c, &err), 0, "%s", err.msg);
+    struct train_ckpt peek = {.rank = 0};
+    cr_assert_eq(train_ckpt_peek(dir, &peek, &err), -1, "a 300-parameter checkpoint of a larger model passed");
+    cr_assert(strstr(err.msg, "corrupt checkpoint: 300 parameters (the model has 120576,"), "%s", err.msg);
+
+    cfg = (struct gpt2_config){4, 8, 8, 1, 1, 4}; /* 300 parameters */
+    c.cfg = cfg;
+    cr_assert_eq(train_ckpt_save(dir, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(train_ckpt_peek(dir, &peek, &err), 0, "%s", err.msg);
+    char path[128];
+    snprintf(path, sizeof path, "%s/rank-0.ckpt", dir);
+    cr_assert_eq(truncate(path, 256 + 200 * 4), 0);
+    cr_assert_eq(train_ckpt_peek(dir, &peek, &err), -1, "a truncated checkpoint passed peek");
+    cr_assert(strstr(err.msg, "corrupt checkpoint"), "%s", err.msg);
+
+    cfg.channels = 1 << 20; /* a layout that would overflow */
+    cr_assert_eq(gpt2_config_check(&cfg, &err), -1);
+    cr_assert(strstr(err.msg, "beyond the limits"), "%s", err.msg);
+}
+
 Test(model, presets_and_layout)
 {
     struct gpt2_config cfg;
