@@ -50,6 +50,7 @@ struct skiff_plugin {
     bool started;
     bool start_in_user_init; /* a PMIx step: start once Slurm made its PMIx directory */
     uint32_t tasks_exited;
+    bool saved; /* --container-save ran (task_exit or exit) */
     int mntns_fd;    /* the container's mount namespace, held open */
     dev_t mntns_dev;
     ino_t mntns_ino;

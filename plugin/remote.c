@@ -22,11 +22,15 @@
  *                          env (ddp_env); report any earlier error here,
  *                          because user_init's failures never reach srun
  *   task_exit (root)       after the last task: close the control pipe, and
- *                          the helper stops the container
+ *                          the helper stops the container; with
+ *                          --container-save, also what exit does up to the
+ *                          save, so that srun returns after the image is
+ *                          written (Slurm sends the tasks' exit to srun
+ *                          after this callback)
  *   exit (root)            wait for the helper (bounded), kill what is left
  *                          in the container's namespace as the user, then
- *                          --container-save and job-scoped cleanup through
- *                          the helper
+ *                          --container-save (unless task_exit did it) and
+ *                          job-scoped cleanup through the helper
  *
  * Errors are "skiff: PHASE: CAUSE" with PHASE one of config, import, mount,
  * hook, join, env, save. No exit() here: this is slurmstepd. */
@@ -746,6 +750,9 @@ int skiff_remote_task_init(spank_t sp)
     return 0;
 }
 
+static void stop_container(const struct skiff_user *u);
+static void save_container(void);
+
 /* task_exit (slurmstepd, root, once per task): when the node's last task
  * is gone the control pipe closes, so that the helper stops the container
  * (the kernel tears the namespace and the FUSE mount down) while Slurm
@@ -760,6 +767,13 @@ int skiff_remote_task_exit(spank_t sp)
     if (++skiff_g.tasks_exited >= ntasks) {
         close(starter.ctl);
         starter.ctl = -1;
+        /* A script's next line often starts the saved image: srun must not
+         * return before it exists. */
+        if (skiff_g.save_path[0]) {
+            struct skiff_user u = job_user();
+            stop_container(&u);
+            save_container();
+        }
     }
     return 0;
 }
@@ -822,6 +836,46 @@ out:
     return rc;
 }
 
+/* Stops the step's container and waits for it to be gone (bounded): the
+ * helper, a state directory Slurm's kill left behind, a task's daemon that
+ * left the step's process tree. Each part runs once, from task_exit or exit. */
+static void stop_container(const struct skiff_user *u)
+{
+    double t0 = skiff_now_ms();
+    if (starter.pid > 0 && skiff_helper_finish(&starter, skiff_g.args.timeout_s) == -1)
+        slurm_error("skiff: %s: the container helper did not stop within %d s; it was killed", skiff_g.node,
+                    skiff_g.args.timeout_s);
+    if (state_left())
+        /* Slurm killed the helper with the step's processes before it could
+         * stop the container: its state directory is removed as the user */
+        if (skiff_fork_as_user(u, NULL, 0, remove_state_fn, NULL, skiff_g.args.timeout_s) < 0)
+            slurm_error("skiff: %s: could not remove the state of %s", skiff_g.node, skiff_g.state_key);
+    if (skiff_g.mntns_fd >= 0) {
+        /* a task's daemon that left the step's process tree */
+        skiff_kill_ns_as_user(skiff_g.mntns_fd, u, skiff_g.args.timeout_s);
+        close(skiff_g.mntns_fd);
+        skiff_g.mntns_fd = -1;
+    }
+    if (skiff_g.started) {
+        skiff_container_free(&skiff_g.c);
+        skiff_g.started = false;
+        if (skiff_g.debug)
+            slurm_info("skiff: %s: timing: stop %.1f ms", skiff_g.node, skiff_now_ms() - t0);
+    }
+}
+
+/* --container-save, once: squashes the stopped named container. */
+static void save_container(void)
+{
+    if (!skiff_g.save_path[0] || skiff_g.saved || skiff_g.failed || !skiff_g.named[0])
+        return;
+    skiff_g.saved = true;
+    skiff_err err;
+    skiff_err_clear(&err);
+    if (helper_verb("save", skiff_g.cwd, SKIFF_REQ_SAVE, skiff_g.save_path, &err) < 0)
+        slurm_error("skiff: save: %s", err.msg);
+}
+
 int skiff_remote_exit(spank_t sp)
 {
     (void)sp;
@@ -837,30 +891,8 @@ int skiff_remote_exit(spank_t sp)
     }
     if (!skiff_g.active)
         return 0;
-    double t0 = skiff_now_ms();
-    if (starter.pid > 0 && skiff_helper_finish(&starter, skiff_g.args.timeout_s) == -1)
-        slurm_error("skiff: %s: the container helper did not stop within %d s; it was killed", skiff_g.node,
-                    skiff_g.args.timeout_s);
-    if (state_left())
-        /* Slurm killed the helper with the step's processes before it could
-         * stop the container: its state directory is removed as the user */
-        if (skiff_fork_as_user(&u, NULL, 0, remove_state_fn, NULL, skiff_g.args.timeout_s) < 0)
-            slurm_error("skiff: %s: could not remove the state of %s", skiff_g.node, skiff_g.state_key);
-    if (skiff_g.mntns_fd >= 0) {
-        /* a task's daemon that left the step's process tree */
-        skiff_kill_ns_as_user(skiff_g.mntns_fd, &u, skiff_g.args.timeout_s);
-        close(skiff_g.mntns_fd);
-        skiff_g.mntns_fd = -1;
-    }
-    if (skiff_g.started) {
-        skiff_container_free(&skiff_g.c);
-        skiff_g.started = false;
-        if (skiff_g.debug)
-            slurm_info("skiff: %s: timing: stop %.1f ms", skiff_g.node, skiff_now_ms() - t0);
-    }
-    if (skiff_g.save_path[0] && !skiff_g.failed && skiff_g.named[0] &&
-        helper_verb("save", skiff_g.cwd, SKIFF_REQ_SAVE, skiff_g.save_path, &err) < 0)
-        slurm_error("skiff: save: %s", err.msg);
+    stop_container(&u);
+    save_container();
     if (skiff_g.temp_named && helper_verb("remove", NULL, NULL, NULL, &err) < 0)
         slurm_error("skiff: save: remove %s: %s", skiff_g.named, err.msg);
     if (skiff_g.is_batch && skiff_g.args.scope == SKIFF_SCOPE_JOB &&

@@ -131,8 +131,14 @@ t_fails_with "named container :exec needs an existing one" "no container named '
 
 rm -f "$T/saved.sqsh"; chown "$U:" "$T"
 srun1 --container-image="$IMG" --container-save="$T/saved.sqsh" sh -c 'echo saved >/saved-file' >/dev/null 2>"$T/err"
-for _ in $(seq 100); do [ -s "$T/saved.sqsh" ] && break; sleep 0.1; done
-out_is "--container-save, then start the saved image" saved srun1 --container-image="$T/saved.sqsh" cat /saved-file
+# no waiting: srun returns once the image is written (a script's next line uses it)
+out_is "--container-save, then start the saved image (right after srun returned)" saved \
+  srun1 --container-image="$T/saved.sqsh" cat /saved-file
+# the save runs after the tasks: srun's exit status is theirs, its error goes to srun's stderr
+srun1 --container-image="$IMG" --container-save=/nonexistent/x.sqsh true >/dev/null 2>"$T/err"
+grep -q 'skiff: save: .*/nonexistent/.*No such file or directory' "$T/err" &&
+  t_pass "a failed --container-save is reported on srun's stderr" ||
+  t_fail "a failed --container-save is reported on srun's stderr" "$(head -c 400 "$T/err")"
 chown root: "$T"
 
 # --- sbatch -----------------------------------------------------------------------------
