@@ -190,7 +190,7 @@ static int cmd_check(struct args *a, skiff_err *err)
 
     /* One AdamW step on the GPU against the same formula on the host. */
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
-    if (cuda_gpt2_adamw(m, cuda_gpt2_grads(m), lr, b1, b2, eps, wd, 0.5f, 1, 1, err) < 0 ||
+    if (cuda_gpt2_adamw(m, cuda_gpt2_grads(m), lr, b1, b2, eps, wd, 0.5f, NULL, 0, 1, 1, err) < 0 ||
         cuda_gpt2_get_master(m, master, err) < 0)
         goto out;
     double amax = 0;
@@ -240,7 +240,7 @@ static int bench_step(struct cuda_gpt2 *m, const int *in, const int *tg, int N, 
     if (cuda_gpt2_zero_grad(m, err) < 0 || cuda_gpt2_forward(m, in, tg, 1.0f / N, err) < 0 ||
         cuda_gpt2_backward(m, NULL, NULL, err) < 0)
         return -1;
-    if (cuda_gpt2_adamw(m, g, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, zero == 0, err) < 0) return -1;
+    if (cuda_gpt2_adamw(m, g, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, NULL, 0, 1, zero == 0, err) < 0) return -1;
     if (zero && (cuda_gpt2_master_to(m, g, err) < 0 || cuda_gpt2_params_from(m, g, err) < 0)) return -1;
     return cuda_gpt2_take_loss(m, loss, err);
 }

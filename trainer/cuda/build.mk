@@ -37,7 +37,7 @@ $(GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(TRAINER_CUDA_OBJS) $(BUILD)/libskif
 # and checked against the CPU reference layers; needs the CUDA headers only.
 KERNEL_EMU := $(BUILD)/tests/gpu/kernels_emu
 $(KERNEL_EMU): tests/gpu/emu/kernels_emu.cpp tests/gpu/emu/cuda_emu.h trainer/cuda/kernels_dev.cuh \
-               trainer/cuda/attention_dev.cuh trainer/cuda/common.cuh $(wildcard trainer/layers/*.h)
+               trainer/cuda/attention_dev.cuh trainer/cuda/mma_dev.cuh trainer/cuda/common.cuh $(wildcard trainer/layers/*.h)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++20 -O1 -g -Wall -Wextra -Werror -fopenmp -pthread -DSKIFF_CUDA_EMU \
 	  -I$(CUDA_HOME)/include -Icommon -Itrainer -Itrainer/cuda -Itests/gpu/emu $< -o $@

@@ -12,7 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <unistd.h>
+
 extern "C" {
+#include "clock.h"
 #include "error.h"
 }
 
@@ -43,6 +46,32 @@ extern "C" {
     do {                                 \
         if ((__VA_ARGS__) < 0) return -1; \
     } while (0)
+
+// Waits until event e has completed without blocking inside the driver: it
+// polls, so a stream stuck behind a collective whose peer died turns into an
+// error after timeout_ms instead of a hang (a blocking cudaMemcpy into
+// pageable memory or cudaStreamSynchronize would never return). `check`
+// (may be NULL) runs between polls and can fail the wait early (NCCL's
+// asynchronous error). On a timeout err->code is ETIMEDOUT; a CUDA error
+// keeps CUDA's own string.
+static inline int cuda_poll_event(cudaEvent_t e, int timeout_ms, int (*check)(void *, skiff_err *),
+                                  void *ctx, const char *what, skiff_err *err) {
+    double t0 = skiff_now_ms();
+    for (;;) {
+        cudaError_t q = cudaEventQuery(e);
+        if (q == cudaSuccess) return 0;
+        if (q != cudaErrorNotReady)
+            return skiff_error(err, 0, "%s: %s (%s)", what, cudaGetErrorString(q), cudaGetErrorName(q));
+        if (check && check(ctx, err) < 0) return -1;
+        double waited = skiff_now_ms() - t0;
+        if (waited > timeout_ms) {
+            skiff_error(err, 0, "%s: the GPU did not finish within %.1f s", what, timeout_ms / 1000.0);
+            err->code = ETIMEDOUT;
+            return -1;
+        }
+        usleep(waited < 10 ? 20 : 500);  // short waits stay short, long ones cost no CPU
+    }
+}
 
 // Dynamic shared memory; tests/gpu/emu (SKIFF_CUDA_EMU) supplies its own.
 #ifdef SKIFF_CUDA_EMU

@@ -45,6 +45,14 @@ struct cuda_gpt2 {
     int *h_pin[2], *h_counts;
     cudaEvent_t up_ev[2];
     int up_slot;
+    // Every device -> host copy goes through this pinned bounce buffer and is
+    // waited for by polling bounce_ev through `wait` (never a blocking copy
+    // into pageable memory, which would hang on a stream stuck behind a dead
+    // peer's collective).
+    char *bounce;
+    cudaEvent_t bounce_ev;
+    cuda_wait_fn wait;
+    void *wait_ctx;
     int nuniq, have_targets;
 
     void *allocs[16 * MAX_LAYERS + 64];
@@ -99,6 +107,45 @@ static int dalloc(struct cuda_gpt2 *m, void **p, size_t bytes, const char *what,
 }
 #define DALLOC(ptr, bytes) TRY(dalloc(m, (void **)&(ptr), (bytes), #ptr, err))
 
+#define BOUNCE_BYTES (16u << 20)
+#define DEFAULT_WAIT_MS (300 * 1000)
+
+// Without a training loop's communicator (gpu_tool): poll with a timeout.
+static int default_wait(void *, void *event, const char *what, skiff_err *err) {
+    return cuda_poll_event((cudaEvent_t)event, DEFAULT_WAIT_MS, NULL, NULL, what, err);
+}
+
+extern "C" void cuda_gpt2_set_waiter(struct cuda_gpt2 *m, cuda_wait_fn fn, void *ctx) {
+    m->wait = fn ? fn : default_wait;
+    m->wait_ctx = ctx;
+}
+
+static int wait_for(struct cuda_gpt2 *m, cudaEvent_t e, const char *what, skiff_err *err) {
+    return m->wait(m->wait_ctx, (void *)e, what, err);
+}
+
+extern "C" int cuda_gpt2_d2h(struct cuda_gpt2 *m, void *host, const void *dev, size_t bytes, skiff_err *err) {
+    for (size_t off = 0; off < bytes; off += BOUNCE_BYTES) {
+        size_t len = bytes - off < BOUNCE_BYTES ? bytes - off : BOUNCE_BYTES;
+        CUDA_CHECK(cudaMemcpyAsync(m->bounce, (const char *)dev + off, len, cudaMemcpyDeviceToHost, m->stream));
+        CUDA_CHECK(cudaEventRecord(m->bounce_ev, m->stream));
+        TRY(wait_for(m, m->bounce_ev, "copying results from the GPU", err));
+        memcpy((char *)host + off, m->bounce, len);
+    }
+    return 0;
+}
+
+extern "C" int cuda_gpt2_h2d(struct cuda_gpt2 *m, void *dev, const void *host, size_t bytes, skiff_err *err) {
+    for (size_t off = 0; off < bytes; off += BOUNCE_BYTES) {
+        size_t len = bytes - off < BOUNCE_BYTES ? bytes - off : BOUNCE_BYTES;
+        memcpy(m->bounce, (const char *)host + off, len);
+        CUDA_CHECK(cudaMemcpyAsync((char *)dev + off, m->bounce, len, cudaMemcpyHostToDevice, m->stream));
+        CUDA_CHECK(cudaEventRecord(m->bounce_ev, m->stream));
+        TRY(wait_for(m, m->bounce_ev, "copying to the GPU", err));  // before the bounce is reused
+    }
+    return 0;
+}
+
 extern "C" void cuda_gpt2_destroy(struct cuda_gpt2 *m) {
     if (!m) return;
     for (int i = 0; i < m->nallocs; i++) cudaFree(m->allocs[i]);
@@ -108,6 +155,8 @@ extern "C" void cuda_gpt2_destroy(struct cuda_gpt2 *m) {
         if (m->h_pin[i]) cudaFreeHost(m->h_pin[i]);
         if (m->up_ev[i]) cudaEventDestroy(m->up_ev[i]);
     }
+    if (m->bounce) cudaFreeHost(m->bounce);
+    if (m->bounce_ev) cudaEventDestroy(m->bounce_ev);
     free(m->h_counts);
     free(m);
 }
@@ -135,6 +184,9 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     const char *ge = getenv("SKIFF_CUDA_GELU_EPILOGUE");
     m->gelu_epilogue = !(ge && !strcmp(ge, "0"));
     CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
+    m->wait = default_wait;
+    CUDA_CHECK(cudaMallocHost((void **)&m->bounce, BOUNCE_BYTES));
+    CUDA_CHECK(cudaEventCreateWithFlags(&m->bounce_ev, cudaEventDisableTiming));
     TRY(mm_init(&m->mm, err));
     m->bytes += m->mm.workspace_size;
 
@@ -144,10 +196,12 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     DALLOC(m->master, opt_len * sizeof(float));
     DALLOC(m->m, opt_len * sizeof(float));
     DALLOC(m->v, opt_len * sizeof(float));
-    CUDA_CHECK(cudaMemset(m->params, 0, n_pad * e));
-    CUDA_CHECK(cudaMemset(m->grads, 0, n_pad * sizeof(float)));
-    CUDA_CHECK(cudaMemset(m->m, 0, opt_len * sizeof(float)));
-    CUDA_CHECK(cudaMemset(m->v, 0, opt_len * sizeof(float)));
+    // On the model's stream: the legacy-stream cudaMemset would not be ordered
+    // before later work on this non-blocking stream.
+    CUDA_CHECK(cudaMemsetAsync(m->params, 0, n_pad * e, m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, n_pad * sizeof(float), m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->m, 0, opt_len * sizeof(float), m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->v, 0, opt_len * sizeof(float), m->stream));
 
     DALLOC(m->encoded, N * C * e);
     for (size_t l = 0; l < L; l++) {
@@ -171,7 +225,7 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     DALLOC(m->logits, N * m->Vp * e);
     DALLOC(m->losses, N * sizeof(float));
     DALLOC(m->loss_acc, 4 * sizeof(float));
-    CUDA_CHECK(cudaMemset(m->loss_acc, 0, 4 * sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(m->loss_acc, 0, 4 * sizeof(float), m->stream));
     DALLOC(m->scratch, N * C * e);
     DALLOC(m->dres, N * C * e);
     DALLOC(m->d_c, N * C * e);
@@ -233,17 +287,14 @@ extern "C" int cuda_gpt2_set_params_device(struct cuda_gpt2 *m, const float *dev
 
 extern "C" int cuda_gpt2_set_params(struct cuda_gpt2 *m, const float *host, skiff_err *err) {
     // The gradient buffer (n_pad floats) is free between steps: stage there.
-    CUDA_CHECK(cudaMemcpyAsync(m->grads, host, m->n_pad * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    TRY(cuda_gpt2_h2d(m, m->grads, host, m->n_pad * sizeof(float), err));
     TRY(cuda_gpt2_set_params_device(m, m->grads, err));
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_pad * sizeof(float), m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
     return 0;
 }
 
 extern "C" int cuda_gpt2_get_master(struct cuda_gpt2 *m, float *host, skiff_err *err) {
-    CUDA_CHECK(cudaMemcpyAsync(host, m->master, m->opt_len * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    return 0;
+    return cuda_gpt2_d2h(m, host, m->master, m->opt_len * sizeof(float), err);
 }
 
 extern "C" int cuda_gpt2_master_to(struct cuda_gpt2 *m, float *dev, skiff_err *err) {
@@ -253,17 +304,13 @@ extern "C" int cuda_gpt2_master_to(struct cuda_gpt2 *m, float *dev, skiff_err *e
 }
 
 extern "C" int cuda_gpt2_get_opt_state(struct cuda_gpt2 *m, float *hm, float *hv, skiff_err *err) {
-    CUDA_CHECK(cudaMemcpyAsync(hm, m->m, m->opt_len * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-    CUDA_CHECK(cudaMemcpyAsync(hv, m->v, m->opt_len * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    return 0;
+    TRY(cuda_gpt2_d2h(m, hm, m->m, m->opt_len * sizeof(float), err));
+    return cuda_gpt2_d2h(m, hv, m->v, m->opt_len * sizeof(float), err);
 }
 
 extern "C" int cuda_gpt2_set_opt_state(struct cuda_gpt2 *m, const float *hm, const float *hv, skiff_err *err) {
-    CUDA_CHECK(cudaMemcpyAsync(m->m, hm, m->opt_len * sizeof(float), cudaMemcpyHostToDevice, m->stream));
-    CUDA_CHECK(cudaMemcpyAsync(m->v, hv, m->opt_len * sizeof(float), cudaMemcpyHostToDevice, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    return 0;
+    TRY(cuda_gpt2_h2d(m, m->m, hm, m->opt_len * sizeof(float), err));
+    return cuda_gpt2_h2d(m, m->v, hv, m->opt_len * sizeof(float), err);
 }
 
 // ---------------------------------------------------------------- forward
@@ -329,7 +376,7 @@ extern "C" int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const i
             return skiff_error(err, 0, "token %d at position %d is outside the vocabulary (%d)",
                                inputs[i] < 0 || inputs[i] >= m->V ? inputs[i] : targets[i], i, m->V);
     int slot = m->up_slot ^= 1;
-    CUDA_CHECK(cudaEventSynchronize(m->up_ev[slot]));  // its previous upload has been read
+    TRY(wait_for(m, m->up_ev[slot], "reusing the token upload buffer", err));  // its last upload was read
     int *tok = m->h_pin[slot], *tgt = tok + N, *csr = tgt + N;
     memcpy(tok, inputs, N * sizeof(int));
     CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, tok, N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
@@ -352,10 +399,15 @@ extern "C" int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const i
 
 extern "C" int cuda_gpt2_take_loss(struct cuda_gpt2 *m, double *sum, skiff_err *err) {
     float h = 0.0f;
-    CUDA_CHECK(cudaMemcpyAsync(&h, m->loss_acc, sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    TRY(cuda_gpt2_d2h(m, &h, m->loss_acc, sizeof(float), err));
     CUDA_CHECK(cudaMemsetAsync(m->loss_acc, 0, sizeof(float), m->stream));
     *sum = h;
+    return 0;
+}
+
+extern "C" int cuda_gpt2_take_loss_dev(struct cuda_gpt2 *m, float *dev, skiff_err *err) {
+    CUDA_CHECK(cudaMemcpyAsync(dev, m->loss_acc, sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->loss_acc, 0, sizeof(float), m->stream));
     return 0;
 }
 
@@ -369,11 +421,7 @@ extern "C" int cuda_gpt2_get_logits(struct cuda_gpt2 *m, float *host, skiff_err 
     case SKIFF_CUDA_BF16: rc = k_cast_to_f32<bf16>(tmp, (bf16 *)m->logits, n, m->stream, err); break;
     default: rc = k_cast_to_f32<fp16>(tmp, (fp16 *)m->logits, n, m->stream, err); break;
     }
-    if (rc == 0) {
-        cudaError_t e = cudaMemcpyAsync(host, tmp, n * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(m->stream);
-        if (e != cudaSuccess) rc = skiff_error(err, 0, "%s:%d: logits copy: %s", __FILE__, __LINE__, cudaGetErrorString(e));
-    }
+    if (rc == 0) rc = cuda_gpt2_d2h(m, host, tmp, n * sizeof(float), err);
     cudaFreeAsync(tmp, m->stream);
     return rc;
 }
@@ -456,9 +504,7 @@ extern "C" int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready,
 }
 
 extern "C" int cuda_gpt2_get_grads(struct cuda_gpt2 *m, float *host, skiff_err *err) {
-    CUDA_CHECK(cudaMemcpyAsync(host, m->grads, m->n_pad * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    return 0;
+    return cuda_gpt2_d2h(m, host, m->grads, m->n_pad * sizeof(float), err);
 }
 
 // ---------------------------------------------------------------- optimizer
@@ -468,7 +514,7 @@ extern "C" int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float 
 
 template <typename T>
 static int adamw_t(struct cuda_gpt2 *m, const float *grad, float lr, float b1, float b2, float eps, float wd,
-                   float gs, int t, int upd, skiff_err *err) {
+                   float gs, const float *norm2, float clip, int t, int upd, skiff_err *err) {
     float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
     size_t lo = m->opt_off, hi = m->opt_off + m->opt_len;
     // One launch per tensor piece inside the range, each with its own decay.
@@ -481,19 +527,35 @@ static int adamw_t(struct cuda_gpt2 *m, const float *grad, float lr, float b1, f
         float w = i < GPT2_NUM_PARAM_TENSORS && gpt2_param_decays(i) ? wd : 0.0f;
         size_t k = a - lo;
         TRY(k_adamw<T>(m->master + k, upd ? (T *)m->params + a : NULL, grad + k, m->m + k, m->v + k, b - a,
-                       lr, b1, b2, eps, w, gs, bc1, bc2, m->stream, err));
+                       lr, b1, b2, eps, w, gs, norm2, clip, bc1, bc2, m->stream, err));
     }
     return 0;
 }
 
 extern "C" int cuda_gpt2_adamw(struct cuda_gpt2 *m, const float *grad, float lr, float beta1, float beta2,
-                               float eps, float wd, float grad_scale, int t, int update_params, skiff_err *err) {
+                               float eps, float wd, float grad_scale, const float *norm2, float clip, int t,
+                               int update_params, skiff_err *err) {
     switch (m->prec) {
-    case SKIFF_CUDA_FP32: return adamw_t<float>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, t, update_params, err);
-    case SKIFF_CUDA_BF16: return adamw_t<bf16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, t, update_params, err);
-    default: return adamw_t<fp16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, t, update_params, err);
+    case SKIFF_CUDA_FP32:
+        return adamw_t<float>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, norm2, clip, t, update_params, err);
+    case SKIFF_CUDA_BF16:
+        return adamw_t<bf16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, norm2, clip, t, update_params, err);
+    default:
+        return adamw_t<fp16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, norm2, clip, t, update_params, err);
     }
 }
+
+extern "C" int cuda_gpt2_sum_strided(struct cuda_gpt2 *m, float *dev_out, const float *dev, int n, int stride,
+                                     skiff_err *err) {
+    return k_strided_sum(dev_out, dev, n, stride, m->stream, err);
+}
+
+extern "C" int cuda_gpt2_fill(struct cuda_gpt2 *m, float *dev, float v, size_t n, skiff_err *err) {
+    return k_fill_f32(dev, v, n, m->stream, err);
+}
+
+extern "C" void *cuda_gpt2_params(struct cuda_gpt2 *m) { return m->params; }
+extern "C" size_t cuda_gpt2_param_elem_bytes(const struct cuda_gpt2 *m) { return m->elem; }
 
 extern "C" int cuda_gpt2_accumulate(struct cuda_gpt2 *m, float *dst, const float *src, size_t n, skiff_err *err) {
     return k_add_f32(dst, src, n, m->stream, err);

@@ -98,10 +98,11 @@ int k_fused_classifier(T *logits, float *losses, const int *targets, float dloss
 
 template <typename T>
 int k_adamw(float *master, T *param, const float *grad, float *m, float *v, size_t n, float lr,
-            float beta1, float beta2, float eps, float wd, float grad_scale, float bc1, float bc2,
-            cudaStream_t s, skiff_err *err) {
+            float beta1, float beta2, float eps, float wd, float grad_scale, const float *norm2,
+            float clip, float bc1, float bc2, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    LAUNCH((adamw_kernel), ceil_div(n, 256), 256, 0, s, master, param, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2);
+    LAUNCH((adamw_kernel), ceil_div(n, 256), 256, 0, s, master, param, grad, m, v, n, lr, beta1, beta2, eps, wd,
+           grad_scale, norm2, clip, bc1, bc2);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -140,6 +141,19 @@ int k_scale_f32(float *x, float a, size_t n, cudaStream_t s, skiff_err *err) {
     return 0;
 }
 
+int k_fill_f32(float *x, float v, size_t n, cudaStream_t s, skiff_err *err) {
+    if (n == 0) return 0;
+    LAUNCH((fill_f32_kernel), ceil_div(n, 256), 256, 0, s, x, v, n);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+int k_strided_sum(float *out, const float *x, int n, int stride, cudaStream_t s, skiff_err *err) {
+    LAUNCH((strided_sum_kernel), 1, 1, 0, s, out, x, n, stride);
+    CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
 int k_add_f32(float *x, const float *y, size_t n, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
     LAUNCH((add_kernel), ceil_div(n, 256), 256, 0, s, x, y, n);
@@ -173,7 +187,8 @@ int k_mean(float *out, const float *x, int n, cudaStream_t s, skiff_err *err) {
     template int k_fused_classifier<T>(T *, float *, const int *, float, int, int, int,           \
                                        cudaStream_t, skiff_err *);                                \
     template int k_adamw<T>(float *, T *, const float *, float *, float *, size_t, float, float,  \
-                            float, float, float, float, float, float, cudaStream_t, skiff_err *); \
+                            float, float, float, float, const float *, float, float, float,       \
+                            cudaStream_t, skiff_err *);                                           \
     template int k_cast_from_f32<T>(T *, const float *, size_t, cudaStream_t, skiff_err *);       \
     template int k_cast_to_f32<T>(float *, const T *, size_t, cudaStream_t, skiff_err *);
 

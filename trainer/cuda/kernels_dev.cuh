@@ -243,12 +243,21 @@ __global__ void fused_classifier_kernel(T *logits, float *losses, const int *tar
 }
 
 // ---------------------------------------------------------------- optimizer
+// The gradient is multiplied by gs; with norm2 (device, the squared global
+// norm of the unscaled-by-gs gradient) the kernel also clips to `clip` and
+// skips the update when the norm is not finite (an fp16 overflow), so the
+// host never has to read the norm before queueing the update.
 template <typename T>
 __global__ void adamw_kernel(float *master, T *param, const float *grad, float *m, float *v,
                              size_t n, float lr, float b1, float b2, float eps, float wd,
-                             float gs, float bc1, float bc2) {
+                             float gs, const float *norm2, float clip, float bc1, float bc2) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
+    if (norm2) {
+        float norm = sqrtf(*norm2) * gs;
+        if (!isfinite(norm)) return;
+        if (clip > 0.0f && norm > clip) gs *= clip / norm;
+    }
     float g = grad[i] * gs;
     float mi = b1 * m[i] + (1.0f - b1) * g;
     float vi = b2 * v[i] + (1.0f - b2) * g * g;
@@ -285,6 +294,19 @@ __global__ void norm_partial_kernel(float *part, const float *g, size_t n) {
 __global__ void norm_final_kernel(float *out, const float *part) {
     float acc = block_sum(part[threadIdx.x]);
     if (threadIdx.x == 0) out[0] += acc;
+}
+
+// out[0] = x[0] + x[stride] + x[2*stride] + ... (n terms, in order): a sum over
+// ranks in rank order, like the CPU path's.
+__global__ void strided_sum_kernel(float *out, const float *x, int n, int stride) {
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++) acc += x[(size_t)i * stride];
+    out[0] = acc;
+}
+
+__global__ void fill_f32_kernel(float *x, float v, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
 }
 
 __global__ void scale_kernel(float *x, float a, size_t n) {

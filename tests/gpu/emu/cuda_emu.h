@@ -37,6 +37,8 @@ inline thread_local uint3 emu_threadIdx, emu_blockIdx;
 inline thread_local dim3 emu_blockDim, emu_gridDim;
 inline thread_local std::barrier<> *emu_bar, *emu_wbar;
 inline thread_local float *emu_xch;
+inline thread_local unsigned char *emu_wx;  // per-warp exchange for fragments (32 x EMU_WX bytes)
+#define EMU_WX 64
 inline thread_local int emu_lane;
 alignas(256) inline unsigned char emu_smem[256 * 1024];
 inline unsigned char *emu_dyn_smem() { return emu_smem; }
@@ -100,6 +102,7 @@ template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
                 std::barrier<> bar(n);
                 std::vector<std::unique_ptr<std::barrier<>>> wb;
                 std::vector<float> xch(32 * nw);
+                std::vector<unsigned char> wx((size_t)32 * EMU_WX * nw);
                 for (unsigned w = 0; w < nw; w++) wb.emplace_back(new std::barrier<>(std::min(32u, n - w * 32)));
                 emu_the_pool.run(n, [&](unsigned t) {
                     emu_threadIdx = make_uint3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
@@ -109,6 +112,7 @@ template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
                     emu_bar = &bar;
                     emu_wbar = wb[t / 32].get();
                     emu_xch = &xch[(t / 32) * 32];
+                    emu_wx = &wx[(size_t)(t / 32) * 32 * EMU_WX];
                     emu_lane = t % 32;
                     f();
                     emu_wbar->arrive_and_drop();  // an exited thread no longer counts
@@ -116,6 +120,125 @@ template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
                 });
             }
 }
+
+// ---- warp-level PTX stand-ins (trainer/cuda/mma_dev.cuh) ----------------------
+// Every lane of the warp publishes its piece, all wait, each lane reads what
+// it needs, all wait again (so the buffer can be reused by the next call).
+template <typename P> inline void emu_exchange(const P &mine, P *all) {
+    static_assert(sizeof(P) <= EMU_WX, "fragment exchange too large");
+    memcpy(emu_wx + emu_lane * EMU_WX, &mine, sizeof(P));
+    emu_wbar->arrive_and_wait();
+    for (int l = 0; l < 32; l++) memcpy(&all[l], emu_wx + l * EMU_WX, sizeof(P));
+    emu_wbar->arrive_and_wait();
+}
+inline float emu_lo16(uint32_t r, bool bf) {
+    unsigned short h = (unsigned short)(r & 0xffff);
+    return bf ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
+}
+inline float emu_hi16(uint32_t r, bool bf) { return emu_lo16(r >> 16, bf); }
+
+// m16n8k16, 16-bit inputs: the fragment layouts of the PTX ISA.
+inline void emu_mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf) {
+    struct frag {
+        uint32_t a[4], b[2];
+    } mine, all[32];
+    memcpy(mine.a, a, sizeof(mine.a));
+    memcpy(mine.b, b, sizeof(mine.b));
+    emu_exchange(mine, all);
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l & 3;
+        const frag &f = all[l];
+        for (int h = 0; h < 2; h++) {
+            float (*lo)(uint32_t, bool) = h ? emu_hi16 : emu_lo16;
+            A[g][2 * t + h] = lo(f.a[0], bf);
+            A[g + 8][2 * t + h] = lo(f.a[1], bf);
+            A[g][2 * t + 8 + h] = lo(f.a[2], bf);
+            A[g + 8][2 * t + 8 + h] = lo(f.a[3], bf);
+            B[2 * t + h][g] = lo(f.b[0], bf);
+            B[2 * t + 8 + h][g] = lo(f.b[1], bf);
+        }
+    }
+    int g = emu_lane >> 2, t = emu_lane & 3;
+    for (int i = 0; i < 4; i++) {
+        int r = g + (i >> 1) * 8, c = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 16; k++) s += A[r][k] * B[k][c];
+        d[i] = s;
+    }
+}
+template <typename T> inline void mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    emu_mma16816(d, a, b, std::is_same_v<T, __nv_bfloat16>);
+}
+
+// TF32 rounding of cvt.rna.tf32.f32: to nearest, ties away from zero.
+inline uint32_t to_tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & ~0x1fffu;
+    return u;
+}
+
+// m16n8k8, tf32 inputs.
+inline void mma_1688_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    struct frag {
+        uint32_t a[4], b[2];
+    } mine, all[32];
+    memcpy(mine.a, a, sizeof(mine.a));
+    memcpy(mine.b, b, sizeof(mine.b));
+    emu_exchange(mine, all);
+    float A[16][8], B[8][8];
+    auto f = [](uint32_t u) {
+        float v;
+        memcpy(&v, &u, 4);
+        return v;
+    };
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l & 3;
+        A[g][t] = f(all[l].a[0]);
+        A[g + 8][t] = f(all[l].a[1]);
+        A[g][t + 4] = f(all[l].a[2]);
+        A[g + 8][t + 4] = f(all[l].a[3]);
+        B[t][g] = f(all[l].b[0]);
+        B[t + 4][g] = f(all[l].b[1]);
+    }
+    int g = emu_lane >> 2, t = emu_lane & 3;
+    for (int i = 0; i < 4; i++) {
+        int r = g + (i >> 1) * 8, c = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 8; k++) s += A[r][k] * B[k][c];
+        d[i] = s;
+    }
+}
+
+// ldmatrix .x4 (.trans): lane l gives the row address of row l%8 of matrix l/8.
+inline void emu_ldsm(uint32_t r[4], const void *row, bool trans) {
+    const unsigned char *all[32];
+    emu_exchange((const unsigned char *)row, all);
+    int g = emu_lane >> 2, t = emu_lane & 3;
+    for (int i = 0; i < 4; i++) {
+        uint16_t lo, hi;
+        if (!trans) {  // (row g, cols 2t, 2t+1)
+            memcpy(&lo, all[8 * i + g] + 4 * t, 2);
+            memcpy(&hi, all[8 * i + g] + 4 * t + 2, 2);
+        } else {  // (rows 2t, 2t+1, col g)
+            memcpy(&lo, all[8 * i + 2 * t] + 2 * g, 2);
+            memcpy(&hi, all[8 * i + 2 * t + 1] + 2 * g, 2);
+        }
+        r[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+}
+inline void ldsm_x4(uint32_t r[4], const void *row) { emu_ldsm(r, row, false); }
+inline void ldsm_x4_t(uint32_t r[4], const void *row) { emu_ldsm(r, row, true); }
+
+// cp.async completes at once here: the emulation checks the addressing and
+// the zero fill, not the asynchrony (races between stages need a real GPU).
+inline void cp_async16(void *smem, const void *gmem, bool valid) {
+    if (valid) memcpy(smem, gmem, 16);
+    else memset(smem, 0, 16);
+}
+inline void cp_async_commit() {}
+template <int N> inline void cp_async_wait() {}
 
 namespace nvcuda {
 namespace wmma {

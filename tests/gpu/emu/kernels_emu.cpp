@@ -1,6 +1,7 @@
 // Runs skiff's CUDA kernels on the CPU (cuda_emu.h) and compares them with
 // the CPU reference layers (trainer/layers/*.h): attention forward/backward
-// (flash tiling, masks, online softmax, dQ partials) for fp32/TF32 and bf16
+// (mma.sync fragments, tiling, masks, online softmax, the separate dK/dV and
+// dQ passes) for fp32/TF32, bf16 and fp16
 // and head sizes 16/32/64/128, full and partial tiles; residual+LayerNorm
 // forward/backward with the deterministic column sums; softmax+cross-entropy;
 // embedding backward; GELU; bias gradients; AdamW; the gradient norm.
@@ -69,19 +70,18 @@ template <typename T, int HS> static void test_attention(int B, int Tn, int NH, 
     auto qkv_r = to_f32(qkv_t), dout_r = to_f32(dout_t);  // reference sees the rounded inputs
 
     std::vector<T> out(no), dqkv(nq);
-    std::vector<float> lse((size_t)B * NH * Tn);
-    int ntile = (Tn + TILE - 1) / TILE;
-    std::vector<float> scratch((size_t)ntile * B * Tn * C + (size_t)B * NH * Tn);
+    std::vector<float> lse((size_t)B * NH * Tn), Dv((size_t)B * NH * Tn);
+    int ntile = (Tn + ATT_ROWS - 1) / ATT_ROWS;
     float scale = 1.0f / sqrtf((float)HS);
     T *o = out.data(), *dq = dqkv.data();
     const T *q = qkv_t.data(), *d = dout_t.data();
-    float *l = lse.data(), *sc = scratch.data(), *D = sc + (size_t)ntile * B * Tn * C;
-    emu_launch(dim3(ntile, NH, B), dim3(NWARP * 32), [=] { attention_forward_kernel<T, HS>(o, l, q, Tn, C, NH, scale); });
-    size_t rows = (size_t)B * Tn * NH;
-    emu_launch(dim3((rows * 32 + 255) / 256), dim3(256), [=] { attention_rowdot_kernel<T>(D, d, o, B, Tn, C, NH); });
-    emu_launch(dim3(ntile, NH, B), dim3(NWARP * 32),
-               [=] { attention_backward_kernel<T, HS>(dq, sc, d, q, l, D, Tn, C, NH, scale); });
-    emu_launch(dim3((no + 255) / 256), dim3(256), [=] { dq_reduce_kernel<T>(dq, sc, no, Tn, C); });
+    float *l = lse.data(), *D = Dv.data();
+    dim3 grid(ntile, NH, B), block(ATT_WARPS * 32);
+    emu_launch(grid, block, [=] { attention_forward_kernel<T, HS>(o, l, q, Tn, C, NH, scale); });
+    size_t lanes = (size_t)B * Tn * NH * (HS * sizeof(T) / 16);
+    emu_launch(dim3((lanes + 255) / 256), dim3(256), [=] { attention_rowdot_kernel<T, HS>(D, d, o, B, Tn, C, NH); });
+    emu_launch(grid, block, [=] { attention_dkdv_kernel<T, HS>(dq, d, q, l, D, Tn, C, NH, scale); });
+    emu_launch(grid, block, [=] { attention_dq_kernel<T, HS>(dq, d, q, l, D, Tn, C, NH, scale); });
 
     std::vector<float> ro(no), pre((size_t)B * NH * Tn * Tn), att(pre.size()), rd(nq, 0.0f), dpre(pre.size(), 0.0f),
         datt(pre.size(), 0.0f);
@@ -271,7 +271,7 @@ static void test_misc() {
     const float *pg2 = gg.data();
     bf16 *ppb = pb.data();
     emu_launch(dim3((na + 255) / 256), dim3(256),
-               [=] { adamw_kernel<bf16>(pp2, ppb, pg2, pm2, pv2, na, lr, b1, b2, eps, wd, gs, bc1, bc2); });
+               [=] { adamw_kernel<bf16>(pp2, ppb, pg2, pm2, pv2, na, lr, b1, b2, eps, wd, gs, NULL, 0, bc1, bc2); });
     double e = 0, eb = 0;
     for (size_t i = 0; i < na; i++) {
         float gi = gg[i] * gs, mi = b1 * rm[i] + (1 - b1) * gi, vi = b2 * rv[i] + (1 - b2) * gi * gi;
@@ -290,6 +290,7 @@ int main() {
     test_attention<bf16, 64>(2, 96, 2, 3e-2, "bf16");          // partial tile
     test_attention<bf16, 32>(1, 64, 3, 3e-2, "bf16");
     test_attention<bf16, 128>(1, 130, 1, 3e-2, "bf16");        // 3 tiles, 2 rows in the last
+    test_attention<float, 128>(1, 100, 1, 5e-3, "fp32/TF32");   // W = 32 inner tiles, partial
     test_attention<fp16, 64>(1, 128, 1, 1e-2, "fp16");
     test_layernorm<float>(40, 96, 1e-5, "fp32");
     test_layernorm<bf16>(300, 64, 2e-2, "bf16");

@@ -220,6 +220,8 @@ ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncc
 ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) {
     return ncclInvalidUsage;
 }
+ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
+ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
     return ncclInvalidUsage;
 }
