@@ -2,6 +2,10 @@
 #include "kernels.cuh"
 #include "attention_dev.cuh"
 
+extern "C" {
+#include "cuda_model.h"
+}
+
 size_t k_attention_scratch_floats(int B, int Tn, int C, int NH) {
     (void)C;
     return (size_t)B * NH * Tn;  // D = rowsum(dO * O)
@@ -78,6 +82,21 @@ int k_attention_backward(T *dqkv, float *scratch, const T *dout, const T *qkv, c
     case 64: return attention_backward_hs<T, 64>(dqkv, scratch, dout, qkv, out, lse, B, Tn, C, NH, s, err);
     default: return attention_backward_hs<T, 128>(dqkv, scratch, dout, qkv, out, lse, B, Tn, C, NH, s, err);
     }
+}
+
+template <typename T> static void smem_of(int hs, size_t out[3]) {
+    switch (hs) {
+    case 16: out[0] = att_cfg<T, 16>::fwd_smem(), out[1] = att_cfg<T, 16>::dkdv_smem(), out[2] = att_cfg<T, 16>::dq_smem(); break;
+    case 32: out[0] = att_cfg<T, 32>::fwd_smem(), out[1] = att_cfg<T, 32>::dkdv_smem(), out[2] = att_cfg<T, 32>::dq_smem(); break;
+    case 64: out[0] = att_cfg<T, 64>::fwd_smem(), out[1] = att_cfg<T, 64>::dkdv_smem(), out[2] = att_cfg<T, 64>::dq_smem(); break;
+    default: out[0] = att_cfg<T, 128>::fwd_smem(), out[1] = att_cfg<T, 128>::dkdv_smem(), out[2] = att_cfg<T, 128>::dq_smem(); break;
+    }
+}
+
+extern "C" void cuda_attention_smem(int prec, int hs, size_t out[3]) {
+    if (prec == SKIFF_CUDA_FP32) smem_of<float>(hs, out);
+    else if (prec == SKIFF_CUDA_BF16) smem_of<bf16>(hs, out);
+    else smem_of<fp16>(hs, out);
 }
 
 #define INSTANTIATE(T)                                                                        \

@@ -27,6 +27,29 @@ int cuda_precision_parse(const char *name, int *prec, skiff_err *err);
 /* Selects the GPU (device = local_rank % device count) and returns its name. */
 int cuda_select_device(int local_rank, char *name, size_t name_len, skiff_err *err);
 
+/* Device memory cuda_gpt2_create allocates for these shapes, by what it is
+ * for, computed on the host (no GPU needed); create checks that it
+ * allocates exactly this. Not included: the CUDA context, NCCL's buffers, the
+ * training loop's few scalars and the ZeRO-2 shard (opt_len floats). */
+struct cuda_mem_plan {
+    size_t params;      /* storage copy (n_pad elements of the run's type) */
+    size_t grads;       /* fp32, n_pad */
+    size_t optimizer;   /* fp32 master, m, v for the optimizer's range */
+    size_t activations; /* kept for backward: 16 (B,T,C) tensors per layer + statistics */
+    size_t logits;      /* (B,T,Vp), overwritten by their gradient */
+    size_t backward;    /* gradient buffers of one layer + a forward scratch */
+    size_t scratch;     /* reductions, attention D, embedding partials, bias gradients */
+    size_t misc;        /* token ids, targets, token index, losses */
+    size_t workspace;   /* cuBLASLt */
+    size_t total;
+};
+void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
+                           size_t opt_len, struct cuda_mem_plan *p);
+
+/* Dynamic shared memory the attention launchers request for head size hs:
+ * out[0] forward, out[1] dK/dV, out[2] dQ (host only). */
+void cuda_attention_smem(int prec, int hs, size_t out[3]);
+
 /* n_pad >= number of parameters (padding for ZeRO shards). */
 int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T,
                      int prec, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err);

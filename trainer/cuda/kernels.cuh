@@ -13,13 +13,16 @@ template <typename T>
 int k_encoder_forward(T *out, const int *tokens, const T *wte, const T *wpe, int B, int Tn, int C,
                       cudaStream_t s, skiff_err *err);
 // dwte[tokens] += dout, dwpe[t] += dout, deterministically. csr (device) is
-// built on the host by k_encoder_csr: uniq[nuniq], start[nuniq+1], rows[B*T].
-// Host: groups the rows of tokens (N ids < V) by token into csr (3N+1 ints);
-// counts is V ints of scratch. Returns the number of distinct tokens.
+// the segmented token index built on the host by k_encoder_csr (N token ids
+// < V; counts is V ints of scratch; k_encoder_csr_ints(N) ints; returns the
+// ints written, nseg = csr[0], nbig = csr[1]). scratch:
+// k_encoder_scratch_floats(N, C) floats for the partial sums of frequent tokens.
 int k_encoder_csr(int *csr, int *counts, const int *tokens, int N, int V);
+size_t k_encoder_csr_ints(int N);
+size_t k_encoder_scratch_floats(int N, int C);
 template <typename T>
-int k_encoder_backward(float *dwte, float *dwpe, const T *dout, const int *csr, int nuniq, int B,
-                       int Tn, int C, cudaStream_t s, skiff_err *err);
+int k_encoder_backward(float *dwte, float *dwpe, float *scratch, const T *dout, const int *csr, int nseg, int nbig,
+                       int B, int Tn, int C, cudaStream_t s, skiff_err *err);
 // res_out = a + b (skipped when b is NULL: then a is the residual), ln_out =
 // LayerNorm(res_out) * w + bias; mean/rstd (N) kept for the backward pass.
 template <typename T>
