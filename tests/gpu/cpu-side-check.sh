@@ -35,10 +35,40 @@ if [ -x "$EMU_TOOL" ]; then
   else
     t_fail "emulated CUDA model matches the CPU model (tiny, bf16)" "$(grep -E 'FAIL|gpu_tool' <<<"$out" | head)"
   fi
+  # the same without cuBLASLt's fused epilogues (DGELU, BGRADB), as when a
+  # cuBLASLt has no algorithm for them: the own GELU' and column-sum kernels
+  if out=$(SKIFF_EMU_NO_FUSED_EPILOGUES=1 "$EMU_TOOL" check --model tiny --batch 2 --seq 64 --precision bf16 2>&1) &&
+     grep -q 'using separate kernels instead' <<<"$out"; then
+    t_pass "emulated CUDA model without the fused cuBLASLt epilogues matches the CPU model (fallback kernels)"
+  else
+    t_fail "emulated CUDA model without the fused epilogues" "$(grep -E 'FAIL|gpu_tool|separate' <<<"$out" | head)"
+  fi
 else
   t_skip "emulated CUDA model" "build/emu/tests/gpu/gpu_tool is not built"
 fi
 t_check "synthetic shard" "$TOOL" mkshard --out "$tmp/train_000.bin" --tokens 100000 --vocab 256 --text
+
+# The CUDA training loop on the emulation (tiny shapes: an emulated step takes
+# about a second): the resume rules of trainer/policy.c, shared with the CPU.
+EMU_ST=$BUILD/emu/bin/skiff-train
+if [ -x "$EMU_ST" ]; then
+  EARGS=(train --model tiny --data "$tmp/train_*.bin" --batch 1 --seq 16 --device cuda --precision bf16)
+  "$EMU_ST" "${EARGS[@]}" --steps 2 --ckpt-dir "$tmp/ck" --quiet >/dev/null 2>&1
+  out=$("$EMU_ST" "${EARGS[@]}" --steps 2 --ckpt-dir "$tmp/ck" --resume 2>&1); rc=$?
+  if [ "$rc" -eq 0 ] && grep -q 'nothing left to do' <<<"$out"; then
+    t_pass "CUDA: --resume of a finished run exits 0 (the CPU's rule, so a requeued job ends)"
+  else
+    t_fail "CUDA: --resume of a finished run exits 0" "exit $rc: $out"
+  fi
+  # fp16 whose every step overflows: the loss scale stops at its floor and the
+  # run fails with a clear error after SKIFF_TRAIN_MAX_SKIPPED skipped steps
+  t_fails_with "CUDA fp16: persistent overflow is an error after N skipped steps, not an endless halving" \
+    'fp16: 3 steps in a row overflowed.*use --precision bf16' \
+    env SKIFF_TRAIN_INJECT_OVERFLOW_STEP=1+ SKIFF_TRAIN_MAX_SKIPPED=3 \
+    "$EMU_ST" train --model tiny --data "$tmp/train_*.bin" --batch 1 --seq 16 --device cuda --precision fp16 --steps 10
+else
+  t_skip "CUDA training loop on the emulation" "build/emu/bin/skiff-train is not built"
+fi
 
 # The data file is valid; what must fail is the device.
 if "$TOOL" gemm --size 256 --iters 1 >/dev/null 2>&1; then

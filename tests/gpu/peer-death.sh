@@ -15,7 +15,8 @@ if [ ! -x "$ST" ] || [ ! -x "$TOOL" ]; then
 fi
 tmp=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+lines() { { wc -l <"$1"; } 2>/dev/null || echo 0; }
 trap cleanup EXIT
 "$TOOL" mkshard --out "$tmp/train_000.bin" --tokens 200000 --vocab 256 --text >/dev/null ||
   { t_fail "dead peer: mkshard"; t_done; }
@@ -29,15 +30,16 @@ peer_case() {
   pids=()
   for r in 0 1; do
     SKIFF_TRAIN_COMM=host-staged RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$port "$ST" train --model tiny --data "$tmp/train_*.bin" --batch 2 --seq 64 --steps 100000 \
+      MASTER_PORT=$port "$ST" train --model tiny --data "$tmp/train_*.bin" --batch 1 --seq 16 --steps 100000 \
       --device cuda --precision fp32 --timeout "$TIMEOUT" --log "$log" >"$tmp/$sig.r$r" 2>&1 &
     pids+=($!)
   done
+  disown "${pids[1]}"  # it is killed on purpose: no job notice from bash
   local waited=0
-  while [ "$(wc -l <"$log" 2>/dev/null || echo 0)" -lt 2 ] && [ "$waited" -lt 600 ] && kill -0 "${pids[0]}" 2>/dev/null; do
+  while [ "$(lines "$log")" -lt 2 ] && [ "$waited" -lt 600 ] && kill -0 "${pids[0]}" 2>/dev/null; do
     sleep 0.5; waited=$((waited + 1))
   done
-  if [ "$(wc -l <"$log" 2>/dev/null || echo 0)" -lt 2 ]; then
+  if [ "$(lines "$log")" -lt 2 ]; then
     t_fail "dead peer ($sig): training did not reach step 2" "$(tail -2 "$tmp/$sig.r0" "$tmp/$sig.r1" | tr '\n' ' ')"
     return
   fi

@@ -115,6 +115,24 @@ template <> struct dtype_of<fp16> { static constexpr cudaDataType_t cuda = CUDA_
 
 static inline unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
+// Elementwise kernels over n elements loop with a grid stride, launched with
+// grid_blocks(n) blocks of 256: enough waves for the 132 SMs of an H100, not
+// a block per 256 elements (and few emulated threads on the CPU).
+#define GRID_STRIDE(i, n)                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);        \
+         i += (size_t)gridDim.x * blockDim.x)
+#ifdef SKIFF_CUDA_EMU
+#define GRID_MAX_BLOCKS 4
+#define BIG_BLOCK 128  // row-per-block kernels: fewer emulated threads
+#else
+#define GRID_MAX_BLOCKS 2048
+#define BIG_BLOCK 1024
+#endif
+static inline unsigned grid_blocks(size_t n) {
+    size_t b = (n + 255) / 256;
+    return (unsigned)(b < GRID_MAX_BLOCKS ? b : GRID_MAX_BLOCKS);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

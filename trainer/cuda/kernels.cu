@@ -144,7 +144,7 @@ int k_bias_backward(float *dbias, float *scratch, const T *dout, int N, int OC, 
 template <typename T>
 int k_fused_classifier(T *logits, float *losses, const int *targets, float dloss, int N, int V,
                        int Vp, cudaStream_t s, skiff_err *err) {
-    LAUNCH((fused_classifier_kernel), N, 1024, 0, s, logits, losses, targets, dloss, V, Vp);
+    LAUNCH((fused_classifier_kernel), N, BIG_BLOCK, 0, s, logits, losses, targets, dloss, V, Vp);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -154,7 +154,7 @@ int k_adamw(float *master, T *param, const float *grad, float *m, float *v, size
             float beta1, float beta2, float eps, float wd, float grad_scale, const float *norm2,
             float clip, float bc1, float bc2, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    LAUNCH((adamw_kernel), ceil_div(n, 256), 256, 0, s, master, param, grad, m, v, n, lr, beta1, beta2, eps, wd,
+    LAUNCH((adamw_kernel), grid_blocks(n), 256, 0, s, master, param, grad, m, v, n, lr, beta1, beta2, eps, wd,
            grad_scale, norm2, clip, bc1, bc2);
     CUDA_CHECK_LAUNCH();
     return 0;
@@ -163,14 +163,14 @@ int k_adamw(float *master, T *param, const float *grad, float *m, float *v, size
 template <typename T>
 int k_cast_from_f32(T *dst, const float *src, size_t n, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    LAUNCH((cast_from_f32_kernel), ceil_div(n, 256), 256, 0, s, dst, src, n);
+    LAUNCH((cast_from_f32_kernel), grid_blocks(n), 256, 0, s, dst, src, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
 template <typename T>
 int k_cast_to_f32(float *dst, const T *src, size_t n, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    LAUNCH((cast_to_f32_kernel), ceil_div(n, 256), 256, 0, s, dst, src, n);
+    LAUNCH((cast_to_f32_kernel), grid_blocks(n), 256, 0, s, dst, src, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -180,7 +180,7 @@ size_t k_norm_scratch_floats(void) { return NORM_BLOCKS; }
 int k_norm_squared(float *out, float *scratch, const float *g, size_t n, cudaStream_t s,
                    skiff_err *err) {
     if (n == 0) return 0;
-    LAUNCH((norm_partial_kernel), NORM_BLOCKS, 512, 0, s, scratch, g, n);
+    LAUNCH((norm_partial_kernel), NORM_BLOCKS, BIG_BLOCK / 2, 0, s, scratch, g, n);
     CUDA_CHECK_LAUNCH();
     LAUNCH((norm_final_kernel), 1, NORM_BLOCKS, 0, s, out, scratch);
     CUDA_CHECK_LAUNCH();
@@ -189,14 +189,14 @@ int k_norm_squared(float *out, float *scratch, const float *g, size_t n, cudaStr
 
 int k_scale_f32(float *x, float a, size_t n, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    LAUNCH((scale_kernel), ceil_div(n, 256), 256, 0, s, x, a, n);
+    LAUNCH((scale_kernel), grid_blocks(n), 256, 0, s, x, a, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 int k_fill_f32(float *x, float v, size_t n, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    LAUNCH((fill_f32_kernel), ceil_div(n, 256), 256, 0, s, x, v, n);
+    LAUNCH((fill_f32_kernel), grid_blocks(n), 256, 0, s, x, v, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -209,13 +209,13 @@ int k_strided_sum(float *out, const float *x, int n, int stride, cudaStream_t s,
 
 int k_add_f32(float *x, const float *y, size_t n, cudaStream_t s, skiff_err *err) {
     if (n == 0) return 0;
-    LAUNCH((add_kernel), ceil_div(n, 256), 256, 0, s, x, y, n);
+    LAUNCH((add_kernel), grid_blocks(n), 256, 0, s, x, y, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 int k_mean(float *out, const float *x, int n, cudaStream_t s, skiff_err *err) {
-    LAUNCH((mean_kernel), 1, 1024, 0, s, out, x, n);
+    LAUNCH((mean_kernel), 1, BIG_BLOCK, 0, s, out, x, n);
     CUDA_CHECK_LAUNCH();
     return 0;
 }

@@ -472,13 +472,12 @@ template <typename T>
 __global__ void adamw_kernel(float *master, T *param, const float *grad, float *m, float *v,
                              size_t n, float lr, float b1, float b2, float eps, float wd,
                              float gs, const float *norm2, float clip, float bc1, float bc2) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
     if (norm2) {
         float norm = sqrtf(*norm2) * gs;
         if (!isfinite(norm)) return;
         if (clip > 0.0f && norm > clip) gs *= clip / norm;
     }
+    GRID_STRIDE(i, n) {
     float g = grad[i] * gs;
     float mi = b1 * m[i] + (1.0f - b1) * g;
     float vi = b2 * v[i] + (1.0f - b2) * g * g;
@@ -488,21 +487,25 @@ __global__ void adamw_kernel(float *master, T *param, const float *grad, float *
     p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
     master[i] = p;
     if (param) param[i] = from_f<T>(p);
+    }
 }
 
 template <typename T>
 __global__ void cast_from_f32_kernel(T *dst, const float *src, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = from_f<T>(src[i]);
+    GRID_STRIDE(i, n) dst[i] = from_f<T>(src[i]);
 }
 template <typename T>
 __global__ void cast_to_f32_kernel(float *dst, const T *src, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = to_f(src[i]);
+    GRID_STRIDE(i, n) dst[i] = to_f(src[i]);
 }
 
-// Two passes with a fixed grid, so the sum is the same on every run.
+// Two passes with a fixed grid, so the sum is the same on every run (the
+// emulation uses a smaller grid: fewer emulated threads, same code).
+#ifdef SKIFF_CUDA_EMU
+#define NORM_BLOCKS 32
+#else
 #define NORM_BLOCKS 512
+#endif
 __global__ void norm_partial_kernel(float *part, const float *g, size_t n) {
     float acc = 0.0f;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -526,18 +529,15 @@ __global__ void strided_sum_kernel(float *out, const float *x, int n, int stride
 }
 
 __global__ void fill_f32_kernel(float *x, float v, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = v;
+    GRID_STRIDE(i, n) x[i] = v;
 }
 
 __global__ void scale_kernel(float *x, float a, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] *= a;
+    GRID_STRIDE(i, n) x[i] *= a;
 }
 
 __global__ void add_kernel(float *x, const float *y, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] += y[i];
+    GRID_STRIDE(i, n) x[i] += y[i];
 }
 
 __global__ void mean_kernel(float *out, const float *x, int n) {
