@@ -66,6 +66,32 @@ if [ -x "$EMU_ST" ]; then
     'fp16: 3 steps in a row overflowed.*use --precision bf16' \
     env SKIFF_TRAIN_INJECT_OVERFLOW_STEP=1+ SKIFF_TRAIN_MAX_SKIPPED=3 \
     "$EMU_ST" train --model tiny --data "$tmp/train_*.bin" --batch 1 --seq 16 --device cuda --precision fp16 --steps 10
+  # ZeRO-1/2 gather the updated bf16 weights (not the fp32 master): two ranks
+  # (host-staged) with --zero 1 and 2 follow --zero 0 (same global batch)
+  run2() {  # run2 ZERO OUT
+    local port=$((20000 + RANDOM % 20000)) pids=() rc=0
+    for r in 0 1; do
+      RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        "$EMU_ST" "${EARGS[@]}" --steps 3 --zero "$1" --timeout 60 --log "$2" --quiet >"$2.r$r" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    return $rc
+  }
+  if run2 0 "$tmp/z0.jsonl" && run2 1 "$tmp/z1.jsonl" && run2 2 "$tmp/z2.jsonl"; then
+    l0=$(grep -o '"loss":[0-9.]*' "$tmp/z0.jsonl" | cut -d: -f2 | tr '\n' ' ')
+    l1=$(grep -o '"loss":[0-9.]*' "$tmp/z1.jsonl" | cut -d: -f2 | tr '\n' ' ')
+    l2=$(grep -o '"loss":[0-9.]*' "$tmp/z2.jsonl" | cut -d: -f2 | tr '\n' ' ')
+    if awk -v a="$l0" -v b="$l1" -v c="$l2" 'BEGIN { n = split(a, x); split(b, y); split(c, z)
+         for (i = 1; i <= n; i++) if ((x[i] - y[i])^2 > 1e-4 || (x[i] - z[i])^2 > 1e-4) exit 1
+         exit n != 3 }'; then
+      t_pass "CUDA bf16, 2 ranks: --zero 1 and 2 (bf16 weight all-gather) follow --zero 0 within 1e-2 ($l0| $l1| $l2)"
+    else
+      t_fail "CUDA bf16, 2 ranks: --zero 1 and 2 follow --zero 0" "zero0: $l0 zero1: $l1 zero2: $l2"
+    fi
+  else
+    t_fail "CUDA bf16, 2 ranks with --zero 0/1/2" "$(tail -2 "$tmp"/z*.jsonl.r* | tr '\n' ' ')"
+  fi
 else
   t_skip "CUDA training loop on the emulation" "build/emu/bin/skiff-train is not built"
 fi
