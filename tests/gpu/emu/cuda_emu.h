@@ -4,9 +4,10 @@
 // each CUDA thread is an OS thread; __syncthreads/__syncwarp are barriers;
 // __shfl_xor_sync goes through a per-warp exchange buffer; __shared__
 // variables become statics (one block runs at a time, so that is exact);
-// WMMA fragments hold the whole 16x16 tile in every lane (load/mma/store have
-// the documented element layouts; store is done by lane 0). What this cannot
-// check: real warp divergence/timing, hardware fragment layouts, speed.
+// mma.sync, ldmatrix and cp.async (trainer/cuda/mma_dev.cuh) exchange the
+// lanes' fragments and compute with the PTX ISA's documented layouts. What
+// this cannot check: real warp divergence/timing, that the hardware matches
+// the documented layouts, races between cp.async stages, speed.
 #ifndef SKIFF_CUDA_EMU_H
 #define SKIFF_CUDA_EMU_H
 
@@ -240,70 +241,14 @@ inline void cp_async16(void *smem, const void *gmem, bool valid) {
 inline void cp_async_commit() {}
 template <int N> inline void cp_async_wait() {}
 
-namespace nvcuda {
-namespace wmma {
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-namespace precision {
-struct tf32 {};
-}
-enum layout_t { mem_row_major, mem_col_major };
-
-template <class Use, int M, int N, int K, class T, class L = void> struct fragment {
-    static constexpr int R = std::is_same_v<Use, matrix_b> ? K : M;
-    static constexpr int C = std::is_same_v<Use, matrix_a> ? K : N;
-    static constexpr int num_elements = R * C;
-    float x[R * C];
-};
-
-inline float emu_tof(float v) { return v; }
-inline float emu_tof(__nv_bfloat16 v) { return __bfloat162float(v); }
-inline float emu_tof(__half v) { return __half2float(v); }
-
-// Element (r, c) of the stored tile: row_major at p[r*ld + c], col_major at p[c*ld + r].
-template <class Use, int M, int N, int K, class T, class L, class P>
-void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsigned ld) {
-    constexpr bool rm = std::is_same_v<L, row_major>;
-    for (int r = 0; r < f.R; r++)
-        for (int c = 0; c < f.C; c++) f.x[r * f.C + c] = emu_tof(rm ? p[r * ld + c] : p[c * ld + r]);
-}
-
-template <int M, int N, int K, class TA, class LA, class LB>
-void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, TA, LA> &a,
-              const fragment<matrix_b, M, N, K, TA, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
-    float out[M * N];
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float s = c.x[i * N + j];
-            for (int k = 0; k < K; k++) s += a.x[i * K + k] * b.x[k * N + j];
-            out[i * N + j] = s;
-        }
-    memcpy(d.x, out, sizeof(out));
-}
-
-template <class F> void fill_fragment(F &f, float v) {
-    for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
-}
-
-template <int M, int N, int K>
-void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ld, layout_t l) {
-    if (emu_lane != 0) return;
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) (l == mem_row_major ? p[i * ld + j] : p[j * ld + i]) = f.x[i * N + j];
-}
-
-// Round to nearest (ties to even) at TF32's 10 mantissa bits.
-inline float __float_to_tf32(float v) {
+// fp32 rounded to TF32's 10 mantissa bits, to nearest (ties to even): how the
+// cuBLASLt stand-in (runtime_emu.cpp) rounds TF32 GEMM inputs.
+inline float emu_round_tf32(float v) {
     uint32_t u;
     memcpy(&u, &v, 4);
     if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x0fffu + ((u >> 13) & 1u)) & ~0x1fffu;
     memcpy(&v, &u, 4);
     return v;
 }
-}  // namespace wmma
-}  // namespace nvcuda
 
 #endif

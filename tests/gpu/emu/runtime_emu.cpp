@@ -186,12 +186,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     for (size_t i = 0; i < m; i++)
         for (size_t q = 0; q < k; q++) {
             float v = ld_el(A, a->t, ta ? q + i * a->ld : i + q * a->ld);
-            opa[i * k + q] = tf32 ? nvcuda::wmma::__float_to_tf32(v) : v;
+            opa[i * k + q] = tf32 ? emu_round_tf32(v) : v;
         }
     for (size_t q = 0; q < k; q++)
         for (size_t j = 0; j < n; j++) {
             float v = ld_el(B, b->t, tb ? j + q * b->ld : q + j * b->ld);
-            opb[q * n + j] = tf32 ? nvcuda::wmma::__float_to_tf32(v) : v;
+            opb[q * n + j] = tf32 ? emu_round_tf32(v) : v;
         }
 #pragma omp parallel for
     for (size_t j = 0; j < n; j++)
