@@ -60,6 +60,28 @@ if [ -x "$EMU_ST" ]; then
   else
     t_fail "CUDA: --resume of a finished run exits 0" "exit $rc: $out"
   fi
+  # One policy, one checkpoint format: a run saved on the CPU resumes on CUDA
+  # and the other way round, and follows the uninterrupted CPU run (fp32 on
+  # the CUDA side: TF32 matmul inputs; 2e-3 here, 2 steps after the resume).
+  XARGS=(train --model tiny --data "$tmp/train_*.bin" --batch 1 --seq 16 --steps 4 --quiet)
+  xloss() { grep -o '"loss":[0-9.]*' "$1" | cut -d: -f2 | tr '\n' ' '; }
+  "$ST" "${XARGS[@]}" --device cpu --log "$tmp/xref.jsonl" >/dev/null 2>&1
+  "$ST" "${XARGS[@]}" --device cpu --stop-after 2 --ckpt-dir "$tmp/xc" >/dev/null 2>&1 &&
+    "$EMU_ST" "${XARGS[@]}" --device cuda --precision fp32 --resume --ckpt-dir "$tmp/xc" --log "$tmp/xc.jsonl" \
+      >"$tmp/xc.out" 2>&1
+  xrc=$?
+  "$EMU_ST" "${XARGS[@]}" --device cuda --precision fp32 --stop-after 2 --ckpt-dir "$tmp/xg" >/dev/null 2>&1 &&
+    "$ST" "${XARGS[@]}" --device cpu --resume --ckpt-dir "$tmp/xg" --log "$tmp/xg.jsonl" >"$tmp/xg.out" 2>&1
+  xrc=$((xrc + $?))
+  ref=$(xloss "$tmp/xref.jsonl") c2g=$(xloss "$tmp/xc.jsonl") g2c=$(xloss "$tmp/xg.jsonl")
+  if [ "$xrc" -eq 0 ] && awk -v r="$ref" -v a="$c2g" -v b="$g2c" 'BEGIN { n = split(r, x); split(a, y); split(b, z)
+       if (n != 4 || split(a, y) != 2 || split(b, z) != 2) exit 1
+       for (i = 1; i <= 2; i++) if ((x[i + 2] - y[i])^2 > 4e-6 || (x[i + 2] - z[i])^2 > 4e-6) exit 1 }'; then
+    t_pass "a checkpoint moves between devices: CPU -> CUDA and CUDA -> CPU resume steps 3-4 like the CPU run within 2e-3 ($ref| $c2g| $g2c)"
+  else
+    t_fail "a checkpoint moves between devices (CPU -> CUDA, CUDA -> CPU)" \
+      "exit $xrc; cpu: $ref cpu->cuda: $c2g cuda->cpu: $g2c; $(tail -2 "$tmp/xc.out" "$tmp/xg.out" | tr '\n' ' ')"
+  fi
   # fp16 whose every step overflows: the loss scale stops at its floor and the
   # run fails with a clear error after SKIFF_TRAIN_MAX_SKIPPED skipped steps
   t_fails_with "CUDA fp16: persistent overflow is an error after N skipped steps, not an endless halving" \
