@@ -5,8 +5,7 @@
 
 #include "policy.h"
 
-void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params,
-                     int world, int rank)
+void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params, int world, int rank)
 {
     memset(p, 0, sizeof *p);
     p->world = world;
@@ -25,8 +24,7 @@ void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t nu
     if (o->stop_after && o->stop_after < p->end) p->end = o->stop_after;
 }
 
-uint64_t train_plan_window(const struct train_plan *p, const struct train_opts *o, int step,
-                           int k)
+uint64_t train_plan_window(const struct train_plan *p, const struct train_opts *o, int step, int k)
 {
     uint64_t B = (uint64_t)o->batch, P = (uint64_t)p->world;
     uint64_t G = B * (uint64_t)o->grad_accum * P;
@@ -48,8 +46,8 @@ int train_plan_save_due(const struct train_opts *o, const struct train_plan *p, 
     return o->ckpt_dir && ((o->ckpt_every && done % o->ckpt_every == 0) || done == p->end);
 }
 
-void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int step,
-                     float *params, float *m, float *v, struct train_ckpt *c)
+void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int step, float *params, float *m,
+                     float *v, struct train_ckpt *c)
 {
     int has_opt = o->zero || p->rank == 0;
     memset(c, 0, sizeof *c);
@@ -58,8 +56,7 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
     c->rank = p->rank;
     c->zero = o->zero;
     c->step = step;
-    c->data_pos = (uint64_t)step * (uint64_t)o->batch * (uint64_t)o->grad_accum *
-                  (uint64_t)p->world;
+    c->data_pos = (uint64_t)step * (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)p->world;
     c->rng = o->seed;
     c->num_params = p->n_pad;
     c->opt_off = has_opt ? p->opt_off : 0;
@@ -69,8 +66,8 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
     c->v = v;
 }
 
-int train_resume_load(struct train_plan *p, const struct train_opts *o, float *params,
-                      float *m, float *v, skiff_err *err)
+int train_resume_load(struct train_plan *p, const struct train_opts *o, float *params, float *m, float *v,
+                      skiff_err *err)
 {
     struct train_ckpt c;
     train_plan_ckpt(p, o, 0, params, m, v, &c);
@@ -86,8 +83,7 @@ int train_resume_shares_opt(const struct train_plan *p, const struct train_opts 
     return o->zero == 0 && p->world > 1;
 }
 
-int train_resume_agree(const struct train_plan *p, const struct train_opts *o,
-                       double mean_start, skiff_err *err)
+int train_resume_agree(const struct train_plan *p, const struct train_opts *o, double mean_start, skiff_err *err)
 {
     if (mean_start != (double)p->start)
         return skiff_error(err, 0,
@@ -96,8 +92,10 @@ int train_resume_agree(const struct train_plan *p, const struct train_opts *o,
                            p->rank, p->start, mean_start, o->ckpt_dir);
     /* finished already: success, so a requeued job's `--resume` loop ends */
     if (p->start >= o->steps && p->rank == 0)
-        fprintf(stderr, "skiff-train: checkpoint in %s is at step %d of --steps %d: nothing "
-                        "left to do\n", o->ckpt_dir, p->start, o->steps);
+        fprintf(stderr,
+                "skiff-train: checkpoint in %s is at step %d of --steps %d: nothing "
+                "left to do\n",
+                o->ckpt_dir, p->start, o->steps);
     return 0;
 }
 

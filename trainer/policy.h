@@ -23,13 +23,11 @@ struct train_plan {
 
 /* ZeRO 0: every rank steps the whole (padded) buffer; ZeRO 1/2: rank r owns
  * the r-th of world equal shards. start = 0 until train_resume_load. */
-void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params,
-                     int world, int rank);
+void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params, int world, int rank);
 
 /* First global train window of micro-step k of step `step` on this rank:
  * step*G + (k*world + rank)*B with G = B*K*world (see struct data_loader). */
-uint64_t train_plan_window(const struct train_plan *p, const struct train_opts *o, int step,
-                           int k);
+uint64_t train_plan_window(const struct train_plan *p, const struct train_opts *o, int step, int k);
 /* First validation window of validation batch i (B = the val loader's B). */
 uint64_t train_plan_val_window(const struct train_plan *p, int B, int i);
 /* Whether to evaluate after 0-based step `step` (every --val-every steps and
@@ -42,24 +40,23 @@ int train_plan_save_due(const struct train_opts *o, const struct train_plan *p, 
 /* The checkpoint record of this rank after `step` steps. Rank 0's file holds
  * the parameters; with ZeRO 0 the optimizer state is the same everywhere and
  * only rank 0 keeps it, with ZeRO each rank keeps its shard. */
-void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int step,
-                     float *params, float *m, float *v, struct train_ckpt *c);
+void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int step, float *params, float *m,
+                     float *v, struct train_ckpt *c);
 
 /* --resume, first half: reads this rank's checkpoint (parameters into params
  * on rank 0, optimizer state into m and v where this rank's file has it) and
  * sets p->start and p->end. Then the caller shares the state (ZeRO 0 with
  * several ranks: rank 0 broadcasts m and v) and computes the mean of p->start
  * over ranks for train_resume_agree. */
-int train_resume_load(struct train_plan *p, const struct train_opts *o, float *params,
-                      float *m, float *v, skiff_err *err);
+int train_resume_load(struct train_plan *p, const struct train_opts *o, float *params, float *m, float *v,
+                      skiff_err *err);
 /* 1 when rank 0 must broadcast the optimizer state after loading. */
 int train_resume_shares_opt(const struct train_plan *p, const struct train_opts *o);
 /* --resume, second half: fails when the ranks' checkpoints are at different
  * steps (an interrupted save). A run that is already finished is not an
  * error: rank 0 says so and the loop does nothing, so a requeued job's
  * `--resume` ends with exit 0. */
-int train_resume_agree(const struct train_plan *p, const struct train_opts *o,
-                       double mean_start, skiff_err *err);
+int train_resume_agree(const struct train_plan *p, const struct train_opts *o, double mean_start, skiff_err *err);
 
 /* Gradient clipping: the factor the gradient is multiplied by for a global
  * norm `norm` (1 when --grad-clip is 0 or the norm is below it). */

@@ -30,9 +30,9 @@
 #include "cuda_model.h"
 #include "model.h"
 
-#define H100_BW 3.35e12     /* bytes/s, H100 SXM HBM3 */
-#define H100_PEAK 989e12    /* FLOP/s, bf16 dense tensor cores */
-#define LAUNCH_GAP_S 2e-6   /* assumed idle time between two dependent launches */
+#define H100_BW 3.35e12   /* bytes/s, H100 SXM HBM3 */
+#define H100_PEAK 989e12  /* FLOP/s, bf16 dense tensor cores */
+#define LAUNCH_GAP_S 2e-6 /* assumed idle time between two dependent launches */
 
 /* Efficiencies assumed for the estimate (fractions of the peaks above). */
 enum kind { K_GEMM, K_ATT_FWD, K_ATT_BWD, K_ATT_WMMA, K_VEC, K_SCALAR, K_SERIAL, K_TINY, NKIND };
@@ -40,14 +40,10 @@ static const struct {
     const char *name;
     double flops, bw;
 } eff[NKIND] = {
-    [K_GEMM] = {"cuBLASLt", 0.70, 0.80},
-    [K_ATT_FWD] = {"mma.sync fwd", 0.35, 0.80},
-    [K_ATT_BWD] = {"mma.sync bwd", 0.25, 0.80},
-    [K_ATT_WMMA] = {"WMMA+smem", 0.12, 0.60},
-    [K_VEC] = {"16-byte", 1.00, 0.85},
-    [K_SCALAR] = {"scalar", 1.00, 0.55},
-    [K_SERIAL] = {"serial", 1.00, 0.20},
-    [K_TINY] = {"tiny", 1.00, 0.50},
+    [K_GEMM] = {"cuBLASLt", 0.70, 0.80},        [K_ATT_FWD] = {"mma.sync fwd", 0.35, 0.80},
+    [K_ATT_BWD] = {"mma.sync bwd", 0.25, 0.80}, [K_ATT_WMMA] = {"WMMA+smem", 0.12, 0.60},
+    [K_VEC] = {"16-byte", 1.00, 0.85},          [K_SCALAR] = {"scalar", 1.00, 0.55},
+    [K_SERIAL] = {"serial", 1.00, 0.20},        [K_TINY] = {"tiny", 1.00, 0.50},
 };
 
 struct op {
@@ -55,7 +51,7 @@ struct op {
     const char *kernel; /* mangled-name stem for the ptxas join, NULL for cuBLASLt / memset */
     const char *targ;   /* a template argument that must appear too ("Li64E"), or NULL */
     double bytes, flops;
-    int calls;          /* per step */
+    int calls; /* per step */
     enum kind kind;
     size_t dyn_smem;
 };
@@ -113,11 +109,10 @@ static void model_now(struct budget *b)
     add(b, "layernorm fwd (ln1 of layer 0)", "residual_layernorm_forward_vec_kernel", NULL, 2 * NC * e + stats, 0, 1,
         K_VEC);
     gemm(b, "qkv fwd (+bias)", N, C, 3 * C, Li, 0);
-    add(b, "attention fwd", "attention_forward_kernel", NULL, 4 * NC * e + N * NH * f, 2 * pairs * tile, Li,
-        K_ATT_FWD);
+    add(b, "attention fwd", "attention_forward_kernel", NULL, 4 * NC * e + N * NH * f, 2 * pairs * tile, Li, K_ATT_FWD);
     gemm(b, "attproj fwd (+bias)", N, C, C, Li, 0);
-    add(b, "residual + layernorm fwd", "residual_layernorm_forward_vec_kernel", NULL, 4 * NC * e + stats, 0,
-        2 * Li, K_VEC);
+    add(b, "residual + layernorm fwd", "residual_layernorm_forward_vec_kernel", NULL, 4 * NC * e + stats, 0, 2 * Li,
+        K_VEC);
     gemm(b, "fc fwd (+bias, GELU, aux)", N, C, 4 * C, Li, N * 4 * C * e);
     gemm(b, "fcproj fwd (+bias)", N, 4 * C, C, Li, 0);
     gemm(b, "classifier fwd", N, C, Vp, 1, 0);
@@ -128,8 +123,8 @@ static void model_now(struct budget *b)
     gemm(b, "classifier dgrad", N, Vp, C, 1, 0);
     gemm(b, "classifier wgrad (fp32 +=)", C, N, Vp, 1, Vp * C * (2 * f - e));
     double part = ceil(N / 256) * 2 * C * f;
-    add(b, "layernorm bwd, one pass", "layernorm_backward_vec_kernel", NULL, 4 * NC * e + stats + part, 0,
-        2 * Li + 1, K_VEC);
+    add(b, "layernorm bwd, one pass", "layernorm_backward_vec_kernel", NULL, 4 * NC * e + stats + part, 0, 2 * Li + 1,
+        K_VEC);
     add(b, "layernorm dw/db partials, in order", "colsum_final_kernel", NULL, part + 4 * C * f, 0, 2 * Li + 1, K_TINY);
     gemm(b, "fcproj wgrad (+BGRADB)", 4 * C, N, C, Li, 4 * C * C * (2 * f - e));
     gemm(b, "fcproj dgrad (+DGELU, aux)", N, C, 4 * C, Li, N * 4 * C * e);
@@ -331,15 +326,24 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
         }
         if (!v) return skiff_error(err, 0, "budget: %s needs a value", a);
         i++;
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--precision")) prec_s = v;
-        else if (!strcmp(a, "--batch")) B = atoi(v);
-        else if (!strcmp(a, "--seq")) T = atoi(v);
-        else if (!strcmp(a, "--design")) design = v;
-        else if (!strcmp(a, "--ptxas-dir")) ptxas_dir = v;
-        else if (!strcmp(a, "--check")) check = v;
-        else if (!strcmp(a, "--write-baseline")) write = v;
-        else return skiff_error(err, 0, "budget: unknown option %s", a);
+        if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--precision"))
+            prec_s = v;
+        else if (!strcmp(a, "--batch"))
+            B = atoi(v);
+        else if (!strcmp(a, "--seq"))
+            T = atoi(v);
+        else if (!strcmp(a, "--design"))
+            design = v;
+        else if (!strcmp(a, "--ptxas-dir"))
+            ptxas_dir = v;
+        else if (!strcmp(a, "--check"))
+            check = v;
+        else if (!strcmp(a, "--write-baseline"))
+            write = v;
+        else
+            return skiff_error(err, 0, "budget: unknown option %s", a);
     }
     struct gpt2_config cfg;
     struct budget b;
@@ -359,13 +363,17 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
             snprintf(path, sizeof path, "%s/%s", ptxas_dir, files[i]);
             read_ptxas(&b, path);
         }
-        if (!b.nptx) return skiff_error(err, 0, "budget: no ptxas records in %s/*.ptxas (build the CUDA objects first)",
-                                        ptxas_dir);
+        if (!b.nptx)
+            return skiff_error(err, 0, "budget: no ptxas records in %s/*.ptxas (build the CUDA objects first)",
+                               ptxas_dir);
     }
     int v0 = !strcmp(design, "v0");
-    if (v0) model_v0(&b);
-    else if (!strcmp(design, "now")) model_now(&b);
-    else return skiff_error(err, 0, "budget: --design now|v0");
+    if (v0)
+        model_v0(&b);
+    else if (!strcmp(design, "now"))
+        model_now(&b);
+    else
+        return skiff_error(err, 0, "budget: --design now|v0");
     if (!v0) {
         size_t sm[3];
         cuda_attention_smem(b.prec, (int)b.HS, sm);

@@ -47,6 +47,12 @@ template <typename T, int HS> struct att_cfg {
     // Width of the inner tile the backward kernels loop over: 64, or 32 for
     // HS = 128 so the accumulators fit in registers without spilling.
     static constexpr int W = HS > 64 ? 32 : 64;
+    // ptxas, left to its own heuristics, caps the fp32 (TF32) dK/dV kernel for
+    // HS = 32 at 128 registers and spills 24 bytes; a minimum-blocks hint
+    // lifts the cap (152 registers, no spill; 3 blocks per SM by registers
+    // instead of 4). 0 = no hint: the others (the hot bf16 HS = 64 one
+    // included) keep what ptxas picks by itself.
+    static constexpr int DKDV_MIN_BLOCKS = sizeof(T) == 4 && HS == 32 ? 2 : 0;
     static size_t fwd_smem() { return (size_t)5 * ATT_ROWS * LD * sizeof(T); }
     static size_t dkdv_smem() { return (size_t)(2 * ATT_ROWS + 4 * W) * LD * sizeof(T) + 4 * W * sizeof(float); }
     static size_t dq_smem() { return (size_t)(2 * ATT_ROWS + 4 * W) * LD * sizeof(T); }
@@ -240,7 +246,7 @@ __global__ void attention_rowdot_kernel(float *D, const T *dout, const T *out, i
 // K Q^T for them, so P^T and dS^T are in its registers as A operands of
 // dV += P^T dO and dK += dS^T Q.
 template <typename T, int HS>
-__global__ void __launch_bounds__(ATT_WARPS * 32)
+__global__ void __launch_bounds__(ATT_WARPS * 32, att_cfg<T, HS>::DKDV_MIN_BLOCKS)
     attention_dkdv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *D, int Tn, int C,
                           int NH, float scale) {
     typedef att_cfg<T, HS> cfg;

@@ -226,6 +226,7 @@ __global__ void fill_kernel(bf16 *x, size_t n, uint32_t seed) {
 int mm_bench_bf16(struct mm_ctx *c, int m, int n, int k, int iters, double *tflops, skiff_err *err) {
     bf16 *a = NULL, *b = NULL, *d = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
+    cudaError_t ce = cudaSuccess;
     int rc = -1;
     float ms = 0.0f;
     if (cudaMalloc(&a, (size_t)m * k * sizeof(bf16)) || cudaMalloc(&b, (size_t)k * n * sizeof(bf16)) ||
@@ -244,19 +245,20 @@ int mm_bench_bf16(struct mm_ctx *c, int m, int n, int k, int iters, double *tflo
         if (lt_matmul(c, d, a, b, m, n, k, 1, 0, k, k, m, CUDA_R_16BF, CUDA_R_16BF,
                       CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, err) < 0)
             goto out;
-    cudaEventRecord(e0, 0);
+    // A benchmark on one device with no peer: a blocking wait is fine here.
+    if ((ce = cudaEventRecord(e0, 0)) != cudaSuccess) goto cuda_fail;
     for (int i = 0; i < iters; i++)
         if (lt_matmul(c, d, a, b, m, n, k, 1, 0, k, k, m, CUDA_R_16BF, CUDA_R_16BF,
                       CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, err) < 0)
             goto out;
-    cudaEventRecord(e1, 0);
-    if (cudaEventSynchronize(e1) || cudaEventElapsedTime(&ms, e0, e1)) {
-        skiff_error(err, 0, "%s:%d: GEMM benchmark: %s", __FILE__, __LINE__,
-                    cudaGetErrorString(cudaGetLastError()));
-        goto out;
-    }
+    if ((ce = cudaEventRecord(e1, 0)) != cudaSuccess || (ce = cudaEventSynchronize(e1)) != cudaSuccess ||
+        (ce = cudaEventElapsedTime(&ms, e0, e1)) != cudaSuccess)
+        goto cuda_fail;
     *tflops = 2.0 * m * n * (double)k * iters / (ms * 1e-3) / 1e12;
     rc = 0;
+    goto out;
+cuda_fail:
+    skiff_error(err, 0, "%s:%d: GEMM benchmark: %s", __FILE__, __LINE__, cudaGetErrorString(ce));
 out:
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);

@@ -116,8 +116,10 @@ static void save_rank(const struct train_opts *o, int world, int r, int step, si
     struct train_plan p;
     train_plan_init(&p, o, n, world, r);
     float *params = calloc(p.n_pad, 4), *m = calloc(p.opt_len, 4), *v = calloc(p.opt_len, 4);
-    for (size_t i = 0; i < p.n_pad; i++) params[i] = (float)i;
-    for (size_t i = 0; i < p.opt_len; i++) m[i] = (float)(r + 1), v[i] = 2;
+    for (size_t i = 0; i < p.n_pad; i++)
+        params[i] = (float)i;
+    for (size_t i = 0; i < p.opt_len; i++)
+        m[i] = (float)(r + 1), v[i] = 2;
     struct train_ckpt c;
     train_plan_ckpt(&p, o, step, params, m, v, &c);
     cr_assert_eq(c.data_pos, (uint64_t)step * 2 * 3 * (uint64_t)world, "next global window");
@@ -131,7 +133,8 @@ Test(policy, resume_reads_the_shard_and_sets_the_range)
 {
     struct train_opts o = opts(1, 10);
     size_t n = gpt2_param_layout(&o.cfg, NULL, NULL);
-    for (int r = 0; r < 2; r++) save_rank(&o, 2, r, 6, n);
+    for (int r = 0; r < 2; r++)
+        save_rank(&o, 2, r, 6, n);
     struct train_plan p;
     train_plan_init(&p, &o, n, 2, 1);
     float *params = calloc(p.n_pad, 4), *m = calloc(p.opt_len, 4), *v = calloc(p.opt_len, 4);
