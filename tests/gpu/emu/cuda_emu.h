@@ -138,18 +138,25 @@ inline float emu_lo16(uint32_t r, bool bf) {
 }
 inline float emu_hi16(uint32_t r, bool bf) { return emu_lo16(r >> 16, bf); }
 
-// m16n8k16, 16-bit inputs: the fragment layouts of the PTX ISA.
-inline void emu_mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf) {
-    struct frag {
-        uint32_t a[4], b[2];
-    } mine, all[32];
+// An mma's A and B registers of all 32 lanes of the warp, by lane.
+struct emu_frag {
+    uint32_t a[4], b[2];
+};
+inline void emu_gather_frags(const uint32_t a[4], const uint32_t b[2], emu_frag all[32]) {
+    emu_frag mine;
     memcpy(mine.a, a, sizeof(mine.a));
     memcpy(mine.b, b, sizeof(mine.b));
     emu_exchange(mine, all);
+}
+
+// m16n8k16, 16-bit inputs: the fragment layouts of the PTX ISA.
+inline void emu_mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf) {
+    emu_frag all[32];
+    emu_gather_frags(a, b, all);
     float A[16][16], B[16][8];
     for (int l = 0; l < 32; l++) {
         int g = l >> 2, t = l & 3;
-        const frag &f = all[l];
+        const emu_frag &f = all[l];
         for (int h = 0; h < 2; h++) {
             float (*lo)(uint32_t, bool) = h ? emu_hi16 : emu_lo16;
             A[g][2 * t + h] = lo(f.a[0], bf);
@@ -182,12 +189,8 @@ inline uint32_t to_tf32(float x) {
 
 // m16n8k8, tf32 inputs.
 inline void mma_1688_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
-    struct frag {
-        uint32_t a[4], b[2];
-    } mine, all[32];
-    memcpy(mine.a, a, sizeof(mine.a));
-    memcpy(mine.b, b, sizeof(mine.b));
-    emu_exchange(mine, all);
+    emu_frag all[32];
+    emu_gather_frags(a, b, all);
     float A[16][8], B[8][8];
     auto f = [](uint32_t u) {
         float v;
