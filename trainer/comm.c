@@ -22,66 +22,74 @@
 #include "net.h"
 #include "store.h"
 
-size_t skiff_dtype_size(enum skiff_dtype t) { return t == SKIFF_F32 ? 4 : 2; }
+size_t tr_dtype_size(enum tr_dtype t) { return t == TR_F32 ? 4 : 2; }
 
-int skiff_allreduce_sum(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t,
+int tr_allreduce_sum(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
                         skiff_err *err)
 {
     return c->ops->allreduce_sum(c, buf, n, t, err);
 }
-int skiff_reduce_scatter(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t,
+int tr_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
                          skiff_err *err)
 {
     return c->ops->reduce_scatter(c, buf, n, t, err);
 }
-int skiff_all_gather(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t,
+int tr_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
                      skiff_err *err)
 {
     return c->ops->all_gather(c, buf, n, t, err);
 }
-int skiff_broadcast(struct skiff_comm *c, void *buf, size_t bytes, int root, skiff_err *err)
+int tr_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err)
 {
     return c->ops->broadcast(c, buf, bytes, root, err);
 }
-int skiff_barrier(struct skiff_comm *c, skiff_err *err) { return c->ops->barrier(c, err); }
-int skiff_comm_start(struct skiff_comm *c, int op, void *buf, size_t n, enum skiff_dtype t,
-                     struct skiff_comm_req **req, skiff_err *err)
+int tr_barrier(struct tr_comm *c, skiff_err *err) { return c->ops->barrier(c, err); }
+int tr_comm_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
+                     struct tr_comm_req **req, skiff_err *err)
 {
     return c->ops->start(c, op, buf, n, t, req, err);
 }
-int skiff_comm_wait(struct skiff_comm *c, struct skiff_comm_req *req, skiff_err *err)
+int tr_comm_wait(struct tr_comm *c, struct tr_comm_req *req, skiff_err *err)
 {
     return c->ops->wait(c, req, err);
 }
-void skiff_comm_destroy(struct skiff_comm *c)
+void tr_comm_destroy(struct tr_comm *c)
 {
     if (c) c->ops->destroy(c);
+}
+int tr_comm_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count,
+                        enum tr_dtype t, struct tr_comm_req **req, skiff_err *err)
+{
+    if (!c->ops->start_group)
+        return skiff_error(err, 0, "the %s backend has no grouped collectives", c->ops->name);
+    return c->ops->start_group(c, op, bufs, ns, count, t, req, err);
 }
 
 /* ---- TCP ring --------------------------------------------------------------- */
 
-enum { OP_ALLREDUCE = SKIFF_COMM_ALLREDUCE, OP_RS = SKIFF_COMM_REDUCE_SCATTER, OP_AG, OP_BCAST,
+enum { OP_ALLREDUCE = TR_COMM_ALLREDUCE, OP_RS = TR_COMM_REDUCE_SCATTER, OP_AG, OP_BCAST,
        OP_BARRIER };
 
-struct skiff_comm_req {
+struct tr_comm_req {
     int op;
     void *buf;
-    size_t n; /* floats, or bytes for broadcast */
+    size_t n; /* elements, or bytes for broadcast */
+    size_t esz; /* bytes per element (all-gather moves any type) */
     int root;
     int done, rc;
     skiff_err err;
-    struct skiff_comm_req *next;
+    struct tr_comm_req *next;
 };
 
 struct tcp {
-    struct skiff_comm *c;
+    struct tr_comm *c;
     int left_fd, right_fd; /* receive from rank-1, send to rank+1 */
     char left_name[32], right_name[32];
     pthread_t thread;
     int have_thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct skiff_comm_req *head, *tail;
+    struct tr_comm_req *head, *tail;
     int stop;
     int failed;
     skiff_err fail_err;
@@ -178,16 +186,18 @@ static int ring_reduce_scatter(struct tcp *t, float *buf, size_t n, skiff_err *e
     return 0;
 }
 
-/* Rank r starts with chunk r; step s: send chunk r-s, receive chunk r-s-1. */
-static int ring_all_gather(struct tcp *t, float *buf, size_t n, skiff_err *err)
+/* Rank r starts with chunk r; step s: send chunk r-s, receive chunk r-s-1.
+ * Moves bytes only, so it serves every element type (esz bytes each). */
+static int ring_all_gather(struct tcp *t, void *buf, size_t n, size_t esz, skiff_err *err)
 {
     int P = t->c->world, r = t->c->rank;
+    char *b = buf;
     for (int s = 0; s < P - 1; s++) {
         int sc = mod(r - s, P), rc = mod(r - s - 1, P);
         size_t so = chunk_off(n, P, sc), sl = chunk_off(n, P, sc + 1) - so;
         size_t ro = chunk_off(n, P, rc), rl = chunk_off(n, P, rc + 1) - ro;
-        if (xfer(t, buf + so, sl * 4, buf + ro, rl * 4, err) < 0) return -1;
-        t->c->stats.bytes_sent += sl * 4;
+        if (xfer(t, b + so * esz, sl * esz, b + ro * esz, rl * esz, err) < 0) return -1;
+        t->c->stats.bytes_sent += sl * esz;
     }
     return 0;
 }
@@ -238,17 +248,17 @@ static int ring_barrier(struct tcp *t, skiff_err *err)
     return 0;
 }
 
-static int run_op(struct tcp *t, struct skiff_comm_req *q)
+static int run_op(struct tcp *t, struct tr_comm_req *q)
 {
     double t0 = skiff_now_s();
     int rc;
     switch (q->op) {
     case OP_ALLREDUCE:
         rc = ring_reduce_scatter(t, q->buf, q->n, &q->err);
-        if (rc == 0) rc = ring_all_gather(t, q->buf, q->n, &q->err);
+        if (rc == 0) rc = ring_all_gather(t, q->buf, q->n, 4, &q->err);
         break;
     case OP_RS: rc = ring_reduce_scatter(t, q->buf, q->n, &q->err); break;
-    case OP_AG: rc = ring_all_gather(t, q->buf, q->n, &q->err); break;
+    case OP_AG: rc = ring_all_gather(t, q->buf, q->n, q->esz, &q->err); break;
     case OP_BCAST: rc = ring_broadcast(t, q->buf, q->n, q->root, &q->err); break;
     default: rc = ring_barrier(t, &q->err); break;
     }
@@ -264,7 +274,7 @@ static void *comm_main(void *arg)
     for (;;) {
         while (!t->head && !t->stop) pthread_cond_wait(&t->cv, &t->mu);
         if (!t->head) break;
-        struct skiff_comm_req *q = t->head;
+        struct tr_comm_req *q = t->head;
         t->head = q->next;
         if (!t->head) t->tail = NULL;
         int failed = t->failed;
@@ -289,15 +299,16 @@ static void *comm_main(void *arg)
     return NULL;
 }
 
-static int tcp_enqueue(struct skiff_comm *c, int op, void *buf, size_t n, int root,
-                       struct skiff_comm_req **out, skiff_err *err)
+static int tcp_enqueue(struct tr_comm *c, int op, void *buf, size_t n, size_t esz, int root,
+                       struct tr_comm_req **out, skiff_err *err)
 {
     struct tcp *t = c->impl;
-    struct skiff_comm_req *q = calloc(1, sizeof *q);
+    struct tr_comm_req *q = calloc(1, sizeof *q);
     if (!q) return skiff_error(err, ENOMEM, "comm request");
     q->op = op;
     q->buf = buf;
     q->n = n;
+    q->esz = esz;
     q->root = root;
     pthread_mutex_lock(&t->mu);
     if (t->tail) t->tail->next = q;
@@ -309,7 +320,7 @@ static int tcp_enqueue(struct skiff_comm *c, int op, void *buf, size_t n, int ro
     return 0;
 }
 
-static int tcp_wait(struct skiff_comm *c, struct skiff_comm_req *q, skiff_err *err)
+static int tcp_wait(struct tr_comm *c, struct tr_comm_req *q, skiff_err *err)
 {
     struct tcp *t = c->impl;
     if (!q) return skiff_error(err, 0, "wait on no request");
@@ -322,28 +333,29 @@ static int tcp_wait(struct skiff_comm *c, struct skiff_comm_req *q, skiff_err *e
     return rc;
 }
 
-static int check_f32(enum skiff_dtype d, skiff_err *err)
+static int check_f32(enum tr_dtype d, skiff_err *err)
 {
-    if (d != SKIFF_F32)
+    if (d != TR_F32)
         return skiff_error(err, ENOTSUP, "the TCP backend reduces float32 only");
     return 0;
 }
 
-static int tcp_sync(struct skiff_comm *c, int op, void *buf, size_t n, int root, skiff_err *err)
+static int tcp_sync(struct tr_comm *c, int op, void *buf, size_t n, size_t esz, int root,
+                    skiff_err *err)
 {
-    struct skiff_comm_req *q = NULL;
-    if (tcp_enqueue(c, op, buf, n, root, &q, err) < 0) return -1;
+    struct tr_comm_req *q = NULL;
+    if (tcp_enqueue(c, op, buf, n, esz, root, &q, err) < 0) return -1;
     return tcp_wait(c, q, err);
 }
 
-static int tcp_allreduce(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype d,
+static int tcp_allreduce(struct tr_comm *c, void *buf, size_t n, enum tr_dtype d,
                          skiff_err *err)
 {
     if (check_f32(d, err) < 0) return -1;
-    return tcp_sync(c, OP_ALLREDUCE, buf, n, 0, err);
+    return tcp_sync(c, OP_ALLREDUCE, buf, n, 4, 0, err);
 }
 
-static int check_div(struct skiff_comm *c, size_t n, skiff_err *err)
+static int check_div(struct tr_comm *c, size_t n, skiff_err *err)
 {
     if (n % (size_t)c->world)
         return skiff_error(err, 0, "sharded collective of %zu elements: not a multiple of "
@@ -351,41 +363,41 @@ static int check_div(struct skiff_comm *c, size_t n, skiff_err *err)
     return 0;
 }
 
-static int tcp_reduce_scatter(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype d,
+static int tcp_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype d,
                               skiff_err *err)
 {
     if (check_f32(d, err) < 0 || check_div(c, n, err) < 0) return -1;
-    return tcp_sync(c, OP_RS, buf, n, 0, err);
+    return tcp_sync(c, OP_RS, buf, n, 4, 0, err);
 }
 
-static int tcp_all_gather(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype d,
+static int tcp_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype d,
                           skiff_err *err)
 {
-    if (check_f32(d, err) < 0 || check_div(c, n, err) < 0) return -1;
-    return tcp_sync(c, OP_AG, buf, n, 0, err);
+    if (check_div(c, n, err) < 0) return -1;
+    return tcp_sync(c, OP_AG, buf, n, tr_dtype_size(d), 0, err);
 }
 
-static int tcp_broadcast(struct skiff_comm *c, void *buf, size_t bytes, int root, skiff_err *err)
+static int tcp_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err)
 {
     if (root < 0 || root >= c->world) return skiff_error(err, 0, "broadcast root %d", root);
-    return tcp_sync(c, OP_BCAST, buf, bytes, root, err);
+    return tcp_sync(c, OP_BCAST, buf, bytes, 1, root, err);
 }
 
-static int tcp_barrier(struct skiff_comm *c, skiff_err *err)
+static int tcp_barrier(struct tr_comm *c, skiff_err *err)
 {
-    return tcp_sync(c, OP_BARRIER, NULL, 0, 0, err);
+    return tcp_sync(c, OP_BARRIER, NULL, 0, 1, 0, err);
 }
 
-static int tcp_start(struct skiff_comm *c, int op, void *buf, size_t n, enum skiff_dtype d,
-                     struct skiff_comm_req **req, skiff_err *err)
+static int tcp_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype d,
+                     struct tr_comm_req **req, skiff_err *err)
 {
     if (check_f32(d, err) < 0) return -1;
     if (op != OP_ALLREDUCE && op != OP_RS) return skiff_error(err, 0, "async op %d", op);
     if (op == OP_RS && check_div(c, n, err) < 0) return -1;
-    return tcp_enqueue(c, op, buf, n, 0, req, err);
+    return tcp_enqueue(c, op, buf, n, 4, 0, req, err);
 }
 
-static void tcp_destroy(struct skiff_comm *c)
+static void tcp_destroy(struct tr_comm *c)
 {
     struct tcp *t = c->impl;
     if (t) {
@@ -406,7 +418,7 @@ static void tcp_destroy(struct skiff_comm *c)
     free(c);
 }
 
-static const struct skiff_comm_ops tcp_ops = {
+static const struct tr_comm_ops tcp_ops = {
     .name = "tcp",
     .allreduce_sum = tcp_allreduce,
     .reduce_scatter = tcp_reduce_scatter,
@@ -418,20 +430,20 @@ static const struct skiff_comm_ops tcp_ops = {
     .destroy = tcp_destroy,
 };
 
-static int ring_connect(struct tcp *t, struct skiff_store *store, skiff_err *err)
+static int ring_connect(struct tcp *t, struct tr_store *store, skiff_err *err)
 {
-    struct skiff_comm *c = t->c;
+    struct tr_comm *c = t->c;
     int P = c->world, r = c->rank, left = mod(r - 1, P), right = mod(r + 1, P);
     int port = 0;
-    cleanup_close int lfd = net_listen(skiff_store_local_addr(store), 0, &port, err);
+    cleanup_close int lfd = net_listen(tr_store_local_addr(store), 0, &port, err);
     if (lfd < 0) return skiff_err_wrap(err, "ring: listening for rank %d", left);
     char key[64], val[128];
     snprintf(key, sizeof key, "ring/%d", r);
-    snprintf(val, sizeof val, "%d %s", port, skiff_store_local_addr(store));
-    if (skiff_store_set(store, key, val, strlen(val), err) < 0) return -1;
+    snprintf(val, sizeof val, "%d %s", port, tr_store_local_addr(store));
+    if (tr_store_set(store, key, val, strlen(val), err) < 0) return -1;
     snprintf(key, sizeof key, "ring/%d", right);
     cleanup_free char *rv = NULL;
-    if (skiff_store_get(store, key, (void **)&rv, NULL, err) < 0)
+    if (tr_store_get(store, key, (void **)&rv, NULL, err) < 0)
         return skiff_err_wrap(err, "ring: address of rank %d", right);
     int rport = 0;
     char host[100] = "";
@@ -452,10 +464,10 @@ static int ring_connect(struct tcp *t, struct skiff_store *store, skiff_err *err
     return 0;
 }
 
-int skiff_comm_tcp_create(struct skiff_store *store, int rank, int world, int local_rank,
-                          int timeout_ms, struct skiff_comm **out, skiff_err *err)
+int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_rank,
+                          int timeout_ms, struct tr_comm **out, skiff_err *err)
 {
-    struct skiff_comm *c = calloc(1, sizeof *c);
+    struct tr_comm *c = calloc(1, sizeof *c);
     struct tcp *t = calloc(1, sizeof *t);
     if (!c || !t) {
         free(c);
@@ -476,16 +488,16 @@ int skiff_comm_tcp_create(struct skiff_store *store, int rank, int world, int lo
     snprintf(t->right_name, sizeof t->right_name, "rank %d", mod(rank + 1, world));
     if (world > 1) {
         if (!store) {
-            skiff_comm_destroy(c);
+            tr_comm_destroy(c);
             return skiff_error(err, 0, "comm: world %d needs a store", world);
         }
         if (ring_connect(t, store, err) < 0) {
-            skiff_comm_destroy(c);
+            tr_comm_destroy(c);
             return skiff_err_wrap(err, "rank %d", rank);
         }
     }
     if (pthread_create(&t->thread, NULL, comm_main, t) != 0) {
-        skiff_comm_destroy(c);
+        tr_comm_destroy(c);
         return skiff_error(err, EAGAIN, "starting the comm thread");
     }
     t->have_thread = 1;

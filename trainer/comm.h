@@ -14,7 +14,9 @@
  *  - A dead or silent peer turns into an error naming the rank within
  *    comm->timeout_ms, never a hang.
  *  - Async operations run in issue order on one communication thread (TCP)
- *    or stream (NCCL); a synchronous call waits for earlier async ones first. */
+ *    or stream (NCCL); a synchronous call waits for earlier async ones first.
+ * The tr_ prefix (trainer) keeps these apart from libskiff's skiff_ API: the
+ * trainer links only the common error contract, not the container runtime. */
 #ifndef SKIFF_TRAINER_COMM_H
 #define SKIFF_TRAINER_COMM_H
 
@@ -23,74 +25,83 @@
 
 #include "error.h"
 
-enum skiff_dtype { SKIFF_F32 = 0, SKIFF_BF16 = 1, SKIFF_F16 = 2 };
+enum tr_dtype { TR_F32 = 0, TR_BF16 = 1, TR_F16 = 2 };
 
 /* Bytes of one element of dtype. */
-size_t skiff_dtype_size(enum skiff_dtype t);
+size_t tr_dtype_size(enum tr_dtype t);
 
-struct skiff_comm;
-struct skiff_comm_req; /* an in-flight async collective */
+struct tr_comm;
+struct tr_comm_req; /* an in-flight async collective */
 
-struct skiff_comm_ops {
+struct tr_comm_ops {
     const char *name; /* "tcp", "nccl", "host-staged", "single" */
-    int (*allreduce_sum)(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t,
+    int (*allreduce_sum)(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
                          skiff_err *err);
-    int (*reduce_scatter)(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t,
+    int (*reduce_scatter)(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
                           skiff_err *err);
-    int (*all_gather)(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t,
+    int (*all_gather)(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
                       skiff_err *err);
-    int (*broadcast)(struct skiff_comm *c, void *buf, size_t bytes, int root, skiff_err *err);
-    int (*barrier)(struct skiff_comm *c, skiff_err *err);
+    int (*broadcast)(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err);
+    int (*barrier)(struct tr_comm *c, skiff_err *err);
     /* Starts an all-reduce (op 0) or reduce-scatter (op 1) of buf and returns at
      * once; *req must later be passed to wait exactly once. */
-    int (*start)(struct skiff_comm *c, int op, void *buf, size_t n, enum skiff_dtype t,
-                 struct skiff_comm_req **req, skiff_err *err);
-    int (*wait)(struct skiff_comm *c, struct skiff_comm_req *req, skiff_err *err);
-    void (*destroy)(struct skiff_comm *c);
+    int (*start)(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
+                 struct tr_comm_req **req, skiff_err *err);
+    int (*wait)(struct tr_comm *c, struct tr_comm_req *req, skiff_err *err);
+    void (*destroy)(struct tr_comm *c);
+    /* Optional (NULL when the backend has none): starts the same op on count
+     * buffers as one request, e.g. one layer's gradient slices, which the
+     * parameter layout does not keep contiguous. NCCL issues them inside one
+     * ncclGroupStart/End; host-staged moves them as one buffer. */
+    int (*start_group)(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count,
+                       enum tr_dtype t, struct tr_comm_req **req, skiff_err *err);
 };
 
-#define SKIFF_COMM_ALLREDUCE 0
-#define SKIFF_COMM_REDUCE_SCATTER 1
+#define TR_COMM_ALLREDUCE 0
+#define TR_COMM_REDUCE_SCATTER 1
 
-struct skiff_comm_stats {
+struct tr_comm_stats {
     double busy_s;       /* seconds the backend spent moving/reducing data */
     uint64_t bytes_sent; /* payload bytes this rank sent */
     uint64_t ops;        /* collectives completed */
 };
 
-struct skiff_comm {
-    const struct skiff_comm_ops *ops;
+struct tr_comm {
+    const struct tr_comm_ops *ops;
     int rank, world, local_rank;
     int timeout_ms;   /* per-operation progress timeout */
     void *stream;     /* CUDA stream for device backends; NULL for TCP */
-    struct skiff_comm_stats stats;
+    struct tr_comm_stats stats;
     void *impl;       /* backend state */
 };
 
 /* Convenience wrappers: c->ops->X(c, ...). */
-int skiff_allreduce_sum(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t,
+int tr_allreduce_sum(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
                         skiff_err *err);
-int skiff_reduce_scatter(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t,
+int tr_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
                          skiff_err *err);
-int skiff_all_gather(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t,
+int tr_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
                      skiff_err *err);
-int skiff_broadcast(struct skiff_comm *c, void *buf, size_t bytes, int root, skiff_err *err);
-int skiff_barrier(struct skiff_comm *c, skiff_err *err);
-int skiff_comm_start(struct skiff_comm *c, int op, void *buf, size_t n, enum skiff_dtype t,
-                     struct skiff_comm_req **req, skiff_err *err);
-int skiff_comm_wait(struct skiff_comm *c, struct skiff_comm_req *req, skiff_err *err);
-void skiff_comm_destroy(struct skiff_comm *c); /* frees c too; NULL is fine */
+int tr_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err);
+int tr_barrier(struct tr_comm *c, skiff_err *err);
+int tr_comm_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
+                     struct tr_comm_req **req, skiff_err *err);
+int tr_comm_wait(struct tr_comm *c, struct tr_comm_req *req, skiff_err *err);
+void tr_comm_destroy(struct tr_comm *c); /* frees c too; NULL is fine */
+/* ENOTSUP when the backend has no start_group. */
+int tr_comm_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count,
+                        enum tr_dtype t, struct tr_comm_req **req, skiff_err *err);
 
-struct skiff_store;
+struct tr_store;
 
 /* The CPU backend: a ring of TCP connections (each rank connects to rank+1 and
  * accepts rank-1), addresses exchanged through the store. world == 1 gives a
  * backend whose collectives are no-ops. Chunked ring all-reduce =
  * reduce-scatter + all-gather: each rank sends 2(P-1)/P * S bytes.
- * Only SKIFF_F32 is supported. Each rank listens on the address it uses to
+ * Reductions are TR_F32 only; all-gather (a pure copy) takes every type. Each rank listens on the address it uses to
  * reach the store (so MASTER_ADDR on another node works), port chosen by the
  * kernel, and publishes it under "ring/RANK". */
-int skiff_comm_tcp_create(struct skiff_store *store, int rank, int world, int local_rank,
-                          int timeout_ms, struct skiff_comm **out, skiff_err *err);
+int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_rank,
+                          int timeout_ms, struct tr_comm **out, skiff_err *err);
 
 #endif

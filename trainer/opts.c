@@ -259,10 +259,10 @@ int train_dist_init(struct train_dist *d, int timeout_ms, skiff_err *err)
     if (hp < 0) return -1;
     if (!hp || d->master_port > 65535)
         return skiff_error(err, 0, "env://: WORLD_SIZE=%d needs MASTER_PORT (1-65535)", d->world);
-    if (skiff_store_open(d->master_addr, d->master_port, d->rank == 0, timeout_ms, &d->store, err) < 0)
+    if (tr_store_open(d->master_addr, d->master_port, d->rank == 0, timeout_ms, &d->store, err) < 0)
         return skiff_err_wrap(err, "rank %d", d->rank);
-    if (skiff_store_rendezvous(d->store, d->rank, d->world, err) < 0) {
-        skiff_store_close(d->store);
+    if (tr_store_rendezvous(d->store, d->rank, d->world, err) < 0) {
+        tr_store_close(d->store);
         d->store = NULL;
         return skiff_err_wrap(err, "rank %d", d->rank);
     }
@@ -271,7 +271,7 @@ int train_dist_init(struct train_dist *d, int timeout_ms, skiff_err *err)
 
 void train_dist_fini(struct train_dist *d)
 {
-    skiff_store_close(d->store);
+    tr_store_close(d->store);
     d->store = NULL;
 }
 

@@ -29,7 +29,7 @@ struct kv {
     size_t len;
 };
 
-struct skiff_store {
+struct tr_store {
     int fd;              /* client connection */
     int timeout_ms;
     char local_addr[64];
@@ -48,14 +48,14 @@ struct hdr {
     uint32_t klen, vlen;
 } __attribute__((packed));
 
-static struct kv *kv_find(struct skiff_store *s, const char *key)
+static struct kv *kv_find(struct tr_store *s, const char *key)
 {
     for (size_t i = 0; i < s->nkv; i++)
         if (!strcmp(s->kvs[i].key, key)) return &s->kvs[i];
     return NULL;
 }
 
-static int kv_set(struct skiff_store *s, const char *key, const void *val, size_t len)
+static int kv_set(struct tr_store *s, const char *key, const void *val, size_t len)
 {
     struct kv *e = kv_find(s, key);
     void *copy = malloc(len + 1);
@@ -81,7 +81,7 @@ static int kv_set(struct skiff_store *s, const char *key, const void *val, size_
     return 0;
 }
 
-static int serve_one(struct skiff_store *s, int fd)
+static int serve_one(struct tr_store *s, int fd)
 {
     skiff_err e;
     struct hdr h;
@@ -135,7 +135,7 @@ out:
 
 static void *server_main(void *arg)
 {
-    struct skiff_store *s = arg;
+    struct tr_store *s = arg;
     struct pollfd *p = calloc(STORE_MAX_CLIENTS + 2, sizeof *p);
     if (!p) return NULL;
     size_t n = 2;
@@ -177,7 +177,7 @@ static void *server_main(void *arg)
     return NULL;
 }
 
-void skiff_store_close(struct skiff_store *s)
+void tr_store_close(struct tr_store *s)
 {
     if (!s) return;
     if (s->fd >= 0) close(s->fd);
@@ -196,10 +196,10 @@ void skiff_store_close(struct skiff_store *s)
     free(s);
 }
 
-int skiff_store_open(const char *addr, int port, int is_server, int timeout_ms,
-                     struct skiff_store **out, skiff_err *err)
+int tr_store_open(const char *addr, int port, int is_server, int timeout_ms,
+                     struct tr_store **out, skiff_err *err)
 {
-    struct skiff_store *s = calloc(1, sizeof *s);
+    struct tr_store *s = calloc(1, sizeof *s);
     if (!s) return skiff_error(err, ENOMEM, "allocating store");
     s->fd = s->lfd = -1;
     s->stop_pipe[0] = s->stop_pipe[1] = -1;
@@ -211,34 +211,34 @@ int skiff_store_open(const char *addr, int port, int is_server, int timeout_ms,
          * (e.g. a name resolving to 127.0.1.1). */
         s->lfd = net_listen(NULL, port, NULL, err);
         if (s->lfd < 0) {
-            skiff_store_close(s);
+            tr_store_close(s);
             return skiff_err_wrap(err, "rank 0: store on MASTER_PORT=%d (is the port in use? pick "
                                        "another MASTER_PORT)", port);
         }
         if (pipe2(s->stop_pipe, O_CLOEXEC) < 0 ||
             pthread_create(&s->thread, NULL, server_main, s) != 0) {
-            skiff_store_close(s);
+            tr_store_close(s);
             return skiff_error(err, errno, "starting the store thread");
         }
         s->have_thread = 1;
     }
     s->fd = net_connect_retry(addr, port, timeout_ms, err);
     if (s->fd < 0) {
-        skiff_store_close(s);
+        tr_store_close(s);
         return skiff_err_wrap(err, "rendezvous: rank 0's store at MASTER_ADDR:MASTER_PORT=%s:%d "
                                    "not reachable (is rank 0 running? check MASTER_ADDR/"
                                    "MASTER_PORT; --timeout or SKIFF_TRAIN_TIMEOUT sets the wait)",
                               addr, port);
     }
     if (net_local_addr(s->fd, s->local_addr, sizeof s->local_addr, err) < 0) {
-        skiff_store_close(s);
+        tr_store_close(s);
         return -1;
     }
     *out = s;
     return 0;
 }
 
-static int request(struct skiff_store *s, uint8_t op, const char *key, const void *val,
+static int request(struct tr_store *s, uint8_t op, const char *key, const void *val,
                    size_t len, uint8_t *status, void **rval, size_t *rlen, skiff_err *err)
 {
     struct hdr h = {op, (uint32_t)strlen(key), (uint32_t)len};
@@ -269,7 +269,7 @@ static int request(struct skiff_store *s, uint8_t op, const char *key, const voi
     return 0;
 }
 
-int skiff_store_set(struct skiff_store *s, const char *key, const void *val, size_t len,
+int tr_store_set(struct tr_store *s, const char *key, const void *val, size_t len,
                     skiff_err *err)
 {
     uint8_t st;
@@ -279,7 +279,7 @@ int skiff_store_set(struct skiff_store *s, const char *key, const void *val, siz
     return 0;
 }
 
-int skiff_store_check(struct skiff_store *s, const char *key, skiff_err *err)
+int tr_store_check(struct tr_store *s, const char *key, skiff_err *err)
 {
     uint8_t st;
     if (request(s, OP_GET, key, "", 0, &st, NULL, NULL, err) < 0)
@@ -287,7 +287,7 @@ int skiff_store_check(struct skiff_store *s, const char *key, skiff_err *err)
     return st ? 1 : 0;
 }
 
-int skiff_store_get(struct skiff_store *s, const char *key, void **val, size_t *len,
+int tr_store_get(struct tr_store *s, const char *key, void **val, size_t *len,
                     skiff_err *err)
 {
     double start = skiff_now_ms();
@@ -310,14 +310,14 @@ int skiff_store_get(struct skiff_store *s, const char *key, void **val, size_t *
     }
 }
 
-int skiff_store_wait(struct skiff_store *s, const char *const *keys, size_t n, skiff_err *err)
+int tr_store_wait(struct tr_store *s, const char *const *keys, size_t n, skiff_err *err)
 {
     double start = skiff_now_ms();
     for (;;) {
         char missing[512] = "";
         size_t used = 0, nmissing = 0;
         for (size_t i = 0; i < n; i++) {
-            int c = skiff_store_check(s, keys[i], err);
+            int c = tr_store_check(s, keys[i], err);
             if (c < 0) return -1;
             if (c == 0) {
                 nmissing++;
@@ -335,7 +335,7 @@ int skiff_store_wait(struct skiff_store *s, const char *const *keys, size_t n, s
     }
 }
 
-int skiff_store_add(struct skiff_store *s, const char *key, long delta, long *out,
+int tr_store_add(struct tr_store *s, const char *key, long delta, long *out,
                     skiff_err *err)
 {
     int64_t d = delta, r = 0;
@@ -350,24 +350,24 @@ int skiff_store_add(struct skiff_store *s, const char *key, long delta, long *ou
     return 0;
 }
 
-const char *skiff_store_local_addr(const struct skiff_store *s) { return s->local_addr; }
-int skiff_store_timeout_ms(const struct skiff_store *s) { return s->timeout_ms; }
+const char *tr_store_local_addr(const struct tr_store *s) { return s->local_addr; }
+int tr_store_timeout_ms(const struct tr_store *s) { return s->timeout_ms; }
 
-int skiff_store_rendezvous(struct skiff_store *s, int rank, int world, skiff_err *err)
+int tr_store_rendezvous(struct tr_store *s, int rank, int world, skiff_err *err)
 {
     char key[64], host[256] = "?";
     gethostname(host, sizeof host - 1);
     char val[320];
     snprintf(val, sizeof val, "%s pid %d", host, (int)getpid());
     snprintf(key, sizeof key, "rank/%d", rank);
-    if (skiff_store_set(s, key, val, strlen(val), err) < 0) return -1;
+    if (tr_store_set(s, key, val, strlen(val), err) < 0) return -1;
     double start = skiff_now_ms();
     for (;;) {
         char missing[512] = "";
         size_t nmissing = 0, used = 0;
         for (int r = 0; r < world; r++) {
             snprintf(key, sizeof key, "rank/%d", r);
-            int c = skiff_store_check(s, key, err);
+            int c = tr_store_check(s, key, err);
             if (c < 0) return skiff_err_wrap(err, "rendezvous");
             if (c == 0) {
                 nmissing++;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "policy.h"
 #include "train.h"
 
 /* ---- DDP buckets ------------------------------------------------------------
@@ -27,7 +28,7 @@ struct seg {
 };
 
 struct ddp {
-    struct skiff_comm *comm;
+    struct tr_comm *comm;
     float *grads;
     float *stage;      /* num_params floats: all buckets back to back */
     size_t cap;        /* bucket capacity in floats */
@@ -35,7 +36,7 @@ struct ddp {
     size_t bucket_start;
     struct seg *segs;
     size_t nsegs, segs_cap;
-    struct skiff_comm_req **reqs;
+    struct tr_comm_req **reqs;
     size_t nreqs, reqs_cap;
     int failed;
     skiff_err err;
@@ -59,7 +60,7 @@ static void launch(struct ddp *d)
     if (d->failed || d->fill == 0) return;
     if (d->nreqs == d->reqs_cap) {
         size_t nc = d->reqs_cap ? 2 * d->reqs_cap : 16;
-        struct skiff_comm_req **n = realloc(d->reqs, nc * sizeof *n);
+        struct tr_comm_req **n = realloc(d->reqs, nc * sizeof *n);
         if (!n) {
             d->failed = 1;
             skiff_error(&d->err, ENOMEM, "bucket list");
@@ -68,8 +69,8 @@ static void launch(struct ddp *d)
         d->reqs = n;
         d->reqs_cap = nc;
     }
-    if (skiff_comm_start(d->comm, SKIFF_COMM_ALLREDUCE, d->stage + d->bucket_start, d->fill,
-                         SKIFF_F32, &d->reqs[d->nreqs], &d->err) < 0) {
+    if (tr_comm_start(d->comm, TR_COMM_ALLREDUCE, d->stage + d->bucket_start, d->fill,
+                         TR_F32, &d->reqs[d->nreqs], &d->err) < 0) {
         d->failed = 1;
         return;
     }
@@ -112,7 +113,7 @@ static int ddp_finish(struct ddp *d, double *wait_s, skiff_err *err)
     if (rc < 0) *err = d->err;
     for (size_t i = 0; i < d->nreqs; i++) {
         skiff_err e;
-        if (skiff_comm_wait(d->comm, d->reqs[i], &e) < 0 && rc == 0) {
+        if (tr_comm_wait(d->comm, d->reqs[i], &e) < 0 && rc == 0) {
             *err = e;
             rc = -1;
         }
@@ -147,12 +148,12 @@ static double sumsq(const float *g, size_t n)
 
 /* Mean over ranks of one value per rank, summed in rank order (the same on
  * every rank). */
-static int mean_over_ranks(struct skiff_comm *c, double v, double *out, skiff_err *err)
+static int mean_over_ranks(struct tr_comm *c, double v, double *out, skiff_err *err)
 {
     float *all = calloc((size_t)c->world, sizeof(float));
     if (!all) return skiff_error(err, ENOMEM, "gather");
     all[c->rank] = (float)v;
-    if (c->world > 1 && skiff_all_gather(c, all, (size_t)c->world, SKIFF_F32, err) < 0) {
+    if (c->world > 1 && tr_all_gather(c, all, (size_t)c->world, TR_F32, err) < 0) {
         free(all);
         return -1;
     }
@@ -179,13 +180,13 @@ static void adamw(float *p, const float *g, float *m, float *v, const float *dec
     }
 }
 
-static int evaluate(struct gpt2 *m, struct data_loader *val, struct skiff_comm *c, int nb,
-                    int *in, int *tg, double *out, skiff_err *err)
+static int evaluate(struct gpt2 *m, struct data_loader *val, struct tr_comm *c,
+                    const struct train_plan *p, int nb, int *in, int *tg, double *out,
+                    skiff_err *err)
 {
     double s = 0;
     for (int i = 0; i < nb; i++) {
-        uint64_t first = ((uint64_t)i * (uint64_t)c->world + (uint64_t)c->rank) * (uint64_t)val->B;
-        if (data_loader_batch(val, first, in, tg, err) < 0) return -1;
+        if (data_loader_batch(val, train_plan_val_window(p, val->B, i), in, tg, err) < 0) return -1;
         s += gpt2_forward(m, in, tg);
     }
     return mean_over_ranks(c, s / nb, out, err);
@@ -196,12 +197,11 @@ static int evaluate(struct gpt2 *m, struct data_loader *val, struct skiff_comm *
 struct run {
     const struct train_opts *o;
     struct train_dist dist;
-    struct skiff_comm *comm;
+    struct tr_comm *comm;
     struct gpt2 model;
     struct data_loader train, val;
     int have_val;
-    size_t n_pad;          /* parameter count padded to a multiple of world */
-    size_t opt_off, opt_len;
+    struct train_plan plan; /* padding, ZeRO shard, steps of this run */
     float *m, *v, *decay;  /* optimizer state for [opt_off, +opt_len); decay mask (n_pad) */
     float *gshard;         /* ZeRO-2: this rank's accumulated gradient shard */
     int *in, *tg;
@@ -224,58 +224,45 @@ static void run_free(struct run *r)
     free(r->ddp.segs);
     free(r->ddp.reqs);
     train_log_close(&r->log);
-    skiff_comm_destroy(r->comm);
+    tr_comm_destroy(r->comm);
     train_dist_fini(&r->dist);
 }
 
 static int save(struct run *r, int step, skiff_err *err)
 {
-    const struct train_opts *o = r->o;
-    struct train_ckpt c = {
-        .cfg = o->cfg, .world = r->comm->world, .rank = r->comm->rank, .zero = o->zero,
-        .step = step, .data_pos = (uint64_t)step * (uint64_t)o->batch * (uint64_t)o->grad_accum *
-                                      (uint64_t)r->comm->world,
-        .rng = o->seed, .num_params = r->n_pad, .opt_off = r->opt_off,
-        /* ZeRO 0: the optimizer state is the same everywhere; rank 0 keeps it */
-        .opt_len = o->zero || r->comm->rank == 0 ? r->opt_len : 0,
-        .params = r->comm->rank == 0 ? r->model.params : NULL, .m = r->m, .v = r->v};
-    if (train_ckpt_save(o->ckpt_dir, &c, err) < 0) return -1;
+    struct train_ckpt c;
+    train_plan_ckpt(&r->plan, r->o, step, r->model.params, r->m, r->v, &c);
+    if (train_ckpt_save(r->o->ckpt_dir, &c, err) < 0) return -1;
     /* every rank's file is complete before anyone reports the step saved */
-    return skiff_barrier(r->comm, err);
+    return tr_barrier(r->comm, err);
 }
 
-static int setup(struct run *r, const struct train_opts *o, int *start_step, skiff_err *err)
+static int setup(struct run *r, const struct train_opts *o, skiff_err *err)
 {
     r->o = o;
     if (o->threads > 0) omp_set_num_threads(o->threads);
     if (train_dist_init(&r->dist, o->timeout_ms, err) < 0) return -1;
-    if (skiff_comm_tcp_create(r->dist.store, r->dist.rank, r->dist.world, r->dist.local_rank,
+    if (tr_comm_tcp_create(r->dist.store, r->dist.rank, r->dist.world, r->dist.local_rank,
                               o->timeout_ms, &r->comm, err) < 0)
         return -1;
     int P = r->comm->world, rank = r->comm->rank;
     if (gpt2_create(&r->model, &o->cfg, o->batch, o->seq, err) < 0) return -1;
     size_t n = r->model.num_params;
-    r->n_pad = (n + (size_t)P - 1) / (size_t)P * (size_t)P;
-    float *p = realloc(r->model.params, r->n_pad * sizeof(float));
+    struct train_plan *pl = &r->plan;
+    train_plan_init(pl, o, n, P, rank);
+    float *p = realloc(r->model.params, pl->n_pad * sizeof(float));
     if (p) r->model.params = p;
-    float *g = p ? realloc(r->model.grads, r->n_pad * sizeof(float)) : NULL;
+    float *g = p ? realloc(r->model.grads, pl->n_pad * sizeof(float)) : NULL;
     if (g) r->model.grads = g;
     if (!p || !g) return skiff_error(err, ENOMEM, "parameters");
-    memset(r->model.params + n, 0, (r->n_pad - n) * sizeof(float));
-    memset(r->model.grads, 0, r->n_pad * sizeof(float));
-    if (o->zero) {
-        r->opt_len = r->n_pad / (size_t)P;
-        r->opt_off = (size_t)rank * r->opt_len;
-    } else {
-        r->opt_off = 0;
-        r->opt_len = r->n_pad; /* every rank steps every parameter */
-    }
-    r->m = calloc(r->opt_len, sizeof(float));
-    r->v = calloc(r->opt_len, sizeof(float));
-    r->decay = calloc(r->n_pad, sizeof(float));
+    memset(r->model.params + n, 0, (pl->n_pad - n) * sizeof(float));
+    memset(r->model.grads, 0, pl->n_pad * sizeof(float));
+    r->m = calloc(pl->opt_len, sizeof(float));
+    r->v = calloc(pl->opt_len, sizeof(float));
+    r->decay = calloc(pl->n_pad, sizeof(float));
     r->in = calloc((size_t)o->batch * o->seq, sizeof(int));
     r->tg = calloc((size_t)o->batch * o->seq, sizeof(int));
-    if (o->zero == 2) r->gshard = calloc(r->opt_len, sizeof(float));
+    if (o->zero == 2) r->gshard = calloc(pl->opt_len, sizeof(float));
     if (!r->m || !r->v || !r->decay || !r->in || !r->tg || (o->zero == 2 && !r->gshard))
         return skiff_error(err, ENOMEM, "optimizer state");
     gpt2_decay_mask(&o->cfg, r->decay);
@@ -292,41 +279,24 @@ static int setup(struct run *r, const struct train_opts *o, int *start_step, ski
         r->ddp.grads = r->model.grads;
         r->ddp.cap = (size_t)(o->bucket_mb * 1024 * 1024 / sizeof(float));
         if (r->ddp.cap < 1) r->ddp.cap = 1;
-        r->ddp.stage = malloc(r->n_pad * sizeof(float));
+        r->ddp.stage = malloc(pl->n_pad * sizeof(float));
         if (!r->ddp.stage) return skiff_error(err, ENOMEM, "bucket staging");
     }
 
-    *start_step = 0;
     if (train_init_params(o, rank, r->model.params, err) < 0) return -1;
     if (o->resume) {
-        /* ZeRO 0 keeps the whole optimizer state in rank 0's file; the
-         * others carry only their step and data position */
-        int has_opt = o->zero || rank == 0;
-        struct train_ckpt c = {
-            .cfg = o->cfg, .world = P, .rank = rank, .zero = o->zero, .num_params = r->n_pad,
-            .opt_off = has_opt ? r->opt_off : 0, .opt_len = has_opt ? r->opt_len : 0,
-            .params = rank == 0 ? r->model.params : NULL, .m = r->m, .v = r->v};
-        if (train_ckpt_load(o->ckpt_dir, &c, err) < 0) return -1;
-        *start_step = c.step;
-        if (o->zero == 0 && P > 1) {
-            if (skiff_broadcast(r->comm, r->m, r->n_pad * sizeof(float), 0, err) < 0 ||
-                skiff_broadcast(r->comm, r->v, r->n_pad * sizeof(float), 0, err) < 0)
-                return skiff_err_wrap(err, "sharing optimizer state");
-        }
-        double mine = c.step, mean;
-        if (mean_over_ranks(r->comm, mine, &mean, err) < 0) return -1;
-        if (mean != mine)
-            return skiff_error(err, 0, "--resume: rank %d's checkpoint is at step %d but the "
-                                            "ranks disagree (mean %.2f): a save was interrupted; "
-                                            "remove %s or restart from scratch",
-                               rank, c.step, mean, o->ckpt_dir);
-        /* finished already: success, so a requeued job's `--resume` loop ends */
-        if (*start_step >= o->steps && rank == 0)
-            fprintf(stderr, "skiff-train: checkpoint in %s is at step %d of --steps %d: nothing "
-                            "left to do\n", o->ckpt_dir, *start_step, o->steps);
+        if (train_resume_load(pl, o, r->model.params, r->m, r->v, err) < 0) return -1;
+        if (train_resume_shares_opt(pl, o) &&
+            (tr_broadcast(r->comm, r->m, pl->n_pad * sizeof(float), 0, err) < 0 ||
+             tr_broadcast(r->comm, r->v, pl->n_pad * sizeof(float), 0, err) < 0))
+            return skiff_err_wrap(err, "sharing optimizer state");
+        double mean;
+        if (mean_over_ranks(r->comm, pl->start, &mean, err) < 0 ||
+            train_resume_agree(pl, o, mean, err) < 0)
+            return -1;
     }
     /* one source of truth for the weights: rank 0 */
-    if (skiff_broadcast(r->comm, r->model.params, r->n_pad * sizeof(float), 0, err) < 0)
+    if (tr_broadcast(r->comm, r->model.params, pl->n_pad * sizeof(float), 0, err) < 0)
         return skiff_err_wrap(err, "broadcasting parameters from rank 0");
     if (rank == 0 && train_log_open(&r->log, o->log_path, o->resume, o->quiet, err) < 0) return -1;
     if (rank == 0 && !o->quiet)
@@ -343,23 +313,21 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
 {
     struct run r;
     memset(&r, 0, sizeof r);
-    int start = 0, rc = -1;
-    if (setup(&r, o, &start, err) < 0) goto out;
-    struct skiff_comm *c = r.comm;
+    int rc = -1;
+    if (setup(&r, o, err) < 0) goto out;
+    struct tr_comm *c = r.comm;
     int P = c->world, K = o->grad_accum;
     uint64_t G = (uint64_t)o->batch * (uint64_t)K * (uint64_t)P;
-    int end = o->steps;
-    if (o->stop_after && start + o->stop_after < end) end = start + o->stop_after;
-    for (int step = start; step < end; step++) {
+    const struct train_plan *pl = &r.plan;
+    for (int step = pl->start; step < pl->end; step++) {
         double t0 = skiff_now_s(), wait_s = 0, overlap_s = 0, busy0 = c->stats.busy_s;
         float lr = train_lr(o, step);
         gpt2_zero_grad(&r.model);
-        if (o->zero == 2) memset(r.gshard, 0, r.opt_len * sizeof(float));
+        if (o->zero == 2) memset(r.gshard, 0, pl->opt_len * sizeof(float));
         double loss_sum = 0;
         for (int k = 0; k < K; k++) {
-            uint64_t first = (uint64_t)step * G + ((uint64_t)k * (uint64_t)P + (uint64_t)c->rank) *
-                                                      (uint64_t)o->batch;
-            if (data_loader_batch(&r.train, first, r.in, r.tg, err) < 0) goto out;
+            if (data_loader_batch(&r.train, train_plan_window(pl, o, step, k), r.in, r.tg, err) < 0)
+                goto out;
             loss_sum += gpt2_forward(&r.model, r.in, r.tg);
             int last = k == K - 1;
             /* no_sync: only the last micro-step's backward talks to peers */
@@ -379,10 +347,10 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
                 /* ZeRO-2: reduce-scatter every micro-step and keep only our
                  * shard, so no rank holds a full accumulated gradient */
                 double w0 = skiff_now_s();
-                if (skiff_reduce_scatter(c, r.model.grads, r.n_pad, SKIFF_F32, err) < 0) goto out;
+                if (tr_reduce_scatter(c, r.model.grads, pl->n_pad, TR_F32, err) < 0) goto out;
                 wait_s += skiff_now_s() - w0;
-                const float *g = r.model.grads + r.opt_off;
-                for (size_t i = 0; i < r.opt_len; i++) r.gshard[i] += g[i];
+                const float *g = r.model.grads + pl->opt_off;
+                for (size_t i = 0; i < pl->opt_len; i++) r.gshard[i] += g[i];
                 if (!last) gpt2_zero_grad(&r.model);
             }
         }
@@ -390,37 +358,37 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
         double norm2;
         if (o->zero == 0) {
             gopt = r.model.grads;
-            norm2 = sumsq(gopt, r.n_pad);
+            norm2 = sumsq(gopt, pl->n_pad);
         } else {
             if (o->zero == 1) {
                 double w0 = skiff_now_s();
-                if (skiff_reduce_scatter(c, r.model.grads, r.n_pad, SKIFF_F32, err) < 0) goto out;
+                if (tr_reduce_scatter(c, r.model.grads, pl->n_pad, TR_F32, err) < 0) goto out;
                 wait_s += skiff_now_s() - w0;
-                gopt = r.model.grads + r.opt_off;
+                gopt = r.model.grads + pl->opt_off;
             } else {
                 gopt = r.gshard;
             }
             /* norm^2 = sum over ranks of each shard's sum of squares */
-            double mean, ss = sumsq(gopt, r.opt_len), w0 = skiff_now_s();
+            double mean, ss = sumsq(gopt, pl->opt_len), w0 = skiff_now_s();
             if (mean_over_ranks(c, ss, &mean, err) < 0) goto out;
             wait_s += skiff_now_s() - w0;
             norm2 = mean * P;
         }
         float norm = (float)sqrt(norm2);
-        float gscale = o->grad_clip > 0 && norm > o->grad_clip ? o->grad_clip / norm : 1.0f;
-        adamw(r.model.params + r.opt_off, gopt, r.m, r.v, r.decay + r.opt_off, r.opt_len, lr, o,
+        float gscale = train_clip_scale(o, norm);
+        adamw(r.model.params + pl->opt_off, gopt, r.m, r.v, r.decay + pl->opt_off, pl->opt_len, lr, o,
               step + 1, gscale);
         if (o->zero) {
             double w0 = skiff_now_s();
-            if (skiff_all_gather(c, r.model.params, r.n_pad, SKIFF_F32, err) < 0) goto out;
+            if (tr_all_gather(c, r.model.params, pl->n_pad, TR_F32, err) < 0) goto out;
             wait_s += skiff_now_s() - w0;
         }
         double loss, w1 = skiff_now_s();
         if (mean_over_ranks(c, loss_sum / K, &loss, err) < 0) goto out;
         wait_s += skiff_now_s() - w1; /* so wait_ms and comm_ms cover the same collectives */
         double val_loss = NAN;
-        if (r.have_val && o->val_every && ((step + 1) % o->val_every == 0 || step + 1 == o->steps) &&
-            evaluate(&r.model, &r.val, c, o->val_batches, r.in, r.tg, &val_loss, err) < 0)
+        if (r.have_val && train_plan_val_due(o, step) &&
+            evaluate(&r.model, &r.val, c, pl, o->val_batches, r.in, r.tg, &val_loss, err) < 0)
             goto out;
         double dt = skiff_now_s() - t0;
         if (c->rank == 0) {
@@ -432,8 +400,7 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
             train_log_step(&r.log, &s);
         }
         int done = step + 1;
-        if (o->ckpt_dir && ((o->ckpt_every && done % o->ckpt_every == 0) || done == end) &&
-            save(&r, done, err) < 0)
+        if (train_plan_save_due(o, pl, done) && save(&r, done, err) < 0)
             goto out;
     }
     rc = 0;

@@ -77,7 +77,7 @@ struct train_dist {
     int rank, world, local_rank;
     char master_addr[256];
     int master_port;
-    struct skiff_store *store; /* NULL when world == 1 */
+    struct tr_store *store; /* NULL when world == 1 */
 };
 
 /* Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (all absent:

@@ -1,8 +1,9 @@
 #!/bin/bash
 # Everything the GPU session runs, in one call of at most 10 minutes:
 # build (unless SKIFF_GPU_NO_BUILD=1, e.g. when build/bin/skiff-train and
-# build/tests/gpu/gpu_tool were built elsewhere and carried over), the GPU
-# tests, then the benchmark. Logs go to $OUT (or ./gpu-logs) as well.
+# build/tests/gpu/gpu_tool were built elsewhere and carried over), the
+# analytic budget (to compare with what the GPU measures), the GPU tests,
+# then the benchmark. Logs go to $OUT (or ./gpu-logs) as well.
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-logs}
@@ -14,6 +15,11 @@ mkdir -p "$out"
     make -j"$(nproc)" build/bin/skiff-train build/tests/gpu/gpu_tool >"$out/build.log" 2>&1 ||
       { echo "build failed:"; tail -30 "$out/build.log"; exit 1; }
     echo "== build: $(( $(date +%s) - start )) s"
+  fi
+  if [ -d build/trainer/cuda ] && ls build/trainer/cuda/*.ptxas >/dev/null 2>&1; then
+    build/tests/gpu/gpu_tool budget --ptxas-dir build/trainer/cuda
+  else
+    build/tests/gpu/gpu_tool budget
   fi
   start=$(date +%s)
   tests/gpu/run-tests.sh; trc=$?

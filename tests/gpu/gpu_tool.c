@@ -10,6 +10,9 @@
  *       writes an llm.c shard: uniform random tokens, or (--text, V = 256)
  *       byte text from a fixed set of sentences, which a model learns quickly
  *   gpu_tool csr-selftest     host-only: the embedding-backward token index
+ *   gpu_tool budget [--model M --batch B --seq T --precision P] [--design now|v0]
+ *       [--ptxas-dir DIR] [--check BASELINE] [--write-baseline FILE] [--quiet]
+ *       host-only: the analytic per-kernel cost model of one step (budget.c)
  * Exit status: 0 pass, 1 failure (a tolerance exceeded or an error). */
 #include <errno.h>
 #include <getopt.h>
@@ -23,6 +26,8 @@
 #include "error.h"
 #include "model.h"
 #include "train.h"
+
+int cmd_budget(int argc, char **argv, skiff_err *err); /* budget.c */
 
 static uint64_t lcg(uint64_t *s)
 {
@@ -190,7 +195,7 @@ static int cmd_check(struct args *a, skiff_err *err)
 
     /* One AdamW step on the GPU against the same formula on the host. */
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
-    if (cuda_gpt2_adamw(m, cuda_gpt2_grads(m), lr, b1, b2, eps, wd, 0.5f, 1, 1, err) < 0 ||
+    if (cuda_gpt2_adamw(m, cuda_gpt2_grads(m), lr, b1, b2, eps, wd, 0.5f, NULL, 0, 1, 1, err) < 0 ||
         cuda_gpt2_get_master(m, master, err) < 0)
         goto out;
     double amax = 0;
@@ -240,8 +245,9 @@ static int bench_step(struct cuda_gpt2 *m, const int *in, const int *tg, int N, 
     if (cuda_gpt2_zero_grad(m, err) < 0 || cuda_gpt2_forward(m, in, tg, 1.0f / N, err) < 0 ||
         cuda_gpt2_backward(m, NULL, NULL, err) < 0)
         return -1;
-    if (cuda_gpt2_adamw(m, g, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, zero == 0, err) < 0) return -1;
-    if (zero && (cuda_gpt2_master_to(m, g, err) < 0 || cuda_gpt2_params_from(m, g, err) < 0)) return -1;
+    /* ZeRO on one rank: the shard is everything and the gather a no-op */
+    (void)zero;
+    if (cuda_gpt2_adamw(m, g, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, NULL, 0, 1, 1, err) < 0) return -1;
     return cuda_gpt2_take_loss(m, loss, err);
 }
 
@@ -351,26 +357,39 @@ static int cmd_mkshard(struct args *a, skiff_err *err)
 
 static int cmd_csr_selftest(skiff_err *err)
 {
-    enum { N = 1000, V = 50 };
-    int tokens[N], csr[3 * N + 1], counts[V], seen[N] = {0};
+    /* token 0 appears 200 times: more than one segment (64 rows), so it takes
+     * the partial-sum path */
+    enum { N = 1000, V = 50, SEG = 64 };
+    static int csr[4 * N + 64];
+    int tokens[N], counts[V], seen[N] = {0};
     uint64_t s = 7;
-    for (int i = 0; i < N; i++) tokens[i] = (int)(lcg(&s) % V);
-    tokens[3] = tokens[4] = 0;
-    int nu = cuda_encoder_csr(csr, counts, tokens, N, V);
-    const int *uniq = csr, *start = csr + nu, *rows = csr + 2 * nu + 1;
-    if (nu <= 0 || nu > V || start[0] != 0 || start[nu] != N)
-        return skiff_error(err, 0, "csr: %d unique, bounds %d..%d", nu, start[0], start[nu]);
-    for (int u = 0; u < nu; u++) {
-        if (u && uniq[u] <= uniq[u - 1]) return skiff_error(err, 0, "csr: tokens not increasing at %d", u);
-        for (int k = start[u]; k < start[u + 1]; k++) {
-            if (tokens[rows[k]] != uniq[u]) return skiff_error(err, 0, "csr: row %d is not token %d", rows[k], uniq[u]);
-            if (k > start[u] && rows[k] <= rows[k - 1]) return skiff_error(err, 0, "csr: rows not increasing");
+    for (int i = 0; i < N; i++) tokens[i] = i % 5 == 0 ? 0 : 1 + (int)(lcg(&s) % (V - 1));
+    int used = cuda_encoder_csr(csr, counts, tokens, N, V);
+    int nseg = csr[0], nbig = csr[1], npart = csr[2];
+    const int *rows = csr + 3, *seg_tok = rows + N, *seg_start = seg_tok + nseg, *seg_dst = seg_start + nseg + 1;
+    const int *big_tok = seg_dst + nseg, *big_first = big_tok + nbig;
+    if (used != 3 + N + 3 * nseg + 1 + 2 * nbig + 1 || nbig != 1 || big_tok[0] != 0 || npart != 4 ||
+        seg_start[0] != 0 || seg_start[nseg] != N || big_first[0] != 0 || big_first[1] != npart)
+        return skiff_error(err, 0, "csr: %d ints, %d segments, %d frequent tokens, %d partials", used, nseg, nbig,
+                           npart);
+    int next_part = 0;
+    for (int g = 0; g < nseg; g++) {
+        if (seg_start[g + 1] - seg_start[g] > SEG || seg_start[g + 1] <= seg_start[g])
+            return skiff_error(err, 0, "csr: segment %d has %d rows", g, seg_start[g + 1] - seg_start[g]);
+        if (g && seg_tok[g] < seg_tok[g - 1]) return skiff_error(err, 0, "csr: tokens not increasing at %d", g);
+        if (seg_dst[g] >= 0 && seg_dst[g] != next_part++)
+            return skiff_error(err, 0, "csr: segment %d writes partial %d", g, seg_dst[g]);
+        if ((seg_dst[g] >= 0) != (seg_tok[g] == 0)) return skiff_error(err, 0, "csr: segment %d: wrong path", g);
+        for (int k = seg_start[g]; k < seg_start[g + 1]; k++) {
+            if (tokens[rows[k]] != seg_tok[g]) return skiff_error(err, 0, "csr: row %d is not token %d", rows[k], seg_tok[g]);
+            if (k > seg_start[g] && rows[k] <= rows[k - 1]) return skiff_error(err, 0, "csr: rows not increasing");
             seen[rows[k]]++;
         }
     }
     for (int i = 0; i < N; i++)
         if (seen[i] != 1) return skiff_error(err, 0, "csr: row %d listed %d times", i, seen[i]);
-    printf("PASS: embedding-backward token index (%d distinct tokens over %d rows)\n", nu, N);
+    printf("PASS: embedding-backward token index (%d segments over %d rows, the frequent token split in %d)\n", nseg, N,
+           npart);
     return 0;
 }
 
@@ -379,8 +398,13 @@ int main(int argc, char **argv)
     skiff_err err;
     skiff_err_clear(&err);
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_tool check|gemm|bench|mkshard|csr-selftest [options]\n");
+        fprintf(stderr, "usage: gpu_tool check|gemm|bench|mkshard|csr-selftest|budget [options]\n");
         return 2;
+    }
+    if (!strcmp(argv[1], "budget")) {
+        int brc = cmd_budget(argc - 1, argv + 1, &err);
+        if (brc < 0) fprintf(stderr, "gpu_tool: %s\n", err.msg);
+        return brc < 0 ? 1 : 0;
     }
     struct args a;
     if (parse(argc - 1, argv + 1, &a, &err) < 0) {

@@ -10,7 +10,10 @@
 #   3. save -> resume gives the same losses, bit for bit (printed to 6 digits).
 #   4. 2 ranks sharing the GPU through the host-staged backend equal 1 rank at
 #      the same global batch (ZeRO 0 and ZeRO 1).
-#   5. fp16: an injected overflow is skipped and the loss scale recovers.
+#   5. fp16: an injected overflow is skipped and the loss scale recovers; a
+#      persistent one fails after SKIFF_TRAIN_MAX_SKIPPED steps.
+#   6. resuming a finished run exits 0; a dead or stopped peer is an error
+#      within --timeout (peer-death.sh with the real binary).
 # Overrides (used by `make cuda-emu-test`, which runs this against the CPU
 # emulation where only tiny models are affordable): SKIFF_GPU_TEST_MODEL
 # (small), SKIFF_GPU_TEST_SEQ (128), SKIFF_GPU_TEST_BATCH (4, even),
@@ -44,7 +47,7 @@ COMMON=(--model "$MODEL" --data "$DATA" --seq "$SEQ" --lr 1e-3 --warmup 2)
 
 # ---- 1. CUDA vs CPU ---------------------------------------------------------
 check() {
-  local name="CUDA vs CPU: $*" out
+  local name="CUDA vs CPU: $*${CHECK_LABEL:+ ($CHECK_LABEL)}" out
   log "$name"
   if out=$("$TOOL" check "$@" 2>&1); then t_pass "$name"; else t_fail "$name" "$(grep -E 'FAIL|gpu_tool' <<<"$out" | head -20)"; fi
   sed 's/^\(PASS\|FAIL\):/  \1 -/' <<<"$out"   # details, not counted
@@ -53,6 +56,8 @@ check --model "$MODEL" --batch "$BATCH" --seq "$SEQ" --precision fp32
 check --model "$MODEL" --batch "$BATCH" --seq "$SEQ" --precision bf16
 check --model "$MODEL" --batch "$BATCH" --seq "$SEQ" --precision fp16
 if [ "${SKIFF_GPU_TEST_QUICK:-0}" != 1 ]; then
+  # without cuBLASLt's DGELU/BGRADB epilogues (own GELU' and column sums)
+  SKIFF_CUDA_FUSED_EPILOGUES=0 CHECK_LABEL="no fused epilogues" check --model "$MODEL" --batch "$BATCH" --seq "$SEQ" --precision bf16
   check --model small --batch 3 --seq 96 --precision bf16   # partial tile, odd batch
   check --model tiny --batch 4 --seq 64 --precision bf16    # head size 16
   check --model mini --batch 4 --seq 128 --precision fp32   # head size 32
@@ -145,5 +150,23 @@ if grep -q '^fp16: step 3: gradient overflow, step skipped, loss scale now 32768
   t_pass "fp16: overflow at step 3 is skipped, the scale halves and grows back after 3 good steps"
 else
   t_fail "fp16: overflow at step 3 is skipped, the scale halves and grows back after 3 good steps" "$(tail -5 "$tmp/h.out")"
+fi
+t_fails_with "fp16: overflow in every step stops the run after SKIFF_TRAIN_MAX_SKIPPED steps" \
+  'fp16: 4 steps in a row overflowed.*--precision bf16' \
+  env SKIFF_TRAIN_INJECT_OVERFLOW_STEP=2+ SKIFF_TRAIN_MAX_SKIPPED=4 \
+  "$ST" train "${COMMON[@]}" --batch "$BATCH" --steps 20 --device cuda --precision fp16
+
+# ---- 5. resume rules and dead peers ------------------------------------------
+out=$("$ST" train "${COMMON[@]}" --batch "$BATCH" --steps "$STEPS" --device cuda --precision bf16 \
+  --ckpt-dir "$tmp/ckA" --resume 2>&1); rc=$?
+if [ "$rc" -eq 0 ] && grep -q 'nothing left to do' <<<"$out"; then
+  t_pass "--resume of a finished run exits 0"
+else
+  t_fail "--resume of a finished run exits 0" "exit $rc: $out"
+fi
+if [ "${SKIFF_GPU_TEST_QUICK:-0}" != 1 ]; then
+  SKIFF_PEER_TEST_BIN=$ST "$(dirname "$0")/peer-death.sh" | sed 's/^\(PASS\|FAIL\|SKIP\):/  \1 -/'
+  if [ "${PIPESTATUS[0]}" -eq 0 ]; then t_pass "dead and stopped peers are errors within --timeout (GPU)"
+  else t_fail "dead and stopped peers are errors within --timeout (GPU)"; fi
 fi
 t_done

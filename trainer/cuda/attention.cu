@@ -2,31 +2,47 @@
 #include "kernels.cuh"
 #include "attention_dev.cuh"
 
+extern "C" {
+#include "cuda_model.h"
+}
+
 size_t k_attention_scratch_floats(int B, int Tn, int C, int NH) {
-    return (size_t)ceil_div(Tn, TILE) * B * Tn * C + (size_t)B * NH * Tn;
+    (void)C;
+    return (size_t)B * NH * Tn;  // D = rowsum(dO * O)
 }
 
 template <typename T, int HS>
 static int attention_forward_hs(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH,
                                 cudaStream_t s, skiff_err *err) {
-    size_t sm = fwd_smem<T, HS>();
+    size_t sm = att_cfg<T, HS>::fwd_smem();
     CUDA_CHECK(cudaFuncSetAttribute((const void *)&attention_forward_kernel<T, HS>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    dim3 grid(ceil_div(Tn, TILE), NH, B);
-    LAUNCH((attention_forward_kernel<T, HS>), grid, NWARP * 32, sm, s, out, lse, qkv, Tn, C, NH, 1.0f / sqrtf((float)HS));
+    dim3 grid(ceil_div(Tn, ATT_ROWS), NH, B);
+    LAUNCH((attention_forward_kernel<T, HS>), grid, ATT_WARPS * 32, sm, s, out, lse, qkv, Tn, C, NH,
+           1.0f / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 template <typename T, int HS>
-static int attention_backward_hs(T *dqkv, float *dq, float *D, const T *dout, const T *qkv,
+static int attention_backward_hs(T *dqkv, float *D, const T *dout, const T *qkv, const T *out,
                                  const float *lse, int B, int Tn, int C, int NH, cudaStream_t s,
                                  skiff_err *err) {
-    size_t sm = bwd_smem<T, HS>();
-    CUDA_CHECK(cudaFuncSetAttribute((const void *)&attention_backward_kernel<T, HS>,
+    typedef att_cfg<T, HS> cfg;
+    size_t rows = (size_t)B * Tn * NH, lanes = rows * (HS * sizeof(T) / 16);
+    LAUNCH((attention_rowdot_kernel<T, HS>), ceil_div(lanes, 256), 256, 0, s, D, dout, out, B, Tn, C, NH);
+    CUDA_CHECK_LAUNCH();
+    float scale = 1.0f / sqrtf((float)HS);
+    dim3 grid(ceil_div(Tn, ATT_ROWS), NH, B);
+    size_t sm = cfg::dkdv_smem();
+    CUDA_CHECK(cudaFuncSetAttribute((const void *)&attention_dkdv_kernel<T, HS>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    dim3 grid(ceil_div(Tn, TILE), NH, B);
-    LAUNCH((attention_backward_kernel<T, HS>), grid, NWARP * 32, sm, s, dqkv, dq, dout, qkv, lse, D, Tn, C, NH, 1.0f / sqrtf((float)HS));
+    LAUNCH((attention_dkdv_kernel<T, HS>), grid, ATT_WARPS * 32, sm, s, dqkv, dout, qkv, lse, D, Tn, C, NH, scale);
+    CUDA_CHECK_LAUNCH();
+    sm = cfg::dq_smem();
+    CUDA_CHECK(cudaFuncSetAttribute((const void *)&attention_dq_kernel<T, HS>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    LAUNCH((attention_dq_kernel<T, HS>), grid, ATT_WARPS * 32, sm, s, dqkv, dout, qkv, lse, D, Tn, C, NH, scale);
     CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -60,21 +76,27 @@ int k_attention_backward(T *dqkv, float *scratch, const T *dout, const T *qkv, c
                          skiff_err *err) {
     int hs = head_size(C, NH, err);
     if (hs < 0) return -1;
-    float *dq = scratch;
-    float *D = scratch + (size_t)ceil_div(Tn, TILE) * B * Tn * C;
-    size_t rows = (size_t)B * Tn * NH;
-    LAUNCH((attention_rowdot_kernel<T>), ceil_div(rows * 32, 256), 256, 0, s, D, dout, out, B, Tn, C, NH);
-    CUDA_CHECK_LAUNCH();
     switch (hs) {
-    case 16: TRY(attention_backward_hs<T, 16>(dqkv, dq, D, dout, qkv, lse, B, Tn, C, NH, s, err)); break;
-    case 32: TRY(attention_backward_hs<T, 32>(dqkv, dq, D, dout, qkv, lse, B, Tn, C, NH, s, err)); break;
-    case 64: TRY(attention_backward_hs<T, 64>(dqkv, dq, D, dout, qkv, lse, B, Tn, C, NH, s, err)); break;
-    default: TRY(attention_backward_hs<T, 128>(dqkv, dq, D, dout, qkv, lse, B, Tn, C, NH, s, err)); break;
+    case 16: return attention_backward_hs<T, 16>(dqkv, scratch, dout, qkv, out, lse, B, Tn, C, NH, s, err);
+    case 32: return attention_backward_hs<T, 32>(dqkv, scratch, dout, qkv, out, lse, B, Tn, C, NH, s, err);
+    case 64: return attention_backward_hs<T, 64>(dqkv, scratch, dout, qkv, out, lse, B, Tn, C, NH, s, err);
+    default: return attention_backward_hs<T, 128>(dqkv, scratch, dout, qkv, out, lse, B, Tn, C, NH, s, err);
     }
-    size_t total = (size_t)B * Tn * C;
-    LAUNCH((dq_reduce_kernel<T>), ceil_div(total, 256), 256, 0, s, dqkv, dq, total, Tn, C);
-    CUDA_CHECK_LAUNCH();
-    return 0;
+}
+
+template <typename T> static void smem_of(int hs, size_t out[3]) {
+    switch (hs) {
+    case 16: out[0] = att_cfg<T, 16>::fwd_smem(), out[1] = att_cfg<T, 16>::dkdv_smem(), out[2] = att_cfg<T, 16>::dq_smem(); break;
+    case 32: out[0] = att_cfg<T, 32>::fwd_smem(), out[1] = att_cfg<T, 32>::dkdv_smem(), out[2] = att_cfg<T, 32>::dq_smem(); break;
+    case 64: out[0] = att_cfg<T, 64>::fwd_smem(), out[1] = att_cfg<T, 64>::dkdv_smem(), out[2] = att_cfg<T, 64>::dq_smem(); break;
+    default: out[0] = att_cfg<T, 128>::fwd_smem(), out[1] = att_cfg<T, 128>::dkdv_smem(), out[2] = att_cfg<T, 128>::dq_smem(); break;
+    }
+}
+
+extern "C" void cuda_attention_smem(int prec, int hs, size_t out[3]) {
+    if (prec == SKIFF_CUDA_FP32) smem_of<float>(hs, out);
+    else if (prec == SKIFF_CUDA_BF16) smem_of<bf16>(hs, out);
+    else smem_of<fp16>(hs, out);
 }
 
 #define INSTANTIATE(T)                                                                        \

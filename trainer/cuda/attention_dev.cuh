@@ -3,351 +3,388 @@
 // Device code of attention.cu (kernels only, no launchers: tests/gpu/emu also
 // compiles it for the CPU).
 //
-// Causal self-attention, flash style: scores are computed 64 x 64 tiles at a
-// time on tensor cores (WMMA: bf16/fp16 in, fp32 accumulate; TF32 for fp32),
-// softmax is done online (running max and sum per query row) and only the
-// per-row log-sum-exp is kept for the backward pass. Nothing T x T is stored.
+// Causal self-attention in FlashAttention-2's structure, on mma.sync tensor
+// cores (mma_dev.cuh): bf16/fp16 m16n8k16, TF32 m16n8k8 for fp32 storage.
+// Nothing T x T is stored; the forward keeps only the per-row log-sum-exp.
 //
-// Layout: qkv is (B, T, 3C) exactly as the qkv matmul writes it, head h of q at
-// columns [h*64, h*64+64), of k at C + h*64, of v at 2C + h*64, so no permute
-// kernels are needed; out is (B, T, C) with head h at columns h*64.
+// Layout: qkv is (B, T, 3C) as the qkv matmul writes it: head h of q at
+// columns [h*HS, h*HS+HS), of k at C + h*HS, of v at 2C + h*HS, so no permute
+// kernels are needed; out and dq are (B, T, C)-strided the same way.
 //
-// Forward: one block of 4 warps per (64-query tile, head, batch); warp w owns
-// query rows w*16..w*16+15. Per 64-key tile: S = Q K^T (WMMA) -> warp scratch
-// (fp32) -> each lane owns half a row (32 columns): scale, mask, online softmax,
-// writes P (storage type) -> O += P V (WMMA) -> lanes fold it into their
-// register accumulator with the running rescale.
+// Every kernel: 4 warps, each owning 16 rows of the block's 64-row tile. The
+// scores of a warp's rows live in mma accumulator registers; a thread holds
+// two rows (g and g+8 of its warp, g = lane/4), so row max and row sum take
+// two shuffles inside the lane quad. The probabilities (and dS) go from the
+// accumulators straight into the A operand of the next mma (a_from_c): no
+// score tile ever passes through shared memory. K/V (or Q/dO) tiles are
+// double buffered with cp.async: the next tile loads while this one is used.
+// Shared rows are padded (mma_ops<T>::PAD) so ldmatrix and the TF32 loads
+// are free of bank conflicts. Results are staged through the warp's own rows
+// of shared memory and written with 16-byte stores.
 //
-// Backward (FlashAttention-2 ordering): one block per (64-key tile, head,
-// batch), looping over the query tiles at and after the diagonal. Warp w owns
-// keys w*16..+15: it recomputes S^T and P^T = exp(S^T - lse), gets dP^T = V dO^T,
-// dS^T = P^T (dP^T - D) with D = rowsum(dO * O), accumulates dV += P^T dO and
-// dK += dS^T Q in WMMA fragments (no rescaling needed), and dQ += dS K goes to
-// per-key-tile fp32 partials that a second kernel sums in a fixed order (no
-// atomics: several key tiles contribute to one query, and the sum must be
-// bit-reproducible for save/resume).
-#ifndef SKIFF_CUDA_EMU
-#include <mma.h>
-#endif
+// Forward: block = (64-query tile, head, batch), loops over key tiles 0..qt.
+// Backward, deterministic without atomics or partial buffers:
+//  - dK/dV: block = (64-key tile, head, batch), loops over the query tiles at
+//    and after the diagonal; recomputes P^T and dS^T; dK, dV accumulate in
+//    registers and are written once.
+//  - dQ: block = (64-query tile, head, batch), loops over key tiles 0..qt;
+//    recomputes P and dS; dQ accumulates in fp32 registers and is written
+//    once, as T, into dqkv. This costs three more small matmuls per tile pair
+//    than FA2's single pass, but the FA2 pass needs either float atomics on
+//    dQ (not reproducible, and save -> resume must be bit-identical) or
+//    per-key-tile partials (3.2 GB at d12, B=64, T=1024, and ~41 GB of
+//    traffic per step to reduce them).
+// Both need D = rowsum(dO * O) first (attention_rowdot_kernel).
+#include "mma_dev.cuh"
 
-#include "common.cuh"
+#define ATT_ROWS 64  // rows of a block's tile: 4 warps x 16
+#define ATT_WARPS 4
 
-using namespace nvcuda;
-
-#define TILE 64   // queries / keys per tile
-#define NWARP 4   // 4 warps x 16 rows = 64
-
-// Row strides in shared memory, padded against bank conflicts (WMMA wants a
-// multiple of 8 elements for 16-bit types, 4 for fp32, and 32-byte aligned
-// fragment pointers, which 16-row and K-column offsets then keep):
-//   LDH for the (64, HS) tiles of Q, K, V, dO; LDS for the (64 x 64) score
-//   tiles P, P^T, dS^T; LDF for the fp32 scratch each warp stores fragments to.
-template <typename T> struct mma_traits {
-    typedef T in;
-    static constexpr int K = 16;
-    static constexpr int PAD = 8;
+template <typename T, int HS> struct att_cfg {
+    static constexpr int LD = HS + mma_ops<T>::PAD;  // shared row stride, elements
+    static constexpr int KS = mma_ops<T>::KS;
+    static constexpr int NO = HS / 8;                // accumulator tiles across the head
+    // Width of the inner tile the backward kernels loop over: 64, or 32 for
+    // HS = 128 so the accumulators fit in registers without spilling.
+    static constexpr int W = HS > 64 ? 32 : 64;
+    // ptxas, left to its own heuristics, caps the fp32 (TF32) dK/dV kernel for
+    // HS = 32 at 128 registers and spills 24 bytes; a minimum-blocks hint
+    // lifts the cap (152 registers, no spill; 3 blocks per SM by registers
+    // instead of 4). 0 = no hint: the others (the hot bf16 HS = 64 one
+    // included) keep what ptxas picks by itself.
+    static constexpr int DKDV_MIN_BLOCKS = sizeof(T) == 4 && HS == 32 ? 2 : 0;
+    static size_t fwd_smem() { return (size_t)5 * ATT_ROWS * LD * sizeof(T); }
+    static size_t dkdv_smem() { return (size_t)(2 * ATT_ROWS + 4 * W) * LD * sizeof(T) + 4 * W * sizeof(float); }
+    static size_t dq_smem() { return (size_t)(2 * ATT_ROWS + 4 * W) * LD * sizeof(T); }
 };
-template <> struct mma_traits<float> {
-    typedef wmma::precision::tf32 in;
-    static constexpr int K = 8;
-    static constexpr int PAD = 4;
-};
-#define LDH (HS + mma_traits<T>::PAD)
-#define LDS (TILE + mma_traits<T>::PAD)
-#define LDF ((HS > TILE ? HS : TILE) + 4)
 
-template <typename T, typename L>
-using frag_a = wmma::fragment<wmma::matrix_a, 16, 16, mma_traits<T>::K, typename mma_traits<T>::in, L>;
-template <typename T, typename L>
-using frag_b = wmma::fragment<wmma::matrix_b, 16, 16, mma_traits<T>::K, typename mma_traits<T>::in, L>;
-template <typename T>
-using frag_c = wmma::fragment<wmma::accumulator, 16, 16, mma_traits<T>::K, float>;
-
-// TF32 fragments are loaded from fp32 and must be rounded explicitly.
-template <typename T, typename F> __device__ __forceinline__ void round_frag(F &f) {
-    if constexpr (sizeof(T) == 4) {
-        for (int i = 0; i < f.num_elements; i++) f.x[i] = wmma::__float_to_tf32(f.x[i]);
+// Queues cp.async copies of rows [t0, t0+rows) of one head (HS elements, row
+// stride `stride`) into dst (row stride ld); rows past Tn become zeros.
+template <typename T, int HS>
+__device__ __forceinline__ void att_load_rows(T *dst, int ld, const T *src, size_t stride, int t0, int rows,
+                                              int Tn) {
+    constexpr int VEC = 16 / sizeof(T), PER = HS / VEC;
+    for (int i = threadIdx.x; i < rows * PER; i += blockDim.x) {
+        int r = i / PER, c = (i % PER) * VEC;
+        bool ok = t0 + r < Tn;
+        cp_async16(dst + r * ld + c, src + (size_t)(ok ? t0 + r : 0) * stride + c, ok);
     }
 }
 
-template <typename T, typename LA, typename LB>
-__device__ __forceinline__ void mma_step(frag_c<T> &acc, const T *a, int lda, const T *b, int ldb) {
-    frag_a<T, LA> fa;
-    frag_b<T, LB> fb;
-    wmma::load_matrix_sync(fa, a, lda);
-    wmma::load_matrix_sync(fb, b, ldb);
-    round_frag<T>(fa);
-    round_frag<T>(fb);
-    wmma::mma_sync(acc, fa, fb, acc);
-}
-
-
-// Copies rows [t0, t0+64) of one head (HS elements each, row stride `stride`
-// elements) into shared memory with 16-byte vectors; rows past Tn become zero.
+// Writes this warp's 16 rows x HS accumulator (acc[NO][4], times rs[0] for
+// row g and rs[1] for row g+8) to global rows [r0, r0+16) through the warp's
+// own 16 rows of shared memory `stage`, 16 bytes per store.
 template <typename T, int HS>
-__device__ __forceinline__ void load_tile(T *dst, const T *src, int t0, int Tn, size_t stride) {
-    constexpr int VEC = 16 / sizeof(T);
-    constexpr int PER_ROW = HS / VEC;
-    for (int i = threadIdx.x; i < TILE * PER_ROW; i += blockDim.x) {
-        int r = i / PER_ROW, c = (i % PER_ROW) * VEC;
-        int4 v = make_int4(0, 0, 0, 0);
-        if (t0 + r < Tn) v = *reinterpret_cast<const int4 *>(src + (size_t)(t0 + r) * stride + c);
-        *reinterpret_cast<int4 *>(dst + r * LDH + c) = v;
+__device__ __forceinline__ void att_store_rows(T *dst, size_t stride, int r0, int Tn, T *stage,
+                                               const float (*acc)[4], const float rs[2]) {
+    constexpr int LD = att_cfg<T, HS>::LD, NO = HS / 8, VEC = 16 / sizeof(T), PER = HS / VEC;
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    for (int j = 0; j < NO; j++)
+        for (int i = 0; i < 4; i++) stage[(g + (i >> 1) * 8) * LD + 8 * j + 2 * t + (i & 1)] = from_f<T>(acc[j][i] * rs[i >> 1]);
+    __syncwarp();
+    for (int i = lane; i < 16 * PER; i += 32) {
+        int r = i / PER, c = (i % PER) * VEC;
+        if (r0 + r < Tn)
+            *reinterpret_cast<int4 *>(dst + (size_t)(r0 + r) * stride + c) =
+                *reinterpret_cast<const int4 *>(stage + r * LD + c);
     }
 }
 
-template <typename T, int HS> static size_t fwd_smem(void) {
-    return (3 * TILE * LDH + NWARP * 16 * LDS) * sizeof(T) + NWARP * 16 * LDF * sizeof(float);
+// Quad (4 lanes sharing g) reductions.
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// acc (16 rows x 8*NT) = A rows [ar, ar+16) of `as` times B^T where B rows
+// [0, 8*NT) of `bs` are the n dimension, k over HS (S = Q K^T and friends).
+template <typename T, int HS, int NT>
+__device__ __forceinline__ void att_mma_nt(float (*acc)[4], const T *as, int ar, const T *bs) {
+    using M = mma_ops<T>;
+    constexpr int LD = att_cfg<T, HS>::LD;
+    for (int j = 0; j < NT; j++)
+        for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
+    for (int kk = 0; kk < HS; kk += M::KS) {
+        uint32_t a[4];
+        M::load_a(a, as, LD, ar, kk);
+        for (int j = 0; j < NT; j += 2) {
+            uint32_t b[2][2];
+            M::load_b_nt(b, bs, LD, 8 * j, kk);
+            M::mma(acc[j], a, b[0]);
+            M::mma(acc[j + 1], a, b[1]);
+        }
+    }
+}
+
+// acc (16 x HS) += P (16 x 8*NT, in accumulator registers) times rows
+// [0, 8*NT) of `bs` (k) across HS columns (n): O += P V, dQ += dS K, ...
+template <typename T, int HS, int NT>
+__device__ __forceinline__ void att_mma_pn(float (*acc)[4], const float (*p)[4], const T *bs) {
+    using M = mma_ops<T>;
+    constexpr int LD = att_cfg<T, HS>::LD, TPK = M::KS / 8;  // accumulator tiles per k step
+    for (int kk = 0; kk < 8 * NT; kk += M::KS) {
+        uint32_t a[4];
+        M::a_from_c(a, p[kk / 8], p[kk / 8 + TPK - 1]);
+        for (int j = 0; j < HS / 8; j += 2) {
+            uint32_t b[2][2];
+            M::load_b_nn(b, bs, LD, kk, 8 * j);
+            M::mma(acc[j], a, b[0]);
+            M::mma(acc[j + 1], a, b[1]);
+        }
+    }
 }
 
 template <typename T, int HS>
-__global__ void __launch_bounds__(NWARP * 32)
+__global__ void __launch_bounds__(ATT_WARPS * 32)
     attention_forward_kernel(T *out, float *lse, const T *qkv, int Tn, int C, int NH, float scale) {
-    constexpr int K = mma_traits<T>::K;
-    constexpr int NF = HS / 16;  // fragments across the head dimension
-    constexpr int HALF = HS / 2; // output columns per lane
+    typedef att_cfg<T, HS> cfg;
+    constexpr int LD = cfg::LD, NO = cfg::NO;
     DYN_SMEM(smem);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     T *Qs = reinterpret_cast<T *>(smem);
-    T *Ks = Qs + TILE * LDH;
-    T *Vs = Ks + TILE * LDH;
-    T *Ps = Vs + TILE * LDH + warp * 16 * LDS;
-    float *Sf = reinterpret_cast<float *>(Vs + TILE * LDH + NWARP * 16 * LDS) + warp * 16 * LDF;
-
+    T *Ks = Qs + ATT_ROWS * LD;      // [2][64][LD]
+    T *Vs = Ks + 2 * ATT_ROWS * LD;  // [2][64][LD]
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int qt = gridDim.x - 1 - blockIdx.x;  // longest rows first
-    int h = blockIdx.y, b = blockIdx.z;
-    int q0 = qt * TILE;
+    int h = blockIdx.y, b = blockIdx.z, q0 = qt * ATT_ROWS;
     size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * Tn * stride + h * HS;
-    load_tile<T, HS>(Qs, base, q0, Tn, stride);
+    att_load_rows<T, HS>(Qs, LD, base, stride, q0, ATT_ROWS, Tn);
+    att_load_rows<T, HS>(Ks, LD, base + C, stride, 0, ATT_ROWS, Tn);
+    att_load_rows<T, HS>(Vs, LD, base + 2 * C, stride, 0, ATT_ROWS, Tn);
+    cp_async_commit();
 
-    // Lane owns query row r of its warp: score columns [s0, s0+32), output
-    // columns [o0, o0+HALF).
-    int r = lane >> 1, s0 = (lane & 1) * 32, o0 = (lane & 1) * HALF;
-    int qi = q0 + warp * 16 + r;
-    float o[HALF];
-    for (int i = 0; i < HALF; i++) o[i] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
+    float o[NO][4], s[8][4];
+    for (int j = 0; j < NO; j++)
+        for (int i = 0; i < 4; i++) o[j][i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
 
     for (int kt = 0; kt <= qt; kt++) {
-        int k0 = kt * TILE;
-        __syncthreads();  // previous K/V tile no longer read
-        load_tile<T, HS>(Ks, base + C, k0, Tn, stride);
-        load_tile<T, HS>(Vs, base + 2 * C, k0, Tn, stride);
+        int cur = kt & 1, k0 = kt * ATT_ROWS;
+        if (kt < qt) {  // the buffer being filled was last read before the barrier ending kt-1
+            att_load_rows<T, HS>(Ks + (cur ^ 1) * ATT_ROWS * LD, LD, base + C, stride, k0 + ATT_ROWS, ATT_ROWS, Tn);
+            att_load_rows<T, HS>(Vs + (cur ^ 1) * ATT_ROWS * LD, LD, base + 2 * C, stride, k0 + ATT_ROWS, ATT_ROWS, Tn);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         __syncthreads();
+        const T *Kc = Ks + cur * ATT_ROWS * LD, *Vc = Vs + cur * ATT_ROWS * LD;
+        att_mma_nt<T, HS, 8>(s, Qs, warp * 16, Kc);
 
-        frag_c<T> acc[4];
-        for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
-        for (int kk = 0; kk < HS; kk += K)
-            for (int j = 0; j < 4; j++)
-                mma_step<T, wmma::row_major, wmma::col_major>(acc[j], Qs + warp * 16 * LDH + kk, LDH,
-                                                              Ks + j * 16 * LDH + kk, LDH);
-        for (int j = 0; j < 4; j++) wmma::store_matrix_sync(Sf + j * 16, acc[j], LDF, wmma::mem_row_major);
-        __syncwarp();
-
-        float s[32], mx = -INFINITY;
-        for (int i = 0; i < 32; i++) {
-            int kj = k0 + s0 + i;
-            s[i] = (kj <= qi && kj < Tn) ? Sf[r * LDF + s0 + i] * scale : -INFINITY;
-            mx = fmaxf(mx, s[i]);
+        bool mask = kt == qt || k0 + ATT_ROWS > Tn;
+        float mx[2] = {-INFINITY, -INFINITY};
+        for (int j = 0; j < 8; j++)
+            for (int i = 0; i < 4; i++) {
+                int key = k0 + 8 * j + 2 * t + (i & 1);
+                float v = s[j][i] * scale;
+                if (mask && (key > row[i >> 1] || key >= Tn)) v = -INFINITY;
+                s[j][i] = v;
+                mx[i >> 1] = fmaxf(mx[i >> 1], v);
+            }
+        float alpha[2];
+        for (int r = 0; r < 2; r++) {
+            float mn = fmaxf(m[r], quad_max(mx[r]));  // finite: key k0 <= row is never masked
+            alpha[r] = __expf(m[r] - mn);
+            m[r] = mn;
+            l[r] *= alpha[r];
         }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        float mn = fmaxf(m, mx);  // finite: key 0 of tile 0 is never masked
-        float alpha = __expf(m - mn);
-        float sum = 0.0f;
-        for (int i = 0; i < 32; i++) {
-            float p = __expf(s[i] - mn);
-            sum += p;
-            Ps[r * LDS + s0 + i] = from_f<T>(p);
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        l = l * alpha + sum;
-        m = mn;
-        for (int i = 0; i < HALF; i++) o[i] *= alpha;
-        __syncwarp();
-
-        frag_c<T> pv[NF];
-        for (int j = 0; j < NF; j++) wmma::fill_fragment(pv[j], 0.0f);
-        for (int kk = 0; kk < TILE; kk += K)
-            for (int j = 0; j < NF; j++)
-                mma_step<T, wmma::row_major, wmma::row_major>(pv[j], Ps + kk, LDS, Vs + kk * LDH + j * 16, LDH);
-        for (int j = 0; j < NF; j++) wmma::store_matrix_sync(Sf + j * 16, pv[j], LDF, wmma::mem_row_major);
-        __syncwarp();
-        for (int i = 0; i < HALF; i++) o[i] += Sf[r * LDF + o0 + i];
-        __syncwarp();
+        for (int j = 0; j < 8; j++)
+            for (int i = 0; i < 4; i++) {
+                float p = __expf(s[j][i] - m[i >> 1]);
+                s[j][i] = p;
+                l[i >> 1] += p;  // per-thread part; the quad's parts are added at the end
+            }
+        for (int j = 0; j < NO; j++)
+            for (int i = 0; i < 4; i++) o[j][i] *= alpha[i >> 1];
+        att_mma_pn<T, HS, 8>(o, s, Vc);
+        __syncthreads();  // K/V buffer `cur` is free for the prefetch of kt+2
     }
-    if (qi < Tn) {
-        T *orow = out + ((size_t)b * Tn + qi) * C + h * HS + o0;
-        float inv = 1.0f / l;
-        for (int i = 0; i < HALF; i++) orow[i] = from_f<T>(o[i] * inv);
-        if (o0 == 0) lse[((size_t)b * NH + h) * Tn + qi] = m + logf(l);
+    float inv[2];
+    for (int r = 0; r < 2; r++) {
+        l[r] = quad_sum(l[r]);
+        inv[r] = 1.0f / l[r];
+        if (t == 0 && row[r] < Tn) lse[((size_t)b * NH + h) * Tn + row[r]] = m[r] + logf(l[r]);
     }
+    // Each warp read only its own 16 rows of Qs: stage the output there.
+    att_store_rows<T, HS>(out + (size_t)b * Tn * C + h * HS, (size_t)C, q0 + warp * 16, Tn, Qs + warp * 16 * LD, o,
+                          inv);
 }
 
-// D[b,h,t] = sum_d dO * O, one warp per (row, head).
-template <typename T>
-__global__ void attention_rowdot_kernel(float *D, const T *dout, const T *out, int B, int Tn, int C,
-                                        int NH) {
-    size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (w >= (size_t)B * Tn * NH) return;
-    int HS = C / NH;
-    int h = (int)(w % NH);
-    size_t bt = w / NH;
-    const T *d = dout + bt * C + h * HS, *o = out + bt * C + h * HS;
-    float acc = 0.0f;
-    for (int i = lane; i < HS; i += 32) acc += to_f(d[i]) * to_f(o[i]);
-    acc = warp_sum(acc);
-    if (lane == 0) {
-        size_t b = bt / Tn, t = bt % Tn;
-        D[(b * NH + h) * Tn + t] = acc;
-    }
-}
-
-template <typename T, int HS> static size_t bwd_smem(void) {
-    return (4 * TILE * LDH + TILE * LDS + NWARP * 16 * LDS) * sizeof(T) +
-           NWARP * 16 * LDF * sizeof(float) + 2 * TILE * sizeof(float);
-}
-
+// D[b,h,t] = sum_d dO * O: a group of HS/VEC lanes per (row, head), 16-byte loads.
 template <typename T, int HS>
-__global__ void __launch_bounds__(NWARP * 32)
-    attention_backward_kernel(T *dqkv, float *dq, const T *dout, const T *qkv, const float *lse,
-                              const float *D, int Tn, int C, int NH, float scale) {
-    constexpr int K = mma_traits<T>::K;
-    constexpr int NF = HS / 16;
-    constexpr int HALF = HS / 2;
-    DYN_SMEM(smem);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    T *Ks = reinterpret_cast<T *>(smem);
-    T *Vs = Ks + TILE * LDH;
-    T *Qs = Vs + TILE * LDH;
-    T *dOs = Qs + TILE * LDH;
-    T *dSt = dOs + TILE * LDH;  // (64 keys, 64 queries), shared by the block
-    T *Pt = dSt + TILE * LDS + warp * 16 * LDS;
-    float *fbase = reinterpret_cast<float *>(dSt + TILE * LDS + NWARP * 16 * LDS);
-    float *Sf = fbase + warp * 16 * LDF;
-    float *lse_s = fbase + NWARP * 16 * LDF;
-    float *D_s = lse_s + TILE;
+__global__ void attention_rowdot_kernel(float *D, const T *dout, const T *out, int B, int Tn, int C, int NH) {
+    constexpr int VEC = 16 / sizeof(T), G = HS / VEC;  // lanes per (row, head), a power of 2 <= 32
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t w = i / G;
+    int sub = (int)(i % G);
+    bool ok = w < (size_t)B * Tn * NH;
+    float acc = 0.0f;
+    if (ok) {
+        int h = (int)(w % NH);
+        size_t bt = w / NH;
+        int4 dv = *reinterpret_cast<const int4 *>(dout + bt * C + h * HS + sub * VEC);
+        int4 ov = *reinterpret_cast<const int4 *>(out + bt * C + h * HS + sub * VEC);
+        const T *d = reinterpret_cast<const T *>(&dv), *o = reinterpret_cast<const T *>(&ov);
+        for (int k = 0; k < VEC; k++) acc += to_f(d[k]) * to_f(o[k]);
+    }
+    for (int off = G / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (ok && sub == 0) {
+        int h = (int)(w % NH);
+        size_t bt = w / NH, b = bt / Tn, tt = bt % Tn;
+        D[(b * NH + h) * Tn + tt] = acc;
+    }
+}
 
+// dK, dV for one 64-key tile: loops over query tiles (width W) from the
+// diagonal to the end. Warp w owns keys w*16..w*16+15 and computes S^T =
+// K Q^T for them, so P^T and dS^T are in its registers as A operands of
+// dV += P^T dO and dK += dS^T Q.
+template <typename T, int HS>
+__global__ void __launch_bounds__(ATT_WARPS * 32, att_cfg<T, HS>::DKDV_MIN_BLOCKS)
+    attention_dkdv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *D, int Tn, int C,
+                          int NH, float scale) {
+    typedef att_cfg<T, HS> cfg;
+    constexpr int LD = cfg::LD, NO = cfg::NO, W = cfg::W, NT = W / 8;
+    DYN_SMEM(smem);
+    T *Ks = reinterpret_cast<T *>(smem);
+    T *Vs = Ks + ATT_ROWS * LD;
+    T *Qs = Vs + ATT_ROWS * LD;  // [2][W][LD]
+    T *dOs = Qs + 2 * W * LD;    // [2][W][LD]
+    float *Ls = reinterpret_cast<float *>(dOs + 2 * W * LD);  // [2][W] lse
+    float *Ds = Ls + 2 * W;                                   // [2][W] D
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;  // small kt = most work: first
-    int k0 = kt * TILE, nq = (Tn + TILE - 1) / TILE;
+    int k0 = kt * ATT_ROWS, nq = (Tn + W - 1) / W, qfirst = k0 / W;
     size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * Tn * stride + h * HS;
     const T *dbase = dout + (size_t)b * Tn * C + h * HS;
-    const float *lse_b = lse + ((size_t)b * NH + h) * Tn;
-    const float *D_b = D + ((size_t)b * NH + h) * Tn;
-    load_tile<T, HS>(Ks, base + C, k0, Tn, stride);
-    load_tile<T, HS>(Vs, base + 2 * C, k0, Tn, stride);
+    const float *lse_b = lse + ((size_t)b * NH + h) * Tn, *D_b = D + ((size_t)b * NH + h) * Tn;
+    att_load_rows<T, HS>(Ks, LD, base + C, stride, k0, ATT_ROWS, Tn);
+    att_load_rows<T, HS>(Vs, LD, base + 2 * C, stride, k0, ATT_ROWS, Tn);
+    auto load_q = [&](int qt, int buf) {
+        att_load_rows<T, HS>(Qs + buf * W * LD, LD, base, stride, qt * W, W, Tn);
+        att_load_rows<T, HS>(dOs + buf * W * LD, LD, dbase, (size_t)C, qt * W, W, Tn);
+        for (int i = threadIdx.x; i < W; i += blockDim.x) {
+            bool in = qt * W + i < Tn;
+            Ls[buf * W + i] = in ? lse_b[qt * W + i] : 0.0f;
+            Ds[buf * W + i] = in ? D_b[qt * W + i] : 0.0f;
+        }
+    };
+    load_q(qfirst, 0);
+    cp_async_commit();
 
-    frag_c<T> dK[NF], dV[NF];
-    for (int j = 0; j < NF; j++) {
-        wmma::fill_fragment(dK[j], 0.0f);
-        wmma::fill_fragment(dV[j], 0.0f);
-    }
-    // Lane owns key row r of its warp: score columns [s0, s0+32) (queries),
-    // head columns [o0, o0+HALF).
-    int r = lane >> 1, s0 = (lane & 1) * 32, o0 = (lane & 1) * HALF;
-    int kj = k0 + warp * 16 + r;
+    float dk[NO][4], dv[NO][4], p[NT][4], ds[NT][4];
+    for (int j = 0; j < NO; j++)
+        for (int i = 0; i < 4; i++) dk[j][i] = dv[j][i] = 0.0f;
+    int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
 
-    for (int qt = kt; qt < nq; qt++) {
-        int q0 = qt * TILE;
-        __syncthreads();  // Qs, dOs, dSt of the previous tile no longer read
-        load_tile<T, HS>(Qs, base, q0, Tn, stride);
-        load_tile<T, HS>(dOs, dbase, q0, Tn, (size_t)C);
-        for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
-            bool in = q0 + i < Tn;
-            lse_s[i] = in ? lse_b[q0 + i] : 0.0f;
-            D_s[i] = in ? D_b[q0 + i] : 0.0f;
+    for (int qt = qfirst; qt < nq; qt++) {
+        int cur = (qt - qfirst) & 1, q0 = qt * W;
+        if (qt + 1 < nq) {
+            load_q(qt + 1, cur ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
-
-        // S^T (16 keys x 64 queries) = K_w Q^T
-        frag_c<T> acc[4];
-        for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
-        for (int kk = 0; kk < HS; kk += K)
-            for (int j = 0; j < 4; j++)
-                mma_step<T, wmma::row_major, wmma::col_major>(acc[j], Ks + warp * 16 * LDH + kk, LDH,
-                                                              Qs + j * 16 * LDH + kk, LDH);
-        for (int j = 0; j < 4; j++) wmma::store_matrix_sync(Sf + j * 16, acc[j], LDF, wmma::mem_row_major);
-        __syncwarp();
-        float p[32];
-        for (int i = 0; i < 32; i++) {
-            int qi = q0 + s0 + i;
-            p[i] = (kj <= qi && qi < Tn) ? __expf(Sf[r * LDF + s0 + i] * scale - lse_s[s0 + i]) : 0.0f;
-            Pt[r * LDS + s0 + i] = from_f<T>(p[i]);
-        }
-        __syncwarp();
-
-        // dP^T (16 keys x 64 queries) = V_w dO^T
-        for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.0f);
-        for (int kk = 0; kk < HS; kk += K)
-            for (int j = 0; j < 4; j++)
-                mma_step<T, wmma::row_major, wmma::col_major>(acc[j], Vs + warp * 16 * LDH + kk, LDH,
-                                                              dOs + j * 16 * LDH + kk, LDH);
-        for (int j = 0; j < 4; j++) wmma::store_matrix_sync(Sf + j * 16, acc[j], LDF, wmma::mem_row_major);
-        __syncwarp();
-        for (int i = 0; i < 32; i++) {
-            // d(loss)/d(q.k) with the softmax scale folded in: dQ = dS K, dK = dS^T Q.
-            float ds = p[i] * (Sf[r * LDF + s0 + i] - D_s[s0 + i]) * scale;
-            dSt[(warp * 16 + r) * LDS + s0 + i] = from_f<T>(ds);
-        }
-        __syncwarp();
-
-        // dV_w += P^T dO ; dK_w += dS^T Q   (k runs over the 64 queries)
-        for (int kk = 0; kk < TILE; kk += K)
-            for (int j = 0; j < NF; j++) {
-                mma_step<T, wmma::row_major, wmma::row_major>(dV[j], Pt + kk, LDS, dOs + kk * LDH + j * 16, LDH);
-                mma_step<T, wmma::row_major, wmma::row_major>(dK[j], dSt + warp * 16 * LDS + kk, LDS,
-                                                              Qs + kk * LDH + j * 16, LDH);
+        const T *Qc = Qs + cur * W * LD, *dOc = dOs + cur * W * LD;
+        const float *Lc = Ls + cur * W, *Dc = Ds + cur * W;
+        att_mma_nt<T, HS, NT>(p, Ks, warp * 16, Qc);    // S^T
+        att_mma_nt<T, HS, NT>(ds, Vs, warp * 16, dOc);  // dP^T
+        bool mask = q0 < k0 + ATT_ROWS || q0 + W > Tn;
+        for (int j = 0; j < NT; j++)
+            for (int i = 0; i < 4; i++) {
+                int qc = 8 * j + 2 * t + (i & 1), q = q0 + qc;
+                float pv = __expf(p[j][i] * scale - Lc[qc]);
+                if (mask && (q < key[i >> 1] || q >= Tn)) pv = 0.0f;
+                p[j][i] = pv;
+                // d(loss)/d(q.k) with the softmax scale folded in
+                ds[j][i] = pv * (ds[j][i] - Dc[qc]) * scale;
             }
-        __syncthreads();  // dSt complete
-
-        // dQ rows w*16.. (16 queries x HS) = dS K, reading dS(q, key) = dSt[key][q]
-        frag_c<T> dq_f[NF];
-        for (int j = 0; j < NF; j++) wmma::fill_fragment(dq_f[j], 0.0f);
-        for (int kk = 0; kk < TILE; kk += K)
-            for (int j = 0; j < NF; j++)
-                mma_step<T, wmma::col_major, wmma::row_major>(dq_f[j], dSt + kk * LDS + warp * 16, LDS,
-                                                              Ks + kk * LDH + j * 16, LDH);
-        for (int j = 0; j < NF; j++) wmma::store_matrix_sync(Sf + j * 16, dq_f[j], LDF, wmma::mem_row_major);
-        __syncwarp();
-        // This block's contribution to dQ goes to its own partial slice (key
-        // tile kt); dq_reduce_kernel adds the slices in order: no atomics, so
-        // the backward pass is bit-reproducible.
-        int qi = q0 + warp * 16 + r;
-        if (qi < Tn) {
-            float *dst = dq + (size_t)kt * gridDim.z * Tn * C + ((size_t)b * Tn + qi) * C + h * HS + o0;
-            const float *src = Sf + r * LDF + o0;
-            for (int i = 0; i < HALF; i += 4)
-                *reinterpret_cast<float4 *>(dst + i) = make_float4(src[i], src[i + 1], src[i + 2], src[i + 3]);
-        }
-        __syncwarp();
+        att_mma_pn<T, HS, NT>(dv, p, dOc);  // dV += P^T dO
+        att_mma_pn<T, HS, NT>(dk, ds, Qc);  // dK += dS^T Q
+        __syncthreads();
     }
-
-    // dK, dV of this warp's 16 keys go straight to dqkv: no other block owns them.
-    for (int pass = 0; pass < 2; pass++) {
-        for (int j = 0; j < NF; j++)
-            wmma::store_matrix_sync(Sf + j * 16, pass ? dV[j] : dK[j], LDF, wmma::mem_row_major);
-        __syncwarp();
-        if (kj < Tn) {
-            T *dst = dqkv + ((size_t)b * Tn + kj) * stride + (pass ? 2 : 1) * C + h * HS + o0;
-            for (int i = 0; i < HALF; i++) dst[i] = from_f<T>(Sf[r * LDF + o0 + i]);
-        }
-        __syncwarp();
-    }
+    // Each warp read only its own 16 rows of Ks and Vs: stage there.
+    float one[2] = {1.0f, 1.0f};
+    T *drow = dqkv + (size_t)b * Tn * stride + h * HS;
+    att_store_rows<T, HS>(drow + C, stride, k0 + warp * 16, Tn, Ks + warp * 16 * LD, dk, one);
+    att_store_rows<T, HS>(drow + 2 * C, stride, k0 + warp * 16, Tn, Vs + warp * 16 * LD, dv, one);
 }
 
-// dQ[b,t] = sum over key tiles kt <= t/64 of the partials, in order.
-template <typename T>
-__global__ void dq_reduce_kernel(T *dqkv, const float *dq, size_t total, int Tn, int C) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    size_t row = i / C;
-    int c = (int)(i % C);
-    int t = (int)(row % Tn);
-    float acc = 0.0f;
-    for (int kt = 0; kt <= t / TILE; kt++) acc += dq[(size_t)kt * total + i];
-    dqkv[row * 3 * C + c] = from_f<T>(acc);
+// dQ for one 64-query tile: loops over key tiles (width W) up to the
+// diagonal, recomputing P and dS; dQ += dS K stays in registers.
+template <typename T, int HS>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *D, int Tn, int C,
+                        int NH, float scale) {
+    typedef att_cfg<T, HS> cfg;
+    constexpr int LD = cfg::LD, NO = cfg::NO, W = cfg::W, NT = W / 8;
+    DYN_SMEM(smem);
+    T *Qs = reinterpret_cast<T *>(smem);
+    T *dOs = Qs + ATT_ROWS * LD;
+    T *Ks = dOs + ATT_ROWS * LD;  // [2][W][LD]
+    T *Vs = Ks + 2 * W * LD;      // [2][W][LD]
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int qt = gridDim.x - 1 - blockIdx.x;  // longest rows first
+    int h = blockIdx.y, b = blockIdx.z, q0 = qt * ATT_ROWS;
+    int nk = (q0 + ATT_ROWS < Tn ? q0 + ATT_ROWS : Tn);
+    nk = (nk + W - 1) / W;
+    size_t stride = 3 * (size_t)C;
+    const T *base = qkv + (size_t)b * Tn * stride + h * HS;
+    const T *dbase = dout + (size_t)b * Tn * C + h * HS;
+    att_load_rows<T, HS>(Qs, LD, base, stride, q0, ATT_ROWS, Tn);
+    att_load_rows<T, HS>(dOs, LD, dbase, (size_t)C, q0, ATT_ROWS, Tn);
+    att_load_rows<T, HS>(Ks, LD, base + C, stride, 0, W, Tn);
+    att_load_rows<T, HS>(Vs, LD, base + 2 * C, stride, 0, W, Tn);
+    cp_async_commit();
+
+    int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+    float L[2], Dr[2];
+    for (int r = 0; r < 2; r++) {
+        bool in = row[r] < Tn;
+        L[r] = in ? lse[((size_t)b * NH + h) * Tn + row[r]] : 0.0f;
+        Dr[r] = in ? D[((size_t)b * NH + h) * Tn + row[r]] : 0.0f;
+    }
+    float dq[NO][4], p[NT][4], ds[NT][4];
+    for (int j = 0; j < NO; j++)
+        for (int i = 0; i < 4; i++) dq[j][i] = 0.0f;
+
+    for (int kt = 0; kt < nk; kt++) {
+        int cur = kt & 1, k0 = kt * W;
+        if (kt + 1 < nk) {
+            att_load_rows<T, HS>(Ks + (cur ^ 1) * W * LD, LD, base + C, stride, k0 + W, W, Tn);
+            att_load_rows<T, HS>(Vs + (cur ^ 1) * W * LD, LD, base + 2 * C, stride, k0 + W, W, Tn);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const T *Kc = Ks + cur * W * LD, *Vc = Vs + cur * W * LD;
+        att_mma_nt<T, HS, NT>(p, Qs, warp * 16, Kc);    // S
+        att_mma_nt<T, HS, NT>(ds, dOs, warp * 16, Vc);  // dP
+        bool mask = k0 + W > q0 || k0 + W > Tn;
+        for (int j = 0; j < NT; j++)
+            for (int i = 0; i < 4; i++) {
+                int r = i >> 1, k = k0 + 8 * j + 2 * t + (i & 1);
+                float pv = __expf(p[j][i] * scale - L[r]);
+                if (mask && (k > row[r] || k >= Tn)) pv = 0.0f;
+                ds[j][i] = pv * (ds[j][i] - Dr[r]) * scale;
+            }
+        att_mma_pn<T, HS, NT>(dq, ds, Kc);  // dQ += dS K
+        __syncthreads();
+    }
+    float one[2] = {1.0f, 1.0f};
+    att_store_rows<T, HS>(dqkv + (size_t)b * Tn * stride + h * HS, stride, q0 + warp * 16, Tn, Qs + warp * 16 * LD,
+                          dq, one);
 }
 
 #endif

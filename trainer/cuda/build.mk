@@ -5,6 +5,8 @@
 #   TRAINER_CUDA_CFLAGS  for trainer/main.c: -DSKIFF_HAVE_CUDA
 #   make gpu-test        build + tests/gpu/run-tests.sh (needs a GPU)
 #   make gpu-bench       build + tests/gpu/bench.sh (needs a GPU)
+#   make gpu-budget      per-kernel ptxas resources + analytic roofline of one
+#                        d12 step (no GPU needed; tests/gpu/budget.c)
 ifneq ($(strip $(NVCC)),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -arch=sm_90
@@ -21,15 +23,20 @@ CUDA_RPATH ?= -Wl,-rpath,$(CUDA_HOME)/lib64
 TRAINER_CUDA_LIBS := -L$(CUDA_HOME)/lib64 $(CUDA_RPATH) -lcudart -lcublasLt -lcublas -lnccl -lstdc++
 TRAINER_CUDA_CFLAGS := -DSKIFF_HAVE_CUDA -I$(CUDA_HOME)/include
 
+# ptxas reports registers, spills and shared memory per kernel: kept in
+# OBJ.ptxas for `make gpu-budget` (other compiler output still goes to stderr).
 $(BUILD)/trainer/cuda/%.o: trainer/cuda/%.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) -MD -MF $(@:.o=.d) -c $< -o $@
+	$(NVCC) $(NVCC_FLAGS) -Xptxas -v -MD -MF $(@:.o=.d) -c $< -o $@ 2> $(@:.o=.ptxas.tmp); rc=$$?; \
+	  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $(@:.o=.ptxas.tmp) >&2; \
+	  mv $(@:.o=.ptxas.tmp) $(@:.o=.ptxas); exit $$rc
 
 # tests/gpu/gpu_tool: CUDA vs CPU check, GEMM peak and throughput benchmark,
 # synthetic shards. Links the same objects as skiff-train.
 GPU_TOOL := $(BUILD)/tests/gpu/gpu_tool
 $(BUILD)/tests/gpu/%.o: PART_CFLAGS := -Icommon -Itrainer -Itrainer/cuda -fopenmp $(TRAINER_CUDA_CFLAGS)
-$(GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(TRAINER_CUDA_OBJS) $(BUILD)/libskifftrain.a $(LIBSKIFFCOMMON)
+GPU_TOOL_OBJS := $(BUILD)/tests/gpu/gpu_tool.o $(BUILD)/tests/gpu/budget.o
+$(GPU_TOOL): $(GPU_TOOL_OBJS) $(TRAINER_CUDA_OBJS) $(BUILD)/libskifftrain.a $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(CXX) $(EXE_LDFLAGS) -o $@ $^ $(TRAINER_CUDA_LIBS) -fopenmp -lpthread -lm
 
@@ -37,7 +44,7 @@ $(GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(TRAINER_CUDA_OBJS) $(BUILD)/libskif
 # and checked against the CPU reference layers; needs the CUDA headers only.
 KERNEL_EMU := $(BUILD)/tests/gpu/kernels_emu
 $(KERNEL_EMU): tests/gpu/emu/kernels_emu.cpp tests/gpu/emu/cuda_emu.h trainer/cuda/kernels_dev.cuh \
-               trainer/cuda/attention_dev.cuh trainer/cuda/common.cuh $(wildcard trainer/layers/*.h)
+               trainer/cuda/attention_dev.cuh trainer/cuda/mma_dev.cuh trainer/cuda/common.cuh $(wildcard trainer/layers/*.h)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++20 -O1 -g -Wall -Wextra -Werror -fopenmp -pthread -DSKIFF_CUDA_EMU \
 	  -I$(CUDA_HOME)/include -Icommon -Itrainer -Itrainer/cuda -Itests/gpu/emu $< -o $@
@@ -60,7 +67,7 @@ EMU_GPU_TOOL := $(BUILD)/emu/tests/gpu/gpu_tool
 $(EMU_SKIFF_TRAIN): $(BUILD)/trainer/main.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(CXX) $(EXE_LDFLAGS) -o $@ $^ -fopenmp -pthread $(TRAINER_LDLIBS)
-$(EMU_GPU_TOOL): $(BUILD)/tests/gpu/gpu_tool.o $(EMU_OBJS) $(BUILD)/libskifftrain.a $(LIBSKIFFCOMMON)
+$(EMU_GPU_TOOL): $(GPU_TOOL_OBJS) $(EMU_OBJS) $(BUILD)/libskifftrain.a $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(CXX) $(EXE_LDFLAGS) -o $@ $^ -fopenmp -pthread -lm
 
@@ -73,17 +80,23 @@ cuda-emu-test: cuda-emu
 all: $(GPU_TOOL) $(KERNEL_EMU) $(EMU_GPU_TOOL) $(EMU_SKIFF_TRAIN)
 
 # The CPU-side check that runs in `make test`: the CUDA build links, fails
-# cleanly without a GPU, and its host-only pieces work.
-INTEGRATION_TESTS += tests/gpu/cpu-side-check.sh
+# cleanly without a GPU, and its host-only pieces work; and the budget check:
+# no kernel of the d12 step spills, the modeled step time does not regress.
+INTEGRATION_TESTS += tests/gpu/cpu-side-check.sh tests/gpu/budget-check.sh tests/gpu/peer-death.sh
 
 gpu-test: $(BUILD)/bin/skiff-train $(GPU_TOOL)
 	tests/gpu/run-tests.sh
 
 gpu-bench: $(BUILD)/bin/skiff-train $(GPU_TOOL)
 	tests/gpu/bench.sh
+
+# The analytic model of one step and the ptxas resources of its kernels;
+# fails when a kernel spills or the modeled time exceeds the baseline.
+gpu-budget: $(GPU_TOOL)
+	$(GPU_TOOL) budget --ptxas-dir $(BUILD)/trainer/cuda --check tests/gpu/budget-baseline.txt
 else
-gpu-test gpu-bench cuda-emu cuda-emu-test:
+gpu-test gpu-bench gpu-budget cuda-emu cuda-emu-test:
 	@echo "$@: nvcc not found (set NVCC=/path/to/nvcc); the CUDA path is not built" >&2; exit 1
 endif
 
-.PHONY: gpu-test gpu-bench cuda-emu cuda-emu-test
+.PHONY: gpu-test gpu-bench gpu-budget cuda-emu cuda-emu-test

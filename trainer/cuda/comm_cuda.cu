@@ -4,7 +4,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
 #include "comm_cuda.cuh"
 
 #define NCCL_CHECK(call)                                                                    \
@@ -16,73 +15,118 @@
                                ncclGetLastError(NULL));                                     \
     } while (0)
 
-static size_t bytes_of(enum skiff_dtype t) { return t == SKIFF_F32 ? 4 : 2; }
+static size_t bytes_of(enum tr_dtype t) { return tr_dtype_size(t); }
 
-// ---------------------------------------------------------------- NCCL
-struct nccl_impl {
-    ncclComm_t comm;
-    cudaStream_t compute, side;
+// First member of every backend's impl, so cuda_comm_sync works on any of them.
+struct dev_base {
+    cudaStream_t compute;
+    cudaEvent_t sync_ev;  // recorded by cuda_comm_sync, polled with the timeout
 };
 
-struct skiff_comm_req {
+static int base_init(struct dev_base *b, cudaStream_t compute, skiff_err *err) {
+    b->compute = compute;
+    CUDA_CHECK(cudaEventCreateWithFlags(&b->sync_ev, cudaEventDisableTiming));
+    return 0;
+}
+static void base_fini(struct dev_base *b) {
+    if (b->sync_ev) cudaEventDestroy(b->sync_ev);
+}
+
+// ---------------------------------------------------------------- NCCL
+// Events are created once and reused: a handoff event can be recorded again
+// as soon as cudaStreamWaitEvent has returned (the wait captured the earlier
+// record), and each in-flight request owns one `done` event until its wait.
+// Requests come from a free list, so a step creates and destroys nothing.
+struct tr_comm_req {
     cudaEvent_t done;  // NCCL: recorded on the side stream after the collective
-    struct skiff_comm *host_req_comm;
-    struct skiff_comm_req *host_req;  // host-staged: the TCP request
-    void *dev;                        // host-staged: device buffer and its staging copy
-    float *pinned;
+    struct tr_comm_req *next_free;
+    struct tr_comm_req *next_all;
+    // host-staged
+    struct tr_comm_req *host_req;  // the TCP request
+    int nseg;
+    void *dev[16];                 // device buffers and their offsets in pinned
+    size_t seg_bytes[16], seg_off[16];
+    char *pinned;
     size_t bytes;
     int own_pinned;
 };
 
-static ncclDataType_t nccl_type(enum skiff_dtype t) {
-    return t == SKIFF_F32 ? ncclFloat32 : t == SKIFF_BF16 ? ncclBfloat16 : ncclFloat16;
+struct nccl_impl {
+    struct dev_base base;
+    ncclComm_t comm;
+    cudaStream_t side;
+    cudaEvent_t handoff_ev, back_ev;
+    struct tr_comm_req *free_reqs, *all_reqs;
+};
+
+static ncclDataType_t nccl_type(enum tr_dtype t) {
+    return t == TR_F32 ? ncclFloat32 : t == TR_BF16 ? ncclBfloat16 : ncclFloat16;
+}
+
+static int req_get(struct nccl_impl *im, struct tr_comm_req **out, skiff_err *err) {
+    struct tr_comm_req *r = im->free_reqs;
+    if (r) {
+        im->free_reqs = r->next_free;
+    } else {
+        r = (struct tr_comm_req *)calloc(1, sizeof(*r));
+        if (!r) return skiff_error(err, ENOMEM, "comm request");
+        cudaError_t e = cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            free(r);
+            return skiff_error(err, 0, "%s:%d: cudaEventCreateWithFlags: %s", __FILE__, __LINE__,
+                               cudaGetErrorString(e));
+        }
+        r->next_all = im->all_reqs;
+        im->all_reqs = r;
+    }
+    *out = r;
+    return 0;
+}
+
+static void req_put(struct nccl_impl *im, struct tr_comm_req *r) {
+    r->next_free = im->free_reqs;
+    im->free_reqs = r;
+}
+
+static int nccl_alive(const struct tr_comm *c, const struct nccl_impl *im, skiff_err *err) {
+    if (!im->comm)
+        return skiff_error(err, 0, "rank %d: the NCCL communicator was aborted after an earlier failure",
+                           c->rank);
+    return 0;
 }
 
 // Orders the side stream after everything queued so far on the compute stream.
 static int handoff(struct nccl_impl *n, skiff_err *err) {
-    cudaEvent_t e;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(e, n->compute));
-    CUDA_CHECK(cudaStreamWaitEvent(n->side, e, 0));
-    CUDA_CHECK(cudaEventDestroy(e));  // released once the GPU is past it
+    CUDA_CHECK(cudaEventRecord(n->handoff_ev, n->base.compute));
+    CUDA_CHECK(cudaStreamWaitEvent(n->side, n->handoff_ev, 0));
     return 0;
 }
 
-static int handback(struct nccl_impl *n, cudaEvent_t *done, skiff_err *err) {
-    cudaEvent_t e;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(e, n->side));
-    if (done) {
-        *done = e;
-        return 0;
-    }
-    CUDA_CHECK(cudaStreamWaitEvent(n->compute, e, 0));
-    CUDA_CHECK(cudaEventDestroy(e));
+// Orders the compute stream after everything queued so far on the side stream.
+static int handback(struct nccl_impl *n, skiff_err *err) {
+    CUDA_CHECK(cudaEventRecord(n->back_ev, n->side));
+    CUDA_CHECK(cudaStreamWaitEvent(n->base.compute, n->back_ev, 0));
     return 0;
 }
 
-// Queues op on the side stream after the compute stream's work.
-static int nccl_issue(struct skiff_comm *c, int op, void *buf, size_t n, enum skiff_dtype t,
-                      skiff_err *err) {
+// Queues op on the side stream (the caller did the handoff).
+static int nccl_issue(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
-    if (op == SKIFF_COMM_REDUCE_SCATTER && n % c->world)
-        return skiff_error(err, 0, "reduce-scatter of %zu elements over %d ranks", n, c->world);
-    TRY(handoff(im, err));
+    if (op != TR_COMM_ALLREDUCE && n % c->world)
+        return skiff_error(err, 0, "sharded collective of %zu elements over %d ranks", n, c->world);
     size_t shard = n / c->world;
     char *b = (char *)buf;
     switch (op) {
-    case SKIFF_COMM_ALLREDUCE:
+    case TR_COMM_ALLREDUCE:
         NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, im->comm, im->side));
         c->stats.bytes_sent += 2 * (c->world - 1) * n * bytes_of(t) / c->world;
         break;
-    case SKIFF_COMM_REDUCE_SCATTER:  // in place: rank r keeps shard r
+    case TR_COMM_REDUCE_SCATTER:  // in place: rank r keeps shard r
         NCCL_CHECK(ncclReduceScatter(buf, b + c->rank * shard * bytes_of(t), shard, nccl_type(t),
                                      ncclSum, im->comm, im->side));
         c->stats.bytes_sent += (c->world - 1) * shard * bytes_of(t);
         break;
     default:  // 2: all-gather, in place
-        if (n % c->world)
-            return skiff_error(err, 0, "all-gather of %zu elements over %d ranks", n, c->world);
         NCCL_CHECK(ncclAllGather(b + c->rank * shard * bytes_of(t), buf, shard, nccl_type(t),
                                  im->comm, im->side));
         c->stats.bytes_sent += (c->world - 1) * shard * bytes_of(t);
@@ -92,82 +136,113 @@ static int nccl_issue(struct skiff_comm *c, int op, void *buf, size_t n, enum sk
     return 0;
 }
 
-static int nccl_allreduce(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t, skiff_err *err) {
-    TRY(nccl_issue(c, SKIFF_COMM_ALLREDUCE, buf, n, t, err));
-    return handback((struct nccl_impl *)c->impl, NULL, err);
-}
-static int nccl_reduce_scatter(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t, skiff_err *err) {
-    TRY(nccl_issue(c, SKIFF_COMM_REDUCE_SCATTER, buf, n, t, err));
-    return handback((struct nccl_impl *)c->impl, NULL, err);
-}
-static int nccl_all_gather(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t, skiff_err *err) {
-    TRY(nccl_issue(c, 2, buf, n, t, err));
-    return handback((struct nccl_impl *)c->impl, NULL, err);
-}
-static int nccl_broadcast(struct skiff_comm *c, void *buf, size_t bytes, int root, skiff_err *err) {
+static int nccl_sync_op(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
+    TRY(nccl_alive(c, im, err));
+    TRY(handoff(im, err));
+    TRY(nccl_issue(c, op, buf, n, t, err));
+    return handback(im, err);
+}
+static int nccl_allreduce(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
+    return nccl_sync_op(c, TR_COMM_ALLREDUCE, buf, n, t, err);
+}
+static int nccl_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
+    return nccl_sync_op(c, TR_COMM_REDUCE_SCATTER, buf, n, t, err);
+}
+static int nccl_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
+    return nccl_sync_op(c, 2, buf, n, t, err);
+}
+static int nccl_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err) {
+    struct nccl_impl *im = (struct nccl_impl *)c->impl;
+    TRY(nccl_alive(c, im, err));
     TRY(handoff(im, err));
     NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclChar, root, im->comm, im->side));
     c->stats.ops++;
-    return handback(im, NULL, err);
+    return handback(im, err);
 }
-static int nccl_barrier(struct skiff_comm *c, skiff_err *err) {
-    // A one-float all-reduce through the stream, then a host wait: every rank
-    // has reached this point when it returns.
+static int nccl_barrier(struct tr_comm *c, skiff_err *err) {
+    // A one-float all-reduce through the stream, then a polled host wait:
+    // every rank has reached this point when it returns.
+    struct nccl_impl *im = (struct nccl_impl *)c->impl;
     float *d;
-    CUDA_CHECK(cudaMallocAsync((void **)&d, sizeof(float), ((struct nccl_impl *)c->impl)->compute));
-    CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(float), ((struct nccl_impl *)c->impl)->compute));
-    int rc = nccl_allreduce(c, d, 1, SKIFF_F32, err);
-    cudaFreeAsync(d, ((struct nccl_impl *)c->impl)->compute);
+    CUDA_CHECK(cudaMallocAsync((void **)&d, sizeof(float), im->base.compute));
+    cudaError_t e = cudaMemsetAsync(d, 0, sizeof(float), im->base.compute);
+    int rc = e == cudaSuccess ? nccl_allreduce(c, d, 1, TR_F32, err)
+                              : skiff_error(err, 0, "%s:%d: cudaMemsetAsync: %s", __FILE__, __LINE__,
+                                            cudaGetErrorString(e));
+    cudaFreeAsync(d, im->base.compute);
     if (rc < 0) return rc;
     return cuda_comm_sync(c, err);
 }
-static int nccl_start(struct skiff_comm *c, int op, void *buf, size_t n, enum skiff_dtype t,
-                      struct skiff_comm_req **req, skiff_err *err) {
-    struct skiff_comm_req *r = (struct skiff_comm_req *)calloc(1, sizeof(*r));
-    if (!r) return skiff_error(err, ENOMEM, "comm request");
-    if (nccl_issue(c, op, buf, n, t, err) < 0 || handback((struct nccl_impl *)c->impl, &r->done, err) < 0) {
-        free(r);
-        return -1;
+
+static int nccl_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count,
+                            enum tr_dtype t, struct tr_comm_req **req, skiff_err *err) {
+    struct nccl_impl *im = (struct nccl_impl *)c->impl;
+    TRY(nccl_alive(c, im, err));
+    TRY(handoff(im, err));
+    NCCL_CHECK(ncclGroupStart());
+    int rc = 0;
+    for (int i = 0; i < count && rc == 0; i++) rc = nccl_issue(c, op, bufs[i], ns[i], t, err);
+    ncclResult_t ge = ncclGroupEnd();  // closes the group on failure too
+    if (rc < 0) return rc;
+    if (ge != ncclSuccess)
+        return skiff_error(err, 0, "%s:%d: ncclGroupEnd: %s", __FILE__, __LINE__, ncclGetErrorString(ge));
+    struct tr_comm_req *r = NULL;
+    TRY(req_get(im, &r, err));
+    cudaError_t e = cudaEventRecord(r->done, im->side);
+    if (e != cudaSuccess) {
+        req_put(im, r);
+        return skiff_error(err, 0, "%s:%d: cudaEventRecord: %s", __FILE__, __LINE__, cudaGetErrorString(e));
     }
     *req = r;
     return 0;
 }
-static int nccl_wait(struct skiff_comm *c, struct skiff_comm_req *r, skiff_err *err) {
+static int nccl_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
+                      struct tr_comm_req **req, skiff_err *err) {
+    return nccl_start_group(c, op, &buf, &n, 1, t, req, err);
+}
+static int nccl_wait(struct tr_comm *c, struct tr_comm_req *r, skiff_err *err) {
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
-    cudaError_t e = cudaStreamWaitEvent(im->compute, r->done, 0);
-    cudaEventDestroy(r->done);
-    free(r);
+    cudaError_t e = cudaStreamWaitEvent(im->base.compute, r->done, 0);
+    req_put(im, r);
     CUDA_CHECK(e);
     return 0;
 }
-static void nccl_destroy(struct skiff_comm *c) {
+static void nccl_destroy(struct tr_comm *c) {
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
     if (im) {
         if (im->comm) ncclCommDestroy(im->comm);
         if (im->side) cudaStreamDestroy(im->side);
+        if (im->handoff_ev) cudaEventDestroy(im->handoff_ev);
+        if (im->back_ev) cudaEventDestroy(im->back_ev);
+        for (struct tr_comm_req *r = im->all_reqs, *nx; r; r = nx) {
+            nx = r->next_all;
+            cudaEventDestroy(r->done);
+            free(r);
+        }
+        base_fini(&im->base);
         free(im);
     }
     free(c);
 }
 
-static const struct skiff_comm_ops nccl_ops = {
+static const struct tr_comm_ops nccl_ops = {
     "nccl", nccl_allreduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
-    nccl_barrier, nccl_start, nccl_wait, nccl_destroy,
+    nccl_barrier, nccl_start, nccl_wait, nccl_destroy, nccl_start_group,
 };
 
-int cuda_comm_nccl_create(struct skiff_store *store, int rank, int world, int local_rank,
-                          int timeout_ms, cudaStream_t compute, struct skiff_comm **out,
+int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local_rank,
+                          int timeout_ms, cudaStream_t compute, struct tr_comm **out,
                           skiff_err *err) {
     ncclUniqueId id;
     if (rank == 0) {
         NCCL_CHECK(ncclGetUniqueId(&id));
-        if (skiff_store_set(store, "nccl/id", &id, sizeof(id), err) < 0)
+        if (tr_store_set(store, "nccl/id", &id, sizeof(id), err) < 0)
             return skiff_err_wrap(err, "publishing the NCCL id");
     } else {
         void *v = NULL;
         size_t len = 0;
-        if (skiff_store_get(store, "nccl/id", &v, &len, err) < 0)
+        if (tr_store_get(store, "nccl/id", &v, &len, err) < 0)
             return skiff_err_wrap(err, "waiting for rank 0's NCCL id");
         if (len != sizeof(id)) {
             free(v);
@@ -177,7 +252,7 @@ int cuda_comm_nccl_create(struct skiff_store *store, int rank, int world, int lo
         memcpy(&id, v, sizeof(id));
         free(v);
     }
-    struct skiff_comm *c = (struct skiff_comm *)calloc(1, sizeof(*c));
+    struct tr_comm *c = (struct tr_comm *)calloc(1, sizeof(*c));
     struct nccl_impl *im = (struct nccl_impl *)calloc(1, sizeof(*im));
     if (!c || !im) {
         free(c);
@@ -188,12 +263,21 @@ int cuda_comm_nccl_create(struct skiff_store *store, int rank, int world, int lo
     c->impl = im;
     c->rank = rank, c->world = world, c->local_rank = local_rank, c->timeout_ms = timeout_ms;
     c->stream = compute;
-    im->compute = compute;
     cudaError_t ce = cudaStreamCreateWithFlags(&im->side, cudaStreamNonBlocking);
-    ncclResult_t nr = ce == cudaSuccess ? ncclCommInitRank(&im->comm, world, id, rank) : ncclSuccess;
-    if (ce != cudaSuccess || nr != ncclSuccess) {
+    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&im->handoff_ev, cudaEventDisableTiming);
+    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&im->back_ev, cudaEventDisableTiming);
+    if (ce != cudaSuccess) {
         nccl_destroy(c);
-        if (ce != cudaSuccess) return skiff_error(err, 0, "%s:%d: cudaStreamCreate: %s", __FILE__, __LINE__, cudaGetErrorString(ce));
+        return skiff_error(err, 0, "%s:%d: NCCL side stream: %s", __FILE__, __LINE__, cudaGetErrorString(ce));
+    }
+    if (base_init(&im->base, compute, err) < 0) {
+        nccl_destroy(c);
+        return -1;
+    }
+    ncclResult_t nr = ncclCommInitRank(&im->comm, world, id, rank);
+    if (nr != ncclSuccess) {
+        im->comm = NULL;
+        nccl_destroy(c);
         return skiff_error(err, 0,
                            "%s:%d: ncclCommInitRank(rank %d of %d): %s %s (two ranks on one GPU? "
                            "set SKIFF_TRAIN_COMM=host-staged)",
@@ -205,9 +289,9 @@ int cuda_comm_nccl_create(struct skiff_store *store, int rank, int world, int lo
 
 // ---------------------------------------------------------------- host-staged
 struct staged_impl {
-    struct skiff_comm *host;
-    cudaStream_t compute;
-    float *pinned;  // grow-only staging buffer for synchronous calls
+    struct dev_base base;
+    struct tr_comm *host;
+    char *pinned;  // grow-only staging buffer for synchronous calls
     size_t cap;
     // Async requests take their staging from a pinned arena (page-locking
     // per request costs ~ms): bump allocation, reset when none is in flight,
@@ -227,98 +311,58 @@ static int staged_buf(struct staged_impl *s, size_t bytes, skiff_err *err) {
     return 0;
 }
 
-static int check_f32(enum skiff_dtype t, skiff_err *err) {
-    if (t != SKIFF_F32)
-        return skiff_error(err, 0, "host-staged collectives carry fp32 only (dtype %d)", (int)t);
-    return 0;
-}
+// The host-staged path waits on the compute stream itself; it never queues
+// NCCL work, so the stream cannot be stuck behind a dead peer, but the wait
+// is polled with the timeout all the same.
+static int staged_drain(struct tr_comm *c, skiff_err *err) { return cuda_comm_sync(c, err); }
 
 // D2H, host op, H2D; `op` 0 all-reduce, 1 reduce-scatter, 2 all-gather.
-static int staged_sync_op(struct skiff_comm *c, int op, void *buf, size_t n, enum skiff_dtype t,
+// Reductions are fp32 (like the ring); the all-gather moves any type.
+static int staged_sync_op(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
                           skiff_err *err) {
     struct staged_impl *s = (struct staged_impl *)c->impl;
-    TRY(check_f32(t, err));
-    size_t bytes = n * sizeof(float);
+    size_t bytes = n * bytes_of(t);
     TRY(staged_buf(s, bytes, err));
-    CUDA_CHECK(cudaMemcpyAsync(s->pinned, buf, bytes, cudaMemcpyDeviceToHost, s->compute));
-    CUDA_CHECK(cudaStreamSynchronize(s->compute));
-    double t0 = skiff_now_s();
-    int rc = op == 0   ? skiff_allreduce_sum(s->host, s->pinned, n, t, err)
-             : op == 1 ? skiff_reduce_scatter(s->host, s->pinned, n, t, err)
-                       : skiff_all_gather(s->host, s->pinned, n, t, err);
-    c->stats.busy_s += skiff_now_s() - t0;
+    CUDA_CHECK(cudaMemcpyAsync(s->pinned, buf, bytes, cudaMemcpyDeviceToHost, s->base.compute));
+    TRY(staged_drain(c, err));
+    double t0 = skiff_now_ms();
+    int rc = op == 0   ? tr_allreduce_sum(s->host, s->pinned, n, t, err)
+             : op == 1 ? tr_reduce_scatter(s->host, s->pinned, n, t, err)
+                       : tr_all_gather(s->host, s->pinned, n, t, err);
+    c->stats.busy_s += (skiff_now_ms() - t0) / 1000;
     c->stats.ops++;
     if (rc < 0) return rc;
-    CUDA_CHECK(cudaMemcpyAsync(buf, s->pinned, bytes, cudaMemcpyHostToDevice, s->compute));
-    CUDA_CHECK(cudaStreamSynchronize(s->compute));  // pinned buffer is reused next call
-    return 0;
+    CUDA_CHECK(cudaMemcpyAsync(buf, s->pinned, bytes, cudaMemcpyHostToDevice, s->base.compute));
+    return staged_drain(c, err);  // the pinned buffer is reused by the next call
 }
 
-static int staged_allreduce(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t, skiff_err *err) {
+static int staged_allreduce(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
     return staged_sync_op(c, 0, buf, n, t, err);
 }
-static int staged_reduce_scatter(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t, skiff_err *err) {
+static int staged_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
     return staged_sync_op(c, 1, buf, n, t, err);
 }
-static int staged_all_gather(struct skiff_comm *c, void *buf, size_t n, enum skiff_dtype t, skiff_err *err) {
+static int staged_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
     return staged_sync_op(c, 2, buf, n, t, err);
 }
-static int staged_broadcast(struct skiff_comm *c, void *buf, size_t bytes, int root, skiff_err *err) {
+static int staged_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err) {
     struct staged_impl *s = (struct staged_impl *)c->impl;
     TRY(staged_buf(s, bytes, err));
-    CUDA_CHECK(cudaMemcpyAsync(s->pinned, buf, bytes, cudaMemcpyDeviceToHost, s->compute));
-    CUDA_CHECK(cudaStreamSynchronize(s->compute));
-    TRY(skiff_broadcast(s->host, s->pinned, bytes, root, err));
-    CUDA_CHECK(cudaMemcpyAsync(buf, s->pinned, bytes, cudaMemcpyHostToDevice, s->compute));
-    CUDA_CHECK(cudaStreamSynchronize(s->compute));
+    CUDA_CHECK(cudaMemcpyAsync(s->pinned, buf, bytes, cudaMemcpyDeviceToHost, s->base.compute));
+    TRY(staged_drain(c, err));
+    TRY(tr_broadcast(s->host, s->pinned, bytes, root, err));
+    CUDA_CHECK(cudaMemcpyAsync(buf, s->pinned, bytes, cudaMemcpyHostToDevice, s->base.compute));
+    TRY(staged_drain(c, err));
     c->stats.ops++;
     return 0;
 }
-static int staged_barrier(struct skiff_comm *c, skiff_err *err) {
+static int staged_barrier(struct tr_comm *c, skiff_err *err) {
     struct staged_impl *s = (struct staged_impl *)c->impl;
-    CUDA_CHECK(cudaStreamSynchronize(s->compute));
-    return skiff_barrier(s->host, err);
-}
-// Async: the device->host copy happens now (the host waits for the compute
-// stream up to this point), the TCP ring works on its own thread while the
-// caller queues more GPU work, and wait copies the result back.
-static int staged_start(struct skiff_comm *c, int op, void *buf, size_t n, enum skiff_dtype t,
-                        struct skiff_comm_req **req, skiff_err *err) {
-    struct staged_impl *s = (struct staged_impl *)c->impl;
-    TRY(check_f32(t, err));
-    struct skiff_comm_req *r = (struct skiff_comm_req *)calloc(1, sizeof(*r));
-    if (!r) return skiff_error(err, ENOMEM, "comm request");
-    r->dev = buf;
-    r->bytes = n * sizeof(float);
-    size_t need = (r->bytes + 255) & ~(size_t)255;
-    s->high += need;
-    cudaError_t e = cudaSuccess;
-    if (s->arena_used + need <= s->arena_cap) {
-        r->pinned = (float *)(s->arena + s->arena_used);
-        s->arena_used += need;
-    } else {
-        r->own_pinned = 1;
-        e = cudaMallocHost((void **)&r->pinned, r->bytes);
-    }
-    if (e == cudaSuccess) e = cudaMemcpyAsync(r->pinned, buf, r->bytes, cudaMemcpyDeviceToHost, s->compute);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s->compute);
-    if (e != cudaSuccess) {
-        if (r->own_pinned && r->pinned) cudaFreeHost(r->pinned);
-        free(r);
-        return skiff_error(err, 0, "%s:%d: staging %zu bytes: %s", __FILE__, __LINE__, n * sizeof(float),
-                           cudaGetErrorString(e));
-    }
-    if (skiff_comm_start(s->host, op, r->pinned, n, t, &r->host_req, err) < 0) {
-        if (r->own_pinned) cudaFreeHost(r->pinned);
-        free(r);
-        return -1;
-    }
-    s->outstanding++;
-    *req = r;
-    return 0;
+    TRY(staged_drain(c, err));
+    return tr_barrier(s->host, err);
 }
 
-static void staged_release(struct staged_impl *s, struct skiff_comm_req *r) {
+static void staged_release(struct staged_impl *s, struct tr_comm_req *r) {
     if (r->own_pinned) cudaFreeHost(r->pinned);
     free(r);
     if (--s->outstanding > 0) return;
@@ -331,121 +375,198 @@ static void staged_release(struct staged_impl *s, struct skiff_comm_req *r) {
     }
     s->high = 0;
 }
-static int staged_wait(struct skiff_comm *c, struct skiff_comm_req *r, skiff_err *err) {
+
+// Async: the device->host copies happen now (the host waits for the compute
+// stream up to this point), the TCP ring works on its own thread while the
+// caller queues more GPU work, and wait copies the result back. A group is
+// staged back to back and reduced as one buffer.
+static int staged_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count,
+                              enum tr_dtype t, struct tr_comm_req **req, skiff_err *err) {
     struct staged_impl *s = (struct staged_impl *)c->impl;
-    double t0 = skiff_now_s();
-    int rc = skiff_comm_wait(s->host, r->host_req, err);
-    c->stats.busy_s += skiff_now_s() - t0;
-    c->stats.ops++;
-    cudaError_t e = cudaSuccess;
-    if (rc == 0) {
-        e = cudaMemcpyAsync(r->dev, r->pinned, r->bytes, cudaMemcpyHostToDevice, s->compute);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(s->compute);
+    if (t != TR_F32) return skiff_error(err, 0, "host-staged reductions carry fp32 only");
+    if (count > 16) return skiff_error(err, 0, "host-staged group of %d buffers (at most 16)", count);
+    struct tr_comm_req *r = (struct tr_comm_req *)calloc(1, sizeof(*r));
+    if (!r) return skiff_error(err, ENOMEM, "comm request");
+    size_t n = 0;
+    r->nseg = count;
+    for (int i = 0; i < count; i++) {
+        r->dev[i] = bufs[i];
+        r->seg_off[i] = n * sizeof(float);
+        r->seg_bytes[i] = ns[i] * sizeof(float);
+        n += ns[i];
     }
-    staged_release(s, r);
-    if (rc < 0) return rc;
-    CUDA_CHECK(e);
+    r->bytes = n * sizeof(float);
+    size_t need = (r->bytes + 255) & ~(size_t)255;
+    s->high += need;
+    s->outstanding++;
+    cudaError_t e = cudaSuccess;
+    if (s->arena_used + need <= s->arena_cap) {
+        r->pinned = s->arena + s->arena_used;
+        s->arena_used += need;
+    } else {
+        r->own_pinned = 1;
+        e = cudaMallocHost((void **)&r->pinned, r->bytes ? r->bytes : 1);
+        if (e != cudaSuccess) r->pinned = NULL;
+    }
+    for (int i = 0; i < count && e == cudaSuccess; i++)
+        e = cudaMemcpyAsync(r->pinned + r->seg_off[i], bufs[i], r->seg_bytes[i], cudaMemcpyDeviceToHost,
+                            s->base.compute);
+    int rc = e == cudaSuccess ? staged_drain(c, err)
+                              : skiff_error(err, 0, "%s:%d: staging %zu bytes: %s", __FILE__, __LINE__,
+                                            r->bytes, cudaGetErrorString(e));
+    if (rc == 0) rc = tr_comm_start(s->host, op, r->pinned, n, t, &r->host_req, err);
+    if (rc < 0) {
+        staged_release(s, r);
+        return -1;
+    }
+    *req = r;
     return 0;
 }
-static void staged_destroy(struct skiff_comm *c) {
+static int staged_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
+                        struct tr_comm_req **req, skiff_err *err) {
+    return staged_start_group(c, op, &buf, &n, 1, t, req, err);
+}
+
+static int staged_wait(struct tr_comm *c, struct tr_comm_req *r, skiff_err *err) {
+    struct staged_impl *s = (struct staged_impl *)c->impl;
+    double t0 = skiff_now_ms();
+    int rc = tr_comm_wait(s->host, r->host_req, err);
+    c->stats.busy_s += (skiff_now_ms() - t0) / 1000;
+    c->stats.ops++;
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; rc == 0 && i < r->nseg && e == cudaSuccess; i++)
+        e = cudaMemcpyAsync(r->dev[i], r->pinned + r->seg_off[i], r->seg_bytes[i], cudaMemcpyHostToDevice,
+                            s->base.compute);
+    if (rc == 0 && e != cudaSuccess)
+        rc = skiff_error(err, 0, "%s:%d: unstaging: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    if (rc == 0) rc = staged_drain(c, err);  // the staging memory is reused after this
+    staged_release(s, r);
+    return rc;
+}
+static void staged_destroy(struct tr_comm *c) {
     struct staged_impl *s = (struct staged_impl *)c->impl;
     if (s) {
-        skiff_comm_destroy(s->host);
+        tr_comm_destroy(s->host);
         if (s->pinned) cudaFreeHost(s->pinned);
         if (s->arena) cudaFreeHost(s->arena);
+        base_fini(&s->base);
         free(s);
     }
     free(c);
 }
 
-static const struct skiff_comm_ops staged_ops = {
+static const struct tr_comm_ops staged_ops = {
     "host-staged", staged_allreduce, staged_reduce_scatter, staged_all_gather, staged_broadcast,
-    staged_barrier, staged_start, staged_wait, staged_destroy,
+    staged_barrier, staged_start, staged_wait, staged_destroy, staged_start_group,
 };
 
-int cuda_comm_staged_create(struct skiff_comm *host, cudaStream_t compute, struct skiff_comm **out,
+int cuda_comm_staged_create(struct tr_comm *host, cudaStream_t compute, struct tr_comm **out,
                             skiff_err *err) {
-    struct skiff_comm *c = (struct skiff_comm *)calloc(1, sizeof(*c));
+    struct tr_comm *c = (struct tr_comm *)calloc(1, sizeof(*c));
     struct staged_impl *s = (struct staged_impl *)calloc(1, sizeof(*s));
     if (!c || !s) {
         free(c);
         free(s);
-        skiff_comm_destroy(host);
+        tr_comm_destroy(host);
         return skiff_error(err, ENOMEM, "host-staged communicator");
     }
     s->host = host;
-    s->compute = compute;
     c->ops = &staged_ops;
     c->impl = s;
     c->rank = host->rank, c->world = host->world, c->local_rank = host->local_rank;
     c->timeout_ms = host->timeout_ms;
     c->stream = compute;
+    if (base_init(&s->base, compute, err) < 0) {
+        staged_destroy(c);
+        return -1;
+    }
     *out = c;
     return 0;
 }
 
 // ---------------------------------------------------------------- single
-static int single_op(struct skiff_comm *, void *, size_t, enum skiff_dtype, skiff_err *) { return 0; }
-static int single_bcast(struct skiff_comm *, void *, size_t, int, skiff_err *) { return 0; }
-static int single_barrier(struct skiff_comm *, skiff_err *) { return 0; }
-static int single_start(struct skiff_comm *, int, void *, size_t, enum skiff_dtype,
-                        struct skiff_comm_req **req, skiff_err *) {
+static int single_op(struct tr_comm *, void *, size_t, enum tr_dtype, skiff_err *) { return 0; }
+static int single_bcast(struct tr_comm *, void *, size_t, int, skiff_err *) { return 0; }
+static int single_barrier(struct tr_comm *, skiff_err *) { return 0; }
+static int single_start(struct tr_comm *, int, void *, size_t, enum tr_dtype, struct tr_comm_req **req,
+                        skiff_err *) {
     *req = NULL;
     return 0;
 }
-static int single_wait(struct skiff_comm *, struct skiff_comm_req *, skiff_err *) { return 0; }
-static void single_destroy(struct skiff_comm *c) { free(c); }
+static int single_start_group(struct tr_comm *, int, void *const *, const size_t *, int, enum tr_dtype,
+                              struct tr_comm_req **req, skiff_err *) {
+    *req = NULL;
+    return 0;
+}
+static int single_wait(struct tr_comm *, struct tr_comm_req *, skiff_err *) { return 0; }
+static void single_destroy(struct tr_comm *c) {
+    struct dev_base *b = (struct dev_base *)c->impl;
+    if (b) {
+        base_fini(b);
+        free(b);
+    }
+    free(c);
+}
 
-static const struct skiff_comm_ops single_ops = {
+static const struct tr_comm_ops single_ops = {
     "single", single_op, single_op, single_op, single_bcast,
-    single_barrier, single_start, single_wait, single_destroy,
+    single_barrier, single_start, single_wait, single_destroy, single_start_group,
 };
 
-int cuda_comm_single_create(cudaStream_t compute, struct skiff_comm **out, skiff_err *err) {
-    struct skiff_comm *c = (struct skiff_comm *)calloc(1, sizeof(*c));
-    if (!c) return skiff_error(err, ENOMEM, "communicator");
+int cuda_comm_single_create(cudaStream_t compute, int timeout_ms, struct tr_comm **out, skiff_err *err) {
+    struct tr_comm *c = (struct tr_comm *)calloc(1, sizeof(*c));
+    struct dev_base *b = (struct dev_base *)calloc(1, sizeof(*b));
+    if (!c || !b) {
+        free(c);
+        free(b);
+        return skiff_error(err, ENOMEM, "communicator");
+    }
     c->ops = &single_ops;
+    c->impl = b;
     c->world = 1;
+    c->timeout_ms = timeout_ms;
     c->stream = compute;
+    if (base_init(b, compute, err) < 0) {
+        single_destroy(c);
+        return -1;
+    }
     *out = c;
     return 0;
 }
 
-int cuda_comm_sync(struct skiff_comm *c, skiff_err *err) {
-    cudaStream_t s = (cudaStream_t)c->stream;
-    if (c->ops != &nccl_ops) {
-        CUDA_CHECK(cudaStreamSynchronize(s));
-        return 0;
-    }
+// ---------------------------------------------------------------- waiting
+// Between polls: an asynchronous NCCL error (a peer's connection broke)
+// fails the wait at once.
+static int nccl_health(void *ctx, skiff_err *err) {
+    struct tr_comm *c = (struct tr_comm *)ctx;
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
-    cudaEvent_t e;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(e, s));
-    double t0 = skiff_now_s();
-    for (;;) {
-        cudaError_t q = cudaEventQuery(e);
-        if (q == cudaSuccess) break;
-        if (q != cudaErrorNotReady) {
-            cudaEventDestroy(e);
-            CUDA_CHECK(q);
-        }
-        ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(im->comm, &async);
-        double waited = skiff_now_s() - t0;
-        if (async != ncclSuccess || waited * 1000 > c->timeout_ms) {
-            // Abort so the stuck kernels return; the process exits after this.
-            ncclCommAbort(im->comm);
-            im->comm = NULL;
-            cudaEventDestroy(e);
-            if (async != ncclSuccess)
-                return skiff_error(err, 0, "NCCL failed on rank %d: %s", c->rank, ncclGetErrorString(async));
-            return skiff_error(err, ETIMEDOUT,
-                               "rank %d: GPU work with NCCL collectives did not finish within %.1f s "
-                               "(a peer rank died or stopped issuing collectives); communicator aborted",
-                               c->rank, c->timeout_ms / 1000.0);
-        }
-        usleep(waited < 0.01 ? 20 : 1000);
+    if (!im->comm) return 0;
+    ncclResult_t a = ncclSuccess;
+    ncclCommGetAsyncError(im->comm, &a);
+    if (a == ncclSuccess || a == ncclInProgress) return 0;
+    ncclCommAbort(im->comm);  // so the stuck kernels return
+    im->comm = NULL;
+    return skiff_error(err, 0, "rank %d: NCCL failed: %s; communicator aborted", c->rank, ncclGetErrorString(a));
+}
+
+int cuda_comm_wait_event(struct tr_comm *c, cudaEvent_t e, const char *what, skiff_err *err) {
+    int nccl = c->ops == &nccl_ops;
+    if (cuda_poll_event(e, c->timeout_ms, nccl ? nccl_health : NULL, c, what, err) == 0) return 0;
+    if (nccl && err->code == ETIMEDOUT) {
+        struct nccl_impl *im = (struct nccl_impl *)c->impl;
+        if (im->comm) ncclCommAbort(im->comm);  // the process exits after this; the kernels must return
+        im->comm = NULL;
+        skiff_error(err, 0,
+                    "rank %d: %s: GPU work with NCCL collectives did not finish within %.1f s (a peer "
+                    "rank died or stopped issuing collectives); communicator aborted",
+                    c->rank, what, c->timeout_ms / 1000.0);
+        err->code = ETIMEDOUT;
     }
-    CUDA_CHECK(cudaEventDestroy(e));
-    return 0;
+    return -1;
+}
+
+int cuda_comm_sync(struct tr_comm *c, skiff_err *err) {
+    struct dev_base *b = (struct dev_base *)c->impl;
+    CUDA_CHECK(cudaEventRecord(b->sync_ev, b->compute));
+    return cuda_comm_wait_event(c, b->sync_ev, "waiting for the GPU", err);
 }

@@ -2,15 +2,18 @@
 // device memory; every operation is ordered after the work already queued on
 // the compute stream given at creation and before work queued after it, so
 // the training loop never blocks the host on communication except in
-// cuda_comm_sync.
+// cuda_comm_sync / cuda_comm_wait_event, which poll with the timeout.
 //  - "nccl": one NCCL communicator; the ncclUniqueId travels through the env://
 //    store (key "nccl/id"). All NCCL work runs on a dedicated stream: async
 //    starts hand off with events (compute -> comm stream), waits make the
 //    compute stream wait for the bucket's event, so gradient buckets reduce
-//    while the backward pass goes on.
+//    while the backward pass goes on. A group (one layer's gradient slices)
+//    is one ncclGroupStart/End; events and requests are reused, not created
+//    per call.
 //  - "host-staged": device -> pinned host copy, the CPU TCP ring, host ->
 //    device. For several ranks on one GPU (NCCL refuses two ranks per device)
-//    and as a reference for the NCCL path. SKIFF_F32 only (like the ring).
+//    and as a reference for the NCCL path. Reductions fp32 only (like the
+//    ring); all-gathers any type.
 //  - "single": world 1, every collective is a no-op.
 #ifndef SKIFF_CUDA_COMM_CUH
 #define SKIFF_CUDA_COMM_CUH
@@ -22,17 +25,23 @@ extern "C" {
 #include "store.h"
 }
 
-int cuda_comm_nccl_create(struct skiff_store *store, int rank, int world, int local_rank,
-                          int timeout_ms, cudaStream_t compute, struct skiff_comm **out,
+int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local_rank,
+                          int timeout_ms, cudaStream_t compute, struct tr_comm **out,
                           skiff_err *err);
-// Takes ownership of host (a TCP comm from skiff_comm_tcp_create).
-int cuda_comm_staged_create(struct skiff_comm *host, cudaStream_t compute, struct skiff_comm **out,
+// Takes ownership of host (a TCP comm from tr_comm_tcp_create).
+int cuda_comm_staged_create(struct tr_comm *host, cudaStream_t compute, struct tr_comm **out,
                             skiff_err *err);
-int cuda_comm_single_create(cudaStream_t compute, struct skiff_comm **out, skiff_err *err);
+int cuda_comm_single_create(cudaStream_t compute, int timeout_ms, struct tr_comm **out,
+                            skiff_err *err);
 
-// Waits until everything queued on the compute stream (communication
-// included) is done. For NCCL it polls, so a dead peer becomes an error after
-// comm->timeout_ms (the communicator is aborted) instead of a hang.
-int cuda_comm_sync(struct skiff_comm *c, skiff_err *err);
+// Waits until event e (recorded on any stream) has completed. It polls, so a
+// stream stuck behind a collective of a dead peer becomes an error naming the
+// rank after comm->timeout_ms instead of a hang; with NCCL the communicator
+// is aborted then (and at once on an asynchronous NCCL error), so the stuck
+// kernels return and the process can exit. `what` starts the message.
+int cuda_comm_wait_event(struct tr_comm *c, cudaEvent_t e, const char *what, skiff_err *err);
+// Waits until everything queued on the compute stream so far is done, the
+// same way.
+int cuda_comm_sync(struct tr_comm *c, skiff_err *err);
 
 #endif

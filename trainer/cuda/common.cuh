@@ -12,7 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <unistd.h>
+
 extern "C" {
+#include "clock.h"
 #include "error.h"
 }
 
@@ -43,6 +46,32 @@ extern "C" {
     do {                                 \
         if ((__VA_ARGS__) < 0) return -1; \
     } while (0)
+
+// Waits until event e has completed without blocking inside the driver: it
+// polls, so a stream stuck behind a collective whose peer died turns into an
+// error after timeout_ms instead of a hang (a blocking cudaMemcpy into
+// pageable memory or cudaStreamSynchronize would never return). `check`
+// (may be NULL) runs between polls and can fail the wait early (NCCL's
+// asynchronous error). On a timeout err->code is ETIMEDOUT; a CUDA error
+// keeps CUDA's own string.
+static inline int cuda_poll_event(cudaEvent_t e, int timeout_ms, int (*check)(void *, skiff_err *),
+                                  void *ctx, const char *what, skiff_err *err) {
+    double t0 = skiff_now_ms();
+    for (;;) {
+        cudaError_t q = cudaEventQuery(e);
+        if (q == cudaSuccess) return 0;
+        if (q != cudaErrorNotReady)
+            return skiff_error(err, 0, "%s: %s (%s)", what, cudaGetErrorString(q), cudaGetErrorName(q));
+        if (check && check(ctx, err) < 0) return -1;
+        double waited = skiff_now_ms() - t0;
+        if (waited > timeout_ms) {
+            skiff_error(err, 0, "%s: the GPU did not finish within %.1f s", what, timeout_ms / 1000.0);
+            err->code = ETIMEDOUT;
+            return -1;
+        }
+        usleep(waited < 10 ? 20 : 500);  // short waits stay short, long ones cost no CPU
+    }
+}
 
 // Dynamic shared memory; tests/gpu/emu (SKIFF_CUDA_EMU) supplies its own.
 #ifdef SKIFF_CUDA_EMU
@@ -85,6 +114,24 @@ template <> struct dtype_of<bf16> { static constexpr cudaDataType_t cuda = CUDA_
 template <> struct dtype_of<fp16> { static constexpr cudaDataType_t cuda = CUDA_R_16F; };
 
 static inline unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+// Elementwise kernels over n elements loop with a grid stride, launched with
+// grid_blocks(n) blocks of 256: enough waves for the 132 SMs of an H100, not
+// a block per 256 elements (and few emulated threads on the CPU).
+#define GRID_STRIDE(i, n)                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);        \
+         i += (size_t)gridDim.x * blockDim.x)
+#ifdef SKIFF_CUDA_EMU
+#define GRID_MAX_BLOCKS 4
+#define BIG_BLOCK 128  // row-per-block kernels: fewer emulated threads
+#else
+#define GRID_MAX_BLOCKS 2048
+#define BIG_BLOCK 1024
+#endif
+static inline unsigned grid_blocks(size_t n) {
+    size_t b = (n + 255) / 256;
+    return (unsigned)(b < GRID_MAX_BLOCKS ? b : GRID_MAX_BLOCKS);
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -20,7 +20,10 @@ struct cuda_gpt2 {
     size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
     cudaStream_t stream;
     struct mm_ctx mm;
-    int gelu_epilogue;  // cuBLASLt GELU_AUX_BIAS for the fc layer (SKIFF_CUDA_GELU_EPILOGUE=0 disables)
+    // cuBLASLt epilogues: GELU_AUX_BIAS on fc forward, DGELU on the fcproj
+    // data gradient, BGRADB for bias gradients (SKIFF_CUDA_FUSED_EPILOGUES=0
+    // turns all of them off: own GELU, GELU' and column-sum kernels)
+    int fuse;
     size_t elem;        // bytes per storage element
 
     void *params;  // storage type, n_pad
@@ -38,6 +41,7 @@ struct cuda_gpt2 {
     void *dres, *d_c, *d_3c, *d_4c;
     float *fscratch;
     size_t fscratch_len;
+    float *dbias;  // BGRADB output, 4C floats
     int *d_tokens, *d_targets, *d_csr;
     // Pinned host staging for the ids, two sets used in turn so the upload of
     // micro-step k+1 is truly asynchronous while micro-step k still runs
@@ -45,7 +49,15 @@ struct cuda_gpt2 {
     int *h_pin[2], *h_counts;
     cudaEvent_t up_ev[2];
     int up_slot;
-    int nuniq, have_targets;
+    // Every device -> host copy goes through this pinned bounce buffer and is
+    // waited for by polling bounce_ev through `wait` (never a blocking copy
+    // into pageable memory, which would hang on a stream stuck behind a dead
+    // peer's collective).
+    char *bounce;
+    cudaEvent_t bounce_ev;
+    cuda_wait_fn wait;
+    void *wait_ctx;
+    int nseg, nbig, have_targets;
 
     void *allocs[16 * MAX_LAYERS + 64];
     int nallocs;
@@ -99,6 +111,45 @@ static int dalloc(struct cuda_gpt2 *m, void **p, size_t bytes, const char *what,
 }
 #define DALLOC(ptr, bytes) TRY(dalloc(m, (void **)&(ptr), (bytes), #ptr, err))
 
+#define BOUNCE_BYTES (16u << 20)
+#define DEFAULT_WAIT_MS (300 * 1000)
+
+// Without a training loop's communicator (gpu_tool): poll with a timeout.
+static int default_wait(void *, void *event, const char *what, skiff_err *err) {
+    return cuda_poll_event((cudaEvent_t)event, DEFAULT_WAIT_MS, NULL, NULL, what, err);
+}
+
+extern "C" void cuda_gpt2_set_waiter(struct cuda_gpt2 *m, cuda_wait_fn fn, void *ctx) {
+    m->wait = fn ? fn : default_wait;
+    m->wait_ctx = ctx;
+}
+
+static int wait_for(struct cuda_gpt2 *m, cudaEvent_t e, const char *what, skiff_err *err) {
+    return m->wait(m->wait_ctx, (void *)e, what, err);
+}
+
+extern "C" int cuda_gpt2_d2h(struct cuda_gpt2 *m, void *host, const void *dev, size_t bytes, skiff_err *err) {
+    for (size_t off = 0; off < bytes; off += BOUNCE_BYTES) {
+        size_t len = bytes - off < BOUNCE_BYTES ? bytes - off : BOUNCE_BYTES;
+        CUDA_CHECK(cudaMemcpyAsync(m->bounce, (const char *)dev + off, len, cudaMemcpyDeviceToHost, m->stream));
+        CUDA_CHECK(cudaEventRecord(m->bounce_ev, m->stream));
+        TRY(wait_for(m, m->bounce_ev, "copying results from the GPU", err));
+        memcpy((char *)host + off, m->bounce, len);
+    }
+    return 0;
+}
+
+extern "C" int cuda_gpt2_h2d(struct cuda_gpt2 *m, void *dev, const void *host, size_t bytes, skiff_err *err) {
+    for (size_t off = 0; off < bytes; off += BOUNCE_BYTES) {
+        size_t len = bytes - off < BOUNCE_BYTES ? bytes - off : BOUNCE_BYTES;
+        memcpy(m->bounce, (const char *)host + off, len);
+        CUDA_CHECK(cudaMemcpyAsync((char *)dev + off, m->bounce, len, cudaMemcpyHostToDevice, m->stream));
+        CUDA_CHECK(cudaEventRecord(m->bounce_ev, m->stream));
+        TRY(wait_for(m, m->bounce_ev, "copying to the GPU", err));  // before the bounce is reused
+    }
+    return 0;
+}
+
 extern "C" void cuda_gpt2_destroy(struct cuda_gpt2 *m) {
     if (!m) return;
     for (int i = 0; i < m->nallocs; i++) cudaFree(m->allocs[i]);
@@ -108,8 +159,39 @@ extern "C" void cuda_gpt2_destroy(struct cuda_gpt2 *m) {
         if (m->h_pin[i]) cudaFreeHost(m->h_pin[i]);
         if (m->up_ev[i]) cudaEventDestroy(m->up_ev[i]);
     }
+    if (m->bounce) cudaFreeHost(m->bounce);
+    if (m->bounce_ev) cudaEventDestroy(m->bounce_ev);
     free(m->h_counts);
     free(m);
+}
+
+static size_t scratch_floats(int B, int T, int C, int NH) {
+    size_t N = (size_t)B * T, fs = k_attention_scratch_floats(B, T, C, NH);
+    size_t cs = k_colsum_scratch_floats((int)N, 4 * C);
+    if (cs > fs) fs = cs;
+    if (k_norm_scratch_floats() > fs) fs = k_norm_scratch_floats();
+    if (k_encoder_scratch_floats((int)N, C) > fs) fs = k_encoder_scratch_floats((int)N, C);
+    return fs;
+}
+
+extern "C" void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
+                                      size_t opt_len, struct cuda_mem_plan *p) {
+    size_t e = prec == SKIFF_CUDA_FP32 ? 4 : 2, N = (size_t)B * T, C = cfg->channels, L = cfg->num_layers;
+    size_t NC = N * C, f = sizeof(float);
+    memset(p, 0, sizeof(*p));
+    p->workspace = MM_WORKSPACE_BYTES;
+    p->params = n_pad * e;
+    p->grads = n_pad * f;
+    p->optimizer = 3 * opt_len * f;  // master, m, v
+    // per layer: ln1, qkv, atty, res2, ln2, fch, fchg, res3 + LayerNorm
+    // statistics and the attention log-sum-exp; then encoded and lnf
+    p->activations = L * (16 * NC * e + 4 * N * f + N * cfg->num_heads * f) + 2 * NC * e + 2 * N * f;
+    p->logits = N * cfg->padded_vocab_size * e;
+    p->backward = NC * e /* forward scratch */ + (1 + 1 + 3 + 4) * NC * e /* dres, d_c, d_3c, d_4c */;
+    p->scratch = scratch_floats(B, T, (int)C, cfg->num_heads) * f + 4 * C * f /* BGRADB output */;
+    p->misc = N * f + 4 * f /* losses */ + 2 * N * sizeof(int) + k_encoder_csr_ints((int)N) * sizeof(int);
+    p->total = p->workspace + p->params + p->grads + p->optimizer + p->activations + p->logits + p->backward +
+               p->scratch + p->misc;
 }
 
 static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int T, int prec,
@@ -132,9 +214,12 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
                            opt_off, opt_len, m->nparams);
     m->n_pad = n_pad, m->opt_off = opt_off, m->opt_len = opt_len;
     m->elem = prec == SKIFF_CUDA_FP32 ? 4 : 2;
-    const char *ge = getenv("SKIFF_CUDA_GELU_EPILOGUE");
-    m->gelu_epilogue = !(ge && !strcmp(ge, "0"));
+    const char *fe = getenv("SKIFF_CUDA_FUSED_EPILOGUES");
+    m->fuse = !(fe && !strcmp(fe, "0"));
     CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
+    m->wait = default_wait;
+    CUDA_CHECK(cudaMallocHost((void **)&m->bounce, BOUNCE_BYTES));
+    CUDA_CHECK(cudaEventCreateWithFlags(&m->bounce_ev, cudaEventDisableTiming));
     TRY(mm_init(&m->mm, err));
     m->bytes += m->mm.workspace_size;
 
@@ -144,10 +229,12 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     DALLOC(m->master, opt_len * sizeof(float));
     DALLOC(m->m, opt_len * sizeof(float));
     DALLOC(m->v, opt_len * sizeof(float));
-    CUDA_CHECK(cudaMemset(m->params, 0, n_pad * e));
-    CUDA_CHECK(cudaMemset(m->grads, 0, n_pad * sizeof(float)));
-    CUDA_CHECK(cudaMemset(m->m, 0, opt_len * sizeof(float)));
-    CUDA_CHECK(cudaMemset(m->v, 0, opt_len * sizeof(float)));
+    // On the model's stream: the legacy-stream cudaMemset would not be ordered
+    // before later work on this non-blocking stream.
+    CUDA_CHECK(cudaMemsetAsync(m->params, 0, n_pad * e, m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, n_pad * sizeof(float), m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->m, 0, opt_len * sizeof(float), m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->v, 0, opt_len * sizeof(float), m->stream));
 
     DALLOC(m->encoded, N * C * e);
     for (size_t l = 0; l < L; l++) {
@@ -171,27 +258,33 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     DALLOC(m->logits, N * m->Vp * e);
     DALLOC(m->losses, N * sizeof(float));
     DALLOC(m->loss_acc, 4 * sizeof(float));
-    CUDA_CHECK(cudaMemset(m->loss_acc, 0, 4 * sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(m->loss_acc, 0, 4 * sizeof(float), m->stream));
     DALLOC(m->scratch, N * C * e);
     DALLOC(m->dres, N * C * e);
     DALLOC(m->d_c, N * C * e);
     DALLOC(m->d_3c, N * 3 * C * e);
     DALLOC(m->d_4c, N * 4 * C * e);
-    size_t fs = k_attention_scratch_floats(B, T, m->C, m->NH);
-    size_t cs = k_colsum_scratch_floats((int)N, 4 * m->C);
-    if (cs > fs) fs = cs;
-    if (k_norm_scratch_floats() > fs) fs = k_norm_scratch_floats();
+    size_t fs = scratch_floats(B, T, m->C, m->NH);
     m->fscratch_len = fs;
     DALLOC(m->fscratch, fs * sizeof(float));
     DALLOC(m->d_tokens, N * sizeof(int));
     DALLOC(m->d_targets, N * sizeof(int));
-    DALLOC(m->d_csr, (3 * N + 1) * sizeof(int));
+    DALLOC(m->dbias, 4 * C * sizeof(float));
+    size_t csr_ints = k_encoder_csr_ints((int)N);
+    DALLOC(m->d_csr, csr_ints * sizeof(int));
     for (int i = 0; i < 2; i++) {
-        CUDA_CHECK(cudaMallocHost((void **)&m->h_pin[i], (5 * N + 1) * sizeof(int)));
+        CUDA_CHECK(cudaMallocHost((void **)&m->h_pin[i], (2 * N + csr_ints) * sizeof(int)));
         CUDA_CHECK(cudaEventCreateWithFlags(&m->up_ev[i], cudaEventDisableTiming));
     }
     m->h_counts = (int *)malloc((size_t)m->Vp * sizeof(int));
     if (!m->h_counts) return skiff_error(err, ENOMEM, "token index");
+    // The memory plan (what gpu_tool budget reports without a GPU) must be
+    // what was allocated.
+    struct cuda_mem_plan plan;
+    cuda_gpt2_memory_plan(cfg, B, T, prec, n_pad, opt_len, &plan);
+    if (plan.total != m->bytes)
+        return skiff_error(err, 0, "%s:%d: internal: the model allocated %zu bytes, cuda_gpt2_memory_plan says %zu",
+                           __FILE__, __LINE__, m->bytes, plan.total);
     return 0;
 }
 
@@ -233,17 +326,14 @@ extern "C" int cuda_gpt2_set_params_device(struct cuda_gpt2 *m, const float *dev
 
 extern "C" int cuda_gpt2_set_params(struct cuda_gpt2 *m, const float *host, skiff_err *err) {
     // The gradient buffer (n_pad floats) is free between steps: stage there.
-    CUDA_CHECK(cudaMemcpyAsync(m->grads, host, m->n_pad * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    TRY(cuda_gpt2_h2d(m, m->grads, host, m->n_pad * sizeof(float), err));
     TRY(cuda_gpt2_set_params_device(m, m->grads, err));
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_pad * sizeof(float), m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
     return 0;
 }
 
 extern "C" int cuda_gpt2_get_master(struct cuda_gpt2 *m, float *host, skiff_err *err) {
-    CUDA_CHECK(cudaMemcpyAsync(host, m->master, m->opt_len * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    return 0;
+    return cuda_gpt2_d2h(m, host, m->master, m->opt_len * sizeof(float), err);
 }
 
 extern "C" int cuda_gpt2_master_to(struct cuda_gpt2 *m, float *dev, skiff_err *err) {
@@ -253,17 +343,13 @@ extern "C" int cuda_gpt2_master_to(struct cuda_gpt2 *m, float *dev, skiff_err *e
 }
 
 extern "C" int cuda_gpt2_get_opt_state(struct cuda_gpt2 *m, float *hm, float *hv, skiff_err *err) {
-    CUDA_CHECK(cudaMemcpyAsync(hm, m->m, m->opt_len * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-    CUDA_CHECK(cudaMemcpyAsync(hv, m->v, m->opt_len * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    return 0;
+    TRY(cuda_gpt2_d2h(m, hm, m->m, m->opt_len * sizeof(float), err));
+    return cuda_gpt2_d2h(m, hv, m->v, m->opt_len * sizeof(float), err);
 }
 
 extern "C" int cuda_gpt2_set_opt_state(struct cuda_gpt2 *m, const float *hm, const float *hv, skiff_err *err) {
-    CUDA_CHECK(cudaMemcpyAsync(m->m, hm, m->opt_len * sizeof(float), cudaMemcpyHostToDevice, m->stream));
-    CUDA_CHECK(cudaMemcpyAsync(m->v, hv, m->opt_len * sizeof(float), cudaMemcpyHostToDevice, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    return 0;
+    TRY(cuda_gpt2_h2d(m, m->m, hm, m->opt_len * sizeof(float), err));
+    return cuda_gpt2_h2d(m, m->v, hv, m->opt_len * sizeof(float), err);
 }
 
 // ---------------------------------------------------------------- forward
@@ -295,7 +381,7 @@ template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, ski
         TRY(k_residual_layernorm_forward<T>((T *)m->res2[l], (T *)m->ln2[l], m->ln2_mean[l], m->ln2_rstd[l],
                                             res_in, scr, P<T>(m, GPT2_LN2W, l), P<T>(m, GPT2_LN2B, l), N,
                                             C, s, err));
-        if (m->gelu_epilogue) {
+        if (m->fuse) {
             TRY(mm_forward<T>(&m->mm, (T *)m->fchg[l], (T *)m->fch[l], (T *)m->ln2[l], P<T>(m, GPT2_FCW, l),
                               P<T>(m, GPT2_FCB, l), N, C, 4 * C, s, err));
         } else {
@@ -329,7 +415,7 @@ extern "C" int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const i
             return skiff_error(err, 0, "token %d at position %d is outside the vocabulary (%d)",
                                inputs[i] < 0 || inputs[i] >= m->V ? inputs[i] : targets[i], i, m->V);
     int slot = m->up_slot ^= 1;
-    CUDA_CHECK(cudaEventSynchronize(m->up_ev[slot]));  // its previous upload has been read
+    TRY(wait_for(m, m->up_ev[slot], "reusing the token upload buffer", err));  // its last upload was read
     int *tok = m->h_pin[slot], *tgt = tok + N, *csr = tgt + N;
     memcpy(tok, inputs, N * sizeof(int));
     CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, tok, N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
@@ -339,9 +425,9 @@ extern "C" int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const i
     }
     m->have_targets = targets != NULL;
     // Rows grouped by token for the deterministic embedding backward.
-    m->nuniq = k_encoder_csr(csr, m->h_counts, inputs, N, m->V);
-    CUDA_CHECK(cudaMemcpyAsync(m->d_csr, csr, (2 * (size_t)m->nuniq + 1 + N) * sizeof(int),
-                               cudaMemcpyHostToDevice, m->stream));
+    int ncsr = k_encoder_csr(csr, m->h_counts, inputs, N, m->V);
+    m->nseg = csr[0], m->nbig = csr[1];
+    CUDA_CHECK(cudaMemcpyAsync(m->d_csr, csr, (size_t)ncsr * sizeof(int), cudaMemcpyHostToDevice, m->stream));
     CUDA_CHECK(cudaEventRecord(m->up_ev[slot], m->stream));
     switch (m->prec) {
     case SKIFF_CUDA_FP32: return forward_t<float>(m, dloss, err);
@@ -352,10 +438,15 @@ extern "C" int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const i
 
 extern "C" int cuda_gpt2_take_loss(struct cuda_gpt2 *m, double *sum, skiff_err *err) {
     float h = 0.0f;
-    CUDA_CHECK(cudaMemcpyAsync(&h, m->loss_acc, sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    TRY(cuda_gpt2_d2h(m, &h, m->loss_acc, sizeof(float), err));
     CUDA_CHECK(cudaMemsetAsync(m->loss_acc, 0, sizeof(float), m->stream));
     *sum = h;
+    return 0;
+}
+
+extern "C" int cuda_gpt2_take_loss_dev(struct cuda_gpt2 *m, float *dev, skiff_err *err) {
+    CUDA_CHECK(cudaMemcpyAsync(dev, m->loss_acc, sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->loss_acc, 0, sizeof(float), m->stream));
     return 0;
 }
 
@@ -369,11 +460,7 @@ extern "C" int cuda_gpt2_get_logits(struct cuda_gpt2 *m, float *host, skiff_err 
     case SKIFF_CUDA_BF16: rc = k_cast_to_f32<bf16>(tmp, (bf16 *)m->logits, n, m->stream, err); break;
     default: rc = k_cast_to_f32<fp16>(tmp, (fp16 *)m->logits, n, m->stream, err); break;
     }
-    if (rc == 0) {
-        cudaError_t e = cudaMemcpyAsync(host, tmp, n * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(m->stream);
-        if (e != cudaSuccess) rc = skiff_error(err, 0, "%s:%d: logits copy: %s", __FILE__, __LINE__, cudaGetErrorString(e));
-    }
+    if (rc == 0) rc = cuda_gpt2_d2h(m, host, tmp, n * sizeof(float), err);
     cudaFreeAsync(tmp, m->stream);
     return rc;
 }
@@ -398,6 +485,32 @@ extern "C" int cuda_gpt2_layer_ranges(const struct cuda_gpt2 *m, int layer, size
     return n;
 }
 
+// Bias gradient of one linear layer's weight-gradient GEMM: cuBLASLt's
+// BGRADB wrote it into dbias (fp32, overwritten), to be added; or, without
+// the epilogue, the deterministic column sums of dout.
+template <typename T>
+static int bias_grad(struct cuda_gpt2 *m, float *g, int fused, const T *dout, int N, int OC, skiff_err *err) {
+    if (fused) return k_add_f32(g, m->dbias, OC, m->stream, err);
+    return k_bias_backward<T>(g, m->fscratch, dout, N, OC, m->stream, err);
+}
+
+// One linear layer y = x W^T + b backwards: dx (unless NULL) = dy W, with
+// GELU' of gelu_pre applied when given; dW += x^T dy; db += colsum(dy).
+template <typename T>
+static int linear_backward(struct cuda_gpt2 *m, T *dx, const T *gelu_pre, int wi, int bi, int l, const T *x,
+                           const T *dy, int N, int IC, int OC, skiff_err *err) {
+    struct mm_ctx *mm = &m->mm;
+    cudaStream_t s = m->stream;
+    int fused_w = 0, fused_d = 0;
+    float *db = m->fuse ? m->dbias : NULL;
+    TRY(mm_backward_weight<T>(mm, G(m, wi, l), db, x, dy, N, IC, OC, s, &fused_w, err));
+    TRY(bias_grad<T>(m, G(m, bi, l), fused_w, dy, N, OC, err));
+    if (!dx) return 0;
+    TRY(mm_backward_data<T>(mm, dx, dy, P<T>(m, wi, l), m->fuse ? gelu_pre : NULL, N, IC, OC, s, &fused_d, err));
+    if (gelu_pre && !fused_d) TRY(k_gelu_backward<T>(dx, gelu_pre, (size_t)N * IC, s, err));
+    return 0;
+}
+
 template <typename T>
 static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err) {
     int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NH;
@@ -406,37 +519,31 @@ static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, 
     T *dres = (T *)m->dres, *dc = (T *)m->d_c, *d3 = (T *)m->d_3c, *d4 = (T *)m->d_4c;
     T *dlogits = (T *)m->logits;
     float *fs = m->fscratch;
+    int unused;
     CUDA_CHECK(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(T), s));
     // classifier (wte is tied: its gradient also gets the embedding's below)
-    TRY(mm_backward_data<T>(mm, dc, dlogits, P<T>(m, GPT2_WTE, 0), N, C, m->Vp, s, err));
-    TRY(mm_backward_weight<T>(mm, G(m, GPT2_WTE, 0), (T *)m->lnf, dlogits, N, C, m->Vp, s, err));
+    TRY(mm_backward_data<T>(mm, dc, dlogits, P<T>(m, GPT2_WTE, 0), NULL, N, C, m->Vp, s, &unused, err));
+    TRY(mm_backward_weight<T>(mm, G(m, GPT2_WTE, 0), NULL, (T *)m->lnf, dlogits, N, C, m->Vp, s, &unused, err));
     TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LNFW, 0), G(m, GPT2_LNFB, 0), fs, dc, (T *)m->res3[L - 1],
                                 P<T>(m, GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N, C, s, err));
     for (int l = L - 1; l >= 0; l--) {
         T *res_in = l == 0 ? (T *)m->encoded : (T *)m->res3[l - 1];
-        // MLP: fcproj, GELU, fc, ln2
-        TRY(mm_backward_data<T>(mm, d4, dres, P<T>(m, GPT2_FCPROJW, l), N, 4 * C, C, s, err));
-        TRY(mm_backward_weight<T>(mm, G(m, GPT2_FCPROJW, l), (T *)m->fchg[l], dres, N, 4 * C, C, s, err));
-        TRY(k_bias_backward<T>(G(m, GPT2_FCPROJB, l), fs, dres, N, C, s, err));
-        TRY(k_gelu_backward<T>(d4, (T *)m->fch[l], (size_t)N * 4 * C, s, err));
-        TRY(mm_backward_data<T>(mm, dc, d4, P<T>(m, GPT2_FCW, l), N, C, 4 * C, s, err));
-        TRY(mm_backward_weight<T>(mm, G(m, GPT2_FCW, l), (T *)m->ln2[l], d4, N, C, 4 * C, s, err));
-        TRY(k_bias_backward<T>(G(m, GPT2_FCB, l), fs, d4, N, 4 * C, s, err));
+        // MLP: fcproj (+ GELU'), fc, ln2
+        TRY(linear_backward<T>(m, d4, (T *)m->fch[l], GPT2_FCPROJW, GPT2_FCPROJB, l, (T *)m->fchg[l], dres, N,
+                               4 * C, C, err));
+        TRY(linear_backward<T>(m, dc, NULL, GPT2_FCW, GPT2_FCB, l, (T *)m->ln2[l], d4, N, C, 4 * C, err));
         TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LN2W, l), G(m, GPT2_LN2B, l), fs, dc, (T *)m->res2[l],
                                     P<T>(m, GPT2_LN2W, l), m->ln2_mean[l], m->ln2_rstd[l], N, C, s, err));
         // attention: attproj, attention, qkv, ln1
-        TRY(mm_backward_data<T>(mm, dc, dres, P<T>(m, GPT2_ATTPROJW, l), N, C, C, s, err));
-        TRY(mm_backward_weight<T>(mm, G(m, GPT2_ATTPROJW, l), (T *)m->atty[l], dres, N, C, C, s, err));
-        TRY(k_bias_backward<T>(G(m, GPT2_ATTPROJB, l), fs, dres, N, C, s, err));
+        TRY(linear_backward<T>(m, dc, NULL, GPT2_ATTPROJW, GPT2_ATTPROJB, l, (T *)m->atty[l], dres, N, C, C, err));
         TRY(k_attention_backward<T>(d3, fs, dc, (T *)m->qkv[l], (T *)m->atty[l], m->lse[l], B, Tn, C, NH, s, err));
-        TRY(mm_backward_data<T>(mm, dc, d3, P<T>(m, GPT2_QKVW, l), N, C, 3 * C, s, err));
-        TRY(mm_backward_weight<T>(mm, G(m, GPT2_QKVW, l), (T *)m->ln1[l], d3, N, C, 3 * C, s, err));
-        TRY(k_bias_backward<T>(G(m, GPT2_QKVB, l), fs, d3, N, 3 * C, s, err));
+        TRY(linear_backward<T>(m, dc, NULL, GPT2_QKVW, GPT2_QKVB, l, (T *)m->ln1[l], d3, N, C, 3 * C, err));
         TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LN1W, l), G(m, GPT2_LN1B, l), fs, dc, res_in,
                                     P<T>(m, GPT2_LN1W, l), m->ln1_mean[l], m->ln1_rstd[l], N, C, s, err));
         if (ready) TRY(ready(ctx, m, l, err));
     }
-    TRY(k_encoder_backward<T>(G(m, GPT2_WTE, 0), G(m, GPT2_WPE, 0), dres, m->d_csr, m->nuniq, B, Tn, C, s, err));
+    TRY(k_encoder_backward<T>(G(m, GPT2_WTE, 0), G(m, GPT2_WPE, 0), fs, dres, m->d_csr, m->nseg, m->nbig, B, Tn, C,
+                              s, err));
     if (ready) TRY(ready(ctx, m, -1, err));
     return 0;
 }
@@ -456,9 +563,7 @@ extern "C" int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready,
 }
 
 extern "C" int cuda_gpt2_get_grads(struct cuda_gpt2 *m, float *host, skiff_err *err) {
-    CUDA_CHECK(cudaMemcpyAsync(host, m->grads, m->n_pad * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    return 0;
+    return cuda_gpt2_d2h(m, host, m->grads, m->n_pad * sizeof(float), err);
 }
 
 // ---------------------------------------------------------------- optimizer
@@ -468,7 +573,7 @@ extern "C" int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float 
 
 template <typename T>
 static int adamw_t(struct cuda_gpt2 *m, const float *grad, float lr, float b1, float b2, float eps, float wd,
-                   float gs, int t, int upd, skiff_err *err) {
+                   float gs, const float *norm2, float clip, int t, int upd, skiff_err *err) {
     float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
     size_t lo = m->opt_off, hi = m->opt_off + m->opt_len;
     // One launch per tensor piece inside the range, each with its own decay.
@@ -481,19 +586,35 @@ static int adamw_t(struct cuda_gpt2 *m, const float *grad, float lr, float b1, f
         float w = i < GPT2_NUM_PARAM_TENSORS && gpt2_param_decays(i) ? wd : 0.0f;
         size_t k = a - lo;
         TRY(k_adamw<T>(m->master + k, upd ? (T *)m->params + a : NULL, grad + k, m->m + k, m->v + k, b - a,
-                       lr, b1, b2, eps, w, gs, bc1, bc2, m->stream, err));
+                       lr, b1, b2, eps, w, gs, norm2, clip, bc1, bc2, m->stream, err));
     }
     return 0;
 }
 
 extern "C" int cuda_gpt2_adamw(struct cuda_gpt2 *m, const float *grad, float lr, float beta1, float beta2,
-                               float eps, float wd, float grad_scale, int t, int update_params, skiff_err *err) {
+                               float eps, float wd, float grad_scale, const float *norm2, float clip, int t,
+                               int update_params, skiff_err *err) {
     switch (m->prec) {
-    case SKIFF_CUDA_FP32: return adamw_t<float>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, t, update_params, err);
-    case SKIFF_CUDA_BF16: return adamw_t<bf16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, t, update_params, err);
-    default: return adamw_t<fp16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, t, update_params, err);
+    case SKIFF_CUDA_FP32:
+        return adamw_t<float>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, norm2, clip, t, update_params, err);
+    case SKIFF_CUDA_BF16:
+        return adamw_t<bf16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, norm2, clip, t, update_params, err);
+    default:
+        return adamw_t<fp16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, norm2, clip, t, update_params, err);
     }
 }
+
+extern "C" int cuda_gpt2_sum_strided(struct cuda_gpt2 *m, float *dev_out, const float *dev, int n, int stride,
+                                     skiff_err *err) {
+    return k_strided_sum(dev_out, dev, n, stride, m->stream, err);
+}
+
+extern "C" int cuda_gpt2_fill(struct cuda_gpt2 *m, float *dev, float v, size_t n, skiff_err *err) {
+    return k_fill_f32(dev, v, n, m->stream, err);
+}
+
+extern "C" void *cuda_gpt2_params(struct cuda_gpt2 *m) { return m->params; }
+extern "C" size_t cuda_gpt2_param_elem_bytes(const struct cuda_gpt2 *m) { return m->elem; }
 
 extern "C" int cuda_gpt2_accumulate(struct cuda_gpt2 *m, float *dst, const float *src, size_t n, skiff_err *err) {
     return k_add_f32(dst, src, n, m->stream, err);

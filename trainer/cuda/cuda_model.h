@@ -27,6 +27,29 @@ int cuda_precision_parse(const char *name, int *prec, skiff_err *err);
 /* Selects the GPU (device = local_rank % device count) and returns its name. */
 int cuda_select_device(int local_rank, char *name, size_t name_len, skiff_err *err);
 
+/* Device memory cuda_gpt2_create allocates for these shapes, by what it is
+ * for, computed on the host (no GPU needed); create checks that it
+ * allocates exactly this. Not included: the CUDA context, NCCL's buffers, the
+ * training loop's few scalars and the ZeRO-2 shard (opt_len floats). */
+struct cuda_mem_plan {
+    size_t params;      /* storage copy (n_pad elements of the run's type) */
+    size_t grads;       /* fp32, n_pad */
+    size_t optimizer;   /* fp32 master, m, v for the optimizer's range */
+    size_t activations; /* kept for backward: 16 (B,T,C) tensors per layer + statistics */
+    size_t logits;      /* (B,T,Vp), overwritten by their gradient */
+    size_t backward;    /* gradient buffers of one layer + a forward scratch */
+    size_t scratch;     /* reductions, attention D, embedding partials, bias gradients */
+    size_t misc;        /* token ids, targets, token index, losses */
+    size_t workspace;   /* cuBLASLt */
+    size_t total;
+};
+void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
+                           size_t opt_len, struct cuda_mem_plan *p);
+
+/* Dynamic shared memory the attention launchers request for head size hs:
+ * out[0] forward, out[1] dK/dV, out[2] dQ (host only). */
+void cuda_attention_smem(int prec, int hs, size_t out[3]);
+
 /* n_pad >= number of parameters (padding for ZeRO shards). */
 int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T,
                      int prec, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err);
@@ -36,6 +59,20 @@ size_t cuda_gpt2_num_params(const struct cuda_gpt2 *m); /* unpadded */
 void *cuda_gpt2_stream(struct cuda_gpt2 *m);            /* cudaStream_t */
 float *cuda_gpt2_grads(struct cuda_gpt2 *m);            /* device, n_pad floats */
 size_t cuda_gpt2_bytes(const struct cuda_gpt2 *m);      /* device memory it allocated */
+void *cuda_gpt2_params(struct cuda_gpt2 *m);            /* device, n_pad elements of the storage type */
+size_t cuda_gpt2_param_elem_bytes(const struct cuda_gpt2 *m); /* 4 (fp32) or 2 */
+
+/* How the model waits before the host reads what the GPU wrote: fn returns
+ * once `event` (a cudaEvent_t) has completed, or fails. The default polls
+ * with a 300 s timeout; the training loop installs its communicator's wait,
+ * which also aborts NCCL when a peer died, so no copy to the host can hang. */
+typedef int (*cuda_wait_fn)(void *ctx, void *event, const char *what, skiff_err *err);
+void cuda_gpt2_set_waiter(struct cuda_gpt2 *m, cuda_wait_fn fn, void *ctx);
+/* Copies between any host memory and the device through a pinned bounce
+ * buffer on the model's stream, waiting with the waiter; they return when
+ * the data has arrived. */
+int cuda_gpt2_d2h(struct cuda_gpt2 *m, void *host, const void *dev, size_t bytes, skiff_err *err);
+int cuda_gpt2_h2d(struct cuda_gpt2 *m, void *dev, const void *host, size_t bytes, skiff_err *err);
 
 /* Uploads n_pad host floats: storage copy of all, master copy of the opt range. */
 int cuda_gpt2_set_params(struct cuda_gpt2 *m, const float *host, skiff_err *err);
@@ -58,6 +95,8 @@ int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const int *targets
                       skiff_err *err);
 /* Host copy of the mean-loss accumulator (waits for the stream), then zeroes it. */
 int cuda_gpt2_take_loss(struct cuda_gpt2 *m, double *sum, skiff_err *err);
+/* The same into one device float, queued (no wait). */
+int cuda_gpt2_take_loss_dev(struct cuda_gpt2 *m, float *dev, skiff_err *err);
 /* (B*T, Vp) logits as fp32 on the host; valid after a forward with dloss == 0. */
 int cuda_gpt2_get_logits(struct cuda_gpt2 *m, float *host, skiff_err *err);
 
@@ -79,11 +118,19 @@ int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size
                     skiff_err *err);
 /* AdamW on the opt range from grad (device, opt_len floats aligned with
  * opt_off), weight decay on 2-D tensors only; step t is 1-based;
- * grad_scale multiplies the gradient (clipping, loss-scale removal). When
- * update_params, the storage copy of the range is rewritten too. */
+ * grad_scale multiplies the gradient (loss-scale removal). With norm2 (a
+ * device float: the squared global norm of grad) the update clips to `clip`
+ * (0 = off) and is skipped on the device when the norm times grad_scale is
+ * inf/NaN, so the host need not wait for the norm. When update_params, the
+ * storage copy of the range is rewritten too. */
 int cuda_gpt2_adamw(struct cuda_gpt2 *m, const float *grad, float lr, float beta1, float beta2,
-                    float eps, float wd, float grad_scale, int t, int update_params,
-                    skiff_err *err);
+                    float eps, float wd, float grad_scale, const float *norm2, float clip, int t,
+                    int update_params, skiff_err *err);
+/* dev_out[0] = dev[0] + dev[stride] + ... (n terms, in order), queued. */
+int cuda_gpt2_sum_strided(struct cuda_gpt2 *m, float *dev_out, const float *dev, int n, int stride,
+                          skiff_err *err);
+/* dev[0..n) = v, queued (tests: overflow injection). */
+int cuda_gpt2_fill(struct cuda_gpt2 *m, float *dev, float v, size_t n, skiff_err *err);
 /* dst[i] += src[i] for n floats (device), on the model's stream. */
 int cuda_gpt2_accumulate(struct cuda_gpt2 *m, float *dst, const float *src, size_t n, skiff_err *err);
 /* Storage copy of all parameters from an fp32 device buffer of n_pad floats. */

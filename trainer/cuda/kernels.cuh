@@ -13,13 +13,16 @@ template <typename T>
 int k_encoder_forward(T *out, const int *tokens, const T *wte, const T *wpe, int B, int Tn, int C,
                       cudaStream_t s, skiff_err *err);
 // dwte[tokens] += dout, dwpe[t] += dout, deterministically. csr (device) is
-// built on the host by k_encoder_csr: uniq[nuniq], start[nuniq+1], rows[B*T].
-// Host: groups the rows of tokens (N ids < V) by token into csr (3N+1 ints);
-// counts is V ints of scratch. Returns the number of distinct tokens.
+// the segmented token index built on the host by k_encoder_csr (N token ids
+// < V; counts is V ints of scratch; k_encoder_csr_ints(N) ints; returns the
+// ints written, nseg = csr[0], nbig = csr[1]). scratch:
+// k_encoder_scratch_floats(N, C) floats for the partial sums of frequent tokens.
 int k_encoder_csr(int *csr, int *counts, const int *tokens, int N, int V);
+size_t k_encoder_csr_ints(int N);
+size_t k_encoder_scratch_floats(int N, int C);
 template <typename T>
-int k_encoder_backward(float *dwte, float *dwpe, const T *dout, const int *csr, int nuniq, int B,
-                       int Tn, int C, cudaStream_t s, skiff_err *err);
+int k_encoder_backward(float *dwte, float *dwpe, float *scratch, const T *dout, const int *csr, int nseg, int nbig,
+                       int B, int Tn, int C, cudaStream_t s, skiff_err *err);
 // res_out = a + b (skipped when b is NULL: then a is the residual), ln_out =
 // LayerNorm(res_out) * w + bias; mean/rstd (N) kept for the backward pass.
 template <typename T>
@@ -56,20 +59,22 @@ int k_fused_classifier(T *logits, float *losses, const int *targets, float dloss
 template <typename T>
 int k_attention_forward(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH,
                         cudaStream_t s, skiff_err *err);
-// dqkv (B,T,3C) from dout, using qkv, out and lse of the forward pass.
-// scratch: k_attention_scratch_floats(B, T, C, NH) floats (per-key-tile dQ
-// partials, summed in order afterwards so the result is bit-reproducible).
+// dqkv (B,T,3C) from dout, using qkv, out and lse of the forward pass;
+// deterministic (no atomics: dK/dV and dQ each have one owner block).
+// scratch: k_attention_scratch_floats(B, T, C, NH) floats (rowsum(dO*O)).
 size_t k_attention_scratch_floats(int B, int Tn, int C, int NH);
 template <typename T>
 int k_attention_backward(T *dqkv, float *scratch, const T *dout, const T *qkv, const T *out,
                          const float *lse, int B, int Tn, int C, int NH, cudaStream_t s,
                          skiff_err *err);
 // Fused AdamW on n elements: master (fp32) updated from grad * grad_scale, the
-// storage copy `param` (may be NULL) rewritten from it.
+// storage copy `param` (may be NULL) rewritten from it. With norm2 (device
+// pointer to the squared global gradient norm, before grad_scale): clipped to
+// `clip` (0: off), and skipped when the norm is inf/NaN.
 template <typename T>
 int k_adamw(float *master, T *param, const float *grad, float *m, float *v, size_t n, float lr,
-            float beta1, float beta2, float eps, float wd, float grad_scale, float bc1, float bc2,
-            cudaStream_t s, skiff_err *err);
+            float beta1, float beta2, float eps, float wd, float grad_scale, const float *norm2,
+            float clip, float bc1, float bc2, cudaStream_t s, skiff_err *err);
 template <typename T>
 int k_cast_from_f32(T *dst, const float *src, size_t n, cudaStream_t s, skiff_err *err);
 template <typename T>
@@ -81,6 +86,9 @@ int k_norm_squared(float *out, float *scratch, const float *g, size_t n, cudaStr
 size_t k_norm_scratch_floats(void);
 int k_add_f32(float *x, const float *y, size_t n, cudaStream_t s, skiff_err *err);
 int k_scale_f32(float *x, float a, size_t n, cudaStream_t s, skiff_err *err);
+int k_fill_f32(float *x, float v, size_t n, cudaStream_t s, skiff_err *err);
+// out[0] = sum of x[i*stride] for i < n, in order (one thread).
+int k_strided_sum(float *out, const float *x, int n, int stride, cudaStream_t s, skiff_err *err);
 // Adds the mean of x[0..n) to out[0] (one block: a fixed order).
 int k_mean(float *out, const float *x, int n, cudaStream_t s, skiff_err *err);
 

@@ -1,10 +1,10 @@
 // cuBLASLt wrappers; see matmul.cuh for the conventions.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "matmul.cuh"
 
-#define WORKSPACE_BYTES (32u << 20)  // what NVIDIA suggests for Hopper
 #define MAX_PLANS 128
 
 struct mm_key {
@@ -30,7 +30,7 @@ static int align_of(const void *p) {
 int mm_init(struct mm_ctx *c, skiff_err *err) {
     memset(c, 0, sizeof(*c));
     CUBLAS_CHECK(cublasLtCreate(&c->lt));
-    c->workspace_size = WORKSPACE_BYTES;
+    c->workspace_size = MM_WORKSPACE_BYTES;
     CUDA_CHECK(cudaMalloc(&c->workspace, c->workspace_size));
     c->cap = MAX_PLANS;
     c->plans = (struct mm_plan *)calloc(c->cap, sizeof(struct mm_plan));
@@ -79,7 +79,7 @@ static int make_plan(struct mm_ctx *c, const struct mm_key *k, const void *bias,
     }
     if (bias)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    if (epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+    if (epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epi == CUBLASLT_EPILOGUE_DGELU) {
         int64_t ald = k->ldd;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ald, sizeof(ald)));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
@@ -105,14 +105,16 @@ static int make_plan(struct mm_ctx *c, const struct mm_key *k, const void *bias,
     } else {
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->ld, p->ld,
                                                            pref, 1, &res, &found);
-        if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
             rc = skiff_error(err, 0,
                              "%s:%d: cuBLASLt has no algorithm for m=%d n=%d k=%d transa=%d "
                              "transb=%d types %d->%d epilogue %d (status %d)",
                              __FILE__, __LINE__, k->m, k->n, k->k, k->ta, k->tb, k->in_type,
                              k->out_type, k->epilogue, (int)st);
-        else
+            err->code = ENOTSUP;  // the caller may fall back to separate kernels
+        } else {
             p->algo = res.algo;
+        }
     }
     cublasLtMatmulPreferenceDestroy(pref);
     if (rc < 0) {
@@ -163,18 +165,48 @@ int mm_forward(struct mm_ctx *c, T *out, T *gelu_pre, const T *inp, const T *w, 
     return lt_matmul(c, out, w, inp, OC, N, C, 1, 0, C, C, OC, t, t, epi, bias, gelu_pre, 0, s, err);
 }
 
+// A fused epilogue cuBLASLt has no algorithm for (ENOTSUP from make_plan) is
+// switched off for the rest of the run: the caller then does that step with
+// its own kernel.
+static int fused_or_plain(int *off, int rc, skiff_err *err) {
+    if (rc == 0 || err->code != ENOTSUP) return rc;
+    *off = 1;
+    fprintf(stderr, "skiff-train: %s; using separate kernels instead\n", err->msg);
+    return 1;
+}
+
 template <typename T>
-int mm_backward_data(struct mm_ctx *c, T *dinp, const T *dout, const T *w, int N, int C, int OC,
-                     cudaStream_t s, skiff_err *err) {
+int mm_backward_data(struct mm_ctx *c, T *dinp, const T *dout, const T *w, const T *gelu_pre, int N, int C,
+                     int OC, cudaStream_t s, int *fused, skiff_err *err) {
     cudaDataType_t t = dtype_of<T>::cuda;
+    *fused = 0;
+    if (gelu_pre && !c->no_dgelu) {
+        int rc = lt_matmul(c, dinp, w, dout, C, N, OC, 0, 0, C, OC, C, t, t, CUBLASLT_EPILOGUE_DGELU, NULL,
+                           (void *)gelu_pre, 0, s, err);
+        rc = fused_or_plain(&c->no_dgelu, rc, err);
+        if (rc <= 0) {
+            *fused = rc == 0;
+            return rc;
+        }
+    }
     return lt_matmul(c, dinp, w, dout, C, N, OC, 0, 0, C, OC, C, t, t, CUBLASLT_EPILOGUE_DEFAULT,
                      NULL, NULL, 0, s, err);
 }
 
 template <typename T>
-int mm_backward_weight(struct mm_ctx *c, float *dw, const T *inp, const T *dout, int N, int C,
-                       int OC, cudaStream_t s, skiff_err *err) {
+int mm_backward_weight(struct mm_ctx *c, float *dw, float *dbias, const T *inp, const T *dout, int N, int C,
+                       int OC, cudaStream_t s, int *fused, skiff_err *err) {
     cudaDataType_t t = dtype_of<T>::cuda;
+    *fused = 0;
+    if (dbias && !c->no_bgradb) {
+        int rc = lt_matmul(c, dw, inp, dout, C, OC, N, 0, 1, C, OC, C, t, CUDA_R_32F, CUBLASLT_EPILOGUE_BGRADB,
+                           dbias, NULL, 1, s, err);
+        rc = fused_or_plain(&c->no_bgradb, rc, err);
+        if (rc <= 0) {
+            *fused = rc == 0;
+            return rc;
+        }
+    }
     return lt_matmul(c, dw, inp, dout, C, OC, N, 0, 1, C, OC, C, t, CUDA_R_32F,
                      CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 1, s, err);
 }
@@ -194,6 +226,7 @@ __global__ void fill_kernel(bf16 *x, size_t n, uint32_t seed) {
 int mm_bench_bf16(struct mm_ctx *c, int m, int n, int k, int iters, double *tflops, skiff_err *err) {
     bf16 *a = NULL, *b = NULL, *d = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
+    cudaError_t ce = cudaSuccess;
     int rc = -1;
     float ms = 0.0f;
     if (cudaMalloc(&a, (size_t)m * k * sizeof(bf16)) || cudaMalloc(&b, (size_t)k * n * sizeof(bf16)) ||
@@ -212,19 +245,20 @@ int mm_bench_bf16(struct mm_ctx *c, int m, int n, int k, int iters, double *tflo
         if (lt_matmul(c, d, a, b, m, n, k, 1, 0, k, k, m, CUDA_R_16BF, CUDA_R_16BF,
                       CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, err) < 0)
             goto out;
-    cudaEventRecord(e0, 0);
+    // A benchmark on one device with no peer: a blocking wait is fine here.
+    if ((ce = cudaEventRecord(e0, 0)) != cudaSuccess) goto cuda_fail;
     for (int i = 0; i < iters; i++)
         if (lt_matmul(c, d, a, b, m, n, k, 1, 0, k, k, m, CUDA_R_16BF, CUDA_R_16BF,
                       CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, 0, err) < 0)
             goto out;
-    cudaEventRecord(e1, 0);
-    if (cudaEventSynchronize(e1) || cudaEventElapsedTime(&ms, e0, e1)) {
-        skiff_error(err, 0, "%s:%d: GEMM benchmark: %s", __FILE__, __LINE__,
-                    cudaGetErrorString(cudaGetLastError()));
-        goto out;
-    }
+    if ((ce = cudaEventRecord(e1, 0)) != cudaSuccess || (ce = cudaEventSynchronize(e1)) != cudaSuccess ||
+        (ce = cudaEventElapsedTime(&ms, e0, e1)) != cudaSuccess)
+        goto cuda_fail;
     *tflops = 2.0 * m * n * (double)k * iters / (ms * 1e-3) / 1e12;
     rc = 0;
+    goto out;
+cuda_fail:
+    skiff_error(err, 0, "%s:%d: GEMM benchmark: %s", __FILE__, __LINE__, cudaGetErrorString(ce));
 out:
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
@@ -237,10 +271,10 @@ out:
 #define INSTANTIATE(T)                                                                         \
     template int mm_forward<T>(struct mm_ctx *, T *, T *, const T *, const T *, const T *, int, \
                                int, int, cudaStream_t, skiff_err *);                           \
-    template int mm_backward_data<T>(struct mm_ctx *, T *, const T *, const T *, int, int, int, \
-                                     cudaStream_t, skiff_err *);                               \
-    template int mm_backward_weight<T>(struct mm_ctx *, float *, const T *, const T *, int, int, \
-                                       int, cudaStream_t, skiff_err *);
+    template int mm_backward_data<T>(struct mm_ctx *, T *, const T *, const T *, const T *, int, int, \
+                                     int, cudaStream_t, int *, skiff_err *);                     \
+    template int mm_backward_weight<T>(struct mm_ctx *, float *, float *, const T *, const T *, int, \
+                                       int, int, cudaStream_t, int *, skiff_err *);
 INSTANTIATE(float)
 INSTANTIATE(bf16)
 INSTANTIATE(fp16)

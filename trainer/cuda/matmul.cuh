@@ -8,6 +8,8 @@
 
 #include "common.cuh"
 
+#define MM_WORKSPACE_BYTES ((size_t)32 << 20)  // what NVIDIA suggests for Hopper
+
 struct mm_plan;
 
 struct mm_ctx {
@@ -16,6 +18,7 @@ struct mm_ctx {
     size_t workspace_size;
     struct mm_plan *plans; // small open-addressing cache
     int nplans, cap;
+    int no_dgelu, no_bgradb; // cuBLASLt had no algorithm for the fused epilogue
 };
 
 int mm_init(struct mm_ctx *c, skiff_err *err);
@@ -26,14 +29,19 @@ void mm_fini(struct mm_ctx *c);
 template <typename T>
 int mm_forward(struct mm_ctx *c, T *out, T *gelu_pre, const T *inp, const T *w, const T *bias,
                int N, int C, int OC, cudaStream_t s, skiff_err *err);
-// dinp (N,C) = dout (N,OC) W  (overwrites)
+// dinp (N,C) = dout (N,OC) W  (overwrites). With gelu_pre (the fc layer's
+// pre-GELU activations, as the GELU_AUX_BIAS forward kept them) cuBLASLt's
+// DGELU epilogue multiplies by GELU'(gelu_pre) before rounding to T; *fused
+// says whether it did (else the caller runs the GELU backward kernel).
 template <typename T>
-int mm_backward_data(struct mm_ctx *c, T *dinp, const T *dout, const T *w, int N, int C, int OC,
-                     cudaStream_t s, skiff_err *err);
-// dw (OC,C) += dout^T inp, accumulated in fp32
+int mm_backward_data(struct mm_ctx *c, T *dinp, const T *dout, const T *w, const T *gelu_pre, int N, int C,
+                     int OC, cudaStream_t s, int *fused, skiff_err *err);
+// dw (OC,C) += dout^T inp, accumulated in fp32. With dbias (OC fp32) the
+// BGRADB epilogue also writes the bias gradient, the column sums of dout
+// (overwriting dbias); *fused says whether it did.
 template <typename T>
-int mm_backward_weight(struct mm_ctx *c, float *dw, const T *inp, const T *dout, int N, int C,
-                       int OC, cudaStream_t s, skiff_err *err);
+int mm_backward_weight(struct mm_ctx *c, float *dw, float *dbias, const T *inp, const T *dout, int N, int C,
+                       int OC, cudaStream_t s, int *fused, skiff_err *err);
 
 // Times a square-ish bf16 GEMM (m x n x k) for `iters` runs; returns TFLOP/s
 // in *tflops. Used by the benchmark to measure the matmul peak of this GPU.

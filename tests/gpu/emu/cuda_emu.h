@@ -4,9 +4,10 @@
 // each CUDA thread is an OS thread; __syncthreads/__syncwarp are barriers;
 // __shfl_xor_sync goes through a per-warp exchange buffer; __shared__
 // variables become statics (one block runs at a time, so that is exact);
-// WMMA fragments hold the whole 16x16 tile in every lane (load/mma/store have
-// the documented element layouts; store is done by lane 0). What this cannot
-// check: real warp divergence/timing, hardware fragment layouts, speed.
+// mma.sync, ldmatrix and cp.async (trainer/cuda/mma_dev.cuh) exchange the
+// lanes' fragments and compute with the PTX ISA's documented layouts. What
+// this cannot check: real warp divergence/timing, that the hardware matches
+// the documented layouts, races between cp.async stages, speed.
 #ifndef SKIFF_CUDA_EMU_H
 #define SKIFF_CUDA_EMU_H
 
@@ -37,6 +38,8 @@ inline thread_local uint3 emu_threadIdx, emu_blockIdx;
 inline thread_local dim3 emu_blockDim, emu_gridDim;
 inline thread_local std::barrier<> *emu_bar, *emu_wbar;
 inline thread_local float *emu_xch;
+inline thread_local unsigned char *emu_wx;  // per-warp exchange for fragments (32 x EMU_WX bytes)
+#define EMU_WX 64
 inline thread_local int emu_lane;
 alignas(256) inline unsigned char emu_smem[256 * 1024];
 inline unsigned char *emu_dyn_smem() { return emu_smem; }
@@ -100,6 +103,7 @@ template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
                 std::barrier<> bar(n);
                 std::vector<std::unique_ptr<std::barrier<>>> wb;
                 std::vector<float> xch(32 * nw);
+                std::vector<unsigned char> wx((size_t)32 * EMU_WX * nw);
                 for (unsigned w = 0; w < nw; w++) wb.emplace_back(new std::barrier<>(std::min(32u, n - w * 32)));
                 emu_the_pool.run(n, [&](unsigned t) {
                     emu_threadIdx = make_uint3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
@@ -109,6 +113,7 @@ template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
                     emu_bar = &bar;
                     emu_wbar = wb[t / 32].get();
                     emu_xch = &xch[(t / 32) * 32];
+                    emu_wx = &wx[(size_t)(t / 32) * 32 * EMU_WX];
                     emu_lane = t % 32;
                     f();
                     emu_wbar->arrive_and_drop();  // an exited thread no longer counts
@@ -117,70 +122,136 @@ template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
             }
 }
 
-namespace nvcuda {
-namespace wmma {
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-namespace precision {
-struct tf32 {};
+// ---- warp-level PTX stand-ins (trainer/cuda/mma_dev.cuh) ----------------------
+// Every lane of the warp publishes its piece, all wait, each lane reads what
+// it needs, all wait again (so the buffer can be reused by the next call).
+template <typename P> inline void emu_exchange(const P &mine, P *all) {
+    static_assert(sizeof(P) <= EMU_WX, "fragment exchange too large");
+    memcpy(emu_wx + emu_lane * EMU_WX, &mine, sizeof(P));
+    emu_wbar->arrive_and_wait();
+    for (int l = 0; l < 32; l++) memcpy(&all[l], emu_wx + l * EMU_WX, sizeof(P));
+    emu_wbar->arrive_and_wait();
 }
-enum layout_t { mem_row_major, mem_col_major };
+inline float emu_lo16(uint32_t r, bool bf) {
+    unsigned short h = (unsigned short)(r & 0xffff);
+    return bf ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
+}
+inline float emu_hi16(uint32_t r, bool bf) { return emu_lo16(r >> 16, bf); }
 
-template <class Use, int M, int N, int K, class T, class L = void> struct fragment {
-    static constexpr int R = std::is_same_v<Use, matrix_b> ? K : M;
-    static constexpr int C = std::is_same_v<Use, matrix_a> ? K : N;
-    static constexpr int num_elements = R * C;
-    float x[R * C];
+// An mma's A and B registers of all 32 lanes of the warp, by lane.
+struct emu_frag {
+    uint32_t a[4], b[2];
 };
-
-inline float emu_tof(float v) { return v; }
-inline float emu_tof(__nv_bfloat16 v) { return __bfloat162float(v); }
-inline float emu_tof(__half v) { return __half2float(v); }
-
-// Element (r, c) of the stored tile: row_major at p[r*ld + c], col_major at p[c*ld + r].
-template <class Use, int M, int N, int K, class T, class L, class P>
-void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsigned ld) {
-    constexpr bool rm = std::is_same_v<L, row_major>;
-    for (int r = 0; r < f.R; r++)
-        for (int c = 0; c < f.C; c++) f.x[r * f.C + c] = emu_tof(rm ? p[r * ld + c] : p[c * ld + r]);
+inline void emu_gather_frags(const uint32_t a[4], const uint32_t b[2], emu_frag all[32]) {
+    emu_frag mine;
+    memcpy(mine.a, a, sizeof(mine.a));
+    memcpy(mine.b, b, sizeof(mine.b));
+    emu_exchange(mine, all);
 }
 
-template <int M, int N, int K, class TA, class LA, class LB>
-void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, TA, LA> &a,
-              const fragment<matrix_b, M, N, K, TA, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
-    float out[M * N];
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float s = c.x[i * N + j];
-            for (int k = 0; k < K; k++) s += a.x[i * K + k] * b.x[k * N + j];
-            out[i * N + j] = s;
+// m16n8k16, 16-bit inputs: the fragment layouts of the PTX ISA.
+inline void emu_mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf) {
+    emu_frag all[32];
+    emu_gather_frags(a, b, all);
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l & 3;
+        const emu_frag &f = all[l];
+        for (int h = 0; h < 2; h++) {
+            float (*lo)(uint32_t, bool) = h ? emu_hi16 : emu_lo16;
+            A[g][2 * t + h] = lo(f.a[0], bf);
+            A[g + 8][2 * t + h] = lo(f.a[1], bf);
+            A[g][2 * t + 8 + h] = lo(f.a[2], bf);
+            A[g + 8][2 * t + 8 + h] = lo(f.a[3], bf);
+            B[2 * t + h][g] = lo(f.b[0], bf);
+            B[2 * t + 8 + h][g] = lo(f.b[1], bf);
         }
-    memcpy(d.x, out, sizeof(out));
+    }
+    int g = emu_lane >> 2, t = emu_lane & 3;
+    for (int i = 0; i < 4; i++) {
+        int r = g + (i >> 1) * 8, c = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 16; k++) s += A[r][k] * B[k][c];
+        d[i] = s;
+    }
+}
+template <typename T> inline void mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    emu_mma16816(d, a, b, std::is_same_v<T, __nv_bfloat16>);
 }
 
-template <class F> void fill_fragment(F &f, float v) {
-    for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
+// TF32 rounding of cvt.rna.tf32.f32: to nearest, ties away from zero.
+inline uint32_t to_tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & ~0x1fffu;
+    return u;
 }
 
-template <int M, int N, int K>
-void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ld, layout_t l) {
-    if (emu_lane != 0) return;
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) (l == mem_row_major ? p[i * ld + j] : p[j * ld + i]) = f.x[i * N + j];
+// m16n8k8, tf32 inputs.
+inline void mma_1688_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    emu_frag all[32];
+    emu_gather_frags(a, b, all);
+    float A[16][8], B[8][8];
+    auto f = [](uint32_t u) {
+        float v;
+        memcpy(&v, &u, 4);
+        return v;
+    };
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l & 3;
+        A[g][t] = f(all[l].a[0]);
+        A[g + 8][t] = f(all[l].a[1]);
+        A[g][t + 4] = f(all[l].a[2]);
+        A[g + 8][t + 4] = f(all[l].a[3]);
+        B[t][g] = f(all[l].b[0]);
+        B[t + 4][g] = f(all[l].b[1]);
+    }
+    int g = emu_lane >> 2, t = emu_lane & 3;
+    for (int i = 0; i < 4; i++) {
+        int r = g + (i >> 1) * 8, c = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 8; k++) s += A[r][k] * B[k][c];
+        d[i] = s;
+    }
 }
 
-// Round to nearest (ties to even) at TF32's 10 mantissa bits.
-inline float __float_to_tf32(float v) {
+// ldmatrix .x4 (.trans): lane l gives the row address of row l%8 of matrix l/8.
+inline void emu_ldsm(uint32_t r[4], const void *row, bool trans) {
+    const unsigned char *all[32];
+    emu_exchange((const unsigned char *)row, all);
+    int g = emu_lane >> 2, t = emu_lane & 3;
+    for (int i = 0; i < 4; i++) {
+        uint16_t lo, hi;
+        if (!trans) {  // (row g, cols 2t, 2t+1)
+            memcpy(&lo, all[8 * i + g] + 4 * t, 2);
+            memcpy(&hi, all[8 * i + g] + 4 * t + 2, 2);
+        } else {  // (rows 2t, 2t+1, col g)
+            memcpy(&lo, all[8 * i + 2 * t] + 2 * g, 2);
+            memcpy(&hi, all[8 * i + 2 * t + 1] + 2 * g, 2);
+        }
+        r[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+}
+inline void ldsm_x4(uint32_t r[4], const void *row) { emu_ldsm(r, row, false); }
+inline void ldsm_x4_t(uint32_t r[4], const void *row) { emu_ldsm(r, row, true); }
+
+// cp.async completes at once here: the emulation checks the addressing and
+// the zero fill, not the asynchrony (races between stages need a real GPU).
+inline void cp_async16(void *smem, const void *gmem, bool valid) {
+    if (valid) memcpy(smem, gmem, 16);
+    else memset(smem, 0, 16);
+}
+inline void cp_async_commit() {}
+template <int N> inline void cp_async_wait() {}
+
+// fp32 rounded to TF32's 10 mantissa bits, to nearest (ties to even): how the
+// cuBLASLt stand-in (runtime_emu.cpp) rounds TF32 GEMM inputs.
+inline float emu_round_tf32(float v) {
     uint32_t u;
     memcpy(&u, &v, 4);
     if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x0fffu + ((u >> 13) & 1u)) & ~0x1fffu;
     memcpy(&v, &u, 4);
     return v;
 }
-}  // namespace wmma
-}  // namespace nvcuda
 
 #endif

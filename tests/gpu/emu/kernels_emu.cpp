@@ -1,6 +1,7 @@
 // Runs skiff's CUDA kernels on the CPU (cuda_emu.h) and compares them with
 // the CPU reference layers (trainer/layers/*.h): attention forward/backward
-// (flash tiling, masks, online softmax, dQ partials) for fp32/TF32 and bf16
+// (mma.sync fragments, tiling, masks, online softmax, the separate dK/dV and
+// dQ passes) for fp32/TF32, bf16 and fp16
 // and head sizes 16/32/64/128, full and partial tiles; residual+LayerNorm
 // forward/backward with the deterministic column sums; softmax+cross-entropy;
 // embedding backward; GELU; bias gradients; AdamW; the gradient norm.
@@ -69,19 +70,18 @@ template <typename T, int HS> static void test_attention(int B, int Tn, int NH, 
     auto qkv_r = to_f32(qkv_t), dout_r = to_f32(dout_t);  // reference sees the rounded inputs
 
     std::vector<T> out(no), dqkv(nq);
-    std::vector<float> lse((size_t)B * NH * Tn);
-    int ntile = (Tn + TILE - 1) / TILE;
-    std::vector<float> scratch((size_t)ntile * B * Tn * C + (size_t)B * NH * Tn);
+    std::vector<float> lse((size_t)B * NH * Tn), Dv((size_t)B * NH * Tn);
+    int ntile = (Tn + ATT_ROWS - 1) / ATT_ROWS;
     float scale = 1.0f / sqrtf((float)HS);
     T *o = out.data(), *dq = dqkv.data();
     const T *q = qkv_t.data(), *d = dout_t.data();
-    float *l = lse.data(), *sc = scratch.data(), *D = sc + (size_t)ntile * B * Tn * C;
-    emu_launch(dim3(ntile, NH, B), dim3(NWARP * 32), [=] { attention_forward_kernel<T, HS>(o, l, q, Tn, C, NH, scale); });
-    size_t rows = (size_t)B * Tn * NH;
-    emu_launch(dim3((rows * 32 + 255) / 256), dim3(256), [=] { attention_rowdot_kernel<T>(D, d, o, B, Tn, C, NH); });
-    emu_launch(dim3(ntile, NH, B), dim3(NWARP * 32),
-               [=] { attention_backward_kernel<T, HS>(dq, sc, d, q, l, D, Tn, C, NH, scale); });
-    emu_launch(dim3((no + 255) / 256), dim3(256), [=] { dq_reduce_kernel<T>(dq, sc, no, Tn, C); });
+    float *l = lse.data(), *D = Dv.data();
+    dim3 grid(ntile, NH, B), block(ATT_WARPS * 32);
+    emu_launch(grid, block, [=] { attention_forward_kernel<T, HS>(o, l, q, Tn, C, NH, scale); });
+    size_t lanes = (size_t)B * Tn * NH * (HS * sizeof(T) / 16);
+    emu_launch(dim3((lanes + 255) / 256), dim3(256), [=] { attention_rowdot_kernel<T, HS>(D, d, o, B, Tn, C, NH); });
+    emu_launch(grid, block, [=] { attention_dkdv_kernel<T, HS>(dq, d, q, l, D, Tn, C, NH, scale); });
+    emu_launch(grid, block, [=] { attention_dq_kernel<T, HS>(dq, d, q, l, D, Tn, C, NH, scale); });
 
     std::vector<float> ro(no), pre((size_t)B * NH * Tn * Tn), att(pre.size()), rd(nq, 0.0f), dpre(pre.size(), 0.0f),
         datt(pre.size(), 0.0f);
@@ -107,7 +107,9 @@ template <typename T, int HS> static void test_attention(int B, int Tn, int NH, 
 }
 
 // ---------------------------------------------------------------- layernorm
-template <typename T> static void test_layernorm(int N, int C, double tol, const char *tname) {
+// NV = 0: the generic kernels (wide rows); else the vectorised one-pass ones
+// with NV 16-byte vectors per lane.
+template <typename T, int NV> static void test_layernorm(int N, int C, double tol, const char *tname) {
     size_t n = (size_t)N * C;
     std::vector<float> a(n), b(n), w(C), bias(C), dout(n), dres0(n);
     for (auto &x : a) x = frand() * 2;
@@ -122,8 +124,12 @@ template <typename T> static void test_layernorm(int N, int C, double tol, const
     T *pr = res.data(), *pl = ln.data();
     const T *pa = at.data(), *pb = bt.data(), *pw = wt.data(), *pbi = biast.data();
     float *pm = mean.data(), *ps = rstd.data();
-    emu_launch(dim3((N + 7) / 8), dim3(256),
-               [=] { residual_layernorm_forward_kernel<T>(pr, pl, pm, ps, pa, pb, pw, pbi, N, C); });
+    if constexpr (NV == 0)
+        emu_launch(dim3((N + 7) / 8), dim3(256),
+                   [=] { residual_layernorm_forward_kernel<T>(pr, pl, pm, ps, pa, pb, pw, pbi, N, C); });
+    else
+        emu_launch(dim3((N + 7) / 8), dim3(256),
+                   [=] { residual_layernorm_forward_vec_kernel<T, NV>(pr, pl, pm, ps, pa, pb, pw, pbi, N, C); });
     // reference on the rounded residual the kernel stores
     auto rres = to_f32(res);
     std::vector<float> rsum(n), rln(n), rm(N), rs(N);
@@ -131,9 +137,10 @@ template <typename T> static void test_layernorm(int N, int C, double tol, const
     auto wr = to_f32(wt), br = to_f32(biast);
     layernorm_forward(rln.data(), rm.data(), rs.data(), rsum.data(), wr.data(), br.data(), N, C);
     char name[128];
-    snprintf(name, sizeof name, "residual add %s", tname);
+    const char *kind = NV ? "vectorised" : "generic";
+    snprintf(name, sizeof name, "residual add %s %s", kind, tname);
     report(name, relerr(rres, rsum), tol);
-    snprintf(name, sizeof name, "residual+LayerNorm forward %s N=%d C=%d", tname, N, C);
+    snprintf(name, sizeof name, "residual+LayerNorm forward %s %s N=%d C=%d", kind, tname, N, C);
     report(name, relerr(to_f32(ln), rln), tol);
 
     // backward: dinp += ..., dw/db through the column sums
@@ -142,17 +149,21 @@ template <typename T> static void test_layernorm(int N, int C, double tol, const
     T *pdi = dinp.data();
     const T *pd = dt.data(), *px = pr;
     float *pdw = dw.data(), *pdb = db.data(), *pp = part.data();
-    emu_launch(dim3((N + 7) / 8), dim3(256), [=] { layernorm_backward_kernel<T>(pdi, pd, px, pw, pm, ps, N, C); });
     unsigned gy = (N + ROWS_PER - 1) / ROWS_PER;
-    emu_launch(dim3((C + 31) / 32, gy), dim3(32, 8), [=] { colsum_partial_kernel<T>(pp, pd, px, pm, ps, N, C, 1); });
+    if constexpr (NV == 0) {
+        emu_launch(dim3((N + 7) / 8), dim3(256), [=] { layernorm_backward_kernel<T>(pdi, pd, px, pw, pm, ps, N, C); });
+        emu_launch(dim3((C + 31) / 32, gy), dim3(32, 8), [=] { colsum_partial_kernel<T>(pp, pd, px, pm, ps, N, C, 1); });
+    } else {
+        emu_launch(dim3(gy), dim3(256), [=] { layernorm_backward_vec_kernel<T, NV>(pdi, pp, pd, px, pw, pm, ps, N, C); });
+    }
     emu_launch(dim3((C + 255) / 256), dim3(256), [=] { colsum_final_kernel(pdw, pdb, pp, gy, C); });
     auto rdi = to_f32(drt);
     std::vector<float> rdw(C, 0.5f), rdb(C, -0.5f);
     auto dr = to_f32(dt);
     layernorm_backward(rdi.data(), rdw.data(), rdb.data(), dr.data(), rsum.data(), wr.data(), rm.data(), rs.data(), N, C);
-    snprintf(name, sizeof name, "LayerNorm backward dx %s", tname);
+    snprintf(name, sizeof name, "LayerNorm backward dx %s %s", kind, tname);
     report(name, relerr(to_f32(dinp), rdi), tol);
-    snprintf(name, sizeof name, "LayerNorm backward dw,db (column sums) %s", tname);
+    snprintf(name, sizeof name, "LayerNorm backward dw,db (column sums) %s %s", kind, tname);
     report(name, std::max(relerr(dw, rdw), relerr(db, rdb)), tol);
 }
 
@@ -183,21 +194,29 @@ template <typename T> static void test_classifier(int N, int V, int Vp, double t
 
 // ---------------------------------------------------------------- the rest (fp32)
 static void test_misc() {
-    // embedding backward through the host CSR
-    int B = 3, Tn = 40, C = 48, V = 20, N = B * Tn;
-    std::vector<int> tok(N), csr(3 * N + 1), counts(V);
+    // embedding backward through the host token index; segments of at most 4
+    // rows here, so frequent tokens take the partial-sum path
+    int B = 3, Tn = 40, C = 48, V = 20, N = B * Tn, SEG = 4;
+    std::vector<int> tok(N), csr(enc_csr_ints(N, SEG)), counts(V);
     for (auto &x : tok) x = (int)((frand() + 1) * 0.5f * V) % V;
-    std::vector<float> dout((size_t)N * C), dwte((size_t)V * C, 0.1f), dwpe((size_t)Tn * C, -0.1f);
+    for (int i = 0; i < 30; i++) tok[3 * i] = 7;  // one token far above SEG
+    std::vector<float> dout((size_t)N * C), dwte((size_t)V * C, 0.1f), dwpe((size_t)Tn * C, -0.1f),
+        epart((size_t)(2 * (N / SEG) + 2) * C);
     for (auto &x : dout) x = frand();
     auto rwte = dwte, rwpe = dwpe;
-    int nu = encoder_csr_build(csr.data(), counts.data(), tok.data(), N, V);
-    float *pw = dwte.data(), *pp = dwpe.data();
+    encoder_csr_build(csr.data(), counts.data(), tok.data(), N, V, SEG);
+    float *pw = dwte.data(), *pp = dwpe.data(), *pep = epart.data();
     const float *pd = dout.data();
-    const int *u = csr.data(), *st = u + nu, *rows = u + 2 * nu + 1;
-    emu_launch(dim3(nu, (C + 255) / 256), dim3(256), [=] { encoder_backward_wte_kernel<float>(pw, pd, u, st, rows, C); });
-    emu_launch(dim3((Tn * C + 255) / 256), dim3(256), [=] { encoder_backward_wpe_kernel<float>(pp, pd, B, Tn, C); });
+    const int *pc = csr.data();
+    int nseg = csr[0], nbig = csr[1];
+    emu_launch(dim3(nseg, 1), dim3(128), [=] { encoder_backward_seg_kernel<float>(pw, pep, pd, pc, N, C); });
+    emu_launch(dim3(nbig, 1), dim3(256), [=] { encoder_backward_big_kernel(pw, pep, pc, N, C); });
+    emu_launch(dim3((Tn * C / 4 + 255) / 256), dim3(256), [=] { encoder_backward_wpe_kernel<float>(pp, pd, B, Tn, C); });
     encoder_backward(rwte.data(), rwpe.data(), dout.data(), tok.data(), B, Tn, C);
-    report("embedding backward (token groups, wpe over batch)", std::max(relerr(dwte, rwte), relerr(dwpe, rwpe)), 1e-5);
+    char ename[128];
+    snprintf(ename, sizeof ename, "embedding backward (%d segments, %d frequent tokens split, wpe over batch)", nseg, nbig);
+    report(ename, std::max(relerr(dwte, rwte), relerr(dwpe, rwpe)), 1e-5);
+    if (nbig == 0) report("embedding backward: the test has a frequent token", INFINITY, 0);
 
     // embedding forward
     std::vector<float> wte((size_t)V * C), wpe((size_t)Tn * C), enc((size_t)N * C), renc((size_t)N * C);
@@ -206,9 +225,9 @@ static void test_misc() {
     float *pe = enc.data();
     const float *pwte = wte.data(), *pwpe = wpe.data();
     const int *ptok = tok.data();
-    size_t total = (size_t)N * C;
-    emu_launch(dim3((total + 255) / 256), dim3(256),
-               [=] { encoder_forward_kernel<float>(pe, ptok, pwte, pwpe, Tn, C, total); });
+    size_t nvec = (size_t)N * C / 4;
+    emu_launch(dim3((nvec + 255) / 256), dim3(256),
+               [=] { encoder_forward_kernel<float>(pe, ptok, pwte, pwpe, Tn, C, nvec); });
     encoder_forward(renc.data(), tok.data(), wte.data(), wpe.data(), B, Tn, C);
     report("embedding forward", relerr(enc, renc), 1e-6);
 
@@ -228,8 +247,8 @@ static void test_misc() {
     d = g;
     float *py = y.data(), *pdd = d.data();
     const float *px = x.data();
-    emu_launch(dim3((n + 255) / 256), dim3(256), [=] { gelu_forward_kernel<float>(py, px, n); });
-    emu_launch(dim3((n + 255) / 256), dim3(256), [=] { gelu_backward_kernel<float>(pdd, px, n); });
+    emu_launch(dim3((n / 4 + 255) / 256), dim3(256), [=] { gelu_forward_kernel<float>(py, px, n); });
+    emu_launch(dim3((n / 4 + 255) / 256), dim3(256), [=] { gelu_backward_kernel<float>(pdd, px, n); });
     gelu_forward(ry.data(), x.data(), n);
     gelu_backward(rd.data(), x.data(), g.data(), n);
     report("GELU forward and backward", std::max(relerr(y, ry), relerr(d, rd)), 1e-5);
@@ -271,7 +290,7 @@ static void test_misc() {
     const float *pg2 = gg.data();
     bf16 *ppb = pb.data();
     emu_launch(dim3((na + 255) / 256), dim3(256),
-               [=] { adamw_kernel<bf16>(pp2, ppb, pg2, pm2, pv2, na, lr, b1, b2, eps, wd, gs, bc1, bc2); });
+               [=] { adamw_kernel<bf16>(pp2, ppb, pg2, pm2, pv2, na, lr, b1, b2, eps, wd, gs, NULL, 0, bc1, bc2); });
     double e = 0, eb = 0;
     for (size_t i = 0; i < na; i++) {
         float gi = gg[i] * gs, mi = b1 * rm[i] + (1 - b1) * gi, vi = b2 * rv[i] + (1 - b2) * gi * gi;
@@ -281,6 +300,40 @@ static void test_misc() {
     }
     report("AdamW master update", e, 1e-6);
     report("AdamW bf16 copy of the master", eb, 8e-3);
+
+    // AdamW reading the norm on the device: clipping to 1.0, and a skip when
+    // the norm is not finite (fp16 overflow) -- the host never waits for it
+    float ss = 0;
+    for (size_t i = 0; i < na; i++) ss += gg[i] * gg[i];
+    float n2[2] = {ss, INFINITY}, clip = 1.0f, igs = 0.5f;
+    std::vector<float> pcl(na), mc(na, 0.0f), vc(na, 0.0f), pskip = p;
+    for (size_t i = 0; i < na; i++) pcl[i] = p[i];
+    auto pref = pcl;
+    float *ppc = pcl.data(), *pmc = mc.data(), *pvc = vc.data(), *pps = pskip.data(), *pn2 = n2;
+    std::vector<float> ms(na, 0.0f), vs(na, 0.0f);
+    float *pms = ms.data(), *pvs = vs.data();
+    emu_launch(dim3((na + 255) / 256), dim3(256),
+               [=] { adamw_kernel<float>(ppc, (float *)NULL, pg2, pmc, pvc, na, lr, b1, b2, eps, 0, igs, pn2, clip, 1 - b1, 1 - b2); });
+    emu_launch(dim3((na + 255) / 256), dim3(256),
+               [=] { adamw_kernel<float>(pps, (float *)NULL, pg2, pms, pvs, na, lr, b1, b2, eps, 0, igs, pn2 + 1, clip, 1 - b1, 1 - b2); });
+    float norm = sqrtf(ss) * igs, f = norm > clip ? igs * clip / norm : igs;
+    double ec = 0, es = 0;
+    for (size_t i = 0; i < na; i++) {
+        float gi = gg[i] * f, mi = (1 - b1) * gi, vi = (1 - b2) * gi * gi;
+        float q = pref[i] - lr * ((mi / (1 - b1)) / (sqrtf(vi / (1 - b2)) + eps));
+        ec = std::max(ec, (double)fabs(q - pcl[i]));
+        es = std::max(es, (double)fabs(pskip[i] - p[i]) + fabs(ms[i]) + fabs(vs[i]));
+    }
+    char an[128];
+    snprintf(an, sizeof an, "AdamW clips on the device (norm %.2f to 1.0)", norm);
+    report(an, ec, 1e-6);
+    report("AdamW skips the update when the norm is inf", es, 0);
+
+    // in-order sum over ranks' slots (stride 2) and the fill used for tests
+    float slots[7] = {1.5f, 9, 2.25f, 9, -0.5f, 9, 0}, out1 = -1, *pslot = slots, *pout = &out1;
+    emu_launch(dim3(1), dim3(1), [=] { strided_sum_kernel(pout, pslot, 3, 2); });
+    emu_launch(dim3(1), dim3(32), [=] { fill_f32_kernel(pslot + 6, 4.0f, 1); });
+    report("sum over ranks in rank order; fill", fabs(out1 - 3.25f) + fabs(slots[6] - 4.0f), 0);
 }
 
 int main() {
@@ -290,9 +343,14 @@ int main() {
     test_attention<bf16, 64>(2, 96, 2, 3e-2, "bf16");          // partial tile
     test_attention<bf16, 32>(1, 64, 3, 3e-2, "bf16");
     test_attention<bf16, 128>(1, 130, 1, 3e-2, "bf16");        // 3 tiles, 2 rows in the last
+    test_attention<float, 128>(1, 100, 1, 5e-3, "fp32/TF32");   // W = 32 inner tiles, partial
     test_attention<fp16, 64>(1, 128, 1, 1e-2, "fp16");
-    test_layernorm<float>(40, 96, 1e-5, "fp32");
-    test_layernorm<bf16>(300, 64, 2e-2, "bf16");
+    test_layernorm<float, 0>(40, 96, 1e-5, "fp32");
+    test_layernorm<bf16, 0>(300, 64, 2e-2, "bf16");
+    test_layernorm<float, 1>(40, 96, 1e-5, "fp32");        // 24 vectors: lanes 24..31 idle
+    test_layernorm<float, 3>(300, 272, 1e-5, "fp32");      // 68 vectors: a partial third round
+    test_layernorm<bf16, 1>(300, 64, 2e-2, "bf16");
+    test_layernorm<bf16, 2>(600, 320, 2e-2, "bf16");       // 3 row chunks of 256, 8 warps each
     test_classifier<float>(6, 300, 320, 1e-5, "fp32");
     test_classifier<bf16>(4, 300, 320, 2e-2, "bf16");
     test_misc();

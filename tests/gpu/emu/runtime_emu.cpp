@@ -4,7 +4,8 @@
 // build/emu/tests/gpu/gpu_tool (`make cuda-emu`). Device memory is host
 // memory, every stream is synchronous (kernels run when launched, through
 // cuda_emu.h), events are no-ops, cuBLASLt is a plain fp32-accumulating GEMM
-// with the bias / GELU_AUX_BIAS epilogues and TF32 input rounding, and NCCL
+// with the BIAS, GELU_AUX_BIAS, DGELU and BGRADB epilogues (as the cuBLASLt
+// documentation describes them) and TF32 input rounding, and NCCL
 // reports itself unavailable (ranks use the host-staged backend). This checks
 // the host logic (model wiring, training loop, ZeRO, checkpoints, fp16 loss
 // scaling, host-staged collectives, the test scripts) — not speed, not the
@@ -134,10 +135,18 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, 
                                                     const void *, size_t) {
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+// SKIFF_EMU_NO_FUSED_EPILOGUES=1: no algorithm for the DGELU and BGRADB
+// epilogues, as a cuBLASLt without them would answer (tests the fallback).
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatmulPreference_t, int, cublasLtMatmulHeuristicResult_t r[],
                                               int *count) {
+    const emu_desc *e = (const emu_desc *)desc;
+    const char *nf = getenv("SKIFF_EMU_NO_FUSED_EPILOGUES");
+    if (nf && !strcmp(nf, "1") && (e->epi == CUBLASLT_EPILOGUE_DGELU || e->epi == CUBLASLT_EPILOGUE_BGRADB)) {
+        *count = 0;
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     memset(&r[0], 0, sizeof(r[0]));
     r[0].state = CUBLAS_STATUS_SUCCESS;
     *count = 1;
@@ -177,12 +186,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     for (size_t i = 0; i < m; i++)
         for (size_t q = 0; q < k; q++) {
             float v = ld_el(A, a->t, ta ? q + i * a->ld : i + q * a->ld);
-            opa[i * k + q] = tf32 ? nvcuda::wmma::__float_to_tf32(v) : v;
+            opa[i * k + q] = tf32 ? emu_round_tf32(v) : v;
         }
     for (size_t q = 0; q < k; q++)
         for (size_t j = 0; j < n; j++) {
             float v = ld_el(B, b->t, tb ? j + q * b->ld : q + j * b->ld);
-            opb[q * n + j] = tf32 ? nvcuda::wmma::__float_to_tf32(v) : v;
+            opb[q * n + j] = tf32 ? emu_round_tf32(v) : v;
         }
 #pragma omp parallel for
     for (size_t j = 0; j < n; j++)
@@ -197,7 +206,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                 st_el(e->aux, d->t, i + j * e->auxld, v);
                 v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
             }
+            if (e->epi == CUBLASLT_EPILOGUE_DGELU) {  // GELU'(aux) times the product (tanh form)
+                float x = ld_el(e->aux, d->t, i + j * e->auxld);
+                float u = 0.7978845608028654f * (x + 0.044715f * x * x * x), th = tanhf(u);
+                v *= 0.5f * (1.0f + th) +
+                     0.5f * x * (1.0f - th * th) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+            }
             st_el(D, d->t, i + j * d->ld, v);
+        }
+    // BGRADB: the bias gradient is the sum of op(B) over k, one value per
+    // column of D, in the output type, overwritten.
+    if (e->epi == CUBLASLT_EPILOGUE_BGRADB)
+        for (size_t j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (size_t q = 0; q < k; q++) acc += ld_el(B, b->t, tb ? j + q * b->ld : q + j * b->ld);
+            st_el((void *)e->bias, d->t, j, acc);
         }
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -220,6 +243,8 @@ ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncc
 ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) {
     return ncclInvalidUsage;
 }
+ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
+ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
     return ncclInvalidUsage;
 }

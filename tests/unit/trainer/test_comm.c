@@ -14,7 +14,7 @@ static int test_port(void) { return 20000 + (int)(getpid() % 20000); }
 
 struct rank_ctx {
     int rank, world, port;
-    int (*body)(struct rank_ctx *, struct skiff_comm *, skiff_err *);
+    int (*body)(struct rank_ctx *, struct tr_comm *, skiff_err *);
     int rc;
     skiff_err err;
     float out[4096];
@@ -23,22 +23,22 @@ struct rank_ctx {
 static void *rank_main(void *p)
 {
     struct rank_ctx *r = p;
-    struct skiff_store *s = NULL;
-    struct skiff_comm *c = NULL;
+    struct tr_store *s = NULL;
+    struct tr_comm *c = NULL;
     r->rc = -1;
-    if (skiff_store_open("127.0.0.1", r->port, r->rank == 0, 10000, &s, &r->err) < 0) return NULL;
-    if (skiff_store_rendezvous(s, r->rank, r->world, &r->err) == 0 &&
-        skiff_comm_tcp_create(s, r->rank, r->world, r->rank, 10000, &c, &r->err) == 0) {
+    if (tr_store_open("127.0.0.1", r->port, r->rank == 0, 10000, &s, &r->err) < 0) return NULL;
+    if (tr_store_rendezvous(s, r->rank, r->world, &r->err) == 0 &&
+        tr_comm_tcp_create(s, r->rank, r->world, r->rank, 10000, &c, &r->err) == 0) {
         r->rc = r->body(r, c, &r->err);
         /* keep rank 0's store alive until everyone is done with it */
-        if (r->rc == 0) r->rc = skiff_barrier(c, &r->err);
+        if (r->rc == 0) r->rc = tr_barrier(c, &r->err);
     }
-    skiff_comm_destroy(c);
-    skiff_store_close(s);
+    tr_comm_destroy(c);
+    tr_store_close(s);
     return NULL;
 }
 
-static void run_ranks(int world, int (*body)(struct rank_ctx *, struct skiff_comm *, skiff_err *),
+static void run_ranks(int world, int (*body)(struct rank_ctx *, struct tr_comm *, skiff_err *),
                       struct rank_ctx *ctx)
 {
     pthread_t th[8];
@@ -55,13 +55,13 @@ static float val(int rank, size_t i) { return (float)((rank + 1) * 0.37 + (doubl
 
 enum { N = 1001 };
 
-static int body_allreduce(struct rank_ctx *r, struct skiff_comm *c, skiff_err *err)
+static int body_allreduce(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
 {
     for (size_t i = 0; i < N; i++) r->out[i] = val(r->rank, i);
-    if (skiff_allreduce_sum(c, r->out, N, SKIFF_F32, err) < 0) return -1;
+    if (tr_allreduce_sum(c, r->out, N, TR_F32, err) < 0) return -1;
     /* n smaller than world: most chunks are empty */
     float small[2] = {(float)r->rank, 1.0f};
-    if (skiff_allreduce_sum(c, small, 2, SKIFF_F32, err) < 0) return -1;
+    if (tr_allreduce_sum(c, small, 2, TR_F32, err) < 0) return -1;
     r->out[N] = small[0];
     r->out[N + 1] = small[1];
     return 0;
@@ -92,19 +92,19 @@ Test(comm, allreduce_is_deterministic)
     cr_assert(memcmp(a[1].out, b[1].out, sizeof a[1].out) == 0, "two runs differ");
 }
 
-static int body_rs_ag(struct rank_ctx *r, struct skiff_comm *c, skiff_err *err)
+static int body_rs_ag(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
 {
     size_t n = 12;
     for (size_t i = 0; i < n; i++) r->out[i] = val(r->rank, i);
-    if (skiff_reduce_scatter(c, r->out, n, SKIFF_F32, err) < 0) return -1;
+    if (tr_reduce_scatter(c, r->out, n, TR_F32, err) < 0) return -1;
     size_t per = n / (size_t)c->world;
     /* keep only our shard, poison the rest, then gather */
     for (size_t i = 0; i < n; i++)
         if (i / per != (size_t)c->rank) r->out[i] = -1000;
-    if (skiff_all_gather(c, r->out, n, SKIFF_F32, err) < 0) return -1;
+    if (tr_all_gather(c, r->out, n, TR_F32, err) < 0) return -1;
     /* not a multiple of world: refused with a message */
     skiff_err e;
-    if (c->world > 1 && skiff_reduce_scatter(c, r->out, n + 1, SKIFF_F32, &e) == 0)
+    if (c->world > 1 && tr_reduce_scatter(c, r->out, n + 1, TR_F32, &e) == 0)
         return skiff_error(err, 0, "n %% world != 0 accepted");
     return 0;
 }
@@ -118,12 +118,36 @@ Test(comm, reduce_scatter_then_all_gather_is_allreduce)
             cr_assert_float_eq(ctx[k].out[i], val(0, i) + val(1, i) + val(2, i), 1e-5);
 }
 
-static int body_bcast(struct rank_ctx *r, struct skiff_comm *c, skiff_err *err)
+/* All-gather is a copy, so 16-bit elements (ZeRO gathers bf16 weights) move
+ * too, with shards that are not a multiple of 4 bytes. */
+static int body_ag16(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
+{
+    uint16_t b[15];
+    size_t per = 15 / (size_t)c->world;
+    for (size_t i = 0; i < 15; i++) b[i] = i / per == (size_t)c->rank ? (uint16_t)(1000 + i) : 0;
+    if (tr_all_gather(c, b, 15, TR_BF16, err) < 0) return -1;
+    for (size_t i = 0; i < 15; i++) r->out[i] = b[i];
+    /* reductions stay fp32-only */
+    skiff_err e;
+    if (c->world > 1 && tr_allreduce_sum(c, b, 15, TR_BF16, &e) == 0)
+        return skiff_error(err, 0, "a 16-bit all-reduce was accepted");
+    return 0;
+}
+
+Test(comm, all_gather_of_16_bit_elements)
+{
+    struct rank_ctx ctx[3];
+    run_ranks(3, body_ag16, ctx);
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < 15; i++) cr_assert_eq(ctx[k].out[i], 1000.0f + i, "rank %d [%zu]", k, i);
+}
+
+static int body_bcast(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
 {
     size_t n = (3u << 20) + 5; /* several pieces */
     unsigned char *b = malloc(n);
     for (size_t i = 0; i < n; i++) b[i] = c->rank == 1 ? (unsigned char)(i * 7) : 0;
-    int rc = skiff_broadcast(c, b, n, 1, err);
+    int rc = tr_broadcast(c, b, n, 1, err);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += b[i] != (unsigned char)(i * 7);
     free(b);
@@ -138,14 +162,14 @@ Test(comm, broadcast_from_any_root)
     for (int k = 0; k < 4; k++) cr_assert_eq(ctx[k].out[0], 0.0f, "rank %d got wrong bytes", k);
 }
 
-static int body_async(struct rank_ctx *r, struct skiff_comm *c, skiff_err *err)
+static int body_async(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
 {
     float a[64], b[64];
     for (int i = 0; i < 64; i++) a[i] = b[i] = (float)c->rank;
-    struct skiff_comm_req *qa, *qb;
-    if (skiff_comm_start(c, SKIFF_COMM_ALLREDUCE, a, 64, SKIFF_F32, &qa, err) < 0) return -1;
-    if (skiff_comm_start(c, SKIFF_COMM_ALLREDUCE, b, 64, SKIFF_F32, &qb, err) < 0) return -1;
-    if (skiff_comm_wait(c, qb, err) < 0 || skiff_comm_wait(c, qa, err) < 0) return -1;
+    struct tr_comm_req *qa, *qb;
+    if (tr_comm_start(c, TR_COMM_ALLREDUCE, a, 64, TR_F32, &qa, err) < 0) return -1;
+    if (tr_comm_start(c, TR_COMM_ALLREDUCE, b, 64, TR_F32, &qb, err) < 0) return -1;
+    if (tr_comm_wait(c, qb, err) < 0 || tr_comm_wait(c, qa, err) < 0) return -1;
     r->out[0] = a[63];
     r->out[1] = b[0];
     return 0;
@@ -161,31 +185,31 @@ Test(comm, async_in_issue_order)
 
 Test(store, rendezvous_timeout_names_missing_rank)
 {
-    struct skiff_store *s;
+    struct tr_store *s;
     skiff_err err;
-    cr_assert_eq(skiff_store_open("127.0.0.1", test_port(), 1, 500, &s, &err), 0, "%s", err.msg);
-    cr_assert_eq(skiff_store_set(s, "k", "v", 1, &err), 0);
+    cr_assert_eq(tr_store_open("127.0.0.1", test_port(), 1, 500, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(tr_store_set(s, "k", "v", 1, &err), 0);
     void *v = NULL;
-    cr_assert_eq(skiff_store_get(s, "k", &v, NULL, &err), 0);
+    cr_assert_eq(tr_store_get(s, "k", &v, NULL, &err), 0);
     cr_assert_str_eq(v, "v");
     free(v);
     long n = 0;
-    skiff_store_add(s, "ctr", 2, &n, &err);
-    skiff_store_add(s, "ctr", 3, &n, &err);
+    tr_store_add(s, "ctr", 2, &n, &err);
+    tr_store_add(s, "ctr", 3, &n, &err);
     cr_assert_eq(n, 5);
     const char *keys[] = {"k", "absent"};
-    cr_assert_eq(skiff_store_wait(s, keys, 1, &err), 0, "%s", err.msg);
-    cr_assert_eq(skiff_store_wait(s, keys, 2, &err), -1);
+    cr_assert_eq(tr_store_wait(s, keys, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(tr_store_wait(s, keys, 2, &err), -1);
     cr_assert(strstr(err.msg, "not set within") && strstr(err.msg, "absent"), "%s", err.msg);
-    cr_assert_eq(skiff_store_rendezvous(s, 0, 3, &err), -1);
+    cr_assert_eq(tr_store_rendezvous(s, 0, 3, &err), -1);
     cr_assert(strstr(err.msg, "ranks 1,2 of WORLD_SIZE=3 did not arrive"), "%s", err.msg);
-    skiff_store_close(s);
+    tr_store_close(s);
 }
 
 Test(store, unreachable_store_says_so)
 {
-    struct skiff_store *s;
+    struct tr_store *s;
     skiff_err err;
-    cr_assert_eq(skiff_store_open("127.0.0.1", test_port(), 0, 300, &s, &err), -1);
+    cr_assert_eq(tr_store_open("127.0.0.1", test_port(), 0, 300, &s, &err), -1);
     cr_assert(strstr(err.msg, "not reachable"), "%s", err.msg);
 }

@@ -1,0 +1,170 @@
+/* The training policy both loops follow (trainer/policy.h): ZeRO layout,
+ * data and validation windows, when to validate and save, checkpoint
+ * records, and the --resume rules (a finished run is not an error; ranks at
+ * different steps are). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "policy.h"
+
+static char dir[64];
+
+static void mkdir_tmp(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/skiff-policy-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void rm_tmp(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(policy, .init = mkdir_tmp, .fini = rm_tmp);
+
+static struct train_opts opts(int zero, int steps)
+{
+    struct train_opts o;
+    skiff_err err;
+    train_opts_defaults(&o);
+    cr_assert_eq(gpt2_config_preset("tiny", &o.cfg, &err), 0);
+    o.batch = 2;
+    o.seq = 16;
+    o.grad_accum = 3;
+    o.steps = steps;
+    o.zero = zero;
+    o.ckpt_dir = dir;
+    return o;
+}
+
+Test(policy, zero_layout_pads_and_shards)
+{
+    struct train_opts o = opts(0, 10);
+    struct train_plan p;
+    train_plan_init(&p, &o, 1001, 4, 2);
+    cr_assert_eq(p.n_pad, 1004u, "padded to a multiple of the world");
+    cr_assert_eq(p.opt_off, 0u);
+    cr_assert_eq(p.opt_len, 1004u, "ZeRO 0: every rank steps everything");
+    cr_assert_eq(p.start, 0);
+    cr_assert_eq(p.end, 10);
+    o.zero = 1;
+    size_t next = 0;
+    for (int r = 0; r < 4; r++) {
+        train_plan_init(&p, &o, 1001, 4, r);
+        cr_assert_eq(p.opt_off, next, "rank %d's shard follows rank %d's", r, r - 1);
+        cr_assert_eq(p.opt_len, 251u);
+        next = p.opt_off + p.opt_len;
+    }
+    cr_assert_eq(next, 1004u, "the shards cover the padded buffer");
+    o.stop_after = 4;
+    train_plan_init(&p, &o, 1001, 4, 0);
+    cr_assert_eq(p.end, 4, "--stop-after ends this run early");
+}
+
+Test(policy, windows_are_disjoint_across_ranks_and_micro_steps)
+{
+    struct train_opts o = opts(0, 10); /* B=2, K=3 */
+    enum { W = 4, STEPS = 5 };
+    int seen[STEPS * 3 * W * 2] = {0};
+    for (int r = 0; r < W; r++) {
+        struct train_plan p;
+        train_plan_init(&p, &o, 100, W, r);
+        for (int s = 0; s < STEPS; s++)
+            for (int k = 0; k < 3; k++) {
+                uint64_t w = train_plan_window(&p, &o, s, k);
+                cr_assert_lt(w + 1, sizeof seen / sizeof seen[0]);
+                seen[w]++, seen[w + 1]++; /* B = 2 windows from w */
+            }
+        cr_assert_eq(train_plan_val_window(&p, 2, 3), (uint64_t)(3 * W + r) * 2);
+    }
+    for (size_t i = 0; i < sizeof seen / sizeof seen[0]; i++)
+        cr_assert_eq(seen[i], 1, "window %zu read %d times", i, seen[i]);
+}
+
+Test(policy, when_to_validate_and_save)
+{
+    struct train_opts o = opts(0, 10);
+    struct train_plan p;
+    train_plan_init(&p, &o, 100, 1, 0);
+    cr_assert_not(train_plan_val_due(&o, 3), "no --val: never");
+    o.val = "x";
+    o.val_every = 4;
+    cr_assert(train_plan_val_due(&o, 3));
+    cr_assert_not(train_plan_val_due(&o, 4));
+    cr_assert(train_plan_val_due(&o, 9), "the last step of the schedule");
+    o.ckpt_every = 3;
+    cr_assert(train_plan_save_due(&o, &p, 3));
+    cr_assert_not(train_plan_save_due(&o, &p, 4));
+    cr_assert(train_plan_save_due(&o, &p, 10), "the end of the run");
+    o.ckpt_dir = NULL;
+    cr_assert_not(train_plan_save_due(&o, &p, 3), "no --ckpt-dir: never");
+    o.grad_clip = 1.0f;
+    cr_assert_float_eq(train_clip_scale(&o, 0.5f), 1.0f, 0);
+    cr_assert_float_eq(train_clip_scale(&o, 4.0f), 0.25f, 1e-7);
+    o.grad_clip = 0;
+    cr_assert_float_eq(train_clip_scale(&o, 4.0f), 1.0f, 0);
+}
+
+/* Saves rank r's checkpoint at `step` the way both loops do. */
+static void save_rank(const struct train_opts *o, int world, int r, int step, size_t n)
+{
+    struct train_plan p;
+    train_plan_init(&p, o, n, world, r);
+    float *params = calloc(p.n_pad, 4), *m = calloc(p.opt_len, 4), *v = calloc(p.opt_len, 4);
+    for (size_t i = 0; i < p.n_pad; i++)
+        params[i] = (float)i;
+    for (size_t i = 0; i < p.opt_len; i++)
+        m[i] = (float)(r + 1), v[i] = 2;
+    struct train_ckpt c;
+    train_plan_ckpt(&p, o, step, params, m, v, &c);
+    cr_assert_eq(c.data_pos, (uint64_t)step * 2 * 3 * (uint64_t)world, "next global window");
+    cr_assert_eq(c.params != NULL, r == 0, "only rank 0's file holds the parameters");
+    skiff_err err;
+    cr_assert_eq(train_ckpt_save(o->ckpt_dir, &c, &err), 0, "%s", err.msg);
+    free(params), free(m), free(v);
+}
+
+Test(policy, resume_reads_the_shard_and_sets_the_range)
+{
+    struct train_opts o = opts(1, 10);
+    size_t n = gpt2_param_layout(&o.cfg, NULL, NULL);
+    for (int r = 0; r < 2; r++)
+        save_rank(&o, 2, r, 6, n);
+    struct train_plan p;
+    train_plan_init(&p, &o, n, 2, 1);
+    float *params = calloc(p.n_pad, 4), *m = calloc(p.opt_len, 4), *v = calloc(p.opt_len, 4);
+    skiff_err err;
+    o.stop_after = 2;
+    cr_assert_eq(train_resume_load(&p, &o, params, m, v, &err), 0, "%s", err.msg);
+    cr_assert_eq(p.start, 6);
+    cr_assert_eq(p.end, 8, "--stop-after counts from the resumed step");
+    cr_assert_float_eq(m[0], 2.0f, 0, "rank 1's own optimizer shard");
+    cr_assert_not(train_resume_shares_opt(&p, &o), "ZeRO: each rank has its shard");
+    cr_assert_eq(train_resume_agree(&p, &o, 6.0, &err), 0, "%s", err.msg);
+    cr_assert_eq(train_resume_agree(&p, &o, 5.5, &err), -1, "ranks at different steps");
+    cr_assert(strstr(err.msg, "a save was interrupted"), "%s", err.msg);
+    o.zero = 0;
+    cr_assert(train_resume_shares_opt(&p, &o), "ZeRO 0: rank 0 broadcasts m and v");
+    free(params), free(m), free(v);
+}
+
+Test(policy, resuming_a_finished_run_is_not_an_error)
+{
+    struct train_opts o = opts(0, 10);
+    size_t n = gpt2_param_layout(&o.cfg, NULL, NULL);
+    save_rank(&o, 1, 0, 10, n);
+    struct train_plan p;
+    train_plan_init(&p, &o, n, 1, 0);
+    float *params = calloc(p.n_pad, 4), *m = calloc(p.opt_len, 4), *v = calloc(p.opt_len, 4);
+    skiff_err err;
+    cr_assert_eq(train_resume_load(&p, &o, params, m, v, &err), 0, "%s", err.msg);
+    cr_assert_eq(train_resume_agree(&p, &o, 10.0, &err), 0, "a requeued finished job ends with exit 0");
+    cr_assert_geq(p.start, p.end, "and the loop does no step");
+    cr_assert_float_eq(params[5], 5.0f, 0);
+    free(params), free(m), free(v);
+}

@@ -1,0 +1,65 @@
+/* The training policy both loops follow (trainer/train.c on the CPU,
+ * trainer/cuda/cuda_train.cu on GPUs): how the parameter buffer is padded
+ * and sharded for ZeRO, which data windows a rank reads, when to validate
+ * and save, what a checkpoint holds, and the rules of --resume. Kept in one
+ * place so the two devices cannot drift apart (they once did: a finished run
+ * resumed with exit 0 on the CPU and failed on CUDA). */
+#ifndef SKIFF_TRAINER_POLICY_H
+#define SKIFF_TRAINER_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "train.h"
+
+struct train_plan {
+    int world, rank;
+    size_t num_params;       /* real parameter count */
+    size_t n_pad;            /* padded to a multiple of world (ZeRO shards) */
+    size_t opt_off, opt_len; /* the range this rank's optimizer steps */
+    int start, end;          /* this run does optimizer steps [start, end) */
+};
+
+/* ZeRO 0: every rank steps the whole (padded) buffer; ZeRO 1/2: rank r owns
+ * the r-th of world equal shards. start = 0 until train_resume_load. */
+void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params, int world, int rank);
+
+/* First global train window of micro-step k of step `step` on this rank:
+ * step*G + (k*world + rank)*B with G = B*K*world (see struct data_loader). */
+uint64_t train_plan_window(const struct train_plan *p, const struct train_opts *o, int step, int k);
+/* First validation window of validation batch i (B = the val loader's B). */
+uint64_t train_plan_val_window(const struct train_plan *p, int B, int i);
+/* Whether to evaluate after 0-based step `step` (every --val-every steps and
+ * after the last step of the schedule). */
+int train_plan_val_due(const struct train_opts *o, int step);
+/* Whether to save after `done` steps (every --ckpt-every and at the end of
+ * this run, --stop-after included). */
+int train_plan_save_due(const struct train_opts *o, const struct train_plan *p, int done);
+
+/* The checkpoint record of this rank after `step` steps. Rank 0's file holds
+ * the parameters; with ZeRO 0 the optimizer state is the same everywhere and
+ * only rank 0 keeps it, with ZeRO each rank keeps its shard. */
+void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int step, float *params, float *m,
+                     float *v, struct train_ckpt *c);
+
+/* --resume, first half: reads this rank's checkpoint (parameters into params
+ * on rank 0, optimizer state into m and v where this rank's file has it) and
+ * sets p->start and p->end. Then the caller shares the state (ZeRO 0 with
+ * several ranks: rank 0 broadcasts m and v) and computes the mean of p->start
+ * over ranks for train_resume_agree. */
+int train_resume_load(struct train_plan *p, const struct train_opts *o, float *params, float *m, float *v,
+                      skiff_err *err);
+/* 1 when rank 0 must broadcast the optimizer state after loading. */
+int train_resume_shares_opt(const struct train_plan *p, const struct train_opts *o);
+/* --resume, second half: fails when the ranks' checkpoints are at different
+ * steps (an interrupted save). A run that is already finished is not an
+ * error: rank 0 says so and the loop does nothing, so a requeued job's
+ * `--resume` ends with exit 0. */
+int train_resume_agree(const struct train_plan *p, const struct train_opts *o, double mean_start, skiff_err *err);
+
+/* Gradient clipping: the factor the gradient is multiplied by for a global
+ * norm `norm` (1 when --grad-clip is 0 or the norm is below it). */
+float train_clip_scale(const struct train_opts *o, float norm);
+
+#endif
