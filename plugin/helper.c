@@ -41,6 +41,7 @@
 #include "named.h"
 #include "proto.h"
 #include "ref.h"
+#include "rootfs.h"
 #include "spawn.h"
 #include "squash.h"
 #include "state.h"
@@ -111,7 +112,8 @@ static int run_importer(const struct skiff_request *q, char *out, size_t n, skif
 
 #ifdef SKIFF_HELPER_LEAN
 /* An image reference (or importer=): skiff-helper-full resolves it, with
- * the same request on fd 3; its stdout is the path, its stderr the error. */
+ * the same request on fd 3 and the reply pipe on fd 4 for its progress
+ * records; its stdout is the path, its stderr the error. */
 static int resolve_image(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
 {
     char self[PATH_MAX], full[PATH_MAX + 8];
@@ -126,7 +128,10 @@ static int resolve_image(const struct skiff_request *q, char *out, size_t n, ski
     const char *argv[] = {full, "resolve", NULL};
     extern char **environ;
     struct skiff_spawn_result r;
-    if (skiff_spawn(argv, (const char *const *)environ, mfd, 0, 0, &r, err) < 0)
+    fcntl(SKIFF_HELPER_REP_FD, F_SETFD, 0); /* (single-threaded here) */
+    int rc = skiff_spawn(argv, (const char *const *)environ, mfd, 0, 0, &r, err);
+    fcntl(SKIFF_HELPER_REP_FD, F_SETFD, FD_CLOEXEC);
+    if (rc < 0)
         return -1;
     if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0)
         return skiff_error(err, 0, "%s", r.err_tail[0] ? r.err_tail : "skiff-helper-full resolve failed");
@@ -138,10 +143,39 @@ static int resolve_image(const struct skiff_request *q, char *out, size_t n, ski
     return 0;
 }
 #else
+/* Progress records into the reply pipe, when there is one (the lean
+ * helper's; root shows them in srun while the import runs). */
+static void progress_put(char tag, const char *text)
+{
+    struct stat st;
+    if (fstat(SKIFF_HELPER_REP_FD, &st) < 0 || !S_ISFIFO(st.st_mode))
+        return;
+    struct skiff_recbuf b = {0};
+    skiff_err ignore;
+    if (skiff_rec_put(&b, tag, text, &ignore) == 0)
+        (void)skiff_write_all(SKIFF_HELPER_REP_FD, b.p, b.len);
+    skiff_recbuf_free(&b);
+}
+
+static void on_importing(void *ctx, const char *uri)
+{
+    (void)ctx;
+    progress_put('I', uri);
+}
+
+static void on_imported(void *ctx, const char *uri, unsigned long long bytes, double ms)
+{
+    (void)ctx;
+    char line[SKIFF_PATH_MAX];
+    snprintf(line, sizeof(line), "%llu %llu %s", bytes, (unsigned long long)ms, uri);
+    progress_put('i', line);
+}
+
 static int resolve_image(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
 {
+    static const struct skiff_resolve_progress progress = {.importing = on_importing, .imported = on_imported};
     return q->importer && q->importer[0] ? run_importer(q, out, n, err)
-                                         : skiff_image_resolve(&q->cfg, q->image, out, n, err);
+                                         : skiff_image_resolve(&q->cfg, q->image, out, n, &progress, err);
 }
 #endif
 
@@ -152,18 +186,12 @@ static int prepare(const struct skiff_request *q, char *image, size_t n, skiff_e
     bool exists = false;
     if (q->named) {
         bool create = q->name_mode && !strcmp(q->name_mode, "create");
-        bool exec = q->name_mode && !strcmp(q->name_mode, "exec");
         exists = skiff_named_exists(&q->cfg, q->named);
         if (exists && (q->temp || create)) {
             if (skiff_named_remove(&q->cfg, q->named, err) < 0)
                 return -1;
             exists = false;
         }
-        if (!exists && exec && !q->temp)
-            return skiff_error(err, 0,
-                               "no container named '%s' on %s (create it first: --container-name=%s with "
-                               "--container-image)",
-                               q->name, q->node, q->name);
         if (!exists && !q->image)
             return skiff_error(err, 0, "no container named '%s' on %s yet: give --container-image to create it",
                                q->name, q->node);
@@ -178,9 +206,61 @@ static int prepare(const struct skiff_request *q, char *image, size_t n, skiff_e
                  : resolve_image(q, image, n, err);
     if (rc < 0)
         return -1;
-    if (q->named && skiff_named_create(&q->cfg, q->named, image, err) < 0)
+    if (q->named && skiff_named_create(&q->cfg, q->named, image, true, err) < 0)
         return skiff_err_wrap(err, "container %s", q->named);
     return 0;
+}
+
+/* "JOBID.STEPID": the container of that step (pyxis's name for an
+ * unnamed step's container). */
+static bool step_name(const char *name)
+{
+    size_t a = strspn(name, "0123456789");
+    return a > 0 && name[a] == '.' && name[a + 1] && strspn(name + a + 1, "0123456789") == strlen(name + a + 1);
+}
+
+/* A running container the step's tasks join instead of starting one:
+ * --container-name=NAME (auto or exec) while a step on this node runs
+ * NAME, or JOBID.STEPID of a running step. Looked up as the user, in the
+ * user's own runtime directory; root checks the process it names. */
+static int find_running(const struct skiff_request *q, struct skiff_container *c, skiff_err *err)
+{
+    char key[512], prefix[300];
+    if (step_name(q->name) && (size_t)snprintf(key, sizeof(key), "%s.%s", q->node, q->name) < sizeof(key)) {
+        int f = skiff_container_find(&q->cfg, key, NULL, NULL, c, err);
+        if (f != 0)
+            return f;
+    }
+    snprintf(prefix, sizeof(prefix), "%s.", q->node);
+    return skiff_container_find(&q->cfg, NULL, q->named, prefix, c, err);
+}
+
+/* The answer for a step that joins a running container: its holder, its
+ * environment, and / (or --container-workdir from /) as the working
+ * directory, not that of the process that runs there (pyxis). */
+static int answer_attach(const struct skiff_request *q, struct skiff_container *c, double t0)
+{
+    struct skiff_recbuf b = {0};
+    skiff_err e;
+    char wd[SKIFF_PATH_MAX] = "/";
+    if (q->workdir && skiff_root_path("/", q->workdir, true, wd, sizeof(wd), &e) < 0) {
+        put_failure(&b, "config", &e);
+        answer(&b);
+        return 1;
+    }
+    /* the container as any start answers it, with 'J': root must not
+     * look for its own child, nor ever stop it */
+    snprintf(c->workdir, sizeof(c->workdir), "%s", wd);
+    skiff_strv_free(c->entrypoint);
+    skiff_strv_free(c->cmd);
+    c->entrypoint = c->cmd = NULL;
+    int bad = skiff_rec_put(&b, 'S', "0", &e) < 0 || skiff_rec_putf(&b, 'T', &e, "%.3f 0", skiff_now_ms() - t0) < 0 ||
+              skiff_container_encode(c, &b, &e) < 0 || skiff_rec_put(&b, 'J', "1", &e) < 0 ||
+              skiff_rec_put(&b, 'Z', "", &e) < 0;
+    int rc = bad ? 1 : answer(&b) < 0;
+    skiff_recbuf_free(&b);
+    skiff_container_free(c);
+    return rc; /* nothing of ours runs: the step that started it stops it */
 }
 
 static int verb_start(const struct skiff_request *q)
@@ -189,6 +269,23 @@ static int verb_start(const struct skiff_request *q)
     skiff_err_clear(&err);
     struct skiff_recbuf b = {0};
     double t0 = skiff_now_ms();
+    const char *mode = q->name_mode ? q->name_mode : "auto";
+    if (q->named && !q->temp && (!strcmp(mode, "auto") || !strcmp(mode, "exec"))) {
+        struct skiff_container running;
+        int f = find_running(q, &running, &err);
+        if (f > 0)
+            return answer_attach(q, &running, t0);
+        if (f == 0 && !strcmp(mode, "exec"))
+            skiff_error(&err, 0,
+                        "container '%s' is not running on %s (--container-name=%s:exec only joins a running "
+                        "container; without :exec the step starts it)",
+                        q->name, q->node, q->name);
+        if (f < 0 || !strcmp(mode, "exec")) {
+            put_failure(&b, "join", &err);
+            answer(&b);
+            return 1;
+        }
+    }
     char image[SKIFF_PATH_MAX];
     if (prepare(q, image, sizeof(image), &err) < 0) {
         put_failure(&b, "import", &err);
@@ -210,6 +307,7 @@ static int verb_start(const struct skiff_request *q)
     char *command[2] = {q->command ? strdup(q->command) : NULL, NULL};
     so.command = command[0] ? command : NULL;
     so.hook_env = q->hook_env;
+    so.locale_env = q->locale_env;
     so.state_key = q->state_key;
     /* when this process dies, even by SIGKILL, the holder and every mount go */
     so.die_with_parent = true;
@@ -223,7 +321,14 @@ static int verb_start(const struct skiff_request *q)
     skiff_err ignore;
     int bad = skiff_rec_put(&b, 'S', "0", &ignore) < 0 ||
               skiff_rec_putf(&b, 'T', &ignore, "%.3f %.3f", t1 - t0, t2 - t1) < 0 ||
-              skiff_container_encode(&c, &b, &ignore) < 0 || skiff_rec_put(&b, 'Z', "", &ignore) < 0;
+              skiff_container_encode(&c, &b, &ignore) < 0;
+    if (!bad && c.shared)
+        /* the rule of named.h, said once per step and node */
+        bad = skiff_rec_putf(&b, 'U', &ignore,
+                             "container '%s' is in use by another step on this node: this step starts from its "
+                             "files, but its own changes will not be kept",
+                             q->name ? q->name : q->named) < 0;
+    bad = bad || skiff_rec_put(&b, 'Z', "", &ignore) < 0;
     if (!bad && answer(&b) == 0) {
         /* EOF: root is done with the container (or slurmstepd is gone) */
         for (;;) {

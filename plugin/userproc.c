@@ -179,13 +179,15 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
     return 0;
 }
 
-int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, struct skiff_reply *r, skiff_err *err)
+int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, skiff_rec_seen_fn seen, void *ctx,
+                       struct skiff_reply *r, skiff_err *err)
 {
     memset(r, 0, sizeof(*r));
     char *data = NULL;
     size_t len = 0;
     bool timed_out = false;
-    int rc = skiff_rec_read_fd(hp->rep, SKIFF_REPLY_MAX, timeout_s * 1000, 'Z', &data, &len, &timed_out, err);
+    int rc = skiff_rec_read_fd_cb(hp->rep, SKIFF_REPLY_MAX, timeout_s * 1000, 'Z', seen, ctx, &data, &len,
+                                  &timed_out, err);
     close(hp->rep);
     hp->rep = -1;
     if (rc < 0) {
@@ -259,7 +261,7 @@ int skiff_helper_call(const char *program, const char *verb, const struct skiff_
     if (skiff_helper_spawn(program, verb, u, req, NULL, false, &hp, err) < 0)
         return -1;
     struct skiff_reply r;
-    int rc = skiff_helper_reply(&hp, timeout_s, &r, err);
+    int rc = skiff_helper_reply(&hp, timeout_s, NULL, NULL, &r, err);
     if (rc == 0 && r.status < 0) {
         *err = r.err;
         rc = -1;
