@@ -30,7 +30,7 @@ struct skiff_holder {
     const struct skiff_start_opts *o;
     const char *state_dir;
     char image[SKIFF_PATH_MAX];
-    char upper[SKIFF_PATH_MAX]; /* the named container's directory, or "" */
+    char upper[SKIFF_PATH_MAX];   /* the named container's directory, or "" */
     struct skiff_named_use named; /* how this container uses it (named.h) */
     bool writable;
     bool rootfs_only; /* export: lower + overlay, no system mounts, no pivot */

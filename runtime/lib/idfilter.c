@@ -21,15 +21,9 @@ struct idcall {
 };
 
 static const struct idcall idcalls[] = {
-    {"setuid", {0}, 1, 1},
-    {"setreuid", {0, 1}, 2, 3},
-    {"setresuid", {0, 1, 2}, 3, 7},
-    {"setgid", {0}, 1, 0},
-    {"setregid", {0, 1}, 2, 0},
-    {"setresgid", {0, 1, 2}, 3, 0},
-    {"chown", {1, 2}, 2, 1},
-    {"lchown", {1, 2}, 2, 1},
-    {"fchown", {1, 2}, 2, 1},
+    {"setuid", {0}, 1, 1},      {"setreuid", {0, 1}, 2, 3}, {"setresuid", {0, 1, 2}, 3, 7},
+    {"setgid", {0}, 1, 0},      {"setregid", {0, 1}, 2, 0}, {"setresgid", {0, 1, 2}, 3, 0},
+    {"chown", {1, 2}, 2, 1},    {"lchown", {1, 2}, 2, 1},   {"fchown", {1, 2}, 2, 1},
     {"fchownat", {2, 3}, 2, 1},
 };
 

@@ -85,8 +85,8 @@ int skiff_rec_read_fd(int fd, size_t max, int timeout_ms, char end, char **out, 
     return skiff_rec_read_fd_cb(fd, max, timeout_ms, end, NULL, NULL, out, len, timed_out, err);
 }
 
-int skiff_rec_read_fd_cb(int fd, size_t max, int timeout_ms, char end, skiff_rec_seen_fn seen, void *ctx,
-                         char **out, size_t *len, bool *timed_out, skiff_err *err)
+int skiff_rec_read_fd_cb(int fd, size_t max, int timeout_ms, char end, skiff_rec_seen_fn seen, void *ctx, char **out,
+                         size_t *len, bool *timed_out, skiff_err *err)
 {
     size_t scanned = 0; /* records before this offset were passed to seen */
     *out = NULL;

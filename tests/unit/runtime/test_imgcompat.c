@@ -82,8 +82,13 @@ Test(imgcompat, apt_and_home_under_remap_root, .init = setup, .fini = teardown)
 
 Test(imgcompat, host_locale_falls_back_when_missing, .init = setup, .fini = teardown)
 {
-    const char *host[] = {"LANG=en_US.UTF-8", "LC_CTYPE=de_DE.UTF-8", "LC_ALL=C.UTF-8", "LC_TIME=", "LC_NUMERIC=/x/y",
-                          "LC_MESSAGES=fr_FR.UTF-8", NULL};
+    const char *host[] = {"LANG=en_US.UTF-8",
+                          "LC_CTYPE=de_DE.UTF-8",
+                          "LC_ALL=C.UTF-8",
+                          "LC_TIME=",
+                          "LC_NUMERIC=/x/y",
+                          "LC_MESSAGES=fr_FR.UTF-8",
+                          NULL};
     struct skiff_start_opts o;
     skiff_start_opts_init(&o);
     o.locale_env = host;
@@ -92,10 +97,10 @@ Test(imgcompat, host_locale_falls_back_when_missing, .init = setup, .fini = tear
     cr_assert_eq(skiff_env_set(&env, "LC_MESSAGES=C", &err), 0); /* the image's own choice */
     cr_assert_eq(skiff_compat_env(rootfd, &o, &env, &err), 0, "%s", err.msg);
     cr_assert_str_eq(get(env, "LANG"), "C.UTF-8");  /* missing: falls back */
-    cr_assert_null(get(env, "LC_CTYPE"));            /* de_DE.utf8 is a directory of the image */
-    cr_assert_null(get(env, "LC_ALL"));              /* built in */
-    cr_assert_null(get(env, "LC_TIME"));             /* empty: left alone */
-    cr_assert_null(get(env, "LC_NUMERIC"));          /* a path: not an installed name */
+    cr_assert_null(get(env, "LC_CTYPE"));           /* de_DE.utf8 is a directory of the image */
+    cr_assert_null(get(env, "LC_ALL"));             /* built in */
+    cr_assert_null(get(env, "LC_TIME"));            /* empty: left alone */
+    cr_assert_null(get(env, "LC_NUMERIC"));         /* a path: not an installed name */
     cr_assert_str_eq(get(env, "LC_MESSAGES"), "C"); /* the image set it */
     skiff_strv_free(env);
 }
