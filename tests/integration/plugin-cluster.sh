@@ -202,14 +202,7 @@ else t_fail "interrupted srun" "procs: $left / mounts: $mnt / state: $rt"; fi
 
 # --- 8 concurrent steps resolve one image URI: one import, none fails --------------------------
 L=$T/layout
-# rt-import's OCI image builder, plus the /etc/hostname mount target
-python3 - "$L" "$T_ROOT/tests/integration/lib" >/dev/null 2>&1 <<'EOF' && chmod -R a+rX "$L"
-import sys
-sys.path.insert(0, sys.argv[2])
-import mkimage
-lay = mkimage.Layout(sys.argv[1])
-lay.tag("busybox", mkimage.image(lay, [mkimage.busybox_tar(lambda t: t.add("etc/hostname", data=b""))]))
-EOF
+python3 "$T_ROOT/tests/integration/lib/mkimage.py" "$L" busybox-node >/dev/null 2>&1 && chmod -R a+rX "$L"
 if [ -f "$L/index.json" ]; then
   rm -rf "$UHOME/.cache/skiff/images"
   as_user salloc -Q -N1 -w n3 -n8 bash -c '

@@ -284,13 +284,7 @@ out_is "uts: the node's hostname is unchanged" n1 srun1 hostname
 t_fails_with "uts: without --container-unshare=uts the node's hostname cannot be set" \
   "Operation not permitted|must be root" srun1 --container-image="$IMG" --container-remap-root hostname px-nope
 L=$T/layout
-python3 - "$L" "$T_ROOT/tests/integration/lib" >/dev/null 2>&1 <<'EOF' && chmod -R a+rX "$L"
-import sys
-sys.path.insert(0, sys.argv[2])
-import mkimage
-lay = mkimage.Layout(sys.argv[1])
-lay.tag("busybox", mkimage.image(lay, [mkimage.busybox_tar(lambda t: t.add("etc/hostname", data=b""))]))
-EOF
+python3 "$T_ROOT/tests/integration/lib/mkimage.py" "$L" busybox-node >/dev/null 2>&1 && chmod -R a+rX "$L"
 if [ -f "$L/index.json" ]; then
   rm -rf "$UHOME/.cache/skiff/images"
   out=$(srun1 --container-image="oci:$L:busybox" true 2>&1)
