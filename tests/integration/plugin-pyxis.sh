@@ -158,6 +158,22 @@ if wait_for "$T/ctl/b-job"; then
 else t_fail "attach: unnamed step" "it did not start"; fi
 touch "$T/ctl/stop"; wait $B
 
+# the issue's example, as written, with findmnt (the Debian image)
+if [ -n "$DEB" ]; then
+  rm -rf "$CDIR"/px-dbg2.n1
+  as_user salloc -Q -N1 -w n1 bash -c '
+    srun -Q --overlap --container-image='"$DEB"' --container-name=px-dbg2 --container-remap-root \
+      bash -c "mount -t tmpfs none /mnt && sleep 30" &
+    for i in $(seq 100); do
+      srun -Q --overlap --container-name=px-dbg2:exec findmnt -n -o FSTYPE /mnt 2>/dev/null && break; sleep 0.2
+    done
+    echo "no_exec: $(srun -Q --overlap --container-name=px-dbg2:no_exec findmnt -n -o FSTYPE /mnt 2>/dev/null || echo none)"
+    kill %1' >"$T/ex.out" 2>"$T/ex.err"
+  [ "$(cat "$T/ex.out")" = "$(printf 'tmpfs\nno_exec: none')" ] &&
+    t_pass "attach: the example: step B (--overlap --container-name=dbg findmnt /mnt) sees step A's tmpfs, dbg:no_exec does not" ||
+    t_fail "attach: the example" "$(cat "$T/ex.out") / $(head -c 400 "$T/ex.err")"
+fi
+
 # ==== 2. named containers under concurrency =========================================
 rm -rf "$CDIR"/px-c* "$CDIR"/.px-c*
 as_user salloc -Q -N1 -w n1 bash -c '
