@@ -74,7 +74,8 @@ chmod 755 "$T/getfd"
 # Processes a successful forgery would have killed: root's, and one of the
 # user's own in this (the host's, for the cluster) mount namespace.
 sleep 1000 & victims+=($!); ROOT_VICTIM=$!
-runuser -u "$U" -- sleep 1000 & victims+=($!); USER_VICTIM=$!
+# (setpriv execs: $! is the user's sleep, not a root runuser waiting for it)
+setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups sleep 1000 & victims+=($!); USER_VICTIM=$!
 SLURMD_N2=$(pgrep -f "slurmd -f $SLURM_CONF -N n2" | head -1)
 
 # forge NAME PAYLOAD_FILE: starts a step whose helper blocks on a FIFO (as
@@ -264,7 +265,11 @@ fi
 scancel -u "$O" 2>/dev/null; wait $OSRUN 2>/dev/null
 # a forged attach to a namespace the user made: the user's own, so root
 # lets the tasks join it (as the user) and kills nothing in it afterwards
-runuser -u "$U" -- unshare -Urm sleep 1000 & victims+=($!); NS_VICTIM=$!
+# (in node n1's network and UTS namespaces, as the step's tasks are: joining
+# the host's would be refused by the kernel, the join running as the user)
+SLURMD_N1=$(pgrep -f "slurmd -f $SLURM_CONF -N n1" | head -1)
+nsenter -t "$SLURMD_N1" -n -u setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups unshare -Urm sleep 1000 &
+victims+=($!); NS_VICTIM=$!
 for _ in $(seq 50); do [ "$(readlink /proc/$NS_VICTIM/ns/user)" != "$(readlink /proc/self/ns/user)" ] && break; sleep 0.1; done
 printf 'S0\0H%d\0W/\0J1\0Z\0' "$NS_VICTIM" >"$T/forge-own"
 forge forge-own "$T/forge-own"
