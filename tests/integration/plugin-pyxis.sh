@@ -111,20 +111,25 @@ chmod -R a+rX "$T"
 # step A: a named container under remap-root mounts a tmpfs on /mnt and runs
 # until told to stop
 rm -rf "$CDIR"/px-dbg.n1
+# (and, with its own UTS namespace, sets its own hostname)
 as_user srun -Q -n1 -w n1 --container-image="$IMG" --container-name=px-dbg --container-remap-root \
-  --container-mounts="$T/ctl:/ctl" \
-  sh -c 'mount -t tmpfs none /mnt && echo "$SLURM_JOB_ID" >/ctl/a-job && while [ ! -e /ctl/stop ]; do sleep 0.1; done; echo A-done' \
+  --container-mounts="$T/ctl:/ctl" --container-unshare=uts \
+  sh -c 'mount -t tmpfs none /mnt && hostname px-dbg-host && echo "$SLURM_JOB_ID" >/ctl/a-job && while [ ! -e /ctl/stop ]; do sleep 0.1; done; echo A-done' \
   >"$T/a.out" 2>"$T/a.err" &
 A=$!
 if wait_for "$T/ctl/a-job"; then
-  out=$(srun1 --container-name=px-dbg sh -c 'grep " /mnt " /proc/mounts | cut -d" " -f3; pwd; echo $IMGVAR' 2>"$T/err")
-  [ "$out" = "$(printf 'tmpfs\n/\nimage')" ] &&
-    t_pass "attach: --container-name=NAME joins the running container (sees its tmpfs, cwd /, its env)" ||
+  out=$(srun1 --container-name=px-dbg sh -c 'grep " /mnt " /proc/mounts | cut -d" " -f3; pwd; echo $IMGVAR; hostname' 2>"$T/err")
+  [ "$out" = "$(printf 'tmpfs\n/\nimage\npx-dbg-host')" ] &&
+    t_pass "attach: --container-name=NAME joins the running container (its tmpfs, its UTS namespace, cwd /, its env)" ||
     t_fail "attach: joins the running container" "got '$out' / $(head -c 300 "$T/err")"
-  out=$(srun1 --container-name=px-dbg --container-mounts="$T/ctl:/mnt2" sh -c 'test -d /mnt2 && echo mounted || echo not-mounted' 2>&1)
-  grep -q "ignoring --container-mounts" <<<"$out" && grep -qx not-mounted <<<"$out" &&
-    t_pass "attach: start-only flags are ignored with a warning ('ignoring --container-mounts')" ||
-    t_fail "attach: ignoring --container-mounts" "$out"
+  # start-only flags: the mount is not made, the running container stays
+  # writable, and the warning names each flag
+  out=$(srun1 --container-name=px-dbg --container-mounts="$T/ctl:/mnt2" --container-readonly --container-unshare=ipc \
+        sh -c 'test -d /mnt2 && echo mounted || echo not-mounted; touch /px-b-wrote && echo wrote' 2>&1)
+  grep -q "joining the running container 'px-dbg': ignoring --container-mounts, --container-readonly, --container-unshare" <<<"$out" &&
+    grep -qx not-mounted <<<"$out" && grep -qx wrote <<<"$out" &&
+    t_pass "attach: start-only flags are ignored with a warning ('ignoring --container-mounts, --container-readonly, --container-unshare')" ||
+    t_fail "attach: ignoring start-only flags" "$out"
   out=$(srun1 --container-name=px-dbg:exec sh -c 'grep -c " /mnt " /proc/mounts' 2>&1)
   [ "$out" = 1 ] && t_pass "attach: NAME:exec joins a running container" || t_fail "attach: NAME:exec" "$out"
   out=$(srun1 --container-name=px-dbg:no_exec sh -c 'grep -c " /mnt " /proc/mounts || true' 2>"$T/err")
@@ -132,8 +137,8 @@ if wait_for "$T/ctl/a-job"; then
     t_pass "attach: NAME:no_exec starts a new instance (no tmpfs), with a one-line notice" ||
     t_fail "attach: NAME:no_exec" "got '$out' / $(head -c 300 "$T/err")"
   jid=$(cat "$T/ctl/a-job")
-  out=$(srun1 --container-name="$jid.0" sh -c 'grep -c " /mnt " /proc/mounts' 2>&1)
-  [ "$out" = 1 ] && t_pass "attach: the container of step $jid.0 as --container-name=JOBID.STEPID" ||
+  out=$(as_user srun -Q -n1 --jobid="$jid" --overlap --container-name="$jid.0" sh -c 'grep -c " /mnt " /proc/mounts' 2>&1)
+  [ "$out" = 1 ] && t_pass "attach: the container of step $jid.0 as srun --jobid=$jid --overlap --container-name=JOBID.STEPID" ||
     t_fail "attach: JOBID.STEPID" "$out"
 else
   t_fail "attach: step A" "$(cat "$T/a.err")"
@@ -155,6 +160,13 @@ B=$!
 if wait_for "$T/ctl/b-job"; then
   out_is "attach: an unnamed running step, by JOBID.STEPID, sees its files" /only-here \
     srun1 --container-name="$(cat "$T/ctl/b-job")" ls /only-here
+  # the issue's form: srun --overlap --jobid J --container-name=J.0 --pty (a
+  # terminal from script(1))
+  bj=$(cat "$T/ctl/b-job")
+  out=$(as_user timeout 60 script -qec "srun -Q --overlap --jobid ${bj%.*} --container-name=$bj --pty sh -c 'test -t 0 && echo tty-ok; ls /only-here'" /dev/null 2>&1 | tr -d '\r')
+  grep -qx tty-ok <<<"$out" && grep -qx /only-here <<<"$out" &&
+    t_pass "attach: srun --overlap --jobid J --container-name=J.S --pty joins the unnamed step with a terminal" ||
+    t_fail "attach: --pty into an unnamed step" "$out"
 else t_fail "attach: unnamed step" "it did not start"; fi
 touch "$T/ctl/stop"; wait $B
 
@@ -221,12 +233,20 @@ if [ -n "$DEB" ]; then
     srun1 --container-image="$DEB" --container-remap-root sh -c 'grep ^Seccomp: /proc/self/status | cut -f2'
   out_is "remap-root: the id filter is on (Seccomp: 2), without remap-root" 2 \
     srun1 --container-image="$DEB" sh -c 'grep ^Seccomp: /proc/self/status | cut -f2'
-  out=$(srun1 --container-image="$DEB" --container-remap-root --container-mounts="$T/repo:/repo" bash -c '
+  # the pyxis workflow: install into a named container, save it, run the saved image
+  rm -rf "$CDIR"/px-dev.n1 "$W/px-dev.sqsh"
+  out=$(srun1 --container-image="$DEB" --container-remap-root --container-name=px-dev --container-mounts="$T/repo:/repo" bash -c '
     rm -f /etc/apt/sources.list.d/* && echo "deb [trusted=yes] file:/repo ./" >/etc/apt/sources.list &&
     apt-get update && apt-get install -y px-hello && px-hello' 2>&1)
   grep -q "px-hello configured" <<<"$out" && grep -qx "hello from px-hello" <<<"$out" &&
-    t_pass "remap-root: apt-get update && apt-get install -y PKG from a file: repository" ||
+    t_pass "remap-root: apt-get update && apt-get install -y PKG from a file: repository (in --container-name=px-dev)" ||
     t_fail "remap-root: apt-get install" "$(tail -c 800 <<<"$out")"
+  srun1 --container-name=px-dev --container-save=./px-dev.sqsh true >/dev/null 2>"$T/err"
+  out_is "remap-root: --container-save of that named container: the saved image has the package installed" \
+    "hello from px-hello install ok installed" \
+    srun1 --container-image=./px-dev.sqsh sh -c 'echo $(px-hello) $(dpkg-query -W -f="\${Status}" px-hello)'
+  [ "$(stat -c %U "$W/px-dev.sqsh" 2>/dev/null)" = "$U" ] && t_pass "remap-root: the saved image is the user's file" ||
+    t_fail "remap-root: saved image owner" "$(ls -l "$W/px-dev.sqsh" 2>&1) / $(head -c 300 "$T/err")"
   out=$(srun1 --container-image="$DEB" --container-remap-root --container-mounts="$T/repo:/repo" bash -c '
     dpkg -i /repo/px-hello_1.0_all.deb && stat -c "%U:%G" /usr/bin/px-hello && px-hello' 2>&1)
   grep -q "px-hello configured" <<<"$out" && grep -qx "root:root" <<<"$out" &&
@@ -254,6 +274,11 @@ if [ -n "$DEB" ]; then
   done
   [ "$got" = "$want" ] && t_pass "mounts: every propagation flag (private, rprivate, slave, rslave, shared, rshared, unbindable, runbindable)" ||
     t_fail "mounts: propagation flags" "got '$got' want '$want'"
+  out=$(srun1 --container-image="$DEB" --container-mounts="$T/ctl:/x:nosuid+nodev+noexec+ro,$T/ctl:/y:rw+rbind" \
+        sh -c 'findmnt -n -o OPTIONS /x | tr , "\n" | grep -E "^(ro|nosuid|nodev|noexec)$" | sort | tr "\n" " "; touch /y/px-rw && echo rw-ok' 2>&1)
+  [ "$out" = "nodev noexec nosuid ro rw-ok" ] && t_pass "mounts: nosuid+nodev+noexec+ro as findmnt shows them; rw+rbind is writable" ||
+    t_fail "mounts: nosuid/nodev/noexec/ro/rw/rbind" "$out"
+  rm -f "$T/ctl/px-rw"
   printf '#!/bin/sh\necho ran\n' >"$T/ctl/run.sh"; chmod 755 "$T/ctl/run.sh"
   t_fails_with "mounts: noexec" "Permission denied" \
     srun1 --container-image="$DEB" --container-mounts="$T/ctl:/x:ro+noexec+rbind" /x/run.sh
@@ -261,7 +286,7 @@ if [ -n "$DEB" ]; then
         --container-mounts="tmpfs:/t:size=1m+mode=0700+nr_inodes=100+huge=within_size+uid=$UID_U+gid=$(id -g "$U")" \
         findmnt -n -o OPTIONS /t 2>&1)
   grep -q "size=1024k" <<<"$out" && grep -q "nr_inodes=100" <<<"$out" && grep -q "mode=700" <<<"$out" &&
-    grep -q "huge=within_size" <<<"$out" && grep -q "uid=$UID_U" <<<"$out" &&
+    grep -q "huge=within_size" <<<"$out" && grep -q "uid=$UID_U" <<<"$out" && grep -q "gid=$(id -g "$U")" <<<"$out" &&
     t_pass "mounts: tmpfs options passed through (size, mode, nr_inodes, huge, uid, gid)" ||
     t_fail "mounts: tmpfs options" "$out"
 fi
