@@ -36,6 +36,7 @@ T=$(mktemp -d /tmp/skiff-pyxis-test.XXXXXX)
 chmod 755 "$T"
 cleanup() {
   echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
+  declare -F registry_stop >/dev/null && registry_stop
   scancel -u "$U" 2>/dev/null
   rm -rf "$T" "$CDIR"/px-* "$CDIR"/.px-* "$UHOME/px-home-marker"
   [ "$started" = 1 ] && SKIFF_CLUSTER_QUIET=1 tests/cluster/down
@@ -334,6 +335,25 @@ if [ -f "$L/index.json" ]; then
      grep -Eq "skiff: imported oci:$L:busybox \([0-9]+ MB, [0-9.]+ s\)" <<<"$out" && [ -z "$out2" ]; then
     t_pass "import: srun shows 'importing …' and 'imported … (N MB, T s)', nothing when cached"
   else t_fail "import progress" "first: $out / second: $out2"; fi
+  # the same from a registry (docker://), a real one on the cluster's bridge
+  # address, which the nodes reach (plain http: allow_http in a config)
+  source "$T_ROOT/tests/integration/lib/registry.sh"
+  if REG_ADDR=$SKIFF_CLUSTER_HOST_ADDR registry_start "$T/reg" &&
+     skopeo copy -q --dest-tls-verify=false --format v2s2 "oci:$L:busybox" \
+       "docker://$SKIFF_CLUSTER_HOST_ADDR:$REG_PORT/px/busybox:1" >/dev/null 2>"$T/err"; then
+    printf 'allow_http = yes\n' >"$T/http.conf"; chmod 644 "$T/http.conf"
+    echo "required $PLUGIN config=$T/http.conf" >"$SKIFF_PLUGSTACK"
+    ref="docker://$SKIFF_CLUSTER_HOST_ADDR:$REG_PORT#px/busybox:1"
+    rm -rf "$UHOME/.cache/skiff/images"
+    out=$(srun1 --container-image="$ref" cat /etc/hostname 2>&1 >/dev/null)
+    out2=$(srun1 --container-image="$ref" true 2>&1)
+    echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
+    if grep -q "skiff: importing $ref …" <<<"$out" &&
+       grep -Eq "skiff: imported $ref \([0-9]+ MB, [0-9.]+ s\)" <<<"$out" && [ -z "$out2" ]; then
+      t_pass "import: docker:// from a registry: 'importing $ref …', 'imported … (N MB, T s)', nothing when cached"
+    else t_fail "import progress (docker://)" "first: $out / second: $out2"; fi
+  else t_fail "import progress (docker://): registry" "$(cat "$T/reg/log" "$T/err" 2>/dev/null | tail -5)"; fi
+  registry_stop
 else t_skip "import progress" "mkimage.py could not build an OCI layout"; fi
 
 t_done
