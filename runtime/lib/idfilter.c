@@ -29,6 +29,8 @@ static const struct idcall idcalls[] = {
 
 static int add_rules(scmp_filter_ctx ctx, uid_t uid, gid_t gid, skiff_err *err)
 {
+    /* (every comparison with both data: the second is unused by NE, but
+     * clang's -Wmissing-field-initializers wants each field given) */
     const uint32_t fake = SCMP_ACT_ERRNO(0); /* "success", nothing done */
     for (size_t i = 0; i < sizeof(idcalls) / sizeof(idcalls[0]); i++) {
         int nr = seccomp_syscall_resolve_name(idcalls[i].name);
@@ -36,16 +38,16 @@ static int add_rules(scmp_filter_ctx ctx, uid_t uid, gid_t gid, skiff_err *err)
             continue; /* not on this architecture (chown on aarch64) */
         for (unsigned a = 0; a < idcalls[i].nargs; a++) {
             uint32_t mapped = idcalls[i].uids & (1u << a) ? (uint32_t)uid : (uint32_t)gid;
-            int r = seccomp_rule_add(ctx, fake, nr, 1, SCMP_CMP32(idcalls[i].args[a], SCMP_CMP_NE, mapped));
+            int r = seccomp_rule_add(ctx, fake, nr, 1, SCMP_CMP32(idcalls[i].args[a], SCMP_CMP_NE, mapped, 0));
             if (r < 0)
                 return skiff_error(err, -r, "seccomp rule for %s", idcalls[i].name);
         }
     }
     int r = seccomp_rule_add(ctx, fake, SCMP_SYS(setgroups), 0);
     if (r == 0 && uid == 0)
-        r = seccomp_rule_add(ctx, fake, SCMP_SYS(setfsuid), 1, SCMP_A0_32(SCMP_CMP_NE, 0));
+        r = seccomp_rule_add(ctx, fake, SCMP_SYS(setfsuid), 1, SCMP_A0_32(SCMP_CMP_NE, 0, 0));
     if (r == 0 && uid == 0)
-        r = seccomp_rule_add(ctx, fake, SCMP_SYS(setfsgid), 1, SCMP_A0_32(SCMP_CMP_NE, 0));
+        r = seccomp_rule_add(ctx, fake, SCMP_SYS(setfsgid), 1, SCMP_A0_32(SCMP_CMP_NE, 0, 0));
     if (r < 0)
         return skiff_error(err, -r, "seccomp rule");
     return 0;

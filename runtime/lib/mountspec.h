@@ -25,7 +25,7 @@ enum skiff_mount_create { SKIFF_CREATE_AUTO, SKIFF_CREATE_DIR, SKIFF_CREATE_FILE
 
 struct skiff_mount {
     char *src;       /* host path (bind), NULL for tmpfs */
-    char *dst;       /* absolute path inside the container */
+    char *dst;       /* path inside the container (relative: from its root) */
     bool tmpfs;
     bool readonly;
     bool recursive;  /* rbind */
