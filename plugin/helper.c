@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -235,10 +236,77 @@ static int find_running(const struct skiff_request *q, struct skiff_container *c
     return skiff_container_find(&q->cfg, NULL, q->named, prefix, c, err);
 }
 
+/* Steps joined to a running container hold STATE_DIR/joined shared, for
+ * as long as they run; the step that started the container takes it
+ * exclusively before stopping it, so a container is never stopped under
+ * a step that joined it (up to a deadline), and a container that is
+ * stopping is not joined. All of it in the user's own runtime directory,
+ * as the user. */
+static int joined_open(const char *state_dir)
+{
+    char p[SKIFF_PATH_MAX + 16];
+    if ((size_t)snprintf(p, sizeof(p), "%s/joined", state_dir) >= sizeof(p))
+        return -1;
+    return open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+}
+
+/* A shared hold on c for a joining step, or -1 when c is stopping or gone. */
+static int join_hold(const struct skiff_container *c)
+{
+    int fd = c->state_dir[0] ? joined_open(c->state_dir) : -1;
+    if (fd < 0)
+        return -1;
+    int r;
+    while ((r = flock(fd, LOCK_SH | LOCK_NB)) < 0 && errno == EINTR)
+        ;
+    /* held: the container stops only after us; it must still be up now */
+    if (r < 0 || kill(c->holder, 0) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Before the starting step stops its container: tells root on the reply
+ * pipe ('w') when steps joined it and waits until none holds it, at most
+ * timeout_ms; root waits for this process meanwhile, so that Slurm does not
+ * kill it with the step's processes. Nothing written: nobody joined. Keeps
+ * the lock: a step that looks now finds the container stopping. */
+static void wait_joined(const char *state_dir, double timeout_ms)
+{
+    int fd = joined_open(state_dir);
+    int r = -1;
+    while (fd >= 0 && (r = flock(fd, LOCK_EX | LOCK_NB)) < 0 && errno == EINTR)
+        ;
+    bool busy = r < 0 && fd >= 0 && errno == EWOULDBLOCK;
+    if (busy)
+        (void)skiff_write_all(SKIFF_HELPER_REP_FD, "w", 1);
+    close(SKIFF_HELPER_REP_FD);
+    double end = skiff_now_ms() + timeout_ms;
+    while (busy && flock(fd, LOCK_EX | LOCK_NB) < 0 && (errno == EINTR || errno == EWOULDBLOCK) &&
+           skiff_now_ms() < end)
+        usleep(20000);
+    /* fd stays open (and locked) until this process exits */
+}
+
+/* Reads the control pipe until root closes it (or slurmstepd is gone). */
+static void wait_for_root(void)
+{
+    for (;;) {
+        char ch;
+        ssize_t r = read(SKIFF_HELPER_CTL_FD, &ch, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+    }
+}
+
 /* The answer for a step that joins a running container: its holder, its
  * environment, and / (or --container-workdir from /) as the working
- * directory, not that of the process that runs there (pyxis). */
-static int answer_attach(const struct skiff_request *q, struct skiff_container *c, double t0)
+ * directory, not that of the process that runs there (pyxis). Then holds
+ * the container (hold: join_hold's fd) until root is done with the step. */
+static int answer_attach(const struct skiff_request *q, struct skiff_container *c, int hold, double t0)
 {
     struct skiff_recbuf b = {0};
     skiff_err e;
@@ -260,6 +328,9 @@ static int answer_attach(const struct skiff_request *q, struct skiff_container *
     int rc = bad ? 1 : answer(&b) < 0;
     skiff_recbuf_free(&b);
     skiff_container_free(c);
+    if (rc == 0)
+        wait_for_root();
+    close(hold);
     return rc; /* nothing of ours runs: the step that started it stops it */
 }
 
@@ -273,8 +344,13 @@ static int verb_start(const struct skiff_request *q)
     if (q->named && !q->temp && (!strcmp(mode, "auto") || !strcmp(mode, "exec"))) {
         struct skiff_container running;
         int f = find_running(q, &running, &err);
-        if (f > 0)
-            return answer_attach(q, &running, t0);
+        if (f > 0) {
+            int hold = join_hold(&running);
+            if (hold >= 0)
+                return answer_attach(q, &running, hold, t0);
+            skiff_container_free(&running); /* stopping: as if it were not running */
+            f = 0;
+        }
         if (f == 0 && !strcmp(mode, "exec"))
             skiff_error(&err, 0,
                         "container '%s' is not running on %s (--container-name=%s:exec only joins a running "
@@ -329,16 +405,12 @@ static int verb_start(const struct skiff_request *q)
                              "files, but its own changes will not be kept",
                              q->name ? q->name : q->named) < 0;
     bad = bad || skiff_rec_put(&b, 'Z', "", &ignore) < 0;
-    if (!bad && answer(&b) == 0) {
+    /* the reply pipe stays open for wait_joined's word */
+    if (!bad && skiff_write_all(SKIFF_HELPER_REP_FD, b.p, b.len) == 0) {
         /* EOF: root is done with the container (or slurmstepd is gone) */
-        for (;;) {
-            char ch;
-            ssize_t r = read(SKIFF_HELPER_CTL_FD, &ch, 1);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                break;
-        }
+        wait_for_root();
+        /* steps that joined it finish first, within root's deadline for us */
+        wait_joined(c.state_dir, q->timeout_s > 2 ? (q->timeout_s - 2) * 1000.0 : 0);
     }
     skiff_recbuf_free(&b);
     skiff_container_stop(&c, &err);

@@ -201,6 +201,11 @@ int skiff_request_parse(const char *data, size_t len, struct skiff_request *q, s
                 q->entrypoint = flag(v);
             else if (!strcmp(key, SKIFF_REQ_UNSHARE))
                 q->unshare = atoi(v);
+            else if (!strcmp(key, SKIFF_REQ_TIMEOUT)) {
+                q->timeout_s = atoi(v);
+                if (q->timeout_s < 0 || q->timeout_s > 86400)
+                    return skiff_error(err, 0, "bad timeout '%s'", v);
+            }
             else
                 return skiff_error(err, 0, "unknown request key '%s'", key);
             break;

@@ -27,7 +27,11 @@
  *            'J' "1": the holder is a running container of another step the
  *            tasks join (--container-name), not the helper's child;
  *            'U' a notice for the user (one line)
- *   'Z' ""          the end */
+ *   'Z' ""          the end
+ * After a start's answer the reply pipe stays open; when the control pipe
+ * closes, the helper writes the single byte 'w' when steps joined its
+ * container (it stops the container when they are done; root waits for
+ * it, skiff_helper_joined), and closes the pipe. */
 #ifndef SKIFF_PLUGIN_PROTO_H
 #define SKIFF_PLUGIN_PROTO_H
 
@@ -67,6 +71,7 @@
 #define SKIFF_REQ_STATE_KEY "state_key" /* NODE.JOB.STEP */
 #define SKIFF_REQ_SAVE "save"           /* --container-save's absolute path */
 #define SKIFF_REQ_SUFFIX "suffix"       /* sweep: remove named containers ending in it */
+#define SKIFF_REQ_TIMEOUT "timeout"     /* root's deadline for the helper, seconds */
 
 #define SKIFF_PHASE_MAX 16
 #define SKIFF_NOTICE_MAX 512
@@ -80,6 +85,7 @@ struct skiff_request {
         *suffix;
     bool temp, writable, remap_root, mount_home, entrypoint;
     int unshare;
+    int timeout_s; /* root's deadline for the helper (0: not given) */
     const char *mounts[SKIFF_REQUEST_LIST_MAX + 1];
     size_t nmounts;
     const char *hook_env[SKIFF_REQUEST_LIST_MAX + 1];

@@ -410,6 +410,10 @@ static int request_locale(struct skiff_recbuf *b, skiff_err *err)
     return 0;
 }
 
+/* Set when the running container this step was to join ended before root
+ * saw it: the helper is asked again, to start this step's own. */
+static bool no_attach;
+
 static int request_start(struct skiff_recbuf *b, skiff_err *err)
 {
     const struct skiff_opts *o = &skiff_g.opts;
@@ -425,7 +429,7 @@ static int request_start(struct skiff_recbuf *b, skiff_err *err)
     if (request_base(b, &skiff_g.cfg, skiff_g.cwd, err) < 0 || req_opt(b, SKIFF_REQ_IMAGE, o->image, err) < 0 ||
         req_opt(b, SKIFF_REQ_NAME, o->name, err) < 0 ||
         req_opt(b, SKIFF_REQ_NAMED, skiff_g.named[0] ? skiff_g.named : NULL, err) < 0 ||
-        req_opt(b, SKIFF_REQ_NAME_MODE, name_mode_word(o->name_mode), err) < 0 ||
+        req_opt(b, SKIFF_REQ_NAME_MODE, no_attach ? "no_exec" : name_mode_word(o->name_mode), err) < 0 ||
         req_opt(b, SKIFF_REQ_TEMP, skiff_g.temp_named ? "1" : "0", err) < 0 ||
         req_opt(b, SKIFF_REQ_IMPORTER, skiff_g.args.importer[0] ? skiff_g.args.importer : NULL, err) < 0 ||
         req_opt(b, SKIFF_REQ_WORKDIR, o->workdir, err) < 0 ||
@@ -434,6 +438,9 @@ static int request_start(struct skiff_recbuf *b, skiff_err *err)
         req_opt(b, SKIFF_REQ_MOUNT_HOME, o->mount_home == 1 ? "1" : "0", err) < 0 ||
         req_opt(b, SKIFF_REQ_ENTRYPOINT, ep ? "1" : "0", err) < 0 || req_opt(b, SKIFF_REQ_UNSHARE, num, err) < 0 ||
         req_opt(b, SKIFF_REQ_COMMAND, skiff_g.command0, err) < 0 || req_opt(b, SKIFF_REQ_STATE_KEY, key, err) < 0)
+        return -1;
+    snprintf(num, sizeof(num), "%d", skiff_g.args.timeout_s);
+    if (req_opt(b, SKIFF_REQ_TIMEOUT, num, err) < 0)
         return -1;
     /* mounts: relative sources against the step's working directory */
     for (size_t i = 0; i < o->nmounts; i++) {
@@ -542,9 +549,10 @@ static bool runs_as(pid_t pid, uid_t uid)
  * checks give a clear error for a process that is not a container of the
  * job's user (another user's, root's, the user's own outside any
  * container). */
-static int verify_holder(pid_t holder, bool attached, skiff_err *err)
+static int verify_holder(pid_t holder, bool attached, bool *gone, skiff_err *err)
 {
     int pidfd = pidfd_open(holder, 0);
+    *gone = pidfd < 0 && errno == ESRCH;
     if (pidfd < 0)
         return skiff_error(err, 0, "the container process %d the helper named is not running", (int)holder);
     int mnt = -1;
@@ -608,30 +616,49 @@ int skiff_remote_user_init(spank_t sp)
         skiff_error(&err, 0, "the container helper was not started");
         return fail("mount", &err);
     }
-    struct skiff_reply r;
-    int shown = 0;
-    int rc = skiff_helper_reply(&starter, skiff_g.args.timeout_s, show_progress, &shown, &r, &err);
-    skiff_g.t_wait_ms = skiff_now_ms() - t0;
-    if (rc < 0) {
+    int mnt;
+    for (;;) {
+        struct skiff_reply r;
+        int shown = 0;
+        int rc = skiff_helper_reply(&starter, skiff_g.args.timeout_s, show_progress, &shown, &r, &err);
+        skiff_g.t_wait_ms = skiff_now_ms() - t0;
+        if (rc < 0) {
+            skiff_reply_free(&r);
+            return fail("mount", &err);
+        }
+        if (r.status < 0) {
+            char phase[SKIFF_PHASE_MAX];
+            snprintf(phase, sizeof(phase), "%s", r.phase);
+            err = r.err;
+            skiff_reply_free(&r);
+            return fail(phase, &err);
+        }
+        take_reply(&r);
+        skiff_g.attached = r.attached;
+        snprintf(skiff_g.notice, sizeof(skiff_g.notice), "%s", r.notice);
         skiff_reply_free(&r);
-        return fail("mount", &err);
+        /* Kept so exit can kill what is left in the container after the
+         * helper stopped it. The fd keeps the namespace alive: otherwise
+         * its inode number could be reused by another step's container. An
+         * attached step's container is another step's to stop: not kept. */
+        bool gone = false;
+        mnt = verify_holder(skiff_g.c.holder, skiff_g.attached, &gone, &err);
+        if (mnt >= 0 || !skiff_g.attached || !gone || no_attach || skiff_g.opts.name_mode == SKIFF_NAME_EXEC)
+            break;
+        /* --container-name=NAME (auto): the running container ended
+         * between the helper's look and ours (two steps starting one name
+         * at once): this step starts its own, as :no_exec would have */
+        skiff_helper_finish(&starter, skiff_g.args.timeout_s);
+        skiff_strv_free(skiff_g.c.env);
+        skiff_strv_free(skiff_g.c.entrypoint);
+        skiff_strv_free(skiff_g.c.cmd);
+        skiff_g.c.env = skiff_g.c.entrypoint = skiff_g.c.cmd = NULL;
+        skiff_g.attached = false;
+        no_attach = true;
+        skiff_err_clear(&err);
+        if (spawn_starter(sp, &err) < 0)
+            return fail("config", &err);
     }
-    if (r.status < 0) {
-        char phase[SKIFF_PHASE_MAX];
-        snprintf(phase, sizeof(phase), "%s", r.phase);
-        err = r.err;
-        skiff_reply_free(&r);
-        return fail(phase, &err);
-    }
-    take_reply(&r);
-    skiff_g.attached = r.attached;
-    snprintf(skiff_g.notice, sizeof(skiff_g.notice), "%s", r.notice);
-    skiff_reply_free(&r);
-    /* Kept so exit can kill what is left in the container after the helper
-     * stopped it. The fd keeps the namespace alive: otherwise its inode
-     * number could be reused by another step's container. An attached
-     * step's container is another step's to stop: not kept. */
-    int mnt = verify_holder(skiff_g.c.holder, skiff_g.attached, &err);
     if (mnt < 0)
         return fail(skiff_g.attached ? "join" : "mount", &err);
     if (skiff_g.attached)
@@ -849,6 +876,15 @@ int skiff_remote_task_exit(spank_t sp)
     if (++skiff_g.tasks_exited >= ntasks) {
         close(starter.ctl);
         starter.ctl = -1;
+        /* Steps that joined this container run on: the helper stops it
+         * when they are done, and this step waits for that here, before
+         * Slurm kills the step's processes (the helper among them), up to
+         * the deadline. Without joined steps the helper says nothing and
+         * closes the pipe at once. */
+        if (!skiff_g.attached && skiff_helper_joined(&starter, 2000) &&
+            skiff_helper_finish(&starter, skiff_g.args.timeout_s) == -1)
+            slurm_error("skiff: %s: the steps that joined this container did not end within %d s; it was stopped",
+                        skiff_g.node, skiff_g.args.timeout_s);
         /* A script's next line often starts the saved image: srun must not
          * return before it exists. */
         if (skiff_g.save_path[0]) {

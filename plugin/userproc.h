@@ -62,6 +62,13 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
 int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, skiff_rec_seen_fn seen, void *ctx,
                        struct skiff_reply *r, skiff_err *err);
 
+/* After the control pipe of a start helper closed: whether it says that
+ * steps joined its container ('w' on the reply pipe, within timeout_ms; it
+ * then stops the container only when they are done, so the caller waits
+ * for it with skiff_helper_finish before Slurm kills the step's
+ * processes). Reads one byte at most. */
+bool skiff_helper_joined(struct skiff_helper_proc *hp, int timeout_ms);
+
 /* Closes the control pipe (the helper stops its container), waits up to
  * timeout_s for the helper to exit, then kills it; reaps it and closes
  * every fd. Returns its wait status, or -1 when it had to be killed. */

@@ -88,7 +88,7 @@ struct skiff_container {
     pid_t command;                 /* the command started with opts->spawn (our child); 0 = none */
     pid_t server;                  /* the holder's FUSE server; 0 = none (extracted image) */
     int server_pidfd;              /* a pidfd of it (start only), or -1 */
-    char state_dir[SKIFF_PATH_MAX]; /* runtime_path/containers/KEY */
+    char state_dir[SKIFF_PATH_MAX]; /* runtime_path/KEY */
     char workdir[SKIFF_PATH_MAX];  /* resolved working directory inside the container */
     char **env;                    /* container env, NULL-terminated (owned) */
     char **entrypoint;             /* image Entrypoint (owned, may be NULL) */

@@ -439,6 +439,9 @@ static int load_live(const struct skiff_config *cfg, const char *key, struct ski
     if (!data || skiff_state_parse(data, len, c, &e) < 0 || c->holder <= 0 || !c->mntns_ino ||
         !holder_alive(c->holder))
         goto no;
+    skiff_err ignore;
+    if (skiff_state_dir_for(cfg, key, 0, c->state_dir, &ignore) < 0)
+        goto no;
     char p[64];
     struct stat ns;
     snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)c->holder);

@@ -164,12 +164,28 @@ if wait_for "$T/ctl/b-job"; then
   # the issue's form: srun --overlap --jobid J --container-name=J.0 --pty (a
   # terminal from script(1))
   bj=$(cat "$T/ctl/b-job")
-  out=$(as_user timeout 60 script -qec "srun -Q --overlap --jobid ${bj%.*} --container-name=$bj --pty sh -c 'test -t 0 && echo tty-ok; ls /only-here'" /dev/null 2>&1 | tr -d '\r')
+  out=$(as_user timeout 60 script -qec "srun -Q --overlap --jobid ${bj%.*} --container-name=$bj --pty sh -c 'test -t 0 && echo tty-ok; ls /only-here'" /dev/null 2>&1 | tr -d '\r\000')
   grep -qx tty-ok <<<"$out" && grep -qx /only-here <<<"$out" &&
     t_pass "attach: srun --overlap --jobid J --container-name=J.S --pty joins the unnamed step with a terminal" ||
     t_fail "attach: --pty into an unnamed step" "$out"
 else t_fail "attach: unnamed step" "it did not start"; fi
 touch "$T/ctl/stop"; wait $B
+
+# a step that joined keeps the container up: the starting step's tasks end
+# first, its container stops only after the joined step is done
+rm -f "$T/ctl/h-up"
+start=$(date +%s.%N)
+as_user srun -Q -n1 -w n1 --container-image="$IMG" --container-name=px-hold --container-mounts="$T/ctl:/ctl" \
+  sh -c 'touch /ctl/h-up; sleep 1' >"$T/h.out" 2>&1 &
+H=$!
+if wait_for "$T/ctl/h-up"; then
+  out=$(srun1 --container-name=px-hold:exec sh -c 'sleep 3; test -e /ctl/h-up && echo b-alive' 2>&1); rc=$?
+  wait $H; hrc=$?
+  took=$(echo "$(date +%s.%N) - $start" | bc)
+  [ $rc -eq 0 ] && [ "$out" = b-alive ] && [ $hrc -eq 0 ] &&
+    t_pass "attach: a joined step outlives the tasks of the step that started the container (which waits for it: ${took%.*} s)" ||
+    t_fail "attach: joined step outlives the starting step's tasks" "rc=$rc out='$out' / starting step rc=$hrc $(cat "$T/h.out")"
+else t_fail "attach: the starting step" "$(cat "$T/h.out")"; wait $H; fi
 
 # the issue's example, as written, with findmnt (the Debian image)
 if [ -n "$DEB" ]; then
@@ -190,15 +206,18 @@ fi
 # ==== 2. named containers under concurrency =========================================
 rm -rf "$CDIR"/px-c* "$CDIR"/.px-c*
 as_user salloc -Q -N1 -w n1 bash -c '
-  # five names created at once, and one name created by two steps at once
+  # five names created at once, and three names each created by two steps
+  # at once (the second may join the first one'"'"'s running container)
   for i in 0 1 2 3 4; do srun -Q --overlap -n1 --container-image='"$IMG"' --container-name=px-c$i sh -c "echo v$i >/mark" & done
-  for i in 1 2; do srun -Q --overlap -n1 --container-image='"$IMG"' --container-name=px-cx sh -c "echo v >/mark-$i" & done
+  for n in x y z; do for i in 1 2; do
+    srun -Q --overlap -n1 --container-image='"$IMG"' --container-name=px-c$n sh -c "echo v >/mark-$i" &
+  done; done
   rc=0; for p in $(jobs -p); do wait $p || rc=1; done; exit $rc' >"$T/create.out" 2>"$T/create.err"
 rc=$?
 names=$(ls "$CDIR" 2>/dev/null | grep -E '^\.?px-c' | tr '\n' ' ')
-if [ $rc -eq 0 ] && [ "$names" = "px-c0.n1 px-c1.n1 px-c2.n1 px-c3.n1 px-c4.n1 px-cx.n1 " ] &&
+if [ $rc -eq 0 ] && [ "$names" = "px-c0.n1 px-c1.n1 px-c2.n1 px-c3.n1 px-c4.n1 px-cx.n1 px-cy.n1 px-cz.n1 " ] &&
    [ "$(cat "$CDIR"/px-c[0-4].n1/upper/mark | tr '\n' ' ')" = "v0 v1 v2 v3 v4 " ]; then
-  t_pass "concurrency: 5 names created at once and 1 name by 2 steps at once: all succeed, no half-made name"
+  t_pass "concurrency: 5 names created at once and 3 names by 2 steps each at once: all succeed, no half-made name"
 else t_fail "concurrency: creation races" "rc=$rc names='$names' $(head -c 400 "$T/create.err")"; fi
 start=$(date +%s)
 as_user salloc -Q -N1 -w n1 bash -c '
