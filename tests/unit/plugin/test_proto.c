@@ -185,3 +185,21 @@ Test(proto, request_locale_records)
     free(q);
     skiff_recbuf_free(&b);
 }
+
+Test(proto, request_timeout_is_bounded)
+{
+    struct skiff_recbuf b = {0};
+    struct skiff_request *q = calloc(1, sizeof(*q));
+    cr_assert_eq(skiff_rec_put(&b, 'o', "timeout=300", &err), 0);
+    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), 0, "%s", err.msg);
+    cr_assert_eq(q->timeout_s, 300);
+    b.len = 0;
+    cr_assert_eq(skiff_rec_put(&b, 'o', "timeout=-1", &err), 0);
+    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), -1);
+    cr_assert(strstr(err.msg, "bad timeout '-1'"), "%s", err.msg);
+    b.len = 0;
+    cr_assert_eq(skiff_rec_put(&b, 'o', "timeout=86401", &err), 0);
+    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), -1);
+    free(q);
+    skiff_recbuf_free(&b);
+}
