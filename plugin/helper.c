@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -41,6 +42,7 @@
 #include "named.h"
 #include "proto.h"
 #include "ref.h"
+#include "rootfs.h"
 #include "spawn.h"
 #include "squash.h"
 #include "state.h"
@@ -111,7 +113,8 @@ static int run_importer(const struct skiff_request *q, char *out, size_t n, skif
 
 #ifdef SKIFF_HELPER_LEAN
 /* An image reference (or importer=): skiff-helper-full resolves it, with
- * the same request on fd 3; its stdout is the path, its stderr the error. */
+ * the same request on fd 3 and the reply pipe on fd 4 for its progress
+ * records; its stdout is the path, its stderr the error. */
 static int resolve_image(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
 {
     char self[PATH_MAX], full[PATH_MAX + 8];
@@ -126,7 +129,10 @@ static int resolve_image(const struct skiff_request *q, char *out, size_t n, ski
     const char *argv[] = {full, "resolve", NULL};
     extern char **environ;
     struct skiff_spawn_result r;
-    if (skiff_spawn(argv, (const char *const *)environ, mfd, 0, 0, &r, err) < 0)
+    fcntl(SKIFF_HELPER_REP_FD, F_SETFD, 0); /* (single-threaded here) */
+    int rc = skiff_spawn(argv, (const char *const *)environ, mfd, 0, 0, &r, err);
+    fcntl(SKIFF_HELPER_REP_FD, F_SETFD, FD_CLOEXEC);
+    if (rc < 0)
         return -1;
     if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0)
         return skiff_error(err, 0, "%s", r.err_tail[0] ? r.err_tail : "skiff-helper-full resolve failed");
@@ -138,10 +144,39 @@ static int resolve_image(const struct skiff_request *q, char *out, size_t n, ski
     return 0;
 }
 #else
+/* Progress records into the reply pipe, when there is one (the lean
+ * helper's; root shows them in srun while the import runs). */
+static void progress_put(char tag, const char *text)
+{
+    struct stat st;
+    if (fstat(SKIFF_HELPER_REP_FD, &st) < 0 || !S_ISFIFO(st.st_mode))
+        return;
+    struct skiff_recbuf b = {0};
+    skiff_err ignore;
+    if (skiff_rec_put(&b, tag, text, &ignore) == 0)
+        (void)skiff_write_all(SKIFF_HELPER_REP_FD, b.p, b.len);
+    skiff_recbuf_free(&b);
+}
+
+static void on_importing(void *ctx, const char *uri)
+{
+    (void)ctx;
+    progress_put('I', uri);
+}
+
+static void on_imported(void *ctx, const char *uri, unsigned long long bytes, double ms)
+{
+    (void)ctx;
+    char line[SKIFF_PATH_MAX];
+    snprintf(line, sizeof(line), "%llu %llu %s", bytes, (unsigned long long)ms, uri);
+    progress_put('i', line);
+}
+
 static int resolve_image(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
 {
+    static const struct skiff_resolve_progress progress = {.importing = on_importing, .imported = on_imported};
     return q->importer && q->importer[0] ? run_importer(q, out, n, err)
-                                         : skiff_image_resolve(&q->cfg, q->image, out, n, err);
+                                         : skiff_image_resolve(&q->cfg, q->image, out, n, &progress, err);
 }
 #endif
 
@@ -152,18 +187,12 @@ static int prepare(const struct skiff_request *q, char *image, size_t n, skiff_e
     bool exists = false;
     if (q->named) {
         bool create = q->name_mode && !strcmp(q->name_mode, "create");
-        bool exec = q->name_mode && !strcmp(q->name_mode, "exec");
         exists = skiff_named_exists(&q->cfg, q->named);
         if (exists && (q->temp || create)) {
             if (skiff_named_remove(&q->cfg, q->named, err) < 0)
                 return -1;
             exists = false;
         }
-        if (!exists && exec && !q->temp)
-            return skiff_error(err, 0,
-                               "no container named '%s' on %s (create it first: --container-name=%s with "
-                               "--container-image)",
-                               q->name, q->node, q->name);
         if (!exists && !q->image)
             return skiff_error(err, 0, "no container named '%s' on %s yet: give --container-image to create it",
                                q->name, q->node);
@@ -178,9 +207,131 @@ static int prepare(const struct skiff_request *q, char *image, size_t n, skiff_e
                  : resolve_image(q, image, n, err);
     if (rc < 0)
         return -1;
-    if (q->named && skiff_named_create(&q->cfg, q->named, image, err) < 0)
+    if (q->named && skiff_named_create(&q->cfg, q->named, image, true, err) < 0)
         return skiff_err_wrap(err, "container %s", q->named);
     return 0;
+}
+
+/* "JOBID.STEPID": the container of that step (pyxis's name for an
+ * unnamed step's container). */
+static bool step_name(const char *name)
+{
+    size_t a = strspn(name, "0123456789");
+    return a > 0 && name[a] == '.' && name[a + 1] && strspn(name + a + 1, "0123456789") == strlen(name + a + 1);
+}
+
+/* A running container the step's tasks join instead of starting one:
+ * --container-name=NAME (auto or exec) while a step on this node runs
+ * NAME, or JOBID.STEPID of a running step. Looked up as the user, in the
+ * user's own runtime directory; root checks the process it names. */
+static int find_running(const struct skiff_request *q, struct skiff_container *c, skiff_err *err)
+{
+    char key[512], prefix[300];
+    if (step_name(q->name) && (size_t)snprintf(key, sizeof(key), "%s.%s", q->node, q->name) < sizeof(key)) {
+        int f = skiff_container_find(&q->cfg, key, NULL, NULL, c, err);
+        if (f != 0)
+            return f;
+    }
+    snprintf(prefix, sizeof(prefix), "%s.", q->node);
+    return skiff_container_find(&q->cfg, NULL, q->named, prefix, c, err);
+}
+
+/* Steps joined to a running container hold STATE_DIR/joined shared, for
+ * as long as they run; the step that started the container takes it
+ * exclusively before stopping it, so a container is never stopped under
+ * a step that joined it (up to a deadline), and a container that is
+ * stopping is not joined. All of it in the user's own runtime directory,
+ * as the user. */
+static int joined_open(const char *state_dir)
+{
+    char p[SKIFF_PATH_MAX + 16];
+    if ((size_t)snprintf(p, sizeof(p), "%s/joined", state_dir) >= sizeof(p))
+        return -1;
+    return open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+}
+
+/* A shared hold on c for a joining step, or -1 when c is stopping or gone. */
+static int join_hold(const struct skiff_container *c)
+{
+    int fd = c->state_dir[0] ? joined_open(c->state_dir) : -1;
+    if (fd < 0)
+        return -1;
+    int r;
+    while ((r = flock(fd, LOCK_SH | LOCK_NB)) < 0 && errno == EINTR)
+        ;
+    /* held: the container stops only after us; it must still be up now */
+    if (r < 0 || kill(c->holder, 0) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Before the starting step stops its container: tells root on the reply
+ * pipe ('w') when steps joined it and waits until none holds it, at most
+ * timeout_ms; root waits for this process meanwhile, so that Slurm does not
+ * kill it with the step's processes. Nothing written: nobody joined. Keeps
+ * the lock: a step that looks now finds the container stopping. */
+static void wait_joined(const char *state_dir, double timeout_ms)
+{
+    int fd = joined_open(state_dir);
+    int r = -1;
+    while (fd >= 0 && (r = flock(fd, LOCK_EX | LOCK_NB)) < 0 && errno == EINTR)
+        ;
+    bool busy = r < 0 && fd >= 0 && errno == EWOULDBLOCK;
+    if (busy)
+        (void)skiff_write_all(SKIFF_HELPER_REP_FD, "w", 1);
+    close(SKIFF_HELPER_REP_FD);
+    double end = skiff_now_ms() + timeout_ms;
+    while (busy && flock(fd, LOCK_EX | LOCK_NB) < 0 && (errno == EINTR || errno == EWOULDBLOCK) &&
+           skiff_now_ms() < end)
+        usleep(20000);
+    /* fd stays open (and locked) until this process exits */
+}
+
+/* Reads the control pipe until root closes it (or slurmstepd is gone). */
+static void wait_for_root(void)
+{
+    for (;;) {
+        char ch;
+        ssize_t r = read(SKIFF_HELPER_CTL_FD, &ch, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+    }
+}
+
+/* The answer for a step that joins a running container: its holder, its
+ * environment, and / (or --container-workdir from /) as the working
+ * directory, not that of the process that runs there (pyxis). Then holds
+ * the container (hold: join_hold's fd) until root is done with the step. */
+static int answer_attach(const struct skiff_request *q, struct skiff_container *c, int hold, double t0)
+{
+    struct skiff_recbuf b = {0};
+    skiff_err e;
+    char wd[SKIFF_PATH_MAX] = "/";
+    if (q->workdir && skiff_root_path("/", q->workdir, true, wd, sizeof(wd), &e) < 0) {
+        put_failure(&b, "config", &e);
+        answer(&b);
+        return 1;
+    }
+    /* the container as any start answers it, with 'J': root must not
+     * look for its own child, nor ever stop it */
+    snprintf(c->workdir, sizeof(c->workdir), "%s", wd);
+    skiff_strv_free(c->entrypoint);
+    skiff_strv_free(c->cmd);
+    c->entrypoint = c->cmd = NULL;
+    int bad = skiff_rec_put(&b, 'S', "0", &e) < 0 || skiff_rec_putf(&b, 'T', &e, "%.3f 0", skiff_now_ms() - t0) < 0 ||
+              skiff_container_encode(c, &b, &e) < 0 || skiff_rec_put(&b, 'J', "1", &e) < 0 ||
+              skiff_rec_put(&b, 'Z', "", &e) < 0;
+    int rc = bad ? 1 : answer(&b) < 0;
+    skiff_recbuf_free(&b);
+    skiff_container_free(c);
+    if (rc == 0)
+        wait_for_root();
+    close(hold);
+    return rc; /* nothing of ours runs: the step that started it stops it */
 }
 
 static int verb_start(const struct skiff_request *q)
@@ -189,6 +340,28 @@ static int verb_start(const struct skiff_request *q)
     skiff_err_clear(&err);
     struct skiff_recbuf b = {0};
     double t0 = skiff_now_ms();
+    const char *mode = q->name_mode ? q->name_mode : "auto";
+    if (q->named && !q->temp && (!strcmp(mode, "auto") || !strcmp(mode, "exec"))) {
+        struct skiff_container running;
+        int f = find_running(q, &running, &err);
+        if (f > 0) {
+            int hold = join_hold(&running);
+            if (hold >= 0)
+                return answer_attach(q, &running, hold, t0);
+            skiff_container_free(&running); /* stopping: as if it were not running */
+            f = 0;
+        }
+        if (f == 0 && !strcmp(mode, "exec"))
+            skiff_error(&err, 0,
+                        "container '%s' is not running on %s (--container-name=%s:exec only joins a running "
+                        "container; without :exec the step starts it)",
+                        q->name, q->node, q->name);
+        if (f < 0 || !strcmp(mode, "exec")) {
+            put_failure(&b, "join", &err);
+            answer(&b);
+            return 1;
+        }
+    }
     char image[SKIFF_PATH_MAX];
     if (prepare(q, image, sizeof(image), &err) < 0) {
         put_failure(&b, "import", &err);
@@ -210,6 +383,7 @@ static int verb_start(const struct skiff_request *q)
     char *command[2] = {q->command ? strdup(q->command) : NULL, NULL};
     so.command = command[0] ? command : NULL;
     so.hook_env = q->hook_env;
+    so.locale_env = q->locale_env;
     so.state_key = q->state_key;
     /* when this process dies, even by SIGKILL, the holder and every mount go */
     so.die_with_parent = true;
@@ -223,17 +397,20 @@ static int verb_start(const struct skiff_request *q)
     skiff_err ignore;
     int bad = skiff_rec_put(&b, 'S', "0", &ignore) < 0 ||
               skiff_rec_putf(&b, 'T', &ignore, "%.3f %.3f", t1 - t0, t2 - t1) < 0 ||
-              skiff_container_encode(&c, &b, &ignore) < 0 || skiff_rec_put(&b, 'Z', "", &ignore) < 0;
-    if (!bad && answer(&b) == 0) {
+              skiff_container_encode(&c, &b, &ignore) < 0;
+    if (!bad && c.shared)
+        /* the rule of named.h, said once per step and node */
+        bad = skiff_rec_putf(&b, 'U', &ignore,
+                             "container '%s' is in use by another step on this node: this step starts from its "
+                             "files, but its own changes will not be kept",
+                             q->name ? q->name : q->named) < 0;
+    bad = bad || skiff_rec_put(&b, 'Z', "", &ignore) < 0;
+    /* the reply pipe stays open for wait_joined's word */
+    if (!bad && skiff_write_all(SKIFF_HELPER_REP_FD, b.p, b.len) == 0) {
         /* EOF: root is done with the container (or slurmstepd is gone) */
-        for (;;) {
-            char ch;
-            ssize_t r = read(SKIFF_HELPER_CTL_FD, &ch, 1);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                break;
-        }
+        wait_for_root();
+        /* steps that joined it finish first, within root's deadline for us */
+        wait_joined(c.state_dir, q->timeout_s > 2 ? (q->timeout_s - 2) * 1000.0 : 0);
     }
     skiff_recbuf_free(&b);
     skiff_container_stop(&c, &err);

@@ -246,6 +246,30 @@ static int set_name(struct skiff_opts *o, const char *arg, skiff_err *err)
     return 0;
 }
 
+/* The flag that gives a boolean option the value val. */
+static void bool_flag(enum skiff_opt_id id, int val, char *out, size_t n)
+{
+    if (id == SKIFF_OPT_WRITABLE && !val)
+        snprintf(out, n, "--container-readonly");
+    else
+        snprintf(out, n, "--%s%s", val ? "" : "no-", skiff_opt_flag(id));
+}
+
+/* A boolean pair given both ways is a mistake, not "the last one wins"
+ * (pyxis refuses it too). Slurm passing the same value twice is fine. */
+static int set_bool(int *dst, enum skiff_opt_id id, int val, skiff_err *err)
+{
+    int v = val ? 1 : 0;
+    if (*dst >= 0 && *dst != v) {
+        char a[64], b[64];
+        bool_flag(id, *dst, a, sizeof(a));
+        bool_flag(id, v, b, sizeof(b));
+        return skiff_error(err, 0, "%s and %s contradict each other: give one of them", a, b);
+    }
+    *dst = v;
+    return 0;
+}
+
 int skiff_opts_set(struct skiff_opts *o, enum skiff_opt_id id, int val, const char *arg, skiff_err *err)
 {
     bool valued = id == SKIFF_OPT_IMAGE || id == SKIFF_OPT_MOUNTS || id == SKIFF_OPT_WORKDIR ||
@@ -263,9 +287,8 @@ int skiff_opts_set(struct skiff_opts *o, enum skiff_opt_id id, int val, const ch
         rv = set_mounts(o, arg, err);
         break;
     case SKIFF_OPT_WORKDIR:
-        if (arg[0] != '/')
-            return skiff_error(err, 0, "--container-workdir: '%s' is not an absolute path inside the container",
-                               arg);
+        /* a relative one starts where the container starts (pyxis): the
+         * image's WorkingDir, else / */
         rv = set_str(&o->workdir, arg, err);
         break;
     case SKIFF_OPT_NAME:
@@ -278,20 +301,15 @@ int skiff_opts_set(struct skiff_opts *o, enum skiff_opt_id id, int val, const ch
         rv = set_str(&o->save, arg, err);
         break;
     case SKIFF_OPT_MOUNT_HOME:
-        o->mount_home = val ? 1 : 0;
-        break;
+        return set_bool(&o->mount_home, id, val, err);
     case SKIFF_OPT_REMAP_ROOT:
-        o->remap_root = val ? 1 : 0;
-        break;
+        return set_bool(&o->remap_root, id, val, err);
     case SKIFF_OPT_ENTRYPOINT:
-        o->entrypoint = val ? 1 : 0;
-        break;
+        return set_bool(&o->entrypoint, id, val, err);
     case SKIFF_OPT_ENTRYPOINT_LOG:
-        o->entrypoint_log = val ? 1 : 0;
-        break;
+        return set_bool(&o->entrypoint_log, id, val, err);
     case SKIFF_OPT_WRITABLE:
-        o->writable = val ? 1 : 0;
-        break;
+        return set_bool(&o->writable, id, val, err);
     case SKIFF_OPT_ENV:
         rv = set_env(o, arg, err);
         break;

@@ -49,6 +49,8 @@ struct skiff_plugin {
     struct skiff_container c;
     bool started;
     bool start_in_user_init; /* a PMIx step: start once Slurm made its PMIx directory */
+    bool attached;                  /* the tasks join a running container (--container-name) */
+    char notice[SKIFF_NOTICE_MAX];  /* the helper's notice for the user, shown by task 0 */
     uint32_t tasks_exited;
     bool saved; /* --container-save ran (task_exit or exit) */
     int mntns_fd;    /* the container's mount namespace, held open */

@@ -34,6 +34,8 @@ static int reply_parse(const char *p, size_t len, struct skiff_reply *r, struct 
             return skiff_error(err, 0, "data after the end of the answer");
         if (++count > SKIFF_REPLY_RECORDS_MAX)
             return skiff_error(err, 0, "more than %d records", SKIFF_REPLY_RECORDS_MAX);
+        if (!have_status && (tag == 'I' || tag == 'i'))
+            continue; /* progress: shown as it came (skiff_progress_line) */
         if (!have_status && tag != 'S')
             return skiff_error(err, 0, "the answer does not start with its status");
         switch (tag) {
@@ -59,6 +61,15 @@ static int reply_parse(const char *p, size_t len, struct skiff_reply *r, struct 
         case 'e':
             snprintf(r->err.msg, sizeof(r->err.msg), "%s", s);
             printable(r->err.msg);
+            break;
+        case 'J':
+            if (strcmp(s, "1"))
+                return skiff_error(err, 0, "bad join record");
+            r->attached = true;
+            break;
+        case 'U':
+            snprintf(r->notice, sizeof(r->notice), "%s", s);
+            printable(r->notice);
             break;
         case 'T':
             if (sscanf(s, "%lf %lf", &r->t_resolve_ms, &r->t_start_ms) != 2 || !(r->t_resolve_ms >= 0) ||
@@ -146,6 +157,11 @@ int skiff_request_parse(const char *data, size_t len, struct skiff_request *q, s
                 return skiff_error(err, 0, "too many hook variables");
             q->hook_env[q->nhook_env++] = s;
             break;
+        case 'l':
+            if (q->nlocale_env >= sizeof(q->locale_env) / sizeof(q->locale_env[0]) - 1)
+                return skiff_error(err, 0, "too many locale variables");
+            q->locale_env[q->nlocale_env++] = s;
+            break;
         case 'o': {
             const char *v = eq + 1;
             static const struct {
@@ -185,6 +201,11 @@ int skiff_request_parse(const char *data, size_t len, struct skiff_request *q, s
                 q->entrypoint = flag(v);
             else if (!strcmp(key, SKIFF_REQ_UNSHARE))
                 q->unshare = atoi(v);
+            else if (!strcmp(key, SKIFF_REQ_TIMEOUT)) {
+                q->timeout_s = atoi(v);
+                if (q->timeout_s < 0 || q->timeout_s > 86400)
+                    return skiff_error(err, 0, "bad timeout '%s'", v);
+            }
             else
                 return skiff_error(err, 0, "unknown request key '%s'", key);
             break;
@@ -202,4 +223,25 @@ void skiff_reply_free(struct skiff_reply *r)
     skiff_strv_free(r->entrypoint);
     skiff_strv_free(r->cmd);
     r->env = r->entrypoint = r->cmd = NULL;
+}
+
+int skiff_progress_line(char tag, const char *s, char *out, size_t n)
+{
+    char uri[300];
+    if (tag == 'I') {
+        snprintf(uri, sizeof(uri), "%s", s);
+        printable(uri);
+        snprintf(out, n, "importing %s \u2026", uri);
+        return 0;
+    }
+    if (tag != 'i')
+        return -1;
+    unsigned long long bytes, ms;
+    int used = 0;
+    if (sscanf(s, "%llu %llu %n", &bytes, &ms, &used) != 2 || used <= 0 || !s[used] || ms > 1000ull * 86400 * 365)
+        return -1;
+    snprintf(uri, sizeof(uri), "%s", s + used);
+    printable(uri);
+    snprintf(out, n, "imported %s (%llu MB, %.1f s)", uri, (bytes + (1u << 19)) >> 20, (double)ms / 1000);
+    return 0;
 }

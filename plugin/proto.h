@@ -15,13 +15,23 @@
  *   'o' key=value   one scalar of the step (keys below, SKIFF_REQ_*)
  *   'm' spec        a --container-mounts entry, sources made absolute
  *   'h' K=V         environment for the container's hooks (SLURM_* ...)
+ *   'l' K=V         the job's LANG and LC_* (a locale the image lacks falls back)
  * Reply records, in this order:
+ *   progress, while an import runs (start and resolve), before 'S':
+ *            'I' URI (importing), 'i' "BYTES MS URI" (imported)
  *   'S' "0" or "-1"
  *   failure: 'p' phase (config, import, mount, hook, save), 'n' errno, 'e' message
  *   start:   'T' "RESOLVE_MS START_MS", then the container as libskiff
  *            encodes it (skiff_container_encode, container.h): 'H' holder
- *            pid, 'W' workdir, 'E' K=V..., 'P' entrypoint word..., 'C' cmd word...
- *   'Z' ""          the end */
+ *            pid, 'W' workdir, 'E' K=V..., 'P' entrypoint word..., 'C' cmd word...;
+ *            'J' "1": the holder is a running container of another step the
+ *            tasks join (--container-name), not the helper's child;
+ *            'U' a notice for the user (one line)
+ *   'Z' ""          the end
+ * After a start's answer the reply pipe stays open; when the control pipe
+ * closes, the helper writes the single byte 'w' when steps joined its
+ * container (it stops the container when they are done; root waits for
+ * it, skiff_helper_joined), and closes the pipe. */
 #ifndef SKIFF_PLUGIN_PROTO_H
 #define SKIFF_PLUGIN_PROTO_H
 
@@ -61,8 +71,10 @@
 #define SKIFF_REQ_STATE_KEY "state_key" /* NODE.JOB.STEP */
 #define SKIFF_REQ_SAVE "save"           /* --container-save's absolute path */
 #define SKIFF_REQ_SUFFIX "suffix"       /* sweep: remove named containers ending in it */
+#define SKIFF_REQ_TIMEOUT "timeout"     /* root's deadline for the helper, seconds */
 
 #define SKIFF_PHASE_MAX 16
+#define SKIFF_NOTICE_MAX 512
 #define SKIFF_REQUEST_LIST_MAX 4096
 
 /* A request as the helper reads it: strings point into the request's data,
@@ -73,10 +85,13 @@ struct skiff_request {
         *suffix;
     bool temp, writable, remap_root, mount_home, entrypoint;
     int unshare;
+    int timeout_s; /* root's deadline for the helper (0: not given) */
     const char *mounts[SKIFF_REQUEST_LIST_MAX + 1];
     size_t nmounts;
     const char *hook_env[SKIFF_REQUEST_LIST_MAX + 1];
     size_t nhook_env;
+    const char *locale_env[64 + 1];
+    size_t nlocale_env;
 };
 
 /* Parses a request over the defaults of skiff_config_load. Root wrote it,
@@ -89,6 +104,8 @@ struct skiff_reply {
     char phase[SKIFF_PHASE_MAX];
     skiff_err err;
     pid_t holder;
+    bool attached; /* holder came as 'A': a running container, not the helper's child */
+    char notice[SKIFF_NOTICE_MAX];
     double t_resolve_ms, t_start_ms;
     char workdir[SKIFF_PATH_MAX];
     char **env, **entrypoint, **cmd; /* NULL-terminated, owned */
@@ -100,5 +117,10 @@ struct skiff_reply {
  * in srun's output and slurmd's log. */
 int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_err *err);
 void skiff_reply_free(struct skiff_reply *r);
+
+/* The line root shows for a progress record ('I' or 'i', see above), made
+ * printable and bounded: "importing URI …" / "imported URI (N MB, T s)".
+ * 0 with the line in out, -1 for any other record or a malformed one. */
+int skiff_progress_line(char tag, const char *s, char *out, size_t n);
 
 #endif

@@ -392,6 +392,28 @@ static const char *name_mode_word(enum skiff_name_mode m)
     }
 }
 
+/* The job's LANG and LC_* (the container falls back to C.UTF-8 for a
+ * locale its image lacks: imgcompat.c). */
+static spank_t request_sp;
+static int request_locale(struct skiff_recbuf *b, skiff_err *err)
+{
+    char **env = NULL;
+    if (!request_sp || spank_get_item(request_sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || !env)
+        return 0;
+    size_t n = 0;
+    for (size_t i = 0; env[i] && n < 64; i++)
+        if ((!strncmp(env[i], "LANG=", 5) || !strncmp(env[i], "LC_", 3)) && strlen(env[i]) < 256) {
+            if (skiff_rec_put(b, 'l', env[i], err) < 0)
+                return -1;
+            n++;
+        }
+    return 0;
+}
+
+/* Set when the running container this step was to join ended before root
+ * saw it: the helper is asked again, to start this step's own. */
+static bool no_attach;
+
 static int request_start(struct skiff_recbuf *b, skiff_err *err)
 {
     const struct skiff_opts *o = &skiff_g.opts;
@@ -407,7 +429,7 @@ static int request_start(struct skiff_recbuf *b, skiff_err *err)
     if (request_base(b, &skiff_g.cfg, skiff_g.cwd, err) < 0 || req_opt(b, SKIFF_REQ_IMAGE, o->image, err) < 0 ||
         req_opt(b, SKIFF_REQ_NAME, o->name, err) < 0 ||
         req_opt(b, SKIFF_REQ_NAMED, skiff_g.named[0] ? skiff_g.named : NULL, err) < 0 ||
-        req_opt(b, SKIFF_REQ_NAME_MODE, name_mode_word(o->name_mode), err) < 0 ||
+        req_opt(b, SKIFF_REQ_NAME_MODE, no_attach ? "no_exec" : name_mode_word(o->name_mode), err) < 0 ||
         req_opt(b, SKIFF_REQ_TEMP, skiff_g.temp_named ? "1" : "0", err) < 0 ||
         req_opt(b, SKIFF_REQ_IMPORTER, skiff_g.args.importer[0] ? skiff_g.args.importer : NULL, err) < 0 ||
         req_opt(b, SKIFF_REQ_WORKDIR, o->workdir, err) < 0 ||
@@ -416,6 +438,9 @@ static int request_start(struct skiff_recbuf *b, skiff_err *err)
         req_opt(b, SKIFF_REQ_MOUNT_HOME, o->mount_home == 1 ? "1" : "0", err) < 0 ||
         req_opt(b, SKIFF_REQ_ENTRYPOINT, ep ? "1" : "0", err) < 0 || req_opt(b, SKIFF_REQ_UNSHARE, num, err) < 0 ||
         req_opt(b, SKIFF_REQ_COMMAND, skiff_g.command0, err) < 0 || req_opt(b, SKIFF_REQ_STATE_KEY, key, err) < 0)
+        return -1;
+    snprintf(num, sizeof(num), "%d", skiff_g.args.timeout_s);
+    if (req_opt(b, SKIFF_REQ_TIMEOUT, num, err) < 0)
         return -1;
     /* mounts: relative sources against the step's working directory */
     for (size_t i = 0; i < o->nmounts; i++) {
@@ -428,7 +453,7 @@ static int request_start(struct skiff_recbuf *b, skiff_err *err)
     for (size_t i = 0; skiff_g.hook_env && skiff_g.hook_env[i]; i++)
         if (skiff_rec_put(b, 'h', skiff_g.hook_env[i], err) < 0)
             return -1;
-    return 0;
+    return request_locale(b, err);
 }
 
 static struct skiff_user job_user(void)
@@ -475,6 +500,7 @@ static int spawn_starter(spank_t sp, skiff_err *err)
     char **penv = NULL;
     free(skiff_g.hook_env);
     skiff_g.hook_env = build_hook_env(sp);
+    request_sp = sp;
     if (skiff_helper_path(skiff_g.args.helper, false, helper_program, sizeof(helper_program), err) < 0 ||
         request_start(&req, err) < 0)
         goto out;
@@ -514,15 +540,27 @@ static bool runs_as(pid_t pid, uid_t uid)
  * (the helper is ours: its pid cannot be reused before we reap it), runs
  * as the job's uid, and lives in a mount namespace owned by a user
  * namespace of that uid; all checked through a pidfd, so the pid cannot
- * change under us. Returns the namespace, held open, or -1. */
-static int verify_holder(pid_t holder, skiff_err *err)
+ * change under us. Returns the namespace, held open, or -1.
+ *
+ * A running container to attach to (attached) is another step's: it is
+ * not the helper's child, so that check is left out. Root does nothing
+ * with it but this check: the tasks join it as the user (the kernel's
+ * rules decide), and no one on this step's side ever kills in it. The
+ * checks give a clear error for a process that is not a container of the
+ * job's user (another user's, root's, the user's own outside any
+ * container). */
+static int verify_holder(pid_t holder, bool attached, bool *gone, skiff_err *err)
 {
     int pidfd = pidfd_open(holder, 0);
+    *gone = pidfd < 0 && errno == ESRCH;
     if (pidfd < 0)
         return skiff_error(err, 0, "the container process %d the helper named is not running", (int)holder);
     int mnt = -1;
-    if (parent_of(holder) != starter.pid || !runs_as(holder, skiff_g.uid)) {
-        skiff_error(err, 0, "process %d is not the helper's container process (refused)", (int)holder);
+    if ((!attached && parent_of(holder) != starter.pid) || !runs_as(holder, skiff_g.uid)) {
+        skiff_error(err, 0,
+                    attached ? "process %d is not a running container of the job's user (refused)"
+                             : "process %d is not the helper's container process (refused)",
+                    (int)holder);
         goto fail;
     }
     char nsp[64];
@@ -558,6 +596,8 @@ static void take_reply(struct skiff_reply *r)
     skiff_g.t_start_ms = r->t_start_ms;
 }
 
+static void show_progress(char tag, const char *s, void *ctx);
+
 int skiff_remote_user_init(spank_t sp)
 {
     if (!skiff_g.active || skiff_g.failed)
@@ -576,30 +616,94 @@ int skiff_remote_user_init(spank_t sp)
         skiff_error(&err, 0, "the container helper was not started");
         return fail("mount", &err);
     }
-    struct skiff_reply r;
-    int rc = skiff_helper_reply(&starter, skiff_g.args.timeout_s, &r, &err);
-    skiff_g.t_wait_ms = skiff_now_ms() - t0;
-    if (rc < 0) {
+    int mnt;
+    for (;;) {
+        struct skiff_reply r;
+        int shown = 0;
+        int rc = skiff_helper_reply(&starter, skiff_g.args.timeout_s, show_progress, &shown, &r, &err);
+        skiff_g.t_wait_ms = skiff_now_ms() - t0;
+        if (rc < 0) {
+            skiff_reply_free(&r);
+            return fail("mount", &err);
+        }
+        if (r.status < 0) {
+            char phase[SKIFF_PHASE_MAX];
+            snprintf(phase, sizeof(phase), "%s", r.phase);
+            err = r.err;
+            skiff_reply_free(&r);
+            return fail(phase, &err);
+        }
+        take_reply(&r);
+        skiff_g.attached = r.attached;
+        snprintf(skiff_g.notice, sizeof(skiff_g.notice), "%s", r.notice);
         skiff_reply_free(&r);
-        return fail("mount", &err);
+        /* Kept so exit can kill what is left in the container after the
+         * helper stopped it. The fd keeps the namespace alive: otherwise
+         * its inode number could be reused by another step's container. An
+         * attached step's container is another step's to stop: not kept. */
+        bool gone = false;
+        mnt = verify_holder(skiff_g.c.holder, skiff_g.attached, &gone, &err);
+        if (mnt >= 0 || !skiff_g.attached || !gone || no_attach || skiff_g.opts.name_mode == SKIFF_NAME_EXEC)
+            break;
+        /* --container-name=NAME (auto): the running container ended
+         * between the helper's look and ours (two steps starting one name
+         * at once): this step starts its own, as :no_exec would have */
+        skiff_helper_finish(&starter, skiff_g.args.timeout_s);
+        skiff_strv_free(skiff_g.c.env);
+        skiff_strv_free(skiff_g.c.entrypoint);
+        skiff_strv_free(skiff_g.c.cmd);
+        skiff_g.c.env = skiff_g.c.entrypoint = skiff_g.c.cmd = NULL;
+        skiff_g.attached = false;
+        no_attach = true;
+        skiff_err_clear(&err);
+        if (spawn_starter(sp, &err) < 0)
+            return fail("config", &err);
     }
-    if (r.status < 0) {
-        char phase[SKIFF_PHASE_MAX];
-        snprintf(phase, sizeof(phase), "%s", r.phase);
-        err = r.err;
-        skiff_reply_free(&r);
-        return fail(phase, &err);
-    }
-    take_reply(&r);
-    skiff_reply_free(&r);
-    /* Kept so exit can kill what is left in the container after the helper
-     * stopped it. The fd keeps the namespace alive: otherwise its inode
-     * number could be reused by another step's container. */
-    skiff_g.mntns_fd = verify_holder(skiff_g.c.holder, &err);
-    if (skiff_g.mntns_fd < 0)
-        return fail("mount", &err);
+    if (mnt < 0)
+        return fail(skiff_g.attached ? "join" : "mount", &err);
+    if (skiff_g.attached)
+        close(mnt);
+    else
+        skiff_g.mntns_fd = mnt;
     skiff_g.started = true;
     return 0;
+}
+
+/* Progress of an import, live in srun (srun sets SLURMD_DEBUG=1, as pyxis
+ * does, so that slurmstepd's info lines reach it). Bounded: a helper that
+ * floods records gets a few lines shown, no more. */
+static void show_progress(char tag, const char *s, void *ctx)
+{
+    int *shown = ctx;
+    char line[400];
+    if (*shown < 4 && skiff_progress_line(tag, s, line, sizeof(line)) == 0) {
+        (*shown)++;
+        slurm_info("skiff: %s", line);
+    }
+}
+
+/* Options that only shape a container as it starts: a step that joins a
+ * running one says it ignores them. */
+static void warn_ignored(void)
+{
+    static const enum skiff_opt_id start_only[] = {SKIFF_OPT_MOUNTS, SKIFF_OPT_MOUNT_HOME, SKIFF_OPT_REMAP_ROOT,
+                                                    SKIFF_OPT_WRITABLE, SKIFF_OPT_UNSHARE, SKIFF_OPT_SAVE,
+                                                    SKIFF_OPT_ENTRYPOINT};
+    char list[512] = "";
+    size_t n = 0, k = 0;
+    for (size_t i = 0; i < sizeof(start_only) / sizeof(start_only[0]); i++) {
+        if (!skiff_opts_isset(&skiff_g.opts, start_only[i]))
+            continue;
+        const char *flag = skiff_opt_flag(start_only[i]);
+        if (start_only[i] == SKIFF_OPT_WRITABLE && skiff_g.opts.writable == 0)
+            flag = "container-readonly";
+        int w = snprintf(list + n, sizeof(list) - n, "%s--%s", k++ ? ", " : "", flag);
+        if (w > 0 && (size_t)w < sizeof(list) - n)
+            n += (size_t)w;
+    }
+    if (k)
+        dprintf(2, "skiff: %s: joining the running container '%s': ignoring %s (%s only when a container starts)\n",
+                skiff_g.node, skiff_g.opts.name, list, k > 1 ? "they apply" : "it applies");
 }
 
 /* ---- task_init: in the task, as the user ------------------------------------ */
@@ -715,7 +819,7 @@ int skiff_remote_task_init(spank_t sp)
     skiff_err err;
     skiff_err_clear(&err);
     double t0 = skiff_now_ms();
-    if (skiff_container_join(skiff_g.c.holder, skiff_g.c.workdir[0] ? skiff_g.c.workdir : "/", &err) < 0) {
+    if (skiff_container_join(skiff_g.c.holder, skiff_g.c.workdir[0] ? skiff_g.c.workdir : "/", SKIFF_JOIN_KEEP_CAPS, &err) < 0) {
         slurm_error("skiff: join: %s", err.msg);
         return -1;
     }
@@ -730,6 +834,10 @@ int skiff_remote_task_init(spank_t sp)
     double t1 = skiff_now_ms();
     int local = -1;
     spank_get_item(sp, S_TASK_ID, &local);
+    if (local == 0 && skiff_g.attached)
+        warn_ignored();
+    if (local == 0 && skiff_g.notice[0])
+        dprintf(2, "skiff: %s: %s\n", skiff_g.node, skiff_g.notice);
     if (local == 0) {
         char dbg[16];
         if (spank_getenv(sp, "SKIFF_DEBUG", dbg, sizeof(dbg)) == ESPANK_SUCCESS && dbg[0] && strcmp(dbg, "0")) {
@@ -742,7 +850,8 @@ int skiff_remote_task_init(spank_t sp)
         slurm_verbose("skiff: %s: timing: config %.1f ms, import %.1f ms, start %.1f ms, join+env %.1f ms",
                       skiff_g.node, skiff_g.t_config_ms, skiff_g.t_resolve_ms, skiff_g.t_start_ms, t1 - t0);
     }
-    bool ep = skiff_g.opts.entrypoint == 1 || (skiff_g.opts.entrypoint < 0 && skiff_g.args.execute_entrypoint);
+    bool ep = !skiff_g.attached &&
+              (skiff_g.opts.entrypoint == 1 || (skiff_g.opts.entrypoint < 0 && skiff_g.args.execute_entrypoint));
     if (ep && exec_entrypoint(sp, &err) < 0) {
         slurm_error("skiff: entrypoint: %s", err.msg);
         return -1;
@@ -767,6 +876,15 @@ int skiff_remote_task_exit(spank_t sp)
     if (++skiff_g.tasks_exited >= ntasks) {
         close(starter.ctl);
         starter.ctl = -1;
+        /* Steps that joined this container run on: the helper stops it
+         * when they are done, and this step waits for that here, before
+         * Slurm kills the step's processes (the helper among them), up to
+         * the deadline. Without joined steps the helper says nothing and
+         * closes the pipe at once. */
+        if (!skiff_g.attached && skiff_helper_joined(&starter, 2000) &&
+            skiff_helper_finish(&starter, skiff_g.args.timeout_s) == -1)
+            slurm_error("skiff: %s: the steps that joined this container did not end within %d s; it was stopped",
+                        skiff_g.node, skiff_g.args.timeout_s);
         /* A script's next line often starts the saved image: srun must not
          * return before it exists. */
         if (skiff_g.save_path[0]) {
@@ -867,7 +985,7 @@ static void stop_container(const struct skiff_user *u)
 /* --container-save, once: squashes the stopped named container. */
 static void save_container(void)
 {
-    if (!skiff_g.save_path[0] || skiff_g.saved || skiff_g.failed || !skiff_g.named[0])
+    if (!skiff_g.save_path[0] || skiff_g.saved || skiff_g.failed || skiff_g.attached || !skiff_g.named[0])
         return;
     skiff_g.saved = true;
     skiff_err err;

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fdio.h"
 #include "ns.h"
 
@@ -179,15 +180,17 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
     return 0;
 }
 
-int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, struct skiff_reply *r, skiff_err *err)
+int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, skiff_rec_seen_fn seen, void *ctx,
+                       struct skiff_reply *r, skiff_err *err)
 {
     memset(r, 0, sizeof(*r));
     char *data = NULL;
     size_t len = 0;
     bool timed_out = false;
-    int rc = skiff_rec_read_fd(hp->rep, SKIFF_REPLY_MAX, timeout_s * 1000, 'Z', &data, &len, &timed_out, err);
-    close(hp->rep);
-    hp->rep = -1;
+    /* (rep stays open until skiff_helper_finish: a start helper's word
+     * after its answer, skiff_helper_joined) */
+    int rc = skiff_rec_read_fd_cb(hp->rep, SKIFF_REPLY_MAX, timeout_s * 1000, 'Z', seen, ctx, &data, &len,
+                                  &timed_out, err);
     if (rc < 0) {
         if (timed_out)
             return skiff_error(err, 0,
@@ -211,6 +214,19 @@ int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, struct skiff
     if (rc < 0)
         return skiff_err_wrap(err, "bad answer from the user-side helper");
     return 0;
+}
+
+bool skiff_helper_joined(struct skiff_helper_proc *hp, int timeout_ms)
+{
+    if (hp->rep < 0)
+        return false;
+    struct pollfd p = {.fd = hp->rep, .events = POLLIN};
+    double end = skiff_now_ms() + timeout_ms;
+    int r;
+    while ((r = poll(&p, 1, (int)(end - skiff_now_ms() > 0 ? end - skiff_now_ms() : 0))) < 0 && errno == EINTR)
+        ;
+    char ch = 0;
+    return r == 1 && (p.revents & POLLIN) && read(hp->rep, &ch, 1) == 1 && ch == 'w';
 }
 
 /* Waits for the pidfd to become readable (the process exited). */
@@ -259,7 +275,7 @@ int skiff_helper_call(const char *program, const char *verb, const struct skiff_
     if (skiff_helper_spawn(program, verb, u, req, NULL, false, &hp, err) < 0)
         return -1;
     struct skiff_reply r;
-    int rc = skiff_helper_reply(&hp, timeout_s, &r, err);
+    int rc = skiff_helper_reply(&hp, timeout_s, NULL, NULL, &r, err);
     if (rc == 0 && r.status < 0) {
         *err = r.err;
         rc = -1;

@@ -55,10 +55,19 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
                        const struct skiff_recbuf *req, const char *const *env, bool control,
                        struct skiff_helper_proc *hp, skiff_err *err);
 
-/* Reads and parses the helper's answer, for at most timeout_s. On a
- * timeout or a malformed answer err says so. Free r with skiff_reply_free
- * in every case. */
-int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, struct skiff_reply *r, skiff_err *err);
+/* Reads and parses the helper's answer, for at most timeout_s; seen (or
+ * NULL) gets each record as it arrives (progress, proto.h). On a timeout
+ * or a malformed answer err says so. Free r with skiff_reply_free in every
+ * case. */
+int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, skiff_rec_seen_fn seen, void *ctx,
+                       struct skiff_reply *r, skiff_err *err);
+
+/* After the control pipe of a start helper closed: whether it says that
+ * steps joined its container ('w' on the reply pipe, within timeout_ms; it
+ * then stops the container only when they are done, so the caller waits
+ * for it with skiff_helper_finish before Slurm kills the step's
+ * processes). Reads one byte at most. */
+bool skiff_helper_joined(struct skiff_helper_proc *hp, int timeout_ms);
 
 /* Closes the control pipe (the helper stops its container), waits up to
  * timeout_s for the helper to exit, then kills it; reaps it and closes

@@ -1,6 +1,6 @@
 # runtime/: libskiff (static, also built PIC for the SPANK plugin) and the skiff CLI.
 # libskiff holds no common/ objects: link $(LIBSKIFFCOMMON) after it.
-RUNTIME_PKGS := mount libcap libarchive libsquashfs1 libcurl jansson fuse3
+RUNTIME_PKGS := mount libcap libarchive libsquashfs1 libcurl jansson fuse3 libseccomp
 RUNTIME_CFLAGS := $(shell pkg-config --cflags $(RUNTIME_PKGS) 2>/dev/null)
 # squashfuse's static libraries (the in-process FUSE server, fusemount.c) and
 # the decompressors they call.
@@ -27,7 +27,7 @@ $(LIBSKIFF_PIC): $(patsubst %.c,$(BUILD)/pic/%.o,$(RUNTIME_LIB_SRC))
 # `skiff import|resolve` exec bin/skiff-import, the full CLI (same main.c).
 SKIFF_CLI := $(BUILD)/bin/skiff
 SKIFF_IMPORT_CLI := $(BUILD)/bin/skiff-import
-SKIFF_LEAN_LIBS := -lsquashfuse_ll -lsquashfuse $(shell pkg-config --libs fuse3 jansson 2>/dev/null) \
+SKIFF_LEAN_LIBS := -lsquashfuse_ll -lsquashfuse $(shell pkg-config --libs fuse3 jansson libseccomp 2>/dev/null) \
                    -lz -llzma -llz4 -lzstd -llzo2
 $(BUILD)/lean/runtime/cli/main.o: runtime/cli/main.c
 	@mkdir -p $(@D)

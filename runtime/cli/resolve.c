@@ -18,7 +18,7 @@ int cmd_resolve(int argc, char **argv)
     skiff_err err;
     skiff_err_clear(&err);
     char path[4096];
-    if (skiff_image_resolve(&cfg, argv[1], path, sizeof(path), &err) < 0)
+    if (skiff_image_resolve(&cfg, argv[1], path, sizeof(path), NULL, &err) < 0)
         return cli_fail("resolve", &err);
     printf("%s\n", path);
     return 0;

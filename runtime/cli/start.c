@@ -129,7 +129,7 @@ int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid)
     }
     if (pid == 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
-        if (skiff_container_join(join_pid, c->workdir, &err) < 0) {
+        if (skiff_container_join(join_pid, c->workdir, 0, &err) < 0) {
             fprintf(stderr, "skiff: exec: %s\n", err.msg);
             _exit(125);
         }
@@ -246,6 +246,9 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
         fprintf(stderr, "skiff: %s\n", err.msg);
         return 1;
     }
+    if (c.shared)
+        fprintf(stderr, "skiff: container '%s' is in use: this one starts from its files, but its own changes will "
+                        "not be kept\n", o.name);
     int rc = wait_command(c.command, &c.holder);
     skiff_trace(o.trace, "cli: command exited");
     skiff_container_stop(&c, &err);

@@ -71,7 +71,7 @@ static void premake_etc_targets(struct skiff_fuse *fuse, const char *up)
 /* lower (FUSE or extracted) + overlay on stage/root; returns rootfd */
 int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err)
 {
-    char lower[SKIFF_PATH_MAX + 8], root[SKIFF_PATH_MAX + 8], data[3 * SKIFF_PATH_MAX + 64];
+    char lower[SKIFF_PATH_MAX + 8], root[SKIFF_PATH_MAX + 8], data[4 * SKIFF_PATH_MAX + 64];
     if (skiff_stage_path(h, "lower", lower, sizeof(lower), err) < 0 ||
         skiff_stage_path(h, "root", root, sizeof(root), err) < 0)
         return -1;
@@ -102,8 +102,15 @@ int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err)
         if (skiff_squash_extract(h->image, lower, err) < 0)
             return skiff_err_wrap(err, "FUSE unavailable (%s), and the extraction fallback failed", fe.msg);
     }
-    const char *upper = h->upper;
-    char up[SKIFF_PATH_MAX + 16], work[SKIFF_PATH_MAX + 16];
+    /* a named container's upper: written by its first instance, a
+     * read-only layer of the others' (named.h) */
+    const char *upper = h->upper[0] && h->named.writer ? h->upper : "";
+    char up[SKIFF_PATH_MAX + 16], work[SKIFF_PATH_MAX + 16], lowers[2 * SKIFF_PATH_MAX + 16];
+    if (h->upper[0] && !h->named.writer) {
+        if ((size_t)snprintf(lowers, sizeof(lowers), "%s/upper:%s", h->upper, lower) >= sizeof(lowers))
+            return skiff_error(err, ENAMETOOLONG, "overlay lower layers");
+    } else
+        snprintf(lowers, sizeof(lowers), "%s", lower);
     if (!*upper) {
         if (skiff_stage_path(h, "upper", up, sizeof(up), err) < 0 ||
             skiff_stage_path(h, "work", work, sizeof(work), err) < 0)
@@ -115,7 +122,7 @@ int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err)
         snprintf(up, sizeof(up), "%s/upper", upper);
         snprintf(work, sizeof(work), "%s/work", upper);
     }
-    if ((size_t)snprintf(data, sizeof(data), "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, up, work) >=
+    if ((size_t)snprintf(data, sizeof(data), "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lowers, up, work) >=
         sizeof(data))
         return skiff_error(err, ENAMETOOLONG, "overlay options");
     if (skiff_mount_fs("overlay", "overlay", rootdirfd, 0, data, err) < 0) {
@@ -207,9 +214,10 @@ static int apply_spec_list(int rootfd, const char *const *specs, skiff_err *err)
     return 0;
 }
 
-int skiff_rootfs_user_mounts(int rootfd, const char *home, const char *const *specs, skiff_err *err)
+int skiff_rootfs_user_mounts(int rootfd, const char *home, const char *home_dst, const char *const *specs,
+                             skiff_err *err)
 {
-    if (home && bind_at(rootfd, home, home, SKIFF_BIND_REC, err) < 0)
+    if (home && bind_at(rootfd, home, home_dst, SKIFF_BIND_REC, err) < 0)
         return skiff_err_wrap(err, "home directory");
     return apply_spec_list(rootfd, specs, err);
 }

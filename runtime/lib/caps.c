@@ -33,3 +33,24 @@ int skiff_caps_drop_all(skiff_err *err)
         return skiff_error(err, errno, "set no_new_privs");
     return 0;
 }
+
+int skiff_caps_keep_userns(skiff_err *err)
+{
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+    if (syscall(SYS_capget, &hdr, d) < 0)
+        return skiff_error(err, errno, "read capabilities");
+    for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++)
+        d[i].inheritable = d[i].permitted;
+    if (syscall(SYS_capset, &hdr, d) < 0)
+        return skiff_error(err, errno, "set inheritable capabilities");
+    for (int c = 0; c < 32 * _LINUX_CAPABILITY_U32S_3; c++) {
+        if (!(d[c / 32].permitted & (1u << (c % 32))))
+            continue;
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, c, 0, 0) < 0 && errno != EINVAL)
+            return skiff_error(err, errno, "keep capability %d", c);
+    }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return skiff_error(err, errno, "set no_new_privs");
+    return 0;
+}

@@ -8,4 +8,13 @@
 
 int skiff_caps_drop_all(skiff_err *err);
 
+/* For a process that has just joined a container's user namespace (setns
+ * gave it every capability there): keeps those capabilities across exec,
+ * also for a uid other than 0 (inheritable = permitted, each raised as
+ * ambient), then sets no_new_privs. They are the namespace's: the kernel
+ * honours them only for what that namespace owns (the container's mounts,
+ * its own net/ipc/uts namespaces, files of the one mapped id), never for
+ * the host's (doc/SECURITY.md). */
+int skiff_caps_keep_userns(skiff_err *err);
+
 #endif

@@ -36,6 +36,7 @@
 #include "named.h"
 #include "ns.h"
 #include "rootfs.h"
+#include "idfilter.h"
 #include "squash.h"
 #include "warm.h"
 
@@ -117,6 +118,21 @@ static const char *path_in(const char *const *env, const char *found)
     return found;
 }
 
+/* The working directory: --workdir (a relative one from where the
+ * container starts, pyxis's rule; ".." never leaves the root), else the
+ * image's WorkingDir, else /. */
+static int workdir_of(const struct skiff_start_opts *o, const struct skiff_image_config *ic, char *out, size_t n,
+                      skiff_err *err)
+{
+    const char *base = ic->workdir[0] == '/' ? ic->workdir : "/";
+    if (o->workdir && *o->workdir)
+        return skiff_root_path(base, o->workdir, true, out, n, err);
+    if (ic->workdir[0] && ic->workdir[0] != '/')
+        return skiff_error(err, EINVAL, "the image's working directory '%s' is not absolute", ic->workdir);
+    snprintf(out, n, "%s", base);
+    return 0;
+}
+
 /* Starts warming the executable the caller will run (see warm.h): the same
  * choice of argv[0] as skiff_container_argv, the PATH the command will get
  * (hooks aside), the working directory it will start in. */
@@ -127,8 +143,9 @@ static void warm_command(const struct skiff_start_opts *o, const struct skiff_im
     if (o->no_warm || build_argv(ic->entrypoint, ic->cmd, o->use_entrypoint, o->command, &argv, &e) < 0)
         return; /* nothing to run: the caller says so when it asks */
     const char *path = path_in(o->env, path_in((const char *const *)ic->env, SKIFF_DEFAULT_PATH + 5));
-    const char *wd = o->workdir && *o->workdir ? o->workdir : ic->workdir[0] ? ic->workdir : "/";
-    (void)skiff_warm_start(rootfd, argv[0], path, wd);
+    char wd[SKIFF_PATH_MAX];
+    if (workdir_of(o, ic, wd, sizeof(wd), &e) == 0)
+        (void)skiff_warm_start(rootfd, argv[0], path, wd);
     skiff_strv_free(argv);
 }
 
@@ -146,6 +163,7 @@ struct spawn_args {
     const struct skiff_holder *h;
     char **argv, **envp;
     const char *wd;
+    const struct skiff_idfilter_prog *filter; /* compiled before the clone */
 };
 
 /* The spawned command's side, until exec. It shares the holder's memory
@@ -168,6 +186,11 @@ static int spawned(void *arg)
         child_fail(e.msg, NULL, e.code);
         _exit(125);
     }
+    int sr = skiff_idfilter_load(a->filter);
+    if (sr < 0) {
+        child_fail("install the seccomp filter", NULL, -sr);
+        _exit(125);
+    }
     close_range(3, ~0U, 0); /* no holder fd into the command */
     sigprocmask(SIG_SETMASK, &a->h->caller_mask, NULL);
     extern char **environ;
@@ -188,10 +211,17 @@ static pid_t spawn_command(const struct skiff_holder *h, char **argv, char **env
     char *stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED)
         return skiff_error(err, errno, "start the command: stack");
-    struct spawn_args a = {.h = h, .argv = argv, .envp = envp, .wd = wd};
+    /* compiled here: the child shares our memory and may not allocate */
+    struct skiff_idfilter_prog filter;
+    if (skiff_idfilter_build(getuid(), getgid(), &filter, err) < 0) {
+        munmap(stack, stack_size);
+        return skiff_err_wrap(err, "start the command");
+    }
+    struct spawn_args a = {.h = h, .argv = argv, .envp = envp, .wd = wd, .filter = &filter};
     pid_t pid = clone(spawned, stack + stack_size, CLONE_VM | CLONE_VFORK | CLONE_PARENT | SIGCHLD, &a);
     int e = errno;
     munmap(stack, stack_size); /* the child has exec'ed or exited */
+    skiff_idfilter_free(&filter);
     if (pid < 0)
         return skiff_error(err, e, "start the command");
     return pid;
@@ -219,12 +249,10 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
     if (skiff_state_private_dir(h->cfg->runtime_path, err) < 0 || skiff_state_private_dir(h->state_dir, err) < 0)
         return -1;
     if (o->name) {
-        /* held (fd left open) until the holder exits: one user at a time of
-         * the persistent upper layer */
-        int lock = skiff_named_lock(h->cfg, o->name, err);
-        if (lock < 0)
+        /* held (the fds stay open) until the holder exits: the first
+         * instance writes the persistent upper, later ones read it */
+        if (skiff_named_acquire(h->cfg, o->name, !h->rootfs_only, &h->named, err) < 0)
             return -1;
-        (void)lock;
     }
     snprintf(mnt, sizeof(mnt), "%s/mnt", h->state_dir);
     if (mkdir(mnt, 0700) < 0 && errno != EEXIST)
@@ -267,7 +295,9 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
         goto out;
     }
     skiff_trace(o->trace, "holder: system mounts");
-    if (skiff_rootfs_user_mounts(rootfd, o->mount_home ? h->home : NULL, o->mounts, err) < 0)
+    /* pyxis: with remap-root the home directory is root's, /root */
+    if (skiff_rootfs_user_mounts(rootfd, o->mount_home ? h->home : NULL, o->remap_root ? "/root" : h->home,
+                                 o->mounts, err) < 0)
         goto out;
     if (skiff_env_set(&env, SKIFF_DEFAULT_PATH, err) < 0)
         goto out;
@@ -281,12 +311,14 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
         goto out;
     }
     skiff_trace(o->trace, "holder: hooks");
+    if (skiff_compat_env(rootfd, o, &env, err) < 0)
+        goto out;
     for (size_t i = 0; o->env && o->env[i]; i++)
         if (skiff_env_set(&env, o->env[i], err) < 0)
             goto out;
-    const char *wd = o->workdir && *o->workdir ? o->workdir : ic.workdir[0] ? ic.workdir : "/";
-    if (wd[0] != '/') {
-        skiff_error(err, 0, "working directory '%s' is not absolute", wd);
+    char wd[SKIFF_PATH_MAX];
+    if (workdir_of(o, &ic, wd, sizeof(wd), err) < 0) {
+        skiff_err_wrap(err, "working directory");
         goto out;
     }
     {
@@ -302,12 +334,19 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
     }
     {
         /* the report (and state file): the container as the library
-         * encodes it everywhere, borrowing env and the image config's lists */
+         * encodes it everywhere, borrowing env and the image config's lists;
+         * then N, R and M, what skiff_container_find needs to attach to it */
         struct skiff_container view = {
             .holder = getpid(), .server_pidfd = -1, .env = env, .entrypoint = ic.entrypoint, .cmd = ic.cmd};
         snprintf(view.workdir, sizeof(view.workdir), "%s", wd);
+        struct stat mns;
         if (skiff_container_encode(&view, out, err) < 0 ||
-            (h->fuse && skiff_rec_putf(out, 'F', err, "%d", (int)skiff_fuse_server_pid(h->fuse)) < 0))
+            (h->fuse && skiff_rec_putf(out, 'F', err, "%d", (int)skiff_fuse_server_pid(h->fuse)) < 0) ||
+            (o->name && skiff_rec_put(out, 'N', o->name, err) < 0) ||
+            (o->name && !h->named.writer && skiff_rec_put(out, 'R', "1", err) < 0) ||
+            (stat("/proc/self/ns/mnt", &mns) == 0 &&
+             skiff_rec_putf(out, 'M', err, "%llu:%llu", (unsigned long long)mns.st_dev,
+                            (unsigned long long)mns.st_ino) < 0))
             goto out;
     }
     skiff_trace(o->trace, "holder: env, workdir, read-only");
@@ -478,7 +517,7 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
 {
     memset(c, 0, sizeof(*c));
     c->server_pidfd = -1;
-    struct skiff_holder h = {.cfg = cfg, .o = opts};
+    struct skiff_holder h = {.cfg = cfg, .o = opts, .named = {.users = -1, .lock = -1}};
     if (resolve_image(cfg, opts, &h, err) < 0)
         return skiff_err_wrap(err, "start");
     /* validate mount specs before forking: a typo gets its message at once */
@@ -565,13 +604,14 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
     return 0;
 }
 
-int skiff_container_join(pid_t holder, const char *workdir, skiff_err *err)
+int skiff_container_join(pid_t holder, const char *workdir, unsigned flags, skiff_err *err)
 {
     if (skiff_ns_join(holder, err) < 0)
         return skiff_err_wrap(err, "join container");
     if (workdir && *workdir && chdir(workdir) < 0)
         return skiff_error(err, errno, "join container: working directory %s", workdir);
-    if (skiff_caps_drop_all(err) < 0)
+    if ((flags & SKIFF_JOIN_KEEP_CAPS ? skiff_caps_keep_userns(err) : skiff_caps_drop_all(err)) < 0 ||
+        skiff_idfilter_install(err) < 0)
         return skiff_err_wrap(err, "join container");
     return 0;
 }
@@ -596,7 +636,7 @@ int skiff_container_export(const struct skiff_config *cfg, const char *name, con
     struct skiff_start_opts o;
     skiff_start_opts_init(&o);
     o.name = name;
-    struct skiff_holder h = {.cfg = cfg, .o = &o, .rootfs_only = true};
+    struct skiff_holder h = {.cfg = cfg, .o = &o, .rootfs_only = true, .named = {.users = -1, .lock = -1}};
     if (resolve_image(cfg, &o, &h, err) < 0)
         return skiff_err_wrap(err, "export %s", name);
     char abs_out[SKIFF_PATH_MAX];

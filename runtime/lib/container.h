@@ -48,6 +48,9 @@ struct skiff_start_opts {
     bool no_warm;               /* do not warm it (diagnostics: SKIFF_NO_WARM=1 in the CLI) */
     int unshare_flags;          /* extra namespaces: CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS */
     const char *const *hook_env; /* K=V passed to hooks (the plugin passes SLURM_*), or NULL */
+    const char *const *locale_env; /* the caller's LANG / LC_* as K=V (the plugin passes the
+                                    job's): a locale the image lacks becomes C.UTF-8 in the
+                                    container env, unless the image sets the variable */
     const char *extra_hooks_dir; /* the user's hooks, run with cfg->hooks_dir's (the CLI's
                                     $SKIFF_HOOKS_DIR; doc/hooks.md), or NULL */
     const char *state_key;      /* unique key for runtime state (plugin: node.job.step); NULL = auto */
@@ -85,7 +88,7 @@ struct skiff_container {
     pid_t command;                 /* the command started with opts->spawn (our child); 0 = none */
     pid_t server;                  /* the holder's FUSE server; 0 = none (extracted image) */
     int server_pidfd;              /* a pidfd of it (start only), or -1 */
-    char state_dir[SKIFF_PATH_MAX]; /* runtime_path/containers/KEY */
+    char state_dir[SKIFF_PATH_MAX]; /* runtime_path/KEY */
     char workdir[SKIFF_PATH_MAX];  /* resolved working directory inside the container */
     char **env;                    /* container env, NULL-terminated (owned) */
     char **entrypoint;             /* image Entrypoint (owned, may be NULL) */
@@ -96,16 +99,30 @@ struct skiff_container {
     ino_t mntns_ino;
     bool trace;                    /* from opts->trace */
     enum skiff_start_failure failed_phase; /* after skiff_container_start failed */
+    char name[256];                /* the named container it runs, or "" */
+    bool shared;                   /* a second instance of a named container in use: its
+                                      changes are not kept (named.h, skiff_named_use) */
 };
 
 int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_opts *opts,
                           struct skiff_container *c, skiff_err *err);
 
+/* How a process joins a container. */
+enum skiff_join_flag {
+    /* keep the capabilities of the container's user namespace (the SPANK
+     * plugin's tasks, as under pyxis: root with remap-root may mount, and
+     * with --container-unshare=uts set the hostname); without it every
+     * capability is dropped (the CLI) */
+    SKIFF_JOIN_KEEP_CAPS = 1 << 0,
+};
+
 /* Joins the holder's user, mount (and net/ipc/uts where they differ from the
  * caller's) namespaces, enters its root, chdirs to workdir (NULL: "/"), drops
- * all capabilities and sets PR_SET_NO_NEW_PRIVS. The caller must be
- * single-threaded (setns into a user namespace requires it). */
-int skiff_container_join(pid_t holder, const char *workdir, skiff_err *err);
+ * all capabilities (or keeps the namespace's, see SKIFF_JOIN_KEEP_CAPS), sets
+ * PR_SET_NO_NEW_PRIVS and installs the container's seccomp filter
+ * (idfilter.h). The caller must be single-threaded (setns into a user
+ * namespace requires it). */
+int skiff_container_join(pid_t holder, const char *workdir, unsigned flags, skiff_err *err);
 
 /* Copies the container environment into *envp (NULL-terminated, caller frees
  * with skiff_strv_free). */
@@ -152,6 +169,16 @@ int skiff_container_decode(struct skiff_container *c, char tag, const char *s, s
 
 /* Frees c's memory without touching the holder (after skiff_container_load). */
 void skiff_container_free(struct skiff_container *c);
+
+/* A running container of the caller's, to attach to: the one whose state
+ * key is key, or else (key NULL) the instance of the named container name
+ * among the state keys starting with prefix (the plugin's "NODE."),
+ * preferring the instance that writes its persistent layer. Its holder
+ * must be alive, the caller's, and in the mount namespace its state
+ * recorded. Fills c (holder, workdir, env) from the state file.
+ * 1 found, 0 none, -1 error. */
+int skiff_container_find(const struct skiff_config *cfg, const char *key, const char *name, const char *prefix,
+                         struct skiff_container *c, skiff_err *err);
 
 /* Reads the state of a running container by holder pid or state key from
  * runtime_path (for `skiff exec`): fills c (holder, workdir, env). */

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "container.h"
 #include "error.h"
+#include "named.h"
 #include "state.h"
 #include "strv.h"
 
@@ -29,7 +30,8 @@ struct skiff_holder {
     const struct skiff_start_opts *o;
     const char *state_dir;
     char image[SKIFF_PATH_MAX];
-    char upper[SKIFF_PATH_MAX]; /* persistent upper (named), or "" */
+    char upper[SKIFF_PATH_MAX];   /* the named container's directory, or "" */
+    struct skiff_named_use named; /* how this container uses it (named.h) */
     bool writable;
     bool rootfs_only; /* export: lower + overlay, no system mounts, no pivot */
     char stage[SKIFF_PATH_MAX];
@@ -77,8 +79,19 @@ int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err);
 /* /proc, a minimal /dev, /sys, /tmp and the host's hosts/resolv.conf/hostname. */
 int skiff_rootfs_system_mounts(int rootfd, skiff_err *err);
 
-/* The user's home (home: NULL for none), then the user's mount specs. */
-int skiff_rootfs_user_mounts(int rootfd, const char *home, const char *const *specs, skiff_err *err);
+/* The user's home (home: NULL for none) on home_dst, then the user's
+ * mount specs. */
+int skiff_rootfs_user_mounts(int rootfd, const char *home, const char *home_dst, const char *const *specs,
+                             skiff_err *err);
+
+/* ---- imgcompat.c ---- */
+
+/* Adjusts the container environment (image Env + hooks' lines) before the
+ * caller's own entries: APT_CONFIG for apt under remap-root, HOME=/root
+ * with mount_home under remap-root, C.UTF-8 for each of o->locale_env's
+ * variables whose locale the image lacks. rootfd: the assembled root, its
+ * system mounts made. */
+int skiff_compat_env(int rootfd, const struct skiff_start_opts *o, char ***env, skiff_err *err);
 
 /* ---- hookrun.c ---- */
 

@@ -32,8 +32,9 @@
  * 'H' holder pid, 'W' workdir, 'E' env entry, 'P' Entrypoint word, 'C' Cmd
  * word (skiff_container_encode/decode: the holder's report to its starter,
  * the state file, the plugin helper's answer to root); and, in the holder's
- * report and the state file only, 'X' the spawned command's pid and 'F' the
- * FUSE server's. */
+ * report and the state file only, 'X' the spawned command's pid, 'F' the
+ * FUSE server's, 'N' the named container it runs, 'R' (it is a reader
+ * instance of it, named.h) and 'M' "DEV:INO" of its mount namespace. */
 
 int skiff_container_encode(const struct skiff_container *c, struct skiff_recbuf *b, skiff_err *err)
 {
@@ -96,6 +97,18 @@ int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skif
             if (pid < 0)
                 return skiff_error(err, 0, "corrupt container state: bad pid '%.20s'", s);
             *(tag == 'X' ? &c->command : &c->server) = pid;
+            continue;
+        }
+        if (tag == 'N' || tag == 'R' || tag == 'M') {
+            unsigned long long dev, ino;
+            if (tag == 'N')
+                snprintf(c->name, sizeof(c->name), "%s", s);
+            else if (tag == 'R')
+                c->shared = true;
+            else if (sscanf(s, "%llu:%llu", &dev, &ino) == 2) {
+                c->mntns_dev = (dev_t)dev;
+                c->mntns_ino = (ino_t)ino;
+            }
             continue;
         }
         int rc = skiff_container_decode(c, tag, s, err);
@@ -407,4 +420,70 @@ int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff
     if (rv < 0)
         skiff_error(err, ESRCH, "process %d is not in a skiff container of yours (see 'skiff list')", (int)pid);
     return rv;
+}
+
+/* The state of runtime_path/key into c, if its holder is alive, the
+ * caller's (signal 0 works), not a zombie, and in the mount namespace the
+ * state recorded (a reused pid is another process). 1, or 0 when not. */
+static int load_live(const struct skiff_config *cfg, const char *key, struct skiff_container *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->server_pidfd = -1;
+    char sp[SKIFF_PATH_MAX + 300];
+    if ((size_t)snprintf(sp, sizeof(sp), "%s/%s/" STATE_FILE, cfg->runtime_path, key) >= sizeof(sp))
+        return 0;
+    cleanup_close int fd = open(sp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    skiff_err e;
+    size_t len;
+    cleanup_free char *data = fd < 0 ? NULL : skiff_read_fd_small(fd, sp, 4u << 20, &len, &e);
+    if (!data || skiff_state_parse(data, len, c, &e) < 0 || c->holder <= 0 || !c->mntns_ino ||
+        !holder_alive(c->holder))
+        goto no;
+    skiff_err ignore;
+    if (skiff_state_dir_for(cfg, key, 0, c->state_dir, &ignore) < 0)
+        goto no;
+    char p[64];
+    struct stat ns;
+    snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)c->holder);
+    if (stat(p, &ns) < 0 || ns.st_ino != c->mntns_ino || ns.st_dev != c->mntns_dev)
+        goto no;
+    return 1;
+no:
+    skiff_container_free(c);
+    return 0;
+}
+
+int skiff_container_find(const struct skiff_config *cfg, const char *key, const char *name, const char *prefix,
+                         struct skiff_container *c, skiff_err *err)
+{
+    memset(c, 0, sizeof(*c));
+    c->server_pidfd = -1;
+    if (key)
+        return skiff_name_valid(key) ? load_live(cfg, key, c) : 0;
+    DIR *d = opendir(cfg->runtime_path);
+    if (!d)
+        return errno == ENOENT ? 0 : skiff_error(err, errno, "open %s", cfg->runtime_path);
+    struct dirent *e;
+    int found = 0;
+    size_t pl = strlen(prefix);
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, pl) || !skiff_name_valid(e->d_name))
+            continue;
+        struct skiff_container t;
+        if (!load_live(cfg, e->d_name, &t))
+            continue;
+        if (strcmp(t.name, name) || (found && t.shared)) {
+            skiff_container_free(&t);
+            continue;
+        }
+        /* the writer wins over a reader found before it */
+        if (found)
+            skiff_container_free(c);
+        *c = t;
+        found = 1;
+        if (!t.shared)
+            break;
+    }
+    closedir(d);
+    return found;
 }

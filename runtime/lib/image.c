@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "fdio.h"
 #include "imgconfig.h"
 #include "registry.h"
@@ -307,7 +308,7 @@ static int key_hex(const char *text, char *out, skiff_err *err)
 }
 
 int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, char *sqsh_path,
-                        size_t n, skiff_err *err)
+                        size_t n, const struct skiff_resolve_progress *progress, skiff_err *err)
 {
     char uri[2048];
     switch (skiff_ref_classify(image_arg)) {
@@ -395,12 +396,19 @@ int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, c
         return -1;
     if (!skiff_squash_is_image(path)) {
         struct skiff_import_opts o = {.force = true};
+        double t0 = skiff_now_ms();
+        if (progress && progress->importing)
+            progress->importing(progress->ctx, uri);
         if (import_ref(cfg, &ref, path, &o, true, NULL, err) < 0) {
             /* Waiters holding this inode's lock still serialise correctly: they
              * re-check for the image and publish by rename. */
             unlink(lockp);
             return skiff_err_wrap(err, "import %s", uri);
         }
+        struct stat ist;
+        if (progress && progress->imported)
+            progress->imported(progress->ctx, uri, stat(path, &ist) == 0 ? (unsigned long long)ist.st_size : 0,
+                               skiff_now_ms() - t0);
     }
     if (ref.kind == SKIFF_REF_DOCKER) {
         /* ref-<key>.sqsh: a hard link to the last image of this reference, for

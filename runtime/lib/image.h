@@ -39,12 +39,21 @@ int skiff_image_import(const struct skiff_config *cfg, const char *uri, const ch
  * nvidia+cuda+12.sqsh); archives and directories use their base name. */
 int skiff_image_default_name(const char *uri, char *out, size_t n, skiff_err *err);
 
+/* Told when skiff_image_resolve imports (never for a cached image): the
+ * plugin shows "importing URI" and "imported URI (N MB, T s)" in srun. */
+struct skiff_resolve_progress {
+    void (*importing)(void *ctx, const char *uri);
+    void (*imported)(void *ctx, const char *uri, unsigned long long bytes, double ms);
+    void *ctx;
+};
+
 /* For the SPANK plugin: image_arg is a squashfs path (absolute, ./ or ../
  * relative: checked to be a squashfs) or an image URI, which is imported once
  * into cfg->cache_path/images/ (flock-serialised, published by rename) and
  * reused later; a bare name such as "ubuntu:22.04" means docker://ubuntu:22.04
- * (as in pyxis). The squashfs path is written to sqsh_path. */
+ * (as in pyxis). The squashfs path is written to sqsh_path. progress, if
+ * not NULL, hears of an import. */
 int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, char *sqsh_path,
-                        size_t n, skiff_err *err);
+                        size_t n, const struct skiff_resolve_progress *progress, skiff_err *err);
 
 #endif

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 
 void skiff_mount_free(struct skiff_mount *m)
 {
@@ -29,11 +30,27 @@ static int append_data(struct skiff_mount *m, const char *opt, skiff_err *err)
     return 0;
 }
 
+static const struct {
+    const char *word;
+    unsigned long type;
+    bool rec;
+} propagations[] = {
+    {"private", MS_PRIVATE, false},   {"rprivate", MS_PRIVATE, true},       {"slave", MS_SLAVE, false},
+    {"rslave", MS_SLAVE, true},       {"shared", MS_SHARED, false},         {"rshared", MS_SHARED, true},
+    {"unbindable", MS_UNBINDABLE, false}, {"runbindable", MS_UNBINDABLE, true},
+};
+
 /* Applies one flag word. */
 static int apply_flag(struct skiff_mount *m, const char *f, skiff_err *err)
 {
     if (!*f)
         return 0;
+    for (size_t i = 0; i < sizeof(propagations) / sizeof(propagations[0]); i++)
+        if (!strcmp(f, propagations[i].word)) {
+            m->propagation = propagations[i].type;
+            m->propagation_rec = propagations[i].rec;
+            return 0;
+        }
     if (!strcmp(f, "ro"))
         m->readonly = true;
     else if (!strcmp(f, "rw"))
@@ -44,11 +61,12 @@ static int apply_flag(struct skiff_mount *m, const char *f, skiff_err *err)
         m->recursive = false;
     else if (!strcmp(f, "noexec"))
         m->noexec = true;
+    else if (!strcmp(f, "exec"))
+        m->noexec = false;
     else if (!strcmp(f, "nosuid") || !strcmp(f, "nodev") || !strcmp(f, "defaults"))
         ; /* always on / default */
-    else if (!strcmp(f, "private") || !strcmp(f, "rprivate") || !strcmp(f, "slave") ||
-             !strcmp(f, "rslave"))
-        ; /* propagation is always private inside the container */
+    else if (!strcmp(f, "suid") || !strcmp(f, "dev"))
+        return skiff_error(err, 0, "mount flag '%s' is not allowed (every mount is nosuid,nodev)", f);
     else if (!strcmp(f, "x-create=dir"))
         m->create = SKIFF_CREATE_DIR;
     else if (!strcmp(f, "x-create=file"))
@@ -59,17 +77,16 @@ static int apply_flag(struct skiff_mount *m, const char *f, skiff_err *err)
         m->create = SKIFF_CREATE_NONE;
     else if (!strncmp(f, "x-create=", 9))
         return skiff_error(err, 0, "unknown x-create value '%s' (use dir, file or auto)", f + 9);
-    else if (m->tmpfs && (!strncmp(f, "size=", 5) || !strncmp(f, "mode=", 5) ||
-                          !strncmp(f, "nr_inodes=", 10))) {
-        const char *v = strchr(f, '=') + 1;
-        if (!*v || strspn(v, "0123456789kKmMgG%") != strlen(v))
-            return skiff_error(err, 0, "bad tmpfs option '%s'", f);
+    else if (m->tmpfs)
+        /* the kernel knows tmpfs's options (size=, mode=, nr_inodes=,
+         * huge=, uid=, gid=, ...) and names a bad one at mount time */
         return append_data(m, f, err);
-    } else
+    else
         return skiff_error(err, 0,
-                           "unknown mount flag '%s' (accepted: ro, rw, bind, rbind, noexec, "
-                           "x-create=dir|file|auto%s)",
-                           f, m->tmpfs ? ", size=, mode=" : "");
+                           "unknown mount flag '%s' (accepted: ro, rw, bind, rbind, noexec, exec, private, "
+                           "rprivate, slave, rslave, shared, rshared, unbindable, runbindable, "
+                           "x-create=dir|file|auto)",
+                           f);
     return 0;
 }
 
@@ -85,17 +102,16 @@ static int apply_flags(struct skiff_mount *m, const char *flags, const char *sep
     return 0;
 }
 
-static int check_path(const char *what, const char *p, skiff_err *err)
+/* A source is a host path, opened as the user: absolute (the plugin makes
+ * ./x absolute first). A destination may be relative (to the container's
+ * root) and hold '..': where it lands is decided when it is mounted, inside
+ * the root (rootfs.h). */
+static int check_path(const char *what, const char *p, bool relative_ok, skiff_err *err)
 {
     if (!*p)
         return skiff_error(err, 0, "empty %s path", what);
-    if (p[0] != '/')
+    if (p[0] != '/' && !relative_ok)
         return skiff_error(err, 0, "%s '%s' is not an absolute path", what, p);
-    /* '..' components are refused outright: they are never needed and make the
-     * destination harder to reason about (resolution is also confined). */
-    for (const char *s = p; (s = strstr(s, "..")); s += 2)
-        if ((s == p || s[-1] == '/') && (s[2] == '/' || s[2] == '\0'))
-            return skiff_error(err, 0, "%s '%s' contains '..'", what, p);
     return 0;
 }
 
@@ -126,10 +142,14 @@ int skiff_mountspec_parse(const char *spec, struct skiff_mount *m, skiff_err *er
         skiff_error(err, 0, "tmpfs needs a destination (tmpfs:DST)");
         goto fail;
     }
-    const char *dst = n >= 2 && *parts[1] ? parts[1] : parts[0];
-    if (!m->tmpfs && check_path("mount source", parts[0], err) < 0)
+    if (n >= 2 && !*parts[1]) {
+        skiff_error(err, 0, "empty destination (write SRC:DST, or SRC alone to mount it at the same path)");
         goto fail;
-    if (check_path("mount destination", dst, err) < 0)
+    }
+    const char *dst = n >= 2 ? parts[1] : parts[0];
+    if (!m->tmpfs && check_path("mount source", parts[0], false, err) < 0)
+        goto fail;
+    if (check_path("mount destination", dst, true, err) < 0)
         goto fail;
     if (n == 3 && apply_flags(m, parts[2], "+,", err) < 0)
         goto fail;
@@ -170,9 +190,9 @@ int skiff_mountspec_parse_fstab(const char *line, struct skiff_mount *m, skiff_e
         skiff_error(err, 0, "unsupported type '%s' (use none/bind or tmpfs)", f[2]);
         goto fail;
     }
-    if (!m->tmpfs && check_path("mount source", f[0], err) < 0)
+    if (!m->tmpfs && check_path("mount source", f[0], false, err) < 0)
         goto fail;
-    if (check_path("mount destination", f[1], err) < 0)
+    if (check_path("mount destination", f[1], true, err) < 0)
         goto fail;
     if (n >= 4 && apply_flags(m, f[3], ",", err) < 0)
         goto fail;

@@ -1,11 +1,16 @@
 /* Mount specifications as pyxis users write them, and fstab lines (hooks).
  *
- *   SRC:DST[:FLAGS]   bind SRC (host) on DST (container); DST defaults to SRC
+ *   SRC:DST[:FLAGS]   bind SRC (host) on DST (container); SRC alone: DST = SRC
  *   tmpfs:DST[:FLAGS] a fresh tmpfs on DST
- * FLAGS are separated by '+' (pyxis) or ',' : ro, rw, bind, rbind, noexec,
- * x-create=dir|file|auto, private, rprivate, slave, rslave (propagation is
- * always private in the container; accepted for compatibility), and for tmpfs
- * size=N[kmg], mode=OCTAL. Every mount gets nosuid,nodev.
+ * SRC is an absolute host path. DST is a path inside the container; a
+ * relative one starts at its root, and one whose ".." would leave the root
+ * is refused when it is mounted (EXDEV, as enroot does), not here. FLAGS
+ * are separated by '+' (pyxis) or ',': ro, rw, bind, rbind, noexec, exec,
+ * nosuid, nodev, defaults, x-create=dir|file|auto|none, the propagation
+ * types private, rprivate, slave, rslave, shared, rshared, unbindable,
+ * runbindable, and for tmpfs every other word is a tmpfs option passed to
+ * the kernel as it is (size=, mode=, nr_inodes=, huge=, uid=, gid=, ...).
+ * Every mount gets nosuid,nodev (suid and dev are refused).
  *
  * fstab line (hook mounts file): "SRC DST TYPE OPTIONS [0 0]", TYPE "none" or
  * "bind" = bind mount, "tmpfs" = tmpfs; the same OPTIONS as above. */
@@ -20,13 +25,15 @@ enum skiff_mount_create { SKIFF_CREATE_AUTO, SKIFF_CREATE_DIR, SKIFF_CREATE_FILE
 
 struct skiff_mount {
     char *src;       /* host path (bind), NULL for tmpfs */
-    char *dst;       /* absolute path inside the container */
+    char *dst;       /* path inside the container (relative: from its root) */
     bool tmpfs;
     bool readonly;
     bool recursive;  /* rbind */
     bool noexec;
     enum skiff_mount_create create;
-    char *data;      /* tmpfs options (size=,mode=), or NULL */
+    char *data;      /* tmpfs options, comma-separated, or NULL */
+    unsigned long propagation; /* MS_PRIVATE, MS_SLAVE, MS_SHARED, MS_UNBINDABLE, or 0 */
+    bool propagation_rec;      /* the r... form: the mount's submounts too */
 };
 
 /* Parses one pyxis-style spec. On error err names the spec and the problem. */

@@ -131,9 +131,10 @@ static int rm_tree_at(int dfd, const char *name, skiff_err *err)
     return 0;
 }
 
-int skiff_named_create(const struct skiff_config *cfg, const char *name, const char *image, skiff_err *err)
+int skiff_named_create(const struct skiff_config *cfg, const char *name, const char *image, bool exist_ok,
+                       skiff_err *err)
 {
-    char dir[SKIFF_PATH_MAX], abs[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 16];
+    char dir[SKIFF_PATH_MAX], abs[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 64];
     if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
         return -1;
     if (!realpath(image, abs))
@@ -150,40 +151,52 @@ int skiff_named_create(const struct skiff_config *cfg, const char *name, const c
     snprintf(parent, sizeof(parent), "%s/containers", cfg->data_path);
     if (mkdirs(parent, err) < 0)
         return -1;
-    if (mkdir(dir, 0700) < 0) {
-        if (errno == EEXIST)
-            return skiff_error(err, EEXIST, "a container named '%s' exists (remove it first: skiff remove %s)",
-                               name, name);
-        return skiff_error(err, errno, "create %s", dir);
+    if (access(dir, F_OK) == 0) {
+        if (exist_ok)
+            return 0;
+        return skiff_error(err, EEXIST, "a container named '%s' exists (remove it first: skiff remove %s)", name,
+                           name);
     }
+    /* Made complete under a temporary name (a leading '.': never listed,
+     * never a valid name) and renamed into place, so two steps creating
+     * the same name at once never see, or make, half of one: the first
+     * rename wins and the other step uses it. */
+    char tmp[SKIFF_PATH_MAX + 32];
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s/.%s.XXXXXX", parent, name) >= sizeof(tmp))
+        return skiff_error(err, ENAMETOOLONG, "container path");
+    if (!mkdtemp(tmp))
+        return skiff_error(err, errno, "create %s", tmp);
     int rv = -1;
-    snprintf(p, sizeof(p), "%s/upper", dir);
+    snprintf(p, sizeof(p), "%s/upper", tmp);
     if (mkdir(p, 0755) < 0) {
         skiff_error(err, errno, "create %s", p);
-        goto fail;
+        goto out;
     }
-    snprintf(p, sizeof(p), "%s/work", dir);
+    snprintf(p, sizeof(p), "%s/work", tmp);
     if (mkdir(p, 0700) < 0) {
         skiff_error(err, errno, "create %s", p);
-        goto fail;
+        goto out;
     }
-    /* "image" last: its presence marks the container complete */
-    snprintf(p, sizeof(p), "%s/image.tmp", dir);
+    snprintf(p, sizeof(p), "%s/image", tmp);
     int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 || dprintf(fd, "%s\n", abs) < 0 || close(fd) < 0) {
         skiff_error(err, errno, "write %s", p);
-        goto fail;
+        goto out;
     }
-    char fin[SKIFF_PATH_MAX + 16];
-    snprintf(fin, sizeof(fin), "%s/image", dir);
-    if (rename(p, fin) < 0) {
-        skiff_error(err, errno, "write %s", fin);
-        goto fail;
+    if (rename(tmp, dir) < 0) {
+        if ((errno == EEXIST || errno == ENOTEMPTY) && exist_ok)
+            rv = 0; /* another step made it first: that one is the container */
+        else if (errno == EEXIST || errno == ENOTEMPTY)
+            skiff_error(err, EEXIST, "a container named '%s' exists (remove it first: skiff remove %s)", name,
+                        name);
+        else
+            skiff_error(err, errno, "create %s", dir);
+        goto out;
     }
     return 0;
-fail : {
+out : {
     skiff_err e2;
-    rm_tree_at(AT_FDCWD, dir, &e2);
+    rm_tree_at(AT_FDCWD, tmp, &e2);
 }
     return rv;
 }
@@ -228,24 +241,77 @@ int skiff_named_list(const struct skiff_config *cfg, void (*fn)(const char *name
     return 0;
 }
 
-int skiff_named_lock(const struct skiff_config *cfg, const char *name, skiff_err *err)
+/* NAME/FILE opened for flock, created if missing. */
+static int lock_file(const char *dir, const char *file, skiff_err *err)
 {
-    char dir[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 8];
-    if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
-        return -1;
-    if ((size_t)snprintf(p, sizeof(p), "%s/lock", dir) >= sizeof(p))
+    char p[SKIFF_PATH_MAX + 16];
+    if ((size_t)snprintf(p, sizeof(p), "%s/%s", dir, file) >= sizeof(p))
         return skiff_error(err, ENAMETOOLONG, "%s", dir);
     int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return skiff_error(err, errno, "open %s", p);
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-        int e = errno;
-        close(fd);
-        if (e == EWOULDBLOCK)
-            return skiff_error(err, EBUSY, "container '%s' is in use (running, or being exported)", name);
-        return skiff_error(err, e, "lock %s", p);
-    }
     return fd;
+}
+
+/* flock that retries an interrupted call. */
+static int flock_retry(int fd, int op)
+{
+    int r;
+    while ((r = flock(fd, op)) < 0 && errno == EINTR)
+        ;
+    return r;
+}
+
+void skiff_named_release(struct skiff_named_use *u)
+{
+    if (u->users >= 0)
+        close(u->users);
+    if (u->lock >= 0)
+        close(u->lock);
+    u->users = u->lock = -1;
+    u->writer = false;
+}
+
+int skiff_named_acquire(const struct skiff_config *cfg, const char *name, bool writer, struct skiff_named_use *u,
+                        skiff_err *err)
+{
+    *u = (struct skiff_named_use){.users = -1, .lock = -1};
+    char dir[SKIFF_PATH_MAX];
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
+        return -1;
+    if ((u->users = lock_file(dir, "users", err)) < 0 || (writer && (u->lock = lock_file(dir, "lock", err)) < 0))
+        goto fail;
+    /* Alone (nobody holds "users"): take the writable layer, then share
+     * "users" like every other instance. Anyone else: share "users" and
+     * read. A short exclusive hold (a starter between the two steps, or a
+     * removal) is waited out, up to 2 s. */
+    if (writer && flock_retry(u->users, LOCK_EX | LOCK_NB) == 0) {
+        if (flock_retry(u->lock, LOCK_EX | LOCK_NB) == 0) {
+            u->writer = true;
+            if (flock_retry(u->users, LOCK_SH | LOCK_NB) == 0)
+                return 0;
+            skiff_error(err, EBUSY, "container '%s' is being removed", name);
+            goto fail;
+        }
+        /* (a holder that takes "lock" without "users": one of an older skiff) */
+    }
+    if (u->lock >= 0) {
+        close(u->lock);
+        u->lock = -1;
+    }
+    for (int i = 0; i < 200; i++) {
+        if (flock_retry(u->users, LOCK_SH | LOCK_NB) == 0)
+            return 0;
+        if (errno != EWOULDBLOCK) {
+            skiff_error(err, errno, "lock %s/users", dir);
+            goto fail;
+        }
+        usleep(10000);
+    }
+    skiff_error(err, EBUSY, "container '%s' is being removed or exported (try again)", name);
+fail:
+    skiff_named_release(u);
+    return -1;
 }
 
 int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_err *err)
@@ -256,9 +322,13 @@ int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_e
     struct stat st;
     if (lstat(dir, &st) < 0)
         return skiff_error(err, errno, "no container named '%s' (see 'skiff list')", name);
-    cleanup_close int lock = skiff_named_lock(cfg, name, err);
-    if (lock < 0)
+    /* nobody may use it meanwhile: no instance (users) and no writer (lock) */
+    cleanup_close int users = lock_file(dir, "users", err);
+    cleanup_close int lock = users < 0 ? -1 : lock_file(dir, "lock", err);
+    if (users < 0 || lock < 0)
         return skiff_err_wrap(err, "remove");
+    if (flock_retry(users, LOCK_EX | LOCK_NB) < 0 || flock_retry(lock, LOCK_EX | LOCK_NB) < 0)
+        return skiff_error(err, EBUSY, "remove: container '%s' is in use (running, or being exported)", name);
     if (rm_tree_at(AT_FDCWD, dir, err) < 0)
         return skiff_err_wrap(err, "remove container %s", name);
     return 0;

@@ -24,16 +24,33 @@ int skiff_named_image(const struct skiff_config *cfg, const char *name, char *im
 
 bool skiff_named_exists(const struct skiff_config *cfg, const char *name);
 
-int skiff_named_create(const struct skiff_config *cfg, const char *name, const char *image, skiff_err *err);
+/* Creates NAME from image (complete under a temporary name, then renamed
+ * into place). An existing NAME is an error, or with exist_ok success (two
+ * steps that create one name at once: the first wins, both use it). */
+int skiff_named_create(const struct skiff_config *cfg, const char *name, const char *image, bool exist_ok,
+                       skiff_err *err);
 
 /* Calls fn for each container (sorted by name). */
 int skiff_named_list(const struct skiff_config *cfg, void (*fn)(const char *name, const char *image, void *arg),
                      void *arg, skiff_err *err);
 
-/* Takes the container's lock (flock on NAME/lock), held by the holder for
- * the container's life: one start, export or remove at a time. Returns the
- * fd (O_CLOEXEC) or -1 with "is in use" when another holds it. */
-int skiff_named_lock(const struct skiff_config *cfg, const char *name, skiff_err *err);
+/* How one running container uses NAME, held for its life by two flocks in
+ * NAME/: "users" (shared by every instance, exclusive for a removal) and
+ * "lock" (exclusive: the writer). The first instance (nobody else using
+ * NAME) is the writer: its overlay writes to NAME's persistent upper. An
+ * instance started while others use NAME is a reader: NAME's upper is a
+ * read-only layer of it, under a private upper whose changes are not kept
+ * (overlayfs cannot share one upper between two mounts). */
+struct skiff_named_use {
+    int users, lock; /* fds holding the flocks, or -1 */
+    bool writer;
+};
+
+/* Takes NAME for an instance; writer = false asks for a reader in any case
+ * (export). Fails with EBUSY only while NAME is being removed. */
+int skiff_named_acquire(const struct skiff_config *cfg, const char *name, bool writer, struct skiff_named_use *u,
+                        skiff_err *err);
+void skiff_named_release(struct skiff_named_use *u);
 
 /* Removes a tree without following symlinks (directories are made writable
  * first). Run it with the credentials of the tree's owner. */

@@ -287,6 +287,40 @@ int skiff_root_mkfile(int rootfd, const char *path, skiff_err *err)
     return mkfile_depth(rootfd, path, 0, err);
 }
 
+int skiff_root_path(const char *base, const char *path, bool clamp, char *out, size_t n, skiff_err *err)
+{
+    char buf[PATH_MAX];
+    int w = path[0] == '/' ? snprintf(buf, sizeof(buf), "%s", path) : snprintf(buf, sizeof(buf), "%s/%s", base, path);
+    if (w < 0 || (size_t)w >= sizeof(buf) || n < 2)
+        return skiff_error(err, ENAMETOOLONG, "%s", path);
+    size_t o = 0; /* out holds "" for the root, else "/a/b" */
+    char *save = NULL;
+    for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(c, "."))
+            continue;
+        if (!strcmp(c, "..")) {
+            if (o == 0) {
+                if (clamp)
+                    continue;
+                return skiff_error(err, EXDEV, "'..' leaves the container's root");
+            }
+            while (o > 0 && out[--o] != '/')
+                ;
+            continue;
+        }
+        size_t l = strlen(c);
+        if (o + 1 + l + 1 > n)
+            return skiff_error(err, ENAMETOOLONG, "%s", path);
+        out[o++] = '/';
+        memcpy(out + o, c, l);
+        o += l;
+    }
+    if (o == 0)
+        out[o++] = '/';
+    out[o] = '\0';
+    return 0;
+}
+
 char *skiff_root_read(int rootfd, const char *path, size_t max, size_t *len, skiff_err *err)
 {
     cleanup_close int fd = skiff_root_open(rootfd, path, O_RDONLY, err);
@@ -300,7 +334,10 @@ static void fd_path(char *buf, size_t n, int fd)
     snprintf(buf, n, "/proc/self/fd/%d", fd);
 }
 
-int skiff_mount_bind(const char *src, int target_fd, unsigned flags, skiff_err *err)
+/* A bind with a propagation type (MS_SHARED ..., 0: none) set on the clone
+ * before it is moved into place (on its submounts too with prop_rec). */
+static int bind_prop(const char *src, int target_fd, unsigned flags, unsigned long prop, bool prop_rec,
+                     skiff_err *err)
 {
     bool recursive = flags & SKIFF_BIND_REC, readonly = flags & SKIFF_BIND_RO, noexec = flags & SKIFF_BIND_NOEXEC,
          keep_dev = flags & SKIFF_BIND_DEV;
@@ -309,6 +346,8 @@ int skiff_mount_bind(const char *src, int target_fd, unsigned flags, skiff_err *
     if (tree < 0) {
         if (errno != ENOSYS)
             return skiff_error(err, errno, "bind %s", src);
+        if (prop)
+            return skiff_error(err, ENOSYS, "bind %s with a propagation flag (needs Linux >= 5.12)", src);
         /* old kernel: classic bind on the target through its fd path */
         char t[64];
         fd_path(t, sizeof(t), target_fd);
@@ -326,8 +365,64 @@ int skiff_mount_bind(const char *src, int target_fd, unsigned flags, skiff_err *
                                           (noexec ? MOUNT_ATTR_NOEXEC : 0)};
     if (mount_setattr(tree, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr, sizeof(attr)) < 0)
         return skiff_error(err, errno, "set mount attributes of %s", src);
+    struct mount_attr pattr = {.propagation = prop};
+    if (prop && mount_setattr(tree, "", AT_EMPTY_PATH | (prop_rec ? AT_RECURSIVE : 0), &pattr, sizeof(pattr)) < 0)
+        return skiff_error(err, errno, "set the propagation of %s", src);
     if (move_mount(tree, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
         return skiff_error(err, errno, "bind %s", src);
+    return 0;
+}
+
+int skiff_mount_bind(const char *src, int target_fd, unsigned flags, skiff_err *err)
+{
+    return bind_prop(src, target_fd, flags, 0, false, err);
+}
+
+/* A user's tmpfs through fsopen/fsconfig/fsmount: each option is given on
+ * its own, so the kernel's refusal names it. */
+static int user_tmpfs(const struct skiff_mount *m, int target_fd, skiff_err *err)
+{
+    cleanup_close int fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
+    if (fs < 0) {
+        if (errno != ENOSYS || m->propagation)
+            return skiff_error(err, errno, "tmpfs");
+        return skiff_mount_fs("tmpfs", "tmpfs", target_fd,
+                              (m->readonly ? MS_RDONLY : 0) | (m->noexec ? MS_NOEXEC : 0),
+                              m->data ? m->data : "mode=0755", err);
+    }
+    cleanup_free char *opts = strdup(m->data ? m->data : "");
+    if (!opts)
+        return skiff_error(err, ENOMEM, "tmpfs options");
+    bool mode = false;
+    char *save = NULL;
+    for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(o, '=');
+        if (eq)
+            *eq = '\0';
+        mode |= !strcmp(o, "mode");
+        int r = eq ? fsconfig(fs, FSCONFIG_SET_STRING, o, eq + 1, 0) : fsconfig(fs, FSCONFIG_SET_FLAG, o, NULL, 0);
+        if (r < 0) {
+            int e = errno;
+            if (eq)
+                *eq = '=';
+            return skiff_error(err, e, "tmpfs option '%s'", o);
+        }
+    }
+    if (!mode && fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0)
+        return skiff_error(err, errno, "tmpfs option 'mode=0755'");
+    if (fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+        return skiff_error(err, errno, "tmpfs with options '%s'", m->data ? m->data : "");
+    cleanup_close int mnt =
+        fsmount(fs, FSMOUNT_CLOEXEC,
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (m->readonly ? MOUNT_ATTR_RDONLY : 0) |
+                    (m->noexec ? MOUNT_ATTR_NOEXEC : 0));
+    if (mnt < 0)
+        return skiff_error(err, errno, "tmpfs");
+    struct mount_attr pattr = {.propagation = m->propagation};
+    if (m->propagation && mount_setattr(mnt, "", AT_EMPTY_PATH, &pattr, sizeof(pattr)) < 0)
+        return skiff_error(err, errno, "set the propagation of the tmpfs");
+    if (move_mount(mnt, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+        return skiff_error(err, errno, "tmpfs");
     return 0;
 }
 
@@ -355,7 +450,12 @@ int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err)
 {
     bool dir = true, chardev = false;
     struct stat st;
+    char dst[PATH_MAX];
+    if (skiff_root_path("/", m->dst, false, dst, sizeof(dst), err) < 0)
+        return skiff_err_wrap(err, "mount %s", m->dst);
     if (!m->tmpfs) {
+        if (stat(m->src, &st) < 0 && errno == ENOENT)
+            return skiff_error(err, 0, "mount %s: source path does not exist: %s", m->dst, m->src);
         if (stat(m->src, &st) < 0)
             return skiff_error(err, errno, "mount %s: source %s", m->dst, m->src);
         dir = S_ISDIR(st.st_mode);
@@ -370,9 +470,9 @@ int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err)
         dir = false;
     cleanup_close int target = -1;
     if (m->create == SKIFF_CREATE_NONE) {
-        target = skiff_root_open(rootfd, m->dst, O_PATH, err);
+        target = skiff_root_open(rootfd, dst, O_PATH, err);
     } else {
-        target = dir ? skiff_root_mkdirs(rootfd, m->dst, 0755, err) : skiff_root_mkfile(rootfd, m->dst, err);
+        target = dir ? skiff_root_mkdirs(rootfd, dst, 0755, err) : skiff_root_mkfile(rootfd, dst, err);
     }
     if (target < 0) {
         if (err->code == EROFS)
@@ -382,13 +482,11 @@ int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err)
     }
     if (fstat(target, &st) == 0 && !m->tmpfs && S_ISDIR(st.st_mode) != dir)
         return skiff_error(err, ENOTDIR, "mount %s on %s: one is a directory, the other is not", m->src, m->dst);
-    int rc = m->tmpfs ? skiff_mount_fs("tmpfs", "tmpfs", target, (m->readonly ? MS_RDONLY : 0) |
-                                                                     (m->noexec ? MS_NOEXEC : 0),
-                                       m->data ? m->data : "mode=0755", err)
-                      : skiff_mount_bind(m->src, target,
-                                         (m->recursive ? SKIFF_BIND_REC : 0) | (m->readonly ? SKIFF_BIND_RO : 0) |
-                                             (m->noexec ? SKIFF_BIND_NOEXEC : 0) | (chardev ? SKIFF_BIND_DEV : 0),
-                                         err);
+    int rc = m->tmpfs ? user_tmpfs(m, target, err)
+                      : bind_prop(m->src, target,
+                                  (m->recursive ? SKIFF_BIND_REC : 0) | (m->readonly ? SKIFF_BIND_RO : 0) |
+                                      (m->noexec ? SKIFF_BIND_NOEXEC : 0) | (chardev ? SKIFF_BIND_DEV : 0),
+                                  m->propagation, m->propagation_rec, err);
     if (rc < 0)
         return skiff_err_wrap(err, "mount %s", m->dst);
     return 0;

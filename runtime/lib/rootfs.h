@@ -33,6 +33,14 @@ int skiff_root_mkdirs(int rootfd, const char *path, mode_t mode, skiff_err *err)
  * an O_PATH fd to it. */
 int skiff_root_mkfile(int rootfd, const char *path, skiff_err *err);
 
+/* Joins path (absolute, or relative to base) onto base, both paths inside
+ * a container, lexically: "." and empty components go, ".." takes one off.
+ * With clamp, ".." at the root stays there (a working directory: pyxis's
+ * --container-workdir=../ from / is /); without, it is an error, EXDEV
+ * ("Invalid cross-device link"), as enroot refuses a mount destination
+ * that escapes. The result is absolute, in out (n bytes). */
+int skiff_root_path(const char *base, const char *path, bool clamp, char *out, size_t n, skiff_err *err);
+
 /* Reads a whole (small) file inside the root; NULL + err on failure
  * (err->code ENOENT when missing). *len gets the size. */
 char *skiff_root_read(int rootfd, const char *path, size_t max, size_t *len, skiff_err *err);
@@ -64,7 +72,10 @@ int skiff_mount_fs(const char *fstype, const char *source, int target_fd, unsign
 int skiff_mount_setattr(int target_fd, unsigned flags, skiff_err *err);
 
 /* Applies one user mount (bind or tmpfs) inside the root at rootfd, creating
- * the destination as m->create says. Errors name the spec. */
+ * the destination as m->create says, with m's flags and propagation (a
+ * tmpfs gets each option through fsconfig, so a bad one is named). Errors
+ * name the spec: a missing source "source path does not exist: SRC", a
+ * destination outside the root EXDEV. */
 int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err);
 
 #endif

@@ -109,6 +109,19 @@ int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const ch
         return skiff_error(err, e, "fork");
     }
     if (pid == 0) {
+        /* mksquashfs installs handlers for these and exits 1 on them, even
+         * when they were ignored: the plugin's helper ignores Slurm's step
+         * signals (a job that ends while --container-save squashes), so
+         * what the caller ignores is blocked across the exec instead */
+        static const int quiet[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+        sigset_t block;
+        sigemptyset(&block);
+        for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++) {
+            struct sigaction sa;
+            if (sigaction(quiet[i], NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+                sigaddset(&block, quiet[i]);
+        }
+        sigprocmask(SIG_BLOCK, &block, NULL);
         int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (nul >= 0)
             dup2(nul, 0);

@@ -82,6 +82,13 @@ static bool has_end(const char *data, size_t len, char end)
 int skiff_rec_read_fd(int fd, size_t max, int timeout_ms, char end, char **out, size_t *len, bool *timed_out,
                       skiff_err *err)
 {
+    return skiff_rec_read_fd_cb(fd, max, timeout_ms, end, NULL, NULL, out, len, timed_out, err);
+}
+
+int skiff_rec_read_fd_cb(int fd, size_t max, int timeout_ms, char end, skiff_rec_seen_fn seen, void *ctx, char **out,
+                         size_t *len, bool *timed_out, skiff_err *err)
+{
+    size_t scanned = 0; /* records before this offset were passed to seen */
     *out = NULL;
     *len = 0;
     if (timed_out)
@@ -138,6 +145,12 @@ int skiff_rec_read_fd(int fd, size_t max, int timeout_ms, char end, char **out, 
         if (n > max) {
             free(data);
             return skiff_error(err, EMSGSIZE, "answer longer than %zu bytes", max);
+        }
+        if (seen) {
+            char tag;
+            const char *str;
+            while (skiff_rec_next(data, n, &scanned, &tag, &str) == 1)
+                seen(tag, str, ctx);
         }
         if (end && memchr(data + n - (size_t)r, end, (size_t)r) && has_end(data, n, end))
             break;

@@ -37,6 +37,13 @@ int skiff_rec_next(const char *p, size_t len, size_t *off, char *tag, const char
 int skiff_rec_read_fd(int fd, size_t max, int timeout_ms, char end, char **out, size_t *len, bool *timed_out,
                       skiff_err *err);
 
+/* skiff_rec_read_fd, calling seen(tag, s, ctx) for each record as soon as
+ * it has arrived in full (progress records of a long answer; s points into
+ * a buffer that moves: copy what must be kept). */
+typedef void (*skiff_rec_seen_fn)(char tag, const char *s, void *ctx);
+int skiff_rec_read_fd_cb(int fd, size_t max, int timeout_ms, char end, skiff_rec_seen_fn seen, void *ctx, char **out,
+                         size_t *len, bool *timed_out, skiff_err *err);
+
 /* Parses a decimal pid ("123"): > 0, or -1 for anything else. */
 int skiff_rec_pid(const char *s);
 

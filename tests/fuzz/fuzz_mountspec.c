@@ -2,22 +2,40 @@
  * `skiff start -m` entries (SRC:DST[:FLAGS]) and the lines of a hook's
  * mounts file (SRC DST TYPE OPTIONS). The first byte picks the form.
  * Properties: a failure says why and leaves nothing allocated; an accepted
- * mount has absolute source and destination without '..' components, a
- * source exactly when it is a bind, tmpfs data only of the accepted keys;
- * written back in the same form it parses to the same mount; a blank or
- * comment line yields no mount. */
+ * mount has an absolute source exactly when it is a bind and a non-empty
+ * destination (relative and '..' are allowed: they are resolved inside the
+ * root when mounted, rootfs.h), tmpfs data only of words that are not
+ * flags (those are the kernel's to judge), a propagation type only with
+ * its known values; written back in the same form it parses to the same
+ * mount; a blank or comment line yields no mount. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 
 #include "fuzzlib.h"
 #include "mountspec.h"
 
-static void check_path(const char *what, const char *p, const char *in)
+static const char *const flag_words[] = {"ro",         "rw",       "bind",       "rbind",  "noexec",
+                                         "exec",       "nosuid",   "nodev",      "suid",   "dev",
+                                         "defaults",   "private",  "rprivate",   "slave",  "rslave",
+                                         "shared",     "rshared",  "unbindable", "runbindable", NULL};
+
+/* The word of a propagation type, "" for none. */
+static const char *propagation_word(const struct skiff_mount *m)
 {
-    FUZZ_CHECK(p && p[0] == '/', "'%s': %s '%s' is not absolute", in, what, p ? p : "(null)");
-    for (const char *s = p; (s = strstr(s, "..")); s += 2)
-        FUZZ_CHECK(!(s[-1] == '/' && (s[2] == '/' || s[2] == '\0')), "'%s': %s '%s' has a '..' component", in, what, p);
+    switch (m->propagation) {
+    case MS_PRIVATE:
+        return m->propagation_rec ? "rprivate" : "private";
+    case MS_SLAVE:
+        return m->propagation_rec ? "rslave" : "slave";
+    case MS_SHARED:
+        return m->propagation_rec ? "rshared" : "shared";
+    case MS_UNBINDABLE:
+        return m->propagation_rec ? "runbindable" : "unbindable";
+    default:
+        return "";
+    }
 }
 
 static const char *create_word(enum skiff_mount_create c)
@@ -39,15 +57,17 @@ static const char *create_word(enum skiff_mount_create c)
  * already) follows after a ',', a separator in both forms. */
 static void flags_of(const struct skiff_mount *m, char sep, char *out, size_t n)
 {
-    snprintf(out, n, "%s%c%s%c%s%s%s%s%s", m->readonly ? "ro" : "rw", sep, m->recursive ? "rbind" : "bind", sep,
+    const char *prop = propagation_word(m);
+    snprintf(out, n, "%s%c%s%c%s%s%s%s%s%s%s", m->readonly ? "ro" : "rw", sep, m->recursive ? "rbind" : "bind", sep,
              create_word(m->create), m->noexec ? (sep == '+' ? "+" : ",") : "", m->noexec ? "noexec" : "",
-             m->data ? "," : "", m->data ? m->data : "");
+             *prop ? (sep == '+' ? "+" : ",") : "", prop, m->data ? "," : "", m->data ? m->data : "");
 }
 
 static void same(const struct skiff_mount *a, const struct skiff_mount *b, const char *in, const char *again)
 {
     FUZZ_CHECK(a->tmpfs == b->tmpfs && a->readonly == b->readonly && a->recursive == b->recursive &&
-                   a->noexec == b->noexec && a->create == b->create,
+                   a->noexec == b->noexec && a->create == b->create && a->propagation == b->propagation &&
+                   a->propagation_rec == b->propagation_rec,
                "'%s' and its rewrite '%s' differ in flags", in, again);
     FUZZ_CHECK(!a->src == !b->src && (!a->src || !strcmp(a->src, b->src)), "'%s' -> '%s': source differs", in, again);
     FUZZ_CHECK(!strcmp(a->dst, b->dst), "'%s' -> '%s': destination differs", in, again);
@@ -78,18 +98,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(s);
         return 0;
     }
-    check_path("destination", m.dst, s);
+    FUZZ_CHECK(m.dst && m.dst[0], "'%s': empty destination", s);
+    FUZZ_CHECK(m.propagation == 0 || m.propagation == MS_PRIVATE || m.propagation == MS_SLAVE ||
+                   m.propagation == MS_SHARED || m.propagation == MS_UNBINDABLE,
+               "'%s': propagation %#lx", s, m.propagation);
+    FUZZ_CHECK(m.propagation || !m.propagation_rec, "'%s': recursive without a propagation type", s);
     if (m.tmpfs) {
         FUZZ_CHECK(!m.src, "'%s': tmpfs with a source", s);
     } else {
-        check_path("source", m.src, s);
+        FUZZ_CHECK(m.src && m.src[0] == '/', "'%s': source '%s' is not absolute", s, m.src ? m.src : "(null)");
         FUZZ_CHECK(!m.data, "'%s': bind mount with tmpfs data '%s'", s, m.data);
     }
     if (m.data) {
         char *copy = strdup(m.data), *save = NULL;
         for (char *o = strtok_r(copy, ",", &save); o; o = strtok_r(NULL, ",", &save))
-            FUZZ_CHECK(!strncmp(o, "size=", 5) || !strncmp(o, "mode=", 5) || !strncmp(o, "nr_inodes=", 10),
-                       "'%s': tmpfs option '%s'", s, o);
+            FUZZ_CHECK(!fuzz_in(o, flag_words) && strncmp(o, "x-create=", 9), "'%s': flag '%s' in the tmpfs data",
+                       s, o);
         free(copy);
     }
 

@@ -7,7 +7,7 @@
  * environment error names the variable); accepted arguments hold what
  * args.h promises (absolute paths, timeout in 1..86400, a registry without
  * '/', '#' or blanks); accepted options are valid again on their own (image
- * class, every mount spec, names, workdir); applying the options twice, as
+ * class, every mount spec, names, a non-empty workdir); applying the options twice, as
  * Slurm may, gives the same result as once. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +65,9 @@ static void check_valid(const struct skiff_opts *o)
     }
     FUZZ_CHECK(!o->mounts || !o->mounts[o->nmounts], "mount list not terminated");
     FUZZ_CHECK(!o->name || skiff_name_valid(o->name), "name '%s' kept", o->name);
-    FUZZ_CHECK(!o->workdir || o->workdir[0] == '/', "workdir '%s' kept", o->workdir);
+    /* relative is pyxis's: it starts at the image's WorkingDir, resolved
+     * inside the root (skiff_root_path) */
+    FUZZ_CHECK(!o->workdir || o->workdir[0], "empty workdir kept");
     FUZZ_CHECK(!o->save || (o->save[0] && o->save[strlen(o->save) - 1] != '/'), "save '%s' kept", o->save);
     for (size_t i = 0; i < o->nenv; i++) {
         const char *e = o->env[i];

@@ -84,6 +84,7 @@ static void reply(const char *p, size_t len)
         }
         printable(r.err.msg, "the message");
         printable(r.phase, "the phase");
+        printable(r.notice, "the notice");
         FUZZ_CHECK(r.err.code >= 0 && r.err.code <= 4095, "errno %d", r.err.code);
         FUZZ_CHECK(r.holder >= 0, "holder %d", (int)r.holder);
         FUZZ_CHECK(!r.workdir[0] || r.workdir[0] == '/', "workdir '%s'", r.workdir);
@@ -102,7 +103,11 @@ static void request(const char *p, size_t len)
     int rc = skiff_request_parse(p, len, &q, &err);
     fuzz_check_failure(rc, &err, "skiff_request_parse");
     if (rc == 0) {
-        FUZZ_CHECK(q.nmounts <= SKIFF_REQUEST_LIST_MAX && q.nhook_env <= SKIFF_REQUEST_LIST_MAX, "lists too long");
+        FUZZ_CHECK(q.nmounts <= SKIFF_REQUEST_LIST_MAX && q.nhook_env <= SKIFF_REQUEST_LIST_MAX &&
+                       q.nlocale_env < sizeof(q.locale_env) / sizeof(q.locale_env[0]) && !q.locale_env[q.nlocale_env],
+                   "lists too long");
+        for (size_t i = 0; i < q.nlocale_env; i++)
+            FUZZ_CHECK(q.locale_env[i] > p && q.locale_env[i] < p + len, "locale entry %zu outside the data", i);
         const char *paths[] = {q.cfg.data_path,        q.cfg.cache_path, q.cfg.runtime_path,    q.cfg.temp_path,
                                q.cfg.block_cache_path, q.cfg.hooks_dir,  q.cfg.credentials_file};
         for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)

@@ -65,7 +65,7 @@ gone_within() { # SECONDS CMD: CMD prints nothing within SECONDS
 R=$T/rootfs
 mkdir -p "$R"/{bin,etc,tmp,proc,dev,sys}
 cp /bin/busybox "$R/bin/"
-for c in sh cat true sleep ls; do ln -sf busybox "$R/bin/$c"; done
+for c in sh cat true sleep ls hostname; do ln -sf busybox "$R/bin/$c"; done
 touch "$R/etc/hosts" "$R/etc/resolv.conf" "$R/etc/hostname"
 mksquashfs "$R" "$T/bb.sqsh" -quiet -noappend -comp zstd -all-root >/dev/null && chmod 644 "$T/bb.sqsh"
 cc -O2 -o "$T/getfd" tests/integration/attack-getfd.c 2>"$T/cc.log" || { t_fail "build the attacker's tool" "$(cat "$T/cc.log")"; t_done; }
@@ -74,7 +74,8 @@ chmod 755 "$T/getfd"
 # Processes a successful forgery would have killed: root's, and one of the
 # user's own in this (the host's, for the cluster) mount namespace.
 sleep 1000 & victims+=($!); ROOT_VICTIM=$!
-runuser -u "$U" -- sleep 1000 & victims+=($!); USER_VICTIM=$!
+# (setpriv execs: $! is the user's sleep, not a root runuser waiting for it)
+setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups sleep 1000 & victims+=($!); USER_VICTIM=$!
 SLURMD_N2=$(pgrep -f "slurmd -f $SLURM_CONF -N n2" | head -1)
 
 # forge NAME PAYLOAD_FILE: starts a step whose helper blocks on a FIFO (as
@@ -215,6 +216,85 @@ if [ -n "$st" ] && [ -L "/run/skiff/$UID_U/$st" ] && [ "$(cat /tmp/skiff-victim-
   t_pass "6: a state directory swapped for a link: the other user's files are untouched"
 else t_fail "6: swapped state dir" "state '$st' $(cat "$T/swap.err"): $(ls -la /tmp/skiff-victim-dir 2>&1)"; fi
 runuser -u "$U" -- rm -rf "/run/skiff/$UID_U/$st" "/run/skiff/$UID_U/$st.old"
+
+# --- 8. attaching to a running container (--container-name, issue 14) --------------------------------
+# Root never reads the user's state to pick a namespace: the helper looks
+# the container up as the user, root checks the process it names, and the
+# tasks join as the user.
+rm -f "$T/o-stop"
+(cd /tmp && runuser -u "$O" -- env SLURM_CONF="$SLURM_CONF" srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" \
+  sh -c 'while :; do sleep 1; done') >"$T/o.out" 2>&1 &
+OSRUN=$!
+O_HOLDER=""
+for _ in $(seq 100); do
+  for p in $(node_pids 1); do
+    [ "$(stat -c %U /proc/$p 2>/dev/null)" = "$O" ] && [ "$(cat /proc/$p/comm 2>/dev/null)" = skiff-holder ] && O_HOLDER=$p
+  done
+  [ -n "$O_HOLDER" ] && break; sleep 0.1
+done
+O_JOB=$(squeue -h -u "$O" -o %i 2>/dev/null | head -1)
+if [ -n "$O_HOLDER" ] && [ -n "$O_JOB" ]; then
+  t_fails_with "8: another user's running step, named JOBID.STEPID, is not found (each user's containers are their own)" \
+    "container '$O_JOB.0' is not running on n1" as_user srun -Q -n1 -w n1 --container-name="$O_JOB.0:exec" true
+  # a state record in the user's own runtime directory naming the other
+  # user's holder (and its real namespace), or a root process
+  for victim in "$O_HOLDER" "$ROOT_VICTIM"; do
+    d=/run/skiff/$UID_U/n1.999999.0
+    mkdir -p "$d"
+    printf 'H%s\0W/\0Nforged\0M%s\0' "$victim" "$(stat -L -c '%d:%i' /proc/$victim/ns/mnt)" >"$d/state"
+    chown -R "$U:" "$d"
+    t_fails_with "8: a forged state record naming $( [ "$victim" = "$O_HOLDER" ] && echo "another user's container" || echo "a root process") is not attached to" \
+      "container '999999.0' is not running on n1" as_user srun -Q -n1 -w n1 --container-name=999999.0:exec true
+    rm -rf "$d"
+  done
+  # a forged answer (the helper's reply pipe, as in 1) naming the other
+  # user's container, or the user's own host process: root refuses
+  for victim in "$O_HOLDER" "$USER_VICTIM"; do
+    printf 'S0\0H%d\0W/\0J1\0Z\0' "$victim" >"$T/forge-attach"
+    forge forge-attach "$T/forge-attach"
+    if grep -q "rc=0" "$T/forge-attach.out"; then t_fail "8: forged attach to process $victim" "the step ran: $(cat "$T/forge-attach.out")"
+    elif grep -Eq "is not a running container of the job's user \(refused\)|is not in a container's mount namespace \(refused\)" "$T/forge-attach.out"; then
+      t_pass "8: a forged answer attaching to $( [ "$victim" = "$O_HOLDER" ] && echo "another user's container" || echo "the user's own host process") is refused"
+    else t_fail "8: forged attach to process $victim" "$(cat "$T/forge-attach.out")"; fi
+  done
+  kill -0 "$O_HOLDER" && kill -0 "$USER_VICTIM" && t_pass "8: the other user's container and the user's process live on" ||
+    t_fail "8: victims of the forged attaches" "holder $O_HOLDER / user process $USER_VICTIM gone"
+else
+  t_fail "8: another user's container" "no holder of $O on n1: $(cat "$T/o.out")"
+fi
+scancel -u "$O" 2>/dev/null; wait $OSRUN 2>/dev/null
+# a forged attach to a namespace the user made: the user's own, so root
+# lets the tasks join it (as the user) and kills nothing in it afterwards
+# (in node n1's network and UTS namespaces, as the step's tasks are: joining
+# the host's would be refused by the kernel, the join running as the user)
+SLURMD_N1=$(pgrep -f "slurmd -f $SLURM_CONF -N n1" | head -1)
+nsenter -t "$SLURMD_N1" -n -u setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups unshare -Urm sleep 1000 &
+victims+=($!); NS_VICTIM=$!
+for _ in $(seq 50); do [ "$(readlink /proc/$NS_VICTIM/ns/user)" != "$(readlink /proc/self/ns/user)" ] && break; sleep 0.1; done
+printf 'S0\0H%d\0W/\0J1\0Z\0' "$NS_VICTIM" >"$T/forge-own"
+forge forge-own "$T/forge-own"
+sleep 1
+if grep -q "rc=0" "$T/forge-own.out" && kill -0 "$NS_VICTIM" 2>/dev/null; then
+  t_pass "8: a forged attach to the user's own namespace is joined as the user (nothing new), and root kills nothing in it"
+else t_fail "8: forged attach to the user's own namespace" "its process was killed: $(cat "$T/forge-own.out")"; fi
+
+# --- 9. the id filter and the namespace's capabilities grant nothing on the host ------------------------
+cc -static -O2 -o "$T/ids" tests/integration/attack-ids.c 2>"$T/cc.log" || t_fail "build attack-ids" "$(cat "$T/cc.log")"
+chmod 755 "$T/ids"
+echo mine >"$T/owned"; chown "$U:" "$T/owned"; chmod 644 "$T/owned"
+for remap in "" --container-remap-root; do
+  out=$(as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" $remap \
+        --container-mounts="$T/ids:/ids,$T/owned:/owned,/etc/shadow:/shadow" /ids /owned /shadow 2>&1)
+  inside=$( [ -n "$remap" ] && echo 0 || echo "$UID_U")
+  if grep -q "setuid=0 setresuid=0 setgroups=0 chown=0 uid=$inside euid=$inside read=EACCES" <<<"$out" &&
+     [ "$(stat -c %U "$T/owned")" = "$U" ]; then
+    t_pass "9: ${remap:-no remap}: setuid(0), setgroups and chown report success yet change nothing: ids stay, the host file stays the user's, /etc/shadow stays unreadable"
+  else t_fail "9: id filter ${remap:-no remap}" "$out / owner $(stat -c %U "$T/owned")"; fi
+done
+t_fails_with "9: root in the container's namespace cannot set the node's hostname" "Operation not permitted|must be root|denied" \
+  as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" --container-remap-root hostname attacker
+[ "$(as_user srun -Q -n1 -w n1 hostname 2>&1)" = n1 ] && t_pass "9: the node's hostname is unchanged" ||
+  t_fail "9: node hostname" "$(as_user srun -Q -n1 -w n1 hostname 2>&1)"
 
 # --- nothing left --------------------------------------------------------------------------------------
 left=$(for n in 1 2; do skiff_procs $n; done)

@@ -127,7 +127,7 @@ out_is "command line wins over SKIFF_CONTAINER_WORKDIR" /etc \
 as_user srun -Q -n1 -w n1 --container-image="$IMG" --container-name=pt-named sh -c 'echo kept >/k' >/dev/null 2>"$T/err1" || cat "$T/err1"
 out_is "named container: a file written in step 1 is seen in step 2" kept srun1 --container-name=pt-named cat /k
 out_is "named container :create starts fresh" gone srun1 --container-image="$IMG" --container-name=pt-named:create sh -c 'cat /k 2>/dev/null || echo gone'
-t_fails_with "named container :exec needs an existing one" "no container named 'pt-never'" srun1 --container-name=pt-never:exec true
+t_fails_with "named container :exec needs a running one" "container 'pt-never' is not running on n1" srun1 --container-name=pt-never:exec true
 
 rm -f "$T/saved.sqsh"; chown "$U:" "$T"
 srun1 --container-image="$IMG" --container-save="$T/saved.sqsh" sh -c 'echo saved >/saved-file' >/dev/null 2>"$T/err"
@@ -160,7 +160,8 @@ t_fails_with "invalid: missing image file names the phase" "skiff: import: .*$T/
 t_fails_with "invalid: bad container name" "not a valid container name" srun1 --container-image="$IMG" --container-name='a/b' true
 t_fails_with "invalid: bad name mode" "unknown mode 'sometimes'" srun1 --container-image="$IMG" --container-name=x:sometimes true
 t_fails_with "invalid: unknown mount flag" "unknown mount flag 'bogus'" srun1 --container-image="$IMG" --container-mounts=/tmp:/t:bogus true
-t_fails_with "invalid: relative workdir" "not an absolute path" srun1 --container-image="$IMG" --container-workdir=rel true
+t_fails_with "invalid: a relative workdir that does not exist is named (from the image's WorkingDir)" \
+  "working directory: open /opt/work/rel: No such file" srun1 --container-image="$IMG" --container-workdir=rel true
 t_fails_with "invalid: --container-unshare=pid" "unknown namespace 'pid'" srun1 --container-image="$IMG" --container-unshare=pid true
 t_fails_with "invalid: --container-env=1BAD" "not a variable name" srun1 --container-image="$IMG" --container-env=1BAD true
 t_fails_with "invalid: --container-mounts without an image" "needs --container-image" srun1 --container-mounts=/tmp:/t true
@@ -201,14 +202,7 @@ else t_fail "interrupted srun" "procs: $left / mounts: $mnt / state: $rt"; fi
 
 # --- 8 concurrent steps resolve one image URI: one import, none fails --------------------------
 L=$T/layout
-# rt-import's OCI image builder, plus the /etc/hostname mount target
-python3 - "$L" "$T_ROOT/tests/integration/lib" >/dev/null 2>&1 <<'EOF' && chmod -R a+rX "$L"
-import sys
-sys.path.insert(0, sys.argv[2])
-import mkimage
-lay = mkimage.Layout(sys.argv[1])
-lay.tag("busybox", mkimage.image(lay, [mkimage.busybox_tar(lambda t: t.add("etc/hostname", data=b""))]))
-EOF
+python3 "$T_ROOT/tests/integration/lib/mkimage.py" "$L" busybox-node >/dev/null 2>&1 && chmod -R a+rX "$L"
 if [ -f "$L/index.json" ]; then
   rm -rf "$UHOME/.cache/skiff/images"
   as_user salloc -Q -N1 -w n3 -n8 bash -c '

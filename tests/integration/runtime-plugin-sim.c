@@ -59,7 +59,8 @@ int main(int argc, char **argv)
         pid_t pid = fork();
         if (pid == 0) { /* task: as the user, like task_init */
             char **env = NULL;
-            if (skiff_container_join(c.holder, c.workdir, &err) < 0 || skiff_container_env(&c, &env, &err) < 0) {
+            if (skiff_container_join(c.holder, c.workdir, SKIFF_JOIN_KEEP_CAPS, &err) < 0 ||
+                skiff_container_env(&c, &env, &err) < 0) {
                 fprintf(stderr, "task_init: %s\n", err.msg);
                 _exit(121);
             }

@@ -8,6 +8,8 @@ usage: mkimage.py LAYOUT RECIPE [RECIPE...]
 Each recipe adds one tag to the OCI layout LAYOUT (created if missing):
   busybox      one gzip layer: busybox-static and its applets, /etc files,
                a setuid-root file, a hardlink, a fifo, a char device
+  busybox-node busybox plus an empty /etc/hostname (the mount target the
+               plugin binds the node's over), tagged "busybox"
   multilayer   three layers: whiteouts (.wh.x), an opaque dir (.wh..wh..opq),
                a hardlink, symlinks, a file replaced by a directory
   zstd         busybox with zstd-compressed layers
@@ -162,6 +164,8 @@ def busybox_tar(extra=None):
 def recipe(lay, name):
     if name == "busybox":
         lay.tag(name, image(lay, [busybox_tar()]))
+    elif name == "busybox-node":
+        lay.tag("busybox", image(lay, [busybox_tar(lambda t: t.add("etc/hostname", data=b""))]))
     elif name == "zstd":
         lay.tag(name, image(lay, [busybox_tar()], how="zstd"))
     elif name == "multilayer":

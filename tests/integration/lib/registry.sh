@@ -1,5 +1,6 @@
 # Starts a real registry (Debian docker-registry, Distribution 2.8) on
-# 127.0.0.1 with a free port and storage in a temp dir. Sourced (bash).
+# 127.0.0.1 (or REG_ADDR, e.g. a test cluster's bridge address that its
+# nodes reach) with a free port and storage in a temp dir. Sourced (bash).
 #   registry_start DIR [htpasswd-file]  -> sets REG_PORT, REG_PID; returns 1 if it did not come up
 #   registry_start DIR token REALM SERVICE CERT.pem   (bearer tokens, see tokenserver.py)
 #   registry_stop
@@ -35,13 +36,13 @@ storage:
   delete:
     enabled: true
 http:
-  addr: 127.0.0.1:$port
+  addr: ${REG_ADDR:-127.0.0.1}:$port
 $auth
 EOC
   /usr/bin/docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 &
   local pid=$!
   for _ in $(seq 400); do  # up to 20 s on a loaded machine
-    if curl -s -o /dev/null "http://127.0.0.1:$port/v2/"; then
+    if curl -s -o /dev/null "http://${REG_ADDR:-127.0.0.1}:$port/v2/"; then
       REG_PORT=$port; REG_PID=$pid
       REG_PIDS="${REG_PIDS:-} $pid"
       return 0

@@ -69,12 +69,14 @@ Test(options, mounts_errors)
     cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_MOUNTS, 0, "/a:/b,", &err), -1);
 }
 
-Test(options, workdir_absolute_only)
+Test(options, workdir_absolute_or_relative)
 {
-    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_WORKDIR, 0, "rel", &err), -1);
-    cr_assert(strstr(err.msg, "absolute"), "%s", err.msg);
+    /* a relative one is resolved where the container starts (pyxis) */
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_WORKDIR, 0, "../", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.workdir, "../");
     cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_WORKDIR, 0, "/w", &err), 0);
     cr_assert_str_eq(o.workdir, "/w");
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_WORKDIR, 0, "", &err), -1);
 }
 
 Test(options, name_modes)
@@ -102,16 +104,21 @@ Test(options, save_not_a_directory)
     cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_SAVE, 0, "./out.sqsh", &err), 0);
 }
 
-Test(options, booleans_last_wins)
+Test(options, boolean_pairs_refuse_both)
 {
     cr_assert_eq(o.writable, -1);
-    skiff_opts_set(&o, SKIFF_OPT_WRITABLE, 0, NULL, &err);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_WRITABLE, 0, NULL, &err), 0);
     cr_assert_eq(o.writable, 0);
-    skiff_opts_set(&o, SKIFF_OPT_WRITABLE, 1, NULL, &err);
-    cr_assert_eq(o.writable, 1);
-    skiff_opts_set(&o, SKIFF_OPT_REMAP_ROOT, 1, NULL, &err);
-    skiff_opts_set(&o, SKIFF_OPT_REMAP_ROOT, 1, NULL, &err);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_WRITABLE, 0, NULL, &err), 0, "Slurm may pass a flag twice");
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_WRITABLE, 1, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "--container-readonly and --container-writable contradict each other"), "%s",
+              err.msg);
+    cr_assert_eq(o.writable, 0);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_REMAP_ROOT, 1, NULL, &err), 0);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_REMAP_ROOT, 1, NULL, &err), 0);
     cr_assert_eq(o.remap_root, 1);
+    cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_REMAP_ROOT, 0, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "--container-remap-root and --no-container-remap-root"), "%s", err.msg);
     cr_assert(skiff_opts_isset(&o, SKIFF_OPT_REMAP_ROOT));
     cr_assert(!skiff_opts_isset(&o, SKIFF_OPT_MOUNT_HOME));
 }

@@ -139,3 +139,67 @@ Test(proto, a_request_parses_strictly)
     cr_assert_eq(skiff_request_parse(b.p, b.len, &q, &err), -1);
     skiff_recbuf_free(&b);
 }
+
+Test(proto, attach_notice_and_progress)
+{
+    /* progress records may come before the status, nowhere else */
+    cr_assert_eq(PARSE("I:docker://ubuntu:24.04", "i:1048576 2500 docker://ubuntu:24.04", "S:0", "H:77", "W:/",
+                       "E:K=v", "J:1", "U:container 'c' is in use\nforged", "Z:"),
+                 0, "%s", err.msg);
+    cr_assert_eq(r.holder, 77);
+    cr_assert(r.attached);
+    cr_assert_str_eq(r.notice, "container 'c' is in use?forged");
+    cr_assert_eq(PARSE("S:0", "H:5", "Z:"), 0);
+    cr_assert(!r.attached);
+    cr_assert_eq(PARSE("S:0", "I:x", "H:5", "Z:"), -1, "progress after the status");
+    cr_assert_eq(PARSE("S:0", "H:5", "J:yes", "Z:"), -1, "a join record says 1");
+}
+
+Test(proto, progress_lines_are_bounded_and_printable)
+{
+    char line[400];
+    cr_assert_eq(skiff_progress_line('I', "docker://ubuntu:24.04", line, sizeof(line)), 0);
+    cr_assert_str_eq(line, "importing docker://ubuntu:24.04 \u2026");
+    cr_assert_eq(skiff_progress_line('i', "52428800 12345 oci:/l:b\x1b[2J", line, sizeof(line)), 0);
+    cr_assert_str_eq(line, "imported oci:/l:b?[2J (50 MB, 12.3 s)");
+    cr_assert_eq(skiff_progress_line('i', "12 x oci:/l", line, sizeof(line)), -1);
+    cr_assert_eq(skiff_progress_line('i', "12 34", line, sizeof(line)), -1);
+    cr_assert_eq(skiff_progress_line('S', "0", line, sizeof(line)), -1);
+    char longuri[2000];
+    memset(longuri, 'a', sizeof(longuri) - 1);
+    longuri[sizeof(longuri) - 1] = '\0';
+    cr_assert_eq(skiff_progress_line('I', longuri, line, sizeof(line)), 0);
+    cr_assert_lt(strlen(line), sizeof(line));
+}
+
+Test(proto, request_locale_records)
+{
+    struct skiff_recbuf b = {0};
+    cr_assert_eq(skiff_rec_put(&b, 'l', "LANG=en_US.UTF-8", &err), 0);
+    cr_assert_eq(skiff_rec_put(&b, 'l', "LC_ALL=de_DE.UTF-8", &err), 0);
+    struct skiff_request *q = calloc(1, sizeof(*q));
+    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), 0, "%s", err.msg);
+    cr_assert_eq(q->nlocale_env, 2);
+    cr_assert_str_eq(q->locale_env[1], "LC_ALL=de_DE.UTF-8");
+    cr_assert_null(q->locale_env[2]);
+    free(q);
+    skiff_recbuf_free(&b);
+}
+
+Test(proto, request_timeout_is_bounded)
+{
+    struct skiff_recbuf b = {0};
+    struct skiff_request *q = calloc(1, sizeof(*q));
+    cr_assert_eq(skiff_rec_put(&b, 'o', "timeout=300", &err), 0);
+    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), 0, "%s", err.msg);
+    cr_assert_eq(q->timeout_s, 300);
+    b.len = 0;
+    cr_assert_eq(skiff_rec_put(&b, 'o', "timeout=-1", &err), 0);
+    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), -1);
+    cr_assert(strstr(err.msg, "bad timeout '-1'"), "%s", err.msg);
+    b.len = 0;
+    cr_assert_eq(skiff_rec_put(&b, 'o', "timeout=86401", &err), 0);
+    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), -1);
+    free(q);
+    skiff_recbuf_free(&b);
+}

@@ -46,7 +46,7 @@ static void resolve_fails(const char *arg, const char *needle)
     snprintf(cfg.cache_path, sizeof(cfg.cache_path), "/tmp/skiff-test-image-cache");
     char path[512];
     skiff_err_clear(&err);
-    cr_assert_eq(skiff_image_resolve(&cfg, arg, path, sizeof(path), &err), -1, "%s resolved", arg);
+    cr_assert_eq(skiff_image_resolve(&cfg, arg, path, sizeof(path), NULL, &err), -1, "%s resolved", arg);
     cr_assert(strstr(err.msg, needle), "%s: '%s' lacks '%s'", arg, err.msg, needle);
 }
 

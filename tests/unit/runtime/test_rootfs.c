@@ -147,3 +147,33 @@ Test(rootfs, mkdirs_fallback, .init = setup, .fini = teardown)
     mkdirs_cases();
     skiff_root_force_fallback(false);
 }
+
+Test(rootfs, path_join_clamps_or_refuses)
+{
+    char out[256];
+    skiff_err err = {0};
+    const struct {
+        const char *base, *path;
+        bool clamp;
+        const char *want;
+    } ok[] = {
+        {"/", "../", true, "/"},               /* pyxis: --container-workdir=../ from / */
+        {"/opt/work", "..", true, "/opt"},
+        {"/opt/work", "sub/./x/", true, "/opt/work/sub/x"},
+        {"/opt", "../../../..", true, "/"},
+        {"/", "/abs/../b", false, "/b"},
+        {"/", "rel", false, "/rel"},
+        {"/", "", true, "/"},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        cr_assert_eq(skiff_root_path(ok[i].base, ok[i].path, ok[i].clamp, out, sizeof(out), &err), 0, "%s",
+                     err.msg);
+        cr_assert_str_eq(out, ok[i].want, "%s + %s", ok[i].base, ok[i].path);
+    }
+    /* a mount destination that would leave the root: EXDEV, as enroot */
+    cr_assert_eq(skiff_root_path("/", "../home", false, out, sizeof(out), &err), -1);
+    cr_assert_eq(err.code, EXDEV);
+    cr_assert(strstr(err.msg, "Invalid cross-device link"), "%s", err.msg);
+    cr_assert_eq(skiff_root_path("/", "/a/../../b", false, out, sizeof(out), &err), -1);
+    cr_assert_eq(skiff_root_path("/", "a/b/c", false, out, 4, &err), -1);
+}
