@@ -14,8 +14,10 @@
  * dy W, dy^T x) look the same to the kernel and keeps its loads sequential. */
 #include "gemm.h"
 
+#include <errno.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,62 +100,98 @@ static void kernel_generic(int kc, const float *a, const float *b, float *c, lon
     tile(kc, a, b, c, ldc, load, init, 4, 1);
 }
 
+static const struct kernel kernels[] = {
+#ifdef HAVE_X86_KERNELS
+    {"avx512", kernel_avx512, 8, 3},
+    {"avx2", kernel_avx2, 6, 1},
+#endif
+    {"generic", kernel_generic, 4, 1},
+};
+#define NKERNELS (int)(sizeof kernels / sizeof kernels[0])
+
+static int kernel_runs_here(int i)
+{
+#ifdef HAVE_X86_KERNELS
+    __builtin_cpu_init();
+    if (kernels[i].fn == kernel_avx512) return __builtin_cpu_supports("x86-64-v4");
+    if (kernels[i].fn == kernel_avx2) return __builtin_cpu_supports("x86-64-v3");
+#endif
+    return kernels[i].fn == kernel_generic;
+}
+
+static const struct kernel *forced;
+
+/* The widest kernel the CPU runs; one choice for the life of the process. */
 static const struct kernel *pick(void)
 {
-    static const struct kernel generic = {"generic", kernel_generic, 4, 1};
-#ifdef HAVE_X86_KERNELS
-    static const struct kernel avx512 = {"avx512", kernel_avx512, 8, 3};
-    static const struct kernel avx2 = {"avx2", kernel_avx2, 6, 1};
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("x86-64-v4")) return &avx512;
-    if (__builtin_cpu_supports("x86-64-v3")) return &avx2;
-#endif
-    return &generic;
+    if (forced) return forced;
+    for (int i = 0; i < NKERNELS; i++)
+        if (kernel_runs_here(i)) return &kernels[i];
+    return &kernels[NKERNELS - 1];
 }
 
 const char *gemm_kernel_name(void) { return pick()->name; }
+
+int gemm_force_kernel(const char *name)
+{
+    for (int i = 0; i < NKERNELS; i++) {
+        if (name && !strcmp(name, kernels[i].name) && kernel_runs_here(i)) {
+            forced = &kernels[i];
+            return 0;
+        }
+    }
+    if (name) return -1;
+    forced = NULL;
+    return 0;
+}
 
 /* ---- packing ------------------------------------------------------------- */
 
 static int min_int(int x, int y) { return x < y ? x : y; }
 
-/* A rows [0,mc) x k [0,kc) -> panels of MR rows, each (kc, MR); rows past mc
- * are zeros. The inner loop runs along whichever index is unit-stride. */
+/* One panel: lane l (< w) at step p comes from src[l*ls + p*ps] and goes to
+ * dst[p*W + l]; lanes w..W-1 are zeros. The loops follow whichever source
+ * index is unit-stride; the transposing case goes in runs of 16 steps so
+ * each source row is read a cache line at a time. */
+static void pack_panel(int w, int W, int kc, const float *src, long ls, long ps, float *dst)
+{
+    if (ls == 1) {
+        for (int p = 0; p < kc; p++) {
+            const float *s = src + p * ps;
+            float *d = dst + (long)p * W;
+            for (int l = 0; l < w; l++) d[l] = s[l];
+        }
+    } else if (ps == 1) {
+        int p0 = 0;
+        for (; p0 + 16 <= kc; p0 += 16)
+            for (int l = 0; l < w; l++) {
+                const float *s = src + l * ls + p0;
+                float *d = dst + (long)p0 * W + l;
+                for (int q = 0; q < 16; q++) d[(long)q * W] = s[q];
+            }
+        for (int l = 0; l < w; l++)
+            for (int p = p0; p < kc; p++) dst[(long)p * W + l] = src[l * ls + p];
+    } else {
+        for (int p = 0; p < kc; p++)
+            for (int l = 0; l < w; l++) dst[(long)p * W + l] = src[l * ls + p * ps];
+    }
+    if (w < W)
+        for (int p = 0; p < kc; p++)
+            for (int l = w; l < W; l++) dst[(long)p * W + l] = 0.0f;
+}
+
+/* A rows [0,mc) x k [0,kc) -> panels of MR rows, each (kc, MR). */
 static void pack_a(int mc, int kc, const float *a, long rs, long cs, int MR, float *dst)
 {
-    for (int i0 = 0; i0 < mc; i0 += MR, dst += (long)kc * MR) {
-        int mr = min_int(MR, mc - i0);
-        const float *s = a + i0 * rs;
-        if (cs == 1) {
-            for (int i = 0; i < mr; i++)
-                for (int p = 0; p < kc; p++) dst[(long)p * MR + i] = s[i * rs + p];
-        } else {
-            for (int p = 0; p < kc; p++)
-                for (int i = 0; i < mr; i++) dst[(long)p * MR + i] = s[i * rs + p * cs];
-        }
-        for (int p = 0; p < kc && mr < MR; p++)
-            for (int i = mr; i < MR; i++) dst[(long)p * MR + i] = 0.0f;
-    }
+    for (int i0 = 0; i0 < mc; i0 += MR, dst += (long)kc * MR)
+        pack_panel(min_int(MR, mc - i0), MR, kc, a + i0 * rs, rs, cs, dst);
 }
 
 /* B k [0,kc) x columns [0,nc) -> panels of NR columns, each (kc, NR). */
 static void pack_b(int kc, int nc, const float *b, long rs, long cs, int NR, float *dst)
 {
-    for (int j0 = 0; j0 < nc; j0 += NR, dst += (long)kc * NR) {
-        int nr = min_int(NR, nc - j0);
-        const float *s = b + j0 * cs;
-        if (cs == 1) {
-            for (int p = 0; p < kc; p++) {
-                memcpy(dst + (long)p * NR, s + p * rs, (size_t)nr * sizeof(float));
-                for (int j = nr; j < NR; j++) dst[(long)p * NR + j] = 0.0f;
-            }
-        } else {
-            for (int j = 0; j < nr; j++)
-                for (int p = 0; p < kc; p++) dst[(long)p * NR + j] = s[j * cs + p * rs];
-            for (int p = 0; p < kc && nr < NR; p++)
-                for (int j = nr; j < NR; j++) dst[(long)p * NR + j] = 0.0f;
-        }
-    }
+    for (int j0 = 0; j0 < nc; j0 += NR, dst += (long)kc * NR)
+        pack_panel(min_int(NR, nc - j0), NR, kc, b + j0 * cs, cs, rs, dst);
 }
 
 /* ---- blocking ------------------------------------------------------------ */
@@ -232,6 +270,42 @@ __attribute__((destructor)) static void pool_free(void)
     pool_floats = 0;
 }
 
+/* Floats of packing space one thread needs with kernel k: an A block and a
+ * B block, each rounded up to 64 bytes. */
+static size_t a_block(const struct kernel *k) { return ((size_t)(MC_TARGET / k->mr * k->mr) * KC + 15) / 16 * 16; }
+static size_t per_thread(const struct kernel *k)
+{
+    int NR = k->nv * VL;
+    return a_block(k) + ((size_t)KC * (NC_TARGET / NR * NR) + 15) / 16 * 16;
+}
+
+/* Grows the pool to `threads` slices (call with pool_lock held). Returns
+ * how many slices it holds afterwards (fewer when memory ran out). */
+static int pool_grow(size_t per, int threads)
+{
+    if (pool_floats < per * (size_t)threads) {
+        float *p = aligned_alloc(64, per * (size_t)threads * sizeof(float));
+        if (p) {
+            free(pool);
+            pool = p;
+            pool_floats = per * (size_t)threads;
+        }
+    }
+    return (int)(pool_floats / per);
+}
+
+int gemm_reserve(int threads, skiff_err *err)
+{
+    size_t per = per_thread(pick());
+    pthread_mutex_lock(&pool_lock);
+    int have = pool_grow(per, threads);
+    pthread_mutex_unlock(&pool_lock);
+    if (have < threads)
+        return skiff_error(err, ENOMEM, "allocating GEMM packing buffers (%zu MiB for %d threads)",
+                           per * (size_t)threads * sizeof(float) >> 20, threads);
+    return 0;
+}
+
 static void fill_rows(int M, int N, float *c, long ldc, const float *bias)
 {
     for (int i = 0; i < M; i++)
@@ -250,26 +324,24 @@ void gemm(int M, int N, int K, struct gemm_operand a, struct gemm_operand b, flo
     const int MR = k->mr, NR = k->nv * VL;
     struct job j = {.k = k, .K = K, .MC = MC_TARGET / MR * MR, .NC = NC_TARGET / NR * NR,
                     .a = a, .b = b, .c = c, .ldc = ldc, .bias = bias, .accumulate = accumulate};
-    /* per thread: one A block and one B block, each rounded to 64 bytes */
-    size_t per = ((size_t)j.MC * KC + 15) / 16 * 16 + ((size_t)KC * j.NC + 15) / 16 * 16;
-    int T = omp_get_max_threads();
+    size_t per = per_thread(k);
     /* split the dimension with more tiles, in whole tiles */
     int tm = (M + MR - 1) / MR, tn = (N + NR - 1) / NR, split_n = tn >= tm;
     int tiles = split_n ? tn : tm;
+    int T = omp_get_max_threads();
     if (T > tiles) T = tiles;
 
     pthread_mutex_lock(&pool_lock);
-    if (pool_floats < per * T) {
-        free(pool);
-        pool = aligned_alloc(64, per * T * sizeof(float));
-        pool_floats = pool ? per * T : 0;
-        if (!pool) {
-            /* out of memory for 2 MB a thread: nothing sensible to
-             * return through a void product; fail loudly */
-            pthread_mutex_unlock(&pool_lock);
-            abort();
-        }
+    /* short of memory, fewer threads do the same work (the same bits);
+     * gemm_reserve() at model creation makes this the exception */
+    int have = pool_grow(per, T);
+    if (have < 1) {
+        pthread_mutex_unlock(&pool_lock);
+        fprintf(stderr, "gemm: out of memory for %zu MiB of packing buffers\n",
+                per * sizeof(float) >> 20);
+        abort();
     }
+    if (T > have) T = have;
 #pragma omp parallel num_threads(T)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -283,7 +355,7 @@ void gemm(int M, int N, int K, struct gemm_operand a, struct gemm_operand b, flo
             m1 = min_int(M, hi * MR);
         }
         float *ap = pool + per * t;
-        float *bp = ap + ((size_t)j.MC * KC + 15) / 16 * 16;
+        float *bp = ap + a_block(k);
         if (m0 < m1 && n0 < n1) run_block(&j, m0, m1, n0, n1, ap, bp);
     }
     pthread_mutex_unlock(&pool_lock);

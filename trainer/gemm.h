@@ -17,6 +17,8 @@
 #ifndef SKIFF_TRAINER_GEMM_H
 #define SKIFF_TRAINER_GEMM_H
 
+#include "error.h"
+
 struct gemm_operand {
     const float *p;
     long rs, cs; /* strides of a row step and of a column step, in floats */
@@ -28,8 +30,17 @@ struct gemm_operand {
 void gemm(int M, int N, int K, struct gemm_operand a, struct gemm_operand b, float *c, long ldc,
           const float *bias, int accumulate);
 
+/* Allocates the packing buffers for `threads` threads now, so that gemm()
+ * never has to (it grows them on demand, and with less memory runs on
+ * fewer threads; only with none at all does it abort). */
+int gemm_reserve(int threads, skiff_err *err);
+
 /* Name of the register kernel this machine runs ("avx512", "avx2",
  * "generic"): for logs and benchmarks. */
 const char *gemm_kernel_name(void);
+
+/* Tests: run kernel `name` (one gemm_kernel_name() can return) instead of
+ * the widest one; NULL restores the default. -1 when this CPU cannot run it. */
+int gemm_force_kernel(const char *name);
 
 #endif

@@ -109,13 +109,24 @@ static void check_shape(int M, int N, int K)
     free(a), free(at), free(b), free(bt), free(bias), free(c0), free(c), free(r);
 }
 
+/* every kernel this CPU can run, not only the one it picks */
 Test(gemm, is_the_ordered_chain_for_any_thread_count)
 {
-    check_shape(1, 1, 1);
-    check_shape(37, 53, 300); /* partial tiles both ways, two k blocks */
-    check_shape(64, 96, 64);
-    check_shape(9, 200, 17);
-    check_shape(300, 20, 513); /* split over rows, three k blocks */
+    const char *names[] = {"avx512", "avx2", "generic"};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (gemm_force_kernel(names[i]) < 0) continue;
+        ran++;
+        check_shape(1, 1, 1);
+        check_shape(37, 53, 300); /* partial tiles both ways, two k blocks */
+        check_shape(64, 96, 64);
+        check_shape(9, 200, 17);
+        check_shape(300, 20, 513); /* split over rows, three k blocks */
+    }
+    gemm_force_kernel(NULL);
+    cr_assert(ran >= 1 && gemm_force_kernel("generic") == 0, "the generic kernel runs everywhere");
+    gemm_force_kernel(NULL);
+    cr_assert(gemm_force_kernel("no-such-kernel") < 0);
 }
 
 Test(gemm, zero_k_gives_the_initial_value)
