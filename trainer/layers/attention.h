@@ -7,21 +7,6 @@
 
 #include "vmath.h"
 
-/* x . y over n in 16 interleaved lanes summed in a fixed order: vectorises
- * without reassociation, and the bits depend only on n and the data. */
-static inline float attn_dot(const float *x, const float *y, int n)
-{
-    enum { LANES = 16 };
-    float s[LANES] = {0};
-    int nl = n / LANES * LANES;
-    for (int i = 0; i < nl; i += LANES)
-        for (int j = 0; j < LANES; j++) s[j] += x[i + j] * y[i + j];
-    float r = 0.0f;
-    for (int j = 0; j < LANES; j++) r += s[j];
-    for (int i = nl; i < n; i++) r += x[i] * y[i];
-    return r;
-}
-
 // out is (B,T,C); inp is (B,T,3C) holding q,k,v; preatt, att are (B,NH,T,T)
 // (only t2 <= t is written; the rest stays 0)
 VMATH_CLONES static inline void attention_forward(float *out, float *preatt, float *att,
@@ -39,7 +24,7 @@ VMATH_CLONES static inline void attention_forward(float *out, float *preatt, flo
                 float maxv = -INFINITY;
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float *k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float s = attn_dot(q, k, hs) * scale;
+                    float s = vm_dot(q, k, hs) * scale;
                     pre[t2] = s;
                     if (s > maxv) maxv = s;
                 }
@@ -85,12 +70,12 @@ VMATH_CLONES static inline void attention_backward(float *dinp, float *dpreatt, 
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float *v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
                     float *dv = dinp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    da[t2] += attn_dot(v, d, hs);
+                    da[t2] += vm_dot(v, d, hs);
                     float w = a[t2];
                     for (int i = 0; i < hs; i++) dv[i] += w * d[i];
                 }
                 // softmax: dpre = a * (da - sum(a * da))
-                float dot = attn_dot(a, da, t + 1);
+                float dot = vm_dot(a, da, t + 1);
                 for (int t2 = 0; t2 <= t; t2++) dpre[t2] += a[t2] * (da[t2] - dot);
                 // pre = scale * q . k
                 const float *q = inp + ((size_t)b * T + t) * C3 + h * hs;

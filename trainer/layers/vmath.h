@@ -71,4 +71,46 @@ static inline float vm_tanh(float x)
     return x < 0 ? -t : t;
 }
 
+/* Sums in VM_LANES interleaved partial sums combined in a fixed order: the
+ * loops vectorise without reassociation, and the bits depend only on n and
+ * the data, not on threads or alignment. */
+#define VM_LANES 16
+
+static inline float vm_dot(const float *x, const float *y, int n)
+{
+    float s[VM_LANES] = {0};
+    int nl = n / VM_LANES * VM_LANES;
+    for (int i = 0; i < nl; i += VM_LANES)
+        for (int j = 0; j < VM_LANES; j++) s[j] += x[i + j] * y[i + j];
+    float r = 0.0f;
+    for (int j = 0; j < VM_LANES; j++) r += s[j];
+    for (int i = nl; i < n; i++) r += x[i] * y[i];
+    return r;
+}
+
+static inline float vm_sum(const float *x, int n)
+{
+    float s[VM_LANES] = {0};
+    int nl = n / VM_LANES * VM_LANES;
+    for (int i = 0; i < nl; i += VM_LANES)
+        for (int j = 0; j < VM_LANES; j++) s[j] += x[i + j];
+    float r = 0.0f;
+    for (int j = 0; j < VM_LANES; j++) r += s[j];
+    for (int i = nl; i < n; i++) r += x[i];
+    return r;
+}
+
+/* sum of (x - m)^2 */
+static inline float vm_sumsq_dev(const float *x, float m, int n)
+{
+    float s[VM_LANES] = {0};
+    int nl = n / VM_LANES * VM_LANES;
+    for (int i = 0; i < nl; i += VM_LANES)
+        for (int j = 0; j < VM_LANES; j++) s[j] += (x[i + j] - m) * (x[i + j] - m);
+    float r = 0.0f;
+    for (int j = 0; j < VM_LANES; j++) r += s[j];
+    for (int i = nl; i < n; i++) r += (x[i] - m) * (x[i] - m);
+    return r;
+}
+
 #endif
