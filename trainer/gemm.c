@@ -272,7 +272,10 @@ __attribute__((destructor)) static void pool_free(void)
 
 /* Floats of packing space one thread needs with kernel k: an A block and a
  * B block, each rounded up to 64 bytes. */
-static size_t a_block(const struct kernel *k) { return ((size_t)(MC_TARGET / k->mr * k->mr) * KC + 15) / 16 * 16; }
+static size_t a_block(const struct kernel *k)
+{
+    return ((size_t)(MC_TARGET / k->mr * k->mr) * KC + 15) / 16 * 16;
+}
 static size_t per_thread(const struct kernel *k)
 {
     int NR = k->nv * VL;

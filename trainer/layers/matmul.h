@@ -19,22 +19,26 @@ static inline void matmul_forward(float *out, const float *inp, const float *wei
          bias, 0);
 }
 
-// dout is (N,OC). Accumulates dinp (N,C), dweight (OC,C), dbias (OC) (may be NULL).
+// dout is (N,OC). Accumulates dinp (N,C); dweight (OC,C) and dbias (OC) (may be
+// NULL) too, or with overwrite_params set, writes them (their old contents are
+// not read: the model's zero_grad costs no pass over the weights).
 static inline void matmul_backward(float *dinp, float *dweight, float *dbias,
                                    const float *dout, const float *inp, const float *weight,
-                                   int N, int C, int OC)
+                                   int N, int C, int OC, int overwrite_params)
 {
     // dinp += dout @ weight
     gemm(N, C, OC, (struct gemm_operand){dout, OC, 1}, (struct gemm_operand){weight, C, 1}, dinp,
          C, NULL, 1);
     // dweight += dout^T @ inp
     gemm(OC, C, N, (struct gemm_operand){dout, 1, OC}, (struct gemm_operand){inp, C, 1}, dweight,
-         C, NULL, 1);
+         C, NULL, !overwrite_params);
     if (!dbias) return;
     // dbias[o] += sum over rows in order; chunks of outputs per thread
 #pragma omp parallel for schedule(static)
     for (int o0 = 0; o0 < OC; o0 += 256) {
         int o1 = OC - o0 < 256 ? OC : o0 + 256;
+        if (overwrite_params)
+            for (int o = o0; o < o1; o++) dbias[o] = 0.0f;
         for (int n = 0; n < N; n++) {
             const float *g = dout + (size_t)n * OC;
             for (int o = o0; o < o1; o++) dbias[o] += g[o];

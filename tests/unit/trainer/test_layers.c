@@ -12,6 +12,7 @@
 #include "gemm.h"
 #include "layers/crossentropy.h"
 #include "layers/vmath.h"
+#include "model.h"
 
 static uint64_t rs = 777;
 static float frand(void) /* uniform in [-1, 1) */
@@ -179,12 +180,44 @@ Test(softmax, is_a_distribution_over_the_real_tokens)
          * in any fp32 softmax */
         for (int i = 0; i < V; i++) {
             double want = exp((double)l[n * Vp + i] - mx) / s;
-            cr_assert(fabs(p[n * Vp + i] - want) <= 4e-6 * want + 1e-30, "row %d col %d: %.9g vs %.9g",
-                      n, i, p[n * Vp + i], want);
+            cr_assert(fabs(p[n * Vp + i] - want) <= 4e-6 * want + 1e-30,
+                      "row %d col %d: %.9g vs %.9g", n, i, p[n * Vp + i], want);
             total += p[n * Vp + i];
         }
         cr_assert(fabs(total - 1.0) < 1e-5, "row %d sums to %.9g", n, total);
         for (int i = V; i < Vp; i++) cr_assert(p[n * Vp + i] == 0.0f);
     }
     free(l), free(p);
+}
+
+/* gpt2_zero_grad does not touch the buffer: the next backward writes every
+ * element. Same bits as a zeroed buffer, whatever was there before. */
+Test(model, zero_grad_writes_every_gradient_element)
+{
+    struct gpt2_config cfg = {.max_seq_len = 16, .vocab_size = 50, .padded_vocab_size = 64,
+                              .num_layers = 2, .num_heads = 2, .channels = 32};
+    struct gpt2 m;
+    skiff_err err;
+    cr_assert_eq(gpt2_create(&m, &cfg, 2, 12, &err), 0, "%s", err.msg);
+    gpt2_init_params(&cfg, m.params, 3);
+    int in[24], tg[24];
+    for (int i = 0; i < 24; i++) in[i] = (i * 7 + 3) % 50, tg[i] = (i * 5 + 1) % 50;
+    gpt2_forward(&m, in, tg);
+    memset(m.grads, 0, m.num_params * sizeof(float));
+    gpt2_backward(&m, 1.0f); /* no zero_grad: adds to the zeroed buffer */
+    float *want = malloc(m.num_params * sizeof(float));
+    cr_assert(want);
+    memcpy(want, m.grads, m.num_params * sizeof(float));
+    for (size_t i = 0; i < m.num_params; i++) m.grads[i] = NAN;
+    gpt2_zero_grad(&m);
+    gpt2_backward(&m, 1.0f);
+    for (size_t i = 0; i < m.num_params; i++)
+        cr_assert(!memcmp(&m.grads[i], &want[i], sizeof(float)), "grads[%zu]: %.9g, want %.9g", i,
+                  m.grads[i], want[i]);
+    /* and the backward after that accumulates again */
+    gpt2_backward(&m, 1.0f);
+    cr_assert(m.grads[m.param_offsets[GPT2_LNFB]] != want[m.param_offsets[GPT2_LNFB]] ||
+              want[m.param_offsets[GPT2_LNFB]] == 0.0f);
+    free(want);
+    gpt2_destroy(&m);
 }
