@@ -196,7 +196,7 @@ static void pack_b(int kc, int nc, const float *b, long rs, long cs, int NR, flo
 
 /* ---- blocking ------------------------------------------------------------ */
 
-enum { KC = 256, MC_TARGET = 256, NC_TARGET = 1536 };
+enum { KC = 256, MC_TARGET = 256, NC_TARGET = 768 };
 
 struct job {
     const struct kernel *k;
@@ -328,10 +328,13 @@ void gemm(int M, int N, int K, struct gemm_operand a, struct gemm_operand b, flo
     struct job j = {.k = k, .K = K, .MC = MC_TARGET / MR * MR, .NC = NC_TARGET / NR * NR,
                     .a = a, .b = b, .c = c, .ldc = ldc, .bias = bias, .accumulate = accumulate};
     size_t per = per_thread(k);
-    /* split the dimension with more tiles, in whole tiles */
-    int tm = (M + MR - 1) / MR, tn = (N + NR - 1) / NR, split_n = tn >= tm;
-    int tiles = split_n ? tn : tm;
+    /* Threads split C in whole tiles along one dimension, and each packs
+     * all of the other operand: split the columns when A is the smaller
+     * operand (M <= N), the rows otherwise, unless that leaves threads idle. */
     int T = omp_get_max_threads();
+    int tm = (M + MR - 1) / MR, tn = (N + NR - 1) / NR;
+    int split_n = M <= N ? tn >= T || tn >= tm : !(tm >= T || tm >= tn);
+    int tiles = split_n ? tn : tm;
     if (T > tiles) T = tiles;
 
     pthread_mutex_lock(&pool_lock);
