@@ -22,21 +22,27 @@ set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TRAIN=${SKIFF_TRAIN:-$ROOT/build/bin/skiff-train}
 ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-6} SKIP=${SKIP:-2} THREADS=${THREADS:-2}
-[ "$STEPS" -le 9 ] && [ "$SKIP" -lt "$STEPS" ] || { echo "bench: need SKIP < STEPS <= 9" >&2; exit 2; }
+if [ "$STEPS" -gt 9 ] || [ "$SKIP" -ge "$STEPS" ]; then
+  echo "bench: need SKIP < STEPS <= 9" >&2; exit 2
+fi
 
-# The anchor: LLMC_DIR, else shared/anchors/llm.c beside this checkout or
-# beside the main checkout this one is a worktree of.
+# The anchor: LLMC_DIR when set (and nothing else), else shared/anchors/llm.c
+# beside this checkout or beside the main checkout this one is a worktree of.
 find_llmc() {
   local c common
+  if [ -n "${LLMC_DIR:-}" ]; then
+    [ -f "$LLMC_DIR/train_gpt2.c" ] && { cd "$LLMC_DIR" && pwd; return 0; }
+    return 1
+  fi
   common=$(git -C "$ROOT" rev-parse --path-format=absolute --git-common-dir 2>/dev/null)
-  for c in ${LLMC_DIR:+"$LLMC_DIR"} "$ROOT/../shared/anchors/llm.c" \
-           ${common:+"$(dirname "$common")/../shared/anchors/llm.c"}; do
+  for c in "$ROOT/../shared/anchors/llm.c" ${common:+"$(dirname "$common")/../shared/anchors/llm.c"}; do
     [ -f "$c/train_gpt2.c" ] && { cd "$c" && pwd; return 0; }
   done
   return 1
 }
 if ! LLMC=$(find_llmc); then
-  echo "SKIP: skiff-train vs llm.c (no llm.c checkout: set LLMC_DIR to a karpathy/llm.c tree with train_gpt2.c)"
+  echo "SKIP: skiff-train vs llm.c (no llm.c checkout${LLMC_DIR:+ at LLMC_DIR=$LLMC_DIR}:" \
+    "set LLMC_DIR to a karpathy/llm.c tree with train_gpt2.c)"
   exit 0
 fi
 [ -x "$TRAIN" ] || { echo "bench: $TRAIN is not built (make)" >&2; exit 1; }
@@ -94,8 +100,9 @@ int main(int argc, char **argv)
     return fclose(f) ? 1 : 0;
 }
 EOF
-cc -O2 -o "$W/mkckpt" "$W/mkckpt.c" -lm && "$W/mkckpt" "$W/llmc/gpt2_124M.bin" ||
-  { echo "bench: writing the llm.c checkpoint failed" >&2; exit 1; }
+if ! cc -O2 -o "$W/mkckpt" "$W/mkckpt.c" -lm || ! "$W/mkckpt" "$W/llmc/gpt2_124M.bin"; then
+  echo "bench: writing the llm.c checkpoint failed" >&2; exit 1
+fi
 
 "$TRAIN" tokenize --out "$W/lic" --val-frac 0.1 /usr/share/common-licenses/* >/dev/null 2>&1 ||
   { echo "bench: skiff-train tokenize failed" >&2; exit 1; }
@@ -138,8 +145,11 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 : >"$W/llmc.times"; : >"$W/skiff.times"
 for ((r = 1; r <= ROUNDS; r++)); do
   # alternate which goes first, so a neighbour's burst does not always hit the same one
-  if ((r % 2)); then run_llmc && run_skiff || exit 1
-  else run_skiff && run_llmc || exit 1; fi
+  if ((r % 2)); then
+    run_llmc || exit 1; run_skiff || exit 1
+  else
+    run_skiff || exit 1; run_llmc || exit 1
+  fi
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 
