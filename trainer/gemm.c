@@ -1,7 +1,6 @@
 /* Blocked SGEMM for the CPU trainer (see gemm.h for the contract).
  *
- * Hand-written rather than a BLAS (Debian's OpenBLAS would do the FLOPs as
- * fast): a BLAS promises no order of summation. Its kernel, its edge code
+ * Hand-written rather than a BLAS: a BLAS promises no order of summation. Its kernel, its edge code
  * and how it splits the work may change with the CPU, the thread count and
  * the library version (MKL ships a separate "conditional numerical
  * reproducibility" mode for that reason), while the data-parallel tests need
