@@ -1,8 +1,8 @@
 /* Blocked SGEMM for the CPU trainer (see gemm.h for the contract).
  *
- * Hand-written rather than a BLAS: a BLAS promises no order of summation. Its kernel, its edge code
- * and how it splits the work may change with the CPU, the thread count and
- * the library version (MKL ships a separate "conditional numerical
+ * Hand-written rather than a BLAS: a BLAS promises no order of summation.
+ * Its kernel, its edge code and how it splits the work may change with the
+ * CPU, the thread count and the library version (MKL ships a separate "conditional numerical
  * reproducibility" mode for that reason), while the data-parallel tests need
  * --threads 1 and --threads 2 to give the same bits, and a test can only
  * hold a BLAS to a tolerance. Here every element of C is one ordered chain
