@@ -2,12 +2,12 @@
  *
  * Hand-written rather than a BLAS: a BLAS promises no order of summation.
  * Its kernel, its edge code and how it splits the work may change with the
- * CPU, the thread count and the library version (MKL ships a separate "conditional numerical
- * reproducibility" mode for that reason), while the data-parallel tests need
- * --threads 1 and --threads 2 to give the same bits, and a test can only
- * hold a BLAS to a tolerance. Here every element of C is one ordered chain
- * over k, so only the instruction set can change the bits, and
- * tests/unit/trainer/test_layers.c checks exactly that.
+ * CPU, the thread count and the library version (MKL ships a separate
+ * "conditional numerical reproducibility" mode for that reason), while the
+ * data-parallel tests need --threads 1 and --threads 2 to give the same
+ * bits, and a test can only hold a BLAS to a tolerance. Here every element
+ * of C is one ordered chain over k, so only the instruction set can change
+ * the bits, and tests/unit/trainer/test_layers.c checks exactly that.
  *
  * Structure (the usual one for register-tiled GEMM): for a block of NC
  * columns and KC steps of k, B is packed into NR-wide panels (each panel's
