@@ -18,11 +18,20 @@
 #include "gemm.h"
 
 #include <errno.h>
-#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#else
+/* Compiled without OpenMP (the fuzzers link the trainer's parsers so, and
+ * reach gemm() through gpt2_create): one thread, the same bits. */
+static int omp_get_max_threads(void) { return 1; }
+static int omp_get_thread_num(void) { return 0; }
+static int omp_get_num_threads(void) { return 1; }
+#endif
 
 /* One 64-byte vector type for every kernel: GCC lowers it to one zmm, two
  * ymm or four xmm registers depending on the target of the function it is
@@ -300,8 +309,9 @@ static int pool_grow(size_t per, int threads)
     return (int)(pool_floats / per);
 }
 
-int gemm_reserve(int threads, skiff_err *err)
+int gemm_reserve(skiff_err *err)
 {
+    int threads = omp_get_max_threads();
     size_t per = per_thread(pick());
     pthread_mutex_lock(&pool_lock);
     int have = pool_grow(per, threads);

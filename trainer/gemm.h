@@ -30,10 +30,10 @@ struct gemm_operand {
 void gemm(int M, int N, int K, struct gemm_operand a, struct gemm_operand b, float *c, long ldc,
           const float *bias, int accumulate);
 
-/* Allocates the packing buffers for `threads` threads now, so that gemm()
- * never has to (it grows them on demand, and with less memory runs on
- * fewer threads; only with none at all does it abort). */
-int gemm_reserve(int threads, skiff_err *err);
+/* Allocates the packing buffers for the caller's team size now, so that
+ * gemm() never has to (it grows them on demand, and with less memory runs
+ * on fewer threads; only with none at all does it abort). */
+int gemm_reserve(skiff_err *err);
 
 /* Name of the register kernel this machine runs ("avx512", "avx2",
  * "generic"): for logs and benchmarks. */

@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -227,7 +226,7 @@ int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, ski
         return skiff_error(err, ENOMEM, "allocating model (%zu params, %zu activations)",
                            m->num_params, m->num_acts);
     }
-    if (gemm_reserve(omp_get_max_threads(), err) < 0) {
+    if (gemm_reserve(err) < 0) {
         gpt2_destroy(m);
         return -1;
     }
