@@ -46,9 +46,8 @@ typedef float vec_u __attribute__((vector_size(64), aligned(4))); /* unaligned C
 /* c (mr x nr tile, row stride ldc) = (load ? c : init row or 0) + a b, with
  * a packed (kc, MR) and b packed (kc, NR): each lane is one element of C and
  * sees p = 0..kc-1 in order. */
-static inline __attribute__((always_inline)) void tile(int kc, const float *restrict a,
-                                                       const float *restrict b, float *restrict c,
-                                                       long ldc, int load, const float *init,
+static inline __attribute__((always_inline)) void tile(int kc, const float *restrict a, const float *restrict b,
+                                                       float *restrict c, long ldc, int load, const float *init,
                                                        const int mr, const int nv)
 {
     vec acc[MAX_MR][MAX_NV];
@@ -76,8 +75,7 @@ static inline __attribute__((always_inline)) void tile(int kc, const float *rest
         for (int v = 0; v < nv; v++) *(vec_u *)(c + i * ldc + v * VL) = acc[i][v];
 }
 
-typedef void kernel_fn(int kc, const float *a, const float *b, float *c, long ldc, int load,
-                       const float *init);
+typedef void kernel_fn(int kc, const float *a, const float *b, float *c, long ldc, int load, const float *init);
 
 struct kernel {
     const char *name;
@@ -88,26 +86,21 @@ struct kernel {
 /* Tile shapes fill the register file: AVX-512 has 32 zmm (8x48: 24
  * accumulators, 3 for B, 1 broadcast), AVX2 16 ymm (6x16: 12 + 2 + 1). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target("arch=x86-64-v4"))) static void kernel_avx512(int kc, const float *a,
-                                                                   const float *b, float *c,
-                                                                   long ldc, int load,
-                                                                   const float *init)
+__attribute__((target("arch=x86-64-v4"))) static void kernel_avx512(int kc, const float *a, const float *b, float *c,
+                                                                    long ldc, int load, const float *init)
 {
     tile(kc, a, b, c, ldc, load, init, 8, 3);
 }
 
-__attribute__((target("arch=x86-64-v3"))) static void kernel_avx2(int kc, const float *a,
-                                                                 const float *b, float *c,
-                                                                 long ldc, int load,
-                                                                 const float *init)
+__attribute__((target("arch=x86-64-v3"))) static void kernel_avx2(int kc, const float *a, const float *b, float *c,
+                                                                  long ldc, int load, const float *init)
 {
     tile(kc, a, b, c, ldc, load, init, 6, 1);
 }
 #define HAVE_X86_KERNELS 1
 #endif
 
-static void kernel_generic(int kc, const float *a, const float *b, float *c, long ldc, int load,
-                           const float *init)
+static void kernel_generic(int kc, const float *a, const float *b, float *c, long ldc, int load, const float *init)
 {
     tile(kc, a, b, c, ldc, load, init, 4, 1);
 }
@@ -258,8 +251,7 @@ static void run_block(const struct job *j, int m0, int m1, int n0, int n1, float
                             memcpy(einit, init, (size_t)nr * sizeof(float));
                         }
                         fn(kc, apan, bpan, edge, NR, load, init ? einit : NULL);
-                        for (int i = 0; i < mr; i++)
-                            memcpy(c + i * j->ldc, edge + i * NR, (size_t)nr * sizeof(float));
+                        for (int i = 0; i < mr; i++) memcpy(c + i * j->ldc, edge + i * NR, (size_t)nr * sizeof(float));
                     }
                 }
             }
@@ -284,10 +276,7 @@ __attribute__((destructor)) static void pool_free(void)
 
 /* Floats of packing space one thread needs with kernel k: an A block and a
  * B block, each rounded up to 64 bytes. */
-static size_t a_block(const struct kernel *k)
-{
-    return ((size_t)(MC_TARGET / k->mr * k->mr) * KC + 15) / 16 * 16;
-}
+static size_t a_block(const struct kernel *k) { return ((size_t)(MC_TARGET / k->mr * k->mr) * KC + 15) / 16 * 16; }
 static size_t per_thread(const struct kernel *k)
 {
     int NR = k->nv * VL;
@@ -328,8 +317,8 @@ static void fill_rows(int M, int N, float *c, long ldc, const float *bias)
         for (int jj = 0; jj < N; jj++) c[(long)i * ldc + jj] = bias ? bias[jj] : 0.0f;
 }
 
-void gemm(int M, int N, int K, struct gemm_operand a, struct gemm_operand b, float *c, long ldc,
-          const float *bias, int accumulate)
+void gemm(int M, int N, int K, struct gemm_operand a, struct gemm_operand b, float *c, long ldc, const float *bias,
+          int accumulate)
 {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
@@ -338,8 +327,16 @@ void gemm(int M, int N, int K, struct gemm_operand a, struct gemm_operand b, flo
     }
     const struct kernel *k = pick();
     const int MR = k->mr, NR = k->nv * VL;
-    struct job j = {.k = k, .K = K, .MC = MC_TARGET / MR * MR, .NC = NC_TARGET / NR * NR,
-                    .a = a, .b = b, .c = c, .ldc = ldc, .bias = bias, .accumulate = accumulate};
+    struct job j = {.k = k,
+                    .K = K,
+                    .MC = MC_TARGET / MR * MR,
+                    .NC = NC_TARGET / NR * NR,
+                    .a = a,
+                    .b = b,
+                    .c = c,
+                    .ldc = ldc,
+                    .bias = bias,
+                    .accumulate = accumulate};
     size_t per = per_thread(k);
     /* Threads split C in whole tiles along one dimension, and each packs
      * all of the other operand: split the columns when A is the smaller
@@ -356,8 +353,7 @@ void gemm(int M, int N, int K, struct gemm_operand a, struct gemm_operand b, flo
     int have = pool_grow(per, T);
     if (have < 1) {
         pthread_mutex_unlock(&pool_lock);
-        fprintf(stderr, "gemm: out of memory for %zu MiB of packing buffers\n",
-                per * sizeof(float) >> 20);
+        fprintf(stderr, "gemm: out of memory for %zu MiB of packing buffers\n", per * sizeof(float) >> 20);
         abort();
     }
     if (T > have) T = have;

@@ -27,8 +27,8 @@ struct gemm_operand {
 /* accumulate: C += A B; otherwise C = bias + A B (bias has N floats, indexed
  * by column; NULL for none). Runs on the OpenMP threads of the caller's
  * team size (omp_get_max_threads). */
-void gemm(int M, int N, int K, struct gemm_operand a, struct gemm_operand b, float *c, long ldc,
-          const float *bias, int accumulate);
+void gemm(int M, int N, int K, struct gemm_operand a, struct gemm_operand b, float *c, long ldc, const float *bias,
+          int accumulate);
 
 /* Allocates the packing buffers for the caller's team size now, so that
  * gemm() never has to (it grows them on demand, and with less memory runs

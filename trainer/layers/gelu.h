@@ -20,8 +20,7 @@ VMATH_CLONES static inline void gelu_forward(float *out, const float *inp, size_
 }
 
 // dinp is (N), accumulated
-VMATH_CLONES static inline void gelu_backward(float *dinp, const float *inp, const float *dout,
-                                              size_t N)
+VMATH_CLONES static inline void gelu_backward(float *dinp, const float *inp, const float *dout, size_t N)
 {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < N; i++) {

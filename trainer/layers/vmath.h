@@ -17,8 +17,7 @@
 /* Elementwise loops get an AVX-512 and an AVX2 copy next to the baseline
  * one (picked at load time), as the GEMM kernels do. Not under the CUDA
  * emulation, which compiles these headers as C++ at -O1 as its reference. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(SKIFF_CUDA_EMU) && \
-    !defined(__cplusplus)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(SKIFF_CUDA_EMU) && !defined(__cplusplus)
 #define VMATH_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define VMATH_CLONES

@@ -26,7 +26,8 @@ static float *rnd(size_t n)
 {
     float *p = malloc(n * sizeof(float));
     cr_assert(p);
-    for (size_t i = 0; i < n; i++) p[i] = frand();
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand();
     return p;
 }
 
@@ -43,8 +44,8 @@ static int kernel_fuses(void)
 
 /* C = init + A B with A (M,K) at a[i*ars + p*acs], B (K,N) at b[p*brs + j*bcs],
  * element by element in the order the contract promises. */
-static void reference(int M, int N, int K, const float *a, long ars, long acs, const float *b,
-                      long brs, long bcs, float *c, const float *bias, int accumulate)
+static void reference(int M, int N, int K, const float *a, long ars, long acs, const float *b, long brs, long bcs,
+                      float *c, const float *bias, int accumulate)
 {
     int fuse = kernel_fuses();
     for (int i = 0; i < M; i++)
@@ -73,9 +74,11 @@ static void check_shape(int M, int N, int K)
     float *c = malloc(sizeof(float) * M * N), *r = malloc(sizeof(float) * M * N);
     cr_assert(at && bt && c && r);
     for (int i = 0; i < M; i++)
-        for (int p = 0; p < K; p++) at[(long)p * M + i] = a[(long)i * K + p];
+        for (int p = 0; p < K; p++)
+            at[(long)p * M + i] = a[(long)i * K + p];
     for (int p = 0; p < K; p++)
-        for (int j = 0; j < N; j++) bt[(long)j * K + p] = b[(long)p * N + j];
+        for (int j = 0; j < N; j++)
+            bt[(long)j * K + p] = b[(long)p * N + j];
     struct {
         const float *a;
         long ars, acs;
@@ -91,8 +94,7 @@ static void check_shape(int M, int N, int K)
             const float *bs = mode == 1 ? bias : NULL;
             int acc = mode == 2;
             memcpy(r, c0, sizeof(float) * M * N);
-            reference(M, N, K, lay[l].a, lay[l].ars, lay[l].acs, lay[l].b, lay[l].brs,
-                      lay[l].bcs, r, bs, acc);
+            reference(M, N, K, lay[l].a, lay[l].ars, lay[l].acs, lay[l].b, lay[l].brs, lay[l].bcs, r, bs, acc);
             for (int threads = 1; threads <= 3; threads++) {
                 omp_set_num_threads(threads);
                 memcpy(c, c0, sizeof(float) * M * N);
@@ -116,7 +118,8 @@ Test(gemm, is_the_ordered_chain_for_any_thread_count)
     const char *names[] = {"avx512", "avx2", "generic"};
     int ran = 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (gemm_force_kernel(names[i]) < 0) continue;
+        if (gemm_force_kernel(names[i]) < 0)
+            continue;
         ran++;
         check_shape(1, 1, 1);
         check_shape(37, 53, 300); /* partial tiles both ways, two k blocks */
@@ -133,12 +136,10 @@ Test(gemm, is_the_ordered_chain_for_any_thread_count)
 Test(gemm, zero_k_gives_the_initial_value)
 {
     float c[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {7, 8, 9};
-    gemm(2, 3, 0, (struct gemm_operand){NULL, 0, 1}, (struct gemm_operand){NULL, 3, 1}, c, 3,
-         bias, 0);
+    gemm(2, 3, 0, (struct gemm_operand){NULL, 0, 1}, (struct gemm_operand){NULL, 3, 1}, c, 3, bias, 0);
     float want[6] = {7, 8, 9, 7, 8, 9};
     cr_assert(!memcmp(c, want, sizeof c));
-    gemm(2, 3, 0, (struct gemm_operand){NULL, 0, 1}, (struct gemm_operand){NULL, 3, 1}, c, 3,
-         NULL, 1);
+    gemm(2, 3, 0, (struct gemm_operand){NULL, 0, 1}, (struct gemm_operand){NULL, 3, 1}, c, 3, NULL, 1);
     cr_assert(!memcmp(c, want, sizeof c));
 }
 
@@ -150,7 +151,8 @@ Test(vmath, exp_and_tanh_follow_libm)
         double r = exp((double)f);
         e_exp = fmax(e_exp, fabs(vm_exp(f) - r) / r);
         double t = tanh((double)f);
-        if (t != 0) e_tanh = fmax(e_tanh, fabs(vm_tanh(f) - t) / fabs(t));
+        if (t != 0)
+            e_tanh = fmax(e_tanh, fabs(vm_tanh(f) - t) / fabs(t));
     }
     for (float f = 1e-30f; f < 1.0f; f *= 1.01f) { /* tanh near 0: relative, both signs */
         e_tanh = fmax(e_tanh, fabs(vm_tanh(f) - tanh((double)f)) / tanh((double)f));
@@ -169,23 +171,27 @@ Test(softmax, is_a_distribution_over_the_real_tokens)
     int N = 5, V = 1003, Vp = 1024;
     float *l = rnd((size_t)N * Vp), *p = malloc(sizeof(float) * N * Vp);
     cr_assert(p);
-    for (int i = 0; i < N * Vp; i++) l[i] *= 20.0f;
+    for (int i = 0; i < N * Vp; i++)
+        l[i] *= 20.0f;
     softmax_forward(p, l, N, V, Vp);
     for (int n = 0; n < N; n++) {
         double s = 0, mx = -INFINITY;
-        for (int i = 0; i < V; i++) mx = fmax(mx, l[n * Vp + i]);
-        for (int i = 0; i < V; i++) s += exp((double)l[n * Vp + i] - mx);
+        for (int i = 0; i < V; i++)
+            mx = fmax(mx, l[n * Vp + i]);
+        for (int i = 0; i < V; i++)
+            s += exp((double)l[n * Vp + i] - mx);
         double total = 0;
         /* logits - max rounds to float (up to 2e-6 of e^x at |x| ~ 40), as
          * in any fp32 softmax */
         for (int i = 0; i < V; i++) {
             double want = exp((double)l[n * Vp + i] - mx) / s;
-            cr_assert(fabs(p[n * Vp + i] - want) <= 4e-6 * want + 1e-30,
-                      "row %d col %d: %.9g vs %.9g", n, i, p[n * Vp + i], want);
+            cr_assert(fabs(p[n * Vp + i] - want) <= 4e-6 * want + 1e-30, "row %d col %d: %.9g vs %.9g", n, i,
+                      p[n * Vp + i], want);
             total += p[n * Vp + i];
         }
         cr_assert(fabs(total - 1.0) < 1e-5, "row %d sums to %.9g", n, total);
-        for (int i = V; i < Vp; i++) cr_assert(p[n * Vp + i] == 0.0f);
+        for (int i = V; i < Vp; i++)
+            cr_assert(p[n * Vp + i] == 0.0f);
     }
     free(l), free(p);
 }
@@ -194,26 +200,27 @@ Test(softmax, is_a_distribution_over_the_real_tokens)
  * element. Same bits as a zeroed buffer, whatever was there before. */
 Test(model, zero_grad_writes_every_gradient_element)
 {
-    struct gpt2_config cfg = {.max_seq_len = 16, .vocab_size = 50, .padded_vocab_size = 64,
-                              .num_layers = 2, .num_heads = 2, .channels = 32};
+    struct gpt2_config cfg = {
+        .max_seq_len = 16, .vocab_size = 50, .padded_vocab_size = 64, .num_layers = 2, .num_heads = 2, .channels = 32};
     struct gpt2 m;
     skiff_err err;
     cr_assert_eq(gpt2_create(&m, &cfg, 2, 12, &err), 0, "%s", err.msg);
     gpt2_init_params(&cfg, m.params, 3);
     int in[24], tg[24];
-    for (int i = 0; i < 24; i++) in[i] = (i * 7 + 3) % 50, tg[i] = (i * 5 + 1) % 50;
+    for (int i = 0; i < 24; i++)
+        in[i] = (i * 7 + 3) % 50, tg[i] = (i * 5 + 1) % 50;
     gpt2_forward(&m, in, tg);
     memset(m.grads, 0, m.num_params * sizeof(float));
     gpt2_backward(&m, 1.0f); /* no zero_grad: adds to the zeroed buffer */
     float *want = malloc(m.num_params * sizeof(float));
     cr_assert(want);
     memcpy(want, m.grads, m.num_params * sizeof(float));
-    for (size_t i = 0; i < m.num_params; i++) m.grads[i] = NAN;
+    for (size_t i = 0; i < m.num_params; i++)
+        m.grads[i] = NAN;
     gpt2_zero_grad(&m);
     gpt2_backward(&m, 1.0f);
     for (size_t i = 0; i < m.num_params; i++)
-        cr_assert(!memcmp(&m.grads[i], &want[i], sizeof(float)), "grads[%zu]: %.9g, want %.9g", i,
-                  m.grads[i], want[i]);
+        cr_assert(!memcmp(&m.grads[i], &want[i], sizeof(float)), "grads[%zu]: %.9g, want %.9g", i, m.grads[i], want[i]);
     /* and the backward after that accumulates again */
     gpt2_backward(&m, 1.0f);
     cr_assert(m.grads[m.param_offsets[GPT2_LNFB]] != want[m.param_offsets[GPT2_LNFB]] ||
