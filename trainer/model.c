@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "layers/attention.h"
 #include "layers/crossentropy.h"
 #include "layers/encoder.h"
@@ -225,6 +226,10 @@ int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, ski
         return skiff_error(err, ENOMEM, "allocating model (%zu params, %zu activations)",
                            m->num_params, m->num_acts);
     }
+    if (gemm_reserve(err) < 0) {
+        gpt2_destroy(m);
+        return -1;
+    }
     struct acts a;
     act_views(m, m->acts, &a);
     m->probs_out = a.p[A_PROBS];
@@ -241,7 +246,16 @@ void gpt2_destroy(struct gpt2 *m)
     m->params = m->grads = m->acts = m->dacts = NULL;
 }
 
-void gpt2_zero_grad(struct gpt2 *m) { memset(m->grads, 0, m->num_params * sizeof(float)); }
+/* memset on all threads: one core alone does not saturate the memory bus. */
+static void zero_floats(float *p, size_t n)
+{
+    const size_t chunk = (size_t)1 << 18;
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < n; c += chunk)
+        memset(p + c, 0, (n - c < chunk ? n - c : chunk) * sizeof(float));
+}
+
+void gpt2_zero_grad(struct gpt2 *m) { m->grads_cleared = 1; }
 
 #define PARAM(m, i) ((m)->params + (m)->param_offsets[i])
 #define GRAD(m, i) ((m)->grads + (m)->param_offsets[i])
@@ -322,13 +336,27 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
     struct acts a, d;
     act_views(m, m->acts, &a);
     act_views(m, m->dacts, &d);
-    memset(m->dacts, 0, m->num_acts * sizeof(float));
+    /* the layers accumulate into their input gradients; the probabilities'
+     * gradient is never formed (the softmax and the loss are differentiated
+     * together) and the losses' is written below, so stop before them */
+    zero_floats(m->dacts, (size_t)(d.p[A_PROBS] - m->dacts));
+    /* after gpt2_zero_grad the weight matrices' gradients (and the biases
+     * of the fully connected layers) are written by matmul_backward; the
+     * small tensors that are only ever added to are zeroed here */
+    int ow = m->grads_cleared;
+    m->grads_cleared = 0;
+    if (ow) {
+        static const int added[] = {GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_LN2W,
+                                    GPT2_LN2B, GPT2_LNFW, GPT2_LNFB};
+        for (size_t i = 0; i < sizeof added / sizeof added[0]; i++)
+            memset(GRAD(m, added[i]), 0, m->param_sizes[added[i]] * sizeof(float));
+    }
 
     float dl = loss_scale / BT;
     for (int i = 0; i < BT; i++) d.p[A_LOSSES][i] = dl;
     crossentropy_softmax_backward(d.p[A_LOGITS], d.p[A_LOSSES], a.p[A_PROBS], m->targets, BT, V, Vp);
     matmul_backward(d.p[A_LNF], GRAD(m, GPT2_WTE), NULL, d.p[A_LOGITS], a.p[A_LNF],
-                    PARAM(m, GPT2_WTE), BT, C, Vp);
+                    PARAM(m, GPT2_WTE), BT, C, Vp, ow);
     const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
     float *dlast = d.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
     layernorm_backward(dlast, GRAD(m, GPT2_LNFW), GRAD(m, GPT2_LNFB), d.p[A_LNF], last,
@@ -347,14 +375,14 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
         matmul_backward(d.p[A_FCH_GELU] + 4 * bc, GRAD(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
                         GRAD(m, GPT2_FCPROJB) + (size_t)l * C, d.p[A_FCPROJ] + bc,
                         a.p[A_FCH_GELU] + 4 * bc, PARAM(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
-                        BT, 4 * C, C);
+                        BT, 4 * C, C, ow);
         ready(m, GPT2_FCPROJB, l);
         ready(m, GPT2_FCPROJW, l);
         gelu_backward(d.p[A_FCH] + 4 * bc, a.p[A_FCH] + 4 * bc, d.p[A_FCH_GELU] + 4 * bc,
                       (size_t)BT * 4 * C);
         matmul_backward(d.p[A_LN2] + bc, GRAD(m, GPT2_FCW) + (size_t)l * 4 * C * C,
                         GRAD(m, GPT2_FCB) + (size_t)l * 4 * C, d.p[A_FCH] + 4 * bc, a.p[A_LN2] + bc,
-                        PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C, BT, C, 4 * C);
+                        PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C, BT, C, 4 * C, ow);
         ready(m, GPT2_FCB, l);
         ready(m, GPT2_FCW, l);
         layernorm_backward(d.p[A_RESIDUAL2] + bc, GRAD(m, GPT2_LN2W) + l * C,
@@ -366,7 +394,8 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
         residual_backward(dresidual, d.p[A_ATTPROJ] + bc, d.p[A_RESIDUAL2] + bc, (size_t)BT * C);
         matmul_backward(d.p[A_ATTY] + bc, GRAD(m, GPT2_ATTPROJW) + (size_t)l * C * C,
                         GRAD(m, GPT2_ATTPROJB) + (size_t)l * C, d.p[A_ATTPROJ] + bc,
-                        a.p[A_ATTY] + bc, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C, BT, C, C);
+                        a.p[A_ATTY] + bc, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C, BT, C, C,
+                        ow);
         ready(m, GPT2_ATTPROJB, l);
         ready(m, GPT2_ATTPROJW, l);
         attention_backward(d.p[A_QKV] + 3 * bc, d.p[A_PREATT] + att_off, d.p[A_ATT] + att_off,
@@ -375,7 +404,7 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
         matmul_backward(d.p[A_LN1] + bc, GRAD(m, GPT2_QKVW) + (size_t)l * 3 * C * C,
                         GRAD(m, GPT2_QKVB) + (size_t)l * 3 * C, d.p[A_QKV] + 3 * bc,
                         a.p[A_LN1] + bc, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C, BT, C,
-                        3 * C);
+                        3 * C, ow);
         ready(m, GPT2_QKVB, l);
         ready(m, GPT2_QKVW, l);
         layernorm_backward(dresidual, GRAD(m, GPT2_LN1W) + l * C, GRAD(m, GPT2_LN1B) + l * C,

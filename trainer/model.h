@@ -87,6 +87,8 @@ struct gpt2 {
     size_t param_offsets[GPT2_NUM_PARAM_TENSORS];
     float *params;  /* num_params floats (owned unless params_borrowed) */
     float *grads;   /* num_params floats, accumulated by gpt2_backward */
+    int grads_cleared; /* gpt2_zero_grad was called: the next backward writes
+                        * grads instead of adding to them (see gpt2_zero_grad) */
     float *acts;    /* activations for (B,T) */
     float *dacts;   /* their gradients */
     size_t num_acts;
@@ -113,6 +115,12 @@ float gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets);
 /* Adds d(mean loss)/d(params) * loss_scale to m->grads (call gpt2_zero_grad
  * first when not accumulating). Needs a forward with targets just before. */
 void gpt2_backward(struct gpt2 *m, float loss_scale);
+
+/* Makes the gradient zero for the next gpt2_backward, which then writes
+ * every element instead of adding to it: the same bits as zeroing and
+ * adding, without a pass over 4 bytes per parameter (500 MB at d12) or
+ * reading the old values. Until that backward, m->grads holds stale values:
+ * do not read them in between. */
 void gpt2_zero_grad(struct gpt2 *m);
 
 #endif

@@ -5,14 +5,16 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "vmath.h"
+
 // out is (B,T,C); inp is (B,T,3C) holding q,k,v; preatt, att are (B,NH,T,T)
 // (only t2 <= t is written; the rest stays 0)
-static inline void attention_forward(float *out, float *preatt, float *att, const float *inp,
-                                     int B, int T, int C, int NH)
+VMATH_CLONES static inline void attention_forward(float *out, float *preatt, float *att,
+                                                  const float *inp, int B, int T, int C, int NH)
 {
     int C3 = 3 * C, hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3)
+#pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
@@ -22,15 +24,13 @@ static inline void attention_forward(float *out, float *preatt, float *att, cons
                 float maxv = -INFINITY;
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float *k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float s = 0.0f;
-                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
-                    s *= scale;
+                    float s = vm_dot(q, k, hs) * scale;
                     pre[t2] = s;
                     if (s > maxv) maxv = s;
                 }
                 float sum = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    float e = expf(pre[t2] - maxv);
+                    float e = vm_exp(pre[t2] - maxv);
                     a[t2] = e;
                     sum += e;
                 }
@@ -41,7 +41,8 @@ static inline void attention_forward(float *out, float *preatt, float *att, cons
                 for (int i = 0; i < hs; i++) o[i] = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float *v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+                    float w = a[t2];
+                    for (int i = 0; i < hs; i++) o[i] += w * v[i];
                 }
             }
         }
@@ -51,13 +52,13 @@ static inline void attention_forward(float *out, float *preatt, float *att, cons
 // dinp is (B,T,3C) accumulated; dpreatt, datt are (B,NH,T,T) scratch
 // (accumulated, zero them first). Parallel over (b,h): each (b,h) owns its
 // slice of dinp, so no races and a fixed order.
-static inline void attention_backward(float *dinp, float *dpreatt, float *datt,
-                                      const float *dout, const float *inp, const float *att,
-                                      int B, int T, int C, int NH)
+VMATH_CLONES static inline void attention_backward(float *dinp, float *dpreatt, float *datt,
+                                                   const float *dout, const float *inp,
+                                                   const float *att, int B, int T, int C, int NH)
 {
     int C3 = 3 * C, hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
@@ -69,14 +70,12 @@ static inline void attention_backward(float *dinp, float *dpreatt, float *datt,
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float *v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
                     float *dv = dinp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) {
-                        da[t2] += v[i] * d[i];
-                        dv[i] += a[t2] * d[i];
-                    }
+                    da[t2] += vm_dot(v, d, hs);
+                    float w = a[t2];
+                    for (int i = 0; i < hs; i++) dv[i] += w * d[i];
                 }
                 // softmax: dpre = a * (da - sum(a * da))
-                float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * da[t2];
+                float dot = vm_dot(a, da, t + 1);
                 for (int t2 = 0; t2 <= t; t2++) dpre[t2] += a[t2] * (da[t2] - dot);
                 // pre = scale * q . k
                 const float *q = inp + ((size_t)b * T + t) * C3 + h * hs;

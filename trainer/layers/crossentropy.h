@@ -5,23 +5,41 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "vmath.h"
+
 // probs is (N,Vp); logits is (N,Vp); only the first V columns are real tokens,
-// the padded ones get probability 0
-static inline void softmax_forward(float *probs, const float *logits, int N, int V, int Vp)
+// the padded ones get probability 0. The max and the sum run in 16 interleaved
+// lanes combined in a fixed order (so they vectorise and stay reproducible).
+VMATH_CLONES static inline void softmax_forward(float *probs, const float *logits, int N, int V,
+                                                int Vp)
 {
-#pragma omp parallel for
+    enum { LANES = 16 };
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * Vp;
         float *p = probs + (size_t)n * Vp;
+        int Vl = V / LANES * LANES;
+        float mx[LANES], sm[LANES];
+        for (int j = 0; j < LANES; j++) mx[j] = -INFINITY, sm[j] = 0.0f;
+        for (int i = 0; i < Vl; i += LANES)
+            for (int j = 0; j < LANES; j++) mx[j] = l[i + j] > mx[j] ? l[i + j] : mx[j];
         float maxv = -INFINITY;
-        for (int i = 0; i < V; i++)
-            if (l[i] > maxv) maxv = l[i];
+        for (int j = 0; j < LANES; j++) maxv = mx[j] > maxv ? mx[j] : maxv;
+        for (int i = Vl; i < V; i++) maxv = l[i] > maxv ? l[i] : maxv;
+        for (int i = 0; i < Vl; i += LANES)
+            for (int j = 0; j < LANES; j++) {
+                float e = vm_exp(l[i + j] - maxv);
+                p[i + j] = e;
+                sm[j] += e;
+            }
         float sum = 0.0f;
-        for (int i = 0; i < V; i++) {
-            p[i] = expf(l[i] - maxv);
+        for (int j = 0; j < LANES; j++) sum += sm[j];
+        for (int i = Vl; i < V; i++) {
+            p[i] = vm_exp(l[i] - maxv);
             sum += p[i];
         }
-        for (int i = 0; i < V; i++) p[i] /= sum;
+        float inv = 1.0f / sum;
+        for (int i = 0; i < V; i++) p[i] *= inv;
         for (int i = V; i < Vp; i++) p[i] = 0.0f;
     }
 }

@@ -74,7 +74,7 @@ Test(gradcheck, matmul)
     struct mm c = {zeros(B * T * OC), rnd(B * T * C, 1), rnd(OC * C, 1), rnd(OC, 1), rnd(B * T * OC, 1)};
     float *di = zeros(B * T * C), *dw = zeros(OC * C), *db = zeros(OC);
     mm_loss(&c);
-    matmul_backward(di, dw, db, c.r, c.inp, c.w, B * T, C, OC);
+    matmul_backward(di, dw, db, c.r, c.inp, c.w, B * T, C, OC, 0);
     check("matmul dinp", c.inp, di, B * T * C, mm_loss, &c, 1e-2f, 1e-3, 1e-3);
     check("matmul dweight", c.w, dw, OC * C, mm_loss, &c, 1e-2f, 1e-3, 1e-3);
     check("matmul dbias", c.b, db, OC, mm_loss, &c, 1e-2f, 1e-3, 1e-3);
