@@ -25,12 +25,10 @@ void skiff_err_clear(skiff_err *err);
 
 /* Sets err to "FMT: strerror(errnum)" (or "FMT" when errnum is 0) and
  * returns -1, so a failure path is `return skiff_error(err, errno, "...")`. */
-int skiff_error(skiff_err *err, int errnum, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int skiff_error(skiff_err *err, int errnum, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Prefixes the existing message with "FMT: " and returns -1; the code stays. */
-int skiff_err_wrap(skiff_err *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int skiff_err_wrap(skiff_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Free-on-scope-exit helpers, crun style: a variable declared with one of these
  * is released when it goes out of scope; "steal" it (set to NULL / -1) to keep it. */

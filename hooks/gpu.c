@@ -43,11 +43,18 @@
 #include "ddp_env.h"
 #include "hookutil.h"
 
-static const char *const libs[] = {"libcuda.so", "libcudadebugger.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so",
-                                   "libnvidia-nvvm.so", "libnvidia-gpucomp.so", "libnvidia-cfg.so",
-                                   "libnvidia-opencl.so", "libnvidia-allocator.so", NULL};
-static const char *const tools[] = {"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control",
-                                    "nvidia-cuda-mps-server", NULL};
+static const char *const libs[] = {"libcuda.so",
+                                   "libcudadebugger.so",
+                                   "libnvidia-ml.so",
+                                   "libnvidia-ptxjitcompiler.so",
+                                   "libnvidia-nvvm.so",
+                                   "libnvidia-gpucomp.so",
+                                   "libnvidia-cfg.so",
+                                   "libnvidia-opencl.so",
+                                   "libnvidia-allocator.so",
+                                   NULL};
+static const char *const tools[] = {
+    "nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server", NULL};
 static const char *const ctl[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", NULL};
 
 struct conf {
@@ -123,8 +130,8 @@ static int read_conf(const char *self, struct conf *c, skiff_err *err)
         else if (!strcmp(k, "update_ldcache"))
             rv = skiff_error(err, 0, "%s:%d: update_ldcache is yes or no, got '%s'", path, no, v);
         else
-            rv = skiff_error(err, 0, "%s:%d: unknown key '%s' (dev_root, driver_root, ldcache, update_ldcache)",
-                             path, no, k);
+            rv = skiff_error(err, 0, "%s:%d: unknown key '%s' (dev_root, driver_root, ldcache, update_ldcache)", path,
+                             no, k);
     }
     free(line);
     fclose(f);
@@ -348,8 +355,7 @@ static void ldconfig_child(const char *root, const char *outdir, const char *ldc
     snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)uid, (unsigned)uid);
     int ok = write_id_file("/proc/self/uid_map", map) == 0 && write_id_file("/proc/self/setgroups", "deny") == 0;
     snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)gid, (unsigned)gid);
-    if (!ok || write_id_file("/proc/self/gid_map", map) < 0 ||
-        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+    if (!ok || write_id_file("/proc/self/gid_map", map) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
         perror("skiff hook gpu: private mount namespace for ldconfig");
         _exit(2);
     }
@@ -364,8 +370,7 @@ static void ldconfig_child(const char *root, const char *outdir, const char *ldc
     for (size_t i = 0; i < f->n; i++) {
         int t = mount_point_in(root, f->v[i].dst, &err);
         if (t < 0 || mount_on(f->v[i].src, t) < 0) {
-            fprintf(stderr, "skiff hook gpu: ldconfig: place %s: %s\n", f->v[i].dst,
-                    t < 0 ? err.msg : strerror(errno));
+            fprintf(stderr, "skiff hook gpu: ldconfig: place %s: %s\n", f->v[i].dst, t < 0 ? err.msg : strerror(errno));
             _exit(2);
         }
         close(t);
@@ -401,7 +406,8 @@ static int update_ldcache(const struct found *f, skiff_err *err)
 {
     const char *root = getenv("SKIFF_ROOTFS"), *state = getenv("SKIFF_STATE_DIR");
     if (!root || !*root || !state || !*state)
-        return skiff_error(err, 0, "SKIFF_ROOTFS and SKIFF_STATE_DIR must be set (run hooks through the skiff runtime)");
+        return skiff_error(err, 0,
+                           "SKIFF_ROOTFS and SKIFF_STATE_DIR must be set (run hooks through the skiff runtime)");
     int fd = skiff_hook_open_in_root(root, "/etc/ld.so.cache", O_PATH, err);
     if (fd < 0) {
         skiff_err_clear(err);
@@ -437,8 +443,10 @@ static int update_ldcache(const struct found *f, skiff_err *err)
         if (errno != EINTR)
             return skiff_error(err, errno, "wait for ldconfig");
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || access(out, R_OK) < 0) {
-        fprintf(stderr, "skiff hook gpu: warning: the image's ldconfig failed (status %d): /etc/ld.so.cache "
-                        "does not list the driver's libraries\n", st);
+        fprintf(stderr,
+                "skiff hook gpu: warning: the image's ldconfig failed (status %d): /etc/ld.so.cache "
+                "does not list the driver's libraries\n",
+                st);
         return 0;
     }
     return skiff_hook_mount(out, "/etc/ld.so.cache", "none", "ro,bind,x-create=file", err);

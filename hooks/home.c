@@ -25,8 +25,9 @@ static int run(skiff_err *err)
     if (!pw && suid && *suid && !(remap && !strcmp(remap, "1")))
         pw = getpwuid((uid_t)strtoul(suid, NULL, 10));
     if (!pw || !pw->pw_dir || pw->pw_dir[0] != '/')
-        return skiff_error(err, ENOENT, "SKIFF_MOUNT_HOME=1 but the job user's home directory is unknown "
-                                        "(no SLURM_JOB_USER/SLURM_JOB_UID in passwd)");
+        return skiff_error(err, ENOENT,
+                           "SKIFF_MOUNT_HOME=1 but the job user's home directory is unknown "
+                           "(no SLURM_JOB_USER/SLURM_JOB_UID in passwd)");
     struct stat st;
     if (stat(pw->pw_dir, &st) < 0 || !S_ISDIR(st.st_mode))
         return skiff_error(err, errno ? errno : ENOTDIR, "home directory %s", pw->pw_dir);

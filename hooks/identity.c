@@ -63,7 +63,8 @@ static int run(skiff_err *err)
         return 0;
     const char *root = getenv("SKIFF_ROOTFS"), *state = getenv("SKIFF_STATE_DIR");
     if (!root || !*root || !state || !*state)
-        return skiff_error(err, 0, "SKIFF_ROOTFS and SKIFF_STATE_DIR must be set (run hooks through the skiff runtime)");
+        return skiff_error(err, 0,
+                           "SKIFF_ROOTFS and SKIFF_STATE_DIR must be set (run hooks through the skiff runtime)");
     const char *uidv = getenv("SLURM_JOB_UID");
     if (!uidv || !*uidv)
         uidv = getenv("SKIFF_UID");
@@ -76,7 +77,8 @@ static int run(skiff_err *err)
     gid_t pgid = pw->pw_gid;
     char pline[1200];
     snprintf(pline, sizeof(pline), "%s:x:%u:%u:%s:%s:%s", pw->pw_name, (unsigned)pw->pw_uid, (unsigned)pw->pw_gid,
-             pw->pw_gecos ? pw->pw_gecos : "", pw->pw_dir ? pw->pw_dir : "/", pw->pw_shell && *pw->pw_shell ? pw->pw_shell : "/bin/sh");
+             pw->pw_gecos ? pw->pw_gecos : "", pw->pw_dir ? pw->pw_dir : "/",
+             pw->pw_shell && *pw->pw_shell ? pw->pw_shell : "/bin/sh");
     if (strpbrk(pline, "\n"))
         return skiff_error(err, 0, "passwd entry of %s holds a newline", user);
 

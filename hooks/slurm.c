@@ -10,8 +10,13 @@
 
 extern char **environ;
 
-static const char *const per_task[] = {"SLURM_PROCID=", "SLURM_LOCALID=", "SLURM_TASK_PID=", "SLURM_CPU_BIND",
-                                       "SLURM_GTIDS=", "SLURM_STEP_LAUNCHER_PORT=", NULL};
+static const char *const per_task[] = {"SLURM_PROCID=",
+                                       "SLURM_LOCALID=",
+                                       "SLURM_TASK_PID=",
+                                       "SLURM_CPU_BIND",
+                                       "SLURM_GTIDS=",
+                                       "SLURM_STEP_LAUNCHER_PORT=",
+                                       NULL};
 
 int main(void)
 {

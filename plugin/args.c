@@ -85,8 +85,7 @@ int skiff_plugin_args_parse(struct skiff_plugin_args *a, int ac, char **av, skif
             if (errno || end == val || *end || v < 1 || v > 86400)
                 return skiff_error(err, 0, "plugstack.conf: timeout=%s: give whole seconds from 1 to 86400", val);
             a->timeout_s = (int)v;
-        }
-        else if (!strcmp(key, "use_squashfuse") || !strcmp(key, "use_enroot_load")) {
+        } else if (!strcmp(key, "use_squashfuse") || !strcmp(key, "use_enroot_load")) {
             /* pyxis's enroot knobs: skiff always mounts with its own FUSE
              * server and never runs enroot; accepted so a pyxis line works. */
             bool dummy;

@@ -53,8 +53,8 @@ int skiff_epilog(spank_t sp, int ac, char **av)
     if (dot)
         *dot = '\0';
     struct skiff_config cfg;
-    struct skiff_user u = {.uid = uid, .gid = pw.pw_gid, .groups = groups, .ngroups = ngroups, .name = pw.pw_name,
-                           .home = pw.pw_dir};
+    struct skiff_user u = {
+        .uid = uid, .gid = pw.pw_gid, .groups = groups, .ngroups = ngroups, .name = pw.pw_name, .home = pw.pw_dir};
     if (skiff_load_user_config(&skiff_g.args, uid, pw.pw_name, pw.pw_dir, &cfg, &err) < 0 ||
         skiff_remove_job_containers(&u, node, jobid, &cfg, &err) < 0)
         slurm_error("skiff: epilog: job %u: %s", (unsigned)jobid, err.msg);

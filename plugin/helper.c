@@ -283,8 +283,7 @@ static void wait_joined(const char *state_dir, double timeout_ms)
         (void)skiff_write_all(SKIFF_HELPER_REP_FD, "w", 1);
     close(SKIFF_HELPER_REP_FD);
     double end = skiff_now_ms() + timeout_ms;
-    while (busy && flock(fd, LOCK_EX | LOCK_NB) < 0 && (errno == EINTR || errno == EWOULDBLOCK) &&
-           skiff_now_ms() < end)
+    while (busy && flock(fd, LOCK_EX | LOCK_NB) < 0 && (errno == EINTR || errno == EWOULDBLOCK) && skiff_now_ms() < end)
         usleep(20000);
     /* fd stays open (and locked) until this process exits */
 }

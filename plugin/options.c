@@ -228,8 +228,8 @@ static int set_name(struct skiff_opts *o, const char *arg, skiff_err *err)
         else if (!strcmp(f, "no_exec"))
             mode = SKIFF_NAME_NO_EXEC;
         else
-            return skiff_error(err, 0, "unknown mode '%s' (write NAME, or NAME:auto, NAME:create, NAME:exec, NAME:no_exec)",
-                               f);
+            return skiff_error(err, 0,
+                               "unknown mode '%s' (write NAME, or NAME:auto, NAME:create, NAME:exec, NAME:no_exec)", f);
     }
     cleanup_free char *name = strndup(arg, n);
     if (!name)
@@ -272,8 +272,8 @@ static int set_bool(int *dst, enum skiff_opt_id id, int val, skiff_err *err)
 
 int skiff_opts_set(struct skiff_opts *o, enum skiff_opt_id id, int val, const char *arg, skiff_err *err)
 {
-    bool valued = id == SKIFF_OPT_IMAGE || id == SKIFF_OPT_MOUNTS || id == SKIFF_OPT_WORKDIR ||
-                  id == SKIFF_OPT_NAME || id == SKIFF_OPT_SAVE || id == SKIFF_OPT_ENV || id == SKIFF_OPT_UNSHARE;
+    bool valued = id == SKIFF_OPT_IMAGE || id == SKIFF_OPT_MOUNTS || id == SKIFF_OPT_WORKDIR || id == SKIFF_OPT_NAME ||
+                  id == SKIFF_OPT_SAVE || id == SKIFF_OPT_ENV || id == SKIFF_OPT_UNSHARE;
     if (valued && (!arg || !*arg))
         return skiff_error(err, 0, "--%s needs an argument", skiff_opt_flag(id));
     int rv = 0;
@@ -296,8 +296,8 @@ int skiff_opts_set(struct skiff_opts *o, enum skiff_opt_id id, int val, const ch
         break;
     case SKIFF_OPT_SAVE:
         if (arg[strlen(arg) - 1] == '/')
-            return skiff_error(err, 0, "--container-save: '%s' is a directory; give a file name (e.g. %sout.sqsh)",
-                               arg, arg);
+            return skiff_error(err, 0, "--container-save: '%s' is a directory; give a file name (e.g. %sout.sqsh)", arg,
+                               arg);
         rv = set_str(&o->save, arg, err);
         break;
     case SKIFF_OPT_MOUNT_HOME:
@@ -410,8 +410,8 @@ bool skiff_opts_active(const struct skiff_opts *o)
 int skiff_opts_check(const struct skiff_opts *o, skiff_err *err)
 {
     if (!skiff_opts_active(o)) {
-        static const enum skiff_opt_id need[] = {SKIFF_OPT_MOUNTS, SKIFF_OPT_WORKDIR, SKIFF_OPT_SAVE,
-                                                  SKIFF_OPT_ENV, SKIFF_OPT_UNSHARE};
+        static const enum skiff_opt_id need[] = {SKIFF_OPT_MOUNTS, SKIFF_OPT_WORKDIR, SKIFF_OPT_SAVE, SKIFF_OPT_ENV,
+                                                 SKIFF_OPT_UNSHARE};
         for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
             if (skiff_opts_isset(o, need[i]))
                 return skiff_error(err, 0, "--%s needs --container-image (or --container-name)",
@@ -419,10 +419,10 @@ int skiff_opts_check(const struct skiff_opts *o, skiff_err *err)
         return 0;
     }
     if (o->save && o->writable == 0)
-        return skiff_error(err, 0, "--container-save with --container-readonly: a read-only container has "
-                                   "nothing to save");
+        return skiff_error(err, 0,
+                           "--container-save with --container-readonly: a read-only container has "
+                           "nothing to save");
     if (o->name && o->name_mode == SKIFF_NAME_CREATE && !o->image)
-        return skiff_error(err, 0, "--container-name=%s:create needs --container-image to create it from",
-                           o->name);
+        return skiff_error(err, 0, "--container-name=%s:create needs --container-image to create it from", o->name);
     return 0;
 }

@@ -29,15 +29,15 @@ struct skiff_opts {
     char *workdir; /* --container-workdir */
     char *name;    /* --container-name, without the mode */
     enum skiff_name_mode name_mode;
-    char *save;          /* --container-save */
-    int mount_home;      /* -1 unset, 0, 1 */
-    int remap_root;      /* -1 unset, 0, 1 */
-    int entrypoint;      /* -1 unset: the plugstack's execute_entrypoint */
-    int entrypoint_log;  /* -1 unset */
-    int writable;        /* -1 unset: writable (pyxis's default) */
-    char **env;          /* --container-env entries: NAME or NAME=VALUE */
+    char *save;         /* --container-save */
+    int mount_home;     /* -1 unset, 0, 1 */
+    int remap_root;     /* -1 unset, 0, 1 */
+    int entrypoint;     /* -1 unset: the plugstack's execute_entrypoint */
+    int entrypoint_log; /* -1 unset */
+    int writable;       /* -1 unset: writable (pyxis's default) */
+    char **env;         /* --container-env entries: NAME or NAME=VALUE */
     size_t nenv;
-    int unshare_flags;   /* CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS */
+    int unshare_flags; /* CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS */
     bool unshare_set;
 };
 

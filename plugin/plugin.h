@@ -19,15 +19,14 @@
 #include "options.h"
 #include "proto.h"
 
-
 struct skiff_plugin {
     struct skiff_plugin_args args;
     bool args_ok;
     struct skiff_opts opts;
 
     /* remote (slurmstepd) */
-    bool active;   /* this step runs in a container */
-    bool is_batch; /* the batch step (sbatch script) */
+    bool active;     /* this step runs in a container */
+    bool is_batch;   /* the batch step (sbatch script) */
     bool sweep_only; /* batch step without a container: job-scope cleanup only */
     uid_t uid;
     gid_t gid;
@@ -44,16 +43,16 @@ struct skiff_plugin {
     bool named_exists;
     bool temp_named; /* made only to keep the upper for --container-save */
     char save_path[SKIFF_PATH_MAX];
-    char state_key[512];             /* NODE.JOB.STEP: the container's runtime state */
-    char *command0; /* the step's argv[0]: warmed while the container starts */
+    char state_key[512]; /* NODE.JOB.STEP: the container's runtime state */
+    char *command0;      /* the step's argv[0]: warmed while the container starts */
     struct skiff_container c;
     bool started;
-    bool start_in_user_init; /* a PMIx step: start once Slurm made its PMIx directory */
-    bool attached;                  /* the tasks join a running container (--container-name) */
-    char notice[SKIFF_NOTICE_MAX];  /* the helper's notice for the user, shown by task 0 */
+    bool start_in_user_init;       /* a PMIx step: start once Slurm made its PMIx directory */
+    bool attached;                 /* the tasks join a running container (--container-name) */
+    char notice[SKIFF_NOTICE_MAX]; /* the helper's notice for the user, shown by task 0 */
     uint32_t tasks_exited;
-    bool saved; /* --container-save ran (task_exit or exit) */
-    int mntns_fd;    /* the container's mount namespace, held open */
+    bool saved;   /* --container-save ran (task_exit or exit) */
+    int mntns_fd; /* the container's mount namespace, held open */
     dev_t mntns_dev;
     ino_t mntns_ino;
 
@@ -62,11 +61,11 @@ struct skiff_plugin {
     char phase[SKIFF_PHASE_MAX];
     skiff_err err;
 
-    bool debug; /* SKIFF_DEBUG in the job's environment: timings */
+    bool debug;                                   /* SKIFF_DEBUG in the job's environment: timings */
     double t_config_ms, t_resolve_ms, t_start_ms; /* for verbose timing lines */
-    double t_post_opt_end, t_gap_ms; /* Slurm's own work between init_post_opt and user_init */
-    double t_wait_ms;                /* what user_init still waited for the starter */
-    char **hook_env;                 /* SLURM_* etc. for hooks (strings borrowed from Slurm's env) */
+    double t_post_opt_end, t_gap_ms;              /* Slurm's own work between init_post_opt and user_init */
+    double t_wait_ms;                             /* what user_init still waited for the starter */
+    char **hook_env;                              /* SLURM_* etc. for hooks (strings borrowed from Slurm's env) */
 };
 
 extern struct skiff_plugin skiff_g;

@@ -205,8 +205,7 @@ int skiff_request_parse(const char *data, size_t len, struct skiff_request *q, s
                 q->timeout_s = atoi(v);
                 if (q->timeout_s < 0 || q->timeout_s > 86400)
                     return skiff_error(err, 0, "bad timeout '%s'", v);
-            }
-            else
+            } else
                 return skiff_error(err, 0, "unknown request key '%s'", key);
             break;
         }

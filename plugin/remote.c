@@ -76,7 +76,6 @@ static int fail(const char *phase, const skiff_err *err)
     return 0; /* fail in task_init, where srun sees it */
 }
 
-
 int skiff_load_user_config(const struct skiff_plugin_args *a, uid_t uid, const char *user, const char *home,
                            struct skiff_config *cfg, skiff_err *err)
 {
@@ -275,8 +274,8 @@ int skiff_remote_post_opt(spank_t sp)
         /* Nodes may share the user's data_path (home on NFS): a name is
          * stored per node, and per job when container_scope=job. */
         int w = skiff_g.args.scope == SKIFF_SCOPE_JOB
-                    ? snprintf(skiff_g.named, sizeof(skiff_g.named), "%s.%s.job%u", skiff_g.opts.name,
-                               skiff_g.node, (unsigned)skiff_g.jobid)
+                    ? snprintf(skiff_g.named, sizeof(skiff_g.named), "%s.%s.job%u", skiff_g.opts.name, skiff_g.node,
+                               (unsigned)skiff_g.jobid)
                     : snprintf(skiff_g.named, sizeof(skiff_g.named), "%s.%s", skiff_g.opts.name, skiff_g.node);
         if (w < 0 || (size_t)w >= sizeof(skiff_g.named) || !skiff_name_valid(skiff_g.named)) {
             skiff_error(&err, 0, "container name '%s' is too long for node %s", skiff_g.opts.name, skiff_g.node);
@@ -467,8 +466,8 @@ static struct skiff_user job_user(void)
 }
 
 /* Proxy settings of the job reach the helper (a registry behind a proxy). */
-static const char *const proxy_vars[] = {"http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY",
-                                         "HTTPS_PROXY", "NO_PROXY", "all_proxy", "ALL_PROXY"};
+static const char *const proxy_vars[] = {"http_proxy",  "https_proxy", "no_proxy",  "HTTP_PROXY",
+                                         "HTTPS_PROXY", "NO_PROXY",    "all_proxy", "ALL_PROXY"};
 
 static char **proxy_env(spank_t sp)
 {
@@ -686,9 +685,9 @@ static void show_progress(char tag, const char *s, void *ctx)
  * running one says it ignores them. */
 static void warn_ignored(void)
 {
-    static const enum skiff_opt_id start_only[] = {SKIFF_OPT_MOUNTS, SKIFF_OPT_MOUNT_HOME, SKIFF_OPT_REMAP_ROOT,
-                                                    SKIFF_OPT_WRITABLE, SKIFF_OPT_UNSHARE, SKIFF_OPT_SAVE,
-                                                    SKIFF_OPT_ENTRYPOINT};
+    static const enum skiff_opt_id start_only[] = {SKIFF_OPT_MOUNTS,    SKIFF_OPT_MOUNT_HOME, SKIFF_OPT_REMAP_ROOT,
+                                                   SKIFF_OPT_WRITABLE,  SKIFF_OPT_UNSHARE,    SKIFF_OPT_SAVE,
+                                                   SKIFF_OPT_ENTRYPOINT};
     char list[512] = "";
     size_t n = 0, k = 0;
     for (size_t i = 0; i < sizeof(start_only) / sizeof(start_only[0]); i++) {
@@ -819,7 +818,8 @@ int skiff_remote_task_init(spank_t sp)
     skiff_err err;
     skiff_err_clear(&err);
     double t0 = skiff_now_ms();
-    if (skiff_container_join(skiff_g.c.holder, skiff_g.c.workdir[0] ? skiff_g.c.workdir : "/", SKIFF_JOIN_KEEP_CAPS, &err) < 0) {
+    if (skiff_container_join(skiff_g.c.holder, skiff_g.c.workdir[0] ? skiff_g.c.workdir : "/", SKIFF_JOIN_KEEP_CAPS,
+                             &err) < 0) {
         slurm_error("skiff: join: %s", err.msg);
         return -1;
     }

@@ -189,8 +189,8 @@ int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, skiff_rec_se
     bool timed_out = false;
     /* (rep stays open until skiff_helper_finish: a start helper's word
      * after its answer, skiff_helper_joined) */
-    int rc = skiff_rec_read_fd_cb(hp->rep, SKIFF_REPLY_MAX, timeout_s * 1000, 'Z', seen, ctx, &data, &len,
-                                  &timed_out, err);
+    int rc =
+        skiff_rec_read_fd_cb(hp->rep, SKIFF_REPLY_MAX, timeout_s * 1000, 'Z', seen, ctx, &data, &len, &timed_out, err);
     if (rc < 0) {
         if (timed_out)
             return skiff_error(err, 0,
@@ -204,8 +204,7 @@ int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, skiff_rec_se
         /* it closed its end: it has exited, or is about to */
         int st = skiff_helper_finish(hp, 5);
         if (st != -1 && WIFSIGNALED(st))
-            return skiff_error(err, 0, "the user-side helper was killed by signal %d before it answered",
-                               WTERMSIG(st));
+            return skiff_error(err, 0, "the user-side helper was killed by signal %d before it answered", WTERMSIG(st));
         return skiff_error(err, 0, "the user-side helper exited (status %d) without an answer",
                            st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     }
@@ -268,8 +267,8 @@ int skiff_helper_finish(struct skiff_helper_proc *hp, int timeout_s)
     return rv < 0 ? -1 : st;
 }
 
-int skiff_helper_call(const char *program, const char *verb, const struct skiff_user *u,
-                      const struct skiff_recbuf *req, int timeout_s, skiff_err *err)
+int skiff_helper_call(const char *program, const char *verb, const struct skiff_user *u, const struct skiff_recbuf *req,
+                      int timeout_s, skiff_err *err)
 {
     struct skiff_helper_proc hp;
     if (skiff_helper_spawn(program, verb, u, req, NULL, false, &hp, err) < 0)

@@ -32,13 +32,16 @@ struct skiff_user {
 };
 
 struct skiff_helper_proc {
-    pid_t pid;  /* 0: none */
-    int pidfd;  /* of pid */
-    int rep;    /* read end of its reply pipe, or -1 */
-    int ctl;    /* write end of its control pipe (start), or -1 */
+    pid_t pid; /* 0: none */
+    int pidfd; /* of pid */
+    int rep;   /* read end of its reply pipe, or -1 */
+    int ctl;   /* write end of its control pipe (start), or -1 */
 };
 
-#define SKIFF_HELPER_PROC_INIT {0, -1, -1, -1}
+#define SKIFF_HELPER_PROC_INIT                                                                                         \
+    {                                                                                                                  \
+        0, -1, -1, -1                                                                                                  \
+    }
 
 /* The helper program to run: helper if set, else skiff-helper in the
  * directory spank_skiff.so was loaded from, else (none there) in the
@@ -75,8 +78,8 @@ bool skiff_helper_joined(struct skiff_helper_proc *hp, int timeout_ms);
 int skiff_helper_finish(struct skiff_helper_proc *hp, int timeout_s);
 
 /* spawn + reply + finish, for the verbs that end by themselves. */
-int skiff_helper_call(const char *program, const char *verb, const struct skiff_user *u,
-                      const struct skiff_recbuf *req, int timeout_s, skiff_err *err);
+int skiff_helper_call(const char *program, const char *verb, const struct skiff_user *u, const struct skiff_recbuf *req,
+                      int timeout_s, skiff_err *err);
 
 /* Runs fn(arg) in a child of the caller that keeps only the fds in keep
  * (and 0-2 on /dev/null), drops to u and is never made dumpable: for work

@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-int atomic_write_file(const char *path, const char *tmp, int (*fill)(int fd, void *ctx), void *ctx,
-                      skiff_err *err)
+int atomic_write_file(const char *path, const char *tmp, int (*fill)(int fd, void *ctx), void *ctx, skiff_err *err)
 {
     char def[4096];
     if (!tmp) {

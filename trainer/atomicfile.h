@@ -8,7 +8,6 @@
 
 /* fill(fd, ctx) writes the contents (0, or -1 with errno set). tmp is the
  * temporary name (created or truncated); NULL means "PATH.tmp.PID". */
-int atomic_write_file(const char *path, const char *tmp, int (*fill)(int fd, void *ctx), void *ctx,
-                      skiff_err *err);
+int atomic_write_file(const char *path, const char *tmp, int (*fill)(int fd, void *ctx), void *ctx, skiff_err *err);
 
 #endif

@@ -97,15 +97,16 @@ static int ascii_class(unsigned char c)
 static int cp_class(utf8proc_int32_t cp)
 {
     switch (utf8proc_category(cp)) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO:
-        return C_L;
-    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
-        return C_N;
-    case UTF8PROC_CATEGORY_ZS:
-        return C_S;
-    default: /* ECMAScript's white space beyond Zs */
-        return cp == 0xFEFF || cp == 0x2028 || cp == 0x2029 ? C_S : C_O;
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: return C_L;
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO: return C_N;
+    case UTF8PROC_CATEGORY_ZS: return C_S;
+    default: /* ECMAScript's white space beyond Zs */ return cp == 0xFEFF || cp == 0x2028 || cp == 0x2029 ? C_S : C_O;
     }
 }
 
@@ -135,9 +136,7 @@ size_t bpe_presplit(const char *text, size_t len, size_t pos)
     if (s[pos] == '\'' && pos + 1 < len) {
         unsigned char c = s[pos + 1];
         if (c == 's' || c == 't' || c == 'm' || c == 'd') return pos + 2;
-        if (pos + 2 < len && s[pos + 2] == (c == 'l' ? 'l' : 'e') &&
-            (c == 'r' || c == 'v' || c == 'l'))
-            return pos + 3;
+        if (pos + 2 < len && s[pos + 2] == (c == 'l' ? 'l' : 'e') && (c == 'r' || c == 'v' || c == 'l')) return pos + 3;
     }
     size_t l0, l;
     int cls = char_at(s, len, pos, &l0);
@@ -268,8 +267,7 @@ static size_t merge_piece(struct bpe *b, const unsigned char *s, size_t n, uint1
     return k;
 }
 
-static int encode_piece(struct bpe *b, const unsigned char *s, size_t n, uint16_t *out, size_t *k,
-                        skiff_err *err)
+static int encode_piece(struct bpe *b, const unsigned char *s, size_t n, uint16_t *out, size_t *k, skiff_err *err)
 {
     if (n == 1) {
         out[0] = b->byte_id[s[0]];
@@ -301,15 +299,16 @@ static int encode_piece(struct bpe *b, const unsigned char *s, size_t n, uint16_
     return 0;
 }
 
-int bpe_encode(struct bpe *b, const char *text, size_t len, uint16_t **out, size_t *n, size_t *cap,
-               skiff_err *err)
+int bpe_encode(struct bpe *b, const char *text, size_t len, uint16_t **out, size_t *n, size_t *cap, skiff_err *err)
 {
     size_t pos = 0;
     while (pos < len) {
         size_t end = bpe_presplit(text, len, pos), m = end - pos;
         if (m > INT32_MAX) /* positions in the merge loop are int32 */
-            return skiff_error(err, 0, "tokenizer: a piece of %zu bytes (one word or one run of "
-                                       "white space) is longer than 2 GiB", m);
+            return skiff_error(err, 0,
+                               "tokenizer: a piece of %zu bytes (one word or one run of "
+                               "white space) is longer than 2 GiB",
+                               m);
         if (*cap - *n < m) { /* a piece gives at most one token per byte */
             size_t c = *cap ? *cap : 4096;
             while (c - *n < m) c *= 2;
@@ -366,30 +365,29 @@ static int parse(struct bpe *b, size_t len, const char *name, skiff_err *err)
 {
     const unsigned char *p = b->blob;
     if (len < HEADER_BYTES || memcmp(p, BPE_MAGIC, 8))
-        return skiff_error(err, 0, "%s: not a skiff BPE file (make one with `skiff-train "
-                                   "tokenizer-import`)", name);
+        return skiff_error(err, 0,
+                           "%s: not a skiff BPE file (make one with `skiff-train "
+                           "tokenizer-import`)",
+                           name);
     uint32_t version = rd32(p + 8);
     b->n_vocab = rd32(p + 12);
     b->n_merges = rd32(p + 16);
     b->eot = rd32(p + 20);
     uint32_t text_bytes = rd32(p + 24);
     if (version != BPE_VERSION)
-        return skiff_error(err, 0, "%s: BPE file version %u, this build reads %d", name, version,
-                           BPE_VERSION);
+        return skiff_error(err, 0, "%s: BPE file version %u, this build reads %d", name, version, BPE_VERSION);
     if (rd32(p + 28) != 0) return skiff_error(err, 0, "%s: reserved header field is not 0", name);
     if (b->n_vocab < 257 || b->n_vocab > BPE_MAX_VOCAB)
-        return skiff_error(err, 0, "%s: vocabulary of %u tokens; need 257..%d (256 bytes, an "
-                                   "end-of-text token; shards hold 16-bit tokens)",
+        return skiff_error(err, 0,
+                           "%s: vocabulary of %u tokens; need 257..%d (256 bytes, an "
+                           "end-of-text token; shards hold 16-bit tokens)",
                            name, b->n_vocab, BPE_MAX_VOCAB);
-    if (b->n_merges > MAX_MERGES || b->eot >= b->n_vocab ||
-        text_bytes > (size_t)b->n_vocab * BPE_MAX_TOKEN_BYTES)
-        return skiff_error(err, 0, "%s: header out of range (%u merges, eot %u, %u text bytes)",
-                           name, b->n_merges, b->eot, text_bytes);
-    size_t want = HEADER_BYTES + 4 * ((size_t)b->n_vocab + 1) + pad4(text_bytes) +
-                  sizeof(struct merge) * b->n_merges;
+    if (b->n_merges > MAX_MERGES || b->eot >= b->n_vocab || text_bytes > (size_t)b->n_vocab * BPE_MAX_TOKEN_BYTES)
+        return skiff_error(err, 0, "%s: header out of range (%u merges, eot %u, %u text bytes)", name, b->n_merges,
+                           b->eot, text_bytes);
+    size_t want = HEADER_BYTES + 4 * ((size_t)b->n_vocab + 1) + pad4(text_bytes) + sizeof(struct merge) * b->n_merges;
     if (len != want)
-        return skiff_error(err, 0, "%s: %zu bytes, the header describes %zu (truncated?)", name,
-                           len, want);
+        return skiff_error(err, 0, "%s: %zu bytes, the header describes %zu (truncated?)", name, len, want);
     b->off = (const uint32_t *)(p + HEADER_BYTES);
     b->text = p + HEADER_BYTES + 4 * ((size_t)b->n_vocab + 1);
     b->merges = (const struct merge *)(b->text + pad4(text_bytes));
@@ -431,8 +429,10 @@ static int parse(struct bpe *b, size_t len, const char *name, skiff_err *err)
     }
     for (int c = 0; c < 256; c++) {
         if (!seen_byte[c]) {
-            skiff_error(err, 0, "%s: no token for byte 0x%02x: such a vocabulary cannot encode "
-                                "every text", name, c);
+            skiff_error(err, 0,
+                        "%s: no token for byte 0x%02x: such a vocabulary cannot encode "
+                        "every text",
+                        name, c);
             goto out;
         }
     }
@@ -447,27 +447,25 @@ static int parse(struct bpe *b, size_t len, const char *name, skiff_err *err)
     b->pair_mask = pslots - 1;
     for (uint32_t r = 0; r < b->n_merges; r++) {
         const struct merge *m = &b->merges[r];
-        if (m->left >= b->n_vocab || m->right >= b->n_vocab || m->result >= b->n_vocab ||
-            m->left == b->eot || m->right == b->eot || m->result == b->eot) {
-            skiff_error(err, 0, "%s: rule %u names a token out of range or the end-of-text token",
-                        name, r);
+        if (m->left >= b->n_vocab || m->right >= b->n_vocab || m->result >= b->n_vocab || m->left == b->eot ||
+            m->right == b->eot || m->result == b->eot) {
+            skiff_error(err, 0, "%s: rule %u names a token out of range or the end-of-text token", name, r);
             goto out;
         }
         size_t nl = b->off[m->left + 1] - b->off[m->left];
         size_t nr = b->off[m->right + 1] - b->off[m->right];
         const unsigned char *t = b->text + b->off[m->result];
-        if (b->off[m->result + 1] - b->off[m->result] != nl + nr ||
-            memcmp(t, b->text + b->off[m->left], nl) || memcmp(t + nl, b->text + b->off[m->right], nr)) {
-            skiff_error(err, 0, "%s: rule %u: token %u is not tokens %u and %u joined", name, r,
-                        m->result, m->left, m->right);
+        if (b->off[m->result + 1] - b->off[m->result] != nl + nr || memcmp(t, b->text + b->off[m->left], nl) ||
+            memcmp(t + nl, b->text + b->off[m->right], nr)) {
+            skiff_error(err, 0, "%s: rule %u: token %u is not tokens %u and %u joined", name, r, m->result, m->left,
+                        m->right);
             goto out;
         }
         uint64_t key = ((uint64_t)m->left << 16 | m->right) + 1;
         size_t s = mix32(key) & b->pair_mask;
         for (; b->pairs[s]; s = (s + 1) & b->pair_mask) {
             if (b->pairs[s] >> 32 == key) {
-                skiff_error(err, 0, "%s: rule %u repeats rule %u", name, r,
-                            (unsigned)(b->pairs[s] & 0xffffffffu));
+                skiff_error(err, 0, "%s: rule %u repeats rule %u", name, r, (unsigned)(b->pairs[s] & 0xffffffffu));
                 goto out;
             }
         }
@@ -548,8 +546,7 @@ static int token_bytes(const char *s, size_t n, unsigned char *out)
     int k = 0;
     while (i < n) {
         utf8proc_int32_t cp;
-        utf8proc_ssize_t r = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
-                                              (utf8proc_ssize_t)(n - i), &cp);
+        utf8proc_ssize_t r = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
         int byte = r > 0 ? unicode_to_byte(cp) : -1;
         if (byte < 0 || k == BPE_MAX_TOKEN_BYTES) return -1;
         out[k++] = (unsigned char)byte;
@@ -584,8 +581,7 @@ static int import_vocab(struct import *im, const char *path, uint32_t *eot, skif
     int64_t eot_id = -1;
     im->nv = json_is_object(root) ? json_object_size(root) : 0;
     if (im->nv < 257 || im->nv > BPE_MAX_VOCAB) {
-        skiff_error(err, 0, "%s: want a JSON object of 257..%d tokens (token -> id)", path,
-                    BPE_MAX_VOCAB);
+        skiff_error(err, 0, "%s: want a JSON object of 257..%d tokens (token -> id)", path, BPE_MAX_VOCAB);
         goto out;
     }
     size_t slots = 1;
@@ -601,20 +597,19 @@ static int import_vocab(struct import *im, const char *path, uint32_t *eot, skif
     const char *key;
     json_t *val;
     unsigned char buf[BPE_MAX_TOKEN_BYTES];
-    json_object_foreach(root, key, val) {
+    json_object_foreach(root, key, val)
+    {
         json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
         if (id < 0 || (size_t)id >= im->nv || im->tok[id]) {
             skiff_error(err, 0, "%s: token \"%.40s\": id %s (want each of 0..%zu once)", path, key,
-                        json_is_integer(val) ? "out of range or repeated" : "is not an integer",
-                        im->nv - 1);
+                        json_is_integer(val) ? "out of range or repeated" : "is not an integer", im->nv - 1);
             goto out;
         }
         /* "<|endoftext|>" is printable ASCII: its characters are its bytes */
         int n = token_bytes(key, strlen(key), buf);
         if (!strcmp(key, "<|endoftext|>")) eot_id = id;
         if (n <= 0) {
-            skiff_error(err, 0, "%s: token \"%.40s\" is not written in GPT-2's byte alphabet",
-                        path, key);
+            skiff_error(err, 0, "%s: token \"%.40s\" is not written in GPT-2's byte alphabet", path, key);
             goto out;
         }
         if (import_find(im, buf, (size_t)n) >= 0) {
@@ -643,8 +638,7 @@ out:
 }
 
 /* vocab.bpe: "#version: 0.2", then one "left right" rule a line, by rank. */
-static int import_merges(const struct import *im, const char *path, struct merge **out,
-                         uint32_t *count, skiff_err *err)
+static int import_merges(const struct import *im, const char *path, struct merge **out, uint32_t *count, skiff_err *err)
 {
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return skiff_error(err, errno, "open %s", path);
@@ -666,8 +660,10 @@ static int import_merges(const struct import *im, const char *path, struct merge
         int nb = sp ? token_bytes(sp + 1, ll - (size_t)(sp + 1 - line), b) : -1;
         if (na <= 0 || nb <= 0) {
             free(m);
-            return skiff_error(err, 0, "%s:%zu: want two tokens of GPT-2's byte alphabet "
-                                       "separated by one space", path, lineno);
+            return skiff_error(err, 0,
+                               "%s:%zu: want two tokens of GPT-2's byte alphabet "
+                               "separated by one space",
+                               path, lineno);
         }
         memcpy(ab, a, (size_t)na);
         memcpy(ab + na, b, (size_t)nb);
@@ -675,9 +671,13 @@ static int import_merges(const struct import *im, const char *path, struct merge
         int64_t res = import_find(im, ab, (size_t)(na + nb));
         if (l < 0 || r < 0 || res < 0) {
             free(m);
-            return skiff_error(err, 0, "%s:%zu: the rule names a token that is not in the "
-                                       "vocabulary (%s)", path, lineno,
-                               l < 0 ? "left" : r < 0 ? "right" : "joined");
+            return skiff_error(err, 0,
+                               "%s:%zu: the rule names a token that is not in the "
+                               "vocabulary (%s)",
+                               path, lineno,
+                               l < 0   ? "left"
+                               : r < 0 ? "right"
+                                       : "joined");
         }
         if (n == cap) {
             cap = cap ? 2 * cap : 1024;
@@ -706,8 +706,8 @@ static int fill_image(int fd, void *ctx)
     return skiff_write_all(fd, im->p, im->len);
 }
 
-static int write_compact(const struct import *im, uint32_t eot, const struct merge *m,
-                         uint32_t nm, const char *out_path, skiff_err *err)
+static int write_compact(const struct import *im, uint32_t eot, const struct merge *m, uint32_t nm,
+                         const char *out_path, skiff_err *err)
 {
     size_t text = 0;
     for (size_t i = 0; i < im->nv; i++) text += im->len[i];
@@ -740,15 +740,13 @@ static int write_compact(const struct import *im, uint32_t eot, const struct mer
     return rc;
 }
 
-int bpe_import(const char *encoder_json, const char *merges_txt, const char *out_path,
-               skiff_err *err)
+int bpe_import(const char *encoder_json, const char *merges_txt, const char *out_path, skiff_err *err)
 {
     struct import im = {0};
     struct merge *m = NULL;
     uint32_t eot = 0, nm = 0;
     int rc = -1;
-    if (import_vocab(&im, encoder_json, &eot, err) < 0 ||
-        import_merges(&im, merges_txt, &m, &nm, err) < 0 ||
+    if (import_vocab(&im, encoder_json, &eot, err) < 0 || import_merges(&im, merges_txt, &m, &nm, err) < 0 ||
         write_compact(&im, eot, m, nm, out_path, err) < 0)
         goto out;
     rc = 0;

@@ -52,8 +52,7 @@ const unsigned char *bpe_token(const struct bpe *b, int id, size_t *len);
  * one character of its own, so every input round-trips) and appends the
  * tokens to *out (grown with realloc; *n tokens, *cap allocated). Never
  * emits the EOT token. 0, or -1 with err set (out of memory). */
-int bpe_encode(struct bpe *b, const char *text, size_t len, uint16_t **out, size_t *n, size_t *cap,
-               skiff_err *err);
+int bpe_encode(struct bpe *b, const char *text, size_t len, uint16_t **out, size_t *n, size_t *cap, skiff_err *err);
 
 /* GPT-2's pre-split: the end of the piece that starts at pos (< len), as
  * the regular expression
@@ -65,7 +64,6 @@ size_t bpe_presplit(const char *text, size_t len, size_t pos);
 /* Reads encoder.json (token string -> id) and vocab.bpe (merge rules, one
  * "left right" pair a line after a "#version" line), checks that they agree,
  * and writes the compact file to out_path (atomically). */
-int bpe_import(const char *encoder_json, const char *merges_txt, const char *out_path,
-               skiff_err *err);
+int bpe_import(const char *encoder_json, const char *merges_txt, const char *out_path, skiff_err *err);
 
 #endif

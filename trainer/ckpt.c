@@ -31,10 +31,13 @@ _Static_assert(sizeof(struct ckpt_header) == 256, "checkpoint header is 256 byte
 
 static void cfg_pack(const struct gpt2_config *c, int32_t o[6])
 {
-    o[0] = c->max_seq_len; o[1] = c->vocab_size; o[2] = c->padded_vocab_size;
-    o[3] = c->num_layers; o[4] = c->num_heads; o[5] = c->channels;
+    o[0] = c->max_seq_len;
+    o[1] = c->vocab_size;
+    o[2] = c->padded_vocab_size;
+    o[3] = c->num_layers;
+    o[4] = c->num_heads;
+    o[5] = c->channels;
 }
-
 
 int train_init_params(const struct train_opts *o, int rank, float *params, skiff_err *err)
 {
@@ -46,8 +49,7 @@ int train_init_params(const struct train_opts *o, int rank, float *params, skiff
         memset(params, 0, gpt2_param_layout(&o->cfg, NULL, NULL) * sizeof(float));
         return 0;
     }
-    return llmc_load(o->init_from, &o->cfg, params, err) < 0 ? skiff_err_wrap(err, "--init-from")
-                                                             : 0;
+    return llmc_load(o->init_from, &o->cfg, params, err) < 0 ? skiff_err_wrap(err, "--init-from") : 0;
 }
 
 struct ckpt_write {
@@ -89,9 +91,7 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
     h.opt_len = c->opt_len;
     h.has_params = c->params != NULL;
     struct ckpt_write w = {c, &h};
-    return atomic_write_file(path, tmp, fill_ckpt, &w, err) < 0
-               ? skiff_err_wrap(err, "checkpoint")
-               : 0;
+    return atomic_write_file(path, tmp, fill_ckpt, &w, err) < 0 ? skiff_err_wrap(err, "checkpoint") : 0;
 }
 
 /* Reads and checks the header at the start of an open checkpoint. Readers
@@ -105,25 +105,23 @@ static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_er
     if (skiff_read_all(fd, h, sizeof *h) < 0 || memcmp(h->magic, CKPT_MAGIC, 8))
         return skiff_error(err, 0, "%s: not a skiff-train checkpoint", path);
     if (h->version != CKPT_VERSION)
-        return skiff_error(err, 0, "%s: checkpoint version %d, this build reads %d", path,
-                           h->version, CKPT_VERSION);
+        return skiff_error(err, 0, "%s: checkpoint version %d, this build reads %d", path, h->version, CKPT_VERSION);
     if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 2 || h->step < 0)
-        return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, zero %d, step %d", path,
-                           h->world, h->rank, h->zero, h->step);
+        return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, zero %d, step %d", path, h->world,
+                           h->rank, h->zero, h->step);
     struct gpt2_config cfg = {h->cfg[0], h->cfg[1], h->cfg[2], h->cfg[3], h->cfg[4], h->cfg[5]};
     if (gpt2_config_check(&cfg, err) < 0) /* (bounded: the layout below cannot overflow) */
         return skiff_err_wrap(err, "%s", path);
     struct stat st;
-    if (fstat(fd, &st) < 0)
-        return skiff_error(err, errno, "stat %s", path);
-    uint64_t layout = gpt2_param_layout(&cfg, NULL, NULL), np = h->num_params, off = h->opt_off,
-             len = h->opt_len;
+    if (fstat(fd, &st) < 0) return skiff_error(err, errno, "stat %s", path);
+    uint64_t layout = gpt2_param_layout(&cfg, NULL, NULL), np = h->num_params, off = h->opt_off, len = h->opt_len;
     if (np < layout || np - layout >= (uint64_t)h->world || off > np || len > np - off ||
         sizeof *h + (h->has_params ? np * 4 : 0) + len * 8 != (uint64_t)st.st_size)
-        return skiff_error(err, 0, "%s: corrupt checkpoint: %llu parameters (the model has %llu, world %d), "
-                                        "optimizer range %llu+%llu, %lld bytes",
-                           path, (unsigned long long)np, (unsigned long long)layout, h->world,
-                           (unsigned long long)off, (unsigned long long)len, (long long)st.st_size);
+        return skiff_error(err, 0,
+                           "%s: corrupt checkpoint: %llu parameters (the model has %llu, world %d), "
+                           "optimizer range %llu+%llu, %lld bytes",
+                           path, (unsigned long long)np, (unsigned long long)layout, h->world, (unsigned long long)off,
+                           (unsigned long long)len, (long long)st.st_size);
     return 0;
 }
 
@@ -134,8 +132,7 @@ int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err)
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return skiff_error(err, errno, "open %s", path);
     struct ckpt_header h;
-    if (read_header(fd, path, &h, err) < 0)
-        return -1;
+    if (read_header(fd, path, &h, err) < 0) return -1;
     out->cfg = (struct gpt2_config){h.cfg[0], h.cfg[1], h.cfg[2], h.cfg[3], h.cfg[4], h.cfg[5]};
     out->world = h.world;
     out->zero = h.zero;
@@ -157,31 +154,32 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
     if (fd < 0)
         return skiff_error(err, errno, "--resume: %s%s", path,
                            errno == ENOENT ? " (no checkpoint of this rank: was the run saved "
-                                             "with the same world size and --ckpt-dir?)" : "");
+                                             "with the same world size and --ckpt-dir?)"
+                                           : "");
     struct ckpt_header h;
-    if (read_header(fd, path, &h, err) < 0)
-        return -1;
+    if (read_header(fd, path, &h, err) < 0) return -1;
     int32_t want[6];
     cfg_pack(&w->cfg, want);
     if (memcmp(want, h.cfg, sizeof want))
         return skiff_error(err, 0,
                            "%s: checkpoint of another model (T=%d V=%d Vp=%d L=%d H=%d C=%d; "
                            "this run: T=%d V=%d Vp=%d L=%d H=%d C=%d); use the same --model",
-                           path, h.cfg[0], h.cfg[1], h.cfg[2], h.cfg[3], h.cfg[4], h.cfg[5],
-                           want[0], want[1], want[2], want[3], want[4], want[5]);
+                           path, h.cfg[0], h.cfg[1], h.cfg[2], h.cfg[3], h.cfg[4], h.cfg[5], want[0], want[1], want[2],
+                           want[3], want[4], want[5]);
     if (h.world != w->world)
-        return skiff_error(err, 0, "%s: saved with WORLD_SIZE=%d, this run has %d; resume "
-                                        "with the same number of ranks", path, h.world, w->world);
+        return skiff_error(err, 0,
+                           "%s: saved with WORLD_SIZE=%d, this run has %d; resume "
+                           "with the same number of ranks",
+                           path, h.world, w->world);
     if (h.zero != w->zero)
-        return skiff_error(err, 0, "%s: saved with --zero %d, this run uses --zero %d", path,
-                           h.zero, w->zero);
+        return skiff_error(err, 0, "%s: saved with --zero %d, this run uses --zero %d", path, h.zero, w->zero);
     if (h.num_params != w->num_params || h.opt_off != w->opt_off || h.opt_len != w->opt_len)
-        return skiff_error(err, 0, "%s: parameter/optimizer layout differs (%llu params, "
-                                        "shard %llu+%llu; want %zu, %zu+%zu)",
+        return skiff_error(err, 0,
+                           "%s: parameter/optimizer layout differs (%llu params, "
+                           "shard %llu+%llu; want %zu, %zu+%zu)",
                            path, (unsigned long long)h.num_params, (unsigned long long)h.opt_off,
                            (unsigned long long)h.opt_len, w->num_params, w->opt_off, w->opt_len);
-    if (w->params && !h.has_params)
-        return skiff_error(err, 0, "%s: holds no parameters", path);
+    if (w->params && !h.has_params) return skiff_error(err, 0, "%s: holds no parameters", path);
     if (h.has_params) {
         if (w->params) {
             if (skiff_read_all(fd, w->params, w->num_params * sizeof(float)) < 0)

@@ -24,18 +24,15 @@
 
 size_t tr_dtype_size(enum tr_dtype t) { return t == TR_F32 ? 4 : 2; }
 
-int tr_allreduce_sum(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
-                        skiff_err *err)
+int tr_allreduce_sum(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
 {
     return c->ops->allreduce_sum(c, buf, n, t, err);
 }
-int tr_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
-                         skiff_err *err)
+int tr_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
 {
     return c->ops->reduce_scatter(c, buf, n, t, err);
 }
-int tr_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
-                     skiff_err *err)
+int tr_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
 {
     return c->ops->all_gather(c, buf, n, t, err);
 }
@@ -44,36 +41,31 @@ int tr_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err
     return c->ops->broadcast(c, buf, bytes, root, err);
 }
 int tr_barrier(struct tr_comm *c, skiff_err *err) { return c->ops->barrier(c, err); }
-int tr_comm_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
-                     struct tr_comm_req **req, skiff_err *err)
+int tr_comm_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, struct tr_comm_req **req,
+                  skiff_err *err)
 {
     return c->ops->start(c, op, buf, n, t, req, err);
 }
-int tr_comm_wait(struct tr_comm *c, struct tr_comm_req *req, skiff_err *err)
-{
-    return c->ops->wait(c, req, err);
-}
+int tr_comm_wait(struct tr_comm *c, struct tr_comm_req *req, skiff_err *err) { return c->ops->wait(c, req, err); }
 void tr_comm_destroy(struct tr_comm *c)
 {
     if (c) c->ops->destroy(c);
 }
-int tr_comm_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count,
-                        enum tr_dtype t, struct tr_comm_req **req, skiff_err *err)
+int tr_comm_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count, enum tr_dtype t,
+                        struct tr_comm_req **req, skiff_err *err)
 {
-    if (!c->ops->start_group)
-        return skiff_error(err, 0, "the %s backend has no grouped collectives", c->ops->name);
+    if (!c->ops->start_group) return skiff_error(err, 0, "the %s backend has no grouped collectives", c->ops->name);
     return c->ops->start_group(c, op, bufs, ns, count, t, req, err);
 }
 
 /* ---- TCP ring --------------------------------------------------------------- */
 
-enum { OP_ALLREDUCE = TR_COMM_ALLREDUCE, OP_RS = TR_COMM_REDUCE_SCATTER, OP_AG, OP_BCAST,
-       OP_BARRIER };
+enum { OP_ALLREDUCE = TR_COMM_ALLREDUCE, OP_RS = TR_COMM_REDUCE_SCATTER, OP_AG, OP_BCAST, OP_BARRIER };
 
 struct tr_comm_req {
     int op;
     void *buf;
-    size_t n; /* elements, or bytes for broadcast */
+    size_t n;   /* elements, or bytes for broadcast */
     size_t esz; /* bytes per element (all-gather moves any type) */
     int root;
     int done, rc;
@@ -100,8 +92,7 @@ struct tcp {
 /* Sends slen bytes to the right while receiving rlen bytes from the left,
  * both at once (a ring where everyone sent first would deadlock once
  * the socket buffers fill). */
-static int xfer(struct tcp *t, const void *sbuf, size_t slen, void *rbuf, size_t rlen,
-                skiff_err *err)
+static int xfer(struct tcp *t, const void *sbuf, size_t slen, void *rbuf, size_t rlen, skiff_err *err)
 {
     const char *sp = sbuf;
     char *rp = rbuf;
@@ -126,9 +117,10 @@ static int xfer(struct tcp *t, const void *sbuf, size_t slen, void *rbuf, size_t
             if (rlen)
                 return skiff_error(err, ETIMEDOUT,
                                    "%s sent nothing for %.1f s (stuck or dead? --timeout sets "
-                                   "the limit)", t->left_name, tmo / 1000.0);
-            return skiff_error(err, ETIMEDOUT, "%s accepted nothing for %.1f s (stuck or dead?)",
-                               t->right_name, tmo / 1000.0);
+                                   "the limit)",
+                                   t->left_name, tmo / 1000.0);
+            return skiff_error(err, ETIMEDOUT, "%s accepted nothing for %.1f s (stuck or dead?)", t->right_name,
+                               tmo / 1000.0);
         }
         if (si >= 0 && p[si].revents) {
             ssize_t n = send(t->right_fd, sp, slen, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -141,9 +133,7 @@ static int xfer(struct tcp *t, const void *sbuf, size_t slen, void *rbuf, size_t
         }
         if (ri >= 0 && p[ri].revents) {
             ssize_t n = recv(t->left_fd, rp, rlen, MSG_DONTWAIT);
-            if (n == 0)
-                return skiff_error(err, ECONNRESET, "%s closed the connection (did it exit?)",
-                                   t->left_name);
+            if (n == 0) return skiff_error(err, ECONNRESET, "%s closed the connection (did it exit?)", t->left_name);
             if (n < 0 && errno != EAGAIN && errno != EINTR)
                 return skiff_error(err, errno, "receiving from %s (did it exit?)", t->left_name);
             if (n > 0) {
@@ -223,8 +213,7 @@ static int ring_broadcast(struct tcp *t, char *buf, size_t bytes, int root, skif
         } else {
             if (i > 0 && forward) {
                 s = buf + (i - 1) * BCAST_PIECE;
-                sl = bytes - (i - 1) * BCAST_PIECE < BCAST_PIECE ? bytes - (i - 1) * BCAST_PIECE
-                                                                 : BCAST_PIECE;
+                sl = bytes - (i - 1) * BCAST_PIECE < BCAST_PIECE ? bytes - (i - 1) * BCAST_PIECE : BCAST_PIECE;
             }
             if (i < np) {
                 d = buf + i * BCAST_PIECE;
@@ -299,8 +288,8 @@ static void *comm_main(void *arg)
     return NULL;
 }
 
-static int tcp_enqueue(struct tr_comm *c, int op, void *buf, size_t n, size_t esz, int root,
-                       struct tr_comm_req **out, skiff_err *err)
+static int tcp_enqueue(struct tr_comm *c, int op, void *buf, size_t n, size_t esz, int root, struct tr_comm_req **out,
+                       skiff_err *err)
 {
     struct tcp *t = c->impl;
     struct tr_comm_req *q = calloc(1, sizeof *q);
@@ -311,8 +300,10 @@ static int tcp_enqueue(struct tr_comm *c, int op, void *buf, size_t n, size_t es
     q->esz = esz;
     q->root = root;
     pthread_mutex_lock(&t->mu);
-    if (t->tail) t->tail->next = q;
-    else t->head = q;
+    if (t->tail)
+        t->tail->next = q;
+    else
+        t->head = q;
     t->tail = q;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
@@ -335,21 +326,18 @@ static int tcp_wait(struct tr_comm *c, struct tr_comm_req *q, skiff_err *err)
 
 static int check_f32(enum tr_dtype d, skiff_err *err)
 {
-    if (d != TR_F32)
-        return skiff_error(err, ENOTSUP, "the TCP backend reduces float32 only");
+    if (d != TR_F32) return skiff_error(err, ENOTSUP, "the TCP backend reduces float32 only");
     return 0;
 }
 
-static int tcp_sync(struct tr_comm *c, int op, void *buf, size_t n, size_t esz, int root,
-                    skiff_err *err)
+static int tcp_sync(struct tr_comm *c, int op, void *buf, size_t n, size_t esz, int root, skiff_err *err)
 {
     struct tr_comm_req *q = NULL;
     if (tcp_enqueue(c, op, buf, n, esz, root, &q, err) < 0) return -1;
     return tcp_wait(c, q, err);
 }
 
-static int tcp_allreduce(struct tr_comm *c, void *buf, size_t n, enum tr_dtype d,
-                         skiff_err *err)
+static int tcp_allreduce(struct tr_comm *c, void *buf, size_t n, enum tr_dtype d, skiff_err *err)
 {
     if (check_f32(d, err) < 0) return -1;
     return tcp_sync(c, OP_ALLREDUCE, buf, n, 4, 0, err);
@@ -358,20 +346,20 @@ static int tcp_allreduce(struct tr_comm *c, void *buf, size_t n, enum tr_dtype d
 static int check_div(struct tr_comm *c, size_t n, skiff_err *err)
 {
     if (n % (size_t)c->world)
-        return skiff_error(err, 0, "sharded collective of %zu elements: not a multiple of "
-                                        "world size %d", n, c->world);
+        return skiff_error(err, 0,
+                           "sharded collective of %zu elements: not a multiple of "
+                           "world size %d",
+                           n, c->world);
     return 0;
 }
 
-static int tcp_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype d,
-                              skiff_err *err)
+static int tcp_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype d, skiff_err *err)
 {
     if (check_f32(d, err) < 0 || check_div(c, n, err) < 0) return -1;
     return tcp_sync(c, OP_RS, buf, n, 4, 0, err);
 }
 
-static int tcp_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype d,
-                          skiff_err *err)
+static int tcp_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype d, skiff_err *err)
 {
     if (check_div(c, n, err) < 0) return -1;
     return tcp_sync(c, OP_AG, buf, n, tr_dtype_size(d), 0, err);
@@ -383,13 +371,10 @@ static int tcp_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, s
     return tcp_sync(c, OP_BCAST, buf, bytes, 1, root, err);
 }
 
-static int tcp_barrier(struct tr_comm *c, skiff_err *err)
-{
-    return tcp_sync(c, OP_BARRIER, NULL, 0, 1, 0, err);
-}
+static int tcp_barrier(struct tr_comm *c, skiff_err *err) { return tcp_sync(c, OP_BARRIER, NULL, 0, 1, 0, err); }
 
-static int tcp_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype d,
-                     struct tr_comm_req **req, skiff_err *err)
+static int tcp_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype d, struct tr_comm_req **req,
+                     skiff_err *err)
 {
     if (check_f32(d, err) < 0) return -1;
     if (op != OP_ALLREDUCE && op != OP_RS) return skiff_error(err, 0, "async op %d", op);
@@ -456,16 +441,14 @@ static int ring_connect(struct tcp *t, struct tr_store *store, skiff_err *err)
     t->left_fd = net_accept(lfd, c->timeout_ms, err);
     if (t->left_fd < 0) return skiff_err_wrap(err, "ring: waiting for rank %d to connect", left);
     if (net_recv_all(t->left_fd, &who, sizeof who, c->timeout_ms, t->left_name, err) < 0) return -1;
-    if (who != left)
-        return skiff_error(err, EPROTO, "ring: expected rank %d to connect, got rank %d", left,
-                           (int)who);
+    if (who != left) return skiff_error(err, EPROTO, "ring: expected rank %d to connect, got rank %d", left, (int)who);
     net_tune(t->left_fd, 1);
     net_tune(t->right_fd, 1);
     return 0;
 }
 
-int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_rank,
-                          int timeout_ms, struct tr_comm **out, skiff_err *err)
+int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_rank, int timeout_ms,
+                       struct tr_comm **out, skiff_err *err)
 {
     struct tr_comm *c = calloc(1, sizeof *c);
     struct tcp *t = calloc(1, sizeof *t);

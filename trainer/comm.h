@@ -35,26 +35,23 @@ struct tr_comm_req; /* an in-flight async collective */
 
 struct tr_comm_ops {
     const char *name; /* "tcp", "nccl", "host-staged", "single" */
-    int (*allreduce_sum)(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
-                         skiff_err *err);
-    int (*reduce_scatter)(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
-                          skiff_err *err);
-    int (*all_gather)(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
-                      skiff_err *err);
+    int (*allreduce_sum)(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err);
+    int (*reduce_scatter)(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err);
+    int (*all_gather)(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err);
     int (*broadcast)(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err);
     int (*barrier)(struct tr_comm *c, skiff_err *err);
     /* Starts an all-reduce (op 0) or reduce-scatter (op 1) of buf and returns at
      * once; *req must later be passed to wait exactly once. */
-    int (*start)(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
-                 struct tr_comm_req **req, skiff_err *err);
+    int (*start)(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, struct tr_comm_req **req,
+                 skiff_err *err);
     int (*wait)(struct tr_comm *c, struct tr_comm_req *req, skiff_err *err);
     void (*destroy)(struct tr_comm *c);
     /* Optional (NULL when the backend has none): starts the same op on count
      * buffers as one request, e.g. one layer's gradient slices, which the
      * parameter layout does not keep contiguous. NCCL issues them inside one
      * ncclGroupStart/End; host-staged moves them as one buffer. */
-    int (*start_group)(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count,
-                       enum tr_dtype t, struct tr_comm_req **req, skiff_err *err);
+    int (*start_group)(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count, enum tr_dtype t,
+                       struct tr_comm_req **req, skiff_err *err);
 };
 
 #define TR_COMM_ALLREDUCE 0
@@ -69,28 +66,25 @@ struct tr_comm_stats {
 struct tr_comm {
     const struct tr_comm_ops *ops;
     int rank, world, local_rank;
-    int timeout_ms;   /* per-operation progress timeout */
-    void *stream;     /* CUDA stream for device backends; NULL for TCP */
+    int timeout_ms; /* per-operation progress timeout */
+    void *stream;   /* CUDA stream for device backends; NULL for TCP */
     struct tr_comm_stats stats;
-    void *impl;       /* backend state */
+    void *impl; /* backend state */
 };
 
 /* Convenience wrappers: c->ops->X(c, ...). */
-int tr_allreduce_sum(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
-                        skiff_err *err);
-int tr_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
-                         skiff_err *err);
-int tr_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t,
-                     skiff_err *err);
+int tr_allreduce_sum(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err);
+int tr_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err);
+int tr_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err);
 int tr_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err);
 int tr_barrier(struct tr_comm *c, skiff_err *err);
-int tr_comm_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
-                     struct tr_comm_req **req, skiff_err *err);
+int tr_comm_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, struct tr_comm_req **req,
+                  skiff_err *err);
 int tr_comm_wait(struct tr_comm *c, struct tr_comm_req *req, skiff_err *err);
 void tr_comm_destroy(struct tr_comm *c); /* frees c too; NULL is fine */
 /* ENOTSUP when the backend has no start_group. */
-int tr_comm_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count,
-                        enum tr_dtype t, struct tr_comm_req **req, skiff_err *err);
+int tr_comm_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count, enum tr_dtype t,
+                        struct tr_comm_req **req, skiff_err *err);
 
 struct tr_store;
 
@@ -101,7 +95,7 @@ struct tr_store;
  * Reductions are TR_F32 only; all-gather (a pure copy) takes every type. Each rank listens on the address it uses to
  * reach the store (so MASTER_ADDR on another node works), port chosen by the
  * kernel, and publishes it under "ring/RANK". */
-int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_rank,
-                          int timeout_ms, struct tr_comm **out, skiff_err *err);
+int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_rank, int timeout_ms,
+                       struct tr_comm **out, skiff_err *err);
 
 #endif

@@ -42,8 +42,9 @@ int data_shard_map(const char *path, struct data_shard_map *sm, skiff_err *err)
     struct stat st;
     if (fstat(fd, &st) < 0) return skiff_error(err, errno, "stat %s", path);
     if ((size_t)st.st_size < SKIFF_SHARD_HEADER_BYTES)
-        return skiff_error(err, 0, "%s: %lld bytes, shorter than the 1024-byte shard header "
-                                   "(make shards with `skiff-train tokenize`)",
+        return skiff_error(err, 0,
+                           "%s: %lld bytes, shorter than the 1024-byte shard header "
+                           "(make shards with `skiff-train tokenize`)",
                            path, (long long)st.st_size);
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) return skiff_error(err, errno, "mmap %s", path);
@@ -52,15 +53,17 @@ int data_shard_map(const char *path, struct data_shard_map *sm, skiff_err *err)
     const int32_t *h = m;
     int rc = -1;
     if (h[0] != SKIFF_SHARD_MAGIC)
-        skiff_error(err, 0, "%s: bad magic %d (want %d: an llm.c token shard; make one with "
-                            "`skiff-train tokenize`)", path, h[0], SKIFF_SHARD_MAGIC);
+        skiff_error(err, 0,
+                    "%s: bad magic %d (want %d: an llm.c token shard; make one with "
+                    "`skiff-train tokenize`)",
+                    path, h[0], SKIFF_SHARD_MAGIC);
     else if (h[1] != SKIFF_SHARD_VERSION)
-        skiff_error(err, 0, "%s: shard version %d, this reader knows %d", path, h[1],
-                    SKIFF_SHARD_VERSION);
+        skiff_error(err, 0, "%s: shard version %d, this reader knows %d", path, h[1], SKIFF_SHARD_VERSION);
     else if (SKIFF_SHARD_HEADER_BYTES + (size_t)(uint32_t)h[2] * 2 != (size_t)st.st_size)
-        skiff_error(err, 0, "%s: header says %u tokens but the file holds %lld bytes of tokens "
-                            "(truncated?)", path, (uint32_t)h[2],
-                    (long long)st.st_size - SKIFF_SHARD_HEADER_BYTES);
+        skiff_error(err, 0,
+                    "%s: header says %u tokens but the file holds %lld bytes of tokens "
+                    "(truncated?)",
+                    path, (uint32_t)h[2], (long long)st.st_size - SKIFF_SHARD_HEADER_BYTES);
     else
         rc = 0;
     if (rc < 0) {
@@ -88,14 +91,15 @@ static int map_shard(struct data_shard *s, const char *path, int vocab, skiff_er
     s->ntok = sm.ntok;
     for (size_t i = 0; i < s->ntok; i++)
         if (s->tokens[i] >= vocab)
-            return skiff_error(err, 0, "%s: token %u at %zu is outside the model's vocabulary "
-                                       "of %d (shards for another tokenizer?)",
+            return skiff_error(err, 0,
+                               "%s: token %u at %zu is outside the model's vocabulary "
+                               "of %d (shards for another tokenizer?)",
                                path, s->tokens[i], i, vocab);
     return 0;
 }
 
-int data_loader_open(struct data_loader *l, const char *pattern, int B, int T, int vocab_size,
-                     uint64_t seed, int shuffle, skiff_err *err)
+int data_loader_open(struct data_loader *l, const char *pattern, int B, int T, int vocab_size, uint64_t seed,
+                     int shuffle, skiff_err *err)
 {
     memset(l, 0, sizeof *l);
     l->B = B;
@@ -106,8 +110,9 @@ int data_loader_open(struct data_loader *l, const char *pattern, int B, int T, i
     glob_t g;
     int gr = glob(pattern, GLOB_ERR, NULL, &g);
     if (gr == GLOB_NOMATCH)
-        return skiff_error(err, 0, "no shard matches '%s' (quote the glob so the shell does "
-                                        "not expand it; make shards with `skiff-train tokenize`)",
+        return skiff_error(err, 0,
+                           "no shard matches '%s' (quote the glob so the shell does "
+                           "not expand it; make shards with `skiff-train tokenize`)",
                            pattern);
     if (gr != 0) return skiff_error(err, errno, "glob %s", pattern);
     l->shards = calloc(g.gl_pathc, sizeof *l->shards);
@@ -173,8 +178,7 @@ static void make_epoch(struct data_loader *l, long epoch)
     l->epoch = epoch;
 }
 
-int data_loader_batch(struct data_loader *l, uint64_t first, int *inputs, int *targets,
-                      skiff_err *err)
+int data_loader_batch(struct data_loader *l, uint64_t first, int *inputs, int *targets, skiff_err *err)
 {
     (void)err;
     for (int b = 0; b < l->B; b++) {
@@ -189,8 +193,10 @@ int data_loader_batch(struct data_loader *l, uint64_t first, int *inputs, int *t
         size_t lo = 0, hi = l->num_shards;
         while (hi - lo > 1) {
             size_t mid = (lo + hi) / 2;
-            if (l->shard_first[mid] <= w) lo = mid;
-            else hi = mid;
+            if (l->shard_first[mid] <= w)
+                lo = mid;
+            else
+                hi = mid;
         }
         const uint16_t *tok = l->shards[lo].tokens + (w - l->shard_first[lo]) * (size_t)l->T;
         for (int t = 0; t < l->T; t++) {

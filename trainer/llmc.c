@@ -21,35 +21,38 @@
 
 void llmc_shape_str(const struct gpt2_config *c, char *buf, size_t n)
 {
-    snprintf(buf, n, "maxT=%d V=%d L=%d NH=%d C=%d Vp=%d", c->max_seq_len, c->vocab_size,
-             c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
+    snprintf(buf, n, "maxT=%d V=%d L=%d NH=%d C=%d Vp=%d", c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads,
+             c->channels, c->padded_vocab_size);
 }
 
-int llmc_parse_header(const int32_t h[LLMC_HEADER_INTS], uint64_t file_bytes,
-                      struct gpt2_config *cfg, int *version, skiff_err *err)
+int llmc_parse_header(const int32_t h[LLMC_HEADER_INTS], uint64_t file_bytes, struct gpt2_config *cfg, int *version,
+                      skiff_err *err)
 {
-    if (h[0] != LLMC_MAGIC)
-        return skiff_error(err, 0, "magic %d is not llm.c's checkpoint magic %d", h[0], LLMC_MAGIC);
+    if (h[0] != LLMC_MAGIC) return skiff_error(err, 0, "magic %d is not llm.c's checkpoint magic %d", h[0], LLMC_MAGIC);
     if (h[1] != LLMC_VERSION_FP32 && h[1] != LLMC_VERSION_BF16)
-        return skiff_error(err, 0, "llm.c checkpoint version %d: this build reads 3 (fp32) and "
-                                   "5 (bf16)", h[1]);
-    struct gpt2_config c = {.max_seq_len = h[2], .vocab_size = h[3], .num_layers = h[4],
-                            .num_heads = h[5], .channels = h[6], .padded_vocab_size = h[7]};
+        return skiff_error(err, 0,
+                           "llm.c checkpoint version %d: this build reads 3 (fp32) and "
+                           "5 (bf16)",
+                           h[1]);
+    struct gpt2_config c = {.max_seq_len = h[2],
+                            .vocab_size = h[3],
+                            .num_layers = h[4],
+                            .num_heads = h[5],
+                            .channels = h[6],
+                            .padded_vocab_size = h[7]};
     char shape[160];
     llmc_shape_str(&c, shape, sizeof shape);
-    if (c.max_seq_len <= 0 || c.max_seq_len > MAX_T || c.vocab_size <= 0 || c.vocab_size > MAX_V ||
-        c.num_layers <= 0 || c.num_layers > MAX_L || c.channels <= 0 || c.channels > MAX_C ||
-        c.num_heads <= 0 || c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > MAX_V)
+    if (c.max_seq_len <= 0 || c.max_seq_len > MAX_T || c.vocab_size <= 0 || c.vocab_size > MAX_V || c.num_layers <= 0 ||
+        c.num_layers > MAX_L || c.channels <= 0 || c.channels > MAX_C || c.num_heads <= 0 ||
+        c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > MAX_V)
         return skiff_error(err, 0, "header shape %s is out of range", shape);
-    if (c.channels % c.num_heads)
-        return skiff_error(err, 0, "header shape %s: C is not a multiple of NH", shape);
+    if (c.channels % c.num_heads) return skiff_error(err, 0, "header shape %s: C is not a multiple of NH", shape);
     uint64_t n = gpt2_param_layout(&c, NULL, NULL);
     uint64_t want = LLMC_HEADER_BYTES + n * (h[1] == LLMC_VERSION_FP32 ? 4 : 2);
     if (file_bytes != want)
         return skiff_error(err, 0, "%llu bytes, but shape %s in %s needs %llu (%llu parameters)%s",
-                           (unsigned long long)file_bytes, shape, h[1] == 3 ? "fp32" : "bf16",
-                           (unsigned long long)want, (unsigned long long)n,
-                           file_bytes < want ? ": truncated?" : "");
+                           (unsigned long long)file_bytes, shape, h[1] == 3 ? "fp32" : "bf16", (unsigned long long)want,
+                           (unsigned long long)n, file_bytes < want ? ": truncated?" : "");
     *cfg = c;
     *version = h[1];
     return 0;
@@ -98,8 +101,7 @@ int llmc_load(const char *path, const struct gpt2_config *want, float *params, s
     }
     size_t n = gpt2_param_layout(&c, NULL, NULL);
     if (version == LLMC_VERSION_FP32) {
-        if (skiff_read_all(fd, params, n * sizeof(float)) < 0)
-            return skiff_error(err, errno, "read %s", path);
+        if (skiff_read_all(fd, params, n * sizeof(float)) < 0) return skiff_error(err, errno, "read %s", path);
         return 0;
     }
     /* bf16: the upper half of an fp32; read in pieces, widen in place from
@@ -152,12 +154,10 @@ static int fill_llmc(int fd, void *ctx)
     return 0;
 }
 
-int llmc_save(const char *path, const struct gpt2_config *cfg, const float *params, int version,
-              skiff_err *err)
+int llmc_save(const char *path, const struct gpt2_config *cfg, const float *params, int version, skiff_err *err)
 {
-    int32_t h[LLMC_HEADER_INTS] = {LLMC_MAGIC,      version,         cfg->max_seq_len,
-                                   cfg->vocab_size, cfg->num_layers, cfg->num_heads,
-                                   cfg->channels,   cfg->padded_vocab_size};
+    int32_t h[LLMC_HEADER_INTS] = {LLMC_MAGIC,      version,        cfg->max_seq_len, cfg->vocab_size,
+                                   cfg->num_layers, cfg->num_heads, cfg->channels,    cfg->padded_vocab_size};
     struct llmc_write w = {h, params, gpt2_param_layout(cfg, NULL, NULL), version};
     return atomic_write_file(path, NULL, fill_llmc, &w, err);
 }

@@ -23,8 +23,8 @@
 /* Checks a header against the size of its file: magic, version, every size
  * positive and within bounds, C % NH == 0, Vp >= V, and exactly the
  * parameters the shape needs after the header. Fills cfg and version. */
-int llmc_parse_header(const int32_t h[LLMC_HEADER_INTS], uint64_t file_bytes,
-                      struct gpt2_config *cfg, int *version, skiff_err *err);
+int llmc_parse_header(const int32_t h[LLMC_HEADER_INTS], uint64_t file_bytes, struct gpt2_config *cfg, int *version,
+                      skiff_err *err);
 
 /* Reads and checks the header of path. */
 int llmc_peek(const char *path, struct gpt2_config *cfg, int *version, skiff_err *err);
@@ -36,8 +36,7 @@ int llmc_load(const char *path, const struct gpt2_config *want, float *params, s
 /* Writes a checkpoint atomically (temporary name, rename): version 3 (fp32)
  * or 5 (bf16, rounded to nearest even: what llm.c's CUDA trainer loads in
  * its default bf16 build). */
-int llmc_save(const char *path, const struct gpt2_config *cfg, const float *params, int version,
-              skiff_err *err);
+int llmc_save(const char *path, const struct gpt2_config *cfg, const float *params, int version, skiff_err *err);
 
 /* "maxT=%d V=%d L=%d NH=%d C=%d Vp=%d", for messages. */
 void llmc_shape_str(const struct gpt2_config *c, char *buf, size_t n);

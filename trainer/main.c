@@ -101,8 +101,7 @@ static const struct verb {
      "tokenizer-import --encoder encoder.json --merges vocab.bpe --out FILE\n"
      "Checks and converts GPT-2's vocabulary and merge rules into the compact file that\n"
      "--tokenizer reads (scripts/fetch-gpt2-bpe does this for `make gpt2-bpe`).\n"},
-    {"plot", tool_plot, "the loss curve of a JSONL log, as a PNG (gnuplot)",
-     "plot LOG.jsonl OUT.png\n"},
+    {"plot", tool_plot, "the loss curve of a JSONL log, as a PNG (gnuplot)", "plot LOG.jsonl OUT.png\n"},
     {"compare", tool_compare, "max difference of two checkpoints' parameters",
      "compare CKPT_DIR_A CKPT_DIR_B [--tol X]\n"
      "Prints the largest absolute difference; exit 1 when it exceeds X (default 0:\n"
@@ -114,8 +113,9 @@ static void usage(FILE *f)
 {
     fputs("usage: skiff-train SUBCOMMAND [options]   (skiff-train SUBCOMMAND --help)\n", f);
     for (size_t i = 0; i < NVERBS; i++) fprintf(f, "  %-17s %s\n", verbs[i].name, verbs[i].summary);
-    fprintf(f, "models: %s\n"
-               "See skiff-train(1) and doc/trainer.md.\n",
+    fprintf(f,
+            "models: %s\n"
+            "See skiff-train(1) and doc/trainer.md.\n",
             gpt2_preset_names());
 }
 

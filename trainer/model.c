@@ -16,21 +16,18 @@
 #include "layers/matmul.h"
 #include "layers/residual.h"
 
-const char *const gpt2_param_names[GPT2_NUM_PARAM_TENSORS] = {
-    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+const char *const gpt2_param_names[GPT2_NUM_PARAM_TENSORS] = {"wte",      "wpe",      "ln1w", "ln1b", "qkvw", "qkvb",
+                                                              "attprojw", "attprojb", "ln2w", "ln2b", "fcw",  "fcb",
+                                                              "fcprojw",  "fcprojb",  "lnfw", "lnfb"};
 
 static const struct {
     const char *name;
     struct gpt2_config cfg;
 } presets[] = {
     /*          maxT  V      Vp     L   NH  C */
-    {"tiny", {64, 256, 256, 2, 4, 64}},
-    {"tiny-gpt2", {64, 50257, 50304, 2, 4, 64}},
-    {"mini", {256, 256, 256, 4, 4, 128}},
-    {"small", {512, 256, 256, 6, 6, 384}},
-    {"d6", {1024, 50257, 50304, 6, 6, 384}},
-    {"d12", {1024, 50257, 50304, 12, 12, 768}},
+    {"tiny", {64, 256, 256, 2, 4, 64}},      {"tiny-gpt2", {64, 50257, 50304, 2, 4, 64}},
+    {"mini", {256, 256, 256, 4, 4, 128}},    {"small", {512, 256, 256, 6, 6, 384}},
+    {"d6", {1024, 50257, 50304, 6, 6, 384}}, {"d12", {1024, 50257, 50304, 12, 12, 768}},
 };
 
 const char *gpt2_preset_names(void) { return "tiny tiny-gpt2 mini small d6 d12"; }
@@ -43,29 +40,26 @@ int gpt2_config_preset(const char *name, struct gpt2_config *cfg, skiff_err *err
             return 0;
         }
     }
-    return skiff_error(err, 0, "unknown model '%s' (known: %s)", name,
-                       gpt2_preset_names());
+    return skiff_error(err, 0, "unknown model '%s' (known: %s)", name, gpt2_preset_names());
 }
 
 int gpt2_config_check(const struct gpt2_config *c, skiff_err *err)
 {
-    if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 ||
-        c->num_heads <= 0 || c->channels <= 0)
+    if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 || c->num_heads <= 0 || c->channels <= 0)
         return skiff_error(err, 0, "model config: every size must be positive");
     /* far above any GPT-2 (or GPT-3: C 12288, L 96), and low enough that
      * gpt2_param_layout cannot overflow (every tensor < 2^47 floats): a
      * checkpoint header is read with this check */
     if (c->max_seq_len > (1 << 20) || c->padded_vocab_size > (1 << 24) || c->num_layers > (1 << 12) ||
         c->channels > (1 << 16))
-        return skiff_error(err, 0, "model config: T %d, Vp %d, L %d or C %d is beyond the limits "
-                                        "(T <= 2^20, Vp <= 2^24, L <= 2^12, C <= 2^16)",
+        return skiff_error(err, 0,
+                           "model config: T %d, Vp %d, L %d or C %d is beyond the limits "
+                           "(T <= 2^20, Vp <= 2^24, L <= 2^12, C <= 2^16)",
                            c->max_seq_len, c->padded_vocab_size, c->num_layers, c->channels);
     if (c->channels % c->num_heads)
-        return skiff_error(err, 0, "model config: channels %d not divisible by heads %d",
-                           c->channels, c->num_heads);
+        return skiff_error(err, 0, "model config: channels %d not divisible by heads %d", c->channels, c->num_heads);
     if (c->padded_vocab_size < c->vocab_size)
-        return skiff_error(err, 0, "model config: padded vocab %d < vocab %d",
-                           c->padded_vocab_size, c->vocab_size);
+        return skiff_error(err, 0, "model config: padded vocab %d < vocab %d", c->padded_vocab_size, c->vocab_size);
     return 0;
 }
 
@@ -74,10 +68,9 @@ size_t gpt2_param_layout(const struct gpt2_config *cfg, size_t sizes[GPT2_NUM_PA
 {
     size_t Vp = cfg->padded_vocab_size, C = cfg->channels, L = cfg->num_layers;
     size_t maxT = cfg->max_seq_len;
-    size_t s[GPT2_NUM_PARAM_TENSORS] = {
-        Vp * C,          maxT * C,    L * C,     L * C,     L * 3 * C * C, L * 3 * C,
-        L * C * C,       L * C,       L * C,     L * C,     L * 4 * C * C, L * 4 * C,
-        L * C * 4 * C,   L * C,       C,         C};
+    size_t s[GPT2_NUM_PARAM_TENSORS] = {Vp * C,        maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
+                                        L * C * C,     L * C,    L * C, L * C, L * 4 * C * C, L * 4 * C,
+                                        L * C * 4 * C, L * C,    C,     C};
     size_t total = 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
         if (sizes) sizes[i] = s[i];
@@ -89,8 +82,7 @@ size_t gpt2_param_layout(const struct gpt2_config *cfg, size_t sizes[GPT2_NUM_PA
 
 int gpt2_param_decays(int i)
 {
-    return i == GPT2_WTE || i == GPT2_WPE || i == GPT2_QKVW || i == GPT2_ATTPROJW ||
-           i == GPT2_FCW || i == GPT2_FCPROJW;
+    return i == GPT2_WTE || i == GPT2_WPE || i == GPT2_QKVW || i == GPT2_ATTPROJW || i == GPT2_FCW || i == GPT2_FCPROJW;
 }
 
 void gpt2_decay_mask(const struct gpt2_config *cfg, float *mask)
@@ -136,17 +128,17 @@ void gpt2_init_params(const struct gpt2_config *cfg, float *params, uint64_t see
         case GPT2_WTE: /* real rows only: padded rows stay 0 and never get gradient */
             fill_normal(p, (size_t)cfg->vocab_size * cfg->channels, 0.02f, &s);
             break;
-        case GPT2_WPE: case GPT2_QKVW: case GPT2_FCW:
-            fill_normal(p, sizes[i], 0.02f, &s);
-            break;
-        case GPT2_ATTPROJW: case GPT2_FCPROJW:
-            fill_normal(p, sizes[i], resid_std, &s);
-            break;
-        case GPT2_LN1W: case GPT2_LN2W: case GPT2_LNFW:
+        case GPT2_WPE:
+        case GPT2_QKVW:
+        case GPT2_FCW: fill_normal(p, sizes[i], 0.02f, &s); break;
+        case GPT2_ATTPROJW:
+        case GPT2_FCPROJW: fill_normal(p, sizes[i], resid_std, &s); break;
+        case GPT2_LN1W:
+        case GPT2_LN2W:
+        case GPT2_LNFW:
             for (size_t j = 0; j < sizes[i]; j++) p[j] = 1.0f;
             break;
-        default: /* biases and LayerNorm shifts */
-            break;
+        default: /* biases and LayerNorm shifts */ break;
         }
     }
 }
@@ -154,9 +146,30 @@ void gpt2_init_params(const struct gpt2_config *cfg, float *params, uint64_t see
 /* ---- activations --------------------------------------------------------- */
 
 enum {
-    A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_PREATT, A_ATT, A_ATTPROJ,
-    A_RESIDUAL2, A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_FCPROJ, A_RESIDUAL3,
-    A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_PROBS, A_LOSSES, A_NUM
+    A_ENCODED,
+    A_LN1,
+    A_LN1_MEAN,
+    A_LN1_RSTD,
+    A_QKV,
+    A_ATTY,
+    A_PREATT,
+    A_ATT,
+    A_ATTPROJ,
+    A_RESIDUAL2,
+    A_LN2,
+    A_LN2_MEAN,
+    A_LN2_RSTD,
+    A_FCH,
+    A_FCH_GELU,
+    A_FCPROJ,
+    A_RESIDUAL3,
+    A_LNF,
+    A_LNF_MEAN,
+    A_LNF_RSTD,
+    A_LOGITS,
+    A_PROBS,
+    A_LOSSES,
+    A_NUM
 };
 
 struct acts {
@@ -207,8 +220,7 @@ int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, ski
     memset(m, 0, sizeof *m);
     if (gpt2_config_check(cfg, err) < 0) return -1;
     if (B <= 0 || T <= 0 || T > cfg->max_seq_len)
-        return skiff_error(err, 0, "batch %d x seq %d: need B >= 1 and 1 <= T <= %d", B, T,
-                           cfg->max_seq_len);
+        return skiff_error(err, 0, "batch %d x seq %d: need B >= 1 and 1 <= T <= %d", B, T, cfg->max_seq_len);
     m->cfg = *cfg;
     m->B = B;
     m->T = T;
@@ -223,8 +235,7 @@ int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, ski
     m->dacts = calloc(m->num_acts, sizeof(float));
     if (!m->params || !m->grads || !m->acts || !m->dacts) {
         gpt2_destroy(m);
-        return skiff_error(err, ENOMEM, "allocating model (%zu params, %zu activations)",
-                           m->num_params, m->num_acts);
+        return skiff_error(err, ENOMEM, "allocating model (%zu params, %zu activations)", m->num_params, m->num_acts);
     }
     if (gemm_reserve(err) < 0) {
         gpt2_destroy(m);
@@ -251,8 +262,7 @@ static void zero_floats(float *p, size_t n)
 {
     const size_t chunk = (size_t)1 << 18;
 #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < n; c += chunk)
-        memset(p + c, 0, (n - c < chunk ? n - c : chunk) * sizeof(float));
+    for (size_t c = 0; c < n; c += chunk) memset(p + c, 0, (n - c < chunk ? n - c : chunk) * sizeof(float));
 }
 
 void gpt2_zero_grad(struct gpt2 *m) { m->grads_cleared = 1; }
@@ -281,26 +291,26 @@ float gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets)
         float *ln2 = a.p[A_LN2] + bc, *fch = a.p[A_FCH] + 4 * bc;
         float *fchg = a.p[A_FCH_GELU] + 4 * bc, *fcproj = a.p[A_FCPROJ] + bc;
         float *res3 = a.p[A_RESIDUAL3] + bc;
-        layernorm_forward(ln1, a.p[A_LN1_MEAN] + (size_t)l * BT, a.p[A_LN1_RSTD] + (size_t)l * BT,
-                          residual, PARAM(m, GPT2_LN1W) + l * C, PARAM(m, GPT2_LN1B) + l * C, BT, C);
-        matmul_forward(qkv, ln1, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C,
-                       PARAM(m, GPT2_QKVB) + (size_t)l * 3 * C, BT, C, 3 * C);
+        layernorm_forward(ln1, a.p[A_LN1_MEAN] + (size_t)l * BT, a.p[A_LN1_RSTD] + (size_t)l * BT, residual,
+                          PARAM(m, GPT2_LN1W) + l * C, PARAM(m, GPT2_LN1B) + l * C, BT, C);
+        matmul_forward(qkv, ln1, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C, PARAM(m, GPT2_QKVB) + (size_t)l * 3 * C,
+                       BT, C, 3 * C);
         attention_forward(atty, preatt, att, qkv, B, T, C, NH);
         matmul_forward(attproj, atty, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C,
                        PARAM(m, GPT2_ATTPROJB) + (size_t)l * C, BT, C, C);
         residual_forward(res2, residual, attproj, (size_t)BT * C);
-        layernorm_forward(ln2, a.p[A_LN2_MEAN] + (size_t)l * BT, a.p[A_LN2_RSTD] + (size_t)l * BT,
-                          res2, PARAM(m, GPT2_LN2W) + l * C, PARAM(m, GPT2_LN2B) + l * C, BT, C);
-        matmul_forward(fch, ln2, PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C,
-                       PARAM(m, GPT2_FCB) + (size_t)l * 4 * C, BT, C, 4 * C);
+        layernorm_forward(ln2, a.p[A_LN2_MEAN] + (size_t)l * BT, a.p[A_LN2_RSTD] + (size_t)l * BT, res2,
+                          PARAM(m, GPT2_LN2W) + l * C, PARAM(m, GPT2_LN2B) + l * C, BT, C);
+        matmul_forward(fch, ln2, PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C, PARAM(m, GPT2_FCB) + (size_t)l * 4 * C, BT,
+                       C, 4 * C);
         gelu_forward(fchg, fch, (size_t)BT * 4 * C);
         matmul_forward(fcproj, fchg, PARAM(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
                        PARAM(m, GPT2_FCPROJB) + (size_t)l * C, BT, 4 * C, C);
         residual_forward(res3, res2, fcproj, (size_t)BT * C);
     }
     const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
-    layernorm_forward(a.p[A_LNF], a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], last, PARAM(m, GPT2_LNFW),
-                      PARAM(m, GPT2_LNFB), BT, C);
+    layernorm_forward(a.p[A_LNF], a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], last, PARAM(m, GPT2_LNFW), PARAM(m, GPT2_LNFB), BT,
+                      C);
     matmul_forward(a.p[A_LOGITS], a.p[A_LNF], PARAM(m, GPT2_WTE), NULL, BT, C, Vp);
     softmax_forward(a.p[A_PROBS], a.p[A_LOGITS], BT, V, Vp);
     if (!targets) {
@@ -346,8 +356,7 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
     int ow = m->grads_cleared;
     m->grads_cleared = 0;
     if (ow) {
-        static const int added[] = {GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_LN2W,
-                                    GPT2_LN2B, GPT2_LNFW, GPT2_LNFB};
+        static const int added[] = {GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_LN2W, GPT2_LN2B, GPT2_LNFW, GPT2_LNFB};
         for (size_t i = 0; i < sizeof added / sizeof added[0]; i++)
             memset(GRAD(m, added[i]), 0, m->param_sizes[added[i]] * sizeof(float));
     }
@@ -355,12 +364,11 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
     float dl = loss_scale / BT;
     for (int i = 0; i < BT; i++) d.p[A_LOSSES][i] = dl;
     crossentropy_softmax_backward(d.p[A_LOGITS], d.p[A_LOSSES], a.p[A_PROBS], m->targets, BT, V, Vp);
-    matmul_backward(d.p[A_LNF], GRAD(m, GPT2_WTE), NULL, d.p[A_LOGITS], a.p[A_LNF],
-                    PARAM(m, GPT2_WTE), BT, C, Vp, ow);
+    matmul_backward(d.p[A_LNF], GRAD(m, GPT2_WTE), NULL, d.p[A_LOGITS], a.p[A_LNF], PARAM(m, GPT2_WTE), BT, C, Vp, ow);
     const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
     float *dlast = d.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
-    layernorm_backward(dlast, GRAD(m, GPT2_LNFW), GRAD(m, GPT2_LNFB), d.p[A_LNF], last,
-                       PARAM(m, GPT2_LNFW), a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], BT, C);
+    layernorm_backward(dlast, GRAD(m, GPT2_LNFW), GRAD(m, GPT2_LNFB), d.p[A_LNF], last, PARAM(m, GPT2_LNFW),
+                       a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], BT, C);
     ready(m, GPT2_LNFW, -1);
     ready(m, GPT2_LNFB, -1);
 
@@ -370,47 +378,39 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
         float *dresidual = l == 0 ? d.p[A_ENCODED] : d.p[A_RESIDUAL3] + bc - (size_t)BT * C;
         size_t att_off = (size_t)l * B * NH * T * T;
         /* dres3 flows into res2 and fcproj */
-        residual_backward(d.p[A_RESIDUAL2] + bc, d.p[A_FCPROJ] + bc, d.p[A_RESIDUAL3] + bc,
-                          (size_t)BT * C);
+        residual_backward(d.p[A_RESIDUAL2] + bc, d.p[A_FCPROJ] + bc, d.p[A_RESIDUAL3] + bc, (size_t)BT * C);
         matmul_backward(d.p[A_FCH_GELU] + 4 * bc, GRAD(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
-                        GRAD(m, GPT2_FCPROJB) + (size_t)l * C, d.p[A_FCPROJ] + bc,
-                        a.p[A_FCH_GELU] + 4 * bc, PARAM(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
-                        BT, 4 * C, C, ow);
+                        GRAD(m, GPT2_FCPROJB) + (size_t)l * C, d.p[A_FCPROJ] + bc, a.p[A_FCH_GELU] + 4 * bc,
+                        PARAM(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C, BT, 4 * C, C, ow);
         ready(m, GPT2_FCPROJB, l);
         ready(m, GPT2_FCPROJW, l);
-        gelu_backward(d.p[A_FCH] + 4 * bc, a.p[A_FCH] + 4 * bc, d.p[A_FCH_GELU] + 4 * bc,
-                      (size_t)BT * 4 * C);
+        gelu_backward(d.p[A_FCH] + 4 * bc, a.p[A_FCH] + 4 * bc, d.p[A_FCH_GELU] + 4 * bc, (size_t)BT * 4 * C);
         matmul_backward(d.p[A_LN2] + bc, GRAD(m, GPT2_FCW) + (size_t)l * 4 * C * C,
                         GRAD(m, GPT2_FCB) + (size_t)l * 4 * C, d.p[A_FCH] + 4 * bc, a.p[A_LN2] + bc,
                         PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C, BT, C, 4 * C, ow);
         ready(m, GPT2_FCB, l);
         ready(m, GPT2_FCW, l);
-        layernorm_backward(d.p[A_RESIDUAL2] + bc, GRAD(m, GPT2_LN2W) + l * C,
-                           GRAD(m, GPT2_LN2B) + l * C, d.p[A_LN2] + bc, a.p[A_RESIDUAL2] + bc,
-                           PARAM(m, GPT2_LN2W) + l * C, a.p[A_LN2_MEAN] + (size_t)l * BT,
-                           a.p[A_LN2_RSTD] + (size_t)l * BT, BT, C);
+        layernorm_backward(d.p[A_RESIDUAL2] + bc, GRAD(m, GPT2_LN2W) + l * C, GRAD(m, GPT2_LN2B) + l * C,
+                           d.p[A_LN2] + bc, a.p[A_RESIDUAL2] + bc, PARAM(m, GPT2_LN2W) + l * C,
+                           a.p[A_LN2_MEAN] + (size_t)l * BT, a.p[A_LN2_RSTD] + (size_t)l * BT, BT, C);
         ready(m, GPT2_LN2B, l);
         ready(m, GPT2_LN2W, l);
         residual_backward(dresidual, d.p[A_ATTPROJ] + bc, d.p[A_RESIDUAL2] + bc, (size_t)BT * C);
         matmul_backward(d.p[A_ATTY] + bc, GRAD(m, GPT2_ATTPROJW) + (size_t)l * C * C,
-                        GRAD(m, GPT2_ATTPROJB) + (size_t)l * C, d.p[A_ATTPROJ] + bc,
-                        a.p[A_ATTY] + bc, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C, BT, C, C,
-                        ow);
+                        GRAD(m, GPT2_ATTPROJB) + (size_t)l * C, d.p[A_ATTPROJ] + bc, a.p[A_ATTY] + bc,
+                        PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C, BT, C, C, ow);
         ready(m, GPT2_ATTPROJB, l);
         ready(m, GPT2_ATTPROJW, l);
-        attention_backward(d.p[A_QKV] + 3 * bc, d.p[A_PREATT] + att_off, d.p[A_ATT] + att_off,
-                           d.p[A_ATTY] + bc, a.p[A_QKV] + 3 * bc, a.p[A_ATT] + att_off, B, T, C,
-                           NH);
+        attention_backward(d.p[A_QKV] + 3 * bc, d.p[A_PREATT] + att_off, d.p[A_ATT] + att_off, d.p[A_ATTY] + bc,
+                           a.p[A_QKV] + 3 * bc, a.p[A_ATT] + att_off, B, T, C, NH);
         matmul_backward(d.p[A_LN1] + bc, GRAD(m, GPT2_QKVW) + (size_t)l * 3 * C * C,
-                        GRAD(m, GPT2_QKVB) + (size_t)l * 3 * C, d.p[A_QKV] + 3 * bc,
-                        a.p[A_LN1] + bc, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C, BT, C,
-                        3 * C, ow);
+                        GRAD(m, GPT2_QKVB) + (size_t)l * 3 * C, d.p[A_QKV] + 3 * bc, a.p[A_LN1] + bc,
+                        PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C, BT, C, 3 * C, ow);
         ready(m, GPT2_QKVB, l);
         ready(m, GPT2_QKVW, l);
-        layernorm_backward(dresidual, GRAD(m, GPT2_LN1W) + l * C, GRAD(m, GPT2_LN1B) + l * C,
-                           d.p[A_LN1] + bc, residual, PARAM(m, GPT2_LN1W) + l * C,
-                           a.p[A_LN1_MEAN] + (size_t)l * BT, a.p[A_LN1_RSTD] + (size_t)l * BT,
-                           BT, C);
+        layernorm_backward(dresidual, GRAD(m, GPT2_LN1W) + l * C, GRAD(m, GPT2_LN1B) + l * C, d.p[A_LN1] + bc, residual,
+                           PARAM(m, GPT2_LN1W) + l * C, a.p[A_LN1_MEAN] + (size_t)l * BT,
+                           a.p[A_LN1_RSTD] + (size_t)l * BT, BT, C);
         ready(m, GPT2_LN1B, l);
         ready(m, GPT2_LN1W, l);
     }

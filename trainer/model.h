@@ -33,9 +33,22 @@ struct gpt2_config {
 #define GPT2_NUM_PARAM_TENSORS 16
 
 enum gpt2_param_index {
-    GPT2_WTE, GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_QKVW, GPT2_QKVB,
-    GPT2_ATTPROJW, GPT2_ATTPROJB, GPT2_LN2W, GPT2_LN2B, GPT2_FCW, GPT2_FCB,
-    GPT2_FCPROJW, GPT2_FCPROJB, GPT2_LNFW, GPT2_LNFB
+    GPT2_WTE,
+    GPT2_WPE,
+    GPT2_LN1W,
+    GPT2_LN1B,
+    GPT2_QKVW,
+    GPT2_QKVB,
+    GPT2_ATTPROJW,
+    GPT2_ATTPROJB,
+    GPT2_LN2W,
+    GPT2_LN2B,
+    GPT2_FCW,
+    GPT2_FCB,
+    GPT2_FCPROJW,
+    GPT2_FCPROJB,
+    GPT2_LNFW,
+    GPT2_LNFB
 };
 
 /* Names of the 16 tensors, for logs and error messages ("qkvw", ...). */
@@ -60,8 +73,7 @@ int gpt2_config_check(const struct gpt2_config *cfg, skiff_err *err);
 
 /* Fills the element counts and element offsets (into the one buffer) of the 16
  * tensors; returns the total number of floats. Either array may be NULL. */
-size_t gpt2_param_layout(const struct gpt2_config *cfg,
-                         size_t sizes[GPT2_NUM_PARAM_TENSORS],
+size_t gpt2_param_layout(const struct gpt2_config *cfg, size_t sizes[GPT2_NUM_PARAM_TENSORS],
                          size_t offsets[GPT2_NUM_PARAM_TENSORS]);
 
 /* 1 when tensor i is a 2-D weight matrix and gets AdamW weight decay (wte, wpe,
@@ -85,12 +97,12 @@ struct gpt2 {
     size_t num_params;
     size_t param_sizes[GPT2_NUM_PARAM_TENSORS];
     size_t param_offsets[GPT2_NUM_PARAM_TENSORS];
-    float *params;  /* num_params floats (owned unless params_borrowed) */
-    float *grads;   /* num_params floats, accumulated by gpt2_backward */
+    float *params;     /* num_params floats (owned unless params_borrowed) */
+    float *grads;      /* num_params floats, accumulated by gpt2_backward */
     int grads_cleared; /* gpt2_zero_grad was called: the next backward writes
                         * grads instead of adding to them (see gpt2_zero_grad) */
-    float *acts;    /* activations for (B,T) */
-    float *dacts;   /* their gradients */
+    float *acts;       /* activations for (B,T) */
+    float *dacts;      /* their gradients */
     size_t num_acts;
     float *probs_out; /* (B,T,Vp) probabilities of the last forward */
     float mean_loss;  /* mean loss of the last forward with targets, else -1 */

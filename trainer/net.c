@@ -56,21 +56,18 @@ int net_connect_retry(const char *host, int port, int timeout_ms, skiff_err *err
         if (skiff_now_ms() >= deadline) break;
         usleep(50 * 1000);
     }
-    return skiff_error(err, last_errno ? last_errno : ETIMEDOUT,
-                       "could not connect to %s:%d for %.1f s (%s)", host, port,
-                       timeout_ms / 1000.0, last_what);
+    return skiff_error(err, last_errno ? last_errno : ETIMEDOUT, "could not connect to %s:%d for %.1f s (%s)", host,
+                       port, timeout_ms / 1000.0, last_what);
 }
 
 int net_listen(const char *host, int port, int *bound_port, skiff_err *err)
 {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE}, *res = NULL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res = NULL;
     if (host && (!*host || !strcmp(host, "*"))) host = NULL;
     int g = getaddrinfo(host, ps, &hints, &res);
-    if (g != 0)
-        return skiff_error(err, 0, "resolving %s: %s", host ? host : "*", gai_strerror(g));
+    if (g != 0) return skiff_error(err, 0, "resolving %s: %s", host ? host : "*", gai_strerror(g));
     int saved = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
@@ -82,9 +79,8 @@ int net_listen(const char *host, int port, int *bound_port, skiff_err *err)
             socklen_t sl = sizeof ss;
             getsockname(fd, (struct sockaddr *)&ss, &sl);
             if (bound_port)
-                *bound_port = ss.ss_family == AF_INET6
-                                  ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                                  : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+                *bound_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                                       : ntohs(((struct sockaddr_in *)&ss)->sin_port);
             freeaddrinfo(res);
             return fd;
         }
@@ -109,8 +105,7 @@ int net_accept(int lfd, int timeout_ms, skiff_err *err)
     return fd;
 }
 
-static int wait_fd(int fd, short ev, int timeout_ms, const char *what, const char *dir,
-                   skiff_err *err)
+static int wait_fd(int fd, short ev, int timeout_ms, const char *what, const char *dir, skiff_err *err)
 {
     struct pollfd p = {.fd = fd, .events = ev};
     int r;
@@ -118,13 +113,11 @@ static int wait_fd(int fd, short ev, int timeout_ms, const char *what, const cha
     while (r < 0 && errno == EINTR);
     if (r < 0) return skiff_error(err, errno, "poll");
     if (r == 0)
-        return skiff_error(err, ETIMEDOUT, "%s %s nothing for %.1f s (stuck or dead?)", what, dir,
-                           timeout_ms / 1000.0);
+        return skiff_error(err, ETIMEDOUT, "%s %s nothing for %.1f s (stuck or dead?)", what, dir, timeout_ms / 1000.0);
     return 0;
 }
 
-int net_send_all(int fd, const void *buf, size_t len, int timeout_ms, const char *what,
-                 skiff_err *err)
+int net_send_all(int fd, const void *buf, size_t len, int timeout_ms, const char *what, skiff_err *err)
 {
     const char *p = buf;
     while (len) {
@@ -144,8 +137,7 @@ int net_send_all(int fd, const void *buf, size_t len, int timeout_ms, const char
     return 0;
 }
 
-int net_recv_all(int fd, void *buf, size_t len, int timeout_ms, const char *what,
-                 skiff_err *err)
+int net_recv_all(int fd, void *buf, size_t len, int timeout_ms, const char *what, skiff_err *err)
 {
     char *p = buf;
     while (len) {

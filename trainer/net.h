@@ -18,10 +18,8 @@ int net_listen(const char *host, int port, int *bound_port, skiff_err *err);
 int net_accept(int lfd, int timeout_ms, skiff_err *err);
 /* Sends/receives exactly len bytes within timeout_ms of no progress.
  * what names the peer for messages ("rank 2"). EOF is an error. */
-int net_send_all(int fd, const void *buf, size_t len, int timeout_ms, const char *what,
-                 skiff_err *err);
-int net_recv_all(int fd, void *buf, size_t len, int timeout_ms, const char *what,
-                 skiff_err *err);
+int net_send_all(int fd, const void *buf, size_t len, int timeout_ms, const char *what, skiff_err *err);
+int net_recv_all(int fd, void *buf, size_t len, int timeout_ms, const char *what, skiff_err *err);
 /* Sets TCP_NODELAY, keepalive and large buffers; non-blocking when nb. */
 void net_tune(int fd, int nb);
 /* The local IP address (text) of a connected socket. */

@@ -52,10 +52,38 @@ int train_parse_double(const char *opt, const char *s, double lo, double *out, s
 }
 
 enum {
-    O_MODEL = 256, O_DATA, O_VAL, O_BATCH, O_SEQ, O_ACCUM, O_STEPS, O_LR, O_LRMIN, O_WARMUP,
-    O_WD, O_CLIP, O_SEED, O_ZERO, O_BUCKET, O_DEVICE, O_PREC, O_CKPT, O_CKPT_EVERY, O_RESUME,
-    O_STOP, O_LOG, O_VAL_EVERY, O_VAL_BATCHES, O_THREADS, O_TIMEOUT, O_QUIET, O_INIT_FROM,
-    O_BETA1, O_BETA2, O_EPS, O_ORDER
+    O_MODEL = 256,
+    O_DATA,
+    O_VAL,
+    O_BATCH,
+    O_SEQ,
+    O_ACCUM,
+    O_STEPS,
+    O_LR,
+    O_LRMIN,
+    O_WARMUP,
+    O_WD,
+    O_CLIP,
+    O_SEED,
+    O_ZERO,
+    O_BUCKET,
+    O_DEVICE,
+    O_PREC,
+    O_CKPT,
+    O_CKPT_EVERY,
+    O_RESUME,
+    O_STOP,
+    O_LOG,
+    O_VAL_EVERY,
+    O_VAL_BATCHES,
+    O_THREADS,
+    O_TIMEOUT,
+    O_QUIET,
+    O_INIT_FROM,
+    O_BETA1,
+    O_BETA2,
+    O_EPS,
+    O_ORDER
 };
 
 int train_opt_error(int c, char **argv, skiff_err *err)
@@ -71,8 +99,7 @@ static int resolve_model(struct train_opts *o, skiff_err *err)
     if (!o->model && !o->init_from)
         return skiff_error(err, 0, "--model NAME or --init-from FILE.bin is required (models: %s)",
                            gpt2_preset_names());
-    if (o->model && gpt2_config_preset(o->model, &o->cfg, err) < 0)
-        return skiff_err_wrap(err, "--model");
+    if (o->model && gpt2_config_preset(o->model, &o->cfg, err) < 0) return skiff_err_wrap(err, "--model");
     if (!o->init_from) return 0;
     struct gpt2_config file;
     int version;
@@ -81,8 +108,10 @@ static int resolve_model(struct train_opts *o, skiff_err *err)
         char a[160], b[160];
         llmc_shape_str(&file, a, sizeof a);
         llmc_shape_str(&o->cfg, b, sizeof b);
-        return skiff_error(err, 0, "--init-from %s holds %s, but --model %s is %s; drop --model to "
-                                   "take the file's shape", o->init_from, a, o->model, b);
+        return skiff_error(err, 0,
+                           "--init-from %s holds %s, but --model %s is %s; drop --model to "
+                           "take the file's shape",
+                           o->init_from, a, o->model, b);
     }
     if (!o->model) {
         const char *slash = strrchr(o->init_from, '/');
@@ -94,19 +123,39 @@ static int resolve_model(struct train_opts *o, skiff_err *err)
 
 int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err)
 {
-    static const struct option lo[] = {
-        {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"val", 1, 0, O_VAL},
-        {"batch", 1, 0, O_BATCH}, {"seq", 1, 0, O_SEQ}, {"grad-accum", 1, 0, O_ACCUM},
-        {"steps", 1, 0, O_STEPS}, {"lr", 1, 0, O_LR}, {"lr-min-frac", 1, 0, O_LRMIN},
-        {"warmup", 1, 0, O_WARMUP}, {"weight-decay", 1, 0, O_WD}, {"grad-clip", 1, 0, O_CLIP},
-        {"seed", 1, 0, O_SEED}, {"zero", 1, 0, O_ZERO}, {"bucket-mb", 1, 0, O_BUCKET},
-        {"device", 1, 0, O_DEVICE}, {"precision", 1, 0, O_PREC}, {"ckpt-dir", 1, 0, O_CKPT},
-        {"ckpt-every", 1, 0, O_CKPT_EVERY}, {"resume", 0, 0, O_RESUME},
-        {"stop-after", 1, 0, O_STOP}, {"log", 1, 0, O_LOG}, {"val-every", 1, 0, O_VAL_EVERY},
-        {"val-batches", 1, 0, O_VAL_BATCHES}, {"threads", 1, 0, O_THREADS},
-        {"timeout", 1, 0, O_TIMEOUT}, {"quiet", 0, 0, O_QUIET}, {"init-from", 1, 0, O_INIT_FROM},
-        {"beta1", 1, 0, O_BETA1}, {"beta2", 1, 0, O_BETA2}, {"eps", 1, 0, O_EPS},
-        {"data-order", 1, 0, O_ORDER}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"model", 1, 0, O_MODEL},
+                                       {"data", 1, 0, O_DATA},
+                                       {"val", 1, 0, O_VAL},
+                                       {"batch", 1, 0, O_BATCH},
+                                       {"seq", 1, 0, O_SEQ},
+                                       {"grad-accum", 1, 0, O_ACCUM},
+                                       {"steps", 1, 0, O_STEPS},
+                                       {"lr", 1, 0, O_LR},
+                                       {"lr-min-frac", 1, 0, O_LRMIN},
+                                       {"warmup", 1, 0, O_WARMUP},
+                                       {"weight-decay", 1, 0, O_WD},
+                                       {"grad-clip", 1, 0, O_CLIP},
+                                       {"seed", 1, 0, O_SEED},
+                                       {"zero", 1, 0, O_ZERO},
+                                       {"bucket-mb", 1, 0, O_BUCKET},
+                                       {"device", 1, 0, O_DEVICE},
+                                       {"precision", 1, 0, O_PREC},
+                                       {"ckpt-dir", 1, 0, O_CKPT},
+                                       {"ckpt-every", 1, 0, O_CKPT_EVERY},
+                                       {"resume", 0, 0, O_RESUME},
+                                       {"stop-after", 1, 0, O_STOP},
+                                       {"log", 1, 0, O_LOG},
+                                       {"val-every", 1, 0, O_VAL_EVERY},
+                                       {"val-batches", 1, 0, O_VAL_BATCHES},
+                                       {"threads", 1, 0, O_THREADS},
+                                       {"timeout", 1, 0, O_TIMEOUT},
+                                       {"quiet", 0, 0, O_QUIET},
+                                       {"init-from", 1, 0, O_INIT_FROM},
+                                       {"beta1", 1, 0, O_BETA1},
+                                       {"beta2", 1, 0, O_BETA2},
+                                       {"eps", 1, 0, O_EPS},
+                                       {"data-order", 1, 0, O_ORDER},
+                                       {0, 0, 0, 0}};
     train_opts_defaults(o);
     const char *env_t = getenv("SKIFF_TRAIN_TIMEOUT");
     double d = 0;
@@ -127,7 +176,10 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
         case O_SEQ: rc = train_parse_int("--seq", optarg, 1, &o->seq, err); break;
         case O_ACCUM: rc = train_parse_int("--grad-accum", optarg, 1, &o->grad_accum, err); break;
         case O_STEPS: rc = train_parse_int("--steps", optarg, 1, &o->steps, err); break;
-        case O_LR: rc = train_parse_double("--lr", optarg, 0, &d, err); o->lr = (float)d; break;
+        case O_LR:
+            rc = train_parse_double("--lr", optarg, 0, &d, err);
+            o->lr = (float)d;
+            break;
         case O_LRMIN:
             rc = train_parse_double("--lr-min-frac", optarg, 0, &d, err);
             o->lr_min_frac = (float)d;
@@ -141,18 +193,22 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
             rc = train_parse_double("--grad-clip", optarg, 0, &d, err);
             o->grad_clip = (float)d;
             break;
-        case O_SEED: rc = train_parse_int("--seed", optarg, 0, &v, err); o->seed = (uint64_t)v; break;
+        case O_SEED:
+            rc = train_parse_int("--seed", optarg, 0, &v, err);
+            o->seed = (uint64_t)v;
+            break;
         case O_ZERO:
             rc = train_parse_int("--zero", optarg, 0, &o->zero, err);
             if (!rc && o->zero > 2) rc = skiff_error(err, 0, "--zero %s: use 0, 1 or 2", optarg);
             break;
-        case O_BUCKET:
-            rc = train_parse_double("--bucket-mb", optarg, 0.001, &o->bucket_mb, err);
-            break;
+        case O_BUCKET: rc = train_parse_double("--bucket-mb", optarg, 0.001, &o->bucket_mb, err); break;
         case O_DEVICE:
-            if (!strcmp(optarg, "cpu")) o->device = TRAIN_DEVICE_CPU;
-            else if (!strcmp(optarg, "cuda")) o->device = TRAIN_DEVICE_CUDA;
-            else rc = skiff_error(err, 0, "--device '%s': use cpu or cuda", optarg);
+            if (!strcmp(optarg, "cpu"))
+                o->device = TRAIN_DEVICE_CPU;
+            else if (!strcmp(optarg, "cuda"))
+                o->device = TRAIN_DEVICE_CUDA;
+            else
+                rc = skiff_error(err, 0, "--device '%s': use cpu or cuda", optarg);
             break;
         case O_PREC:
             if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16") && strcmp(optarg, "fp16"))
@@ -183,33 +239,34 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
             if (!rc && d >= 1) rc = skiff_error(err, 0, "--beta2 %s: need 0 <= beta2 < 1", optarg);
             o->beta2 = (float)d;
             break;
-        case O_EPS: rc = train_parse_double("--eps", optarg, 0, &d, err); o->eps = (float)d; break;
-        case O_ORDER:
-            if (!strcmp(optarg, "shuffle")) o->sequential = 0;
-            else if (!strcmp(optarg, "sequential")) o->sequential = 1;
-            else rc = skiff_error(err, 0, "--data-order '%s': use shuffle or sequential", optarg);
+        case O_EPS:
+            rc = train_parse_double("--eps", optarg, 0, &d, err);
+            o->eps = (float)d;
             break;
-        default:
-            return train_opt_error(c, argv, err);
+        case O_ORDER:
+            if (!strcmp(optarg, "shuffle"))
+                o->sequential = 0;
+            else if (!strcmp(optarg, "sequential"))
+                o->sequential = 1;
+            else
+                rc = skiff_error(err, 0, "--data-order '%s': use shuffle or sequential", optarg);
+            break;
+        default: return train_opt_error(c, argv, err);
         }
         if (rc < 0) return -1;
     }
     if (optind < argc) return skiff_error(err, 0, "unexpected argument '%s'", argv[optind]);
     if (resolve_model(o, err) < 0) return -1;
     if (!o->data) return skiff_error(err, 0, "--data GLOB is required");
-    if (!o->batch || !o->seq || !o->steps)
-        return skiff_error(err, 0, "--batch, --seq and --steps are required");
+    if (!o->batch || !o->seq || !o->steps) return skiff_error(err, 0, "--batch, --seq and --steps are required");
     if (o->seq > o->cfg.max_seq_len)
-        return skiff_error(err, 0, "--seq %d: model %s has a context of %d", o->seq, o->model,
-                           o->cfg.max_seq_len);
+        return skiff_error(err, 0, "--seq %d: model %s has a context of %d", o->seq, o->model, o->cfg.max_seq_len);
     if (o->resume && !o->ckpt_dir) return skiff_error(err, 0, "--resume needs --ckpt-dir");
     if (o->stop_after && !o->ckpt_dir)
         return skiff_error(err, 0, "--stop-after checkpoints before it exits: give --ckpt-dir");
-    if (!o->precision)
-        o->precision = o->device == TRAIN_DEVICE_CPU ? "fp32" : "bf16";
+    if (!o->precision) o->precision = o->device == TRAIN_DEVICE_CPU ? "fp32" : "bf16";
     if (o->device == TRAIN_DEVICE_CPU && strcmp(o->precision, "fp32"))
-        return skiff_error(err, 0, "--precision %s: the CPU path trains in fp32 only",
-                           o->precision);
+        return skiff_error(err, 0, "--precision %s: the CPU path trains in fp32 only", o->precision);
     if (o->warmup < 0) o->warmup = o->steps / 10;
     return 0;
 }
@@ -246,11 +303,11 @@ int train_dist_init(struct train_dist *d, int timeout_ms, skiff_err *err)
     if (env_int("LOCAL_RANK", 0, &d->local_rank, err) < 0) return -1;
     if (!hr && !hw) return 0; /* one process */
     if (!hr || !hw)
-        return skiff_error(err, 0, "env://: %s is set but %s is not; set both (or neither for "
-                                   "one process)", hr ? "RANK" : "WORLD_SIZE",
-                           hr ? "WORLD_SIZE" : "RANK");
-    if (d->rank >= d->world)
-        return skiff_error(err, 0, "env://: RANK=%d must be < WORLD_SIZE=%d", d->rank, d->world);
+        return skiff_error(err, 0,
+                           "env://: %s is set but %s is not; set both (or neither for "
+                           "one process)",
+                           hr ? "RANK" : "WORLD_SIZE", hr ? "WORLD_SIZE" : "RANK");
+    if (d->rank >= d->world) return skiff_error(err, 0, "env://: RANK=%d must be < WORLD_SIZE=%d", d->rank, d->world);
     if (d->world == 1) return 0;
     const char *a = getenv("MASTER_ADDR");
     if (!a || !*a) return skiff_error(err, 0, "env://: WORLD_SIZE=%d needs MASTER_ADDR", d->world);
@@ -293,16 +350,15 @@ void train_log_step(struct train_log *lg, const struct train_step_log *s)
         fprintf(lg->jsonl,
                 "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f,"
                 "\"ms\":%.3f,\"comm_ms\":%.3f,\"wait_ms\":%.3f",
-                s->step, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms, s->comm_ms,
-                s->wait_ms);
+                s->step, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms, s->comm_ms, s->wait_ms);
         if (s->overlap_ms > 0) fprintf(lg->jsonl, ",\"overlap_ms\":%.3f", s->overlap_ms);
         if (!isnan(s->val_loss)) fprintf(lg->jsonl, ",\"val_loss\":%.6f", s->val_loss);
         fputs("}\n", lg->jsonl);
         fflush(lg->jsonl);
     }
     if (!lg->quiet) {
-        printf("step %5d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.1f ms", s->step,
-               s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms);
+        printf("step %5d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.1f ms", s->step, s->loss, s->lr,
+               s->grad_norm, s->tokens_per_s, s->ms);
         if (!isnan(s->val_loss)) printf(" | val loss %.6f", s->val_loss);
         putchar('\n');
         fflush(stdout);

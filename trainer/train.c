@@ -23,16 +23,16 @@
  * issues the same collectives in the same order. */
 
 struct seg {
-    size_t lo, len;  /* range of the gradient buffer */
-    size_t stage_off;/* where it sits in the staging buffer */
+    size_t lo, len;   /* range of the gradient buffer */
+    size_t stage_off; /* where it sits in the staging buffer */
 };
 
 struct ddp {
     struct tr_comm *comm;
     float *grads;
-    float *stage;      /* num_params floats: all buckets back to back */
-    size_t cap;        /* bucket capacity in floats */
-    size_t fill;       /* floats in the open bucket */
+    float *stage; /* num_params floats: all buckets back to back */
+    size_t cap;   /* bucket capacity in floats */
+    size_t fill;  /* floats in the open bucket */
     size_t bucket_start;
     struct seg *segs;
     size_t nsegs, segs_cap;
@@ -69,8 +69,8 @@ static void launch(struct ddp *d)
         d->reqs = n;
         d->reqs_cap = nc;
     }
-    if (tr_comm_start(d->comm, TR_COMM_ALLREDUCE, d->stage + d->bucket_start, d->fill,
-                         TR_F32, &d->reqs[d->nreqs], &d->err) < 0) {
+    if (tr_comm_start(d->comm, TR_COMM_ALLREDUCE, d->stage + d->bucket_start, d->fill, TR_F32, &d->reqs[d->nreqs],
+                      &d->err) < 0) {
         d->failed = 1;
         return;
     }
@@ -121,8 +121,7 @@ static int ddp_finish(struct ddp *d, double *wait_s, skiff_err *err)
     *wait_s += skiff_now_s() - t0;
     if (rc < 0) return skiff_err_wrap(err, "gradient all-reduce");
     for (size_t i = 0; i < d->nsegs; i++)
-        memcpy(d->grads + d->segs[i].lo, d->stage + d->segs[i].stage_off,
-               d->segs[i].len * sizeof(float));
+        memcpy(d->grads + d->segs[i].lo, d->stage + d->segs[i].stage_off, d->segs[i].len * sizeof(float));
     return 0;
 }
 
@@ -164,8 +163,8 @@ static int mean_over_ranks(struct tr_comm *c, double v, double *out, skiff_err *
     return 0;
 }
 
-static void adamw(float *p, const float *g, float *m, float *v, const float *decay, size_t n,
-                  float lr, const struct train_opts *o, int t, float gscale)
+static void adamw(float *p, const float *g, float *m, float *v, const float *decay, size_t n, float lr,
+                  const struct train_opts *o, int t, float gscale)
 {
     float b1c = 1.0f - powf(o->beta1, (float)t), b2c = 1.0f - powf(o->beta2, (float)t);
 #pragma omp parallel for
@@ -180,9 +179,8 @@ static void adamw(float *p, const float *g, float *m, float *v, const float *dec
     }
 }
 
-static int evaluate(struct gpt2 *m, struct data_loader *val, struct tr_comm *c,
-                    const struct train_plan *p, int nb, int *in, int *tg, double *out,
-                    skiff_err *err)
+static int evaluate(struct gpt2 *m, struct data_loader *val, struct tr_comm *c, const struct train_plan *p, int nb,
+                    int *in, int *tg, double *out, skiff_err *err)
 {
     double s = 0;
     for (int i = 0; i < nb; i++) {
@@ -202,8 +200,8 @@ struct run {
     struct data_loader train, val;
     int have_val;
     struct train_plan plan; /* padding, ZeRO shard, steps of this run */
-    float *m, *v, *decay;  /* optimizer state for [opt_off, +opt_len); decay mask (n_pad) */
-    float *gshard;         /* ZeRO-2: this rank's accumulated gradient shard */
+    float *m, *v, *decay;   /* optimizer state for [opt_off, +opt_len); decay mask (n_pad) */
+    float *gshard;          /* ZeRO-2: this rank's accumulated gradient shard */
     int *in, *tg;
     struct train_log log;
     struct ddp ddp;
@@ -242,8 +240,8 @@ static int setup(struct run *r, const struct train_opts *o, skiff_err *err)
     r->o = o;
     if (o->threads > 0) omp_set_num_threads(o->threads);
     if (train_dist_init(&r->dist, o->timeout_ms, err) < 0) return -1;
-    if (tr_comm_tcp_create(r->dist.store, r->dist.rank, r->dist.world, r->dist.local_rank,
-                              o->timeout_ms, &r->comm, err) < 0)
+    if (tr_comm_tcp_create(r->dist.store, r->dist.rank, r->dist.world, r->dist.local_rank, o->timeout_ms, &r->comm,
+                           err) < 0)
         return -1;
     int P = r->comm->world, rank = r->comm->rank;
     if (gpt2_create(&r->model, &o->cfg, o->batch, o->seq, err) < 0) return -1;
@@ -266,8 +264,7 @@ static int setup(struct run *r, const struct train_opts *o, skiff_err *err)
     if (!r->m || !r->v || !r->decay || !r->in || !r->tg || (o->zero == 2 && !r->gshard))
         return skiff_error(err, ENOMEM, "optimizer state");
     gpt2_decay_mask(&o->cfg, r->decay);
-    if (data_loader_open(&r->train, o->data, o->batch, o->seq, o->cfg.vocab_size, o->seed,
-                         !o->sequential, err) < 0)
+    if (data_loader_open(&r->train, o->data, o->batch, o->seq, o->cfg.vocab_size, o->seed, !o->sequential, err) < 0)
         return skiff_err_wrap(err, "--data");
     if (o->val) {
         if (data_loader_open(&r->val, o->val, o->batch, o->seq, o->cfg.vocab_size, o->seed, 0, err) < 0)
@@ -286,14 +283,11 @@ static int setup(struct run *r, const struct train_opts *o, skiff_err *err)
     if (train_init_params(o, rank, r->model.params, err) < 0) return -1;
     if (o->resume) {
         if (train_resume_load(pl, o, r->model.params, r->m, r->v, err) < 0) return -1;
-        if (train_resume_shares_opt(pl, o) &&
-            (tr_broadcast(r->comm, r->m, pl->n_pad * sizeof(float), 0, err) < 0 ||
-             tr_broadcast(r->comm, r->v, pl->n_pad * sizeof(float), 0, err) < 0))
+        if (train_resume_shares_opt(pl, o) && (tr_broadcast(r->comm, r->m, pl->n_pad * sizeof(float), 0, err) < 0 ||
+                                               tr_broadcast(r->comm, r->v, pl->n_pad * sizeof(float), 0, err) < 0))
             return skiff_err_wrap(err, "sharing optimizer state");
         double mean;
-        if (mean_over_ranks(r->comm, pl->start, &mean, err) < 0 ||
-            train_resume_agree(pl, o, mean, err) < 0)
-            return -1;
+        if (mean_over_ranks(r->comm, pl->start, &mean, err) < 0 || train_resume_agree(pl, o, mean, err) < 0) return -1;
     }
     /* one source of truth for the weights: rank 0 */
     if (tr_broadcast(r->comm, r->model.params, pl->n_pad * sizeof(float), 0, err) < 0)
@@ -302,10 +296,9 @@ static int setup(struct run *r, const struct train_opts *o, skiff_err *err)
     if (rank == 0 && !o->quiet)
         printf("skiff-train: model %s (%zu params, L%d H%d C%d T%d V%d), world %d, batch %d x %d "
                "x accum %d x world = %zu tokens/step, zero %d, %d threads, %zu train windows%s\n",
-               o->model, n, o->cfg.num_layers, o->cfg.num_heads, o->cfg.channels, o->seq,
-               o->cfg.vocab_size, P, o->batch, o->seq, o->grad_accum,
-               (size_t)o->batch * o->seq * o->grad_accum * P, o->zero, omp_get_max_threads(),
-               r->train.num_windows, o->resume ? ", resumed" : "");
+               o->model, n, o->cfg.num_layers, o->cfg.num_heads, o->cfg.channels, o->seq, o->cfg.vocab_size, P,
+               o->batch, o->seq, o->grad_accum, (size_t)o->batch * o->seq * o->grad_accum * P, o->zero,
+               omp_get_max_threads(), r->train.num_windows, o->resume ? ", resumed" : "");
     return 0;
 }
 
@@ -326,8 +319,7 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
         if (o->zero == 2) memset(r.gshard, 0, pl->opt_len * sizeof(float));
         double loss_sum = 0;
         for (int k = 0; k < K; k++) {
-            if (data_loader_batch(&r.train, train_plan_window(pl, o, step, k), r.in, r.tg, err) < 0)
-                goto out;
+            if (data_loader_batch(&r.train, train_plan_window(pl, o, step, k), r.in, r.tg, err) < 0) goto out;
             loss_sum += gpt2_forward(&r.model, r.in, r.tg);
             int last = k == K - 1;
             /* no_sync: only the last micro-step's backward talks to peers */
@@ -376,8 +368,8 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
         }
         float norm = (float)sqrt(norm2);
         float gscale = train_clip_scale(o, norm);
-        adamw(r.model.params + pl->opt_off, gopt, r.m, r.v, r.decay + pl->opt_off, pl->opt_len, lr, o,
-              step + 1, gscale);
+        adamw(r.model.params + pl->opt_off, gopt, r.m, r.v, r.decay + pl->opt_off, pl->opt_len, lr, o, step + 1,
+              gscale);
         if (o->zero) {
             double w0 = skiff_now_s();
             if (tr_all_gather(c, r.model.params, pl->n_pad, TR_F32, err) < 0) goto out;
@@ -392,16 +384,20 @@ int train_cpu(const struct train_opts *o, skiff_err *err)
             goto out;
         double dt = skiff_now_s() - t0;
         if (c->rank == 0) {
-            struct train_step_log s = {
-                .step = step + 1, .loss = loss, .lr = lr, .grad_norm = norm,
-                .tokens_per_s = (double)G * o->seq / dt, .ms = dt * 1000, .val_loss = val_loss,
-                .comm_ms = (c->stats.busy_s - busy0) * 1000, .wait_ms = wait_s * 1000,
-                .overlap_ms = overlap_s * 1000};
+            struct train_step_log s = {.step = step + 1,
+                                       .loss = loss,
+                                       .lr = lr,
+                                       .grad_norm = norm,
+                                       .tokens_per_s = (double)G * o->seq / dt,
+                                       .ms = dt * 1000,
+                                       .val_loss = val_loss,
+                                       .comm_ms = (c->stats.busy_s - busy0) * 1000,
+                                       .wait_ms = wait_s * 1000,
+                                       .overlap_ms = overlap_s * 1000};
             train_log_step(&r.log, &s);
         }
         int done = step + 1;
-        if (train_plan_save_due(o, pl, done) && save(&r, done, err) < 0)
-            goto out;
+        if (train_plan_save_due(o, pl, done) && save(&r, done, err) < 0) goto out;
     }
     rc = 0;
 out:

@@ -18,38 +18,38 @@
 enum train_device { TRAIN_DEVICE_CPU = 0, TRAIN_DEVICE_CUDA = 1 };
 
 struct train_opts {
-    const char *model;       /* --model NAME (preset), or the --init-from file's name */
-    struct gpt2_config cfg;  /* the preset, or the shape in the --init-from file */
-    const char *init_from;   /* --init-from FILE.bin: llm.c checkpoint with the start weights */
-    const char *data;        /* --data GLOB (train shards) */
-    const char *val;         /* --val GLOB or NULL */
-    int batch;               /* --batch B: per-rank micro-batch (sequences) */
-    int seq;                 /* --seq T (<= cfg.max_seq_len) */
-    int grad_accum;          /* --grad-accum K (default 1) */
-    int steps;               /* --steps N: optimizer steps of the LR schedule */
-    float lr;                /* --lr (default 6e-4): peak LR */
-    float lr_min_frac;       /* --lr-min-frac (default 0.1): final LR = lr * this */
-    int warmup;              /* --warmup steps (default: steps/10; 0 = none) */
-    float weight_decay;      /* --weight-decay (default 0.1), 2-D tensors only */
-    float beta1, beta2, eps; /* --beta1 0.9, --beta2 0.95, --eps 1e-8 (AdamW) */
-    float grad_clip;         /* --grad-clip (default 1.0; 0 = off) */
-    uint64_t seed;           /* --seed S (default 1337): init + data shuffle */
-    int sequential;          /* --data-order sequential: windows in file order (llm.c's
-                                loader without shuffling), not a seeded permutation */
-    int zero;                /* --zero 0|1|2 */
-    double bucket_mb;        /* --bucket-mb M (default 25) */
-    enum train_device device;/* --device cpu|cuda */
-    const char *precision;   /* --precision fp32|bf16|fp16 (CPU: fp32 only) */
-    const char *ckpt_dir;    /* --ckpt-dir DIR or NULL */
-    int ckpt_every;          /* --ckpt-every N (0 = only at the end / stop-after) */
-    int resume;              /* --resume */
-    int stop_after;          /* --stop-after N (0 = run to --steps) */
-    const char *log_path;    /* --log FILE.jsonl or NULL */
-    int val_every;           /* --val-every N (0 = never; default 0) */
-    int val_batches;         /* --val-batches N per rank (default 4) */
-    int threads;             /* --threads N (OpenMP; 0 = default) */
-    int timeout_ms;          /* --timeout SECONDS or SKIFF_TRAIN_TIMEOUT (default 300 s) */
-    int quiet;               /* --quiet: no per-step line on stdout */
+    const char *model;        /* --model NAME (preset), or the --init-from file's name */
+    struct gpt2_config cfg;   /* the preset, or the shape in the --init-from file */
+    const char *init_from;    /* --init-from FILE.bin: llm.c checkpoint with the start weights */
+    const char *data;         /* --data GLOB (train shards) */
+    const char *val;          /* --val GLOB or NULL */
+    int batch;                /* --batch B: per-rank micro-batch (sequences) */
+    int seq;                  /* --seq T (<= cfg.max_seq_len) */
+    int grad_accum;           /* --grad-accum K (default 1) */
+    int steps;                /* --steps N: optimizer steps of the LR schedule */
+    float lr;                 /* --lr (default 6e-4): peak LR */
+    float lr_min_frac;        /* --lr-min-frac (default 0.1): final LR = lr * this */
+    int warmup;               /* --warmup steps (default: steps/10; 0 = none) */
+    float weight_decay;       /* --weight-decay (default 0.1), 2-D tensors only */
+    float beta1, beta2, eps;  /* --beta1 0.9, --beta2 0.95, --eps 1e-8 (AdamW) */
+    float grad_clip;          /* --grad-clip (default 1.0; 0 = off) */
+    uint64_t seed;            /* --seed S (default 1337): init + data shuffle */
+    int sequential;           /* --data-order sequential: windows in file order (llm.c's
+                                 loader without shuffling), not a seeded permutation */
+    int zero;                 /* --zero 0|1|2 */
+    double bucket_mb;         /* --bucket-mb M (default 25) */
+    enum train_device device; /* --device cpu|cuda */
+    const char *precision;    /* --precision fp32|bf16|fp16 (CPU: fp32 only) */
+    const char *ckpt_dir;     /* --ckpt-dir DIR or NULL */
+    int ckpt_every;           /* --ckpt-every N (0 = only at the end / stop-after) */
+    int resume;               /* --resume */
+    int stop_after;           /* --stop-after N (0 = run to --steps) */
+    const char *log_path;     /* --log FILE.jsonl or NULL */
+    int val_every;            /* --val-every N (0 = never; default 0) */
+    int val_batches;          /* --val-batches N per rank (default 4) */
+    int threads;              /* --threads N (OpenMP; 0 = default) */
+    int timeout_ms;           /* --timeout SECONDS or SKIFF_TRAIN_TIMEOUT (default 300 s) */
+    int quiet;                /* --quiet: no per-step line on stdout */
 };
 
 /* Fills defaults, then parses `train` arguments (argv[0] is "train").
@@ -107,18 +107,17 @@ struct data_loader {
     uint32_t *perm;      /* permutation of this epoch (NULL: in order) */
     uint64_t seed;
     int shuffle;
-    long epoch;          /* epoch of perm */
+    long epoch; /* epoch of perm */
 };
 
 /* Maps the shards matching glob (sorted) read-only; checks headers and that
  * every token < vocab_size. shuffle: 1 for train, 0 for val. */
-int data_loader_open(struct data_loader *l, const char *glob, int B, int T, int vocab_size,
-                     uint64_t seed, int shuffle, skiff_err *err);
+int data_loader_open(struct data_loader *l, const char *glob, int B, int T, int vocab_size, uint64_t seed, int shuffle,
+                     skiff_err *err);
 void data_loader_close(struct data_loader *l);
 /* Fills inputs/targets (B*T ints each) with the B windows starting at global
  * window index `first` (wrapping into later epochs). */
-int data_loader_batch(struct data_loader *l, uint64_t first, int *inputs, int *targets,
-                      skiff_err *err);
+int data_loader_batch(struct data_loader *l, uint64_t first, int *inputs, int *targets, skiff_err *err);
 
 /* One shard mapped read-only after checking its header (magic, version,
  * token count vs file size). */
@@ -151,13 +150,13 @@ float train_lr(const struct train_opts *o, int step);
 struct train_ckpt {
     struct gpt2_config cfg;
     int world, rank, zero;
-    int step;                 /* optimizer steps done */
-    uint64_t data_pos;        /* next global train window */
-    uint64_t rng;             /* spare RNG state (sampling etc.) */
-    size_t num_params;        /* total floats in the parameter buffer (padded) */
-    size_t opt_off, opt_len;  /* optimizer range in this file */
-    float *params;            /* num_params (rank 0 file) or NULL */
-    float *m, *v;             /* opt_len each, or NULL when opt_len == 0 */
+    int step;                /* optimizer steps done */
+    uint64_t data_pos;       /* next global train window */
+    uint64_t rng;            /* spare RNG state (sampling etc.) */
+    size_t num_params;       /* total floats in the parameter buffer (padded) */
+    size_t opt_off, opt_len; /* optimizer range in this file */
+    float *params;           /* num_params (rank 0 file) or NULL */
+    float *m, *v;            /* opt_len each, or NULL when opt_len == 0 */
 };
 int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err);
 /* Reads DIR/rank-R.ckpt (R = want->rank) and checks it against *want (cfg,
@@ -171,17 +170,17 @@ int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err);
 /* ---- logging ------------------------------------------------------------- */
 
 struct train_step_log {
-    int step;           /* 1-based number of the step just done */
-    double loss;        /* mean over all ranks and micro-steps */
+    int step;    /* 1-based number of the step just done */
+    double loss; /* mean over all ranks and micro-steps */
     double lr;
-    double grad_norm;   /* global L2 norm before clipping */
-    double tokens_per_s;/* global tokens / step wall time */
-    double ms;          /* step wall time */
-    double val_loss;    /* NAN when not evaluated this step */
-    double comm_ms;     /* time the comm backend was busy this step */
-    double wait_ms;     /* time compute waited on comm this step (exposed) */
-    double overlap_ms;  /* comm time that finished while the backward still ran
-                           (0 = not measured; logged only when > 0) */
+    double grad_norm;    /* global L2 norm before clipping */
+    double tokens_per_s; /* global tokens / step wall time */
+    double ms;           /* step wall time */
+    double val_loss;     /* NAN when not evaluated this step */
+    double comm_ms;      /* time the comm backend was busy this step */
+    double wait_ms;      /* time compute waited on comm this step (exposed) */
+    double overlap_ms;   /* comm time that finished while the backward still ran
+                            (0 = not measured; logged only when > 0) */
 };
 
 struct train_log {
@@ -190,8 +189,7 @@ struct train_log {
 };
 
 /* Rank 0 only opens the file (append when resuming, else truncate). */
-int train_log_open(struct train_log *lg, const char *path, int resume, int quiet,
-                   skiff_err *err);
+int train_log_open(struct train_log *lg, const char *path, int resume, int quiet, skiff_err *err);
 /* One JSON object per line (step, loss, lr, grad_norm, tokens_per_s, ms,
  * val_loss when present, comm_ms, wait_ms) plus a line on stdout. */
 void train_log_step(struct train_log *lg, const struct train_step_log *s);

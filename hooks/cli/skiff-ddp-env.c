@@ -104,10 +104,10 @@ int main(int argc, char **argv)
 {
     int env_format = 0, quiet = 0;
     static const struct option opts[] = {
-        {"env", no_argument, NULL, 'e'},       {"quiet", no_argument, NULL, 'q'},
+        {"env", no_argument, NULL, 'e'},          {"quiet", no_argument, NULL, 'q'},
         {"expand", required_argument, NULL, 'x'}, {"count", required_argument, NULL, 'n'},
-        {"compress", no_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},   {NULL, 0, NULL, 0},
+        {"compress", no_argument, NULL, 'c'},     {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
     };
     /* getopt's messages name the program, however it was run */
     static char prog[] = "skiff-ddp-env";

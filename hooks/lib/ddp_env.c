@@ -119,8 +119,7 @@ static int need_num(const struct ddp_in *in, const char *name, unsigned long lon
     return parse_num(name, v, out, err);
 }
 
-int skiff_tasks_per_node(const char *s, unsigned long node, unsigned long *tasks, unsigned long *nodes,
-                         skiff_err *err)
+int skiff_tasks_per_node(const char *s, unsigned long node, unsigned long *tasks, unsigned long *nodes, skiff_err *err)
 {
     unsigned long long seen = 0;
     int found = 0;
@@ -131,12 +130,11 @@ int skiff_tasks_per_node(const char *s, unsigned long node, unsigned long *tasks
         unsigned long long count = 0, rep = 1;
         const char *start = p;
         if (*p < '0' || *p > '9')
-            return skiff_error(err, 0, "tasks per node \"%.60s\": expected a number at offset %zu", s,
-                               (size_t)(p - s));
+            return skiff_error(err, 0, "tasks per node \"%.60s\": expected a number at offset %zu", s, (size_t)(p - s));
         while (*p >= '0' && *p <= '9') {
             if (p - start >= 9)
-                return skiff_error(err, 0, "tasks per node \"%.60s\": number too large at offset %zu",
-                                   s, (size_t)(start - s));
+                return skiff_error(err, 0, "tasks per node \"%.60s\": number too large at offset %zu", s,
+                                   (size_t)(start - s));
             count = count * 10 + (unsigned long long)(*p++ - '0');
         }
         if (p[0] == '(') {
@@ -152,8 +150,8 @@ int skiff_tasks_per_node(const char *s, unsigned long node, unsigned long *tasks
                 rep = rep * 10 + (unsigned long long)(*p++ - '0');
             }
             if (p == rs || *p != ')' || rep == 0)
-                return skiff_error(err, 0, "tasks per node \"%.60s\": bad repeat '(xN)' at offset %zu",
-                                   s, (size_t)(rs - 2 - s));
+                return skiff_error(err, 0, "tasks per node \"%.60s\": bad repeat '(xN)' at offset %zu", s,
+                                   (size_t)(rs - 2 - s));
             p++;
         }
         if (!found && node < seen + rep) {
@@ -163,8 +161,7 @@ int skiff_tasks_per_node(const char *s, unsigned long node, unsigned long *tasks
         }
         seen += rep;
         if (seen > SKIFF_HOSTLIST_MAX_HOSTS)
-            return skiff_error(err, 0, "tasks per node \"%.60s\": more than %u nodes", s,
-                               SKIFF_HOSTLIST_MAX_HOSTS);
+            return skiff_error(err, 0, "tasks per node \"%.60s\": more than %u nodes", s, SKIFF_HOSTLIST_MAX_HOSTS);
         if (*p == '\0')
             break;
         if (*p != ',')
@@ -175,13 +172,12 @@ int skiff_tasks_per_node(const char *s, unsigned long node, unsigned long *tasks
     if (nodes)
         *nodes = (unsigned long)seen;
     if (!found && tasks)
-        return skiff_error(err, 0, "tasks per node \"%.60s\": covers %llu nodes, no node %lu", s, seen,
-                           node);
+        return skiff_error(err, 0, "tasks per node \"%.60s\": covers %llu nodes, no node %lu", s, seen, node);
     return 0;
 }
 
-unsigned skiff_ddp_master_port(unsigned long long job, unsigned long long step, unsigned het_offset,
-                               unsigned lo, unsigned hi)
+unsigned skiff_ddp_master_port(unsigned long long job, unsigned long long step, unsigned het_offset, unsigned lo,
+                               unsigned hi)
 {
     if (lo == 0 || hi < lo) {
         lo = SKIFF_DDP_PORT_LO_DEFAULT;
@@ -214,11 +210,11 @@ int skiff_shell_quote(const char *v, char *buf, size_t len, skiff_err *err)
         if (!(isalnum((unsigned char)*p) || strchr("_.,:/@%+=-", *p)))
             plain = 0;
     size_t o = 0;
-#define PUT(c)                                                                                     \
-    do {                                                                                           \
-        if (o + 1 >= len)                                                                          \
-            return skiff_error(err, ENAMETOOLONG, "shell quoting: value too long");                \
-        buf[o++] = (c);                                                                            \
+#define PUT(c)                                                                                                         \
+    do {                                                                                                               \
+        if (o + 1 >= len)                                                                                              \
+            return skiff_error(err, ENAMETOOLONG, "shell quoting: value too long");                                    \
+        buf[o++] = (c);                                                                                                \
     } while (0)
     if (!plain)
         PUT('\'');
@@ -289,7 +285,6 @@ static unsigned long long fnv1a(const char *s)
     return h;
 }
 
-
 static int from_slurm(struct ddp_in *in, struct skiff_ddp_env *out, skiff_err *err)
 {
     const char *stepv = E2(in, "SLURM_STEP_ID", "SLURM_STEPID", NULL);
@@ -337,8 +332,7 @@ static int from_slurm(struct ddp_in *in, struct skiff_ddp_env *out, skiff_err *e
         return skiff_error(err, 0, "SLURM_STEP_NUM_TASKS is not set (the launcher's environment is incomplete)");
     if (parse_num(which, wv, &in->world, err) < 0)
         return -1;
-    if (need_num(in, "SLURM_LOCALID", &in->local_rank, err) < 0 ||
-        need_num(in, "SLURM_NODEID", &in->node, err) < 0)
+    if (need_num(in, "SLURM_LOCALID", &in->local_rank, err) < 0 || need_num(in, "SLURM_NODEID", &in->node, err) < 0)
         return -1;
     in->have_world = in->have_local_rank = in->have_node = 1;
 
@@ -374,8 +368,7 @@ static int from_slurm(struct ddp_in *in, struct skiff_ddp_env *out, skiff_err *e
             if (*p == ',')
                 c++;
             else if (*p < '0' || *p > '9')
-                return skiff_error(err, 0, "SLURM_GTIDS='%.40s': expected a comma-separated list of numbers",
-                                   gtids);
+                return skiff_error(err, 0, "SLURM_GTIDS='%.40s': expected a comma-separated list of numbers", gtids);
         }
         in->local_world = c;
         in->have_local_world = 1;
@@ -470,8 +463,9 @@ static int from_mpi(struct ddp_in *in, const struct mpi_probe *pr, struct skiff_
         if (first_host("SLURM_JOB_NODELIST", nl, in->master, sizeof(in->master), err) < 0)
             return -1;
     } else if (!E(in, "MASTER_ADDR")) {
-        note(out, "MASTER_ADDR: not set, and %s does not say which host runs rank 0; set it for all ranks, "
-                  "e.g. mpirun -x MASTER_ADDR=$(hostname) ...",
+        note(out,
+             "MASTER_ADDR: not set, and %s does not say which host runs rank 0; set it for all ranks, "
+             "e.g. mpirun -x MASTER_ADDR=$(hostname) ...",
              pr->source);
     }
 
@@ -501,9 +495,9 @@ static int from_mpi(struct ddp_in *in, const struct mpi_probe *pr, struct skiff_
 struct emitter {
     struct ddp_in *in;
     struct skiff_ddp_env *out;
-    int stale;            /* our markers describe another task */
-    const char *ours;     /* SKIFF_DDP_ENV_VARS inherited: "NAME:HASH,..." */
-    char names[1024];     /* entries for what is emitted now */
+    int stale;        /* our markers describe another task */
+    const char *ours; /* SKIFF_DDP_ENV_VARS inherited: "NAME:HASH,..." */
+    char names[1024]; /* entries for what is emitted now */
 };
 
 /* The marker lists each variable skiff set with a hash of the value it set,
@@ -590,19 +584,18 @@ static int validate(const struct ddp_in *in, skiff_err *err)
     if (in->have_world && in->world == 0)
         return skiff_error(err, 0, "%s: the task count is 0", in->source);
     if (in->have_world && in->rank >= in->world)
-        return skiff_error(err, 0, "%s: rank %llu is not below the task count %llu", in->source, in->rank,
-                           in->world);
+        return skiff_error(err, 0, "%s: rank %llu is not below the task count %llu", in->source, in->rank, in->world);
     if (in->have_local_world && in->local_world == 0)
         return skiff_error(err, 0, "%s: this node's task count is 0", in->source);
     if (in->have_local_rank && in->have_local_world && in->local_rank >= in->local_world)
-        return skiff_error(err, 0, "%s: local rank %llu is not below this node's task count %llu",
-                           in->source, in->local_rank, in->local_world);
+        return skiff_error(err, 0, "%s: local rank %llu is not below this node's task count %llu", in->source,
+                           in->local_rank, in->local_world);
     if (in->have_world && in->have_local_world && in->local_world > in->world)
         return skiff_error(err, 0, "%s: this node's task count %llu exceeds the task count %llu", in->source,
                            in->local_world, in->world);
     if (in->have_node && in->have_nnodes && in->node >= in->nnodes)
-        return skiff_error(err, 0, "%s: node index %llu is not below the node count %llu", in->source,
-                           in->node, in->nnodes);
+        return skiff_error(err, 0, "%s: node index %llu is not below the node count %llu", in->source, in->node,
+                           in->nnodes);
     return 0;
 }
 
@@ -664,11 +657,11 @@ static int compute(struct held *held, skiff_getenv_fn get, void *ctx, const stru
         unsigned long long mr, sr, ms, ss;
         const char *msz = mpi->size ? E(&in, mpi->size) : NULL;
         const char *ssz = E2(&in, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", NULL);
-        use_slurm = parse_num(mpi->rank, E(&in, mpi->rank), &mr, err) == 0 &&
-                    parse_num("SLURM_PROCID", procid, &sr, err) == 0 && mr == sr &&
-                    (!msz || !ssz ||
-                     (parse_num(mpi->size, msz, &ms, err) == 0 && parse_num("SLURM_NTASKS", ssz, &ss, err) == 0 &&
-                      ms == ss));
+        use_slurm =
+            parse_num(mpi->rank, E(&in, mpi->rank), &mr, err) == 0 &&
+            parse_num("SLURM_PROCID", procid, &sr, err) == 0 && mr == sr &&
+            (!msz || !ssz ||
+             (parse_num(mpi->size, msz, &ms, err) == 0 && parse_num("SLURM_NTASKS", ssz, &ss, err) == 0 && ms == ss));
         skiff_err_clear(err);
     } else if (!mpi && procid) {
         use_slurm = 1;
@@ -754,8 +747,8 @@ static int compute(struct held *held, skiff_getenv_fn get, void *ctx, const stru
     return 0;
 }
 
-int skiff_ddp_env_compute(skiff_getenv_fn get, void *ctx, const struct skiff_ddp_opts *opts,
-                          struct skiff_ddp_env *out, skiff_err *err)
+int skiff_ddp_env_compute(skiff_getenv_fn get, void *ctx, const struct skiff_ddp_opts *opts, struct skiff_ddp_env *out,
+                          skiff_err *err)
 {
     struct held held = {0};
     int rc = compute(&held, get, ctx, opts, out, err);

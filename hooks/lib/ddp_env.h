@@ -58,8 +58,8 @@ struct skiff_ddp_env {
  * variables are malformed (bad host list, a rank that is not a number, a rank
  * beyond the task count, ...): the task would otherwise start with a wrong
  * rank. Allocates nothing that the caller must free. */
-int skiff_ddp_env_compute(skiff_getenv_fn get, void *ctx, const struct skiff_ddp_opts *opts,
-                          struct skiff_ddp_env *out, skiff_err *err);
+int skiff_ddp_env_compute(skiff_getenv_fn get, void *ctx, const struct skiff_ddp_opts *opts, struct skiff_ddp_env *out,
+                          skiff_err *err);
 
 /* Looks a computed variable up by name; NULL when it is not in the list. */
 const char *skiff_ddp_env_get(const struct skiff_ddp_env *env, const char *name);
@@ -67,14 +67,13 @@ const char *skiff_ddp_env_get(const struct skiff_ddp_env *env, const char *name)
 /* MASTER_PORT: lo + (job * 7919 + het_offset * 1009 + step) mod (hi - lo + 1).
  * Concurrent steps of one job (step ids differing by less than the range
  * size) always get different ports. Exposed for the tests and the docs. */
-unsigned skiff_ddp_master_port(unsigned long long job, unsigned long long step, unsigned het_offset,
-                               unsigned lo, unsigned hi);
+unsigned skiff_ddp_master_port(unsigned long long job, unsigned long long step, unsigned het_offset, unsigned lo,
+                               unsigned hi);
 
 /* Tasks-per-node lists in Slurm's compressed form, "2(x3),1": the count for
  * node index node (0-based) into *tasks, and the number of nodes the list
  * covers into *nodes (either pointer may be NULL). */
-int skiff_tasks_per_node(const char *s, unsigned long node, unsigned long *tasks,
-                         unsigned long *nodes, skiff_err *err);
+int skiff_tasks_per_node(const char *s, unsigned long node, unsigned long *tasks, unsigned long *nodes, skiff_err *err);
 
 /* Parses "LO-HI" (ports, 1024 < LO <= HI <= 65535). */
 int skiff_ddp_parse_port_range(const char *s, unsigned *lo, unsigned *hi, skiff_err *err);

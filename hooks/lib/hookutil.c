@@ -33,8 +33,9 @@ int skiff_hook_setenv(const char *name, const char *value, skiff_err *err)
     /* what the runtime would not read back as this variable: a '#' line is
      * a comment there */
     if (!*name || name[0] == '#' || strchr(name, '=') || strpbrk(name, "\n\r") || strpbrk(value, "\n\r"))
-        return skiff_error(err, 0, "environment variable %.60s: empty name, name starting with '#', or '=' or a "
-                                   "newline in it",
+        return skiff_error(err, 0,
+                           "environment variable %.60s: empty name, name starting with '#', or '=' or a "
+                           "newline in it",
                            name);
     size_t n = strlen(name) + strlen(value) + 3;
     cleanup_free char *line = malloc(n);
@@ -114,8 +115,7 @@ int skiff_gpu_parse(const char *s, struct skiff_gpu_set *set, skiff_err *err)
     return 0;
 }
 
-int skiff_gpu_select(const char *(*get)(void *, const char *), void *ctx, struct skiff_gpu_set *set,
-                     skiff_err *err)
+int skiff_gpu_select(const char *(*get)(void *, const char *), void *ctx, struct skiff_gpu_set *set, skiff_err *err)
 {
     static const char *const vars[] = {"NVIDIA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
                                        "CUDA_VISIBLE_DEVICES"};

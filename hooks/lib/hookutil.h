@@ -42,8 +42,7 @@ int skiff_gpu_parse(const char *s, struct skiff_gpu_set *set, skiff_err *err);
 /* Picks the list by precedence: NVIDIA_VISIBLE_DEVICES, SLURM_STEP_GPUS,
  * SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES; none of them set: nothing (a step
  * that asked for no GPU gets none). get as in ddp_env.h. */
-int skiff_gpu_select(const char *(*get)(void *, const char *), void *ctx, struct skiff_gpu_set *set,
-                     skiff_err *err);
+int skiff_gpu_select(const char *(*get)(void *, const char *), void *ctx, struct skiff_gpu_set *set, skiff_err *err);
 
 /* Looks libraries up in a glibc ld.so.cache (format "glibc-ld.so.cache1.1").
  * cb is called for every entry whose name starts with one of prefixes
@@ -55,8 +54,7 @@ int skiff_ldcache_find(const char *path, const char *const *prefixes,
 /* Merges identity lines into a passwd or group file's text: lines of image
  * whose first field equals name or whose third field equals id are dropped,
  * then line (no newline) is appended. Returns a malloc'ed string. */
-char *skiff_identity_merge(const char *image, const char *name, unsigned long id, const char *line,
-                           skiff_err *err);
+char *skiff_identity_merge(const char *image, const char *name, unsigned long id, const char *line, skiff_err *err);
 
 /* Opens path inside root without leaving it (openat2 RESOLVE_IN_ROOT):
  * rootfs content is the image's, so /etc/passwd may be a symlink anywhere. */

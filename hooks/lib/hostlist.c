@@ -31,8 +31,8 @@ struct hl_group {
 
 struct hl_expr {
     size_t g0, ng;
-    uint64_t count;  /* hosts this expression expands to */
-    size_t maxlen;   /* longest host name it produces */
+    uint64_t count; /* hosts this expression expands to */
+    size_t maxlen;  /* longest host name it produces */
 };
 
 struct hl_parsed {
@@ -71,8 +71,8 @@ static int hl_grow(void **arr, size_t *cap, size_t n, size_t sz, skiff_err *err)
 
 static bool hl_name_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '.' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+           c == '_';
 }
 
 static unsigned hl_ndigits(uint64_t v)
@@ -99,8 +99,7 @@ static const char *hl_excerpt(const char *s, char *buf, size_t len)
 static int hl_fail(const char *s, size_t off, skiff_err *err, const char *what)
 {
     char ex[80];
-    return skiff_error(err, 0, "host list \"%s\": %s at offset %zu", hl_excerpt(s, ex, sizeof(ex)),
-                       what, off);
+    return skiff_error(err, 0, "host list \"%s\": %s at offset %zu", hl_excerpt(s, ex, sizeof(ex)), what, off);
 }
 
 static int hl_number(const char *s, size_t *pos, uint64_t *v, unsigned *width, skiff_err *err)
@@ -114,8 +113,7 @@ static int hl_number(const char *s, size_t *pos, uint64_t *v, unsigned *width, s
         i++;
     }
     if (i == start)
-        return hl_fail(s, start, err,
-                       s[i] ? "expected a number in brackets" : "unterminated '[' (missing ']')");
+        return hl_fail(s, start, err, s[i] ? "expected a number in brackets" : "unterminated '[' (missing ']')");
     *v = x;
     *width = (unsigned)(i - start);
     *pos = i;
@@ -123,8 +121,8 @@ static int hl_number(const char *s, size_t *pos, uint64_t *v, unsigned *width, s
 }
 
 /* Parses "[a,b-c,...]" starting after '['; leaves *pos after ']'. */
-static int hl_bracket(struct hl_parsed *p, struct hl_group *grp, size_t *pos, uint64_t max_hosts,
-                      size_t *maxw, skiff_err *err)
+static int hl_bracket(struct hl_parsed *p, struct hl_group *grp, size_t *pos, uint64_t max_hosts, size_t *maxw,
+                      skiff_err *err)
 {
     const char *s = p->s;
     size_t i = *pos;
@@ -278,8 +276,7 @@ static size_t hl_put_num(char *out, uint64_t v, unsigned width)
 
 /* Host number idx of expression ex into out (at least maxlen+1 bytes);
  * digit has room for ex->ng entries. */
-static size_t hl_expr_nth(const struct hl_parsed *p, const struct hl_expr *ex, uint64_t idx, char *out,
-                          uint64_t *digit)
+static size_t hl_expr_nth(const struct hl_parsed *p, const struct hl_expr *ex, uint64_t idx, char *out, uint64_t *digit)
 {
     /* Mixed radix, first bracket most significant: a[1-2]b[3-4] gives
      * a1b3 a1b4 a2b3 a2b4, as Slurm does. */
@@ -329,8 +326,8 @@ int skiff_hostlist_nth(const char *s, size_t idx, char *buf, size_t len, skiff_e
     int rv = -1;
     if (idx >= p.total) {
         char ex[80];
-        skiff_error(err, 0, "host list \"%s\": has %llu hosts, no host number %zu",
-                    hl_excerpt(s, ex, sizeof(ex)), (unsigned long long)p.total, idx);
+        skiff_error(err, 0, "host list \"%s\": has %llu hosts, no host number %zu", hl_excerpt(s, ex, sizeof(ex)),
+                    (unsigned long long)p.total, idx);
         goto out;
     }
     for (size_t e = 0; e < p.ne; e++) {
@@ -499,8 +496,7 @@ char *skiff_hostlist_compress(const char *const *hosts, size_t n, skiff_err *err
         }
         for (size_t k = 0; k < len; k++)
             if (!hl_name_char(h[k])) {
-                skiff_error(err, 0, "host list: host \"%s\": character '%c' not allowed in a host name",
-                            h, h[k]);
+                skiff_error(err, 0, "host list: host \"%s\": character '%c' not allowed in a host name", h, h[k]);
                 return NULL;
             }
     }

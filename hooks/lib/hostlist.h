@@ -13,10 +13,10 @@
 
 /* Limits. Every check happens while parsing, before anything proportional to
  * the expanded size is allocated. */
-#define SKIFF_HOSTLIST_MAX_INPUT (1u << 20)     /* bytes of host list text */
-#define SKIFF_HOSTLIST_MAX_HOSTS (1u << 20)     /* hosts after expansion */
-#define SKIFF_HOSTLIST_MAX_NAME 255             /* bytes of one host name */
-#define SKIFF_HOSTLIST_MAX_BYTES (64u << 20)    /* all expanded names together */
+#define SKIFF_HOSTLIST_MAX_INPUT (1u << 20)  /* bytes of host list text */
+#define SKIFF_HOSTLIST_MAX_HOSTS (1u << 20)  /* hosts after expansion */
+#define SKIFF_HOSTLIST_MAX_NAME 255          /* bytes of one host name */
+#define SKIFF_HOSTLIST_MAX_BYTES (64u << 20) /* all expanded names together */
 
 struct skiff_hostlist {
     size_t n;     /* number of hosts */
@@ -34,8 +34,7 @@ int skiff_hostlist_nth(const char *s, size_t idx, char *buf, size_t len, skiff_e
 /* Expands s into out (freed with skiff_hostlist_free). At most max_hosts
  * hosts (0 = SKIFF_HOSTLIST_MAX_HOSTS); more is an error, found before any
  * allocation of the result. */
-int skiff_hostlist_expand(const char *s, size_t max_hosts, struct skiff_hostlist *out,
-                          skiff_err *err);
+int skiff_hostlist_expand(const char *s, size_t max_hosts, struct skiff_hostlist *out, skiff_err *err);
 void skiff_hostlist_free(struct skiff_hostlist *hl);
 
 /* Compresses n host names into the bracket form, keeping their order, so that

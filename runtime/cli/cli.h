@@ -61,7 +61,7 @@ int cli_bad_option(const char *verb);
  * (named operand in errors).
  * Returns -1 when both were given (VALUE in *value, ARG in *arg), else the
  * exit status to return: 0 after --help, 2 after a usage error. */
-int cli_opt_and_arg(int argc, char **argv, const char *verb, const char *long_name, char short_opt,
-                    const char *operand, const char **value, const char **arg);
+int cli_opt_and_arg(int argc, char **argv, const char *verb, const char *long_name, char short_opt, const char *operand,
+                    const char **value, const char **arg);
 
 #endif

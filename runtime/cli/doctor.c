@@ -115,8 +115,7 @@ int cmd_doctor(int argc, char **argv)
     long clone = read_long("/proc/sys/kernel/unprivileged_userns_clone");
     long aa = read_long("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
     if (max == 0)
-        bad("user namespaces are disabled (user.max_user_namespaces = 0)",
-            "sysctl -w user.max_user_namespaces=15000");
+        bad("user namespaces are disabled (user.max_user_namespaces = 0)", "sysctl -w user.max_user_namespaces=15000");
     else if (clone == 0)
         bad("unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0)",
             "sysctl -w kernel.unprivileged_userns_clone=1");
@@ -177,7 +176,8 @@ int cmd_doctor(int argc, char **argv)
     struct skiff_config cfg;
     if (cli_load_config(&cfg) == 0) {
         if (lstat(cfg.runtime_path, &st) == 0 && (st.st_uid != getuid() || !S_ISDIR(st.st_mode)))
-            bad("runtime_path exists but is not a directory of yours", "rm -rf the path, or set runtime_path in skiff.conf");
+            bad("runtime_path exists but is not a directory of yours",
+                "rm -rf the path, or set runtime_path in skiff.conf");
         else
             ok("runtime_path usable");
         block_cache(&cfg);

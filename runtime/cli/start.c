@@ -155,12 +155,15 @@ int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid)
 /* cmd_start without the mounts/env arrays' allocation (freed by it) */
 static int start_with(int argc, char **argv, const char **mounts, const char **env)
 {
-    static const struct option longopts[] = {
-        {"mount", required_argument, NULL, 'm'},   {"env", required_argument, NULL, 'e'},
-        {"rw", no_argument, NULL, 'W'},            {"remap-root", no_argument, NULL, 'R'},
-        {"workdir", required_argument, NULL, 'w'}, {"no-entrypoint", no_argument, NULL, 'N'},
-        {"mount-home", no_argument, NULL, 'H'},    {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"mount", required_argument, NULL, 'm'},
+                                             {"env", required_argument, NULL, 'e'},
+                                             {"rw", no_argument, NULL, 'W'},
+                                             {"remap-root", no_argument, NULL, 'R'},
+                                             {"workdir", required_argument, NULL, 'w'},
+                                             {"no-entrypoint", no_argument, NULL, 'N'},
+                                             {"mount-home", no_argument, NULL, 'H'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     size_t nm = 0, ne = 0;
     struct skiff_start_opts o;
     skiff_start_opts_init(&o);
@@ -247,8 +250,10 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
         return 1;
     }
     if (c.shared)
-        fprintf(stderr, "skiff: container '%s' is in use: this one starts from its files, but its own changes will "
-                        "not be kept\n", o.name);
+        fprintf(stderr,
+                "skiff: container '%s' is in use: this one starts from its files, but its own changes will "
+                "not be kept\n",
+                o.name);
     int rc = wait_command(c.command, &c.holder);
     skiff_trace(o.trace, "cli: command exited");
     skiff_container_stop(&c, &err);

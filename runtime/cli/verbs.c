@@ -21,7 +21,8 @@ static const struct verb {
     const char *synopsis;
     const char *help;
 } verbs[] = {
-    {"import", cmd_import, "import an image (docker://, docker-archive:, oci:, oci-archive:, dir:) into a squashfs file",
+    {"import", cmd_import,
+     "import an image (docker://, docker-archive:, oci:, oci-archive:, dir:) into a squashfs file",
      "skiff import [-o FILE.sqsh] [-a ARCH] [-f] URI",
      "  URI: docker://[USER@][REGISTRY#]IMAGE[:TAG|@sha256:DIGEST]\n"
      "       docker-archive:PATH.tar  oci:DIR[:TAG]  oci-archive:PATH.tar[:TAG]  dir:PATH\n"
@@ -159,11 +160,11 @@ int cli_fail(const char *verb, const skiff_err *err)
     return 1;
 }
 
-int cli_opt_and_arg(int argc, char **argv, const char *verb, const char *long_name, char short_opt,
-                    const char *operand, const char **value, const char **arg)
+int cli_opt_and_arg(int argc, char **argv, const char *verb, const char *long_name, char short_opt, const char *operand,
+                    const char **value, const char **arg)
 {
-    const struct option longopts[] = {{long_name, required_argument, NULL, short_opt},
-                                      {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    const struct option longopts[] = {
+        {long_name, required_argument, NULL, short_opt}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     const char shortopts[] = {short_opt, ':', 'h', '\0'};
     *value = NULL;
     int ch;

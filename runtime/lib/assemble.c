@@ -144,8 +144,8 @@ int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err)
  * SKIFF_BIND_FILE, else a directory) if missing. */
 static int bind_at(int rootfd, const char *src, const char *dst, unsigned flags, skiff_err *err)
 {
-    cleanup_close int t = flags & SKIFF_BIND_FILE ? skiff_root_mkfile(rootfd, dst, err)
-                                                  : skiff_root_mkdirs(rootfd, dst, 0755, err);
+    cleanup_close int t =
+        flags & SKIFF_BIND_FILE ? skiff_root_mkfile(rootfd, dst, err) : skiff_root_mkdirs(rootfd, dst, 0755, err);
     if (t < 0 || skiff_mount_bind(src, t, flags, err) < 0)
         return skiff_err_wrap(err, "mount %s", dst);
     return 0;
@@ -178,8 +178,10 @@ int skiff_rootfs_system_mounts(int rootfd, skiff_err *err)
     cleanup_close int devfd = skiff_root_open(rootfd, "/dev", O_PATH | O_DIRECTORY, err);
     if (devfd < 0)
         return -1;
-    static const char *const links[][2] = {{"pts/ptmx", "ptmx"},       {"/proc/self/fd", "fd"},
-                                           {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"},
+    static const char *const links[][2] = {{"pts/ptmx", "ptmx"},
+                                           {"/proc/self/fd", "fd"},
+                                           {"/proc/self/fd/0", "stdin"},
+                                           {"/proc/self/fd/1", "stdout"},
                                            {"/proc/self/fd/2", "stderr"}};
     for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
         if (symlinkat(links[i][0], devfd, links[i][1]) < 0 && errno != EEXIST)

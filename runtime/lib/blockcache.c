@@ -164,8 +164,7 @@ static void evict(int dirfd, uint64_t max_bytes)
 
 /* A new cache file, published under name (or the one another server
  * published first). */
-static int create_file(int dirfd, const char *name, const struct bc_header *want, uint64_t total,
-                       skiff_err *err)
+static int create_file(int dirfd, const char *name, const struct bc_header *want, uint64_t total, skiff_err *err)
 {
     char tmp[64];
     struct timespec ts;
@@ -205,8 +204,7 @@ struct skiff_blockcache *skiff_blockcache_open(int dirfd, int image_fd, const vo
     if (expected_header(image_fd, sb, sb_len, block_size, max_bytes, &want, err) < 0)
         return NULL;
     char name[64];
-    snprintf(name, sizeof(name), BC_PREFIX "%llx-%llx", (unsigned long long)want.dev,
-             (unsigned long long)want.ino);
+    snprintf(name, sizeof(name), BC_PREFIX "%llx-%llx", (unsigned long long)want.dev, (unsigned long long)want.ino);
     uint64_t map_len = BC_HEADER + index_bytes(want.nindex);
     uint64_t total = map_len + want.nslots * block_size;
     int fd = -1;
@@ -223,9 +221,8 @@ struct skiff_blockcache *skiff_blockcache_open(int dirfd, int image_fd, const vo
         }
         struct bc_header have;
         struct stat st;
-        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-            (uint64_t)st.st_size != total || pread(fd, &have, sizeof(have), 0) != (ssize_t)sizeof(have) ||
-            !header_matches(&have, &want)) {
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (uint64_t)st.st_size != total ||
+            pread(fd, &have, sizeof(have), 0) != (ssize_t)sizeof(have) || !header_matches(&have, &want)) {
             /* another image that got this inode, a changed image, other
              * limits, a crash: start over */
             close(fd);
@@ -300,8 +297,7 @@ void skiff_blockcache_put(struct skiff_blockcache *c, uint64_t pos, const void *
         return;
     for (uint64_t i = slot_of(c, pos), probes = 0; probes <= c->mask; i = (i + 1) & c->mask, probes++) {
         uint64_t key = 0;
-        if (!__atomic_compare_exchange_n(&c->index[i].key, &key, pos + 1, false, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE)) {
+        if (!__atomic_compare_exchange_n(&c->index[i].key, &key, pos + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
             if (key == pos + 1)
                 return; /* stored, or being stored, by someone else */
             continue;

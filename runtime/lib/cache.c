@@ -45,8 +45,7 @@ int skiff_cache_dir(const struct skiff_config *cfg, const char *sub, char *out, 
     return 0;
 }
 
-int skiff_cache_blob_path(const struct skiff_config *cfg, const char *digest, char *out, size_t n,
-                          skiff_err *err)
+int skiff_cache_blob_path(const struct skiff_config *cfg, const char *digest, char *out, size_t n, skiff_err *err)
 {
     if (!skiff_ref_valid_digest(digest))
         return skiff_error(err, 0, "bad digest '%s'", digest);

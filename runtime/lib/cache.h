@@ -15,8 +15,7 @@
 int skiff_cache_dir(const struct skiff_config *cfg, const char *sub, char *out, size_t n, skiff_err *err);
 
 /* Path of blob digest in the cache (whether it exists or not). */
-int skiff_cache_blob_path(const struct skiff_config *cfg, const char *digest, char *out, size_t n,
-                          skiff_err *err);
+int skiff_cache_blob_path(const struct skiff_config *cfg, const char *digest, char *out, size_t n, skiff_err *err);
 
 /* Takes an exclusive flock on path (created 0600); returns the fd, which
  * releases the lock when closed. */

@@ -212,8 +212,7 @@ static int config_set(struct skiff_config *cfg, const char *key, const char *val
                 strcpy(dst, value);
                 return 0;
             }
-        return skiff_error(err, 0, "%s: unknown compressor '%s' (use zstd, gzip, lz4, xz, lzo or none)",
-                           key, value);
+        return skiff_error(err, 0, "%s: unknown compressor '%s' (use zstd, gzip, lz4, xz, lzo or none)", key, value);
     case K_BOOL: {
         bool *b = (bool *)dst;
         if (!strcmp(value, "yes") || !strcmp(value, "true") || !strcmp(value, "1"))

@@ -13,19 +13,19 @@
 #define SKIFF_PATH_MAX 4096
 
 struct skiff_config {
-    char data_path[SKIFF_PATH_MAX];    /* named containers, per user */
-    char cache_path[SKIFF_PATH_MAX];   /* layer + image cache, per user */
-    char runtime_path[SKIFF_PATH_MAX]; /* state of running containers */
-    char temp_path[SKIFF_PATH_MAX];    /* scratch for imports */
+    char data_path[SKIFF_PATH_MAX];        /* named containers, per user */
+    char cache_path[SKIFF_PATH_MAX];       /* layer + image cache, per user */
+    char runtime_path[SKIFF_PATH_MAX];     /* state of running containers */
+    char temp_path[SKIFF_PATH_MAX];        /* scratch for imports */
     char block_cache_path[SKIFF_PATH_MAX]; /* decompressed squashfs blocks; "" = runtime_path/blocks */
-    int block_cache_mb;                /* per image; 0 = no block cache */
-    char hooks_dir[SKIFF_PATH_MAX];    /* executables run at container start */
+    int block_cache_mb;                    /* per image; 0 = no block cache */
+    char hooks_dir[SKIFF_PATH_MAX];        /* executables run at container start */
     char credentials_file[SKIFF_PATH_MAX]; /* netrc-style registry credentials */
-    char default_registry[256];        /* used when a docker:// ref names none */
-    char registry_mirror[256];         /* tried first for every registry, if set */
-    char squash_compression[16];       /* zstd (default), gzip, lz4, xz, lzo, none */
-    int squash_level;                  /* 0 = skiff's default: zstd level 1 (fast), others their own */
-    bool allow_http;                   /* plain http for non-loopback registries */
+    char default_registry[256];            /* used when a docker:// ref names none */
+    char registry_mirror[256];             /* tried first for every registry, if set */
+    char squash_compression[16];           /* zstd (default), gzip, lz4, xz, lzo, none */
+    int squash_level;                      /* 0 = skiff's default: zstd level 1 (fast), others their own */
+    bool allow_http;                       /* plain http for non-loopback registries */
     int connect_timeout_s;
 };
 

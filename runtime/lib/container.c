@@ -40,7 +40,6 @@
 #include "squash.h"
 #include "warm.h"
 
-
 void skiff_trace(bool on, const char *what)
 {
     if (on)
@@ -153,8 +152,7 @@ static void warm_command(const struct skiff_start_opts *o, const struct skiff_im
 static void child_fail(const char *what, const char *arg, int e)
 {
     char msg[512];
-    int n = snprintf(msg, sizeof(msg), "skiff: start: %s%s%s: %s\n", what, arg ? " " : "", arg ? arg : "",
-                     strerror(e));
+    int n = snprintf(msg, sizeof(msg), "skiff: start: %s%s%s: %s\n", what, arg ? " " : "", arg ? arg : "", strerror(e));
     if (n > 0)
         (void)!write(2, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
 }
@@ -296,8 +294,8 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
     }
     skiff_trace(o->trace, "holder: system mounts");
     /* pyxis: with remap-root the home directory is root's, /root */
-    if (skiff_rootfs_user_mounts(rootfd, o->mount_home ? h->home : NULL, o->remap_root ? "/root" : h->home,
-                                 o->mounts, err) < 0)
+    if (skiff_rootfs_user_mounts(rootfd, o->mount_home ? h->home : NULL, o->remap_root ? "/root" : h->home, o->mounts,
+                                 err) < 0)
         goto out;
     if (skiff_env_set(&env, SKIFF_DEFAULT_PATH, err) < 0)
         goto out;
@@ -356,8 +354,7 @@ static int holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_
     skiff_trace(o->trace, "holder: state written");
     /* enter the root: pivot_root(".", ".") stacks the old root on the new
      * one; detaching it leaves only the container's tree in this namespace */
-    if (fchdir(rootfd) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
-        chdir("/") < 0) {
+    if (fchdir(rootfd) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 || chdir("/") < 0) {
         skiff_error(err, errno, "pivot_root into the container");
         goto out;
     }
@@ -533,8 +530,7 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return skiff_error(err, errno, "start: pipe");
-    if (opts->state_key && opts->state_key[0] &&
-        skiff_state_dir_for(cfg, opts->state_key, 0, c->state_dir, err) < 0) {
+    if (opts->state_key && opts->state_key[0] && skiff_state_dir_for(cfg, opts->state_key, 0, c->state_dir, err) < 0) {
         close(p[0]);
         close(p[1]);
         return skiff_err_wrap(err, "start");
@@ -622,16 +618,15 @@ int skiff_container_env(const struct skiff_container *c, char ***envp, skiff_err
     return *envp ? 0 : -1;
 }
 
-int skiff_container_argv(const struct skiff_container *c, bool use_entrypoint, char *const *user_argv,
-                         char ***argvp, skiff_err *err)
+int skiff_container_argv(const struct skiff_container *c, bool use_entrypoint, char *const *user_argv, char ***argvp,
+                         skiff_err *err)
 {
     return build_argv(c->entrypoint, c->cmd, use_entrypoint, user_argv, argvp, err);
 }
 
 /* ---- rootfs-only assembly for export ---- */
 
-int skiff_container_export(const struct skiff_config *cfg, const char *name, const char *out_path,
-                           skiff_err *err)
+int skiff_container_export(const struct skiff_config *cfg, const char *name, const char *out_path, skiff_err *err)
 {
     struct skiff_start_opts o;
     skiff_start_opts_init(&o);

@@ -34,30 +34,30 @@
 #include "strv.h"
 
 struct skiff_start_opts {
-    const char *image;          /* squashfs path (NULL when name is an existing container) */
-    const char *name;           /* named container (persistent upper), or NULL */
-    const char *const *mounts;  /* pyxis-style specs "SRC:DST[:FLAGS]", NULL-terminated, or NULL */
-    const char *const *env;     /* extra K=V (win over image and hook env), or NULL */
-    const char *workdir;        /* NULL: the image's WorkingDir, else "/" */
-    bool writable;              /* overlay over a tmpfs upper (implied by name) */
-    bool remap_root;            /* map the user to uid/gid 0 in the container */
-    bool mount_home;            /* bind the user's home directory (from passwd) */
-    bool use_entrypoint;        /* skiff_container_argv: prepend the image's Entrypoint */
-    char *const *command;       /* the command the caller will run (NULL: the image's); only
-                                   used to warm its executable while setting up (warm.h) */
-    bool no_warm;               /* do not warm it (diagnostics: SKIFF_NO_WARM=1 in the CLI) */
-    int unshare_flags;          /* extra namespaces: CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS */
-    const char *const *hook_env; /* K=V passed to hooks (the plugin passes SLURM_*), or NULL */
+    const char *image;             /* squashfs path (NULL when name is an existing container) */
+    const char *name;              /* named container (persistent upper), or NULL */
+    const char *const *mounts;     /* pyxis-style specs "SRC:DST[:FLAGS]", NULL-terminated, or NULL */
+    const char *const *env;        /* extra K=V (win over image and hook env), or NULL */
+    const char *workdir;           /* NULL: the image's WorkingDir, else "/" */
+    bool writable;                 /* overlay over a tmpfs upper (implied by name) */
+    bool remap_root;               /* map the user to uid/gid 0 in the container */
+    bool mount_home;               /* bind the user's home directory (from passwd) */
+    bool use_entrypoint;           /* skiff_container_argv: prepend the image's Entrypoint */
+    char *const *command;          /* the command the caller will run (NULL: the image's); only
+                                      used to warm its executable while setting up (warm.h) */
+    bool no_warm;                  /* do not warm it (diagnostics: SKIFF_NO_WARM=1 in the CLI) */
+    int unshare_flags;             /* extra namespaces: CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS */
+    const char *const *hook_env;   /* K=V passed to hooks (the plugin passes SLURM_*), or NULL */
     const char *const *locale_env; /* the caller's LANG / LC_* as K=V (the plugin passes the
                                     job's): a locale the image lacks becomes C.UTF-8 in the
                                     container env, unless the image sets the variable */
-    const char *extra_hooks_dir; /* the user's hooks, run with cfg->hooks_dir's (the CLI's
-                                    $SKIFF_HOOKS_DIR; doc/hooks.md), or NULL */
-    const char *state_key;      /* unique key for runtime state (plugin: node.job.step); NULL = auto */
-    int fuse_fd;                /* an open /dev/fuse fd (root may pass one), or -1 to open it */
-    int hook_timeout_s;         /* per hook; 0 = 60 s */
-    bool die_with_parent;       /* holder gets SIGKILL when the starting thread dies (CLI) */
-    bool trace;                 /* print phase timestamps (CLOCK_MONOTONIC ms) to stderr */
+    const char *extra_hooks_dir;   /* the user's hooks, run with cfg->hooks_dir's (the CLI's
+                                      $SKIFF_HOOKS_DIR; doc/hooks.md), or NULL */
+    const char *state_key;         /* unique key for runtime state (plugin: node.job.step); NULL = auto */
+    int fuse_fd;                   /* an open /dev/fuse fd (root may pass one), or -1 to open it */
+    int hook_timeout_s;            /* per hook; 0 = 60 s */
+    bool die_with_parent;          /* holder gets SIGKILL when the starting thread dies (CLI) */
+    bool trace;                    /* print phase timestamps (CLOCK_MONOTONIC ms) to stderr */
     /* The holder starts the command itself (Entrypoint/Cmd/command as
      * skiff_container_argv chooses, the container env plus default_env's
      * entries for keys it lacks) as a child of the caller (CLONE_PARENT),
@@ -84,24 +84,24 @@ enum skiff_start_failure {
 };
 
 struct skiff_container {
-    pid_t holder;                  /* the parked process holding the namespaces; 0 = none */
-    pid_t command;                 /* the command started with opts->spawn (our child); 0 = none */
-    pid_t server;                  /* the holder's FUSE server; 0 = none (extracted image) */
-    int server_pidfd;              /* a pidfd of it (start only), or -1 */
+    pid_t holder;                   /* the parked process holding the namespaces; 0 = none */
+    pid_t command;                  /* the command started with opts->spawn (our child); 0 = none */
+    pid_t server;                   /* the holder's FUSE server; 0 = none (extracted image) */
+    int server_pidfd;               /* a pidfd of it (start only), or -1 */
     char state_dir[SKIFF_PATH_MAX]; /* runtime_path/KEY */
-    char workdir[SKIFF_PATH_MAX];  /* resolved working directory inside the container */
-    char **env;                    /* container env, NULL-terminated (owned) */
-    char **entrypoint;             /* image Entrypoint (owned, may be NULL) */
-    char **cmd;                    /* image Cmd (owned, may be NULL) */
-    bool owns_state;               /* stop removes state_dir */
-    bool subreaper;                /* from opts->subreaper */
-    dev_t mntns_dev;               /* the container's mount namespace (subreaper stop) */
+    char workdir[SKIFF_PATH_MAX];   /* resolved working directory inside the container */
+    char **env;                     /* container env, NULL-terminated (owned) */
+    char **entrypoint;              /* image Entrypoint (owned, may be NULL) */
+    char **cmd;                     /* image Cmd (owned, may be NULL) */
+    bool owns_state;                /* stop removes state_dir */
+    bool subreaper;                 /* from opts->subreaper */
+    dev_t mntns_dev;                /* the container's mount namespace (subreaper stop) */
     ino_t mntns_ino;
-    bool trace;                    /* from opts->trace */
+    bool trace;                            /* from opts->trace */
     enum skiff_start_failure failed_phase; /* after skiff_container_start failed */
-    char name[256];                /* the named container it runs, or "" */
-    bool shared;                   /* a second instance of a named container in use: its
-                                      changes are not kept (named.h, skiff_named_use) */
+    char name[256];                        /* the named container it runs, or "" */
+    bool shared;                           /* a second instance of a named container in use: its
+                                              changes are not kept (named.h, skiff_named_use) */
 };
 
 int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_opts *opts,
@@ -131,8 +131,8 @@ int skiff_container_env(const struct skiff_container *c, char ***envp, skiff_err
 /* The argv to run: user_argv when it is non-empty, else Entrypoint + Cmd.
  * With use_entrypoint and user_argv, Entrypoint + user_argv (docker
  * semantics). Caller frees with skiff_strv_free. Error when nothing to run. */
-int skiff_container_argv(const struct skiff_container *c, bool use_entrypoint,
-                         char *const *user_argv, char ***argvp, skiff_err *err);
+int skiff_container_argv(const struct skiff_container *c, bool use_entrypoint, char *const *user_argv, char ***argvp,
+                         skiff_err *err);
 
 /* Removes the state left by `skiff start` containers whose holder is gone
  * (their CLI was killed before it could clean up): runtime_path/pid-N with no
@@ -182,13 +182,11 @@ int skiff_container_find(const struct skiff_config *cfg, const char *key, const 
 
 /* Reads the state of a running container by holder pid or state key from
  * runtime_path (for `skiff exec`): fills c (holder, workdir, env). */
-int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff_container *c,
-                         skiff_err *err);
+int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff_container *c, skiff_err *err);
 
 /* Squashes the merged view (image + persistent upper) of the named container
  * into out_path (atomically: temp + rename). */
-int skiff_container_export(const struct skiff_config *cfg, const char *name, const char *out_path,
-                           skiff_err *err);
+int skiff_container_export(const struct skiff_config *cfg, const char *name, const char *out_path, skiff_err *err);
 
 /* Appends to *env (NULL-terminated, owned) each K=V of defaults whose K it
  * lacks (the CLI's TERM and HOME). */

@@ -120,7 +120,6 @@ int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skif
     return 0;
 }
 
-
 /* ---- paths ---- */
 
 int skiff_state_private_dir(const char *path, skiff_err *err)
@@ -138,8 +137,7 @@ int skiff_state_private_dir(const char *path, skiff_err *err)
     return 0;
 }
 
-int skiff_state_dir_for(const struct skiff_config *cfg, const char *key, pid_t pid, char *out,
-                         skiff_err *err)
+int skiff_state_dir_for(const struct skiff_config *cfg, const char *key, pid_t pid, char *out, skiff_err *err)
 {
     char autokey[32];
     if (!key || !*key) {
@@ -404,8 +402,8 @@ int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff
             snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)t.holder);
             if (stat(p, &hs) == 0 && hs.st_ino == want.st_ino && hs.st_dev == want.st_dev) {
                 *c = t;
-                if ((size_t)snprintf(c->state_dir, sizeof(c->state_dir), "%s/%s", cfg->runtime_path,
-                                     e->d_name) >= sizeof(c->state_dir))
+                if ((size_t)snprintf(c->state_dir, sizeof(c->state_dir), "%s/%s", cfg->runtime_path, e->d_name) >=
+                    sizeof(c->state_dir))
                     c->state_dir[0] = '\0';
                 c->owns_state = false;
                 rv = 0;
@@ -436,8 +434,7 @@ static int load_live(const struct skiff_config *cfg, const char *key, struct ski
     skiff_err e;
     size_t len;
     cleanup_free char *data = fd < 0 ? NULL : skiff_read_fd_small(fd, sp, 4u << 20, &len, &e);
-    if (!data || skiff_state_parse(data, len, c, &e) < 0 || c->holder <= 0 || !c->mntns_ino ||
-        !holder_alive(c->holder))
+    if (!data || skiff_state_parse(data, len, c, &e) < 0 || c->holder <= 0 || !c->mntns_ino || !holder_alive(c->holder))
         goto no;
     skiff_err ignore;
     if (skiff_state_dir_for(cfg, key, 0, c->state_dir, &ignore) < 0)

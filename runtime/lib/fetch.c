@@ -154,7 +154,8 @@ static int fetched_ok(struct skiff_import_job *j, struct skiff_import_layer *l, 
     pthread_mutex_lock(&j->mu);
     while (l->state == BLOB_RUNNING && !j->fetch_abort)
         pthread_cond_wait(&j->cv, &j->mu);
-    int rv = l->state == BLOB_DONE ? 0 : skiff_error(err, 0, "download: %s", l->state == BLOB_FAILED ? l->error : "stopped");
+    int rv =
+        l->state == BLOB_DONE ? 0 : skiff_error(err, 0, "download: %s", l->state == BLOB_FAILED ? l->error : "stopped");
     pthread_mutex_unlock(&j->mu);
     return rv;
 }
@@ -185,32 +186,33 @@ int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, skiff_err *
             /* Streamed while it downloads; the fetcher checks the digest. */
             struct fetch_progress fp = {j, l};
             int bfd = open_fetched(j, l, err);
-            rv = bfd < 0 ? -1
-                         : skiff_layer_apply_stream(rootfd, bfd, l->path, NULL,
-                                                    SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS, fetch_wait, &fp,
-                                                    &st, err);
+            rv = bfd < 0
+                     ? -1
+                     : skiff_layer_apply_stream(rootfd, bfd, l->path, NULL, SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS,
+                                                fetch_wait, &fp, &st, err);
             if (rv == 0)
                 rv = fetched_ok(j, l, err);
             if (rv < 0) {
-                skiff_fetch_stop(j); /* joined: l->state is ours to read now */
+                skiff_fetch_stop(j);         /* joined: l->state is ours to read now */
                 if (l->state == BLOB_FAILED) /* the download's error is the cause */
                     skiff_error(err, 0, "download: %s", l->error);
                 return skiff_err_wrap(err, "layer %zu/%zu %s", i + 1, j->nlayers, l->digest);
             }
         } else {
-        const char *check = l->digest[0] && !l->verified ? l->digest : NULL;
-        int bfd = skiff_source_open(j, l->path, err);
-        rv = bfd < 0 ? -1
-                         : skiff_layer_apply_fd(rootfd, bfd, l->path, check,
-                                                SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS, &st, err);
-        if (rv < 0 && err->code == EBADMSG && j->ref.kind == SKIFF_REF_DOCKER && unlink(l->path) == 0) {
-            size_t ml = strlen(err->msg);
-            snprintf(err->msg + ml, sizeof(err->msg) - ml, "; removed the bad blob from the cache: run again to download it");
-        }
-        if (rv < 0) {
-            skiff_fetch_stop(j);
-            return skiff_err_wrap(err, "layer %zu/%zu %s", i + 1, j->nlayers, l->digest[0] ? l->digest : l->path);
-        }
+            const char *check = l->digest[0] && !l->verified ? l->digest : NULL;
+            int bfd = skiff_source_open(j, l->path, err);
+            rv = bfd < 0 ? -1
+                         : skiff_layer_apply_fd(rootfd, bfd, l->path, check, SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS,
+                                                &st, err);
+            if (rv < 0 && err->code == EBADMSG && j->ref.kind == SKIFF_REF_DOCKER && unlink(l->path) == 0) {
+                size_t ml = strlen(err->msg);
+                snprintf(err->msg + ml, sizeof(err->msg) - ml,
+                         "; removed the bad blob from the cache: run again to download it");
+            }
+            if (rv < 0) {
+                skiff_fetch_stop(j);
+                return skiff_err_wrap(err, "layer %zu/%zu %s", i + 1, j->nlayers, l->digest[0] ? l->digest : l->path);
+            }
         }
         devices += st.devices_skipped;
         setid += st.setid_stripped;
@@ -230,4 +232,3 @@ int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, skiff_err *
         skiff_import_warn(j, "dropped %lu extended attribute(s) (file capabilities included)", xattrs);
     return 0;
 }
-

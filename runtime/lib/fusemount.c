@@ -409,8 +409,7 @@ static int block_piece(struct skiff_fuse *f, struct reader *r, bool frag, uint64
     struct skiff_blockcache *bc = compressed ? f->bc : NULL;
     sqfs_block *blk;
     char *dst = reply_mem(rp, done, len);
-    if (!dst ||
-        sqfs_data_cache(fs, frag ? &fs->frag_cache : &fs->data_cache, (sqfs_off_t)pos, hdr, &blk) != SQFS_OK ||
+    if (!dst || sqfs_data_cache(fs, frag ? &fs->frag_cache : &fs->data_cache, (sqfs_off_t)pos, hdr, &blk) != SQFS_OK ||
         off + len > blk->size)
         return -1;
     memcpy(dst, (char *)blk->data + off, len);
@@ -606,8 +605,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
     free(buf);
 }
 
-static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-                      struct fuse_file_info *fi)
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
 {
     (void)parent, (void)name, (void)mode, (void)fi;
     fuse_reply_err(req, EROFS);

@@ -58,8 +58,7 @@ static int collect(const char *dir, size_t dir_index, struct hook **list, size_t
         *list = nl;
         snprintf(nl[*n].name, sizeof(nl[*n].name), "%s", e->d_name);
         nl[*n].dir = dir_index;
-        if ((size_t)snprintf(nl[*n].path, sizeof(nl[*n].path), "%s/%s", dir, e->d_name) >=
-            sizeof(nl[*n].path))
+        if ((size_t)snprintf(nl[*n].path, sizeof(nl[*n].path), "%s/%s", dir, e->d_name) >= sizeof(nl[*n].path))
             continue;
         (*n)++;
     }
@@ -184,11 +183,11 @@ int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *
     /* declared before the first goto: a jump over a cleanup variable's
      * initialisation would close whatever its stack slot held */
     cleanup_close int rootfd = -1;
-#define ADD(...)                                                                                              \
-    do {                                                                                                      \
-        snprintf(kv, sizeof(kv), __VA_ARGS__);                                                                \
-        if (skiff_strv_push(&henv, kv, err) < 0)                                                                    \
-            goto out;                                                                                         \
+#define ADD(...)                                                                                                       \
+    do {                                                                                                               \
+        snprintf(kv, sizeof(kv), __VA_ARGS__);                                                                         \
+        if (skiff_strv_push(&henv, kv, err) < 0)                                                                       \
+            goto out;                                                                                                  \
     } while (0)
     ADD("%s", SKIFF_DEFAULT_PATH);
     ADD("SKIFF_ROOTFS=%s", root);

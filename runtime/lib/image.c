@@ -307,8 +307,8 @@ static int key_hex(const char *text, char *out, skiff_err *err)
     return 0;
 }
 
-int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, char *sqsh_path,
-                        size_t n, const struct skiff_resolve_progress *progress, skiff_err *err)
+int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, char *sqsh_path, size_t n,
+                        const struct skiff_resolve_progress *progress, skiff_err *err)
 {
     char uri[2048];
     switch (skiff_ref_classify(image_arg)) {
@@ -318,10 +318,14 @@ int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, c
         if (access(image_arg, F_OK) == 0)
             return skiff_error(err, 0, "'%s' looks like a file name: a local file needs a path with '/' (write ./%s)",
                                image_arg, image_arg);
-        return skiff_error(err, 0, "no such file ./%s; a local file needs a path with '/' (./%s or an absolute path), an image needs docker://IMAGE[:TAG]",
+        return skiff_error(err, 0,
+                           "no such file ./%s; a local file needs a path with '/' (./%s or an absolute path), an image "
+                           "needs docker://IMAGE[:TAG]",
                            image_arg, image_arg);
     case SKIFF_ARG_INVALID:
-        return skiff_error(err, 0, "'%s' is neither a file path (start it with / or ./) nor an image reference (docker://[REGISTRY#]IMAGE[:TAG], oci:DIR, docker-archive:FILE, ...)",
+        return skiff_error(err, 0,
+                           "'%s' is neither a file path (start it with / or ./) nor an image reference "
+                           "(docker://[REGISTRY#]IMAGE[:TAG], oci:DIR, docker-archive:FILE, ...)",
                            image_arg ? image_arg : "");
     case SKIFF_ARG_BARE:
         snprintf(uri, sizeof(uri), "docker://%s", image_arg);
@@ -382,9 +386,9 @@ int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, c
             if (stat(idx, &st) < 0)
                 return skiff_error(err, errno, "%s: %s", uri, idx);
         }
-        skiff_import_fmt_path(keytext, sizeof(keytext), err, "local|%d|%s|%s|%lu|%lu|%lld|%lld.%09ld|%s",
-                              (int)ref.kind, real, ref.tag, (unsigned long)st.st_dev, (unsigned long)st.st_ino,
-                              (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, arch);
+        skiff_import_fmt_path(keytext, sizeof(keytext), err, "local|%d|%s|%s|%lu|%lu|%lld|%lld.%09ld|%s", (int)ref.kind,
+                              real, ref.tag, (unsigned long)st.st_dev, (unsigned long)st.st_ino, (long long)st.st_size,
+                              (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, arch);
     }
     if (key_hex(keytext, key, err) < 0)
         return -1;

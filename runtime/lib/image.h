@@ -18,7 +18,6 @@
 #include "error.h"
 #include "imgconfig.h" /* SKIFF_IMAGE_CONFIG_PATH, SKIFF_IMAGE_ENV_PATH */
 
-
 struct skiff_import_opts {
     const char *arch; /* platform to pick from a manifest list (NULL: the host's) */
     bool force;       /* replace an existing output file */
@@ -53,7 +52,7 @@ struct skiff_resolve_progress {
  * reused later; a bare name such as "ubuntu:22.04" means docker://ubuntu:22.04
  * (as in pyxis). The squashfs path is written to sqsh_path. progress, if
  * not NULL, hears of an import. */
-int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, char *sqsh_path,
-                        size_t n, const struct skiff_resolve_progress *progress, skiff_err *err);
+int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, char *sqsh_path, size_t n,
+                        const struct skiff_resolve_progress *progress, skiff_err *err);
 
 #endif

@@ -96,8 +96,8 @@ static int write_file_at(int dirfd, const char *name, const char *data, size_t l
     return 0;
 }
 
-int skiff_imgconfig_write(int rootfd, json_t *image_config, void (*warn)(void *ctx, const char *msg),
-                          void *warn_ctx, skiff_err *err)
+int skiff_imgconfig_write(int rootfd, json_t *image_config, void (*warn)(void *ctx, const char *msg), void *warn_ctx,
+                          skiff_err *err)
 {
     if (skiff_remove_tree_at(rootfd, ".skiff", err) < 0)
         return -1;
@@ -139,8 +139,10 @@ int skiff_imgconfig_write(int rootfd, json_t *image_config, void (*warn)(void *c
         if (!s || !strchr(s, '=') || strchr(s, '\n')) {
             if (warn) {
                 char msg[1024];
-                snprintf(msg, sizeof(msg), "image Env entry %zu is not one KEY=VALUE line; left out of "
-                                           "/.skiff/environment", i);
+                snprintf(msg, sizeof(msg),
+                         "image Env entry %zu is not one KEY=VALUE line; left out of "
+                         "/.skiff/environment",
+                         i);
                 warn(warn_ctx, msg);
             }
             continue;

@@ -32,11 +32,11 @@ struct skiff_import_layer {
     long long size;
     /* Registry layers not in the cache are downloaded by a thread while the
      * layers before them are applied, and applied while they download. */
-    bool remote;                     /* set while planning: downloaded by the fetcher */
-    int state;                       /* BLOB_* (guarded by job.mu once it runs) */
-    unsigned long long avail;        /* bytes written so far */
-    char tmp[SKIFF_PATH_MAX + 16];   /* the file being written */
-    char error[SKIFF_ERR_MSG_MAX];   /* why the download failed */
+    bool remote;                   /* set while planning: downloaded by the fetcher */
+    int state;                     /* BLOB_* (guarded by job.mu once it runs) */
+    unsigned long long avail;      /* bytes written so far */
+    char tmp[SKIFF_PATH_MAX + 16]; /* the file being written */
+    char error[SKIFF_ERR_MSG_MAX]; /* why the download failed */
 };
 
 enum { BLOB_READY, BLOB_PENDING, BLOB_RUNNING, BLOB_DONE, BLOB_FAILED };

@@ -40,7 +40,8 @@ static int normalise(const char *in, char *out, size_t n, skiff_err *err)
             continue;
         }
         if (len == 2 && p[0] == '.' && p[1] == '.')
-            return skiff_error(err, 0, "entry '%s' has a '..' component and would leave the image root; refusing the layer", in);
+            return skiff_error(
+                err, 0, "entry '%s' has a '..' component and would leave the image root; refusing the layer", in);
         if (o + len + 2 >= n)
             return skiff_error(err, ENAMETOOLONG, "entry '%s'", in);
         if (o)
@@ -71,8 +72,7 @@ static int openat2_state = 0; /* 0 unknown, 1 works, -1 missing (ENOSYS) */
 
 /* Opens directory path (relative to rootfd) without following any symlink,
  * creating missing directories (0755) when create is set. */
-static int open_dir_beneath(int rootfd, const char *path, bool create, const char *entry,
-                            skiff_err *err)
+static int open_dir_beneath(int rootfd, const char *path, bool create, const char *entry, skiff_err *err)
 {
     if (!*path) {
         int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
@@ -87,7 +87,8 @@ static int open_dir_beneath(int rootfd, const char *path, bool create, const cha
         if (fd == -ENOSYS)
             openat2_state = -1;
         else if (fd == -ELOOP || fd == -EXDEV)
-            return skiff_error(err, 0, "entry '%s' would be written through a symlink in '%s'; refusing the layer", entry, path);
+            return skiff_error(err, 0, "entry '%s' would be written through a symlink in '%s'; refusing the layer",
+                               entry, path);
         else if (fd != -ENOENT && fd != -ENOTDIR)
             return skiff_error(err, -fd, "entry '%s': open '%s'", entry, path);
         if (fd == -ENOENT && !create)
@@ -117,7 +118,8 @@ static int open_dir_beneath(int rootfd, const char *path, bool create, const cha
             bool link = fstatat(fd, c, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
             close(fd);
             if (link || e == ELOOP)
-                return skiff_error(err, 0, "entry '%s' would be written through a symlink in '%s'; refusing the layer", entry, path);
+                return skiff_error(err, 0, "entry '%s' would be written through a symlink in '%s'; refusing the layer",
+                                   entry, path);
             return skiff_error(err, e, "entry '%s': open '%s'", entry, path);
         }
         close(fd);
@@ -230,8 +232,8 @@ static int write_data(struct archive *a, int fd, const char *entry, skiff_err *e
         if (r == ARCHIVE_EOF)
             break;
         if (r < ARCHIVE_WARN)
-            return skiff_error(err, archive_errno(a) > 0 ? archive_errno(a) : 0, "entry '%s': %s",
-                               entry, archive_error_string(a));
+            return skiff_error(err, archive_errno(a) > 0 ? archive_errno(a) : 0, "entry '%s': %s", entry,
+                               archive_error_string(a));
         const char *p = block;
         size_t left = size;
         off_t off = (off_t)offset;
@@ -498,8 +500,7 @@ static void inflate_gzip(struct decoder *d, ssize_t n, char *out)
         }
         if (got == 0) {
             if (st->block_state != ISAL_BLOCK_FINISH)
-                snprintf(d->error, sizeof(d->error), "%s: truncated gzip stream (truncated or corrupt layer)",
-                         d->path);
+                snprintf(d->error, sizeof(d->error), "%s: truncated gzip stream (truncated or corrupt layer)", d->path);
             break;
         }
         if (st->block_state == ISAL_BLOCK_FINISH) {
@@ -611,8 +612,8 @@ int skiff_open_in_root(int dirfd, const char *rel, skiff_err *err)
     return (int)fd;
 }
 
-int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags,
-                      struct skiff_layer_stats *st, skiff_err *err)
+int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags, struct skiff_layer_stats *st,
+                      skiff_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -703,15 +704,14 @@ out:
         /* The decoder's error is the root cause (a truncated stream makes the
          * tar reader fail too). */
         if (digest && d.digest_checked && strcmp(d.got, digest) != 0) {
-            rv = skiff_error(err, 0, "digest mismatch: expected %s, got %s (corrupt or tampered blob)", digest,
-                             d.got);
+            rv = skiff_error(err, 0, "digest mismatch: expected %s, got %s (corrupt or tampered blob)", digest, d.got);
             err->code = EBADMSG; /* lets a cache drop the blob */
         } else if (d.error[0]) {
             rv = skiff_error(err, 0, "%s", d.error);
         } else if (rv == 0 && digest) {
             if (!d.digest_checked) {
-                rv = skiff_error(err, 0, "digest mismatch: expected %s, got %s (corrupt or tampered blob)",
-                                 digest, d.got[0] ? d.got : "nothing");
+                rv = skiff_error(err, 0, "digest mismatch: expected %s, got %s (corrupt or tampered blob)", digest,
+                                 d.got[0] ? d.got : "nothing");
                 err->code = EBADMSG; /* lets a cache drop the blob */
             }
         }

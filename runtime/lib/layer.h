@@ -34,8 +34,8 @@ struct skiff_layer_stats {
  * NULL, the blob's sha256 is computed while it is read and must equal it
  * (else the layer is refused with err->code EBADMSG; the caller discards the
  * tree). */
-int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags,
-                      struct skiff_layer_stats *st, skiff_err *err);
+int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags, struct skiff_layer_stats *st,
+                      skiff_err *err);
 
 /* Same, reading the blob from blobfd (closed by the call); path names it in
  * messages. */
@@ -53,6 +53,5 @@ int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const cha
  * (openat2 RESOLVE_IN_ROOT; without openat2, no symlinks are followed): for
  * files inside an unpacked archive, whose symlinks must not reach the host. */
 int skiff_open_in_root(int dirfd, const char *rel, skiff_err *err);
-
 
 #endif

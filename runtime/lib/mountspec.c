@@ -35,8 +35,8 @@ static const struct {
     unsigned long type;
     bool rec;
 } propagations[] = {
-    {"private", MS_PRIVATE, false},   {"rprivate", MS_PRIVATE, true},       {"slave", MS_SLAVE, false},
-    {"rslave", MS_SLAVE, true},       {"shared", MS_SHARED, false},         {"rshared", MS_SHARED, true},
+    {"private", MS_PRIVATE, false},       {"rprivate", MS_PRIVATE, true},       {"slave", MS_SLAVE, false},
+    {"rslave", MS_SLAVE, true},           {"shared", MS_SHARED, false},         {"rshared", MS_SHARED, true},
     {"unbindable", MS_UNBINDABLE, false}, {"runbindable", MS_UNBINDABLE, true},
 };
 

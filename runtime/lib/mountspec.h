@@ -24,14 +24,14 @@
 enum skiff_mount_create { SKIFF_CREATE_AUTO, SKIFF_CREATE_DIR, SKIFF_CREATE_FILE, SKIFF_CREATE_NONE };
 
 struct skiff_mount {
-    char *src;       /* host path (bind), NULL for tmpfs */
-    char *dst;       /* path inside the container (relative: from its root) */
+    char *src; /* host path (bind), NULL for tmpfs */
+    char *dst; /* path inside the container (relative: from its root) */
     bool tmpfs;
     bool readonly;
-    bool recursive;  /* rbind */
+    bool recursive; /* rbind */
     bool noexec;
     enum skiff_mount_create create;
-    char *data;      /* tmpfs options, comma-separated, or NULL */
+    char *data;                /* tmpfs options, comma-separated, or NULL */
     unsigned long propagation; /* MS_PRIVATE, MS_SLAVE, MS_SHARED, MS_UNBINDABLE, or 0 */
     bool propagation_rec;      /* the r... form: the mount's submounts too */
 };

@@ -38,8 +38,7 @@ int skiff_named_dir(const struct skiff_config *cfg, const char *name, char *dir,
     return 0;
 }
 
-int skiff_named_image(const struct skiff_config *cfg, const char *name, char *image, size_t n,
-                      skiff_err *err)
+int skiff_named_image(const struct skiff_config *cfg, const char *name, char *image, size_t n, skiff_err *err)
 {
     char dir[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 8];
     if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
@@ -154,8 +153,7 @@ int skiff_named_create(const struct skiff_config *cfg, const char *name, const c
     if (access(dir, F_OK) == 0) {
         if (exist_ok)
             return 0;
-        return skiff_error(err, EEXIST, "a container named '%s' exists (remove it first: skiff remove %s)", name,
-                           name);
+        return skiff_error(err, EEXIST, "a container named '%s' exists (remove it first: skiff remove %s)", name, name);
     }
     /* Made complete under a temporary name (a leading '.': never listed,
      * never a valid name) and renamed into place, so two steps creating
@@ -187,8 +185,7 @@ int skiff_named_create(const struct skiff_config *cfg, const char *name, const c
         if ((errno == EEXIST || errno == ENOTEMPTY) && exist_ok)
             rv = 0; /* another step made it first: that one is the container */
         else if (errno == EEXIST || errno == ENOTEMPTY)
-            skiff_error(err, EEXIST, "a container named '%s' exists (remove it first: skiff remove %s)", name,
-                        name);
+            skiff_error(err, EEXIST, "a container named '%s' exists (remove it first: skiff remove %s)", name, name);
         else
             skiff_error(err, errno, "create %s", dir);
         goto out;

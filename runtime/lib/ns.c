@@ -31,8 +31,8 @@ int skiff_ns_drop_creds(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroup
         return skiff_error(err, errno, "setresgid %u", (unsigned)gid);
     if (setresuid(uid, uid, uid) < 0)
         return skiff_error(err, errno, "setresuid %u", (unsigned)uid);
-    if (uid != 0 && (setresuid((uid_t)-1, 0, (uid_t)-1) == 0 || setresgid((gid_t)-1, 0, (gid_t)-1) == 0 ||
-                     setgroups(0, NULL) == 0))
+    if (uid != 0 &&
+        (setresuid((uid_t)-1, 0, (uid_t)-1) == 0 || setresgid((gid_t)-1, 0, (gid_t)-1) == 0 || setgroups(0, NULL) == 0))
         return skiff_error(err, EPERM, "could regain root after dropping to uid %u", (unsigned)uid);
     /* Not made dumpable: the caller still holds a copy of root's memory.
      * It execs a program next (plugin/spawn_user.c), which starts with a
@@ -103,8 +103,7 @@ int skiff_ns_join(pid_t pid, skiff_err *err)
     snprintf(path, sizeof(path), "/proc/%d/root", (int)pid);
     cleanup_close int rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (userfd < 0 || mntfd < 0 || rootfd < 0)
-        return skiff_error(err, errno, "open namespaces of container process %d (is it running, and yours?)",
-                           (int)pid);
+        return skiff_error(err, errno, "open namespaces of container process %d (is it running, and yours?)", (int)pid);
     for (size_t i = 0; i < 3; i++) {
         if (same_ns(pid, others[i].name) == 0) {
             snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, others[i].name);

@@ -151,14 +151,13 @@ bool skiff_ref_is_loopback(const char *registry)
     return false;
 }
 
-#define COPY(dst, src, what)                                                                       \
-    do {                                                                                           \
-        if (snprintf(dst, sizeof(dst), "%s", src) >= (int)sizeof(dst))                             \
-            return skiff_error(err, ENAMETOOLONG, "%s too long", what);                            \
+#define COPY(dst, src, what)                                                                                           \
+    do {                                                                                                               \
+        if (snprintf(dst, sizeof(dst), "%s", src) >= (int)sizeof(dst))                                                 \
+            return skiff_error(err, ENAMETOOLONG, "%s too long", what);                                                \
     } while (0)
 
-static int parse_docker(const char *s, const char *default_registry, struct skiff_ref *ref,
-                        skiff_err *err)
+static int parse_docker(const char *s, const char *default_registry, struct skiff_ref *ref, skiff_err *err)
 {
     char buf[1024];
     if (!*s)
@@ -206,8 +205,7 @@ static int parse_docker(const char *s, const char *default_registry, struct skif
             }
         }
         if (!ref->registry[0])
-            COPY(ref->registry, default_registry && *default_registry ? default_registry
-                                                                      : "registry-1.docker.io",
+            COPY(ref->registry, default_registry && *default_registry ? default_registry : "registry-1.docker.io",
                  "registry");
     }
     COPY(ref->image, p, "image");
@@ -216,25 +214,22 @@ static int parse_docker(const char *s, const char *default_registry, struct skif
     if (dig) {
         *dig = '\0';
         if (!skiff_ref_valid_digest(dig + 1))
-            return skiff_error(err, 0, "'%s': bad digest '%s' (want sha256: and 64 hex digits)", s,
-                               dig + 1);
+            return skiff_error(err, 0, "'%s': bad digest '%s' (want sha256: and 64 hex digits)", s, dig + 1);
         COPY(ref->digest, dig + 1, "digest");
     }
     char *colon = strrchr(p, ':');
     if (colon && !strchr(colon, '/')) {
         *colon = '\0';
         if (!valid_tag(colon + 1))
-            return skiff_error(err, 0, "'%s': bad tag '%s' (letters, digits, '_', '.', '-'; at most 128)",
-                               s, colon + 1);
+            return skiff_error(err, 0, "'%s': bad tag '%s' (letters, digits, '_', '.', '-'; at most 128)", s,
+                               colon + 1);
         COPY(ref->tag, colon + 1, "tag");
     }
     if (!valid_repository(p))
-        return skiff_error(err, 0,
-                           "'%s': bad image name '%s' (lowercase letters, digits and separators . _ - /)",
-                           s, p);
+        return skiff_error(err, 0, "'%s': bad image name '%s' (lowercase letters, digits and separators . _ - /)", s,
+                           p);
     if (is_docker_hub(ref->registry) && !strchr(p, '/')) {
-        if (snprintf(ref->repository, sizeof(ref->repository), "library/%s", p) >=
-            (int)sizeof(ref->repository))
+        if (snprintf(ref->repository, sizeof(ref->repository), "library/%s", p) >= (int)sizeof(ref->repository))
             return skiff_error(err, ENAMETOOLONG, "image name too long");
     } else {
         COPY(ref->repository, p, "image name");
@@ -269,13 +264,14 @@ static const struct scheme {
     const char *prefix;
     enum skiff_ref_kind kind;
 } schemes[] = {
-    {"docker://", SKIFF_REF_DOCKER},           {"docker-archive:", SKIFF_REF_DOCKER_ARCHIVE},
-    {"oci-archive:", SKIFF_REF_OCI_ARCHIVE}, {"oci:", SKIFF_REF_OCI},
+    {"docker://", SKIFF_REF_DOCKER},
+    {"docker-archive:", SKIFF_REF_DOCKER_ARCHIVE},
+    {"oci-archive:", SKIFF_REF_OCI_ARCHIVE},
+    {"oci:", SKIFF_REF_OCI},
     {"dir:", SKIFF_REF_DIR},
 };
 
-int skiff_ref_parse(const char *uri, const char *default_registry, struct skiff_ref *ref,
-                    skiff_err *err)
+int skiff_ref_parse(const char *uri, const char *default_registry, struct skiff_ref *ref, skiff_err *err)
 {
     memset(ref, 0, sizeof(*ref));
     for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
@@ -301,16 +297,15 @@ int skiff_ref_parse(const char *uri, const char *default_registry, struct skiff_
     if (!strncmp(uri, "docker:", 7))
         return skiff_error(err, 0, "'%s': write docker://IMAGE (two slashes)", uri);
     return skiff_error(err, 0,
-                       "'%s': unknown image source (use docker://, docker-archive:, oci:, oci-archive: or dir:)",
-                       uri);
+                       "'%s': unknown image source (use docker://, docker-archive:, oci:, oci-archive: or dir:)", uri);
 }
 
 int skiff_ref_canonical(const struct skiff_ref *ref, char *out, size_t n, skiff_err *err)
 {
     int w;
     if (ref->kind == SKIFF_REF_DOCKER) {
-        w = snprintf(out, n, "%s/%s%s%s%s%s", ref->registry, ref->repository, ref->tag[0] ? ":" : "",
-                     ref->tag, ref->digest[0] ? "@" : "", ref->digest);
+        w = snprintf(out, n, "%s/%s%s%s%s%s", ref->registry, ref->repository, ref->tag[0] ? ":" : "", ref->tag,
+                     ref->digest[0] ? "@" : "", ref->digest);
     } else {
         const char *scheme = ref->kind == SKIFF_REF_DOCKER_ARCHIVE ? "docker-archive:"
                              : ref->kind == SKIFF_REF_OCI          ? "oci:"

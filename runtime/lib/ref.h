@@ -23,20 +23,19 @@ enum skiff_ref_kind {
 struct skiff_ref {
     enum skiff_ref_kind kind;
     /* docker:// */
-    char user[128];        /* "" when none */
-    char registry[256];    /* host[:port] as the user wrote it (or the default) */
-    char repository[512];  /* path on the registry, "library/" added for Docker Hub */
-    char image[640];       /* IMAGE[:TAG|@DIGEST] as written, for the default file name */
-    char tag[136];         /* "latest" when neither tag nor digest is given */
-    char digest[80];       /* "sha256:<64 hex>" or "" */
+    char user[128];       /* "" when none */
+    char registry[256];   /* host[:port] as the user wrote it (or the default) */
+    char repository[512]; /* path on the registry, "library/" added for Docker Hub */
+    char image[640];      /* IMAGE[:TAG|@DIGEST] as written, for the default file name */
+    char tag[136];        /* "latest" when neither tag nor digest is given */
+    char digest[80];      /* "sha256:<64 hex>" or "" */
     /* archives, oci:, dir: */
     char path[4096];
 };
 
 /* Parses a URI (with its scheme). default_registry is used for docker:// refs
  * that name none. */
-int skiff_ref_parse(const char *uri, const char *default_registry, struct skiff_ref *ref,
-                    skiff_err *err);
+int skiff_ref_parse(const char *uri, const char *default_registry, struct skiff_ref *ref, skiff_err *err);
 
 /* The host to connect to: Docker Hub's names map to registry-1.docker.io. */
 const char *skiff_ref_endpoint(const struct skiff_ref *ref);

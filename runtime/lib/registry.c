@@ -16,11 +16,10 @@
 #define MANIFEST_MAX (4u << 20)
 #define TOKEN_MAX (1u << 20)
 
-static const char *const accept_manifests =
-    "Accept: application/vnd.oci.image.index.v1+json, "
-    "application/vnd.docker.distribution.manifest.list.v2+json, "
-    "application/vnd.oci.image.manifest.v1+json, "
-    "application/vnd.docker.distribution.manifest.v2+json";
+static const char *const accept_manifests = "Accept: application/vnd.oci.image.index.v1+json, "
+                                            "application/vnd.docker.distribution.manifest.list.v2+json, "
+                                            "application/vnd.oci.image.manifest.v1+json, "
+                                            "application/vnd.docker.distribution.manifest.v2+json";
 
 /* A bearer token, kept by the endpoint whose challenge asked for it and never
  * sent anywhere else; realm, service and scope say what issued it for what. */
@@ -69,8 +68,8 @@ static char *next_token(char **p)
     return start;
 }
 
-int skiff_credentials_lookup(const char *path, const char *host, const char *user, char *login,
-                             size_t ln, char *password, size_t pn, skiff_err *err)
+int skiff_credentials_lookup(const char *path, const char *host, const char *user, char *login, size_t ln,
+                             char *password, size_t pn, skiff_err *err)
 {
     if (!path || !*path)
         return 0;
@@ -261,8 +260,8 @@ struct auth {
  * "Authorization:" header, and CURLOPT_UNRESTRICTED_AUTH stays off: libcurl
  * then sends them only while a redirect stays on the host, port and scheme
  * of url, so a blob redirect to a storage host gets none. */
-static int http_get(struct skiff_registry *r, const char *url, const char *accept, const struct auth *a,
-                    struct sink *s, long *status, skiff_err *err)
+static int http_get(struct skiff_registry *r, const char *url, const char *accept, const struct auth *a, struct sink *s,
+                    long *status, skiff_err *err)
 {
     CURL *c = r->curl;
     curl_easy_reset(c);
@@ -436,8 +435,7 @@ static int fetch_token(struct skiff_registry *r, struct endpoint *e, const char 
     if (parse_realm(realm, &ru) < 0)
         return skiff_error(err, 0, "%s names a token realm that is not a URL: %s", e->host, realm);
     if (ru.userinfo)
-        return skiff_error(err, 0, "%s names a token realm with a user name or password in its URL; refused",
-                           e->host);
+        return skiff_error(err, 0, "%s names a token realm with a user name or password in its URL; refused", e->host);
     if (strcmp(ru.scheme, "https") != 0 && !(!strcmp(ru.scheme, "http") && plain_http_ok(r->cfg, ru.authority)))
         return skiff_error(err, 0, "token realm %s is not https (set allow_http = yes to allow it)", realm);
     /* Whose credentials the token server gets: the endpoint's when it is on
@@ -451,8 +449,8 @@ static int fetch_token(struct skiff_registry *r, struct endpoint *e, const char 
         a = (struct auth){.kind = AUTH_BASIC, .login = e->login, .password = e->password};
         cred_host = e->host;
     } else {
-        int found = skiff_credentials_lookup(r->cfg->credentials_file, ru.authority, e->user, login,
-                                             sizeof(login), password, sizeof(password), err);
+        int found = skiff_credentials_lookup(r->cfg->credentials_file, ru.authority, e->user, login, sizeof(login),
+                                             password, sizeof(password), err);
         if (found < 0)
             return skiff_err_wrap(err, "credentials for token realm %s", ru.authority);
         if (found) {
@@ -464,8 +462,8 @@ static int fetch_token(struct skiff_registry *r, struct endpoint *e, const char 
     CURL *c = r->curl;
     char *es = curl_easy_escape(c, service, 0), *esc = curl_easy_escape(c, scope, 0);
     char url[2048];
-    snprintf(url, sizeof(url), "%s%sservice=%s&scope=%s", realm, strchr(realm, '?') ? "&" : "?",
-             es ? es : "", esc ? esc : "");
+    snprintf(url, sizeof(url), "%s%sservice=%s&scope=%s", realm, strchr(realm, '?') ? "&" : "?", es ? es : "",
+             esc ? esc : "");
     curl_free(es);
     curl_free(esc);
     struct sink s = {.fd = -1, .max = TOKEN_MAX, .what = "a token server's answer"};
@@ -479,16 +477,21 @@ static int fetch_token(struct skiff_registry *r, struct endpoint *e, const char 
     if (status != 200) {
         free(s.buf);
         if ((status == 401 || status == 403) && cred_host)
-            return skiff_error(err, 0, "token server %s refused (HTTP %ld): check the login and password "
-                               "for %s in the credentials file", realm, status, cred_host);
+            return skiff_error(err, 0,
+                               "token server %s refused (HTTP %ld): check the login and password "
+                               "for %s in the credentials file",
+                               realm, status, cred_host);
         if ((status == 401 || status == 403) && withheld)
-            return skiff_error(err, 0, "token server %s refused (HTTP %ld): it is not on %s, so the "
+            return skiff_error(err, 0,
+                               "token server %s refused (HTTP %ld): it is not on %s, so the "
                                "credentials for %s were not sent; add 'machine %s login USER password "
                                "PASS' to the credentials file to log in there",
                                realm, status, e->host, e->host, ru.authority);
         if (status == 401 || status == 403)
-            return skiff_error(err, 0, "token server %s refused (HTTP %ld): add 'machine %s login USER "
-                               "password PASS' to the credentials file", realm, status, e->host);
+            return skiff_error(err, 0,
+                               "token server %s refused (HTTP %ld): add 'machine %s login USER "
+                               "password PASS' to the credentials file",
+                               realm, status, e->host);
         return skiff_error(err, 0, "token server %s: HTTP %ld", realm, status);
     }
     json_error_t je;
@@ -531,8 +534,8 @@ static bool token_matches(const struct bearer *tok, const char *challenge)
 /* GET from endpoint e with the auth dance: anonymous (or e's cached token)
  * first, then what e's 401 challenge asks for. Only e's own token and
  * credentials are ever sent to it. */
-static int authed_get(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept,
-                      struct sink *s, long *status, skiff_err *err)
+static int authed_get(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept, struct sink *s,
+                      long *status, skiff_err *err)
 {
     struct auth a = {.kind = AUTH_NONE};
     if (e->tok.value)
@@ -566,11 +569,15 @@ static int authed_get(struct skiff_registry *r, struct endpoint *e, const char *
         }
     }
     if (*status == 401 && e->have_creds)
-        return skiff_error(err, 0, "%s: authentication required (HTTP 401): the credentials for %s "
-                           "in the credentials file were refused", url, e->host);
+        return skiff_error(err, 0,
+                           "%s: authentication required (HTTP 401): the credentials for %s "
+                           "in the credentials file were refused",
+                           url, e->host);
     if (*status == 401)
-        return skiff_error(err, 0, "%s: authentication required (HTTP 401): add 'machine %s login USER "
-                           "password PASS' to the credentials file (credentials_file)", url, e->host);
+        return skiff_error(err, 0,
+                           "%s: authentication required (HTTP 401): add 'machine %s login USER "
+                           "password PASS' to the credentials file (credentials_file)",
+                           url, e->host);
     return 0;
 }
 
@@ -589,8 +596,8 @@ static void registry_error_text(const struct sink *s, char *out, size_t n)
     json_decref(j);
 }
 
-int skiff_registry_open(struct skiff_registry **out, const struct skiff_config *cfg,
-                        const struct skiff_ref *ref, skiff_err *err)
+int skiff_registry_open(struct skiff_registry **out, const struct skiff_config *cfg, const struct skiff_ref *ref,
+                        skiff_err *err)
 {
     static bool curl_ready;
     if (!curl_ready) {
@@ -622,8 +629,8 @@ int skiff_registry_open(struct skiff_registry **out, const struct skiff_config *
         snprintf(e->host, sizeof(e->host), "%s", hosts[i]);
         snprintf(e->base, sizeof(e->base), "%s://%s", plain_http_ok(cfg, hosts[i]) ? "http" : "https", hosts[i]);
         e->user = users[i];
-        int found = skiff_credentials_lookup(cfg->credentials_file, cred_hosts[i], e->user, e->login,
-                                             sizeof(e->login), e->password, sizeof(e->password), err);
+        int found = skiff_credentials_lookup(cfg->credentials_file, cred_hosts[i], e->user, e->login, sizeof(e->login),
+                                             e->password, sizeof(e->password), err);
         if (found < 0) {
             skiff_registry_close(r);
             return skiff_err_wrap(err, "credentials for %s", cred_hosts[i]);
@@ -652,9 +659,8 @@ void skiff_registry_close(struct skiff_registry *r)
     free(r);
 }
 
-int skiff_registry_manifest(struct skiff_registry *r, const char *reference, char **body,
-                            size_t *len, char *media_type, size_t mtlen,
-                            char digest[SKIFF_DIGEST_LEN], skiff_err *err)
+int skiff_registry_manifest(struct skiff_registry *r, const char *reference, char **body, size_t *len, char *media_type,
+                            size_t mtlen, char digest[SKIFF_DIGEST_LEN], skiff_err *err)
 {
     skiff_err first;
     skiff_err_clear(&first);
@@ -680,8 +686,8 @@ int skiff_registry_manifest(struct skiff_registry *r, const char *reference, cha
                 skiff_error(&e, 0, "manifest %s:%s not found on %s (HTTP 404%s); check the image name and tag",
                             r->ref->repository, reference, r->ep[i].host, detail);
             else
-                skiff_error(&e, 0, "manifest %s:%s on %s: HTTP %ld%s", r->ref->repository, reference,
-                            r->ep[i].host, status, detail);
+                skiff_error(&e, 0, "manifest %s:%s on %s: HTTP %ld%s", r->ref->repository, reference, r->ep[i].host,
+                            status, detail);
             *err = e;
             continue;
         }
@@ -696,8 +702,8 @@ int skiff_registry_manifest(struct skiff_registry *r, const char *reference, cha
         }
         if (!strncmp(reference, "sha256:", 7) && strcmp(reference, digest) != 0) {
             free(s.buf);
-            return skiff_error(err, 0, "manifest digest mismatch from %s: asked for %s, got %s",
-                               r->ep[i].host, reference, digest);
+            return skiff_error(err, 0, "manifest digest mismatch from %s: asked for %s, got %s", r->ep[i].host,
+                               reference, digest);
         }
         char *ct = NULL;
         curl_easy_getinfo(r->curl, CURLINFO_CONTENT_TYPE, &ct);
@@ -719,8 +725,7 @@ int skiff_registry_blob(struct skiff_registry *r, const char *digest, int fd, sk
 }
 
 int skiff_registry_blob_progress(struct skiff_registry *r, const char *digest, int fd,
-                                 int (*progress)(void *ctx, unsigned long long bytes), void *ctx,
-                                 skiff_err *err)
+                                 int (*progress)(void *ctx, unsigned long long bytes), void *ctx, skiff_err *err)
 {
     for (int k = 0; k < r->nep; k++) {
         int i = (r->cur + k) % r->nep;

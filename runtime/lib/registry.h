@@ -23,17 +23,16 @@
 
 struct skiff_registry;
 
-int skiff_registry_open(struct skiff_registry **out, const struct skiff_config *cfg,
-                        const struct skiff_ref *ref, skiff_err *err);
+int skiff_registry_open(struct skiff_registry **out, const struct skiff_config *cfg, const struct skiff_ref *ref,
+                        skiff_err *err);
 void skiff_registry_close(struct skiff_registry *r);
 
 /* GETs the manifest named by reference (a tag or a digest) of the ref's
  * repository. *body is malloc'd (NUL-terminated); media_type is the
  * Content-Type; digest is the sha256 of the body, checked against reference
  * when that is a digest. */
-int skiff_registry_manifest(struct skiff_registry *r, const char *reference, char **body,
-                            size_t *len, char *media_type, size_t mtlen,
-                            char digest[SKIFF_DIGEST_LEN], skiff_err *err);
+int skiff_registry_manifest(struct skiff_registry *r, const char *reference, char **body, size_t *len, char *media_type,
+                            size_t mtlen, char digest[SKIFF_DIGEST_LEN], skiff_err *err);
 
 /* Downloads blob digest into the open file fd, verifying its sha256. */
 int skiff_registry_blob(struct skiff_registry *r, const char *digest, int fd, skiff_err *err);
@@ -42,15 +41,14 @@ int skiff_registry_blob(struct skiff_registry *r, const char *digest, int fd, sk
  * with 0 when a download starts over from another endpoint); a non-zero
  * return cancels the download. */
 int skiff_registry_blob_progress(struct skiff_registry *r, const char *digest, int fd,
-                                 int (*progress)(void *ctx, unsigned long long bytes), void *ctx,
-                                 skiff_err *err);
+                                 int (*progress)(void *ctx, unsigned long long bytes), void *ctx, skiff_err *err);
 
 /* Looks up login and password for host in the netrc-style file at path
  * ("machine HOST login USER password PASS", "default ..."); when user is
  * non-empty only an entry with that login matches. Returns 1 when found, 0
  * when not (a missing file is not an error), -1 on error. */
-int skiff_credentials_lookup(const char *path, const char *host, const char *user, char *login,
-                             size_t ln, char *password, size_t pn, skiff_err *err);
+int skiff_credentials_lookup(const char *path, const char *host, const char *user, char *login, size_t ln,
+                             char *password, size_t pn, skiff_err *err);
 
 /* Whether a token server at the URL realm may get the credentials held for
  * endpoint (HOST[:PORT]): its host is the endpoint's (any port), or it is

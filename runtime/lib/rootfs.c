@@ -336,8 +336,7 @@ static void fd_path(char *buf, size_t n, int fd)
 
 /* A bind with a propagation type (MS_SHARED ..., 0: none) set on the clone
  * before it is moved into place (on its submounts too with prop_rec). */
-static int bind_prop(const char *src, int target_fd, unsigned flags, unsigned long prop, bool prop_rec,
-                     skiff_err *err)
+static int bind_prop(const char *src, int target_fd, unsigned flags, unsigned long prop, bool prop_rec, skiff_err *err)
 {
     bool recursive = flags & SKIFF_BIND_REC, readonly = flags & SKIFF_BIND_RO, noexec = flags & SKIFF_BIND_NOEXEC,
          keep_dev = flags & SKIFF_BIND_DEV;
@@ -361,8 +360,7 @@ static int bind_prop(const char *src, int target_fd, unsigned flags, unsigned lo
         return 0;
     }
     struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | (keep_dev ? 0 : MOUNT_ATTR_NODEV) |
-                                          (readonly ? MOUNT_ATTR_RDONLY : 0) |
-                                          (noexec ? MOUNT_ATTR_NOEXEC : 0)};
+                                          (readonly ? MOUNT_ATTR_RDONLY : 0) | (noexec ? MOUNT_ATTR_NOEXEC : 0)};
     if (mount_setattr(tree, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr, sizeof(attr)) < 0)
         return skiff_error(err, errno, "set mount attributes of %s", src);
     struct mount_attr pattr = {.propagation = prop};
@@ -386,8 +384,7 @@ static int user_tmpfs(const struct skiff_mount *m, int target_fd, skiff_err *err
     if (fs < 0) {
         if (errno != ENOSYS || m->propagation)
             return skiff_error(err, errno, "tmpfs");
-        return skiff_mount_fs("tmpfs", "tmpfs", target_fd,
-                              (m->readonly ? MS_RDONLY : 0) | (m->noexec ? MS_NOEXEC : 0),
+        return skiff_mount_fs("tmpfs", "tmpfs", target_fd, (m->readonly ? MS_RDONLY : 0) | (m->noexec ? MS_NOEXEC : 0),
                               m->data ? m->data : "mode=0755", err);
     }
     cleanup_free char *opts = strdup(m->data ? m->data : "");
@@ -412,10 +409,9 @@ static int user_tmpfs(const struct skiff_mount *m, int target_fd, skiff_err *err
         return skiff_error(err, errno, "tmpfs option 'mode=0755'");
     if (fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
         return skiff_error(err, errno, "tmpfs with options '%s'", m->data ? m->data : "");
-    cleanup_close int mnt =
-        fsmount(fs, FSMOUNT_CLOEXEC,
-                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (m->readonly ? MOUNT_ATTR_RDONLY : 0) |
-                    (m->noexec ? MOUNT_ATTR_NOEXEC : 0));
+    cleanup_close int mnt = fsmount(fs, FSMOUNT_CLOEXEC,
+                                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (m->readonly ? MOUNT_ATTR_RDONLY : 0) |
+                                        (m->noexec ? MOUNT_ATTR_NOEXEC : 0));
     if (mnt < 0)
         return skiff_error(err, errno, "tmpfs");
     struct mount_attr pattr = {.propagation = m->propagation};
@@ -426,8 +422,8 @@ static int user_tmpfs(const struct skiff_mount *m, int target_fd, skiff_err *err
     return 0;
 }
 
-int skiff_mount_fs(const char *fstype, const char *source, int target_fd, unsigned long extra,
-                   const char *data, skiff_err *err)
+int skiff_mount_fs(const char *fstype, const char *source, int target_fd, unsigned long extra, const char *data,
+                   skiff_err *err)
 {
     char t[64];
     fd_path(t, sizeof(t), target_fd);
@@ -440,8 +436,8 @@ int skiff_mount_setattr(int target_fd, unsigned flags, skiff_err *err)
 {
     struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
                                           (flags & SKIFF_BIND_RO ? MOUNT_ATTR_RDONLY : 0)};
-    if (mount_setattr(target_fd, "", AT_EMPTY_PATH | (flags & SKIFF_BIND_REC ? AT_RECURSIVE : 0), &attr,
-                      sizeof(attr)) < 0)
+    if (mount_setattr(target_fd, "", AT_EMPTY_PATH | (flags & SKIFF_BIND_REC ? AT_RECURSIVE : 0), &attr, sizeof(attr)) <
+        0)
         return skiff_error(err, errno, "set mount attributes");
     return 0;
 }
@@ -476,8 +472,10 @@ int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err)
     }
     if (target < 0) {
         if (err->code == EROFS)
-            skiff_err_wrap(err, "destination %s does not exist in the read-only image (use --rw, or "
-                                "mount on an existing path)", m->dst);
+            skiff_err_wrap(err,
+                           "destination %s does not exist in the read-only image (use --rw, or "
+                           "mount on an existing path)",
+                           m->dst);
         return skiff_err_wrap(err, "mount %s", m->dst);
     }
     if (fstat(target, &st) == 0 && !m->tmpfs && S_ISDIR(st.st_mode) != dir)

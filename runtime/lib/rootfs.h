@@ -64,8 +64,8 @@ int skiff_mount_bind(const char *src, int target_fd, unsigned flags, skiff_err *
 
 /* Mounts a filesystem (tmpfs, overlay, fuse) onto the object at target_fd
  * with MS_NOSUID|MS_NODEV|extra. */
-int skiff_mount_fs(const char *fstype, const char *source, int target_fd, unsigned long extra,
-                   const char *data, skiff_err *err);
+int skiff_mount_fs(const char *fstype, const char *source, int target_fd, unsigned long extra, const char *data,
+                   skiff_err *err);
 
 /* Sets nosuid, nodev and (with SKIFF_BIND_RO) read-only on the mount at
  * target_fd; on its submounts too with SKIFF_BIND_REC. */

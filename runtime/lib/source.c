@@ -24,11 +24,11 @@ void skiff_source_host_arch(char *arch, size_t n)
 {
     struct utsname u;
     const char *m = uname(&u) == 0 ? u.machine : "x86_64";
-    const char *a = !strcmp(m, "x86_64")                         ? "amd64"
-                    : !strcmp(m, "aarch64")                      ? "arm64"
-                    : !strncmp(m, "armv7", 5)                    ? "arm"
+    const char *a = !strcmp(m, "x86_64")                       ? "amd64"
+                    : !strcmp(m, "aarch64")                    ? "arm64"
+                    : !strncmp(m, "armv7", 5)                  ? "arm"
                     : !strcmp(m, "i686") || !strcmp(m, "i386") ? "386"
-                                                                 : m;
+                                                               : m;
     snprintf(arch, n, "%s", a);
 }
 
@@ -72,8 +72,7 @@ static int pick_platform(struct skiff_import_job *j, json_t *index, char *digest
         if (!os || !arch || !d)
             continue;
         size_t sl = strlen(seen);
-        snprintf(seen + sl, sizeof(seen) - sl, "%s%s/%s%s%s", sl ? ", " : "", os, arch, var ? "/" : "",
-                 var ? var : "");
+        snprintf(seen + sl, sizeof(seen) - sl, "%s%s/%s%s%s", sl ? ", " : "", os, arch, var ? "/" : "", var ? var : "");
         if (strcmp(os, "linux") || strcmp(arch, j->arch))
             continue;
         if (j->variant[0] && (!var || strcmp(var, j->variant)))
@@ -159,7 +158,8 @@ static int use_manifest(struct skiff_import_job *j, json_t *man, blob_fn blob, s
 {
     json_t *sv = json_object_get(man, "schemaVersion");
     if (json_integer_value(sv) == 1)
-        return skiff_error(err, 0, "Docker schema 1 manifests are not supported (push the image again with a current client)");
+        return skiff_error(err, 0,
+                           "Docker schema 1 manifests are not supported (push the image again with a current client)");
     json_t *cfgd = json_object_get(man, "config");
     const char *cdig = json_string_value(json_object_get(cfgd, "digest"));
     json_t *layers = json_object_get(man, "layers");
@@ -227,8 +227,8 @@ static int registry_blob(struct skiff_import_job *j, const char *digest, bool la
     if (rv == 0 && layer && j->o && j->o->progress) {
         struct stat st;
         fstat(fd, &st);
-        fprintf(stderr, "skiff: fetched layer %.19s %8.1f MB %5.2f s\n", digest,
-                (double)st.st_size / 1e6, skiff_now_s() - t0);
+        fprintf(stderr, "skiff: fetched layer %.19s %8.1f MB %5.2f s\n", digest, (double)st.st_size / 1e6,
+                skiff_now_s() - t0);
     }
     if (rv == 0 && close(fd) < 0)
         rv = skiff_error(err, errno, "write %s", tmp);
@@ -330,8 +330,8 @@ static int plan_oci(struct skiff_import_job *j, skiff_err *err)
     json_t *m;
     json_array_foreach(ms, i, m)
     {
-        const char *name = json_string_value(
-            json_object_get(json_object_get(m, "annotations"), "org.opencontainers.image.ref.name"));
+        const char *name =
+            json_string_value(json_object_get(json_object_get(m, "annotations"), "org.opencontainers.image.ref.name"));
         if (name) {
             size_t tl = strlen(tags);
             snprintf(tags + tl, sizeof(tags) - tl, "%s%s", tl ? ", " : "", name);
@@ -388,14 +388,15 @@ static int plan_dir(struct skiff_import_job *j, skiff_err *err)
     char p[SKIFF_PATH_MAX + 32];
     snprintf(p, sizeof(p), "%s/manifest.json", j->src);
     if (access(p, F_OK) < 0)
-        return skiff_error(err, errno, "dir:%s: not a directory (dir: takes a root filesystem tree or skopeo's dir layout)",
-                           j->src);
+        return skiff_error(
+            err, errno, "dir:%s: not a directory (dir: takes a root filesystem tree or skopeo's dir layout)", j->src);
     json_t *doc = load_json_file(j, p, NULL, err);
     if (!doc)
         return -1;
     if (is_index("", doc)) {
         json_decref(doc);
-        return skiff_error(err, 0, "dir:%s holds a multi-platform list; copy one platform with skopeo --override-arch", j->src);
+        return skiff_error(err, 0, "dir:%s holds a multi-platform list; copy one platform with skopeo --override-arch",
+                           j->src);
     }
     int rv = use_manifest(j, doc, layout_blob, err);
     json_decref(doc);
@@ -417,7 +418,8 @@ static int plan_docker_archive(struct skiff_import_job *j, skiff_err *err)
     if (!m || json_array_size(arr) != 1) {
         size_t n = json_array_size(arr);
         json_decref(arr);
-        return skiff_error(err, 0, "docker-archive:%s: manifest.json holds %zu images; skiff imports archives of one image",
+        return skiff_error(err, 0,
+                           "docker-archive:%s: manifest.json holds %zu images; skiff imports archives of one image",
                            j->ref.path, n);
     }
     const char *config = json_string_value(json_object_get(m, "Config"));

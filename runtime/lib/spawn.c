@@ -31,8 +31,8 @@ static void tail_append(struct skiff_spawn_result *r, size_t *len, const char *b
     r->err_tail[*len] = '\0';
 }
 
-int skiff_spawn(const char *const *argv, const char *const *envp, int stdout_fd, int timeout_ms,
-                int echo, struct skiff_spawn_result *r, skiff_err *err)
+int skiff_spawn(const char *const *argv, const char *const *envp, int stdout_fd, int timeout_ms, int echo,
+                struct skiff_spawn_result *r, skiff_err *err)
 {
     memset(r, 0, sizeof(*r));
     int p[2];

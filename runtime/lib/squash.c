@@ -19,8 +19,7 @@
  * ~1 s on 2 cores, measured in tests/bench/import.sh); libsquashfs would need
  * a hand-written tree serializer for the same result. */
 
-static const char *const mksquashfs_dirs[] = {"/usr/bin", "/usr/sbin", "/usr/local/bin", "/bin",
-                                              "/sbin"};
+static const char *const mksquashfs_dirs[] = {"/usr/bin", "/usr/sbin", "/usr/local/bin", "/bin", "/sbin"};
 
 static int find_mksquashfs(char *buf, size_t n, skiff_err *err)
 {
@@ -53,8 +52,7 @@ bool skiff_squash_is_image(const char *path)
     return n == 4 && memcmp(magic, "hsqs", 4) == 0;
 }
 
-int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const char *tmp_path,
-                       skiff_err *err)
+int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const char *tmp_path, skiff_err *err)
 {
     char exe[64];
     if (find_mksquashfs(exe, sizeof(exe), err) < 0)
@@ -169,15 +167,14 @@ int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const ch
         const char *last = strrchr(out, '\n');
         last = last ? last + 1 : out;
         if (WIFEXITED(status))
-            return skiff_error(err, 0, "mksquashfs %s exited %d%s%s", dir, WEXITSTATUS(status),
-                               *last ? ": " : "", last);
+            return skiff_error(err, 0, "mksquashfs %s exited %d%s%s", dir, WEXITSTATUS(status), *last ? ": " : "",
+                               last);
         return skiff_error(err, 0, "mksquashfs %s killed by signal %d", dir, WTERMSIG(status));
     }
     return 0;
 }
 
-int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const char *out_path,
-                          skiff_err *err)
+int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const char *out_path, skiff_err *err)
 {
     char tmp[SKIFF_PATH_MAX];
     cleanup_free char *copy = strdup(out_path);

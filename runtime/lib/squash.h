@@ -17,13 +17,11 @@
  * out_path is replaced; callers that must not overwrite check first. When the
  * caller is not root, every file in the image is owned by root (uid 0), as
  * unprivileged containers map the user to root anyway. */
-int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const char *out_path,
-                          skiff_err *err);
+int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const char *out_path, skiff_err *err);
 
 /* Same, but writes exactly to tmp_path (no rename): for callers that publish
  * the file themselves (the image cache). */
-int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const char *tmp_path,
-                       skiff_err *err);
+int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const char *tmp_path, skiff_err *err);
 
 /* True when the file at path starts with the squashfs magic ("hsqs"). */
 bool skiff_squash_is_image(const char *path);

@@ -32,8 +32,9 @@ static const char *encoder_json(void)
             k += !((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE);
         n += (size_t)snprintf(j + n, cap - n, "\"\\u%04x\": %d, ", printable ? b : 256 + k, b);
     }
-    n += (size_t)snprintf(j + n, cap - n, "\"\\u0120t\": 256, \"he\": 257, \"\\u0120the\": 258, \"ab\": 259, "
-                                          "\"aba\": 260, \"<|endoftext|>\": 261}");
+    n += (size_t)snprintf(j + n, cap - n,
+                          "\"\\u0120t\": 256, \"he\": 257, \"\\u0120the\": 258, \"ab\": 259, "
+                          "\"aba\": 260, \"<|endoftext|>\": 261}");
     snprintf(path, sizeof(path), "%s", fuzz_write(2, "encoder.json", j, n));
     free(j);
     return path;
@@ -91,8 +92,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < n; i++) {
         size_t len;
         const unsigned char *s = bpe_token(b, tok[i], &len);
-        FUZZ_CHECK(s && tok[i] != bpe_eot(b), "token %u at %zu (vocabulary %d, EOT %d)", tok[i], i,
-                   bpe_vocab_size(b), bpe_eot(b));
+        FUZZ_CHECK(s && tok[i] != bpe_eot(b), "token %u at %zu (vocabulary %d, EOT %d)", tok[i], i, bpe_vocab_size(b),
+                   bpe_eot(b));
         FUZZ_CHECK(at + len <= tlen, "the tokens hold more bytes than the text's %zu", tlen);
         memcpy(back + at, s, len);
         at += len;

@@ -16,10 +16,9 @@
 #include "fuzzlib.h"
 #include "mountspec.h"
 
-static const char *const flag_words[] = {"ro",         "rw",       "bind",       "rbind",  "noexec",
-                                         "exec",       "nosuid",   "nodev",      "suid",   "dev",
-                                         "defaults",   "private",  "rprivate",   "slave",  "rslave",
-                                         "shared",     "rshared",  "unbindable", "runbindable", NULL};
+static const char *const flag_words[] = {
+    "ro",       "rw",      "bind",     "rbind", "noexec", "exec",   "nosuid",  "nodev",      "suid",        "dev",
+    "defaults", "private", "rprivate", "slave", "rslave", "shared", "rshared", "unbindable", "runbindable", NULL};
 
 /* The word of a propagation type, "" for none. */
 static const char *propagation_word(const struct skiff_mount *m)
@@ -112,8 +111,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (m.data) {
         char *copy = strdup(m.data), *save = NULL;
         for (char *o = strtok_r(copy, ",", &save); o; o = strtok_r(NULL, ",", &save))
-            FUZZ_CHECK(!fuzz_in(o, flag_words) && strncmp(o, "x-create=", 9), "'%s': flag '%s' in the tmpfs data",
-                       s, o);
+            FUZZ_CHECK(!fuzz_in(o, flag_words) && strncmp(o, "x-create=", 9), "'%s': flag '%s' in the tmpfs data", s,
+                       o);
         free(copy);
     }
 

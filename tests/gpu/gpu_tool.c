@@ -45,11 +45,11 @@ struct args {
 
 static int parse(int argc, char **argv, struct args *a, skiff_err *err)
 {
-    static const struct option opts[] = {
-        {"model", 1, 0, 'm'}, {"batch", 1, 0, 'b'}, {"seq", 1, 0, 't'}, {"precision", 1, 0, 'p'},
-        {"seed", 1, 0, 's'}, {"zero", 1, 0, 'z'}, {"steps", 1, 0, 'n'}, {"size", 1, 0, 'N'},
-        {"iters", 1, 0, 'i'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, 'k'}, {"vocab", 1, 0, 'v'},
-        {"text", 0, 0, 'x'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", 1, 0, 'm'},     {"batch", 1, 0, 'b'},  {"seq", 1, 0, 't'},
+                                         {"precision", 1, 0, 'p'}, {"seed", 1, 0, 's'},   {"zero", 1, 0, 'z'},
+                                         {"steps", 1, 0, 'n'},     {"size", 1, 0, 'N'},   {"iters", 1, 0, 'i'},
+                                         {"out", 1, 0, 'o'},       {"tokens", 1, 0, 'k'}, {"vocab", 1, 0, 'v'},
+                                         {"text", 0, 0, 'x'},      {0, 0, 0, 0}};
     memset(a, 0, sizeof(*a));
     a->model = "tiny", a->precision = "bf16", a->batch = 4, a->seq = 64, a->steps = 20;
     a->size = 8192, a->iters = 50, a->seed = 1337, a->vocab = 256;
@@ -86,9 +86,12 @@ struct tol {
 static struct tol tolerance(int prec)
 {
     struct tol t;
-    if (prec == 0) t = (struct tol){2e-3, 2e-3, 1e-2};       /* fp32 storage, TF32 matmuls */
-    else if (prec == 1) t = (struct tol){3e-2, 2e-2, 5e-2};  /* bf16: 8-bit mantissa */
-    else t = (struct tol){1e-2, 1e-2, 2e-2};                 /* fp16: 11-bit mantissa */
+    if (prec == 0)
+        t = (struct tol){2e-3, 2e-3, 1e-2}; /* fp32 storage, TF32 matmuls */
+    else if (prec == 1)
+        t = (struct tol){3e-2, 2e-2, 5e-2}; /* bf16: 8-bit mantissa */
+    else
+        t = (struct tol){1e-2, 1e-2, 2e-2}; /* fp16: 11-bit mantissa */
     return t;
 }
 
@@ -96,8 +99,7 @@ static int cmd_check(struct args *a, skiff_err *err)
 {
     struct gpt2_config cfg;
     int prec;
-    if (gpt2_config_preset(a->model, &cfg, err) < 0 || cuda_precision_parse(a->precision, &prec, err) < 0)
-        return -1;
+    if (gpt2_config_preset(a->model, &cfg, err) < 0 || cuda_precision_parse(a->precision, &prec, err) < 0) return -1;
     int B = a->batch, T = a->seq, N = B * T, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
     struct tol tol = tolerance(prec);
     char gpu[256];
@@ -299,7 +301,7 @@ static int cmd_bench(struct args *a, skiff_err *err)
     }
     free(host);
     int N = B * T, rc = -1;
-    for (int i = 0; i < 2; i++)  /* warm-up beyond the first step */
+    for (int i = 0; i < 2; i++) /* warm-up beyond the first step */
         if (bench_step(m, in, tg, N, a->zero, NULL, &loss, err) < 0) goto out;
     double t0 = skiff_now_s();
     for (int i = 0; i < a->steps; i++)
@@ -381,7 +383,8 @@ static int cmd_csr_selftest(skiff_err *err)
             return skiff_error(err, 0, "csr: segment %d writes partial %d", g, seg_dst[g]);
         if ((seg_dst[g] >= 0) != (seg_tok[g] == 0)) return skiff_error(err, 0, "csr: segment %d: wrong path", g);
         for (int k = seg_start[g]; k < seg_start[g + 1]; k++) {
-            if (tokens[rows[k]] != seg_tok[g]) return skiff_error(err, 0, "csr: row %d is not token %d", rows[k], seg_tok[g]);
+            if (tokens[rows[k]] != seg_tok[g])
+                return skiff_error(err, 0, "csr: row %d is not token %d", rows[k], seg_tok[g]);
             if (k > seg_start[g] && rows[k] <= rows[k - 1]) return skiff_error(err, 0, "csr: rows not increasing");
             seen[rows[k]]++;
         }
@@ -412,11 +415,16 @@ int main(int argc, char **argv)
         return 2;
     }
     int rc;
-    if (!strcmp(argv[1], "check")) rc = cmd_check(&a, &err);
-    else if (!strcmp(argv[1], "gemm")) rc = cmd_gemm(&a, &err);
-    else if (!strcmp(argv[1], "bench")) rc = cmd_bench(&a, &err);
-    else if (!strcmp(argv[1], "mkshard")) rc = cmd_mkshard(&a, &err);
-    else if (!strcmp(argv[1], "csr-selftest")) rc = cmd_csr_selftest(&err);
+    if (!strcmp(argv[1], "check"))
+        rc = cmd_check(&a, &err);
+    else if (!strcmp(argv[1], "gemm"))
+        rc = cmd_gemm(&a, &err);
+    else if (!strcmp(argv[1], "bench"))
+        rc = cmd_bench(&a, &err);
+    else if (!strcmp(argv[1], "mkshard"))
+        rc = cmd_mkshard(&a, &err);
+    else if (!strcmp(argv[1], "csr-selftest"))
+        rc = cmd_csr_selftest(&err);
     else {
         fprintf(stderr, "gpu_tool: unknown command '%s'\n", argv[1]);
         return 2;

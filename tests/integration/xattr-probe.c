@@ -4,14 +4,23 @@
 #include <string.h>
 #include <sys/xattr.h>
 #include <errno.h>
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     char list[256], val[64];
     ssize_t n = listxattr(argv[1], list, sizeof list);
-    if (n < 0) { printf("list: %s\n", strerror(errno)); }
-    else for (char *p = list; p < list + n; p += strlen(p) + 1) printf("name %s\n", p);
+    if (n < 0) {
+        printf("list: %s\n", strerror(errno));
+    } else
+        for (char *p = list; p < list + n; p += strlen(p) + 1)
+            printf("name %s\n", p);
     ssize_t need = getxattr(argv[1], "user.skiff", NULL, 0);
     ssize_t v = getxattr(argv[1], "user.skiff", val, sizeof val - 1);
-    if (v < 0) printf("get: %s\n", strerror(errno)); else { val[v] = 0; printf("value %s (size query %zd)\n", val, need); }
+    if (v < 0)
+        printf("get: %s\n", strerror(errno));
+    else {
+        val[v] = 0;
+        printf("value %s (size query %zd)\n", val, need);
+    }
     v = getxattr(argv[1], "user.missing", val, sizeof val);
     printf("missing: %s\n", v < 0 ? strerror(errno) : "found?");
     v = getxattr(argv[1], "user.skiff", val, 2);

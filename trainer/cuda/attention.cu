@@ -6,14 +6,16 @@ extern "C" {
 #include "cuda_model.h"
 }
 
-size_t k_attention_scratch_floats(int B, int Tn, int C, int NH) {
+size_t k_attention_scratch_floats(int B, int Tn, int C, int NH)
+{
     (void)C;
-    return (size_t)B * NH * Tn;  // D = rowsum(dO * O)
+    return (size_t)B * NH * Tn; // D = rowsum(dO * O)
 }
 
 template <typename T, int HS>
-static int attention_forward_hs(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH,
-                                cudaStream_t s, skiff_err *err) {
+static int attention_forward_hs(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH, cudaStream_t s,
+                                skiff_err *err)
+{
     size_t sm = att_cfg<T, HS>::fwd_smem();
     CUDA_CHECK(cudaFuncSetAttribute((const void *)&attention_forward_kernel<T, HS>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
@@ -25,9 +27,9 @@ static int attention_forward_hs(T *out, float *lse, const T *qkv, int B, int Tn,
 }
 
 template <typename T, int HS>
-static int attention_backward_hs(T *dqkv, float *D, const T *dout, const T *qkv, const T *out,
-                                 const float *lse, int B, int Tn, int C, int NH, cudaStream_t s,
-                                 skiff_err *err) {
+static int attention_backward_hs(T *dqkv, float *D, const T *dout, const T *qkv, const T *out, const float *lse, int B,
+                                 int Tn, int C, int NH, cudaStream_t s, skiff_err *err)
+{
     typedef att_cfg<T, HS> cfg;
     size_t rows = (size_t)B * Tn * NH, lanes = rows * (HS * sizeof(T) / 16);
     LAUNCH((attention_rowdot_kernel<T, HS>), ceil_div(lanes, 256), 256, 0, s, D, dout, out, B, Tn, C, NH);
@@ -47,7 +49,8 @@ static int attention_backward_hs(T *dqkv, float *D, const T *dout, const T *qkv,
     return 0;
 }
 
-static int head_size(int C, int NH, skiff_err *err) {
+static int head_size(int C, int NH, skiff_err *err)
+{
     int hs = (NH > 0 && C % NH == 0) ? C / NH : 0;
     if (hs != 16 && hs != 32 && hs != 64 && hs != 128)
         return skiff_error(err, 0,
@@ -58,8 +61,8 @@ static int head_size(int C, int NH, skiff_err *err) {
 }
 
 template <typename T>
-int k_attention_forward(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH,
-                        cudaStream_t s, skiff_err *err) {
+int k_attention_forward(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH, cudaStream_t s, skiff_err *err)
+{
     int hs = head_size(C, NH, err);
     if (hs < 0) return -1;
     switch (hs) {
@@ -71,9 +74,9 @@ int k_attention_forward(T *out, float *lse, const T *qkv, int B, int Tn, int C, 
 }
 
 template <typename T>
-int k_attention_backward(T *dqkv, float *scratch, const T *dout, const T *qkv, const T *out,
-                         const float *lse, int B, int Tn, int C, int NH, cudaStream_t s,
-                         skiff_err *err) {
+int k_attention_backward(T *dqkv, float *scratch, const T *dout, const T *qkv, const T *out, const float *lse, int B,
+                         int Tn, int C, int NH, cudaStream_t s, skiff_err *err)
+{
     int hs = head_size(C, NH, err);
     if (hs < 0) return -1;
     switch (hs) {
@@ -84,27 +87,39 @@ int k_attention_backward(T *dqkv, float *scratch, const T *dout, const T *qkv, c
     }
 }
 
-template <typename T> static void smem_of(int hs, size_t out[3]) {
+template <typename T> static void smem_of(int hs, size_t out[3])
+{
     switch (hs) {
-    case 16: out[0] = att_cfg<T, 16>::fwd_smem(), out[1] = att_cfg<T, 16>::dkdv_smem(), out[2] = att_cfg<T, 16>::dq_smem(); break;
-    case 32: out[0] = att_cfg<T, 32>::fwd_smem(), out[1] = att_cfg<T, 32>::dkdv_smem(), out[2] = att_cfg<T, 32>::dq_smem(); break;
-    case 64: out[0] = att_cfg<T, 64>::fwd_smem(), out[1] = att_cfg<T, 64>::dkdv_smem(), out[2] = att_cfg<T, 64>::dq_smem(); break;
-    default: out[0] = att_cfg<T, 128>::fwd_smem(), out[1] = att_cfg<T, 128>::dkdv_smem(), out[2] = att_cfg<T, 128>::dq_smem(); break;
+    case 16:
+        out[0] = att_cfg<T, 16>::fwd_smem(), out[1] = att_cfg<T, 16>::dkdv_smem(), out[2] = att_cfg<T, 16>::dq_smem();
+        break;
+    case 32:
+        out[0] = att_cfg<T, 32>::fwd_smem(), out[1] = att_cfg<T, 32>::dkdv_smem(), out[2] = att_cfg<T, 32>::dq_smem();
+        break;
+    case 64:
+        out[0] = att_cfg<T, 64>::fwd_smem(), out[1] = att_cfg<T, 64>::dkdv_smem(), out[2] = att_cfg<T, 64>::dq_smem();
+        break;
+    default:
+        out[0] = att_cfg<T, 128>::fwd_smem(), out[1] = att_cfg<T, 128>::dkdv_smem(),
+        out[2] = att_cfg<T, 128>::dq_smem();
+        break;
     }
 }
 
-extern "C" void cuda_attention_smem(int prec, int hs, size_t out[3]) {
-    if (prec == SKIFF_CUDA_FP32) smem_of<float>(hs, out);
-    else if (prec == SKIFF_CUDA_BF16) smem_of<bf16>(hs, out);
-    else smem_of<fp16>(hs, out);
+extern "C" void cuda_attention_smem(int prec, int hs, size_t out[3])
+{
+    if (prec == SKIFF_CUDA_FP32)
+        smem_of<float>(hs, out);
+    else if (prec == SKIFF_CUDA_BF16)
+        smem_of<bf16>(hs, out);
+    else
+        smem_of<fp16>(hs, out);
 }
 
-#define INSTANTIATE(T)                                                                        \
-    template int k_attention_forward<T>(T *, float *, const T *, int, int, int, int,           \
-                                        cudaStream_t, skiff_err *);                           \
-    template int k_attention_backward<T>(T *, float *, const T *, const T *, const T *,        \
-                                         const float *, int, int, int, int, cudaStream_t,      \
-                                         skiff_err *);
+#define INSTANTIATE(T)                                                                                                 \
+    template int k_attention_forward<T>(T *, float *, const T *, int, int, int, int, cudaStream_t, skiff_err *);       \
+    template int k_attention_backward<T>(T *, float *, const T *, const T *, const T *, const float *, int, int, int,  \
+                                         int, cudaStream_t, skiff_err *);
 INSTANTIATE(float)
 INSTANTIATE(bf16)
 INSTANTIATE(fp16)

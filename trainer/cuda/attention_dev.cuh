@@ -37,13 +37,13 @@
 // Both need D = rowsum(dO * O) first (attention_rowdot_kernel).
 #include "mma_dev.cuh"
 
-#define ATT_ROWS 64  // rows of a block's tile: 4 warps x 16
+#define ATT_ROWS 64 // rows of a block's tile: 4 warps x 16
 #define ATT_WARPS 4
 
 template <typename T, int HS> struct att_cfg {
-    static constexpr int LD = HS + mma_ops<T>::PAD;  // shared row stride, elements
+    static constexpr int LD = HS + mma_ops<T>::PAD; // shared row stride, elements
     static constexpr int KS = mma_ops<T>::KS;
-    static constexpr int NO = HS / 8;                // accumulator tiles across the head
+    static constexpr int NO = HS / 8; // accumulator tiles across the head
     // Width of the inner tile the backward kernels loop over: 64, or 32 for
     // HS = 128 so the accumulators fit in registers without spilling.
     static constexpr int W = HS > 64 ? 32 : 64;
@@ -61,8 +61,8 @@ template <typename T, int HS> struct att_cfg {
 // Queues cp.async copies of rows [t0, t0+rows) of one head (HS elements, row
 // stride `stride`) into dst (row stride ld); rows past Tn become zeros.
 template <typename T, int HS>
-__device__ __forceinline__ void att_load_rows(T *dst, int ld, const T *src, size_t stride, int t0, int rows,
-                                              int Tn) {
+__device__ __forceinline__ void att_load_rows(T *dst, int ld, const T *src, size_t stride, int t0, int rows, int Tn)
+{
     constexpr int VEC = 16 / sizeof(T), PER = HS / VEC;
     for (int i = threadIdx.x; i < rows * PER; i += blockDim.x) {
         int r = i / PER, c = (i % PER) * VEC;
@@ -75,12 +75,14 @@ __device__ __forceinline__ void att_load_rows(T *dst, int ld, const T *src, size
 // row g and rs[1] for row g+8) to global rows [r0, r0+16) through the warp's
 // own 16 rows of shared memory `stage`, 16 bytes per store.
 template <typename T, int HS>
-__device__ __forceinline__ void att_store_rows(T *dst, size_t stride, int r0, int Tn, T *stage,
-                                               const float (*acc)[4], const float rs[2]) {
+__device__ __forceinline__ void att_store_rows(T *dst, size_t stride, int r0, int Tn, T *stage, const float (*acc)[4],
+                                               const float rs[2])
+{
     constexpr int LD = att_cfg<T, HS>::LD, NO = HS / 8, VEC = 16 / sizeof(T), PER = HS / VEC;
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     for (int j = 0; j < NO; j++)
-        for (int i = 0; i < 4; i++) stage[(g + (i >> 1) * 8) * LD + 8 * j + 2 * t + (i & 1)] = from_f<T>(acc[j][i] * rs[i >> 1]);
+        for (int i = 0; i < 4; i++)
+            stage[(g + (i >> 1) * 8) * LD + 8 * j + 2 * t + (i & 1)] = from_f<T>(acc[j][i] * rs[i >> 1]);
     __syncwarp();
     for (int i = lane; i < 16 * PER; i += 32) {
         int r = i / PER, c = (i % PER) * VEC;
@@ -91,11 +93,13 @@ __device__ __forceinline__ void att_store_rows(T *dst, size_t stride, int r0, in
 }
 
 // Quad (4 lanes sharing g) reductions.
-__device__ __forceinline__ float quad_max(float v) {
+__device__ __forceinline__ float quad_max(float v)
+{
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
     return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
-__device__ __forceinline__ float quad_sum(float v) {
+__device__ __forceinline__ float quad_sum(float v)
+{
     v += __shfl_xor_sync(0xffffffffu, v, 1);
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
@@ -103,7 +107,8 @@ __device__ __forceinline__ float quad_sum(float v) {
 // acc (16 rows x 8*NT) = A rows [ar, ar+16) of `as` times B^T where B rows
 // [0, 8*NT) of `bs` are the n dimension, k over HS (S = Q K^T and friends).
 template <typename T, int HS, int NT>
-__device__ __forceinline__ void att_mma_nt(float (*acc)[4], const T *as, int ar, const T *bs) {
+__device__ __forceinline__ void att_mma_nt(float (*acc)[4], const T *as, int ar, const T *bs)
+{
     using M = mma_ops<T>;
     constexpr int LD = att_cfg<T, HS>::LD;
     for (int j = 0; j < NT; j++)
@@ -123,9 +128,10 @@ __device__ __forceinline__ void att_mma_nt(float (*acc)[4], const T *as, int ar,
 // acc (16 x HS) += P (16 x 8*NT, in accumulator registers) times rows
 // [0, 8*NT) of `bs` (k) across HS columns (n): O += P V, dQ += dS K, ...
 template <typename T, int HS, int NT>
-__device__ __forceinline__ void att_mma_pn(float (*acc)[4], const float (*p)[4], const T *bs) {
+__device__ __forceinline__ void att_mma_pn(float (*acc)[4], const float (*p)[4], const T *bs)
+{
     using M = mma_ops<T>;
-    constexpr int LD = att_cfg<T, HS>::LD, TPK = M::KS / 8;  // accumulator tiles per k step
+    constexpr int LD = att_cfg<T, HS>::LD, TPK = M::KS / 8; // accumulator tiles per k step
     for (int kk = 0; kk < 8 * NT; kk += M::KS) {
         uint32_t a[4];
         M::a_from_c(a, p[kk / 8], p[kk / 8 + TPK - 1]);
@@ -140,15 +146,16 @@ __device__ __forceinline__ void att_mma_pn(float (*acc)[4], const float (*p)[4],
 
 template <typename T, int HS>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-    attention_forward_kernel(T *out, float *lse, const T *qkv, int Tn, int C, int NH, float scale) {
+    attention_forward_kernel(T *out, float *lse, const T *qkv, int Tn, int C, int NH, float scale)
+{
     typedef att_cfg<T, HS> cfg;
     constexpr int LD = cfg::LD, NO = cfg::NO;
     DYN_SMEM(smem);
     T *Qs = reinterpret_cast<T *>(smem);
-    T *Ks = Qs + ATT_ROWS * LD;      // [2][64][LD]
-    T *Vs = Ks + 2 * ATT_ROWS * LD;  // [2][64][LD]
+    T *Ks = Qs + ATT_ROWS * LD;     // [2][64][LD]
+    T *Vs = Ks + 2 * ATT_ROWS * LD; // [2][64][LD]
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int qt = gridDim.x - 1 - blockIdx.x;  // longest rows first
+    int qt = gridDim.x - 1 - blockIdx.x; // longest rows first
     int h = blockIdx.y, b = blockIdx.z, q0 = qt * ATT_ROWS;
     size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * Tn * stride + h * HS;
@@ -165,7 +172,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
     for (int kt = 0; kt <= qt; kt++) {
         int cur = kt & 1, k0 = kt * ATT_ROWS;
-        if (kt < qt) {  // the buffer being filled was last read before the barrier ending kt-1
+        if (kt < qt) { // the buffer being filled was last read before the barrier ending kt-1
             att_load_rows<T, HS>(Ks + (cur ^ 1) * ATT_ROWS * LD, LD, base + C, stride, k0 + ATT_ROWS, ATT_ROWS, Tn);
             att_load_rows<T, HS>(Vs + (cur ^ 1) * ATT_ROWS * LD, LD, base + 2 * C, stride, k0 + ATT_ROWS, ATT_ROWS, Tn);
             cp_async_commit();
@@ -189,7 +196,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             }
         float alpha[2];
         for (int r = 0; r < 2; r++) {
-            float mn = fmaxf(m[r], quad_max(mx[r]));  // finite: key k0 <= row is never masked
+            float mn = fmaxf(m[r], quad_max(mx[r])); // finite: key k0 <= row is never masked
             alpha[r] = __expf(m[r] - mn);
             m[r] = mn;
             l[r] *= alpha[r];
@@ -198,12 +205,12 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             for (int i = 0; i < 4; i++) {
                 float p = __expf(s[j][i] - m[i >> 1]);
                 s[j][i] = p;
-                l[i >> 1] += p;  // per-thread part; the quad's parts are added at the end
+                l[i >> 1] += p; // per-thread part; the quad's parts are added at the end
             }
         for (int j = 0; j < NO; j++)
             for (int i = 0; i < 4; i++) o[j][i] *= alpha[i >> 1];
         att_mma_pn<T, HS, 8>(o, s, Vc);
-        __syncthreads();  // K/V buffer `cur` is free for the prefetch of kt+2
+        __syncthreads(); // K/V buffer `cur` is free for the prefetch of kt+2
     }
     float inv[2];
     for (int r = 0; r < 2; r++) {
@@ -218,8 +225,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 // D[b,h,t] = sum_d dO * O: a group of HS/VEC lanes per (row, head), 16-byte loads.
 template <typename T, int HS>
-__global__ void attention_rowdot_kernel(float *D, const T *dout, const T *out, int B, int Tn, int C, int NH) {
-    constexpr int VEC = 16 / sizeof(T), G = HS / VEC;  // lanes per (row, head), a power of 2 <= 32
+__global__ void attention_rowdot_kernel(float *D, const T *dout, const T *out, int B, int Tn, int C, int NH)
+{
+    constexpr int VEC = 16 / sizeof(T), G = HS / VEC; // lanes per (row, head), a power of 2 <= 32
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t w = i / G;
     int sub = (int)(i % G);
@@ -247,19 +255,20 @@ __global__ void attention_rowdot_kernel(float *D, const T *dout, const T *out, i
 // dV += P^T dO and dK += dS^T Q.
 template <typename T, int HS>
 __global__ void __launch_bounds__(ATT_WARPS * 32, att_cfg<T, HS>::DKDV_MIN_BLOCKS)
-    attention_dkdv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *D, int Tn, int C,
-                          int NH, float scale) {
+    attention_dkdv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *D, int Tn, int C, int NH,
+                          float scale)
+{
     typedef att_cfg<T, HS> cfg;
     constexpr int LD = cfg::LD, NO = cfg::NO, W = cfg::W, NT = W / 8;
     DYN_SMEM(smem);
     T *Ks = reinterpret_cast<T *>(smem);
     T *Vs = Ks + ATT_ROWS * LD;
-    T *Qs = Vs + ATT_ROWS * LD;  // [2][W][LD]
-    T *dOs = Qs + 2 * W * LD;    // [2][W][LD]
-    float *Ls = reinterpret_cast<float *>(dOs + 2 * W * LD);  // [2][W] lse
-    float *Ds = Ls + 2 * W;                                   // [2][W] D
+    T *Qs = Vs + ATT_ROWS * LD;                              // [2][W][LD]
+    T *dOs = Qs + 2 * W * LD;                                // [2][W][LD]
+    float *Ls = reinterpret_cast<float *>(dOs + 2 * W * LD); // [2][W] lse
+    float *Ds = Ls + 2 * W;                                  // [2][W] D
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;  // small kt = most work: first
+    int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z; // small kt = most work: first
     int k0 = kt * ATT_ROWS, nq = (Tn + W - 1) / W, qfirst = k0 / W;
     size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * Tn * stride + h * HS;
@@ -296,8 +305,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, att_cfg<T, HS>::DKDV_MIN_BLOCK
         __syncthreads();
         const T *Qc = Qs + cur * W * LD, *dOc = dOs + cur * W * LD;
         const float *Lc = Ls + cur * W, *Dc = Ds + cur * W;
-        att_mma_nt<T, HS, NT>(p, Ks, warp * 16, Qc);    // S^T
-        att_mma_nt<T, HS, NT>(ds, Vs, warp * 16, dOc);  // dP^T
+        att_mma_nt<T, HS, NT>(p, Ks, warp * 16, Qc);   // S^T
+        att_mma_nt<T, HS, NT>(ds, Vs, warp * 16, dOc); // dP^T
         bool mask = q0 < k0 + ATT_ROWS || q0 + W > Tn;
         for (int j = 0; j < NT; j++)
             for (int i = 0; i < 4; i++) {
@@ -308,8 +317,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, att_cfg<T, HS>::DKDV_MIN_BLOCK
                 // d(loss)/d(q.k) with the softmax scale folded in
                 ds[j][i] = pv * (ds[j][i] - Dc[qc]) * scale;
             }
-        att_mma_pn<T, HS, NT>(dv, p, dOc);  // dV += P^T dO
-        att_mma_pn<T, HS, NT>(dk, ds, Qc);  // dK += dS^T Q
+        att_mma_pn<T, HS, NT>(dv, p, dOc); // dV += P^T dO
+        att_mma_pn<T, HS, NT>(dk, ds, Qc); // dK += dS^T Q
         __syncthreads();
     }
     // Each warp read only its own 16 rows of Ks and Vs: stage there.
@@ -323,17 +332,18 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, att_cfg<T, HS>::DKDV_MIN_BLOCK
 // diagonal, recomputing P and dS; dQ += dS K stays in registers.
 template <typename T, int HS>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-    attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *D, int Tn, int C,
-                        int NH, float scale) {
+    attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *D, int Tn, int C, int NH,
+                        float scale)
+{
     typedef att_cfg<T, HS> cfg;
     constexpr int LD = cfg::LD, NO = cfg::NO, W = cfg::W, NT = W / 8;
     DYN_SMEM(smem);
     T *Qs = reinterpret_cast<T *>(smem);
     T *dOs = Qs + ATT_ROWS * LD;
-    T *Ks = dOs + ATT_ROWS * LD;  // [2][W][LD]
-    T *Vs = Ks + 2 * W * LD;      // [2][W][LD]
+    T *Ks = dOs + ATT_ROWS * LD; // [2][W][LD]
+    T *Vs = Ks + 2 * W * LD;     // [2][W][LD]
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int qt = gridDim.x - 1 - blockIdx.x;  // longest rows first
+    int qt = gridDim.x - 1 - blockIdx.x; // longest rows first
     int h = blockIdx.y, b = blockIdx.z, q0 = qt * ATT_ROWS;
     int nk = (q0 + ATT_ROWS < Tn ? q0 + ATT_ROWS : Tn);
     nk = (nk + W - 1) / W;
@@ -369,8 +379,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         }
         __syncthreads();
         const T *Kc = Ks + cur * W * LD, *Vc = Vs + cur * W * LD;
-        att_mma_nt<T, HS, NT>(p, Qs, warp * 16, Kc);    // S
-        att_mma_nt<T, HS, NT>(ds, dOs, warp * 16, Vc);  // dP
+        att_mma_nt<T, HS, NT>(p, Qs, warp * 16, Kc);   // S
+        att_mma_nt<T, HS, NT>(ds, dOs, warp * 16, Vc); // dP
         bool mask = k0 + W > q0 || k0 + W > Tn;
         for (int j = 0; j < NT; j++)
             for (int i = 0; i < 4; i++) {
@@ -379,12 +389,12 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                 if (mask && (k > row[r] || k >= Tn)) pv = 0.0f;
                 ds[j][i] = pv * (ds[j][i] - Dr[r]) * scale;
             }
-        att_mma_pn<T, HS, NT>(dq, ds, Kc);  // dQ += dS K
+        att_mma_pn<T, HS, NT>(dq, ds, Kc); // dQ += dS K
         __syncthreads();
     }
     float one[2] = {1.0f, 1.0f};
-    att_store_rows<T, HS>(dqkv + (size_t)b * Tn * stride + h * HS, stride, q0 + warp * 16, Tn, Qs + warp * 16 * LD,
-                          dq, one);
+    att_store_rows<T, HS>(dqkv + (size_t)b * Tn * stride + h * HS, stride, q0 + warp * 16, Tn, Qs + warp * 16 * LD, dq,
+                          one);
 }
 
 #endif

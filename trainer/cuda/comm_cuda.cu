@@ -6,13 +6,12 @@
 
 #include "comm_cuda.cuh"
 
-#define NCCL_CHECK(call)                                                                    \
-    do {                                                                                    \
-        ncclResult_t r_ = (call);                                                           \
-        if (r_ != ncclSuccess)                                                              \
-            return skiff_error(err, 0, "%s:%d: %s: %s%s%s", __FILE__, __LINE__, #call,       \
-                               ncclGetErrorString(r_), ncclGetLastError(NULL)[0] ? ": " : "", \
-                               ncclGetLastError(NULL));                                     \
+#define NCCL_CHECK(call)                                                                                               \
+    do {                                                                                                               \
+        ncclResult_t r_ = (call);                                                                                      \
+        if (r_ != ncclSuccess)                                                                                         \
+            return skiff_error(err, 0, "%s:%d: %s: %s%s%s", __FILE__, __LINE__, #call, ncclGetErrorString(r_),         \
+                               ncclGetLastError(NULL)[0] ? ": " : "", ncclGetLastError(NULL));                         \
     } while (0)
 
 static size_t bytes_of(enum tr_dtype t) { return tr_dtype_size(t); }
@@ -20,15 +19,17 @@ static size_t bytes_of(enum tr_dtype t) { return tr_dtype_size(t); }
 // First member of every backend's impl, so cuda_comm_sync works on any of them.
 struct dev_base {
     cudaStream_t compute;
-    cudaEvent_t sync_ev;  // recorded by cuda_comm_sync, polled with the timeout
+    cudaEvent_t sync_ev; // recorded by cuda_comm_sync, polled with the timeout
 };
 
-static int base_init(struct dev_base *b, cudaStream_t compute, skiff_err *err) {
+static int base_init(struct dev_base *b, cudaStream_t compute, skiff_err *err)
+{
     b->compute = compute;
     CUDA_CHECK(cudaEventCreateWithFlags(&b->sync_ev, cudaEventDisableTiming));
     return 0;
 }
-static void base_fini(struct dev_base *b) {
+static void base_fini(struct dev_base *b)
+{
     if (b->sync_ev) cudaEventDestroy(b->sync_ev);
 }
 
@@ -38,13 +39,13 @@ static void base_fini(struct dev_base *b) {
 // record), and each in-flight request owns one `done` event until its wait.
 // Requests come from a free list, so a step creates and destroys nothing.
 struct tr_comm_req {
-    cudaEvent_t done;  // NCCL: recorded on the side stream after the collective
+    cudaEvent_t done; // NCCL: recorded on the side stream after the collective
     struct tr_comm_req *next_free;
     struct tr_comm_req *next_all;
     // host-staged
-    struct tr_comm_req *host_req;  // the TCP request
+    struct tr_comm_req *host_req; // the TCP request
     int nseg;
-    void *dev[16];                 // device buffers and their offsets in pinned
+    void *dev[16]; // device buffers and their offsets in pinned
     size_t seg_bytes[16], seg_off[16];
     char *pinned;
     size_t bytes;
@@ -59,11 +60,13 @@ struct nccl_impl {
     struct tr_comm_req *free_reqs, *all_reqs;
 };
 
-static ncclDataType_t nccl_type(enum tr_dtype t) {
+static ncclDataType_t nccl_type(enum tr_dtype t)
+{
     return t == TR_F32 ? ncclFloat32 : t == TR_BF16 ? ncclBfloat16 : ncclFloat16;
 }
 
-static int req_get(struct nccl_impl *im, struct tr_comm_req **out, skiff_err *err) {
+static int req_get(struct nccl_impl *im, struct tr_comm_req **out, skiff_err *err)
+{
     struct tr_comm_req *r = im->free_reqs;
     if (r) {
         im->free_reqs = r->next_free;
@@ -83,34 +86,38 @@ static int req_get(struct nccl_impl *im, struct tr_comm_req **out, skiff_err *er
     return 0;
 }
 
-static void req_put(struct nccl_impl *im, struct tr_comm_req *r) {
+static void req_put(struct nccl_impl *im, struct tr_comm_req *r)
+{
     r->next_free = im->free_reqs;
     im->free_reqs = r;
 }
 
-static int nccl_alive(const struct tr_comm *c, const struct nccl_impl *im, skiff_err *err) {
+static int nccl_alive(const struct tr_comm *c, const struct nccl_impl *im, skiff_err *err)
+{
     if (!im->comm)
-        return skiff_error(err, 0, "rank %d: the NCCL communicator was aborted after an earlier failure",
-                           c->rank);
+        return skiff_error(err, 0, "rank %d: the NCCL communicator was aborted after an earlier failure", c->rank);
     return 0;
 }
 
 // Orders the side stream after everything queued so far on the compute stream.
-static int handoff(struct nccl_impl *n, skiff_err *err) {
+static int handoff(struct nccl_impl *n, skiff_err *err)
+{
     CUDA_CHECK(cudaEventRecord(n->handoff_ev, n->base.compute));
     CUDA_CHECK(cudaStreamWaitEvent(n->side, n->handoff_ev, 0));
     return 0;
 }
 
 // Orders the compute stream after everything queued so far on the side stream.
-static int handback(struct nccl_impl *n, skiff_err *err) {
+static int handback(struct nccl_impl *n, skiff_err *err)
+{
     CUDA_CHECK(cudaEventRecord(n->back_ev, n->side));
     CUDA_CHECK(cudaStreamWaitEvent(n->base.compute, n->back_ev, 0));
     return 0;
 }
 
 // Queues op on the side stream (the caller did the handoff).
-static int nccl_issue(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
+static int nccl_issue(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
+{
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
     if (op != TR_COMM_ALLREDUCE && n % c->world)
         return skiff_error(err, 0, "sharded collective of %zu elements over %d ranks", n, c->world);
@@ -121,14 +128,13 @@ static int nccl_issue(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dt
         NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, im->comm, im->side));
         c->stats.bytes_sent += 2 * (c->world - 1) * n * bytes_of(t) / c->world;
         break;
-    case TR_COMM_REDUCE_SCATTER:  // in place: rank r keeps shard r
-        NCCL_CHECK(ncclReduceScatter(buf, b + c->rank * shard * bytes_of(t), shard, nccl_type(t),
-                                     ncclSum, im->comm, im->side));
+    case TR_COMM_REDUCE_SCATTER: // in place: rank r keeps shard r
+        NCCL_CHECK(ncclReduceScatter(buf, b + c->rank * shard * bytes_of(t), shard, nccl_type(t), ncclSum, im->comm,
+                                     im->side));
         c->stats.bytes_sent += (c->world - 1) * shard * bytes_of(t);
         break;
-    default:  // 2: all-gather, in place
-        NCCL_CHECK(ncclAllGather(b + c->rank * shard * bytes_of(t), buf, shard, nccl_type(t),
-                                 im->comm, im->side));
+    default: // 2: all-gather, in place
+        NCCL_CHECK(ncclAllGather(b + c->rank * shard * bytes_of(t), buf, shard, nccl_type(t), im->comm, im->side));
         c->stats.bytes_sent += (c->world - 1) * shard * bytes_of(t);
         break;
     }
@@ -136,23 +142,28 @@ static int nccl_issue(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dt
     return 0;
 }
 
-static int nccl_sync_op(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
+static int nccl_sync_op(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
+{
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
     TRY(nccl_alive(c, im, err));
     TRY(handoff(im, err));
     TRY(nccl_issue(c, op, buf, n, t, err));
     return handback(im, err);
 }
-static int nccl_allreduce(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
+static int nccl_allreduce(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
+{
     return nccl_sync_op(c, TR_COMM_ALLREDUCE, buf, n, t, err);
 }
-static int nccl_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
+static int nccl_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
+{
     return nccl_sync_op(c, TR_COMM_REDUCE_SCATTER, buf, n, t, err);
 }
-static int nccl_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
+static int nccl_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
+{
     return nccl_sync_op(c, 2, buf, n, t, err);
 }
-static int nccl_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err) {
+static int nccl_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err)
+{
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
     TRY(nccl_alive(c, im, err));
     TRY(handoff(im, err));
@@ -160,30 +171,32 @@ static int nccl_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, 
     c->stats.ops++;
     return handback(im, err);
 }
-static int nccl_barrier(struct tr_comm *c, skiff_err *err) {
+static int nccl_barrier(struct tr_comm *c, skiff_err *err)
+{
     // A one-float all-reduce through the stream, then a polled host wait:
     // every rank has reached this point when it returns.
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
     float *d;
     CUDA_CHECK(cudaMallocAsync((void **)&d, sizeof(float), im->base.compute));
     cudaError_t e = cudaMemsetAsync(d, 0, sizeof(float), im->base.compute);
-    int rc = e == cudaSuccess ? nccl_allreduce(c, d, 1, TR_F32, err)
-                              : skiff_error(err, 0, "%s:%d: cudaMemsetAsync: %s", __FILE__, __LINE__,
-                                            cudaGetErrorString(e));
+    int rc = e == cudaSuccess
+                 ? nccl_allreduce(c, d, 1, TR_F32, err)
+                 : skiff_error(err, 0, "%s:%d: cudaMemsetAsync: %s", __FILE__, __LINE__, cudaGetErrorString(e));
     cudaFreeAsync(d, im->base.compute);
     if (rc < 0) return rc;
     return cuda_comm_sync(c, err);
 }
 
-static int nccl_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count,
-                            enum tr_dtype t, struct tr_comm_req **req, skiff_err *err) {
+static int nccl_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count, enum tr_dtype t,
+                            struct tr_comm_req **req, skiff_err *err)
+{
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
     TRY(nccl_alive(c, im, err));
     TRY(handoff(im, err));
     NCCL_CHECK(ncclGroupStart());
     int rc = 0;
     for (int i = 0; i < count && rc == 0; i++) rc = nccl_issue(c, op, bufs[i], ns[i], t, err);
-    ncclResult_t ge = ncclGroupEnd();  // closes the group on failure too
+    ncclResult_t ge = ncclGroupEnd(); // closes the group on failure too
     if (rc < 0) return rc;
     if (ge != ncclSuccess)
         return skiff_error(err, 0, "%s:%d: ncclGroupEnd: %s", __FILE__, __LINE__, ncclGetErrorString(ge));
@@ -197,18 +210,21 @@ static int nccl_start_group(struct tr_comm *c, int op, void *const *bufs, const 
     *req = r;
     return 0;
 }
-static int nccl_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
-                      struct tr_comm_req **req, skiff_err *err) {
+static int nccl_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, struct tr_comm_req **req,
+                      skiff_err *err)
+{
     return nccl_start_group(c, op, &buf, &n, 1, t, req, err);
 }
-static int nccl_wait(struct tr_comm *c, struct tr_comm_req *r, skiff_err *err) {
+static int nccl_wait(struct tr_comm *c, struct tr_comm_req *r, skiff_err *err)
+{
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
     cudaError_t e = cudaStreamWaitEvent(im->base.compute, r->done, 0);
     req_put(im, r);
     CUDA_CHECK(e);
     return 0;
 }
-static void nccl_destroy(struct tr_comm *c) {
+static void nccl_destroy(struct tr_comm *c)
+{
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
     if (im) {
         if (im->comm) ncclCommDestroy(im->comm);
@@ -227,13 +243,13 @@ static void nccl_destroy(struct tr_comm *c) {
 }
 
 static const struct tr_comm_ops nccl_ops = {
-    "nccl", nccl_allreduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
-    nccl_barrier, nccl_start, nccl_wait, nccl_destroy, nccl_start_group,
+    "nccl",       nccl_allreduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
+    nccl_barrier, nccl_start,     nccl_wait,           nccl_destroy,    nccl_start_group,
 };
 
-int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local_rank,
-                          int timeout_ms, cudaStream_t compute, struct tr_comm **out,
-                          skiff_err *err) {
+int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local_rank, int timeout_ms,
+                          cudaStream_t compute, struct tr_comm **out, skiff_err *err)
+{
     ncclUniqueId id;
     if (rank == 0) {
         NCCL_CHECK(ncclGetUniqueId(&id));
@@ -246,8 +262,7 @@ int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local
             return skiff_err_wrap(err, "waiting for rank 0's NCCL id");
         if (len != sizeof(id)) {
             free(v);
-            return skiff_error(err, EPROTO, "NCCL id from the store has %zu bytes, expected %zu", len,
-                               sizeof(id));
+            return skiff_error(err, EPROTO, "NCCL id from the store has %zu bytes, expected %zu", len, sizeof(id));
         }
         memcpy(&id, v, sizeof(id));
         free(v);
@@ -291,7 +306,7 @@ int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local
 struct staged_impl {
     struct dev_base base;
     struct tr_comm *host;
-    char *pinned;  // grow-only staging buffer for synchronous calls
+    char *pinned; // grow-only staging buffer for synchronous calls
     size_t cap;
     // Async requests take their staging from a pinned arena (page-locking
     // per request costs ~ms): bump allocation, reset when none is in flight,
@@ -301,7 +316,8 @@ struct staged_impl {
     int outstanding;
 };
 
-static int staged_buf(struct staged_impl *s, size_t bytes, skiff_err *err) {
+static int staged_buf(struct staged_impl *s, size_t bytes, skiff_err *err)
+{
     if (bytes <= s->cap) return 0;
     if (s->pinned) cudaFreeHost(s->pinned);
     s->pinned = NULL;
@@ -318,8 +334,8 @@ static int staged_drain(struct tr_comm *c, skiff_err *err) { return cuda_comm_sy
 
 // D2H, host op, H2D; `op` 0 all-reduce, 1 reduce-scatter, 2 all-gather.
 // Reductions are fp32 (like the ring); the all-gather moves any type.
-static int staged_sync_op(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
-                          skiff_err *err) {
+static int staged_sync_op(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
+{
     struct staged_impl *s = (struct staged_impl *)c->impl;
     size_t bytes = n * bytes_of(t);
     TRY(staged_buf(s, bytes, err));
@@ -333,19 +349,23 @@ static int staged_sync_op(struct tr_comm *c, int op, void *buf, size_t n, enum t
     c->stats.ops++;
     if (rc < 0) return rc;
     CUDA_CHECK(cudaMemcpyAsync(buf, s->pinned, bytes, cudaMemcpyHostToDevice, s->base.compute));
-    return staged_drain(c, err);  // the pinned buffer is reused by the next call
+    return staged_drain(c, err); // the pinned buffer is reused by the next call
 }
 
-static int staged_allreduce(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
+static int staged_allreduce(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
+{
     return staged_sync_op(c, 0, buf, n, t, err);
 }
-static int staged_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
+static int staged_reduce_scatter(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
+{
     return staged_sync_op(c, 1, buf, n, t, err);
 }
-static int staged_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err) {
+static int staged_all_gather(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err)
+{
     return staged_sync_op(c, 2, buf, n, t, err);
 }
-static int staged_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err) {
+static int staged_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err)
+{
     struct staged_impl *s = (struct staged_impl *)c->impl;
     TRY(staged_buf(s, bytes, err));
     CUDA_CHECK(cudaMemcpyAsync(s->pinned, buf, bytes, cudaMemcpyDeviceToHost, s->base.compute));
@@ -356,18 +376,20 @@ static int staged_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root
     c->stats.ops++;
     return 0;
 }
-static int staged_barrier(struct tr_comm *c, skiff_err *err) {
+static int staged_barrier(struct tr_comm *c, skiff_err *err)
+{
     struct staged_impl *s = (struct staged_impl *)c->impl;
     TRY(staged_drain(c, err));
     return tr_barrier(s->host, err);
 }
 
-static void staged_release(struct staged_impl *s, struct tr_comm_req *r) {
+static void staged_release(struct staged_impl *s, struct tr_comm_req *r)
+{
     if (r->own_pinned) cudaFreeHost(r->pinned);
     free(r);
     if (--s->outstanding > 0) return;
     s->arena_used = 0;
-    if (s->high > s->arena_cap) {  // nothing in flight: grow for the next step
+    if (s->high > s->arena_cap) { // nothing in flight: grow for the next step
         if (s->arena) cudaFreeHost(s->arena);
         s->arena = NULL;
         s->arena_cap = 0;
@@ -381,7 +403,8 @@ static void staged_release(struct staged_impl *s, struct tr_comm_req *r) {
 // caller queues more GPU work, and wait copies the result back. A group is
 // staged back to back and reduced as one buffer.
 static int staged_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count,
-                              enum tr_dtype t, struct tr_comm_req **req, skiff_err *err) {
+                              enum tr_dtype t, struct tr_comm_req **req, skiff_err *err)
+{
     struct staged_impl *s = (struct staged_impl *)c->impl;
     if (t != TR_F32) return skiff_error(err, 0, "host-staged reductions carry fp32 only");
     if (count > 16) return skiff_error(err, 0, "host-staged group of %d buffers (at most 16)", count);
@@ -412,8 +435,8 @@ static int staged_start_group(struct tr_comm *c, int op, void *const *bufs, cons
         e = cudaMemcpyAsync(r->pinned + r->seg_off[i], bufs[i], r->seg_bytes[i], cudaMemcpyDeviceToHost,
                             s->base.compute);
     int rc = e == cudaSuccess ? staged_drain(c, err)
-                              : skiff_error(err, 0, "%s:%d: staging %zu bytes: %s", __FILE__, __LINE__,
-                                            r->bytes, cudaGetErrorString(e));
+                              : skiff_error(err, 0, "%s:%d: staging %zu bytes: %s", __FILE__, __LINE__, r->bytes,
+                                            cudaGetErrorString(e));
     if (rc == 0) rc = tr_comm_start(s->host, op, r->pinned, n, t, &r->host_req, err);
     if (rc < 0) {
         staged_release(s, r);
@@ -422,12 +445,14 @@ static int staged_start_group(struct tr_comm *c, int op, void *const *bufs, cons
     *req = r;
     return 0;
 }
-static int staged_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t,
-                        struct tr_comm_req **req, skiff_err *err) {
+static int staged_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, struct tr_comm_req **req,
+                        skiff_err *err)
+{
     return staged_start_group(c, op, &buf, &n, 1, t, req, err);
 }
 
-static int staged_wait(struct tr_comm *c, struct tr_comm_req *r, skiff_err *err) {
+static int staged_wait(struct tr_comm *c, struct tr_comm_req *r, skiff_err *err)
+{
     struct staged_impl *s = (struct staged_impl *)c->impl;
     double t0 = skiff_now_ms();
     int rc = tr_comm_wait(s->host, r->host_req, err);
@@ -439,11 +464,12 @@ static int staged_wait(struct tr_comm *c, struct tr_comm_req *r, skiff_err *err)
                             s->base.compute);
     if (rc == 0 && e != cudaSuccess)
         rc = skiff_error(err, 0, "%s:%d: unstaging: %s", __FILE__, __LINE__, cudaGetErrorString(e));
-    if (rc == 0) rc = staged_drain(c, err);  // the staging memory is reused after this
+    if (rc == 0) rc = staged_drain(c, err); // the staging memory is reused after this
     staged_release(s, r);
     return rc;
 }
-static void staged_destroy(struct tr_comm *c) {
+static void staged_destroy(struct tr_comm *c)
+{
     struct staged_impl *s = (struct staged_impl *)c->impl;
     if (s) {
         tr_comm_destroy(s->host);
@@ -456,12 +482,12 @@ static void staged_destroy(struct tr_comm *c) {
 }
 
 static const struct tr_comm_ops staged_ops = {
-    "host-staged", staged_allreduce, staged_reduce_scatter, staged_all_gather, staged_broadcast,
-    staged_barrier, staged_start, staged_wait, staged_destroy, staged_start_group,
+    "host-staged",  staged_allreduce, staged_reduce_scatter, staged_all_gather, staged_broadcast,
+    staged_barrier, staged_start,     staged_wait,           staged_destroy,    staged_start_group,
 };
 
-int cuda_comm_staged_create(struct tr_comm *host, cudaStream_t compute, struct tr_comm **out,
-                            skiff_err *err) {
+int cuda_comm_staged_create(struct tr_comm *host, cudaStream_t compute, struct tr_comm **out, skiff_err *err)
+{
     struct tr_comm *c = (struct tr_comm *)calloc(1, sizeof(*c));
     struct staged_impl *s = (struct staged_impl *)calloc(1, sizeof(*s));
     if (!c || !s) {
@@ -488,18 +514,20 @@ int cuda_comm_staged_create(struct tr_comm *host, cudaStream_t compute, struct t
 static int single_op(struct tr_comm *, void *, size_t, enum tr_dtype, skiff_err *) { return 0; }
 static int single_bcast(struct tr_comm *, void *, size_t, int, skiff_err *) { return 0; }
 static int single_barrier(struct tr_comm *, skiff_err *) { return 0; }
-static int single_start(struct tr_comm *, int, void *, size_t, enum tr_dtype, struct tr_comm_req **req,
-                        skiff_err *) {
+static int single_start(struct tr_comm *, int, void *, size_t, enum tr_dtype, struct tr_comm_req **req, skiff_err *)
+{
     *req = NULL;
     return 0;
 }
 static int single_start_group(struct tr_comm *, int, void *const *, const size_t *, int, enum tr_dtype,
-                              struct tr_comm_req **req, skiff_err *) {
+                              struct tr_comm_req **req, skiff_err *)
+{
     *req = NULL;
     return 0;
 }
 static int single_wait(struct tr_comm *, struct tr_comm_req *, skiff_err *) { return 0; }
-static void single_destroy(struct tr_comm *c) {
+static void single_destroy(struct tr_comm *c)
+{
     struct dev_base *b = (struct dev_base *)c->impl;
     if (b) {
         base_fini(b);
@@ -509,11 +537,12 @@ static void single_destroy(struct tr_comm *c) {
 }
 
 static const struct tr_comm_ops single_ops = {
-    "single", single_op, single_op, single_op, single_bcast,
+    "single",       single_op,    single_op,   single_op,      single_bcast,
     single_barrier, single_start, single_wait, single_destroy, single_start_group,
 };
 
-int cuda_comm_single_create(cudaStream_t compute, int timeout_ms, struct tr_comm **out, skiff_err *err) {
+int cuda_comm_single_create(cudaStream_t compute, int timeout_ms, struct tr_comm **out, skiff_err *err)
+{
     struct tr_comm *c = (struct tr_comm *)calloc(1, sizeof(*c));
     struct dev_base *b = (struct dev_base *)calloc(1, sizeof(*b));
     if (!c || !b) {
@@ -537,24 +566,26 @@ int cuda_comm_single_create(cudaStream_t compute, int timeout_ms, struct tr_comm
 // ---------------------------------------------------------------- waiting
 // Between polls: an asynchronous NCCL error (a peer's connection broke)
 // fails the wait at once.
-static int nccl_health(void *ctx, skiff_err *err) {
+static int nccl_health(void *ctx, skiff_err *err)
+{
     struct tr_comm *c = (struct tr_comm *)ctx;
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
     if (!im->comm) return 0;
     ncclResult_t a = ncclSuccess;
     ncclCommGetAsyncError(im->comm, &a);
     if (a == ncclSuccess || a == ncclInProgress) return 0;
-    ncclCommAbort(im->comm);  // so the stuck kernels return
+    ncclCommAbort(im->comm); // so the stuck kernels return
     im->comm = NULL;
     return skiff_error(err, 0, "rank %d: NCCL failed: %s; communicator aborted", c->rank, ncclGetErrorString(a));
 }
 
-int cuda_comm_wait_event(struct tr_comm *c, cudaEvent_t e, const char *what, skiff_err *err) {
+int cuda_comm_wait_event(struct tr_comm *c, cudaEvent_t e, const char *what, skiff_err *err)
+{
     int nccl = c->ops == &nccl_ops;
     if (cuda_poll_event(e, c->timeout_ms, nccl ? nccl_health : NULL, c, what, err) == 0) return 0;
     if (nccl && err->code == ETIMEDOUT) {
         struct nccl_impl *im = (struct nccl_impl *)c->impl;
-        if (im->comm) ncclCommAbort(im->comm);  // the process exits after this; the kernels must return
+        if (im->comm) ncclCommAbort(im->comm); // the process exits after this; the kernels must return
         im->comm = NULL;
         skiff_error(err, 0,
                     "rank %d: %s: GPU work with NCCL collectives did not finish within %.1f s (a peer "
@@ -565,7 +596,8 @@ int cuda_comm_wait_event(struct tr_comm *c, cudaEvent_t e, const char *what, ski
     return -1;
 }
 
-int cuda_comm_sync(struct tr_comm *c, skiff_err *err) {
+int cuda_comm_sync(struct tr_comm *c, skiff_err *err)
+{
     struct dev_base *b = (struct dev_base *)c->impl;
     CUDA_CHECK(cudaEventRecord(b->sync_ev, b->compute));
     return cuda_comm_wait_event(c, b->sync_ev, "waiting for the GPU", err);

@@ -25,14 +25,11 @@ extern "C" {
 #include "store.h"
 }
 
-int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local_rank,
-                          int timeout_ms, cudaStream_t compute, struct tr_comm **out,
-                          skiff_err *err);
+int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local_rank, int timeout_ms,
+                          cudaStream_t compute, struct tr_comm **out, skiff_err *err);
 // Takes ownership of host (a TCP comm from tr_comm_tcp_create).
-int cuda_comm_staged_create(struct tr_comm *host, cudaStream_t compute, struct tr_comm **out,
-                            skiff_err *err);
-int cuda_comm_single_create(cudaStream_t compute, int timeout_ms, struct tr_comm **out,
-                            skiff_err *err);
+int cuda_comm_staged_create(struct tr_comm *host, cudaStream_t compute, struct tr_comm **out, skiff_err *err);
+int cuda_comm_single_create(cudaStream_t compute, int timeout_ms, struct tr_comm **out, skiff_err *err);
 
 // Waits until event e (recorded on any stream) has completed. It polls, so a
 // stream stuck behind a collective of a dead peer becomes an error naming the

@@ -22,29 +22,28 @@ extern "C" {
 // Every function that can fail takes `skiff_err *err` and returns int (0 / -1);
 // these macros need `err` in scope. The message names the call and where it was
 // made, so a failure on the device machine points at one line.
-#define CUDA_CHECK(call)                                                              \
-    do {                                                                              \
-        cudaError_t e_ = (call);                                                      \
-        if (e_ != cudaSuccess)                                                        \
-            return skiff_error(err, 0, "%s:%d: %s: %s (%s)", __FILE__, __LINE__,      \
-                               #call, cudaGetErrorString(e_), cudaGetErrorName(e_)); \
+#define CUDA_CHECK(call)                                                                                               \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess)                                                                                         \
+            return skiff_error(err, 0, "%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call, cudaGetErrorString(e_),        \
+                               cudaGetErrorName(e_));                                                                  \
     } while (0)
 
 // Kernel launches report errors only through cudaGetLastError.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
-#define CUBLAS_CHECK(call)                                                             \
-    do {                                                                               \
-        cublasStatus_t s_ = (call);                                                    \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                               \
-            return skiff_error(err, 0, "%s:%d: %s: cuBLAS status %d", __FILE__,        \
-                               __LINE__, #call, (int)s_);                              \
+#define CUBLAS_CHECK(call)                                                                                             \
+    do {                                                                                                               \
+        cublasStatus_t s_ = (call);                                                                                    \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                               \
+            return skiff_error(err, 0, "%s:%d: %s: cuBLAS status %d", __FILE__, __LINE__, #call, (int)s_);             \
     } while (0)
 
 // Propagates a -1 from a callee, adding nothing (the callee already said where).
-#define TRY(...)                         \
-    do {                                 \
-        if ((__VA_ARGS__) < 0) return -1; \
+#define TRY(...)                                                                                                       \
+    do {                                                                                                               \
+        if ((__VA_ARGS__) < 0) return -1;                                                                              \
     } while (0)
 
 // Waits until event e has completed without blocking inside the driver: it
@@ -54,8 +53,9 @@ extern "C" {
 // (may be NULL) runs between polls and can fail the wait early (NCCL's
 // asynchronous error). On a timeout err->code is ETIMEDOUT; a CUDA error
 // keeps CUDA's own string.
-static inline int cuda_poll_event(cudaEvent_t e, int timeout_ms, int (*check)(void *, skiff_err *),
-                                  void *ctx, const char *what, skiff_err *err) {
+static inline int cuda_poll_event(cudaEvent_t e, int timeout_ms, int (*check)(void *, skiff_err *), void *ctx,
+                                  const char *what, skiff_err *err)
+{
     double t0 = skiff_now_ms();
     for (;;) {
         cudaError_t q = cudaEventQuery(e);
@@ -69,7 +69,7 @@ static inline int cuda_poll_event(cudaEvent_t e, int timeout_ms, int (*check)(vo
             err->code = ETIMEDOUT;
             return -1;
         }
-        usleep(waited < 10 ? 20 : 500);  // short waits stay short, long ones cost no CPU
+        usleep(waited < 10 ? 20 : 500); // short waits stay short, long ones cost no CPU
     }
 }
 
@@ -84,8 +84,7 @@ static inline int cuda_poll_event(cudaEvent_t e, int timeout_ms, int (*check)(vo
 // runs the kernel on CPU threads instead. Parenthesise template kernel names:
 // LAUNCH((k<T, 64>), grid, block, smem, stream, args...).
 #ifdef SKIFF_CUDA_EMU
-#define LAUNCH(kernel, grid, block, smem, stream, ...) \
-    emu_launch(dim3(grid), dim3(block), [=] { kernel(__VA_ARGS__); })
+#define LAUNCH(kernel, grid, block, smem, stream, ...) emu_launch(dim3(grid), dim3(block), [=] { kernel(__VA_ARGS__); })
 #else
 #define LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 #endif
@@ -109,45 +108,54 @@ template <> __host__ __device__ __forceinline__ fp16 from_f<fp16>(float x) { ret
 
 // cuBLASLt / NCCL type tags for each storage type.
 template <typename T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr cudaDataType_t cuda = CUDA_R_32F; };
-template <> struct dtype_of<bf16> { static constexpr cudaDataType_t cuda = CUDA_R_16BF; };
-template <> struct dtype_of<fp16> { static constexpr cudaDataType_t cuda = CUDA_R_16F; };
+template <> struct dtype_of<float> {
+    static constexpr cudaDataType_t cuda = CUDA_R_32F;
+};
+template <> struct dtype_of<bf16> {
+    static constexpr cudaDataType_t cuda = CUDA_R_16BF;
+};
+template <> struct dtype_of<fp16> {
+    static constexpr cudaDataType_t cuda = CUDA_R_16F;
+};
 
 static inline unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
 // Elementwise kernels over n elements loop with a grid stride, launched with
 // grid_blocks(n) blocks of 256: enough waves for the 132 SMs of an H100, not
 // a block per 256 elements (and few emulated threads on the CPU).
-#define GRID_STRIDE(i, n)                                                          \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);        \
-         i += (size_t)gridDim.x * blockDim.x)
+#define GRID_STRIDE(i, n)                                                                                              \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 #ifdef SKIFF_CUDA_EMU
 #define GRID_MAX_BLOCKS 4
-#define BIG_BLOCK 128  // row-per-block kernels: fewer emulated threads
+#define BIG_BLOCK 128 // row-per-block kernels: fewer emulated threads
 #else
 #define GRID_MAX_BLOCKS 2048
 #define BIG_BLOCK 1024
 #endif
-static inline unsigned grid_blocks(size_t n) {
+static inline unsigned grid_blocks(size_t n)
+{
     size_t b = (n + 255) / 256;
     return (unsigned)(b < GRID_MAX_BLOCKS ? b : GRID_MAX_BLOCKS);
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
+__device__ __forceinline__ float warp_sum(float v)
+{
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
-__device__ __forceinline__ float warp_max(float v) {
+__device__ __forceinline__ float warp_max(float v)
+{
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
 // Block-wide sum for blockDim.x a multiple of 32 (<= 1024); every thread gets it.
-__device__ __forceinline__ float block_sum(float v) {
+__device__ __forceinline__ float block_sum(float v)
+{
     __shared__ float part[32];
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = warp_sum(v);
-    __syncthreads();  // part[] may still be read by a previous call
+    __syncthreads(); // part[] may still be read by a previous call
     if (lane == 0) part[wid] = v;
     __syncthreads();
     v = lane < nw ? part[lane] : 0.0f;

@@ -24,11 +24,11 @@ struct cuda_gpt2 {
     // data gradient, BGRADB for bias gradients (SKIFF_CUDA_FUSED_EPILOGUES=0
     // turns all of them off: own GELU, GELU' and column-sum kernels)
     int fuse;
-    size_t elem;        // bytes per storage element
+    size_t elem; // bytes per storage element
 
-    void *params;  // storage type, n_pad
-    float *grads;  // n_pad
-    float *master, *m, *v;  // opt_len
+    void *params;          // storage type, n_pad
+    float *grads;          // n_pad
+    float *master, *m, *v; // opt_len
 
     // activations (storage type unless float*)
     void *encoded, *lnf, *logits, *scratch;
@@ -41,7 +41,7 @@ struct cuda_gpt2 {
     void *dres, *d_c, *d_3c, *d_4c;
     float *fscratch;
     size_t fscratch_len;
-    float *dbias;  // BGRADB output, 4C floats
+    float *dbias; // BGRADB output, 4C floats
     int *d_tokens, *d_targets, *d_csr;
     // Pinned host staging for the ids, two sets used in turn so the upload of
     // micro-step k+1 is truly asynchronous while micro-step k still runs
@@ -64,15 +64,21 @@ struct cuda_gpt2 {
     size_t bytes;
 };
 
-extern "C" int cuda_precision_parse(const char *name, int *prec, skiff_err *err) {
-    if (!name || !strcmp(name, "bf16")) *prec = SKIFF_CUDA_BF16;
-    else if (!strcmp(name, "fp16")) *prec = SKIFF_CUDA_FP16;
-    else if (!strcmp(name, "fp32")) *prec = SKIFF_CUDA_FP32;
-    else return skiff_error(err, 0, "--precision '%s': use bf16, fp16 or fp32", name);
+extern "C" int cuda_precision_parse(const char *name, int *prec, skiff_err *err)
+{
+    if (!name || !strcmp(name, "bf16"))
+        *prec = SKIFF_CUDA_BF16;
+    else if (!strcmp(name, "fp16"))
+        *prec = SKIFF_CUDA_FP16;
+    else if (!strcmp(name, "fp32"))
+        *prec = SKIFF_CUDA_FP32;
+    else
+        return skiff_error(err, 0, "--precision '%s': use bf16, fp16 or fp32", name);
     return 0;
 }
 
-extern "C" int cuda_select_device(int local_rank, char *name, size_t name_len, skiff_err *err) {
+extern "C" int cuda_select_device(int local_rank, char *name, size_t name_len, skiff_err *err)
+{
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0)
@@ -93,7 +99,8 @@ extern "C" int cuda_select_device(int local_rank, char *name, size_t name_len, s
     return 0;
 }
 
-static int dalloc(struct cuda_gpt2 *m, void **p, size_t bytes, const char *what, skiff_err *err) {
+static int dalloc(struct cuda_gpt2 *m, void **p, size_t bytes, const char *what, skiff_err *err)
+{
     if ((size_t)m->nallocs == sizeof(m->allocs) / sizeof(m->allocs[0]))
         return skiff_error(err, 0, "too many device buffers");
     cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
@@ -115,20 +122,24 @@ static int dalloc(struct cuda_gpt2 *m, void **p, size_t bytes, const char *what,
 #define DEFAULT_WAIT_MS (300 * 1000)
 
 // Without a training loop's communicator (gpu_tool): poll with a timeout.
-static int default_wait(void *, void *event, const char *what, skiff_err *err) {
+static int default_wait(void *, void *event, const char *what, skiff_err *err)
+{
     return cuda_poll_event((cudaEvent_t)event, DEFAULT_WAIT_MS, NULL, NULL, what, err);
 }
 
-extern "C" void cuda_gpt2_set_waiter(struct cuda_gpt2 *m, cuda_wait_fn fn, void *ctx) {
+extern "C" void cuda_gpt2_set_waiter(struct cuda_gpt2 *m, cuda_wait_fn fn, void *ctx)
+{
     m->wait = fn ? fn : default_wait;
     m->wait_ctx = ctx;
 }
 
-static int wait_for(struct cuda_gpt2 *m, cudaEvent_t e, const char *what, skiff_err *err) {
+static int wait_for(struct cuda_gpt2 *m, cudaEvent_t e, const char *what, skiff_err *err)
+{
     return m->wait(m->wait_ctx, (void *)e, what, err);
 }
 
-extern "C" int cuda_gpt2_d2h(struct cuda_gpt2 *m, void *host, const void *dev, size_t bytes, skiff_err *err) {
+extern "C" int cuda_gpt2_d2h(struct cuda_gpt2 *m, void *host, const void *dev, size_t bytes, skiff_err *err)
+{
     for (size_t off = 0; off < bytes; off += BOUNCE_BYTES) {
         size_t len = bytes - off < BOUNCE_BYTES ? bytes - off : BOUNCE_BYTES;
         CUDA_CHECK(cudaMemcpyAsync(m->bounce, (const char *)dev + off, len, cudaMemcpyDeviceToHost, m->stream));
@@ -139,18 +150,20 @@ extern "C" int cuda_gpt2_d2h(struct cuda_gpt2 *m, void *host, const void *dev, s
     return 0;
 }
 
-extern "C" int cuda_gpt2_h2d(struct cuda_gpt2 *m, void *dev, const void *host, size_t bytes, skiff_err *err) {
+extern "C" int cuda_gpt2_h2d(struct cuda_gpt2 *m, void *dev, const void *host, size_t bytes, skiff_err *err)
+{
     for (size_t off = 0; off < bytes; off += BOUNCE_BYTES) {
         size_t len = bytes - off < BOUNCE_BYTES ? bytes - off : BOUNCE_BYTES;
         memcpy(m->bounce, (const char *)host + off, len);
         CUDA_CHECK(cudaMemcpyAsync((char *)dev + off, m->bounce, len, cudaMemcpyHostToDevice, m->stream));
         CUDA_CHECK(cudaEventRecord(m->bounce_ev, m->stream));
-        TRY(wait_for(m, m->bounce_ev, "copying to the GPU", err));  // before the bounce is reused
+        TRY(wait_for(m, m->bounce_ev, "copying to the GPU", err)); // before the bounce is reused
     }
     return 0;
 }
 
-extern "C" void cuda_gpt2_destroy(struct cuda_gpt2 *m) {
+extern "C" void cuda_gpt2_destroy(struct cuda_gpt2 *m)
+{
     if (!m) return;
     for (int i = 0; i < m->nallocs; i++) cudaFree(m->allocs[i]);
     mm_fini(&m->mm);
@@ -165,7 +178,8 @@ extern "C" void cuda_gpt2_destroy(struct cuda_gpt2 *m) {
     free(m);
 }
 
-static size_t scratch_floats(int B, int T, int C, int NH) {
+static size_t scratch_floats(int B, int T, int C, int NH)
+{
     size_t N = (size_t)B * T, fs = k_attention_scratch_floats(B, T, C, NH);
     size_t cs = k_colsum_scratch_floats((int)N, 4 * C);
     if (cs > fs) fs = cs;
@@ -175,14 +189,15 @@ static size_t scratch_floats(int B, int T, int C, int NH) {
 }
 
 extern "C" void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
-                                      size_t opt_len, struct cuda_mem_plan *p) {
+                                      size_t opt_len, struct cuda_mem_plan *p)
+{
     size_t e = prec == SKIFF_CUDA_FP32 ? 4 : 2, N = (size_t)B * T, C = cfg->channels, L = cfg->num_layers;
     size_t NC = N * C, f = sizeof(float);
     memset(p, 0, sizeof(*p));
     p->workspace = MM_WORKSPACE_BYTES;
     p->params = n_pad * e;
     p->grads = n_pad * f;
-    p->optimizer = 3 * opt_len * f;  // master, m, v
+    p->optimizer = 3 * opt_len * f; // master, m, v
     // per layer: ln1, qkv, atty, res2, ln2, fch, fchg, res3 + LayerNorm
     // statistics and the attention log-sum-exp; then encoded and lnf
     p->activations = L * (16 * NC * e + 4 * N * f + N * cfg->num_heads * f) + 2 * NC * e + 2 * N * f;
@@ -194,8 +209,9 @@ extern "C" void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int 
                p->scratch + p->misc;
 }
 
-static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int T, int prec,
-                  size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err) {
+static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
+                  size_t opt_off, size_t opt_len, skiff_err *err)
+{
     m->cfg = *cfg;
     m->B = B, m->T = T, m->prec = prec;
     m->L = cfg->num_layers, m->C = cfg->channels, m->NH = cfg->num_heads;
@@ -210,8 +226,8 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
                            m->C, m->NH);
     m->nparams = gpt2_param_layout(cfg, m->sizes, m->offs);
     if (n_pad < m->nparams || opt_off + opt_len > n_pad)
-        return skiff_error(err, 0, "bad parameter padding/shard (%zu/%zu+%zu of %zu)", n_pad,
-                           opt_off, opt_len, m->nparams);
+        return skiff_error(err, 0, "bad parameter padding/shard (%zu/%zu+%zu of %zu)", n_pad, opt_off, opt_len,
+                           m->nparams);
     m->n_pad = n_pad, m->opt_off = opt_off, m->opt_len = opt_len;
     m->elem = prec == SKIFF_CUDA_FP32 ? 4 : 2;
     const char *fe = getenv("SKIFF_CUDA_FUSED_EPILOGUES");
@@ -288,8 +304,9 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     return 0;
 }
 
-extern "C" int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T,
-                                int prec, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err) {
+extern "C" int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec,
+                                size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err)
+{
     struct cuda_gpt2 *m = (struct cuda_gpt2 *)calloc(1, sizeof(*m));
     if (!m) return skiff_error(err, ENOMEM, "model");
     if (create(m, cfg, B, T, prec, n_pad, opt_off, opt_len, err) < 0) {
@@ -306,11 +323,13 @@ extern "C" float *cuda_gpt2_grads(struct cuda_gpt2 *m) { return m->grads; }
 extern "C" size_t cuda_gpt2_bytes(const struct cuda_gpt2 *m) { return m->bytes; }
 
 // ---------------------------------------------------------------- parameters
-template <typename T> static int params_from_t(struct cuda_gpt2 *m, const float *dev, skiff_err *err) {
+template <typename T> static int params_from_t(struct cuda_gpt2 *m, const float *dev, skiff_err *err)
+{
     return k_cast_from_f32<T>((T *)m->params, dev, m->n_pad, m->stream, err);
 }
 
-extern "C" int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skiff_err *err) {
+extern "C" int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skiff_err *err)
+{
     switch (m->prec) {
     case SKIFF_CUDA_FP32: return params_from_t<float>(m, dev, err);
     case SKIFF_CUDA_BF16: return params_from_t<bf16>(m, dev, err);
@@ -318,13 +337,15 @@ extern "C" int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skif
     }
 }
 
-extern "C" int cuda_gpt2_set_params_device(struct cuda_gpt2 *m, const float *dev, skiff_err *err) {
-    CUDA_CHECK(cudaMemcpyAsync(m->master, dev + m->opt_off, m->opt_len * sizeof(float),
-                               cudaMemcpyDeviceToDevice, m->stream));
+extern "C" int cuda_gpt2_set_params_device(struct cuda_gpt2 *m, const float *dev, skiff_err *err)
+{
+    CUDA_CHECK(
+        cudaMemcpyAsync(m->master, dev + m->opt_off, m->opt_len * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
     return cuda_gpt2_params_from(m, dev, err);
 }
 
-extern "C" int cuda_gpt2_set_params(struct cuda_gpt2 *m, const float *host, skiff_err *err) {
+extern "C" int cuda_gpt2_set_params(struct cuda_gpt2 *m, const float *host, skiff_err *err)
+{
     // The gradient buffer (n_pad floats) is free between steps: stage there.
     TRY(cuda_gpt2_h2d(m, m->grads, host, m->n_pad * sizeof(float), err));
     TRY(cuda_gpt2_set_params_device(m, m->grads, err));
@@ -332,38 +353,45 @@ extern "C" int cuda_gpt2_set_params(struct cuda_gpt2 *m, const float *host, skif
     return 0;
 }
 
-extern "C" int cuda_gpt2_get_master(struct cuda_gpt2 *m, float *host, skiff_err *err) {
+extern "C" int cuda_gpt2_get_master(struct cuda_gpt2 *m, float *host, skiff_err *err)
+{
     return cuda_gpt2_d2h(m, host, m->master, m->opt_len * sizeof(float), err);
 }
 
-extern "C" int cuda_gpt2_master_to(struct cuda_gpt2 *m, float *dev, skiff_err *err) {
-    CUDA_CHECK(cudaMemcpyAsync(dev + m->opt_off, m->master, m->opt_len * sizeof(float),
-                               cudaMemcpyDeviceToDevice, m->stream));
+extern "C" int cuda_gpt2_master_to(struct cuda_gpt2 *m, float *dev, skiff_err *err)
+{
+    CUDA_CHECK(
+        cudaMemcpyAsync(dev + m->opt_off, m->master, m->opt_len * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
     return 0;
 }
 
-extern "C" int cuda_gpt2_get_opt_state(struct cuda_gpt2 *m, float *hm, float *hv, skiff_err *err) {
+extern "C" int cuda_gpt2_get_opt_state(struct cuda_gpt2 *m, float *hm, float *hv, skiff_err *err)
+{
     TRY(cuda_gpt2_d2h(m, hm, m->m, m->opt_len * sizeof(float), err));
     return cuda_gpt2_d2h(m, hv, m->v, m->opt_len * sizeof(float), err);
 }
 
-extern "C" int cuda_gpt2_set_opt_state(struct cuda_gpt2 *m, const float *hm, const float *hv, skiff_err *err) {
+extern "C" int cuda_gpt2_set_opt_state(struct cuda_gpt2 *m, const float *hm, const float *hv, skiff_err *err)
+{
     TRY(cuda_gpt2_h2d(m, m->m, hm, m->opt_len * sizeof(float), err));
     return cuda_gpt2_h2d(m, m->v, hv, m->opt_len * sizeof(float), err);
 }
 
 // ---------------------------------------------------------------- forward
 // Pointer to layer l's slice of parameter tensor i in the storage buffer.
-template <typename T> static T *P(struct cuda_gpt2 *m, int i, int l) {
+template <typename T> static T *P(struct cuda_gpt2 *m, int i, int l)
+{
     size_t per = m->sizes[i] / (i >= GPT2_LN1W && i <= GPT2_FCPROJB ? m->L : 1);
     return (T *)m->params + m->offs[i] + (size_t)l * per;
 }
-static float *G(struct cuda_gpt2 *m, int i, int l) {
+static float *G(struct cuda_gpt2 *m, int i, int l)
+{
     size_t per = m->sizes[i] / (i >= GPT2_LN1W && i <= GPT2_FCPROJB ? m->L : 1);
     return m->grads + m->offs[i] + (size_t)l * per;
 }
 
-template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, skiff_err *err) {
+template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, skiff_err *err)
+{
     int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NH;
     cudaStream_t s = m->stream;
     T *enc = (T *)m->encoded;
@@ -373,31 +401,30 @@ template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, ski
     for (int l = 0; l < L; l++) {
         T *res_in = l == 0 ? enc : (T *)m->res3[l - 1];
         T *scr = (T *)m->scratch;
-        TRY(mm_forward<T>(&m->mm, (T *)m->qkv[l], NULL, (T *)m->ln1[l], P<T>(m, GPT2_QKVW, l),
-                          P<T>(m, GPT2_QKVB, l), N, C, 3 * C, s, err));
+        TRY(mm_forward<T>(&m->mm, (T *)m->qkv[l], NULL, (T *)m->ln1[l], P<T>(m, GPT2_QKVW, l), P<T>(m, GPT2_QKVB, l), N,
+                          C, 3 * C, s, err));
         TRY(k_attention_forward<T>((T *)m->atty[l], m->lse[l], (T *)m->qkv[l], B, Tn, C, NH, s, err));
-        TRY(mm_forward<T>(&m->mm, scr, NULL, (T *)m->atty[l], P<T>(m, GPT2_ATTPROJW, l),
-                          P<T>(m, GPT2_ATTPROJB, l), N, C, C, s, err));
-        TRY(k_residual_layernorm_forward<T>((T *)m->res2[l], (T *)m->ln2[l], m->ln2_mean[l], m->ln2_rstd[l],
-                                            res_in, scr, P<T>(m, GPT2_LN2W, l), P<T>(m, GPT2_LN2B, l), N,
-                                            C, s, err));
+        TRY(mm_forward<T>(&m->mm, scr, NULL, (T *)m->atty[l], P<T>(m, GPT2_ATTPROJW, l), P<T>(m, GPT2_ATTPROJB, l), N,
+                          C, C, s, err));
+        TRY(k_residual_layernorm_forward<T>((T *)m->res2[l], (T *)m->ln2[l], m->ln2_mean[l], m->ln2_rstd[l], res_in,
+                                            scr, P<T>(m, GPT2_LN2W, l), P<T>(m, GPT2_LN2B, l), N, C, s, err));
         if (m->fuse) {
             TRY(mm_forward<T>(&m->mm, (T *)m->fchg[l], (T *)m->fch[l], (T *)m->ln2[l], P<T>(m, GPT2_FCW, l),
                               P<T>(m, GPT2_FCB, l), N, C, 4 * C, s, err));
         } else {
-            TRY(mm_forward<T>(&m->mm, (T *)m->fch[l], NULL, (T *)m->ln2[l], P<T>(m, GPT2_FCW, l),
-                              P<T>(m, GPT2_FCB, l), N, C, 4 * C, s, err));
+            TRY(mm_forward<T>(&m->mm, (T *)m->fch[l], NULL, (T *)m->ln2[l], P<T>(m, GPT2_FCW, l), P<T>(m, GPT2_FCB, l),
+                              N, C, 4 * C, s, err));
             TRY(k_gelu_forward<T>((T *)m->fchg[l], (T *)m->fch[l], (size_t)N * 4 * C, s, err));
         }
-        TRY(mm_forward<T>(&m->mm, scr, NULL, (T *)m->fchg[l], P<T>(m, GPT2_FCPROJW, l),
-                          P<T>(m, GPT2_FCPROJB, l), N, 4 * C, C, s, err));
+        TRY(mm_forward<T>(&m->mm, scr, NULL, (T *)m->fchg[l], P<T>(m, GPT2_FCPROJW, l), P<T>(m, GPT2_FCPROJB, l), N,
+                          4 * C, C, s, err));
         // residual add fused with the next LayerNorm (ln1 of l+1, or lnf)
         int last = l == L - 1;
-        TRY(k_residual_layernorm_forward<T>(
-            (T *)m->res3[l], last ? (T *)m->lnf : (T *)m->ln1[l + 1], last ? m->lnf_mean : m->ln1_mean[l + 1],
-            last ? m->lnf_rstd : m->ln1_rstd[l + 1], (T *)m->res2[l], scr,
-            last ? P<T>(m, GPT2_LNFW, 0) : P<T>(m, GPT2_LN1W, l + 1),
-            last ? P<T>(m, GPT2_LNFB, 0) : P<T>(m, GPT2_LN1B, l + 1), N, C, s, err));
+        TRY(k_residual_layernorm_forward<T>((T *)m->res3[l], last ? (T *)m->lnf : (T *)m->ln1[l + 1],
+                                            last ? m->lnf_mean : m->ln1_mean[l + 1],
+                                            last ? m->lnf_rstd : m->ln1_rstd[l + 1], (T *)m->res2[l], scr,
+                                            last ? P<T>(m, GPT2_LNFW, 0) : P<T>(m, GPT2_LN1W, l + 1),
+                                            last ? P<T>(m, GPT2_LNFB, 0) : P<T>(m, GPT2_LN1B, l + 1), N, C, s, err));
     }
     TRY(mm_forward<T>(&m->mm, (T *)m->logits, NULL, (T *)m->lnf, P<T>(m, GPT2_WTE, 0), NULL, N, C, m->Vp, s, err));
     if (m->have_targets) {
@@ -408,14 +435,15 @@ template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, ski
 }
 
 extern "C" int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const int *targets, float dloss,
-                                 skiff_err *err) {
+                                 skiff_err *err)
+{
     int N = m->B * m->T;
     for (int i = 0; i < N; i++)
         if (inputs[i] < 0 || inputs[i] >= m->V || (targets && (targets[i] < 0 || targets[i] >= m->V)))
             return skiff_error(err, 0, "token %d at position %d is outside the vocabulary (%d)",
                                inputs[i] < 0 || inputs[i] >= m->V ? inputs[i] : targets[i], i, m->V);
     int slot = m->up_slot ^= 1;
-    TRY(wait_for(m, m->up_ev[slot], "reusing the token upload buffer", err));  // its last upload was read
+    TRY(wait_for(m, m->up_ev[slot], "reusing the token upload buffer", err)); // its last upload was read
     int *tok = m->h_pin[slot], *tgt = tok + N, *csr = tgt + N;
     memcpy(tok, inputs, N * sizeof(int));
     CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, tok, N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
@@ -436,7 +464,8 @@ extern "C" int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const i
     }
 }
 
-extern "C" int cuda_gpt2_take_loss(struct cuda_gpt2 *m, double *sum, skiff_err *err) {
+extern "C" int cuda_gpt2_take_loss(struct cuda_gpt2 *m, double *sum, skiff_err *err)
+{
     float h = 0.0f;
     TRY(cuda_gpt2_d2h(m, &h, m->loss_acc, sizeof(float), err));
     CUDA_CHECK(cudaMemsetAsync(m->loss_acc, 0, sizeof(float), m->stream));
@@ -444,13 +473,15 @@ extern "C" int cuda_gpt2_take_loss(struct cuda_gpt2 *m, double *sum, skiff_err *
     return 0;
 }
 
-extern "C" int cuda_gpt2_take_loss_dev(struct cuda_gpt2 *m, float *dev, skiff_err *err) {
+extern "C" int cuda_gpt2_take_loss_dev(struct cuda_gpt2 *m, float *dev, skiff_err *err)
+{
     CUDA_CHECK(cudaMemcpyAsync(dev, m->loss_acc, sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
     CUDA_CHECK(cudaMemsetAsync(m->loss_acc, 0, sizeof(float), m->stream));
     return 0;
 }
 
-extern "C" int cuda_gpt2_get_logits(struct cuda_gpt2 *m, float *host, skiff_err *err) {
+extern "C" int cuda_gpt2_get_logits(struct cuda_gpt2 *m, float *host, skiff_err *err)
+{
     size_t n = (size_t)m->B * m->T * m->Vp;
     float *tmp;
     CUDA_CHECK(cudaMallocAsync((void **)&tmp, n * sizeof(float), m->stream));
@@ -466,7 +497,8 @@ extern "C" int cuda_gpt2_get_logits(struct cuda_gpt2 *m, float *host, skiff_err 
 }
 
 // ---------------------------------------------------------------- backward
-extern "C" int cuda_gpt2_layer_ranges(const struct cuda_gpt2 *m, int layer, size_t lo[16], size_t hi[16]) {
+extern "C" int cuda_gpt2_layer_ranges(const struct cuda_gpt2 *m, int layer, size_t lo[16], size_t hi[16])
+{
     int n = 0;
     if (layer < 0) {
         int t[] = {GPT2_WTE, GPT2_WPE, GPT2_LNFW, GPT2_LNFB};
@@ -489,7 +521,8 @@ extern "C" int cuda_gpt2_layer_ranges(const struct cuda_gpt2 *m, int layer, size
 // BGRADB wrote it into dbias (fp32, overwritten), to be added; or, without
 // the epilogue, the deterministic column sums of dout.
 template <typename T>
-static int bias_grad(struct cuda_gpt2 *m, float *g, int fused, const T *dout, int N, int OC, skiff_err *err) {
+static int bias_grad(struct cuda_gpt2 *m, float *g, int fused, const T *dout, int N, int OC, skiff_err *err)
+{
     if (fused) return k_add_f32(g, m->dbias, OC, m->stream, err);
     return k_bias_backward<T>(g, m->fscratch, dout, N, OC, m->stream, err);
 }
@@ -498,7 +531,8 @@ static int bias_grad(struct cuda_gpt2 *m, float *g, int fused, const T *dout, in
 // GELU' of gelu_pre applied when given; dW += x^T dy; db += colsum(dy).
 template <typename T>
 static int linear_backward(struct cuda_gpt2 *m, T *dx, const T *gelu_pre, int wi, int bi, int l, const T *x,
-                           const T *dy, int N, int IC, int OC, skiff_err *err) {
+                           const T *dy, int N, int IC, int OC, skiff_err *err)
+{
     struct mm_ctx *mm = &m->mm;
     cudaStream_t s = m->stream;
     int fused_w = 0, fused_d = 0;
@@ -511,8 +545,8 @@ static int linear_backward(struct cuda_gpt2 *m, T *dx, const T *gelu_pre, int wi
     return 0;
 }
 
-template <typename T>
-static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err) {
+template <typename T> static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err)
+{
     int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NH;
     cudaStream_t s = m->stream;
     struct mm_ctx *mm = &m->mm;
@@ -529,8 +563,8 @@ static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, 
     for (int l = L - 1; l >= 0; l--) {
         T *res_in = l == 0 ? (T *)m->encoded : (T *)m->res3[l - 1];
         // MLP: fcproj (+ GELU'), fc, ln2
-        TRY(linear_backward<T>(m, d4, (T *)m->fch[l], GPT2_FCPROJW, GPT2_FCPROJB, l, (T *)m->fchg[l], dres, N,
-                               4 * C, C, err));
+        TRY(linear_backward<T>(m, d4, (T *)m->fch[l], GPT2_FCPROJW, GPT2_FCPROJB, l, (T *)m->fchg[l], dres, N, 4 * C, C,
+                               err));
         TRY(linear_backward<T>(m, dc, NULL, GPT2_FCW, GPT2_FCB, l, (T *)m->ln2[l], d4, N, C, 4 * C, err));
         TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LN2W, l), G(m, GPT2_LN2B, l), fs, dc, (T *)m->res2[l],
                                     P<T>(m, GPT2_LN2W, l), m->ln2_mean[l], m->ln2_rstd[l], N, C, s, err));
@@ -538,22 +572,24 @@ static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, 
         TRY(linear_backward<T>(m, dc, NULL, GPT2_ATTPROJW, GPT2_ATTPROJB, l, (T *)m->atty[l], dres, N, C, C, err));
         TRY(k_attention_backward<T>(d3, fs, dc, (T *)m->qkv[l], (T *)m->atty[l], m->lse[l], B, Tn, C, NH, s, err));
         TRY(linear_backward<T>(m, dc, NULL, GPT2_QKVW, GPT2_QKVB, l, (T *)m->ln1[l], d3, N, C, 3 * C, err));
-        TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LN1W, l), G(m, GPT2_LN1B, l), fs, dc, res_in,
-                                    P<T>(m, GPT2_LN1W, l), m->ln1_mean[l], m->ln1_rstd[l], N, C, s, err));
+        TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LN1W, l), G(m, GPT2_LN1B, l), fs, dc, res_in, P<T>(m, GPT2_LN1W, l),
+                                    m->ln1_mean[l], m->ln1_rstd[l], N, C, s, err));
         if (ready) TRY(ready(ctx, m, l, err));
     }
-    TRY(k_encoder_backward<T>(G(m, GPT2_WTE, 0), G(m, GPT2_WPE, 0), fs, dres, m->d_csr, m->nseg, m->nbig, B, Tn, C,
-                              s, err));
+    TRY(k_encoder_backward<T>(G(m, GPT2_WTE, 0), G(m, GPT2_WPE, 0), fs, dres, m->d_csr, m->nseg, m->nbig, B, Tn, C, s,
+                              err));
     if (ready) TRY(ready(ctx, m, -1, err));
     return 0;
 }
 
-extern "C" int cuda_gpt2_zero_grad(struct cuda_gpt2 *m, skiff_err *err) {
+extern "C" int cuda_gpt2_zero_grad(struct cuda_gpt2 *m, skiff_err *err)
+{
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_pad * sizeof(float), m->stream));
     return 0;
 }
 
-extern "C" int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err) {
+extern "C" int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err)
+{
     if (!m->have_targets) return skiff_error(err, 0, "backward needs a forward with targets");
     switch (m->prec) {
     case SKIFF_CUDA_FP32: return backward_t<float>(m, ready, ctx, err);
@@ -562,65 +598,72 @@ extern "C" int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready,
     }
 }
 
-extern "C" int cuda_gpt2_get_grads(struct cuda_gpt2 *m, float *host, skiff_err *err) {
+extern "C" int cuda_gpt2_get_grads(struct cuda_gpt2 *m, float *host, skiff_err *err)
+{
     return cuda_gpt2_d2h(m, host, m->grads, m->n_pad * sizeof(float), err);
 }
 
 // ---------------------------------------------------------------- optimizer
-extern "C" int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size_t n, skiff_err *err) {
+extern "C" int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size_t n, skiff_err *err)
+{
     return k_norm_squared(dev_out, m->fscratch, grad, n, m->stream, err);
 }
 
 template <typename T>
-static int adamw_t(struct cuda_gpt2 *m, const float *grad, float lr, float b1, float b2, float eps, float wd,
-                   float gs, const float *norm2, float clip, int t, int upd, skiff_err *err) {
+static int adamw_t(struct cuda_gpt2 *m, const float *grad, float lr, float b1, float b2, float eps, float wd, float gs,
+                   const float *norm2, float clip, int t, int upd, skiff_err *err)
+{
     float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
     size_t lo = m->opt_off, hi = m->opt_off + m->opt_len;
     // One launch per tensor piece inside the range, each with its own decay.
     for (int i = 0; i <= GPT2_NUM_PARAM_TENSORS; i++) {
         size_t a = i < GPT2_NUM_PARAM_TENSORS ? m->offs[i] : m->nparams;
-        size_t b = i < GPT2_NUM_PARAM_TENSORS ? a + m->sizes[i] : m->n_pad;  // padding: no decay
+        size_t b = i < GPT2_NUM_PARAM_TENSORS ? a + m->sizes[i] : m->n_pad; // padding: no decay
         if (a < lo) a = lo;
         if (b > hi) b = hi;
         if (a >= b) continue;
         float w = i < GPT2_NUM_PARAM_TENSORS && gpt2_param_decays(i) ? wd : 0.0f;
         size_t k = a - lo;
-        TRY(k_adamw<T>(m->master + k, upd ? (T *)m->params + a : NULL, grad + k, m->m + k, m->v + k, b - a,
-                       lr, b1, b2, eps, w, gs, norm2, clip, bc1, bc2, m->stream, err));
+        TRY(k_adamw<T>(m->master + k, upd ? (T *)m->params + a : NULL, grad + k, m->m + k, m->v + k, b - a, lr, b1, b2,
+                       eps, w, gs, norm2, clip, bc1, bc2, m->stream, err));
     }
     return 0;
 }
 
-extern "C" int cuda_gpt2_adamw(struct cuda_gpt2 *m, const float *grad, float lr, float beta1, float beta2,
-                               float eps, float wd, float grad_scale, const float *norm2, float clip, int t,
-                               int update_params, skiff_err *err) {
+extern "C" int cuda_gpt2_adamw(struct cuda_gpt2 *m, const float *grad, float lr, float beta1, float beta2, float eps,
+                               float wd, float grad_scale, const float *norm2, float clip, int t, int update_params,
+                               skiff_err *err)
+{
     switch (m->prec) {
     case SKIFF_CUDA_FP32:
         return adamw_t<float>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, norm2, clip, t, update_params, err);
     case SKIFF_CUDA_BF16:
         return adamw_t<bf16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, norm2, clip, t, update_params, err);
-    default:
-        return adamw_t<fp16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, norm2, clip, t, update_params, err);
+    default: return adamw_t<fp16>(m, grad, lr, beta1, beta2, eps, wd, grad_scale, norm2, clip, t, update_params, err);
     }
 }
 
 extern "C" int cuda_gpt2_sum_strided(struct cuda_gpt2 *m, float *dev_out, const float *dev, int n, int stride,
-                                     skiff_err *err) {
+                                     skiff_err *err)
+{
     return k_strided_sum(dev_out, dev, n, stride, m->stream, err);
 }
 
-extern "C" int cuda_gpt2_fill(struct cuda_gpt2 *m, float *dev, float v, size_t n, skiff_err *err) {
+extern "C" int cuda_gpt2_fill(struct cuda_gpt2 *m, float *dev, float v, size_t n, skiff_err *err)
+{
     return k_fill_f32(dev, v, n, m->stream, err);
 }
 
 extern "C" void *cuda_gpt2_params(struct cuda_gpt2 *m) { return m->params; }
 extern "C" size_t cuda_gpt2_param_elem_bytes(const struct cuda_gpt2 *m) { return m->elem; }
 
-extern "C" int cuda_gpt2_accumulate(struct cuda_gpt2 *m, float *dst, const float *src, size_t n, skiff_err *err) {
+extern "C" int cuda_gpt2_accumulate(struct cuda_gpt2 *m, float *dst, const float *src, size_t n, skiff_err *err)
+{
     return k_add_f32(dst, src, n, m->stream, err);
 }
 
-extern "C" int cuda_gemm_bench(int mm_, int n, int k, int iters, double *tflops, skiff_err *err) {
+extern "C" int cuda_gemm_bench(int mm_, int n, int k, int iters, double *tflops, skiff_err *err)
+{
     struct mm_ctx c;
     TRY(mm_init(&c, err));
     int rc = mm_bench_bf16(&c, mm_, n, k, iters, tflops, err);
@@ -628,7 +671,8 @@ extern "C" int cuda_gemm_bench(int mm_, int n, int k, int iters, double *tflops,
     return rc;
 }
 
-extern "C" int cuda_mem_info(size_t *used, size_t *total, skiff_err *err) {
+extern "C" int cuda_mem_info(size_t *used, size_t *total, skiff_err *err)
+{
     size_t fr = 0, tot = 0;
     CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
     *used = tot - fr;
@@ -636,6 +680,7 @@ extern "C" int cuda_mem_info(size_t *used, size_t *total, skiff_err *err) {
     return 0;
 }
 
-extern "C" int cuda_encoder_csr(int *csr, int *counts, const int *tokens, int N, int V) {
+extern "C" int cuda_encoder_csr(int *csr, int *counts, const int *tokens, int N, int V)
+{
     return k_encoder_csr(csr, counts, tokens, N, V);
 }

@@ -43,23 +43,23 @@ struct cuda_mem_plan {
     size_t workspace;   /* cuBLASLt */
     size_t total;
 };
-void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
-                           size_t opt_len, struct cuda_mem_plan *p);
+void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad, size_t opt_len,
+                           struct cuda_mem_plan *p);
 
 /* Dynamic shared memory the attention launchers request for head size hs:
  * out[0] forward, out[1] dK/dV, out[2] dQ (host only). */
 void cuda_attention_smem(int prec, int hs, size_t out[3]);
 
 /* n_pad >= number of parameters (padding for ZeRO shards). */
-int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T,
-                     int prec, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err);
+int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
+                     size_t opt_off, size_t opt_len, skiff_err *err);
 void cuda_gpt2_destroy(struct cuda_gpt2 *m);
 
-size_t cuda_gpt2_num_params(const struct cuda_gpt2 *m); /* unpadded */
-void *cuda_gpt2_stream(struct cuda_gpt2 *m);            /* cudaStream_t */
-float *cuda_gpt2_grads(struct cuda_gpt2 *m);            /* device, n_pad floats */
-size_t cuda_gpt2_bytes(const struct cuda_gpt2 *m);      /* device memory it allocated */
-void *cuda_gpt2_params(struct cuda_gpt2 *m);            /* device, n_pad elements of the storage type */
+size_t cuda_gpt2_num_params(const struct cuda_gpt2 *m);       /* unpadded */
+void *cuda_gpt2_stream(struct cuda_gpt2 *m);                  /* cudaStream_t */
+float *cuda_gpt2_grads(struct cuda_gpt2 *m);                  /* device, n_pad floats */
+size_t cuda_gpt2_bytes(const struct cuda_gpt2 *m);            /* device memory it allocated */
+void *cuda_gpt2_params(struct cuda_gpt2 *m);                  /* device, n_pad elements of the storage type */
 size_t cuda_gpt2_param_elem_bytes(const struct cuda_gpt2 *m); /* 4 (fp32) or 2 */
 
 /* How the model waits before the host reads what the GPU wrote: fn returns
@@ -83,16 +83,14 @@ int cuda_gpt2_get_master(struct cuda_gpt2 *m, float *host, skiff_err *err);
 /* Copies the master range into dev[opt_off..opt_off+opt_len) (dev: n_pad floats). */
 int cuda_gpt2_master_to(struct cuda_gpt2 *m, float *dev, skiff_err *err);
 int cuda_gpt2_get_opt_state(struct cuda_gpt2 *m, float *host_m, float *host_v, skiff_err *err);
-int cuda_gpt2_set_opt_state(struct cuda_gpt2 *m, const float *host_m, const float *host_v,
-                            skiff_err *err);
+int cuda_gpt2_set_opt_state(struct cuda_gpt2 *m, const float *host_m, const float *host_v, skiff_err *err);
 
 /* Forward on host token ids (B*T each; targets may be NULL: no loss). With
  * dloss != 0 the classifier leaves dlogits = dloss * d(sum of losses)/dlogits
  * in place for cuda_gpt2_backward; with dloss == 0 the logits stay readable.
  * The mean loss of this batch is added to a device accumulator
  * (cuda_gpt2_take_loss). */
-int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const int *targets, float dloss,
-                      skiff_err *err);
+int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const int *targets, float dloss, skiff_err *err);
 /* Host copy of the mean-loss accumulator (waits for the stream), then zeroes it. */
 int cuda_gpt2_take_loss(struct cuda_gpt2 *m, double *sum, skiff_err *err);
 /* The same into one device float, queued (no wait). */
@@ -114,8 +112,7 @@ int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx,
 int cuda_gpt2_get_grads(struct cuda_gpt2 *m, float *host, skiff_err *err);
 
 /* Sum of squares of grad[lo, lo+n) (device pointer) added into *dev_out. */
-int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size_t n,
-                    skiff_err *err);
+int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size_t n, skiff_err *err);
 /* AdamW on the opt range from grad (device, opt_len floats aligned with
  * opt_off), weight decay on 2-D tensors only; step t is 1-based;
  * grad_scale multiplies the gradient (loss-scale removal). With norm2 (a
@@ -123,12 +120,10 @@ int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size
  * (0 = off) and is skipped on the device when the norm times grad_scale is
  * inf/NaN, so the host need not wait for the norm. When update_params, the
  * storage copy of the range is rewritten too. */
-int cuda_gpt2_adamw(struct cuda_gpt2 *m, const float *grad, float lr, float beta1, float beta2,
-                    float eps, float wd, float grad_scale, const float *norm2, float clip, int t,
-                    int update_params, skiff_err *err);
+int cuda_gpt2_adamw(struct cuda_gpt2 *m, const float *grad, float lr, float beta1, float beta2, float eps, float wd,
+                    float grad_scale, const float *norm2, float clip, int t, int update_params, skiff_err *err);
 /* dev_out[0] = dev[0] + dev[stride] + ... (n terms, in order), queued. */
-int cuda_gpt2_sum_strided(struct cuda_gpt2 *m, float *dev_out, const float *dev, int n, int stride,
-                          skiff_err *err);
+int cuda_gpt2_sum_strided(struct cuda_gpt2 *m, float *dev_out, const float *dev, int n, int stride, skiff_err *err);
 /* dev[0..n) = v, queued (tests: overflow injection). */
 int cuda_gpt2_fill(struct cuda_gpt2 *m, float *dev, float v, size_t n, skiff_err *err);
 /* dst[i] += src[i] for n floats (device), on the model's stream. */

@@ -40,11 +40,11 @@ struct run {
     struct cuda_gpt2 *m;
     cudaStream_t s;
     int prec, P, rank;
-    enum tr_dtype pdtype;  // storage type of the parameters (ZeRO gathers them)
+    enum tr_dtype pdtype; // storage type of the parameters (ZeRO gathers them)
     struct data_loader train, val;
     int have_train, have_val;
-    float *hparams, *hm, *hv;  // host copies for init / checkpoints
-    float *gshard;             // ZeRO-2 accumulated shard (device)
+    float *hparams, *hm, *hv; // host copies for init / checkpoints
+    float *gshard;            // ZeRO-2 accumulated shard (device)
     // Device scalars: [0] norm^2 of this rank's gradient range, [1] the
     // global norm^2, then 2 slots per rank: [2+2r] its norm^2, [3+2r] its loss
     // (one all-gather moves both). hstat is their host copy.
@@ -52,18 +52,20 @@ struct run {
     int *in, *tg;
     struct train_log log;
     int log_open;
-    cudaEvent_t ev0, ev1;  // around the DDP waits (exposed communication)
+    cudaEvent_t ev0, ev1; // around the DDP waits (exposed communication)
     struct tr_comm_req **reqs;
     size_t nreqs, reqs_cap;
 };
 
 static size_t nscal(int P) { return 2 + 2 * (size_t)P; }
 
-static int comm_wait(void *ctx, void *event, const char *what, skiff_err *err) {
+static int comm_wait(void *ctx, void *event, const char *what, skiff_err *err)
+{
     return cuda_comm_wait_event((struct tr_comm *)ctx, (cudaEvent_t)event, what, err);
 }
 
-static void run_free(struct run *r) {
+static void run_free(struct run *r)
+{
     // A failed run may leave work queued behind a collective of a dead peer:
     // drain with the polled wait (it aborts NCCL on a timeout) before freeing
     // device memory, which would otherwise block.
@@ -90,7 +92,8 @@ static void run_free(struct run *r) {
 
 // Mean over ranks of one value per rank, summed in rank order on every rank
 // (train.c's mean_over_ranks, through device memory).
-static int mean_over_ranks(struct run *r, double v, double *out, skiff_err *err) {
+static int mean_over_ranks(struct run *r, double v, double *out, skiff_err *err)
+{
     if (r->P == 1) {
         *out = v;
         return 0;
@@ -108,10 +111,11 @@ static int mean_over_ranks(struct run *r, double v, double *out, skiff_err *err)
 }
 
 // Broadcast of host data from rank 0 through device memory, in pieces.
-static int bcast_host(struct run *r, float *host, size_t n, skiff_err *err) {
+static int bcast_host(struct run *r, float *host, size_t n, skiff_err *err)
+{
     if (r->P == 1) return 0;
     float *d;
-    size_t piece = (size_t)16 << 20;  // floats
+    size_t piece = (size_t)16 << 20; // floats
     CUDA_CHECK(cudaMalloc((void **)&d, (n < piece ? n : piece) * sizeof(float)));
     int rc = 0;
     for (size_t off = 0; off < n && rc == 0; off += piece) {
@@ -127,7 +131,8 @@ static int bcast_host(struct run *r, float *host, size_t n, skiff_err *err) {
 // NCCL refuses two ranks on one GPU: ranks publish host + PCI bus id and
 // everyone picks host-staged when any two collide (all see the same data, so
 // all pick the same backend).
-static int pick_backend(struct run *r, const char **name, skiff_err *err) {
+static int pick_backend(struct run *r, const char **name, skiff_err *err)
+{
     const char *env = getenv("SKIFF_TRAIN_COMM");
     if (env && *env && strcmp(env, "auto")) {
         if (strcmp(env, "nccl") && strcmp(env, "host-staged"))
@@ -161,7 +166,8 @@ static int pick_backend(struct run *r, const char **name, skiff_err *err) {
     return 0;
 }
 
-static int setup(struct run *r, const struct train_opts *o, skiff_err *err) {
+static int setup(struct run *r, const struct train_opts *o, skiff_err *err)
+{
     r->o = o;
     TRY(cuda_precision_parse(o->precision, &r->prec, err));
     r->pdtype = r->prec == SKIFF_CUDA_FP32 ? TR_F32 : r->prec == SKIFF_CUDA_BF16 ? TR_BF16 : TR_F16;
@@ -180,8 +186,7 @@ static int setup(struct run *r, const struct train_opts *o, skiff_err *err) {
     } else {
         TRY(pick_backend(r, &backend, err));
         if (!strcmp(backend, "nccl")) {
-            TRY(cuda_comm_nccl_create(r->dist.store, rank, P, r->dist.local_rank, o->timeout_ms, r->s,
-                                      &r->comm, err));
+            TRY(cuda_comm_nccl_create(r->dist.store, rank, P, r->dist.local_rank, o->timeout_ms, r->s, &r->comm, err));
         } else {
             struct tr_comm *host = NULL;
             TRY(tr_comm_tcp_create(r->dist.store, rank, P, r->dist.local_rank, o->timeout_ms, &host, err));
@@ -202,8 +207,7 @@ static int setup(struct run *r, const struct train_opts *o, skiff_err *err) {
     r->tg = (int *)calloc((size_t)o->batch * o->seq, sizeof(int));
     if (!r->hparams || !r->hm || !r->hv || !r->hstat || !r->in || !r->tg)
         return skiff_error(err, ENOMEM, "host buffers");
-    if (data_loader_open(&r->train, o->data, o->batch, o->seq, o->cfg.vocab_size, o->seed, !o->sequential,
-                         err) < 0)
+    if (data_loader_open(&r->train, o->data, o->batch, o->seq, o->cfg.vocab_size, o->seed, !o->sequential, err) < 0)
         return skiff_err_wrap(err, "--data");
     r->have_train = 1;
     if (o->val) {
@@ -234,8 +238,8 @@ static int setup(struct run *r, const struct train_opts *o, skiff_err *err) {
         printf("skiff-train: model %s (%zu params, L%d H%d C%d T%d V%d) on %s, %s, world %d (%s), "
                "batch %d x %d x accum %d x world = %zu tokens/step, zero %d, %.2f GiB on the GPU%s\n",
                o->model, pl->num_params, o->cfg.num_layers, o->cfg.num_heads, o->cfg.channels, o->seq,
-               o->cfg.vocab_size, gpu, o->precision ? o->precision : "bf16", P, backend, o->batch,
-               o->seq, o->grad_accum, (size_t)o->batch * o->seq * o->grad_accum * P, o->zero,
+               o->cfg.vocab_size, gpu, o->precision ? o->precision : "bf16", P, backend, o->batch, o->seq,
+               o->grad_accum, (size_t)o->batch * o->seq * o->grad_accum * P, o->zero,
                cuda_gpt2_bytes(r->m) / 1073741824.0, o->resume ? ", resumed" : "");
     return 0;
 }
@@ -243,7 +247,8 @@ static int setup(struct run *r, const struct train_opts *o, skiff_err *err) {
 // DDP: each layer's gradient slices start their all-reduce as one group as
 // soon as the backward pass has finished that layer; NCCL runs it on its own
 // stream while the backward goes on.
-static int grad_ready(void *ctx, struct cuda_gpt2 *m, int layer, skiff_err *err) {
+static int grad_ready(void *ctx, struct cuda_gpt2 *m, int layer, skiff_err *err)
+{
     struct run *r = (struct run *)ctx;
     size_t lo[16], hi[16], ns[16];
     void *bufs[16];
@@ -265,7 +270,8 @@ static int grad_ready(void *ctx, struct cuda_gpt2 *m, int layer, skiff_err *err)
     return 0;
 }
 
-static int save(struct run *r, int step, skiff_err *err) {
+static int save(struct run *r, int step, skiff_err *err)
+{
     const struct train_plan *pl = &r->plan;
     // Full fp32 weights for rank 0: every rank's master range into the (now
     // free) gradient buffer, gathered when sharded.
@@ -280,7 +286,8 @@ static int save(struct run *r, int step, skiff_err *err) {
     return tr_barrier(r->comm, err);
 }
 
-static int evaluate(struct run *r, double *out, skiff_err *err) {
+static int evaluate(struct run *r, double *out, skiff_err *err)
+{
     const struct train_opts *o = r->o;
     double sum = 0;
     for (int i = 0; i < o->val_batches; i++) {
@@ -291,14 +298,16 @@ static int evaluate(struct run *r, double *out, skiff_err *err) {
     return mean_over_ranks(r, sum / o->val_batches, out, err);
 }
 
-static int env_int(const char *name, int def) {
+static int env_int(const char *name, int def)
+{
     const char *v = getenv(name);
     return v && *v ? atoi(v) : def;
 }
 
 // Tests: SKIFF_TRAIN_INJECT_OVERFLOW_STEP=N writes +inf into the gradient of
 // step N; "N+" into every step from N on.
-static int inject_overflow(int step1) {
+static int inject_overflow(int step1)
+{
     const char *v = getenv("SKIFF_TRAIN_INJECT_OVERFLOW_STEP");
     if (!v || !*v) return 0;
     int n = atoi(v);
@@ -313,7 +322,8 @@ struct scaler {
 
 // After the step's one drain: what the device did with the norm, the same
 // decision on the host (same float arithmetic), and the next loss scale.
-static int scaler_update(struct scaler *sc, const struct run *r, int step1, float norm, skiff_err *err) {
+static int scaler_update(struct scaler *sc, const struct run *r, int step1, float norm, skiff_err *err)
+{
     if (isfinite(norm)) {
         sc->skipped = 0;
         if (sc->fp16 && ++sc->good >= sc->window) {
@@ -323,12 +333,10 @@ static int scaler_update(struct scaler *sc, const struct run *r, int step1, floa
         }
         return 0;
     }
-    if (!sc->fp16)
-        return skiff_error(err, 0, "step %d: gradient norm is %f (loss diverged); lower --lr", step1, norm);
+    if (!sc->fp16) return skiff_error(err, 0, "step %d: gradient norm is %f (loss diverged); lower --lr", step1, norm);
     sc->good = 0;
     if (sc->scale > SCALE_FLOOR) sc->scale /= 2;
-    if (r->rank == 0)
-        printf("fp16: step %d: gradient overflow, step skipped, loss scale now %g\n", step1, sc->scale);
+    if (r->rank == 0) printf("fp16: step %d: gradient overflow, step skipped, loss scale now %g\n", step1, sc->scale);
     if (++sc->skipped >= sc->max_skipped)
         return skiff_error(err, 0,
                            "fp16: %d steps in a row overflowed (last: step %d, loss scale %g): the "
@@ -342,7 +350,8 @@ static int scaler_update(struct scaler *sc, const struct run *r, int step1, floa
 // device), the ZeRO gather of the updated weights and the per-rank
 // loss/norm slots, then waits once and reads them.
 static int finish_step(struct run *r, int step, float lr, const struct scaler *sc, float *norm, double *loss,
-                       skiff_err *err) {
+                       skiff_err *err)
+{
     const struct train_opts *o = r->o;
     const struct train_plan *pl = &r->plan;
     struct tr_comm *c = r->comm;
@@ -358,13 +367,13 @@ static int finish_step(struct run *r, int step, float lr, const struct scaler *s
     CUDA_CHECK(cudaMemcpyAsync(slots + 2 * r->rank, ss, sizeof(float), cudaMemcpyDeviceToDevice, r->s));
     TRY(cuda_gpt2_take_loss_dev(r->m, slots + 2 * r->rank + 1, err));
     if (P > 1) TRY(tr_all_gather(c, slots, 2 * (size_t)P, TR_F32, err));
-    if (o->zero)  // norm^2 = sum over ranks of each shard's, in rank order
+    if (o->zero) // norm^2 = sum over ranks of each shard's, in rank order
         TRY(cuda_gpt2_sum_strided(r->m, norm2, slots, P, 2, err));
     else
         CUDA_CHECK(cudaMemcpyAsync(norm2, ss, sizeof(float), cudaMemcpyDeviceToDevice, r->s));
     float inv = (float)(1.0 / sc->scale);
-    TRY(cuda_gpt2_adamw(r->m, gopt, lr, o->beta1, o->beta2, o->eps, o->weight_decay, inv, norm2, o->grad_clip,
-                        step + 1, 1, err));
+    TRY(cuda_gpt2_adamw(r->m, gopt, lr, o->beta1, o->beta2, o->eps, o->weight_decay, inv, norm2, o->grad_clip, step + 1,
+                        1, err));
     // ZeRO: each rank updated its shard of the fp32 master and of the stored
     // weights; gather the stored (bf16/fp16) weights, half the bytes of fp32.
     if (o->zero && P > 1) TRY(tr_all_gather(c, cuda_gpt2_params(r->m), pl->n_pad, r->pdtype, err));
@@ -377,7 +386,8 @@ static int finish_step(struct run *r, int step, float lr, const struct scaler *s
     return 0;
 }
 
-static int loop(struct run *r, skiff_err *err) {
+static int loop(struct run *r, skiff_err *err)
+{
     const struct train_opts *o = r->o;
     const struct train_plan *pl = &r->plan;
     struct tr_comm *c = r->comm;
@@ -400,7 +410,7 @@ static int loop(struct run *r, skiff_err *err) {
             TRY(data_loader_batch(&r->train, train_plan_window(pl, o, step, k), r->in, r->tg, err));
             float dloss = (float)(sc.scale / ((double)o->batch * o->seq * K * P));
             TRY(cuda_gpt2_forward(r->m, r->in, r->tg, dloss, err));
-            int last = k == K - 1, ddp = ddp_step && last;  // no_sync on earlier micro-steps
+            int last = k == K - 1, ddp = ddp_step && last; // no_sync on earlier micro-steps
             r->nreqs = 0;
             TRY(cuda_gpt2_backward(r->m, ddp ? grad_ready : NULL, r, err));
             if (ddp) {
@@ -441,7 +451,8 @@ static int loop(struct run *r, skiff_err *err) {
     return 0;
 }
 
-extern "C" int cuda_train(const struct train_opts *o, skiff_err *err) {
+extern "C" int cuda_train(const struct train_opts *o, skiff_err *err)
+{
     struct run r;
     memset(&r, 0, sizeof(r));
     int rc = -1;

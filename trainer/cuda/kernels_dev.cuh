@@ -5,7 +5,7 @@
 #define SKIFF_CUDA_KERNELS_DEV_CUH
 
 #include "common.cuh"
-#define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
+#define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
 
 // ---------------------------------------------------------------- vectors
 // Memory-bound kernels move 16 bytes per access (8 bf16/fp16 or 4 fp32).
@@ -14,19 +14,22 @@
 template <typename T> struct vec16 {
     static constexpr int N = 16 / sizeof(T);
 };
-template <typename T> __device__ __forceinline__ void load16(float *f, const T *p) {
+template <typename T> __device__ __forceinline__ void load16(float *f, const T *p)
+{
     int4 v = *reinterpret_cast<const int4 *>(p);
     const T *e = reinterpret_cast<const T *>(&v);
     for (int k = 0; k < vec16<T>::N; k++) f[k] = to_f(e[k]);
 }
-template <typename T> __device__ __forceinline__ void store16(T *p, const float *f) {
+template <typename T> __device__ __forceinline__ void store16(T *p, const float *f)
+{
     int4 v;
     T *e = reinterpret_cast<T *>(&v);
     for (int k = 0; k < vec16<T>::N; k++) e[k] = from_f<T>(f[k]);
     *reinterpret_cast<int4 *>(p) = v;
 }
 // n fp32 values (n a multiple of 4) at p += f, in float4 pieces.
-__device__ __forceinline__ void add_f32(float *p, const float *f, int n) {
+__device__ __forceinline__ void add_f32(float *p, const float *f, int n)
+{
     for (int k = 0; k < n; k += 4) {
         float4 v = *reinterpret_cast<float4 *>(p + k);
         v.x += f[k], v.y += f[k + 1], v.z += f[k + 2], v.w += f[k + 3];
@@ -38,7 +41,8 @@ __device__ __forceinline__ void add_f32(float *p, const float *f, int n) {
 // One thread per 16-byte vector of the output.
 template <typename T>
 __global__ void encoder_forward_kernel(T *out, const int *tokens, const T *wte, const T *wpe, int Tn, int C,
-                                       size_t nvec) {
+                                       size_t nvec)
+{
     constexpr int V = vec16<T>::N;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nvec) return;
@@ -58,11 +62,12 @@ __global__ void encoder_forward_kernel(T *out, const int *tokens, const T *wte, 
 // segments of ENC_SEG that sum into partial rows, and a second kernel adds a
 // token's partials in order. So no thread sums thousands of rows serially.
 #define ENC_SEG 64
-struct enc_csr {  // pointers into the int array built by encoder_csr_build
+struct enc_csr { // pointers into the int array built by encoder_csr_build
     const int *rows, *seg_tok, *seg_start, *seg_dst, *big_tok, *big_first;
     int nseg, nbig, npart;
 };
-__host__ __device__ __forceinline__ enc_csr enc_csr_view(const int *csr, int N) {
+__host__ __device__ __forceinline__ enc_csr enc_csr_view(const int *csr, int N)
+{
     enc_csr v;
     v.nseg = csr[0], v.nbig = csr[1], v.npart = csr[2];
     v.rows = csr + 3;
@@ -74,14 +79,16 @@ __host__ __device__ __forceinline__ enc_csr enc_csr_view(const int *csr, int N) 
     return v;
 }
 // Ints the array needs for N rows (any token distribution, segments >= 1 row).
-static inline size_t enc_csr_ints(int N, int seg) {
+static inline size_t enc_csr_ints(int N, int seg)
+{
     size_t maxseg = (size_t)N + N / seg + 1, maxbig = N / seg + 1;
     return 3 + (size_t)N + 3 * maxseg + 1 + 2 * maxbig + 1;
 }
 
 // Thread per (segment, vector of channels); blockIdx.x = segment.
 template <typename T>
-__global__ void encoder_backward_seg_kernel(float *dwte, float *part, const T *dout, const int *csr, int N, int C) {
+__global__ void encoder_backward_seg_kernel(float *dwte, float *part, const T *dout, const int *csr, int N, int C)
+{
     constexpr int V = vec16<T>::N;
     enc_csr v = enc_csr_view(csr, N);
     int s = blockIdx.x, c = (blockIdx.y * blockDim.x + threadIdx.x) * V;
@@ -101,7 +108,8 @@ __global__ void encoder_backward_seg_kernel(float *dwte, float *part, const T *d
 }
 
 // Thread per (frequent token, channel): its partials in order.
-__global__ void encoder_backward_big_kernel(float *dwte, const float *part, const int *csr, int N, int C) {
+__global__ void encoder_backward_big_kernel(float *dwte, const float *part, const int *csr, int N, int C)
+{
     enc_csr v = enc_csr_view(csr, N);
     int b = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -111,8 +119,8 @@ __global__ void encoder_backward_big_kernel(float *dwte, const float *part, cons
 }
 
 // dwpe[t] += sum over b of dout[b, t], b in order; thread per vector.
-template <typename T>
-__global__ void encoder_backward_wpe_kernel(float *dwpe, const T *dout, int B, int Tn, int C) {
+template <typename T> __global__ void encoder_backward_wpe_kernel(float *dwpe, const T *dout, int B, int Tn, int C)
+{
     constexpr int V = vec16<T>::N;
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (i >= (size_t)Tn * C) return;
@@ -129,9 +137,9 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const T *dout, int B, i
 // One warp per row. The residual sum is rounded to T before normalising so the
 // statistics match the stored residual the backward pass reads.
 template <typename T>
-__global__ void residual_layernorm_forward_kernel(T *res_out, T *ln_out, float *mean, float *rstd,
-                                                  const T *a, const T *b, const T *w,
-                                                  const T *bias, int N, int C) {
+__global__ void residual_layernorm_forward_kernel(T *res_out, T *ln_out, float *mean, float *rstd, const T *a,
+                                                  const T *b, const T *w, const T *bias, int N, int C)
+{
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -159,8 +167,7 @@ __global__ void residual_layernorm_forward_kernel(T *res_out, T *ln_out, float *
     }
     float rs = rsqrtf(warp_sum(var) / C + 1e-5f);
     T *lr = ln_out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32)
-        lr[c] = from_f<T>((to_f(xr[c]) - mu) * rs * to_f(w[c]) + to_f(bias[c]));
+    for (int c = lane; c < C; c += 32) lr[c] = from_f<T>((to_f(xr[c]) - mu) * rs * to_f(w[c]) + to_f(bias[c]));
     if (lane == 0) {
         mean[row] = mu;
         rstd[row] = rs;
@@ -170,8 +177,9 @@ __global__ void residual_layernorm_forward_kernel(T *res_out, T *ln_out, float *
 // dinp: one warp per row. dw/db are column sums over rows and go through the
 // deterministic column reduction below instead of atomics.
 template <typename T>
-__global__ void layernorm_backward_kernel(T *dinp, const T *dout, const T *inp, const T *w,
-                                          const float *mean, const float *rstd, int N, int C) {
+__global__ void layernorm_backward_kernel(T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
+                                          const float *rstd, int N, int C)
+{
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -197,11 +205,11 @@ __global__ void layernorm_backward_kernel(T *dinp, const T *dout, const T *inp, 
 // Vectorised versions: one warp per row, the row kept in registers (NV
 // 16-byte vectors per lane, so C <= 32 * NV * 16 / sizeof(T)); the launchers
 // pick NV from C and fall back to the kernels above for wider rows.
-#define LN_MAX_PER_LANE 32  // floats of one row a lane may hold (C <= 1024)
+#define LN_MAX_PER_LANE 32 // floats of one row a lane may hold (C <= 1024)
 template <typename T, int NV>
-__global__ void residual_layernorm_forward_vec_kernel(T *res_out, T *ln_out, float *mean, float *rstd,
-                                                      const T *a, const T *b, const T *w, const T *bias,
-                                                      int N, int C) {
+__global__ void residual_layernorm_forward_vec_kernel(T *res_out, T *ln_out, float *mean, float *rstd, const T *a,
+                                                      const T *b, const T *w, const T *bias, int N, int C)
+{
     constexpr int V = vec16<T>::N;
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -251,8 +259,9 @@ __global__ void residual_layernorm_forward_vec_kernel(T *res_out, T *ln_out, flo
 #define ROWS_PER 256
 template <typename T, int NV>
 __global__ void __launch_bounds__(256)
-    layernorm_backward_vec_kernel(T *dinp, float *part, const T *dout, const T *inp, const T *w,
-                                  const float *mean, const float *rstd, int N, int C) {
+    layernorm_backward_vec_kernel(T *dinp, float *part, const T *dout, const T *inp, const T *w, const float *mean,
+                                  const float *rstd, int N, int C)
+{
     constexpr int V = vec16<T>::N;
     __shared__ float red[2 * 32 * LN_MAX_PER_LANE];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -316,8 +325,9 @@ __global__ void __launch_bounds__(256)
 // Used for bias gradients when cuBLASLt's BGRADB epilogue is not available,
 // and for LayerNorm rows too wide for the vectorised kernel.
 template <typename T>
-__global__ void colsum_partial_kernel(float *part, const T *dout, const T *inp, const float *mean,
-                                      const float *rstd, int N, int OC, int ln) {
+__global__ void colsum_partial_kernel(float *part, const T *dout, const T *inp, const float *mean, const float *rstd,
+                                      int N, int OC, int ln)
+{
     __shared__ float p0[8][33], p1[8][33];
     int col = blockIdx.x * 32 + threadIdx.x;
     int r0 = blockIdx.y * ROWS_PER, r1 = min(N, r0 + ROWS_PER);
@@ -346,7 +356,8 @@ __global__ void colsum_partial_kernel(float *part, const T *dout, const T *inp, 
     }
 }
 
-__global__ void colsum_final_kernel(float *out0, float *out1, const float *part, int nparts, int OC) {
+__global__ void colsum_final_kernel(float *out0, float *out1, const float *part, int nparts, int OC)
+{
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= OC) return;
     float a0 = 0.0f, a1 = 0.0f;
@@ -361,19 +372,21 @@ __global__ void colsum_final_kernel(float *out0, float *out1, const float *part,
 // ---------------------------------------------------------------- GELU
 // Used when cuBLASLt's GELU epilogues are off or unavailable; thread per
 // 16-byte vector (n is a multiple of the vector length: rows of 4C).
-__device__ __forceinline__ float gelu_f(float x) {
+__device__ __forceinline__ float gelu_f(float x)
+{
     float u = GELU_SCALE * (x + 0.044715f * x * x * x);
     return 0.5f * x * (1.0f + tanhf(u));
 }
-__device__ __forceinline__ float gelu_grad_f(float x) {
+__device__ __forceinline__ float gelu_grad_f(float x)
+{
     float u = GELU_SCALE * (x + 0.044715f * x * x * x);
     float th = tanhf(u);
     float sech2 = 1.0f - th * th;
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-template <typename T>
-__global__ void gelu_forward_kernel(T *out, const T *inp, size_t n) {
+template <typename T> __global__ void gelu_forward_kernel(T *out, const T *inp, size_t n)
+{
     constexpr int V = vec16<T>::N;
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (i >= n) return;
@@ -383,8 +396,8 @@ __global__ void gelu_forward_kernel(T *out, const T *inp, size_t n) {
     store16(out + i, x);
 }
 
-template <typename T>
-__global__ void gelu_backward_kernel(T *d, const T *inp, size_t n) {
+template <typename T> __global__ void gelu_backward_kernel(T *d, const T *inp, size_t n)
+{
     constexpr int V = vec16<T>::N;
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (i >= n) return;
@@ -396,8 +409,8 @@ __global__ void gelu_backward_kernel(T *d, const T *inp, size_t n) {
 }
 
 // ---------------------------------------------------------------- bias
-template <typename T>
-__global__ void add_bias_kernel(T *out, const T *bias, size_t total, int OC) {
+template <typename T> __global__ void add_bias_kernel(T *out, const T *bias, size_t total, int OC)
+{
     constexpr int V = vec16<T>::N;
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (i >= total) return;
@@ -414,8 +427,8 @@ __global__ void add_bias_kernel(T *out, const T *bias, size_t total, int OC) {
 // bf16) writes the gradient in place, so the (N,Vp) probabilities never exist
 // apart from the logits buffer itself.
 template <typename T>
-__global__ void fused_classifier_kernel(T *logits, float *losses, const int *targets, float dloss,
-                                        int V, int Vp) {
+__global__ void fused_classifier_kernel(T *logits, float *losses, const int *targets, float dloss, int V, int Vp)
+{
     constexpr int VE = vec16<T>::N;
     __shared__ float sm[32], ss[32];
     size_t row = blockIdx.x;
@@ -454,7 +467,7 @@ __global__ void fused_classifier_kernel(T *logits, float *losses, const int *tar
     float lse = M + logf(S);
     if (threadIdx.x == 0) losses[row] = lse - to_f(lr[tgt]);
     if (dloss == 0.0f) return;
-    __syncthreads();  // everyone has read lr[tgt] before it is overwritten
+    __syncthreads(); // everyone has read lr[tgt] before it is overwritten
     for (int i = threadIdx.x * VE; i < Vp; i += blockDim.x * VE) {
         load16(x, lr + i);
         for (int k = 0; k < VE; k++)
@@ -469,33 +482,35 @@ __global__ void fused_classifier_kernel(T *logits, float *losses, const int *tar
 // skips the update when the norm is not finite (an fp16 overflow), so the
 // host never has to read the norm before queueing the update.
 template <typename T>
-__global__ void adamw_kernel(float *master, T *param, const float *grad, float *m, float *v,
-                             size_t n, float lr, float b1, float b2, float eps, float wd,
-                             float gs, const float *norm2, float clip, float bc1, float bc2) {
+__global__ void adamw_kernel(float *master, T *param, const float *grad, float *m, float *v, size_t n, float lr,
+                             float b1, float b2, float eps, float wd, float gs, const float *norm2, float clip,
+                             float bc1, float bc2)
+{
     if (norm2) {
         float norm = sqrtf(*norm2) * gs;
         if (!isfinite(norm)) return;
         if (clip > 0.0f && norm > clip) gs *= clip / norm;
     }
-    GRID_STRIDE(i, n) {
-    float g = grad[i] * gs;
-    float mi = b1 * m[i] + (1.0f - b1) * g;
-    float vi = b2 * v[i] + (1.0f - b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float p = master[i];
-    p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
-    master[i] = p;
-    if (param) param[i] = from_f<T>(p);
+    GRID_STRIDE(i, n)
+    {
+        float g = grad[i] * gs;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float p = master[i];
+        p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
+        master[i] = p;
+        if (param) param[i] = from_f<T>(p);
     }
 }
 
-template <typename T>
-__global__ void cast_from_f32_kernel(T *dst, const float *src, size_t n) {
+template <typename T> __global__ void cast_from_f32_kernel(T *dst, const float *src, size_t n)
+{
     GRID_STRIDE(i, n) dst[i] = from_f<T>(src[i]);
 }
-template <typename T>
-__global__ void cast_to_f32_kernel(float *dst, const T *src, size_t n) {
+template <typename T> __global__ void cast_to_f32_kernel(float *dst, const T *src, size_t n)
+{
     GRID_STRIDE(i, n) dst[i] = to_f(src[i]);
 }
 
@@ -506,41 +521,38 @@ __global__ void cast_to_f32_kernel(float *dst, const T *src, size_t n) {
 #else
 #define NORM_BLOCKS 512
 #endif
-__global__ void norm_partial_kernel(float *part, const float *g, size_t n) {
+__global__ void norm_partial_kernel(float *part, const float *g, size_t n)
+{
     float acc = 0.0f;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         acc += g[i] * g[i];
     acc = block_sum(acc);
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
-__global__ void norm_final_kernel(float *out, const float *part) {
+__global__ void norm_final_kernel(float *out, const float *part)
+{
     float acc = block_sum(part[threadIdx.x]);
     if (threadIdx.x == 0) out[0] += acc;
 }
 
 // out[0] = x[0] + x[stride] + x[2*stride] + ... (n terms, in order): a sum over
 // ranks in rank order, like the CPU path's.
-__global__ void strided_sum_kernel(float *out, const float *x, int n, int stride) {
+__global__ void strided_sum_kernel(float *out, const float *x, int n, int stride)
+{
     float acc = 0.0f;
     for (int i = 0; i < n; i++) acc += x[(size_t)i * stride];
     out[0] = acc;
 }
 
-__global__ void fill_f32_kernel(float *x, float v, size_t n) {
-    GRID_STRIDE(i, n) x[i] = v;
-}
+__global__ void fill_f32_kernel(float *x, float v, size_t n) { GRID_STRIDE(i, n) x[i] = v; }
 
-__global__ void scale_kernel(float *x, float a, size_t n) {
-    GRID_STRIDE(i, n) x[i] *= a;
-}
+__global__ void scale_kernel(float *x, float a, size_t n) { GRID_STRIDE(i, n) x[i] *= a; }
 
-__global__ void add_kernel(float *x, const float *y, size_t n) {
-    GRID_STRIDE(i, n) x[i] += y[i];
-}
+__global__ void add_kernel(float *x, const float *y, size_t n) { GRID_STRIDE(i, n) x[i] += y[i]; }
 
-__global__ void mean_kernel(float *out, const float *x, int n) {
+__global__ void mean_kernel(float *out, const float *x, int n)
+{
     float acc = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
     acc = block_sum(acc);
@@ -551,13 +563,14 @@ __global__ void mean_kernel(float *out, const float *x, int n) {
 // rows grouped by token (ascending tokens, ascending rows), then the
 // segments of at most `seg` rows. counts: V ints of scratch. Returns the
 // number of ints written (at most enc_csr_ints(N, seg)).
-static inline int encoder_csr_build(int *csr, int *counts, const int *tokens, int N, int V, int seg) {
+static inline int encoder_csr_build(int *csr, int *counts, const int *tokens, int N, int V, int seg)
+{
     for (int v = 0; v < V; v++) counts[v] = 0;
     for (int i = 0; i < N; i++) counts[tokens[i]]++;
     int nseg = 0, nbig = 0, npart = 0;
     for (int v = 0, pos = 0; v < V; v++) {
         int c = counts[v];
-        counts[v] = pos;  // becomes the next free slot of token v
+        counts[v] = pos; // becomes the next free slot of token v
         pos += c;
         if (c == 0) continue;
         if (c <= seg) {
@@ -569,7 +582,7 @@ static inline int encoder_csr_build(int *csr, int *counts, const int *tokens, in
         }
     }
     int *rows = csr + 3;
-    for (int i = 0; i < N; i++) rows[counts[tokens[i]]++] = i;  // now counts[v] = end of token v
+    for (int i = 0; i < N; i++) rows[counts[tokens[i]]++] = i; // now counts[v] = end of token v
     csr[0] = nseg, csr[1] = nbig, csr[2] = npart;
     int *seg_tok = rows + N, *seg_start = seg_tok + nseg, *seg_dst = seg_start + nseg + 1;
     int *big_tok = seg_dst + nseg, *big_first = big_tok + nbig;

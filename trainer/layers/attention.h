@@ -9,8 +9,8 @@
 
 // out is (B,T,C); inp is (B,T,3C) holding q,k,v; preatt, att are (B,NH,T,T)
 // (only t2 <= t is written; the rest stays 0)
-VMATH_CLONES static inline void attention_forward(float *out, float *preatt, float *att,
-                                                  const float *inp, int B, int T, int C, int NH)
+VMATH_CLONES static inline void attention_forward(float *out, float *preatt, float *att, const float *inp, int B, int T,
+                                                  int C, int NH)
 {
     int C3 = 3 * C, hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
@@ -52,9 +52,8 @@ VMATH_CLONES static inline void attention_forward(float *out, float *preatt, flo
 // dinp is (B,T,3C) accumulated; dpreatt, datt are (B,NH,T,T) scratch
 // (accumulated, zero them first). Parallel over (b,h): each (b,h) owns its
 // slice of dinp, so no races and a fixed order.
-VMATH_CLONES static inline void attention_backward(float *dinp, float *dpreatt, float *datt,
-                                                   const float *dout, const float *inp,
-                                                   const float *att, int B, int T, int C, int NH)
+VMATH_CLONES static inline void attention_backward(float *dinp, float *dpreatt, float *datt, const float *dout,
+                                                   const float *inp, const float *att, int B, int T, int C, int NH)
 {
     int C3 = 3 * C, hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);

@@ -10,8 +10,7 @@
 // probs is (N,Vp); logits is (N,Vp); only the first V columns are real tokens,
 // the padded ones get probability 0. The max and the sum run in 16 interleaved
 // lanes combined in a fixed order (so they vectorise and stay reproducible).
-VMATH_CLONES static inline void softmax_forward(float *probs, const float *logits, int N, int V,
-                                                int Vp)
+VMATH_CLONES static inline void softmax_forward(float *probs, const float *logits, int N, int V, int Vp)
 {
     enum { LANES = 16 };
 #pragma omp parallel for schedule(static)
@@ -45,16 +44,14 @@ VMATH_CLONES static inline void softmax_forward(float *probs, const float *logit
 }
 
 // losses is (N); targets is (N)
-static inline void crossentropy_forward(float *losses, const float *probs, const int *targets,
-                                        int N, int Vp)
+static inline void crossentropy_forward(float *losses, const float *probs, const int *targets, int N, int Vp)
 {
     for (int n = 0; n < N; n++) losses[n] = -logf(probs[(size_t)n * Vp + targets[n]]);
 }
 
 // dlogits is (N,Vp) accumulated; dlosses is (N)
-static inline void crossentropy_softmax_backward(float *dlogits, const float *dlosses,
-                                                 const float *probs, const int *targets,
-                                                 int N, int V, int Vp)
+static inline void crossentropy_softmax_backward(float *dlogits, const float *dlosses, const float *probs,
+                                                 const int *targets, int N, int V, int Vp)
 {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {

@@ -8,9 +8,8 @@
 #include "vmath.h"
 
 // out is (N,C) with N = B*T; inp is (N,C); mean, rstd are (N) saved for backward
-VMATH_CLONES static inline void layernorm_forward(float *out, float *mean, float *rstd,
-                                                  const float *inp, const float *weight,
-                                                  const float *bias, int N, int C)
+VMATH_CLONES static inline void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                                  const float *weight, const float *bias, int N, int C)
 {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -26,9 +25,8 @@ VMATH_CLONES static inline void layernorm_forward(float *out, float *mean, float
 }
 
 // dinp is (N,C) accumulated; dweight, dbias are (C) accumulated
-VMATH_CLONES static inline void layernorm_backward(float *dinp, float *dweight, float *dbias,
-                                                   const float *dout, const float *inp,
-                                                   const float *weight, const float *mean,
+VMATH_CLONES static inline void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                                   const float *inp, const float *weight, const float *mean,
                                                    const float *rstd, int N, int C)
 {
     enum { LANES = VM_LANES };

@@ -38,7 +38,7 @@ inline thread_local uint3 emu_threadIdx, emu_blockIdx;
 inline thread_local dim3 emu_blockDim, emu_gridDim;
 inline thread_local std::barrier<> *emu_bar, *emu_wbar;
 inline thread_local float *emu_xch;
-inline thread_local unsigned char *emu_wx;  // per-warp exchange for fragments (32 x EMU_WX bytes)
+inline thread_local unsigned char *emu_wx; // per-warp exchange for fragments (32 x EMU_WX bytes)
 #define EMU_WX 64
 inline thread_local int emu_lane;
 alignas(256) inline unsigned char emu_smem[256 * 1024];
@@ -46,7 +46,8 @@ inline unsigned char *emu_dyn_smem() { return emu_smem; }
 
 inline void __syncthreads() { emu_bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu_wbar->arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned, float v, int o) {
+inline float __shfl_xor_sync(unsigned, float v, int o)
+{
     emu_xch[emu_lane] = v;
     emu_wbar->arrive_and_wait();
     float r = emu_xch[emu_lane ^ o];
@@ -65,11 +66,13 @@ struct emu_pool {
     std::counting_semaphore<1 << 20> done{0};
     std::function<void(unsigned)> job;
     bool quit = false;
-    emu_pool() {
+    emu_pool()
+    {
         th.reserve(1024);
         go.reserve(1024);
     }
-    void run(unsigned n, std::function<void(unsigned)> f) {
+    void run(unsigned n, std::function<void(unsigned)> f)
+    {
         while (th.size() < n) {
             unsigned id = (unsigned)th.size();
             go.emplace_back(new std::binary_semaphore(0));
@@ -86,7 +89,8 @@ struct emu_pool {
         for (unsigned i = 0; i < n; i++) go[i]->release();
         for (unsigned i = 0; i < n; i++) done.acquire();
     }
-    ~emu_pool() {
+    ~emu_pool()
+    {
         quit = true;
         for (auto &g : go) g->release();
         for (auto &t : th) t.join();
@@ -95,7 +99,8 @@ struct emu_pool {
 inline emu_pool emu_the_pool;
 
 // Runs f() as every thread of every block of grid, blocks one after another.
-template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
+template <typename F> void emu_launch(dim3 grid, dim3 block, F f)
+{
     unsigned n = block.x * block.y * block.z, nw = (n + 31) / 32;
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
@@ -116,7 +121,7 @@ template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
                     emu_wx = &wx[(size_t)(t / 32) * 32 * EMU_WX];
                     emu_lane = t % 32;
                     f();
-                    emu_wbar->arrive_and_drop();  // an exited thread no longer counts
+                    emu_wbar->arrive_and_drop(); // an exited thread no longer counts
                     emu_bar->arrive_and_drop();
                 });
             }
@@ -125,14 +130,16 @@ template <typename F> void emu_launch(dim3 grid, dim3 block, F f) {
 // ---- warp-level PTX stand-ins (trainer/cuda/mma_dev.cuh) ----------------------
 // Every lane of the warp publishes its piece, all wait, each lane reads what
 // it needs, all wait again (so the buffer can be reused by the next call).
-template <typename P> inline void emu_exchange(const P &mine, P *all) {
+template <typename P> inline void emu_exchange(const P &mine, P *all)
+{
     static_assert(sizeof(P) <= EMU_WX, "fragment exchange too large");
     memcpy(emu_wx + emu_lane * EMU_WX, &mine, sizeof(P));
     emu_wbar->arrive_and_wait();
     for (int l = 0; l < 32; l++) memcpy(&all[l], emu_wx + l * EMU_WX, sizeof(P));
     emu_wbar->arrive_and_wait();
 }
-inline float emu_lo16(uint32_t r, bool bf) {
+inline float emu_lo16(uint32_t r, bool bf)
+{
     unsigned short h = (unsigned short)(r & 0xffff);
     return bf ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
 }
@@ -142,7 +149,8 @@ inline float emu_hi16(uint32_t r, bool bf) { return emu_lo16(r >> 16, bf); }
 struct emu_frag {
     uint32_t a[4], b[2];
 };
-inline void emu_gather_frags(const uint32_t a[4], const uint32_t b[2], emu_frag all[32]) {
+inline void emu_gather_frags(const uint32_t a[4], const uint32_t b[2], emu_frag all[32])
+{
     emu_frag mine;
     memcpy(mine.a, a, sizeof(mine.a));
     memcpy(mine.b, b, sizeof(mine.b));
@@ -150,7 +158,8 @@ inline void emu_gather_frags(const uint32_t a[4], const uint32_t b[2], emu_frag 
 }
 
 // m16n8k16, 16-bit inputs: the fragment layouts of the PTX ISA.
-inline void emu_mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf) {
+inline void emu_mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf)
+{
     emu_frag all[32];
     emu_gather_frags(a, b, all);
     float A[16][16], B[16][8];
@@ -175,12 +184,14 @@ inline void emu_mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], b
         d[i] = s;
     }
 }
-template <typename T> inline void mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+template <typename T> inline void mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
     emu_mma16816(d, a, b, std::is_same_v<T, __nv_bfloat16>);
 }
 
 // TF32 rounding of cvt.rna.tf32.f32: to nearest, ties away from zero.
-inline uint32_t to_tf32(float x) {
+inline uint32_t to_tf32(float x)
+{
     uint32_t u;
     memcpy(&u, &x, 4);
     if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & ~0x1fffu;
@@ -188,7 +199,8 @@ inline uint32_t to_tf32(float x) {
 }
 
 // m16n8k8, tf32 inputs.
-inline void mma_1688_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+inline void mma_1688_tf32(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
     emu_frag all[32];
     emu_gather_frags(a, b, all);
     float A[16][8], B[8][8];
@@ -216,16 +228,17 @@ inline void mma_1688_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) 
 }
 
 // ldmatrix .x4 (.trans): lane l gives the row address of row l%8 of matrix l/8.
-inline void emu_ldsm(uint32_t r[4], const void *row, bool trans) {
+inline void emu_ldsm(uint32_t r[4], const void *row, bool trans)
+{
     const unsigned char *all[32];
     emu_exchange((const unsigned char *)row, all);
     int g = emu_lane >> 2, t = emu_lane & 3;
     for (int i = 0; i < 4; i++) {
         uint16_t lo, hi;
-        if (!trans) {  // (row g, cols 2t, 2t+1)
+        if (!trans) { // (row g, cols 2t, 2t+1)
             memcpy(&lo, all[8 * i + g] + 4 * t, 2);
             memcpy(&hi, all[8 * i + g] + 4 * t + 2, 2);
-        } else {  // (rows 2t, 2t+1, col g)
+        } else { // (rows 2t, 2t+1, col g)
             memcpy(&lo, all[8 * i + 2 * t] + 2 * g, 2);
             memcpy(&hi, all[8 * i + 2 * t + 1] + 2 * g, 2);
         }
@@ -237,16 +250,20 @@ inline void ldsm_x4_t(uint32_t r[4], const void *row) { emu_ldsm(r, row, true); 
 
 // cp.async completes at once here: the emulation checks the addressing and
 // the zero fill, not the asynchrony (races between stages need a real GPU).
-inline void cp_async16(void *smem, const void *gmem, bool valid) {
-    if (valid) memcpy(smem, gmem, 16);
-    else memset(smem, 0, 16);
+inline void cp_async16(void *smem, const void *gmem, bool valid)
+{
+    if (valid)
+        memcpy(smem, gmem, 16);
+    else
+        memset(smem, 0, 16);
 }
 inline void cp_async_commit() {}
 template <int N> inline void cp_async_wait() {}
 
 // fp32 rounded to TF32's 10 mantissa bits, to nearest (ties to even): how the
 // cuBLASLt stand-in (runtime_emu.cpp) rounds TF32 GEMM inputs.
-inline float emu_round_tf32(float v) {
+inline float emu_round_tf32(float v)
+{
     uint32_t u;
     memcpy(&u, &v, 4);
     if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x0fffu + ((u >> 13) & 1u)) & ~0x1fffu;

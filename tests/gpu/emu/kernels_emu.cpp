@@ -27,30 +27,35 @@ extern "C" {
 }
 
 static int failures = 0;
-static void report(const char *what, double err, double tol) {
+static void report(const char *what, double err, double tol)
+{
     bool ok = std::isfinite(err) && err <= tol;
     printf("%s: emulated kernels: %s (max error %.3g, tolerance %.3g)\n", ok ? "PASS" : "FAIL", what, err, tol);
     failures += !ok;
 }
 
 static uint64_t rng = 12345;
-static float frand() {  // uniform in [-1, 1)
+static float frand()
+{ // uniform in [-1, 1)
     rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
     return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
 }
 
-template <typename T> static std::vector<T> to_t(const std::vector<float> &v) {
+template <typename T> static std::vector<T> to_t(const std::vector<float> &v)
+{
     std::vector<T> o(v.size());
     for (size_t i = 0; i < v.size(); i++) o[i] = from_f<T>(v[i]);
     return o;
 }
-template <typename T> static std::vector<float> to_f32(const std::vector<T> &v) {
+template <typename T> static std::vector<float> to_f32(const std::vector<T> &v)
+{
     std::vector<float> o(v.size());
     for (size_t i = 0; i < v.size(); i++) o[i] = to_f(v[i]);
     return o;
 }
 // max |a-b| / (max |b| + floor): relative to the scale of the reference
-static double relerr(const std::vector<float> &a, const std::vector<float> &b, double floor = 1e-6) {
+static double relerr(const std::vector<float> &a, const std::vector<float> &b, double floor = 1e-6)
+{
     double m = 0, s = floor;
     for (size_t i = 0; i < a.size(); i++) {
         m = std::max(m, (double)std::fabs(a[i] - b[i]));
@@ -60,14 +65,15 @@ static double relerr(const std::vector<float> &a, const std::vector<float> &b, d
 }
 
 // ---------------------------------------------------------------- attention
-template <typename T, int HS> static void test_attention(int B, int Tn, int NH, double tol, const char *tname) {
+template <typename T, int HS> static void test_attention(int B, int Tn, int NH, double tol, const char *tname)
+{
     int C = NH * HS;
     size_t nq = (size_t)B * Tn * 3 * C, no = (size_t)B * Tn * C;
     std::vector<float> qkv(nq), dout(no);
     for (auto &x : qkv) x = frand() * 1.5f;
     for (auto &x : dout) x = frand();
     auto qkv_t = to_t<T>(qkv), dout_t = to_t<T>(dout);
-    auto qkv_r = to_f32(qkv_t), dout_r = to_f32(dout_t);  // reference sees the rounded inputs
+    auto qkv_r = to_f32(qkv_t), dout_r = to_f32(dout_t); // reference sees the rounded inputs
 
     std::vector<T> out(no), dqkv(nq);
     std::vector<float> lse((size_t)B * NH * Tn), Dv((size_t)B * NH * Tn);
@@ -109,7 +115,8 @@ template <typename T, int HS> static void test_attention(int B, int Tn, int NH, 
 // ---------------------------------------------------------------- layernorm
 // NV = 0: the generic kernels (wide rows); else the vectorised one-pass ones
 // with NV 16-byte vectors per lane.
-template <typename T, int NV> static void test_layernorm(int N, int C, double tol, const char *tname) {
+template <typename T, int NV> static void test_layernorm(int N, int C, double tol, const char *tname)
+{
     size_t n = (size_t)N * C;
     std::vector<float> a(n), b(n), w(C), bias(C), dout(n), dres0(n);
     for (auto &x : a) x = frand() * 2;
@@ -118,7 +125,8 @@ template <typename T, int NV> static void test_layernorm(int N, int C, double to
     for (auto &x : bias) x = 0.1f * frand();
     for (auto &x : dout) x = frand();
     for (auto &x : dres0) x = frand();
-    auto at = to_t<T>(a), bt = to_t<T>(b), wt = to_t<T>(w), biast = to_t<T>(bias), dt = to_t<T>(dout), drt = to_t<T>(dres0);
+    auto at = to_t<T>(a), bt = to_t<T>(b), wt = to_t<T>(w), biast = to_t<T>(bias), dt = to_t<T>(dout),
+         drt = to_t<T>(dres0);
     std::vector<T> res(n), ln(n);
     std::vector<float> mean(N), rstd(N);
     T *pr = res.data(), *pl = ln.data();
@@ -152,15 +160,18 @@ template <typename T, int NV> static void test_layernorm(int N, int C, double to
     unsigned gy = (N + ROWS_PER - 1) / ROWS_PER;
     if constexpr (NV == 0) {
         emu_launch(dim3((N + 7) / 8), dim3(256), [=] { layernorm_backward_kernel<T>(pdi, pd, px, pw, pm, ps, N, C); });
-        emu_launch(dim3((C + 31) / 32, gy), dim3(32, 8), [=] { colsum_partial_kernel<T>(pp, pd, px, pm, ps, N, C, 1); });
+        emu_launch(dim3((C + 31) / 32, gy), dim3(32, 8),
+                   [=] { colsum_partial_kernel<T>(pp, pd, px, pm, ps, N, C, 1); });
     } else {
-        emu_launch(dim3(gy), dim3(256), [=] { layernorm_backward_vec_kernel<T, NV>(pdi, pp, pd, px, pw, pm, ps, N, C); });
+        emu_launch(dim3(gy), dim3(256),
+                   [=] { layernorm_backward_vec_kernel<T, NV>(pdi, pp, pd, px, pw, pm, ps, N, C); });
     }
     emu_launch(dim3((C + 255) / 256), dim3(256), [=] { colsum_final_kernel(pdw, pdb, pp, gy, C); });
     auto rdi = to_f32(drt);
     std::vector<float> rdw(C, 0.5f), rdb(C, -0.5f);
     auto dr = to_f32(dt);
-    layernorm_backward(rdi.data(), rdw.data(), rdb.data(), dr.data(), rsum.data(), wr.data(), rm.data(), rs.data(), N, C);
+    layernorm_backward(rdi.data(), rdw.data(), rdb.data(), dr.data(), rsum.data(), wr.data(), rm.data(), rs.data(), N,
+                       C);
     snprintf(name, sizeof name, "LayerNorm backward dx %s %s", kind, tname);
     report(name, relerr(to_f32(dinp), rdi), tol);
     snprintf(name, sizeof name, "LayerNorm backward dw,db (column sums) %s %s", kind, tname);
@@ -168,7 +179,8 @@ template <typename T, int NV> static void test_layernorm(int N, int C, double to
 }
 
 // ---------------------------------------------------------------- classifier
-template <typename T> static void test_classifier(int N, int V, int Vp, double tol, const char *tname) {
+template <typename T> static void test_classifier(int N, int V, int Vp, double tol, const char *tname)
+{
     std::vector<float> logits((size_t)N * Vp);
     std::vector<int> tg(N);
     for (auto &x : logits) x = 4 * frand();
@@ -193,13 +205,14 @@ template <typename T> static void test_classifier(int N, int V, int Vp, double t
 }
 
 // ---------------------------------------------------------------- the rest (fp32)
-static void test_misc() {
+static void test_misc()
+{
     // embedding backward through the host token index; segments of at most 4
     // rows here, so frequent tokens take the partial-sum path
     int B = 3, Tn = 40, C = 48, V = 20, N = B * Tn, SEG = 4;
     std::vector<int> tok(N), csr(enc_csr_ints(N, SEG)), counts(V);
     for (auto &x : tok) x = (int)((frand() + 1) * 0.5f * V) % V;
-    for (int i = 0; i < 30; i++) tok[3 * i] = 7;  // one token far above SEG
+    for (int i = 0; i < 30; i++) tok[3 * i] = 7; // one token far above SEG
     std::vector<float> dout((size_t)N * C), dwte((size_t)V * C, 0.1f), dwpe((size_t)Tn * C, -0.1f),
         epart((size_t)(2 * (N / SEG) + 2) * C);
     for (auto &x : dout) x = frand();
@@ -211,10 +224,12 @@ static void test_misc() {
     int nseg = csr[0], nbig = csr[1];
     emu_launch(dim3(nseg, 1), dim3(128), [=] { encoder_backward_seg_kernel<float>(pw, pep, pd, pc, N, C); });
     emu_launch(dim3(nbig, 1), dim3(256), [=] { encoder_backward_big_kernel(pw, pep, pc, N, C); });
-    emu_launch(dim3((Tn * C / 4 + 255) / 256), dim3(256), [=] { encoder_backward_wpe_kernel<float>(pp, pd, B, Tn, C); });
+    emu_launch(dim3((Tn * C / 4 + 255) / 256), dim3(256),
+               [=] { encoder_backward_wpe_kernel<float>(pp, pd, B, Tn, C); });
     encoder_backward(rwte.data(), rwpe.data(), dout.data(), tok.data(), B, Tn, C);
     char ename[128];
-    snprintf(ename, sizeof ename, "embedding backward (%d segments, %d frequent tokens split, wpe over batch)", nseg, nbig);
+    snprintf(ename, sizeof ename, "embedding backward (%d segments, %d frequent tokens split, wpe over batch)", nseg,
+             nbig);
     report(ename, std::max(relerr(dwte, rwte), relerr(dwpe, rwpe)), 1e-5);
     if (nbig == 0) report("embedding backward: the test has a frequent token", INFINITY, 0);
 
@@ -282,10 +297,12 @@ static void test_misc() {
     // AdamW with bf16 copy
     size_t na = 1000;
     std::vector<float> p(na), gg(na), mm(na), vv(na);
-    for (size_t i = 0; i < na; i++) p[i] = frand(), gg[i] = frand(), mm[i] = 0.1f * frand(), vv[i] = 0.01f * (frand() + 1);
+    for (size_t i = 0; i < na; i++)
+        p[i] = frand(), gg[i] = frand(), mm[i] = 0.1f * frand(), vv[i] = 0.01f * (frand() + 1);
     auto rp = p, rm = mm, rv = vv;
     std::vector<bf16> pb(na);
-    float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f, bc1 = 1 - powf(b1, 3), bc2 = 1 - powf(b2, 3);
+    float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f, bc1 = 1 - powf(b1, 3),
+          bc2 = 1 - powf(b2, 3);
     float *pp2 = p.data(), *pm2 = mm.data(), *pv2 = vv.data();
     const float *pg2 = gg.data();
     bf16 *ppb = pb.data();
@@ -312,10 +329,13 @@ static void test_misc() {
     float *ppc = pcl.data(), *pmc = mc.data(), *pvc = vc.data(), *pps = pskip.data(), *pn2 = n2;
     std::vector<float> ms(na, 0.0f), vs(na, 0.0f);
     float *pms = ms.data(), *pvs = vs.data();
-    emu_launch(dim3((na + 255) / 256), dim3(256),
-               [=] { adamw_kernel<float>(ppc, (float *)NULL, pg2, pmc, pvc, na, lr, b1, b2, eps, 0, igs, pn2, clip, 1 - b1, 1 - b2); });
-    emu_launch(dim3((na + 255) / 256), dim3(256),
-               [=] { adamw_kernel<float>(pps, (float *)NULL, pg2, pms, pvs, na, lr, b1, b2, eps, 0, igs, pn2 + 1, clip, 1 - b1, 1 - b2); });
+    emu_launch(dim3((na + 255) / 256), dim3(256), [=] {
+        adamw_kernel<float>(ppc, (float *)NULL, pg2, pmc, pvc, na, lr, b1, b2, eps, 0, igs, pn2, clip, 1 - b1, 1 - b2);
+    });
+    emu_launch(dim3((na + 255) / 256), dim3(256), [=] {
+        adamw_kernel<float>(pps, (float *)NULL, pg2, pms, pvs, na, lr, b1, b2, eps, 0, igs, pn2 + 1, clip, 1 - b1,
+                            1 - b2);
+    });
     float norm = sqrtf(ss) * igs, f = norm > clip ? igs * clip / norm : igs;
     double ec = 0, es = 0;
     for (size_t i = 0; i < na; i++) {
@@ -336,21 +356,22 @@ static void test_misc() {
     report("sum over ranks in rank order; fill", fabs(out1 - 3.25f) + fabs(slots[6] - 4.0f), 0);
 }
 
-int main() {
+int main()
+{
     // fp32 storage: attention rounds to TF32 inside (relative ~1e-3)
     test_attention<float, 64>(2, 128, 2, 5e-3, "fp32/TF32");
-    test_attention<float, 16>(1, 96, 2, 5e-3, "fp32/TF32");    // partial tile
-    test_attention<bf16, 64>(2, 96, 2, 3e-2, "bf16");          // partial tile
+    test_attention<float, 16>(1, 96, 2, 5e-3, "fp32/TF32"); // partial tile
+    test_attention<bf16, 64>(2, 96, 2, 3e-2, "bf16");       // partial tile
     test_attention<bf16, 32>(1, 64, 3, 3e-2, "bf16");
-    test_attention<bf16, 128>(1, 130, 1, 3e-2, "bf16");        // 3 tiles, 2 rows in the last
-    test_attention<float, 128>(1, 100, 1, 5e-3, "fp32/TF32");   // W = 32 inner tiles, partial
+    test_attention<bf16, 128>(1, 130, 1, 3e-2, "bf16");       // 3 tiles, 2 rows in the last
+    test_attention<float, 128>(1, 100, 1, 5e-3, "fp32/TF32"); // W = 32 inner tiles, partial
     test_attention<fp16, 64>(1, 128, 1, 1e-2, "fp16");
     test_layernorm<float, 0>(40, 96, 1e-5, "fp32");
     test_layernorm<bf16, 0>(300, 64, 2e-2, "bf16");
-    test_layernorm<float, 1>(40, 96, 1e-5, "fp32");        // 24 vectors: lanes 24..31 idle
-    test_layernorm<float, 3>(300, 272, 1e-5, "fp32");      // 68 vectors: a partial third round
+    test_layernorm<float, 1>(40, 96, 1e-5, "fp32");   // 24 vectors: lanes 24..31 idle
+    test_layernorm<float, 3>(300, 272, 1e-5, "fp32"); // 68 vectors: a partial third round
     test_layernorm<bf16, 1>(300, 64, 2e-2, "bf16");
-    test_layernorm<bf16, 2>(600, 320, 2e-2, "bf16");       // 3 row chunks of 256, 8 warps each
+    test_layernorm<bf16, 2>(600, 320, 2e-2, "bf16"); // 3 row chunks of 256, 8 warps each
     test_classifier<float>(6, 300, 320, 1e-5, "fp32");
     test_classifier<bf16>(4, 300, 320, 2e-2, "bf16");
     test_misc();

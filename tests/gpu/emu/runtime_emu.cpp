@@ -21,7 +21,8 @@
 
 static std::atomic<size_t> emu_bytes{0};
 
-static void *emu_alloc(size_t n) {
+static void *emu_alloc(size_t n)
+{
     void *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
     if (p) emu_bytes += n;
     return p;
@@ -29,56 +30,113 @@ static void *emu_alloc(size_t n) {
 
 extern "C" {
 // ---------------------------------------------------------------- runtime
-cudaError_t cudaMalloc(void **p, size_t n) {
+cudaError_t cudaMalloc(void **p, size_t n)
+{
     *p = emu_alloc(n);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
-cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
-cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
-cudaError_t cudaFreeAsync(void *p, cudaStream_t) { free(p); return cudaSuccess; }
-cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind) { memmove(d, s, n); return cudaSuccess; }
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind, cudaStream_t) {
+cudaError_t cudaFree(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaFreeAsync(void *p, cudaStream_t)
+{
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
+{
     memmove(d, s, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemset(void *d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
-cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) { memset(d, v, n); return cudaSuccess; }
-cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot) {
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind, cudaStream_t)
+{
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void *d, int v, size_t n)
+{
+    memset(d, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t)
+{
+    memset(d, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot)
+{
     *tot = (size_t)80 << 30;
     *fr = *tot - emu_bytes;
     return cudaSuccess;
 }
-cudaError_t cudaGetDeviceCount(int *n) {
+cudaError_t cudaGetDeviceCount(int *n)
+{
     *n = getenv("SKIFF_EMU_NO_GPU") ? 0 : 1;
     return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int) {
+cudaError_t cudaGetDevice(int *d)
+{
+    *d = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int)
+{
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "CPU emulation of sm_90");
     p->major = 9;
     p->minor = 0;
     return cudaSuccess;
 }
-cudaError_t cudaDeviceGetPCIBusId(char *s, int len, int) { snprintf(s, len, "0000:00:00.0"); return cudaSuccess; }
+cudaError_t cudaDeviceGetPCIBusId(char *s, int len, int)
+{
+    snprintf(s, len, "0000:00:00.0");
+    return cudaSuccess;
+}
 cudaError_t cudaFuncSetAttribute(const void *, enum cudaFuncAttribute, int) { return cudaSuccess; }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated CUDA error"; }
 const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorEmulated"; }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { *s = (cudaStream_t)emu_alloc(8); return cudaSuccess; }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned)
+{
+    *s = (cudaStream_t)emu_alloc(8);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    free(s);
+    return cudaSuccess;
+}
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
-cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = (cudaEvent_t)emu_alloc(8); return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    *e = (cudaEvent_t)emu_alloc(8);
+    return cudaSuccess;
+}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    free(e);
+    return cudaSuccess;
+}
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { *ms = 0.0f; return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t)
+{
+    *ms = 0.0f;
+    return cudaSuccess;
+}
 
 // ---------------------------------------------------------------- cuBLASLt
 struct emu_desc {
@@ -95,17 +153,31 @@ struct emu_layout {
     int64_t ld;
 };
 
-cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)emu_alloc(8); return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct, cudaDataType_t) {
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
+{
+    *h = (cublasLtHandle_t)emu_alloc(8);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
+{
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct, cudaDataType_t)
+{
     emu_desc *e = (emu_desc *)calloc(1, sizeof(emu_desc));
     e->ct = ct, e->ta = e->tb = CUBLAS_OP_N, e->epi = CUBLASLT_EPILOGUE_DEFAULT;
     *d = (cublasLtMatmulDesc_t)e;
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { free(d); return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
-                                              const void *buf, size_t n) {
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
+{
+    free(d);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *buf,
+                                              size_t n)
+{
     emu_desc *e = (emu_desc *)d;
     switch (a) {
     case CUBLASLT_MATMUL_DESC_TRANSA: memcpy(&e->ta, buf, n); break;
@@ -114,25 +186,36 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&e->bias, buf, n); break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: memcpy(&e->aux, buf, n); break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: memcpy(&e->auxld, buf, n); break;
-    default: break;  // bias type: always the output type here
+    default: break; // bias type: always the output type here
     }
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
-                                          int64_t ld) {
+                                          int64_t ld)
+{
     emu_layout *e = (emu_layout *)calloc(1, sizeof(emu_layout));
     e->t = t, e->rows = rows, e->cols = cols, e->ld = ld;
     *l = (cublasLtMatrixLayout_t)e;
     return (int64_t)rows > ld ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { free(l); return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
+{
+    free(l);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
     *p = (cublasLtMatmulPreference_t)emu_alloc(8);
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { free(p); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+    free(p);
+    return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
-                                                    const void *, size_t) {
+                                                    const void *, size_t)
+{
     return CUBLAS_STATUS_SUCCESS;
 }
 // SKIFF_EMU_NO_FUSED_EPILOGUES=1: no algorithm for the DGELU and BGRADB
@@ -140,7 +223,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatmulPreference_t, int, cublasLtMatmulHeuristicResult_t r[],
-                                              int *count) {
+                                              int *count)
+{
     const emu_desc *e = (const emu_desc *)desc;
     const char *nf = getenv("SKIFF_EMU_NO_FUSED_EPILOGUES");
     if (nf && !strcmp(nf, "1") && (e->epi == CUBLASLT_EPILOGUE_DGELU || e->epi == CUBLASLT_EPILOGUE_BGRADB)) {
@@ -153,14 +237,16 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     return CUBLAS_STATUS_SUCCESS;
 }
 
-static float ld_el(const void *p, cudaDataType t, size_t i) {
+static float ld_el(const void *p, cudaDataType t, size_t i)
+{
     switch (t) {
     case CUDA_R_32F: return ((const float *)p)[i];
     case CUDA_R_16BF: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
     default: return __half2float(((const __half *)p)[i]);
     }
 }
-static void st_el(void *p, cudaDataType t, size_t i, float v) {
+static void st_el(void *p, cudaDataType t, size_t i, float v)
+{
     switch (t) {
     case CUDA_R_32F: ((float *)p)[i] = v; break;
     case CUDA_R_16BF: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v); break;
@@ -171,7 +257,8 @@ static void st_el(void *p, cudaDataType t, size_t i, float v) {
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
                               cublasLtMatrixLayout_t Ad, const void *B, cublasLtMatrixLayout_t Bd, const void *beta,
                               const void *C, cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
-                              const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t)
+{
     const emu_desc *e = (const emu_desc *)desc;
     const emu_layout *a = (const emu_layout *)Ad, *b = (const emu_layout *)Bd, *c = (const emu_layout *)Cd,
                      *d = (const emu_layout *)Dd;
@@ -206,7 +293,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                 st_el(e->aux, d->t, i + j * e->auxld, v);
                 v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
             }
-            if (e->epi == CUBLASLT_EPILOGUE_DGELU) {  // GELU'(aux) times the product (tanh form)
+            if (e->epi == CUBLASLT_EPILOGUE_DGELU) { // GELU'(aux) times the product (tanh form)
                 float x = ld_el(e->aux, d->t, i + j * e->auxld);
                 float u = 0.7978845608028654f * (x + 0.044715f * x * x * x), th = tanhf(u);
                 v *= 0.5f * (1.0f + th) +
@@ -229,23 +316,35 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
 static const char *const no_nccl = "NCCL is not available in the CPU emulation (use host-staged)";
 const char *ncclGetErrorString(ncclResult_t) { return no_nccl; }
 const char *ncclGetLastError(ncclComm_t) { return ""; }
-ncclResult_t ncclGetUniqueId(ncclUniqueId *id) { memset(id, 0, sizeof(*id)); return ncclSuccess; }
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    memset(id, 0, sizeof(*id));
+    return ncclSuccess;
+}
 ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int) { return ncclInvalidUsage; }
 ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
 ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
-ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *r) { *r = ncclSuccess; return ncclSuccess; }
-ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *r)
+{
+    *r = ncclSuccess;
+    return ncclSuccess;
+}
+ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)
+{
     return ncclInvalidUsage;
 }
-ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
+ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)
+{
     return ncclInvalidUsage;
 }
-ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) {
+ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t)
+{
     return ncclInvalidUsage;
 }
 ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
 ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
-ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
+ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
+{
     return ncclInvalidUsage;
 }
 }

@@ -28,7 +28,10 @@ static uint64_t next64(void)
     return z ^ (z >> 31);
 }
 
-static double uniform(void) { return ((next64() >> 11) + 0.5) / 9007199254740992.0; }
+static double uniform(void)
+{
+    return ((next64() >> 11) + 0.5) / 9007199254740992.0;
+}
 
 static float normal(float std)
 {
@@ -56,14 +59,16 @@ static void put(FILE *f, float x)
         fwrite(&h, 2, 1, f);
         return;
     }
-    if (mode == 2) bits &= 0xffff0000u;
+    if (mode == 2)
+        bits &= 0xffff0000u;
     fwrite(&bits, 4, 1, f);
 }
 
 /* count values: N(mean, std) each */
 static void tensor(FILE *f, size_t count, float mean, float std)
 {
-    for (size_t i = 0; i < count; i++) put(f, mean + normal(std));
+    for (size_t i = 0; i < count; i++)
+        put(f, mean + normal(std));
 }
 
 int main(int argc, char **argv)
@@ -73,7 +78,8 @@ int main(int argc, char **argv)
         int32_t h[256] = {20240520, 1, atoi(argv[4])};
         int V = atoi(argv[5]), P = argc > 6 ? atoi(argv[6]) : 0;
         uint16_t *period = P > 0 ? malloc((size_t)P * 2) : NULL;
-        for (int i = 0; i < P; i++) period[i] = (uint16_t)(next64() % (uint64_t)V);
+        for (int i = 0; i < P; i++)
+            period[i] = (uint16_t)(next64() % (uint64_t)V);
         FILE *f = out_file(argv[2]);
         fwrite(h, 4, 256, f);
         for (int i = 0; i < h[2]; i++) {
@@ -91,27 +97,28 @@ int main(int argc, char **argv)
     state = strtoull(argv[3], NULL, 10);
     size_t T = atoi(argv[4]), V = atoi(argv[5]), L = atoi(argv[6]), NH = atoi(argv[7]);
     size_t C = atoi(argv[8]), Vp = atoi(argv[9]);
-    if (argc > 10) mode = !strcmp(argv[10], "bf16") ? 1 : 2;
-    int32_t h[256] = {20240326, mode == 1 ? 5 : 3, (int32_t)T, (int32_t)V, (int32_t)L, (int32_t)NH,
-                      (int32_t)C, (int32_t)Vp};
+    if (argc > 10)
+        mode = !strcmp(argv[10], "bf16") ? 1 : 2;
+    int32_t h[256] = {20240326,   mode == 1 ? 5 : 3, (int32_t)T, (int32_t)V,
+                      (int32_t)L, (int32_t)NH,       (int32_t)C, (int32_t)Vp};
     FILE *f = out_file(argv[2]);
     fwrite(h, 4, 256, f);
-    tensor(f, V * C, 0, 0.02f);        /* wte: real rows */
-    tensor(f, (Vp - V) * C, 0, 0);     /* wte: padding rows are zero */
-    tensor(f, T * C, 0, 0.01f);        /* wpe */
-    tensor(f, L * C, 1, 0.1f);         /* ln1w */
-    tensor(f, L * C, 0, 0.02f);        /* ln1b */
+    tensor(f, V * C, 0, 0.02f);         /* wte: real rows */
+    tensor(f, (Vp - V) * C, 0, 0);      /* wte: padding rows are zero */
+    tensor(f, T * C, 0, 0.01f);         /* wpe */
+    tensor(f, L * C, 1, 0.1f);          /* ln1w */
+    tensor(f, L * C, 0, 0.02f);         /* ln1b */
     tensor(f, L * 3 * C * C, 0, 0.02f); /* qkvw */
-    tensor(f, L * 3 * C, 0, 0.02f);    /* qkvb */
-    tensor(f, L * C * C, 0, 0.02f);    /* attprojw */
-    tensor(f, L * C, 0, 0.02f);        /* attprojb */
-    tensor(f, L * C, 1, 0.1f);         /* ln2w */
-    tensor(f, L * C, 0, 0.02f);        /* ln2b */
+    tensor(f, L * 3 * C, 0, 0.02f);     /* qkvb */
+    tensor(f, L * C * C, 0, 0.02f);     /* attprojw */
+    tensor(f, L * C, 0, 0.02f);         /* attprojb */
+    tensor(f, L * C, 1, 0.1f);          /* ln2w */
+    tensor(f, L * C, 0, 0.02f);         /* ln2b */
     tensor(f, L * 4 * C * C, 0, 0.02f); /* fcw */
-    tensor(f, L * 4 * C, 0, 0.02f);    /* fcb */
+    tensor(f, L * 4 * C, 0, 0.02f);     /* fcb */
     tensor(f, L * C * 4 * C, 0, 0.02f); /* fcprojw */
-    tensor(f, L * C, 0, 0.02f);        /* fcprojb */
-    tensor(f, C, 1, 0.1f);             /* lnfw */
-    tensor(f, C, 0, 0.02f);            /* lnfb */
+    tensor(f, L * C, 0, 0.02f);         /* fcprojb */
+    tensor(f, C, 1, 0.1f);              /* lnfw */
+    tensor(f, C, 0, 0.02f);             /* lnfb */
     return fclose(f) != 0;
 }

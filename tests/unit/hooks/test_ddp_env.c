@@ -32,10 +32,10 @@ static const char *table_get(void *ctx, const char *name)
     return NULL;
 }
 
-#define STEP3(rank, local, node)                                                                            \
-    "SLURM_JOB_ID=42", "SLURM_STEP_ID=0", "SLURM_PROCID=" #rank, "SLURM_LOCALID=" #local,                  \
-        "SLURM_NODEID=" #node, "SLURM_STEP_NUM_TASKS=7", "SLURM_STEP_NUM_NODES=3",                         \
-        "SLURM_STEP_NODELIST=gpu-a[01-03]", "SLURM_STEP_TASKS_PER_NODE=3,2(x2)"
+#define STEP3(rank, local, node)                                                                                       \
+    "SLURM_JOB_ID=42", "SLURM_STEP_ID=0", "SLURM_PROCID=" #rank, "SLURM_LOCALID=" #local, "SLURM_NODEID=" #node,       \
+        "SLURM_STEP_NUM_TASKS=7", "SLURM_STEP_NUM_NODES=3", "SLURM_STEP_NODELIST=gpu-a[01-03]",                        \
+        "SLURM_STEP_TASKS_PER_NODE=3,2(x2)"
 
 static const struct scenario scenarios[] = {
     {"block -N3 -n7, task 4 on node 1",
@@ -68,24 +68,24 @@ static const struct scenario scenarios[] = {
      "slurm",
      NULL},
     {"uneven -N2 -n5 (3,2), task on node 1",
-     {"SLURM_JOB_ID=7", "SLURM_STEP_ID=1", "SLURM_PROCID=4", "SLURM_LOCALID=1", "SLURM_NODEID=1",
-      "SLURM_NTASKS=5", "SLURM_JOB_NODELIST=n[1-2]", "SLURM_TASKS_PER_NODE=3,2", "SLURM_NNODES=2"},
+     {"SLURM_JOB_ID=7", "SLURM_STEP_ID=1", "SLURM_PROCID=4", "SLURM_LOCALID=1", "SLURM_NODEID=1", "SLURM_NTASKS=5",
+      "SLURM_JOB_NODELIST=n[1-2]", "SLURM_TASKS_PER_NODE=3,2", "SLURM_NNODES=2"},
      {"WORLD_SIZE=5", "LOCAL_WORLD_SIZE=2", "GROUP_WORLD_SIZE=2", "MASTER_ADDR=n1"},
      {NULL},
      "slurm",
      NULL},
     {"step variables win over job variables",
-     {"SLURM_JOB_ID=7", "SLURM_STEP_ID=2", "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
-      "SLURM_NTASKS=8", "SLURM_STEP_NUM_TASKS=2", "SLURM_JOB_NODELIST=n[1-4]", "SLURM_STEP_NODELIST=n[3-4]",
-      "SLURM_TASKS_PER_NODE=2(x4)", "SLURM_STEP_TASKS_PER_NODE=1(x2)"},
+     {"SLURM_JOB_ID=7", "SLURM_STEP_ID=2", "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_NTASKS=8",
+      "SLURM_STEP_NUM_TASKS=2", "SLURM_JOB_NODELIST=n[1-4]", "SLURM_STEP_NODELIST=n[3-4]", "SLURM_TASKS_PER_NODE=2(x4)",
+      "SLURM_STEP_TASKS_PER_NODE=1(x2)"},
      {"WORLD_SIZE=2", "MASTER_ADDR=n3", "LOCAL_WORLD_SIZE=1"},
      {NULL},
      "slurm",
      NULL},
     {"SLURM_GTIDS gives this node's task count",
      {"SLURM_JOB_ID=7", "SLURM_STEP_ID=0", "SLURM_PROCID=1", "SLURM_LOCALID=0", "SLURM_NODEID=1",
-      "SLURM_STEP_NUM_TASKS=4", "SLURM_STEP_NODELIST=n[1-3]", "SLURM_STEP_TASKS_PER_NODE=2,1(x2)",
-      "SLURM_GTIDS=1,2", "SLURMD_NODENAME=n1"},
+      "SLURM_STEP_NUM_TASKS=4", "SLURM_STEP_NODELIST=n[1-3]", "SLURM_STEP_TASKS_PER_NODE=2,1(x2)", "SLURM_GTIDS=1,2",
+      "SLURMD_NODENAME=n1"},
      {"LOCAL_WORLD_SIZE=2"},
      {NULL},
      "slurm",
@@ -104,18 +104,16 @@ static const struct scenario scenarios[] = {
      NULL},
     {"het step, task on n3 (node id 0) without SLURM_GTIDS: position of n3 in the list",
      {"SLURM_JOB_ID=9", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
-      "SLURM_STEP_NUM_TASKS=4", "SLURM_STEP_NODELIST=n[1-3]", "SLURM_STEP_TASKS_PER_NODE=2,1(x2)",
-      "SLURMD_NODENAME=n3", "SLURM_HET_SIZE=2", "SLURM_JOB_NODELIST_HET_GROUP_0=n3",
-      "SLURM_JOB_NODELIST_HET_GROUP_1=n[1-2]"},
+      "SLURM_STEP_NUM_TASKS=4", "SLURM_STEP_NODELIST=n[1-3]", "SLURM_STEP_TASKS_PER_NODE=2,1(x2)", "SLURMD_NODENAME=n3",
+      "SLURM_HET_SIZE=2", "SLURM_JOB_NODELIST_HET_GROUP_0=n3", "SLURM_JOB_NODELIST_HET_GROUP_1=n[1-2]"},
      {"LOCAL_WORLD_SIZE=1", "MASTER_ADDR=n3"},
      {"OMP_NUM_THREADS"},
      "slurm",
      NULL},
     {"het job, step on component 1 only: its own first node",
      {"SLURM_JOB_ID=9", "SLURM_STEP_ID=1", "SLURM_PROCID=2", "SLURM_LOCALID=0", "SLURM_NODEID=1",
-      "SLURM_STEP_NUM_TASKS=3", "SLURM_STEP_NODELIST=n[1-2]", "SLURM_STEP_TASKS_PER_NODE=2,1",
-      "SLURMD_NODENAME=n2", "SLURM_HET_SIZE=2", "SLURM_JOB_NODELIST_HET_GROUP_0=n3",
-      "SLURM_JOB_NODELIST_HET_GROUP_1=n[1-2]"},
+      "SLURM_STEP_NUM_TASKS=3", "SLURM_STEP_NODELIST=n[1-2]", "SLURM_STEP_TASKS_PER_NODE=2,1", "SLURMD_NODENAME=n2",
+      "SLURM_HET_SIZE=2", "SLURM_JOB_NODELIST_HET_GROUP_0=n3", "SLURM_JOB_NODELIST_HET_GROUP_1=n[1-2]"},
      {"MASTER_ADDR=n1", "LOCAL_WORLD_SIZE=1", "WORLD_SIZE=3"},
      {NULL},
      "slurm",
@@ -140,10 +138,9 @@ static const struct scenario scenarios[] = {
      "slurm",
      NULL},
     {"already computed for this task: nothing to do",
-     {STEP3(4, 1, 1), "RANK=4", "WORLD_SIZE=7", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "NODE_RANK=1",
-      "GROUP_RANK=1", "GROUP_WORLD_SIZE=3", "ROLE_RANK=4", "ROLE_WORLD_SIZE=7", "ROLE_NAME=default",
-      "MASTER_ADDR=gpu-a01", "MASTER_PORT=1", "OMP_NUM_THREADS=1", "SKIFF_DDP_ENV_TASK=slurm:42.0.4",
-      "SKIFF_DDP_ENV_VARS=RANK:00000000"},
+     {STEP3(4, 1, 1), "RANK=4", "WORLD_SIZE=7", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "NODE_RANK=1", "GROUP_RANK=1",
+      "GROUP_WORLD_SIZE=3", "ROLE_RANK=4", "ROLE_WORLD_SIZE=7", "ROLE_NAME=default", "MASTER_ADDR=gpu-a01",
+      "MASTER_PORT=1", "OMP_NUM_THREADS=1", "SKIFF_DDP_ENV_TASK=slurm:42.0.4", "SKIFF_DDP_ENV_VARS=RANK:00000000"},
      {NULL},
      {"RANK", "SKIFF_DDP_ENV_TASK"},
      "slurm",
@@ -191,33 +188,36 @@ static const struct scenario scenarios[] = {
      {"WORLD_SIZE", "MASTER_ADDR"},
      "pmix",
      NULL},
-    {"open mpi rank beyond size", {"OMPI_COMM_WORLD_RANK=4", "OMPI_COMM_WORLD_SIZE=4"}, {NULL}, {NULL}, NULL,
+    {"open mpi rank beyond size",
+     {"OMPI_COMM_WORLD_RANK=4", "OMPI_COMM_WORLD_SIZE=4"},
+     {NULL},
+     {NULL},
+     NULL,
      "rank 4 is not below the task count 4"},
     {"rank beyond task count", {STEP3(7, 1, 1)}, {NULL}, {NULL}, NULL, "rank 7 is not below"},
     {"non-numeric rank",
-     {"SLURM_JOB_ID=1", "SLURM_STEP_ID=0", "SLURM_PROCID=x", "SLURM_LOCALID=0", "SLURM_NODEID=0",
-      "SLURM_NTASKS=1"},
+     {"SLURM_JOB_ID=1", "SLURM_STEP_ID=0", "SLURM_PROCID=x", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_NTASKS=1"},
      {NULL},
      {NULL},
      NULL,
      "SLURM_PROCID='x'"},
     {"bad node list",
-     {"SLURM_JOB_ID=1", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
-      "SLURM_NTASKS=1", "SLURM_STEP_NODELIST=n[1-"},
+     {"SLURM_JOB_ID=1", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_NTASKS=1",
+      "SLURM_STEP_NODELIST=n[1-"},
      {NULL},
      {NULL},
      NULL,
      "SLURM_STEP_NODELIST: host list \"n[1-\""},
     {"bad tasks per node",
-     {"SLURM_JOB_ID=1", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
-      "SLURM_NTASKS=1", "SLURM_STEP_TASKS_PER_NODE=2(3)"},
+     {"SLURM_JOB_ID=1", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_NTASKS=1",
+      "SLURM_STEP_TASKS_PER_NODE=2(3)"},
      {NULL},
      {NULL},
      NULL,
      "SLURM_STEP_TASKS_PER_NODE: tasks per node"},
     {"local id beyond this node's tasks",
-     {"SLURM_JOB_ID=1", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_LOCALID=2", "SLURM_NODEID=0",
-      "SLURM_NTASKS=4", "SLURM_STEP_TASKS_PER_NODE=2(x2)"},
+     {"SLURM_JOB_ID=1", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_LOCALID=2", "SLURM_NODEID=0", "SLURM_NTASKS=4",
+      "SLURM_STEP_TASKS_PER_NODE=2(x2)"},
      {NULL},
      {NULL},
      NULL,
@@ -284,8 +284,7 @@ static void run_scenario_with(const struct scenario *sc, skiff_getenv_fn get)
             cr_expect_str_eq(got, eq + 1, "[%s] %s", sc->name, name);
     }
     for (size_t i = 0; i < MAXV && sc->absent[i]; i++)
-        cr_expect_null(skiff_ddp_env_get(&out, sc->absent[i]), "[%s] %s should not be set", sc->name,
-                       sc->absent[i]);
+        cr_expect_null(skiff_ddp_env_get(&out, sc->absent[i]), "[%s] %s should not be set", sc->name, sc->absent[i]);
     for (size_t i = 0; i < out.n; i++) {
         /* never overwrite: nothing in the output is set by the user */
         const char *in = table_get(CTX(sc->env), out.vars[i].name);
@@ -368,10 +367,12 @@ Test(ddp_env, concurrent_steps_get_different_ports)
 Test(ddp_env, array_tasks_use_their_own_job_id)
 {
     /* Array task 1 of array 11 has SLURM_JOB_ID=12, task 2 keeps 11. */
-    const char *t1[] = {"SLURM_JOB_ID=12", "SLURM_ARRAY_JOB_ID=11", "SLURM_ARRAY_TASK_ID=1", "SLURM_STEP_ID=0",
-                        "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_NTASKS=1", NULL};
-    const char *t2[] = {"SLURM_JOB_ID=11", "SLURM_ARRAY_JOB_ID=11", "SLURM_ARRAY_TASK_ID=2", "SLURM_STEP_ID=0",
-                        "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_NTASKS=1", NULL};
+    const char *t1[] = {"SLURM_JOB_ID=12", "SLURM_ARRAY_JOB_ID=11", "SLURM_ARRAY_TASK_ID=1",
+                        "SLURM_STEP_ID=0", "SLURM_PROCID=0",        "SLURM_LOCALID=0",
+                        "SLURM_NODEID=0",  "SLURM_NTASKS=1",        NULL};
+    const char *t2[] = {"SLURM_JOB_ID=11", "SLURM_ARRAY_JOB_ID=11", "SLURM_ARRAY_TASK_ID=2",
+                        "SLURM_STEP_ID=0", "SLURM_PROCID=0",        "SLURM_LOCALID=0",
+                        "SLURM_NODEID=0",  "SLURM_NTASKS=1",        NULL};
     struct skiff_ddp_env o1, o2;
     skiff_err err = {0};
     cr_assert_eq(skiff_ddp_env_compute(table_get, CTX(t1), NULL, &o1, &err), 0);
@@ -381,8 +382,13 @@ Test(ddp_env, array_tasks_use_their_own_job_id)
 
 Test(ddp_env, site_port_range_option)
 {
-    const char *env[] = {"SLURM_JOB_ID=1", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_LOCALID=0",
-                         "SLURM_NODEID=0", "SLURM_NTASKS=1", NULL};
+    const char *env[] = {"SLURM_JOB_ID=1",
+                         "SLURM_STEP_ID=0",
+                         "SLURM_PROCID=0",
+                         "SLURM_LOCALID=0",
+                         "SLURM_NODEID=0",
+                         "SLURM_NTASKS=1",
+                         NULL};
     struct skiff_ddp_opts o = {.port_lo = 50000, .port_hi = 50009};
     struct skiff_ddp_env out;
     skiff_err err = {0};
@@ -399,9 +405,15 @@ struct tpn_case {
 };
 
 static const struct tpn_case tpn_cases[] = {
-    {"2", 0, 2, 1},          {"2(x3),1", 0, 2, 4},   {"2(x3),1", 2, 2, 4},    {"2(x3),1", 3, 1, 4},
-    {"5,1(x2)", 1, 1, 3},    {"3,2", 1, 2, 2},       {"1(x1000000)", 999999, 1, 1000000},
-    {"4(x2),3(x2),8", 4, 8, 5}, {"0,2", 0, 0, 2},
+    {"2", 0, 2, 1},
+    {"2(x3),1", 0, 2, 4},
+    {"2(x3),1", 2, 2, 4},
+    {"2(x3),1", 3, 1, 4},
+    {"5,1(x2)", 1, 1, 3},
+    {"3,2", 1, 2, 2},
+    {"1(x1000000)", 999999, 1, 1000000},
+    {"4(x2),3(x2),8", 4, 8, 5},
+    {"0,2", 0, 0, 2},
 };
 
 Test(ddp_env, tasks_per_node_table)
@@ -414,8 +426,7 @@ Test(ddp_env, tasks_per_node_table)
         cr_expect_eq(t, c->tasks, "%s node %lu", c->in, c->node);
         cr_expect_eq(n, c->nodes, "%s nodes", c->in);
     }
-    const char *bad[] = {"", "x", "2(x)", "2(3)", "2(x0)", "2,", ",2", "2(x3", "2;3", "1(x2000000)",
-                         "12345678901"};
+    const char *bad[] = {"", "x", "2(x)", "2(3)", "2(x0)", "2,", ",2", "2(x3", "2;3", "1(x2000000)", "12345678901"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         unsigned long t;
         skiff_err err = {0};
@@ -432,15 +443,16 @@ Test(ddp_env, shell_quote)
 {
     char b[64];
     skiff_err err = {0};
-    const char *cases[][2] = {{"n1", "n1"},       {"a b", "'a b'"},     {"it's", "'it'\\''s'"},
-                              {"", "''"},         {"$(x)", "'$(x)'"},   {"slurm:1.0.4", "slurm:1.0.4"},
-                              {"a;b", "'a;b'"},   {"RANK,X", "RANK,X"}};
+    const char *cases[][2] = {{"n1", "n1"},     {"a b", "'a b'"},    {"it's", "'it'\\''s'"},
+                              {"", "''"},       {"$(x)", "'$(x)'"},  {"slurm:1.0.4", "slurm:1.0.4"},
+                              {"a;b", "'a;b'"}, {"RANK,X", "RANK,X"}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         cr_assert_eq(skiff_shell_quote(cases[i][0], b, sizeof(b), &err), 0);
         cr_expect_str_eq(b, cases[i][1]);
     }
-    cr_expect_eq(skiff_shell_quote("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", b, sizeof(b), &err),
-                 -1);
+    cr_expect_eq(
+        skiff_shell_quote("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", b, sizeof(b), &err),
+        -1);
 }
 
 /* env = base inputs + every NAME=VALUE of prev (as srun would pass them on) */

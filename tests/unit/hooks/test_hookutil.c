@@ -17,9 +17,9 @@ Test(gpu, parse_table)
         enum skiff_gpu_vis kind;
         const char *idx;
     } c[] = {
-        {"0", SKIFF_GPU_LIST, "0"},         {"0,2", SKIFF_GPU_LIST, "0 2"},   {"0-3", SKIFF_GPU_LIST, "0 1 2 3"},
-        {"1,3-4", SKIFF_GPU_LIST, "1 3 4"}, {"2,2", SKIFF_GPU_LIST, "2"},     {"all", SKIFF_GPU_ALL, ""},
-        {"none", SKIFF_GPU_DRIVER, ""},     {"void", SKIFF_GPU_NONE, ""},     {"", SKIFF_GPU_NONE, ""},
+        {"0", SKIFF_GPU_LIST, "0"},         {"0,2", SKIFF_GPU_LIST, "0 2"},     {"0-3", SKIFF_GPU_LIST, "0 1 2 3"},
+        {"1,3-4", SKIFF_GPU_LIST, "1 3 4"}, {"2,2", SKIFF_GPU_LIST, "2"},       {"all", SKIFF_GPU_ALL, ""},
+        {"none", SKIFF_GPU_DRIVER, ""},     {"void", SKIFF_GPU_NONE, ""},       {"", SKIFF_GPU_NONE, ""},
         {"NoDevFiles", SKIFF_GPU_NONE, ""}, {"GPU-8a3f-11", SKIFF_GPU_ALL, ""}, {"MIG-abc", SKIFF_GPU_ALL, ""},
     };
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
@@ -126,7 +126,8 @@ Test(ldcache, rejects_other_files)
 Test(identity, merge)
 {
     skiff_err err = {0};
-    const char *img = "root:x:0:0:root:/root:/bin/sh\nalice:x:1001:1001::/home/alice:/bin/sh\nbob:x:1002:1002::/b:/bin/sh\n";
+    const char *img =
+        "root:x:0:0:root:/root:/bin/sh\nalice:x:1001:1001::/home/alice:/bin/sh\nbob:x:1002:1002::/b:/bin/sh\n";
     char *m = skiff_identity_merge(img, "carol", 1001, "carol:x:1001:1001::/home/carol:/bin/bash", &err);
     cr_assert_not_null(m);
     cr_expect_str_eq(m, "root:x:0:0:root:/root:/bin/sh\nbob:x:1002:1002::/b:/bin/sh\n"

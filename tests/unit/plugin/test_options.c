@@ -111,8 +111,7 @@ Test(options, boolean_pairs_refuse_both)
     cr_assert_eq(o.writable, 0);
     cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_WRITABLE, 0, NULL, &err), 0, "Slurm may pass a flag twice");
     cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_WRITABLE, 1, NULL, &err), -1);
-    cr_assert(strstr(err.msg, "--container-readonly and --container-writable contradict each other"), "%s",
-              err.msg);
+    cr_assert(strstr(err.msg, "--container-readonly and --container-writable contradict each other"), "%s", err.msg);
     cr_assert_eq(o.writable, 0);
     cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_REMAP_ROOT, 1, NULL, &err), 0);
     cr_assert_eq(skiff_opts_set(&o, SKIFF_OPT_REMAP_ROOT, 1, NULL, &err), 0);
@@ -152,9 +151,19 @@ static const char *fake_env(void *ctx, const char *name)
 
 Test(options, env_fallbacks_skiff_then_pyxis_cli_wins)
 {
-    const char *env[] = {"SKIFF_CONTAINER_IMAGE", "/s.sqsh", "PYXIS_CONTAINER_IMAGE", "/p.sqsh",
-                         "PYXIS_CONTAINER_WORKDIR", "/pw", "SKIFF_CONTAINER_READONLY", "yes",
-                         "PYXIS_CONTAINER_REMAP_ROOT", "1", "SKIFF_CONTAINER_MOUNTS", "/a:/b", NULL};
+    const char *env[] = {"SKIFF_CONTAINER_IMAGE",
+                         "/s.sqsh",
+                         "PYXIS_CONTAINER_IMAGE",
+                         "/p.sqsh",
+                         "PYXIS_CONTAINER_WORKDIR",
+                         "/pw",
+                         "SKIFF_CONTAINER_READONLY",
+                         "yes",
+                         "PYXIS_CONTAINER_REMAP_ROOT",
+                         "1",
+                         "SKIFF_CONTAINER_MOUNTS",
+                         "/a:/b",
+                         NULL};
     skiff_opts_set(&o, SKIFF_OPT_WORKDIR, 0, "/cli", &err);
     cr_assert_eq(skiff_opts_from_env(&o, fake_env, env, &err), 0, "%s", err.msg);
     cr_assert_str_eq(o.image, "/s.sqsh");

@@ -28,7 +28,8 @@ static int parse_recs(int n, const char *const *in)
     skiff_recbuf_free(&b);
     return rc;
 }
-#define PARSE(...) parse_recs((int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *)), (const char *[]){__VA_ARGS__})
+#define PARSE(...)                                                                                                     \
+    parse_recs((int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *)), (const char *[]){__VA_ARGS__})
 
 Test(proto, a_start_reply)
 {
@@ -143,8 +144,8 @@ Test(proto, a_request_parses_strictly)
 Test(proto, attach_notice_and_progress)
 {
     /* progress records may come before the status, nowhere else */
-    cr_assert_eq(PARSE("I:docker://ubuntu:24.04", "i:1048576 2500 docker://ubuntu:24.04", "S:0", "H:77", "W:/",
-                       "E:K=v", "J:1", "U:container 'c' is in use\nforged", "Z:"),
+    cr_assert_eq(PARSE("I:docker://ubuntu:24.04", "i:1048576 2500 docker://ubuntu:24.04", "S:0", "H:77", "W:/", "E:K=v",
+                       "J:1", "U:container 'c' is in use\nforged", "Z:"),
                  0, "%s", err.msg);
     cr_assert_eq(r.holder, 77);
     cr_assert(r.attached);

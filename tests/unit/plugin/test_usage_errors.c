@@ -39,10 +39,9 @@ Test(usage_errors, bad_values_say_why_without_a_strerror_suffix)
         int rc = skiff_opts_set(&o, bad[i].id, 0, bad[i].arg, &err);
         cr_assert_eq(rc, -1, "--%s='%s' was accepted", skiff_opt_flag(bad[i].id), bad[i].arg);
         cr_assert_neq(err.msg[0], '\0', "--%s='%s': no message", skiff_opt_flag(bad[i].id), bad[i].arg);
-        cr_assert_null(strstr(err.msg, ": Invalid argument"), "--%s='%s': %s", skiff_opt_flag(bad[i].id),
-                       bad[i].arg, err.msg);
-        cr_assert_eq(err.code, 0, "--%s='%s': code %d (%s)", skiff_opt_flag(bad[i].id), bad[i].arg, err.code,
-                     err.msg);
+        cr_assert_null(strstr(err.msg, ": Invalid argument"), "--%s='%s': %s", skiff_opt_flag(bad[i].id), bad[i].arg,
+                       err.msg);
+        cr_assert_eq(err.code, 0, "--%s='%s': code %d (%s)", skiff_opt_flag(bad[i].id), bad[i].arg, err.code, err.msg);
         skiff_opts_free(&o);
     }
 }

@@ -121,10 +121,9 @@ static bool exists(const char *p)
 
 static void run_basic(void)
 {
-    struct ent l1[] = {{D, "a/", NULL, 0},      {F, "a/x", "x", 0},       {F, "a/y", "y1", 0},
-                       {D, "o/", NULL, 0},      {F, "o/old", "o", 0},     {F, "suid", "s", 04755},
-                       {L, "abs", "/etc", 0},   {H, "hl", "a/y", 0},      {C, "dev/null", "", 0},
-                       {F, "./b/../c", "", 0}};
+    struct ent l1[] = {{D, "a/", NULL, 0},     {F, "a/x", "x", 0},      {F, "a/y", "y1", 0},   {D, "o/", NULL, 0},
+                       {F, "o/old", "o", 0},   {F, "suid", "s", 04755}, {L, "abs", "/etc", 0}, {H, "hl", "a/y", 0},
+                       {C, "dev/null", "", 0}, {F, "./b/../c", "", 0}};
     skiff_err err;
     struct skiff_layer_stats st;
     write_tar(l1, 9, true); /* without the last, '..' entry */
@@ -142,8 +141,8 @@ static void run_basic(void)
     char target[64] = "";
     cr_assert_eq(readlinkat(rootfd, "abs", target, sizeof(target) - 1), 4);
 
-    struct ent l2[] = {{F, "a/.wh.x", "", 0}, {F, "o/.wh..wh..opq", "", 0}, {F, "o/new", "n", 0},
-                       {F, ".wh.abs", "", 0}};
+    struct ent l2[] = {
+        {F, "a/.wh.x", "", 0}, {F, "o/.wh..wh..opq", "", 0}, {F, "o/new", "n", 0}, {F, ".wh.abs", "", 0}};
     write_tar(l2, 4, false);
     cr_assert_eq(apply(&err, &st), 0, "%s", err.msg);
     cr_assert(!exists("a/x"));
@@ -191,19 +190,28 @@ static void run_hardlink_outside(void)
     cr_assert(strstr(err.msg, "must be in the image"), "%s", err.msg);
 }
 
-Test(layer, basic_whiteouts_links, .init = setup, .fini = teardown) { run_basic(); }
+Test(layer, basic_whiteouts_links, .init = setup, .fini = teardown)
+{
+    run_basic();
+}
 Test(layer, basic_without_openat2, .init = setup, .fini = teardown)
 {
     block_openat2();
     run_basic();
 }
-Test(layer, refuses_path_through_symlink, .init = setup, .fini = teardown) { run_through_symlink(); }
+Test(layer, refuses_path_through_symlink, .init = setup, .fini = teardown)
+{
+    run_through_symlink();
+}
 Test(layer, refuses_path_through_symlink_without_openat2, .init = setup, .fini = teardown)
 {
     block_openat2();
     run_through_symlink();
 }
-Test(layer, refuses_hardlink_outside, .init = setup, .fini = teardown) { run_hardlink_outside(); }
+Test(layer, refuses_hardlink_outside, .init = setup, .fini = teardown)
+{
+    run_hardlink_outside();
+}
 
 Test(layer, digest_checked, .init = setup, .fini = teardown)
 {

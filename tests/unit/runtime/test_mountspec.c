@@ -45,8 +45,8 @@ Test(mountspec, propagation_and_all_pyxis_flags)
         const char *flag;
         unsigned long type;
         bool rec;
-    } p[] = {{"private", MS_PRIVATE, false}, {"rprivate", MS_PRIVATE, true}, {"slave", MS_SLAVE, false},
-             {"rslave", MS_SLAVE, true},     {"shared", MS_SHARED, false},   {"rshared", MS_SHARED, true},
+    } p[] = {{"private", MS_PRIVATE, false},      {"rprivate", MS_PRIVATE, true}, {"slave", MS_SLAVE, false},
+             {"rslave", MS_SLAVE, true},          {"shared", MS_SHARED, false},   {"rshared", MS_SHARED, true},
              {"runbindable", MS_UNBINDABLE, true}};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
         char spec[64];
@@ -78,8 +78,7 @@ Test(mountspec, pyxis_flags_plus_separated)
 {
     struct skiff_mount m;
     skiff_err err = {0};
-    cr_assert_eq(skiff_mountspec_parse("/a:/b:ro+rbind+x-create=file+rprivate", &m, &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(skiff_mountspec_parse("/a:/b:ro+rbind+x-create=file+rprivate", &m, &err), 0, "%s", err.msg);
     cr_assert(m.readonly && m.recursive);
     cr_assert_eq(m.create, SKIFF_CREATE_FILE);
     skiff_mount_free(&m);
@@ -93,16 +92,14 @@ Test(mountspec, tmpfs)
 {
     struct skiff_mount m;
     skiff_err err = {0};
-    cr_assert_eq(skiff_mountspec_parse("tmpfs:/scratch:size=64m+mode=1777", &m, &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(skiff_mountspec_parse("tmpfs:/scratch:size=64m+mode=1777", &m, &err), 0, "%s", err.msg);
     cr_assert(m.tmpfs);
     cr_assert_null(m.src);
     cr_assert_str_eq(m.dst, "/scratch");
     cr_assert_str_eq(m.data, "size=64m,mode=1777");
     skiff_mount_free(&m);
     /* every other word is the kernel's to judge */
-    cr_assert_eq(skiff_mountspec_parse("tmpfs:/t:nr_inodes=10k+huge=within_size+uid=0+gid=0+ro+unbindable", &m,
-                                       &err),
+    cr_assert_eq(skiff_mountspec_parse("tmpfs:/t:nr_inodes=10k+huge=within_size+uid=0+gid=0+ro+unbindable", &m, &err),
                  0, "%s", err.msg);
     cr_assert_str_eq(m.data, "nr_inodes=10k,huge=within_size,uid=0,gid=0");
     cr_assert(m.readonly);
@@ -146,8 +143,8 @@ Test(mountspec, fstab_lines)
 {
     struct skiff_mount m;
     skiff_err err = {0};
-    cr_assert_eq(skiff_mountspec_parse_fstab("/dev/shm /dev/shm none rbind,x-create=dir 0 0", &m, &err), 0,
-                 "%s", err.msg);
+    cr_assert_eq(skiff_mountspec_parse_fstab("/dev/shm /dev/shm none rbind,x-create=dir 0 0", &m, &err), 0, "%s",
+                 err.msg);
     cr_assert_str_eq(m.src, "/dev/shm");
     cr_assert(m.recursive);
     cr_assert_eq(m.create, SKIFF_CREATE_DIR);

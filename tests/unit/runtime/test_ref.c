@@ -106,8 +106,7 @@ Test(ref, bad_docker_refs)
     bad("docker://ubuntu:", "bad tag");
     bad("docker://ubuntu:-x", "bad tag");
     bad("docker://ubuntu@sha256:abc", "bad digest");
-    bad("docker://ubuntu@sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef",
-        "bad digest");
+    bad("docker://ubuntu@sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef", "bad digest");
     bad("docker://bad host#x", "bad registry");
     bad("docker://reg:port#x", "bad registry");
     bad("docker://#ubuntu", "bad registry");

@@ -45,11 +45,11 @@ static void setup(void)
     mk("root", true);
     mk("root/etc", true);
     mk("root/etc/hosts", false);
-    ln("/etc", "root/abs");                 /* absolute: must mean root/etc */
-    ln("../../../outside", "root/dotdot");  /* must clamp at the root */
+    ln("/etc", "root/abs");                /* absolute: must mean root/etc */
+    ln("../../../outside", "root/dotdot"); /* must clamp at the root */
     char host[PATH_MAX * 2];
     snprintf(host, sizeof(host), "%s/outside", base);
-    ln(host, "root/hostpath");              /* a host path: stays inside */
+    ln(host, "root/hostpath"); /* a host path: stays inside */
     ln("loop2", "root/loop1");
     ln("loop1", "root/loop2");
     char r[PATH_MAX * 2];
@@ -157,7 +157,7 @@ Test(rootfs, path_join_clamps_or_refuses)
         bool clamp;
         const char *want;
     } ok[] = {
-        {"/", "../", true, "/"},               /* pyxis: --container-workdir=../ from / */
+        {"/", "../", true, "/"}, /* pyxis: --container-workdir=../ from / */
         {"/opt/work", "..", true, "/opt"},
         {"/opt/work", "sub/./x/", true, "/opt/work/sub/x"},
         {"/opt", "../../../..", true, "/"},
@@ -166,8 +166,7 @@ Test(rootfs, path_join_clamps_or_refuses)
         {"/", "", true, "/"},
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
-        cr_assert_eq(skiff_root_path(ok[i].base, ok[i].path, ok[i].clamp, out, sizeof(out), &err), 0, "%s",
-                     err.msg);
+        cr_assert_eq(skiff_root_path(ok[i].base, ok[i].path, ok[i].clamp, out, sizeof(out), &err), 0, "%s", err.msg);
         cr_assert_str_eq(out, ok[i].want, "%s + %s", ok[i].base, ok[i].path);
     }
     /* a mount destination that would leave the root: EXDEV, as enroot */

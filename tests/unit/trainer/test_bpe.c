@@ -21,7 +21,8 @@ static void split(const char *text, char *out)
     while (pos < len) {
         size_t e = bpe_presplit(text, len, pos);
         cr_assert(e > pos && e <= len);
-        if (pos) strcat(out, "|");
+        if (pos)
+            strcat(out, "|");
         strncat(out, text + pos, e - pos);
         pos = e;
     }
@@ -34,19 +35,25 @@ Test(bpe, presplit_follows_gpt2s_expression)
         {"don't we'll I'm", "don|'t| we|'ll| I|'m"},
         {"DON'T", "DON|'|T"}, /* contractions are lower case only */
         {"''s 'sam", "''|s| '|sam"},
-        {"a  b", "a| | b"},          /* a space run gives its last space to the word */
+        {"a  b", "a| | b"}, /* a space run gives its last space to the word */
         {"a\n\nb", "a|\n|\n|b"},
-        {"x   ", "x|   "},           /* at the end the run stays whole */
+        {"x   ", "x|   "}, /* at the end the run stays whole */
         {" 123 4.5", " 123| 4|.|5"},
         {"abc123def", "abc|123|def"},
         {"!!! ?", "!!!| ?"},
-        {"\t\tx", "\t|\t|x"}, /* only U+0020 joins the word after it */
-        {"caf\xc3\xa9 na\xc3\xafve", "caf\xc3\xa9| na\xc3\xafve"},          /* é, ï: letters */
-        {"\xe2\x85\xab x\xc2\xb2", "\xe2\x85\xab| x|\xc2\xb2"},              /* Ⅻ (Nl), ² (No) */
-        {"a\xc2\xa0\xc2\xa0" "b", "a|\xc2\xa0|\xc2\xa0|b"},            /* NBSP is \s */
-        {"a \xc2\x85" "b", "a| \xc2\x85|b"},                                 /* NEL is not */
+        {"\t\tx", "\t|\t|x"},                                      /* only U+0020 joins the word after it */
+        {"caf\xc3\xa9 na\xc3\xafve", "caf\xc3\xa9| na\xc3\xafve"}, /* é, ï: letters */
+        {"\xe2\x85\xab x\xc2\xb2", "\xe2\x85\xab| x|\xc2\xb2"},    /* Ⅻ (Nl), ² (No) */
+        {"a\xc2\xa0\xc2\xa0"
+         "b",
+         "a|\xc2\xa0|\xc2\xa0|b"}, /* NBSP is \s */
+        {"a \xc2\x85"
+         "b",
+         "a| \xc2\x85|b"}, /* NEL is not */
         {"\xf0\x9f\x98\x80\xf0\x9f\x98\x80 ok", "\xf0\x9f\x98\x80\xf0\x9f\x98\x80| ok"},
-        {"a\xff\xfe" "b", "a|\xff\xfe|b"},                                   /* invalid bytes */
+        {"a\xff\xfe"
+         "b",
+         "a|\xff\xfe|b"}, /* invalid bytes */
         {" \xff", " \xff"},
     };
     char got[256];
@@ -83,7 +90,8 @@ static void v_bytes(struct vocab *v)
 static int v_find(const struct vocab *v, const unsigned char *s, size_t n)
 {
     for (uint32_t i = 0; i < v->n; i++)
-        if (v->len[i] == n && !memcmp(v->tok[i], s, n)) return (int)i;
+        if (v->len[i] == n && !memcmp(v->tok[i], s, n))
+            return (int)i;
     return -1;
 }
 
@@ -91,10 +99,12 @@ static int v_find(const struct vocab *v, const unsigned char *s, size_t n)
 static int v_rule(struct vocab *v, uint32_t l, uint32_t r)
 {
     for (uint32_t k = 0; k < v->nrules; k++)
-        if (v->rule[k][0] == l && v->rule[k][1] == r) return 0;
+        if (v->rule[k][0] == l && v->rule[k][1] == r)
+            return 0;
     unsigned char s[128];
     size_t n = v->len[l] + v->len[r];
-    if (n > 60 || v->n >= MAXTOK) return 0;
+    if (n > 60 || v->n >= MAXTOK)
+        return 0;
     memcpy(s, v->tok[l], v->len[l]);
     memcpy(s + v->len[l], v->tok[r], v->len[r]);
     int id = v_find(v, s, n);
@@ -114,7 +124,8 @@ static int v_rule(struct vocab *v, uint32_t l, uint32_t r)
 static unsigned char *v_image(const struct vocab *v, size_t *size)
 {
     size_t text = 0;
-    for (uint32_t i = 0; i < v->n; i++) text += v->len[i];
+    for (uint32_t i = 0; i < v->n; i++)
+        text += v->len[i];
     size_t pad = (text + 3) & ~(size_t)3;
     *size = 32 + 4 * (v->n + 1) + pad + 12 * v->nrules;
     unsigned char *img = calloc(1, *size);
@@ -151,13 +162,16 @@ static size_t naive(const struct vocab *v, const unsigned char *s, size_t n, uin
 {
     int w[512];
     size_t k = n;
-    for (size_t i = 0; i < n; i++) w[i] = v_find(v, s + i, 1);
+    for (size_t i = 0; i < n; i++)
+        w[i] = v_find(v, s + i, 1);
     for (;;) {
         uint32_t best = UINT32_MAX;
         for (size_t i = 0; i + 1 < k; i++)
             for (uint32_t r = 0; r < v->nrules && r < best; r++)
-                if (v->rule[r][0] == (uint32_t)w[i] && v->rule[r][1] == (uint32_t)w[i + 1]) best = r;
-        if (best == UINT32_MAX) break;
+                if (v->rule[r][0] == (uint32_t)w[i] && v->rule[r][1] == (uint32_t)w[i + 1])
+                    best = r;
+        if (best == UINT32_MAX)
+            break;
         size_t j = 0;
         for (size_t i = 0; i < k;) {
             if (i + 1 < k && w[i] == (int)v->rule[best][0] && w[i + 1] == (int)v->rule[best][1]) {
@@ -169,7 +183,8 @@ static size_t naive(const struct vocab *v, const unsigned char *s, size_t n, uin
         }
         k = j;
     }
-    for (size_t i = 0; i < k; i++) out[i] = (uint16_t)w[i];
+    for (size_t i = 0; i < k; i++)
+        out[i] = (uint16_t)w[i];
     return k;
 }
 
@@ -193,7 +208,8 @@ Test(bpe, merges_match_the_reference_loop_on_random_vocabularies)
         while (v.nrules < 300) {
             uint32_t cand[MAXTOK], nc = 0;
             for (uint32_t i = 0; i < v.n; i++)
-                if (i != v.eot && (v.len[i] > 1 || strchr("abc", v.tok[i][0]))) cand[nc++] = i;
+                if (i != v.eot && (v.len[i] > 1 || strchr("abc", v.tok[i][0])))
+                    cand[nc++] = i;
             v_rule(&v, cand[rnd(nc)], cand[rnd(nc)]);
         }
         for (uint32_t i = v.nrules - 1; i > 0; i--) {
@@ -206,14 +222,14 @@ Test(bpe, merges_match_the_reference_loop_on_random_vocabularies)
         for (int s = 0; s < 200; s++) {
             unsigned char piece[400];
             size_t n = 2 + rnd(s < 190 ? 30 : 398);
-            for (size_t i = 0; i < n; i++) piece[i] = (unsigned char)alpha[rnd(5)];
+            for (size_t i = 0; i < n; i++)
+                piece[i] = (unsigned char)alpha[rnd(5)];
             uint16_t want[512], *got = NULL;
             size_t nw = naive(&v, piece, n, want), ng = 0, cap = 0;
             skiff_err err;
             /* the alphabet has no spaces or punctuation: one piece */
             cr_assert_eq(bpe_encode(b, (const char *)piece, n, &got, &ng, &cap, &err), 0);
-            cr_assert_eq(ng, nw, "trial %d string %d (%zu bytes): %zu tokens, reference %zu", trial, s,
-                         n, ng, nw);
+            cr_assert_eq(ng, nw, "trial %d string %d (%zu bytes): %zu tokens, reference %zu", trial, s, n, ng, nw);
             cr_assert(!memcmp(got, want, nw * sizeof *want), "trial %d string %d differs", trial, s);
             /* again: this time from the cache */
             ng = 0;
@@ -258,7 +274,8 @@ Test(bpe, decode_inverts_encode_on_any_bytes)
     v_rule(&v, ' ', 'a');
     struct bpe *b = v_load(&v);
     unsigned char text[3000];
-    for (size_t i = 0; i < sizeof text; i++) text[i] = (unsigned char)rnd(256);
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = (unsigned char)rnd(256);
     uint16_t *out = NULL;
     size_t k = 0, cap = 0;
     skiff_err err;
@@ -304,12 +321,12 @@ Test(bpe, bad_files_are_refused_with_the_reason)
     bpe_free(ok);
 
     unsigned char *c = malloc(size);
-#define MUTATE(off, val, what)                                                                      \
-    do {                                                                                            \
-        memcpy(c, img, size);                                                                       \
-        uint32_t x_ = (val);                                                                        \
-        memcpy(c + (off), &x_, 4);                                                                  \
-        expect_refused(c, size, what);                                                              \
+#define MUTATE(off, val, what)                                                                                         \
+    do {                                                                                                               \
+        memcpy(c, img, size);                                                                                          \
+        uint32_t x_ = (val);                                                                                           \
+        memcpy(c + (off), &x_, 4);                                                                                     \
+        expect_refused(c, size, what);                                                                                 \
     } while (0)
     memcpy(c, img, size);
     c[0] = 'X';
@@ -321,13 +338,13 @@ Test(bpe, bad_files_are_refused_with_the_reason)
     MUTATE(20, 5000, "out of range");
     MUTATE(28, 1, "reserved");
     size_t rules = size - 12 * v.nrules;
-    MUTATE(rules + 8, 'x', "is not tokens");          /* rule 0's result */
+    MUTATE(rules + 8, 'x', "is not tokens"); /* rule 0's result */
     memcpy(c, img, size);
     memcpy(c + rules + 12, c + rules, 12); /* rule 1 = rule 0 */
     expect_refused(c, size, "repeats rule 0");
-    MUTATE(rules, 256, "end-of-text");               /* a rule naming EOT */
-    MUTATE(32 + 4 * 1, 0, "has 0 bytes");            /* token 0 empty */
-    MUTATE(32 + 4 * 1, 100000, "inside the text");   /* token 0 past the text (found by fuzzing) */
+    MUTATE(rules, 256, "end-of-text");             /* a rule naming EOT */
+    MUTATE(32 + 4 * 1, 0, "has 0 bytes");          /* token 0 empty */
+    MUTATE(32 + 4 * 1, 100000, "inside the text"); /* token 0 past the text (found by fuzzing) */
 #undef MUTATE
     /* token 'b' (98) spelled 'a': two tokens with the same bytes, and no
      * token for byte b */
@@ -355,24 +372,29 @@ Test(bpe, bad_files_are_refused_with_the_reason)
 /* GPT-2's byte -> character table, written here independently of bpe.c */
 static int byte_char(int b)
 {
-    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) return b;
+    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)
+        return b;
     int n = 0;
     for (int c = 0; c < b; c++)
-        if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) n++;
+        if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE))
+            n++;
     return 256 + n;
 }
 
 static void put_utf8(FILE *f, int cp)
 {
-    if (cp < 0x80) fputc(cp, f);
-    else fprintf(f, "%c%c", 0xC0 | (cp >> 6), 0x80 | (cp & 0x3F));
+    if (cp < 0x80)
+        fputc(cp, f);
+    else
+        fprintf(f, "%c%c", 0xC0 | (cp >> 6), 0x80 | (cp & 0x3F));
 }
 
 static void json_key(FILE *f, int b)
 {
     int cp = byte_char(b);
     fputc('"', f);
-    if (cp == '"' || cp == '\\') fputc('\\', f);
+    if (cp == '"' || cp == '\\')
+        fputc('\\', f);
     put_utf8(f, cp);
     fputc('"', f);
 }
@@ -410,8 +432,7 @@ Test(bpe, import_converts_encoder_json_and_vocab_bpe)
     cr_expect(t[0] == 258 && t[1] == 258, "' the the' -> %u %u", t[0], t[1]);
     n = 0;
     bpe_encode(b, "the", 3, &t, &n, &cap, &err);
-    cr_expect(n == 2 && t[0] == 't' && t[1] == 257, "'the' -> %zu tokens %u %u", n, t[0],
-              n > 1 ? t[1] : 0);
+    cr_expect(n == 2 && t[0] == 't' && t[1] == 257, "'the' -> %zu tokens %u %u", n, t[0], n > 1 ? t[1] : 0);
     free(t);
     bpe_free(b);
 

@@ -10,7 +10,10 @@
 #include "comm.h"
 #include "store.h"
 
-static int test_port(void) { return 20000 + (int)(getpid() % 20000); }
+static int test_port(void)
+{
+    return 20000 + (int)(getpid() % 20000);
+}
 
 struct rank_ctx {
     int rank, world, port;
@@ -26,20 +29,21 @@ static void *rank_main(void *p)
     struct tr_store *s = NULL;
     struct tr_comm *c = NULL;
     r->rc = -1;
-    if (tr_store_open("127.0.0.1", r->port, r->rank == 0, 10000, &s, &r->err) < 0) return NULL;
+    if (tr_store_open("127.0.0.1", r->port, r->rank == 0, 10000, &s, &r->err) < 0)
+        return NULL;
     if (tr_store_rendezvous(s, r->rank, r->world, &r->err) == 0 &&
         tr_comm_tcp_create(s, r->rank, r->world, r->rank, 10000, &c, &r->err) == 0) {
         r->rc = r->body(r, c, &r->err);
         /* keep rank 0's store alive until everyone is done with it */
-        if (r->rc == 0) r->rc = tr_barrier(c, &r->err);
+        if (r->rc == 0)
+            r->rc = tr_barrier(c, &r->err);
     }
     tr_comm_destroy(c);
     tr_store_close(s);
     return NULL;
 }
 
-static void run_ranks(int world, int (*body)(struct rank_ctx *, struct tr_comm *, skiff_err *),
-                      struct rank_ctx *ctx)
+static void run_ranks(int world, int (*body)(struct rank_ctx *, struct tr_comm *, skiff_err *), struct rank_ctx *ctx)
 {
     pthread_t th[8];
     int port = test_port();
@@ -47,21 +51,29 @@ static void run_ranks(int world, int (*body)(struct rank_ctx *, struct tr_comm *
         ctx[r] = (struct rank_ctx){.rank = r, .world = world, .port = port, .body = body};
         pthread_create(&th[r], NULL, rank_main, &ctx[r]);
     }
-    for (int r = 0; r < world; r++) pthread_join(th[r], NULL);
-    for (int r = 0; r < world; r++) cr_assert_eq(ctx[r].rc, 0, "rank %d: %s", r, ctx[r].err.msg);
+    for (int r = 0; r < world; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < world; r++)
+        cr_assert_eq(ctx[r].rc, 0, "rank %d: %s", r, ctx[r].err.msg);
 }
 
-static float val(int rank, size_t i) { return (float)((rank + 1) * 0.37 + (double)i * 0.001); }
+static float val(int rank, size_t i)
+{
+    return (float)((rank + 1) * 0.37 + (double)i * 0.001);
+}
 
 enum { N = 1001 };
 
 static int body_allreduce(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
 {
-    for (size_t i = 0; i < N; i++) r->out[i] = val(r->rank, i);
-    if (tr_allreduce_sum(c, r->out, N, TR_F32, err) < 0) return -1;
+    for (size_t i = 0; i < N; i++)
+        r->out[i] = val(r->rank, i);
+    if (tr_allreduce_sum(c, r->out, N, TR_F32, err) < 0)
+        return -1;
     /* n smaller than world: most chunks are empty */
     float small[2] = {(float)r->rank, 1.0f};
-    if (tr_allreduce_sum(c, small, 2, TR_F32, err) < 0) return -1;
+    if (tr_allreduce_sum(c, small, 2, TR_F32, err) < 0)
+        return -1;
     r->out[N] = small[0];
     r->out[N + 1] = small[1];
     return 0;
@@ -74,7 +86,8 @@ Test(comm, allreduce_matches_sum_and_is_identical_on_all_ranks)
         run_ranks(world, body_allreduce, ctx);
         for (size_t i = 0; i < N; i++) {
             double want = 0;
-            for (int k = 0; k < world; k++) want += val(k, i);
+            for (int k = 0; k < world; k++)
+                want += val(k, i);
             cr_assert_float_eq(ctx[0].out[i], want, 1e-4, "world %d elem %zu", world, i);
             for (int k = 1; k < world; k++)
                 cr_assert(memcmp(&ctx[0].out[i], &ctx[k].out[i], 4) == 0, "rank %d differs", k);
@@ -95,13 +108,17 @@ Test(comm, allreduce_is_deterministic)
 static int body_rs_ag(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
 {
     size_t n = 12;
-    for (size_t i = 0; i < n; i++) r->out[i] = val(r->rank, i);
-    if (tr_reduce_scatter(c, r->out, n, TR_F32, err) < 0) return -1;
+    for (size_t i = 0; i < n; i++)
+        r->out[i] = val(r->rank, i);
+    if (tr_reduce_scatter(c, r->out, n, TR_F32, err) < 0)
+        return -1;
     size_t per = n / (size_t)c->world;
     /* keep only our shard, poison the rest, then gather */
     for (size_t i = 0; i < n; i++)
-        if (i / per != (size_t)c->rank) r->out[i] = -1000;
-    if (tr_all_gather(c, r->out, n, TR_F32, err) < 0) return -1;
+        if (i / per != (size_t)c->rank)
+            r->out[i] = -1000;
+    if (tr_all_gather(c, r->out, n, TR_F32, err) < 0)
+        return -1;
     /* not a multiple of world: refused with a message */
     skiff_err e;
     if (c->world > 1 && tr_reduce_scatter(c, r->out, n + 1, TR_F32, &e) == 0)
@@ -124,9 +141,12 @@ static int body_ag16(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
 {
     uint16_t b[15];
     size_t per = 15 / (size_t)c->world;
-    for (size_t i = 0; i < 15; i++) b[i] = i / per == (size_t)c->rank ? (uint16_t)(1000 + i) : 0;
-    if (tr_all_gather(c, b, 15, TR_BF16, err) < 0) return -1;
-    for (size_t i = 0; i < 15; i++) r->out[i] = b[i];
+    for (size_t i = 0; i < 15; i++)
+        b[i] = i / per == (size_t)c->rank ? (uint16_t)(1000 + i) : 0;
+    if (tr_all_gather(c, b, 15, TR_BF16, err) < 0)
+        return -1;
+    for (size_t i = 0; i < 15; i++)
+        r->out[i] = b[i];
     /* reductions stay fp32-only */
     skiff_err e;
     if (c->world > 1 && tr_allreduce_sum(c, b, 15, TR_BF16, &e) == 0)
@@ -139,17 +159,20 @@ Test(comm, all_gather_of_16_bit_elements)
     struct rank_ctx ctx[3];
     run_ranks(3, body_ag16, ctx);
     for (int k = 0; k < 3; k++)
-        for (size_t i = 0; i < 15; i++) cr_assert_eq(ctx[k].out[i], 1000.0f + i, "rank %d [%zu]", k, i);
+        for (size_t i = 0; i < 15; i++)
+            cr_assert_eq(ctx[k].out[i], 1000.0f + i, "rank %d [%zu]", k, i);
 }
 
 static int body_bcast(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
 {
     size_t n = (3u << 20) + 5; /* several pieces */
     unsigned char *b = malloc(n);
-    for (size_t i = 0; i < n; i++) b[i] = c->rank == 1 ? (unsigned char)(i * 7) : 0;
+    for (size_t i = 0; i < n; i++)
+        b[i] = c->rank == 1 ? (unsigned char)(i * 7) : 0;
     int rc = tr_broadcast(c, b, n, 1, err);
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += b[i] != (unsigned char)(i * 7);
+    for (size_t i = 0; i < n; i++)
+        bad += b[i] != (unsigned char)(i * 7);
     free(b);
     r->out[0] = (float)bad;
     return rc;
@@ -159,17 +182,22 @@ Test(comm, broadcast_from_any_root)
 {
     struct rank_ctx ctx[4];
     run_ranks(4, body_bcast, ctx);
-    for (int k = 0; k < 4; k++) cr_assert_eq(ctx[k].out[0], 0.0f, "rank %d got wrong bytes", k);
+    for (int k = 0; k < 4; k++)
+        cr_assert_eq(ctx[k].out[0], 0.0f, "rank %d got wrong bytes", k);
 }
 
 static int body_async(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
 {
     float a[64], b[64];
-    for (int i = 0; i < 64; i++) a[i] = b[i] = (float)c->rank;
+    for (int i = 0; i < 64; i++)
+        a[i] = b[i] = (float)c->rank;
     struct tr_comm_req *qa, *qb;
-    if (tr_comm_start(c, TR_COMM_ALLREDUCE, a, 64, TR_F32, &qa, err) < 0) return -1;
-    if (tr_comm_start(c, TR_COMM_ALLREDUCE, b, 64, TR_F32, &qb, err) < 0) return -1;
-    if (tr_comm_wait(c, qb, err) < 0 || tr_comm_wait(c, qa, err) < 0) return -1;
+    if (tr_comm_start(c, TR_COMM_ALLREDUCE, a, 64, TR_F32, &qa, err) < 0)
+        return -1;
+    if (tr_comm_start(c, TR_COMM_ALLREDUCE, b, 64, TR_F32, &qb, err) < 0)
+        return -1;
+    if (tr_comm_wait(c, qb, err) < 0 || tr_comm_wait(c, qa, err) < 0)
+        return -1;
     r->out[0] = a[63];
     r->out[1] = b[0];
     return 0;

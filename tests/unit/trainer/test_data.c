@@ -27,7 +27,8 @@ TestSuite(data, .init = mkdir_tmp, .fini = rm_tmp);
 static void write_seq(const char *name, size_t n, uint16_t base)
 {
     uint16_t *t = malloc(n * 2);
-    for (size_t i = 0; i < n; i++) t[i] = (uint16_t)((base + i) % 200);
+    for (size_t i = 0; i < n; i++)
+        t[i] = (uint16_t)((base + i) % 200);
     char p[128];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     skiff_err err;
@@ -49,10 +50,12 @@ Test(data, ranks_disjoint_and_cover_the_epoch)
     int seen[150] = {0}, in[10], tg[10];
     for (uint64_t w = 0; w < 150; w++) {
         cr_assert_eq(data_loader_batch(&l, w, in, tg, &err), 0);
-        for (int t = 0; t < 9; t++) cr_assert_eq(tg[t], in[t + 1], "targets are inputs shifted");
+        for (int t = 0; t < 9; t++)
+            cr_assert_eq(tg[t], in[t + 1], "targets are inputs shifted");
         seen[l.perm[w]]++;
     }
-    for (int i = 0; i < 150; i++) cr_assert_eq(seen[i], 1, "window %d seen %d times", i, seen[i]);
+    for (int i = 0; i < 150; i++)
+        cr_assert_eq(seen[i], 1, "window %d seen %d times", i, seen[i]);
     /* seeded: the same seed gives the same order, another seed another */
     struct data_loader l2, l3;
     data_loader_open(&l2, g, 1, 10, 256, 5, 1, &err);
@@ -105,7 +108,8 @@ Test(schedule, warmup_then_cosine)
     cr_assert_float_eq(train_lr(&o, 9), 1.0, 1e-6);
     cr_assert_float_eq(train_lr(&o, 60), 0.55, 1e-6);
     cr_assert_float_eq(train_lr(&o, 110), 0.1, 1e-6);
-    for (int s = 10; s < 110; s++) cr_assert(train_lr(&o, s + 1) <= train_lr(&o, s));
+    for (int s = 10; s < 110; s++)
+        cr_assert(train_lr(&o, s + 1) <= train_lr(&o, s));
 }
 
 Test(data, checkpoint_roundtrip_and_refusals)
@@ -115,9 +119,20 @@ Test(data, checkpoint_roundtrip_and_refusals)
     gpt2_config_preset("tiny", &cfg, &err);
     size_t n = gpt2_param_layout(&cfg, NULL, NULL);
     float *p = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) p[i] = (float)i, m[i] = 1, v[i] = 2;
-    struct train_ckpt c = {.cfg = cfg, .world = 2, .rank = 0, .zero = 0, .step = 7, .data_pos = 99,
-                           .num_params = n, .opt_off = 0, .opt_len = n, .params = p, .m = m, .v = v};
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)i, m[i] = 1, v[i] = 2;
+    struct train_ckpt c = {.cfg = cfg,
+                           .world = 2,
+                           .rank = 0,
+                           .zero = 0,
+                           .step = 7,
+                           .data_pos = 99,
+                           .num_params = n,
+                           .opt_off = 0,
+                           .opt_len = n,
+                           .params = p,
+                           .m = m,
+                           .v = v};
     cr_assert_eq(train_ckpt_save(dir, &c, &err), 0, "%s", err.msg);
     float *q = calloc(n, 4), *qm = calloc(n, 4), *qv = calloc(n, 4);
     struct train_ckpt w = c;
@@ -136,7 +151,12 @@ Test(data, checkpoint_roundtrip_and_refusals)
     w.cfg.num_layers = 3;
     cr_assert_eq(train_ckpt_load(dir, &w, &err), -1);
     cr_assert(strstr(err.msg, "checkpoint of another model"), "%s", err.msg);
-    free(p); free(m); free(v); free(q); free(qm); free(qv);
+    free(p);
+    free(m);
+    free(v);
+    free(q);
+    free(qm);
+    free(qv);
     char tmp[128];
     snprintf(tmp, sizeof tmp, "%s/.rank-0.ckpt.tmp", dir);
     cr_assert_neq(access(tmp, F_OK), 0, "temporary file left behind");
@@ -187,6 +207,5 @@ Test(model, presets_and_layout)
     cr_assert(n > 124000000 && n < 125000000, "d12 has %zu params", n);
     cr_assert_eq(gpt2_config_preset("nope", &cfg, &err), -1);
     cr_assert(strstr(err.msg, "known: tiny"), "%s", err.msg);
-    cr_assert(gpt2_param_decays(GPT2_QKVW) && !gpt2_param_decays(GPT2_QKVB) &&
-              !gpt2_param_decays(GPT2_LN1W));
+    cr_assert(gpt2_param_decays(GPT2_QKVW) && !gpt2_param_decays(GPT2_QKVB) && !gpt2_param_decays(GPT2_LN1W));
 }

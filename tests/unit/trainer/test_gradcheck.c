@@ -29,22 +29,27 @@ static float frand(void) /* uniform in [-1, 1) */
 static float *rnd(size_t n, float scale)
 {
     float *p = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) p[i] = frand() * scale;
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand() * scale;
     return p;
 }
-static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
+static float *zeros(size_t n)
+{
+    return calloc(n, sizeof(float));
+}
 static double dotd(const float *a, const float *b, size_t n)
 {
     double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        s += (double)a[i] * b[i];
     return s;
 }
 
 typedef double (*lossfn)(void *ctx);
 
 /* Compares grad[i] with central differences of f over x[i] for all i < n. */
-static void check(const char *what, float *x, const float *grad, size_t n, lossfn f, void *ctx,
-                  float h, double atol, double rtol)
+static void check(const char *what, float *x, const float *grad, size_t n, lossfn f, void *ctx, float h, double atol,
+                  double rtol)
 {
     for (size_t i = 0; i < n; i++) {
         float save = x[i];
@@ -62,7 +67,9 @@ static void check(const char *what, float *x, const float *grad, size_t n, lossf
 enum { B = 2, T = 5, C = 8, NH = 2, OC = 6 };
 
 /* ---- matmul ---- */
-struct mm { float *out, *inp, *w, *b, *r; };
+struct mm {
+    float *out, *inp, *w, *b, *r;
+};
 static double mm_loss(void *p)
 {
     struct mm *c = p;
@@ -81,7 +88,9 @@ Test(gradcheck, matmul)
 }
 
 /* ---- layernorm ---- */
-struct ln { float *out, *mean, *rstd, *inp, *w, *b, *r; };
+struct ln {
+    float *out, *mean, *rstd, *inp, *w, *b, *r;
+};
 static double ln_loss(void *p)
 {
     struct ln *c = p;
@@ -90,8 +99,8 @@ static double ln_loss(void *p)
 }
 Test(gradcheck, layernorm)
 {
-    struct ln c = {zeros(B * T * C), zeros(B * T), zeros(B * T), rnd(B * T * C, 1), rnd(C, 1),
-                   rnd(C, 1), rnd(B * T * C, 1)};
+    struct ln c = {zeros(B * T * C), zeros(B * T), zeros(B * T),     rnd(B * T * C, 1),
+                   rnd(C, 1),        rnd(C, 1),    rnd(B * T * C, 1)};
     float *di = zeros(B * T * C), *dw = zeros(C), *db = zeros(C);
     ln_loss(&c);
     layernorm_backward(di, dw, db, c.r, c.inp, c.w, c.mean, c.rstd, B * T, C);
@@ -101,7 +110,9 @@ Test(gradcheck, layernorm)
 }
 
 /* ---- attention ---- */
-struct at { float *out, *pre, *att, *inp, *r; };
+struct at {
+    float *out, *pre, *att, *inp, *r;
+};
 static double at_loss(void *p)
 {
     struct at *c = p;
@@ -110,8 +121,8 @@ static double at_loss(void *p)
 }
 Test(gradcheck, attention)
 {
-    struct at c = {zeros(B * T * C), zeros(B * NH * T * T), zeros(B * NH * T * T),
-                   rnd(B * T * 3 * C, 1), rnd(B * T * C, 1)};
+    struct at c = {zeros(B * T * C), zeros(B * NH * T * T), zeros(B * NH * T * T), rnd(B * T * 3 * C, 1),
+                   rnd(B * T * C, 1)};
     float *di = zeros(B * T * 3 * C), *dpre = zeros(B * NH * T * T), *datt = zeros(B * NH * T * T);
     at_loss(&c);
     attention_backward(di, dpre, datt, c.r, c.inp, c.att, B, T, C, NH);
@@ -119,7 +130,9 @@ Test(gradcheck, attention)
 }
 
 /* ---- gelu, residual, encoder ---- */
-struct ge { float *out, *inp, *r; };
+struct ge {
+    float *out, *inp, *r;
+};
 static double ge_loss(void *p)
 {
     struct ge *c = p;
@@ -135,7 +148,9 @@ Test(gradcheck, gelu)
     check("gelu dinp", c.inp, di, B * T * C, ge_loss, &c, 1e-2f, 1e-3, 1e-2);
 }
 
-struct re { float *out, *a, *b, *r; };
+struct re {
+    float *out, *a, *b, *r;
+};
 static double re_loss(void *p)
 {
     struct re *c = p;
@@ -153,7 +168,10 @@ Test(gradcheck, residual)
 }
 
 enum { V = 7, VP = 8, MAXT = 6 };
-struct en { float *out, *wte, *wpe, *r; int *inp; };
+struct en {
+    float *out, *wte, *wpe, *r;
+    int *inp;
+};
 static double en_loss(void *p)
 {
     struct en *c = p;
@@ -163,7 +181,8 @@ static double en_loss(void *p)
 Test(gradcheck, encoder)
 {
     int inp[B * T];
-    for (int i = 0; i < B * T; i++) inp[i] = i % 3; /* repeated tokens: accumulation */
+    for (int i = 0; i < B * T; i++)
+        inp[i] = i % 3; /* repeated tokens: accumulation */
     struct en c = {zeros(B * T * C), rnd(VP * C, 1), rnd(MAXT * C, 1), rnd(B * T * C, 1), inp};
     float *dwte = zeros(VP * C), *dwpe = zeros(MAXT * C);
     en_loss(&c);
@@ -173,31 +192,41 @@ Test(gradcheck, encoder)
 }
 
 /* ---- softmax + cross-entropy ---- */
-struct ce { float *logits, *probs, *losses; int *tg; };
+struct ce {
+    float *logits, *probs, *losses;
+    int *tg;
+};
 static double ce_loss(void *p)
 {
     struct ce *c = p;
     softmax_forward(c->probs, c->logits, B * T, V, VP);
     crossentropy_forward(c->losses, c->probs, c->tg, B * T, VP);
     double s = 0;
-    for (int i = 0; i < B * T; i++) s += c->losses[i];
+    for (int i = 0; i < B * T; i++)
+        s += c->losses[i];
     return s / (B * T);
 }
 Test(gradcheck, crossentropy)
 {
     int tg[B * T];
-    for (int i = 0; i < B * T; i++) tg[i] = (i * 5) % V;
+    for (int i = 0; i < B * T; i++)
+        tg[i] = (i * 5) % V;
     struct ce c = {rnd(B * T * VP, 2), zeros(B * T * VP), zeros(B * T), tg};
     float *dl = zeros(B * T * VP), dlosses[B * T];
-    for (int i = 0; i < B * T; i++) dlosses[i] = 1.0f / (B * T);
+    for (int i = 0; i < B * T; i++)
+        dlosses[i] = 1.0f / (B * T);
     ce_loss(&c);
     crossentropy_softmax_backward(dl, dlosses, c.probs, tg, B * T, V, VP);
     check("crossentropy dlogits", c.logits, dl, B * T * VP, ce_loss, &c, 1e-2f, 1e-4, 1e-2);
-    for (int n = 0; n < B * T; n++) cr_assert_eq(dl[n * VP + V], 0.0f, "padded column gets no gradient");
+    for (int n = 0; n < B * T; n++)
+        cr_assert_eq(dl[n * VP + V], 0.0f, "padded column gets no gradient");
 }
 
 /* ---- whole model ---- */
-struct whole { struct gpt2 *m; int *in, *tg; };
+struct whole {
+    struct gpt2 *m;
+    int *in, *tg;
+};
 static double whole_loss(void *p)
 {
     struct whole *w = p;
@@ -205,14 +234,15 @@ static double whole_loss(void *p)
 }
 Test(gradcheck, whole_model)
 {
-    struct gpt2_config cfg = {.max_seq_len = 8, .vocab_size = 11, .padded_vocab_size = 16,
-                              .num_layers = 2, .num_heads = 2, .channels = 8};
+    struct gpt2_config cfg = {
+        .max_seq_len = 8, .vocab_size = 11, .padded_vocab_size = 16, .num_layers = 2, .num_heads = 2, .channels = 8};
     struct gpt2 m;
     skiff_err err;
     cr_assert_eq(gpt2_create(&m, &cfg, 2, 6, &err), 0, "%s", err.msg);
     gpt2_init_params(&cfg, m.params, 7);
     /* larger weights than GPT-2's init so every path carries signal */
-    for (size_t i = 0; i < m.num_params; i++) m.params[i] += frand() * 0.2f;
+    for (size_t i = 0; i < m.num_params; i++)
+        m.params[i] += frand() * 0.2f;
     int in[12], tg[12];
     for (int i = 0; i < 12; i++) {
         in[i] = (i * 7 + 3) % 11;

@@ -28,9 +28,8 @@ static void rm(void)
 
 TestSuite(llmc, .init = mk, .fini = rm);
 
-static const struct gpt2_config small = {.max_seq_len = 16, .vocab_size = 300,
-                                         .padded_vocab_size = 320, .num_layers = 2,
-                                         .num_heads = 2, .channels = 8};
+static const struct gpt2_config small = {
+    .max_seq_len = 16, .vocab_size = 300, .padded_vocab_size = 320, .num_layers = 2, .num_heads = 2, .channels = 8};
 
 static void hdr(int32_t h[LLMC_HEADER_INTS], int version, const struct gpt2_config *c)
 {
@@ -74,8 +73,7 @@ Test(llmc, header_checks_name_what_is_wrong)
         hdr(h, 3, &small);
         h[bad[i].field] = bad[i].value;
         cr_expect_eq(llmc_parse_header(h, size, &c, &v, &err), -1, "case %zu accepted", i);
-        cr_expect(strstr(err.msg, bad[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i, err.msg,
-                  bad[i].msg);
+        cr_expect(strstr(err.msg, bad[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i, err.msg, bad[i].msg);
     }
     hdr(h, 3, &small);
     cr_expect_eq(llmc_parse_header(h, size - 4, &c, &v, &err), -1);
@@ -88,7 +86,8 @@ Test(llmc, fp32_round_trip_and_bf16_widening)
 {
     size_t n = gpt2_param_layout(&small, NULL, NULL);
     float *p = malloc(n * sizeof *p), *q = malloc(n * sizeof *q);
-    for (size_t i = 0; i < n; i++) p[i] = (float)((int)(i * 2654435761u % 2001) - 1000) * 1e-3f;
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((int)(i * 2654435761u % 2001) - 1000) * 1e-3f;
     char path[128];
     snprintf(path, sizeof path, "%s/a.bin", dir);
     skiff_err err;
@@ -128,8 +127,8 @@ Test(llmc, fp32_round_trip_and_bf16_widening)
     }
     /* --bf16 export: rounded to nearest even, read back as those values */
     snprintf(path, sizeof path, "%s/c.bin", dir);
-    p[0] = 1.00390625f;  /* 1 + 2^-8: exactly halfway, rounds to even (1.0) */
-    p[1] = 1.01171875f;  /* 1 + 3*2^-8: halfway, rounds up to 1 + 2^-6 */
+    p[0] = 1.00390625f; /* 1 + 2^-8: exactly halfway, rounds to even (1.0) */
+    p[1] = 1.01171875f; /* 1 + 3*2^-8: halfway, rounds up to 1 + 2^-6 */
     p[2] = -2.0f;
     cr_assert_eq(llmc_save(path, &small, p, LLMC_VERSION_BF16, &err), 0, "%s", err.msg);
     cr_assert_eq(llmc_peek(path, &c, &v, &err), 0, "%s", err.msg);
@@ -143,11 +142,9 @@ Test(llmc, fp32_round_trip_and_bf16_widening)
 }
 
 /* train_opts_parse of a fixed command line plus up to four more words */
-static int parse(struct train_opts *o, skiff_err *err, const char *a1, const char *a2,
-                 const char *a3, const char *a4)
+static int parse(struct train_opts *o, skiff_err *err, const char *a1, const char *a2, const char *a3, const char *a4)
 {
-    const char *words[] = {"train", "--data", "x", "--batch", "1", "--seq", "8", "--steps", "1",
-                           a1, a2, a3, a4};
+    const char *words[] = {"train", "--data", "x", "--batch", "1", "--seq", "8", "--steps", "1", a1, a2, a3, a4};
     static char *argv[14];
     int argc = 0;
     for (size_t i = 0; i < sizeof words / sizeof words[0] && words[i]; i++)
@@ -162,7 +159,8 @@ Test(llmc, init_from_gives_the_shape_and_fills_the_weights)
     snprintf(path, sizeof path, "%s/gpt2_small.bin", dir);
     size_t n = gpt2_param_layout(&small, NULL, NULL);
     float *p = calloc(n, sizeof *p), *q = calloc(n, sizeof *q);
-    for (size_t i = 0; i < n; i++) p[i] = (float)i;
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)i;
     skiff_err err;
     cr_assert_eq(llmc_save(path, &small, p, LLMC_VERSION_FP32, &err), 0);
 
