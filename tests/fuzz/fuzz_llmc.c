@@ -20,10 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1 || size > 1 + (1 << 18))
         return 0;
     size_t n = size - 1;
-    uint8_t *file = malloc(n ? n : 1);
-    if (!file)
-        abort();
-    memcpy(file, data + 1, n);
+    uint8_t *file = (uint8_t *)fuzz_str(data + 1, n); /* a copy the target may write */
     if ((data[0] & 1) && n >= 8) {
         int32_t h[2] = {LLMC_MAGIC, data[0] & 2 ? LLMC_VERSION_BF16 : LLMC_VERSION_FP32};
         memcpy(file, h, sizeof(h));
