@@ -6,23 +6,9 @@
 #include <unistd.h>
 
 #include "train.h"
+#include "scratch.h"
 
-static char dir[64];
-
-static void mkdir_tmp(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/skiff-train-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
-
-static void rm_tmp(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-TestSuite(data, .init = mkdir_tmp, .fini = rm_tmp);
+SCRATCH_SUITE(data, "skiff-train-test");
 
 static void write_seq(const char *name, size_t n, uint16_t base)
 {

@@ -10,23 +10,9 @@
 
 #include "llmc.h"
 #include "train.h"
+#include "scratch.h"
 
-static char dir[64];
-
-static void mk(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/skiff-llmc-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
-
-static void rm(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-TestSuite(llmc, .init = mk, .fini = rm);
+SCRATCH_SUITE(llmc, "skiff-llmc-test");
 
 static const struct gpt2_config small = {
     .max_seq_len = 16, .vocab_size = 300, .padded_vocab_size = 320, .num_layers = 2, .num_heads = 2, .channels = 8};

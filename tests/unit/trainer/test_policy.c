@@ -9,23 +9,9 @@
 #include <unistd.h>
 
 #include "policy.h"
+#include "scratch.h"
 
-static char dir[64];
-
-static void mkdir_tmp(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/skiff-policy-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
-
-static void rm_tmp(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-TestSuite(policy, .init = mkdir_tmp, .fini = rm_tmp);
+SCRATCH_SUITE(policy, "skiff-policy-test");
 
 static struct train_opts opts(int zero, int steps)
 {
