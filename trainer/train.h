@@ -11,7 +11,7 @@
 #include "comm.h"
 #include "error.h"
 #include "model.h"
-#include "store.h"
+#include "dist.h"
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -70,20 +70,6 @@ int train_opt_error(int c, char **argv, skiff_err *err);
  * initialisation seeded by o->seed. Ranks other than 0 get zeros from a
  * file (rank 0's weights are broadcast to them). */
 int train_init_params(const struct train_opts *o, int rank, float *params, skiff_err *err);
-
-/* ---- distributed setup (env://) ------------------------------------------ */
-
-struct train_dist {
-    int rank, world, local_rank;
-    char master_addr[256];
-    int master_port;
-    struct tr_store *store; /* NULL when world == 1 */
-};
-
-/* Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (all absent:
- * one process); rank 0 hosts the store; all ranks rendezvous (timeout_ms). */
-int train_dist_init(struct train_dist *d, int timeout_ms, skiff_err *err);
-void train_dist_fini(struct train_dist *d);
 
 /* ---- data ------------------------------------------------------------------ */
 
