@@ -1,4 +1,4 @@
-/* `skiff-train train` options and the LR schedule. */
+/* `skiff-train train` options: parsing and checking them, nothing else. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -269,15 +269,4 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
         return skiff_error(err, 0, "--precision %s: the CPU path trains in fp32 only", o->precision);
     if (o->warmup < 0) o->warmup = o->steps / 10;
     return 0;
-}
-
-float train_lr(const struct train_opts *o, int step)
-{
-    if (step < o->warmup) return o->lr * (float)(step + 1) / (float)o->warmup;
-    float lo = o->lr * o->lr_min_frac;
-    if (o->steps <= o->warmup) return o->lr;
-    double r = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
-    if (r > 1) r = 1;
-    double coeff = 0.5 * (1.0 + cos(M_PI * r));
-    return (float)(lo + coeff * (o->lr - lo));
 }

@@ -120,12 +120,6 @@ void data_shard_unmap(struct data_shard_map *sm);
 /* Writes one llm.c shard atomically (tmp + rename). */
 int data_write_shard(const char *path, const uint16_t *tokens, size_t n, skiff_err *err);
 
-/* ---- schedule ------------------------------------------------------------- */
-
-/* Linear warmup over o->warmup steps to o->lr, then cosine to lr*lr_min_frac
- * at o->steps. step counts from 0. */
-float train_lr(const struct train_opts *o, int step);
-
 /* ---- checkpoints ---------------------------------------------------------- */
 
 /* DIR/rank-R.ckpt, written as DIR/.rank-R.ckpt.tmp then renamed. Rank 0's file

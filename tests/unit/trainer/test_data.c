@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "policy.h"
 #include "train.h"
 #include "scratch.h"
 
