@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "dist.h"
-#include "train.h"
+#include "opts.h"
 
 static int env_int(const char *name, int lo, int *out, skiff_err *err)
 {

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "llmc.h"
-#include "train.h"
+#include "opts.h"
 
 void train_opts_defaults(struct train_opts *o)
 {

@@ -12,7 +12,8 @@
 #include <stdint.h>
 
 #include "error.h"
-#include "train.h"
+#include "ckpt.h"
+#include "opts.h"
 
 struct train_plan {
     int world, rank;

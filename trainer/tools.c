@@ -16,9 +16,11 @@
 
 #include "clock.h"
 #include "llmc.h"
+#include "ckpt.h"
+#include "data.h"
 #include "model.h"
+#include "opts.h"
 #include "tokenizer.h"
-#include "train.h"
 
 /* Usage errors: the message in err, exit status 2. */
 #define USAGE(...) (skiff_error(err, 0, __VA_ARGS__), 2)

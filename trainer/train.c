@@ -9,6 +9,11 @@
 #include <string.h>
 
 #include "clock.h"
+#include "comm.h"
+#include "data.h"
+#include "dist.h"
+#include "logger.h"
+#include "model.h"
 #include "policy.h"
 #include "train.h"
 

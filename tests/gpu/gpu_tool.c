@@ -25,7 +25,7 @@
 #include "cuda_model.h"
 #include "error.h"
 #include "model.h"
-#include "train.h"
+#include "data.h"
 
 int cmd_budget(int argc, char **argv, skiff_err *err); /* budget.c */
 

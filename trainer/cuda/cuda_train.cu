@@ -21,8 +21,10 @@
 extern "C" {
 #include "cuda_model.h"
 #include "cuda_train.h"
+#include "data.h"
+#include "dist.h"
+#include "logger.h"
 #include "policy.h"
-#include "train.h"
 }
 
 // fp16 dynamic loss scaling: the scale never drops below SCALE_FLOOR, and

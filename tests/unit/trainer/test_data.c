@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "data.h"
 #include "policy.h"
-#include "train.h"
 #include "scratch.h"
 
 SCRATCH_SUITE(data, "skiff-train-test");
