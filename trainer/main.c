@@ -27,7 +27,7 @@ static int cmd_train(int argc, char **argv, skiff_err *err)
         return 2;
 #endif
     }
-    return train_cpu(&o, err) < 0 ? 1 : 0;
+    return train_run(&o, &train_cpu_device, err) < 0 ? 1 : 0;
 }
 
 static const struct verb {
