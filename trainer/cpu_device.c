@@ -354,7 +354,7 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
 {
     (void)d;
     int n = omp_get_max_threads();
-    snprintf(buf, len, "cpu, %d thread%s", n, n == 1 ? "" : "s");
+    snprintf(buf, len, "cpu (%d thread%s)", n, n == 1 ? "" : "s");
 }
 
 const struct train_device_ops train_cpu_device = {

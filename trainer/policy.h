@@ -1,10 +1,10 @@
-/* The training policy both loops follow (trainer/train.c on the CPU,
- * trainer/cuda/cuda_train.cu on GPUs): the learning-rate schedule and
- * clipping, how the parameter buffer is padded and sharded for ZeRO, which
- * data windows a rank reads, when to validate and save, what a checkpoint
- * holds, and the rules of --resume. Kept in one
- * place so the two devices cannot drift apart (they once did: a finished run
- * resumed with exit 0 on the CPU and failed on CUDA). */
+/* The training policy of the loop (trainer/train.c), whatever the device
+ * that does the step (cpu_device.c, cuda/cuda_device.cu): the learning-rate
+ * schedule and clipping, how the parameter buffer is padded and sharded for
+ * ZeRO, which data windows a rank reads, when to validate and save, what a
+ * checkpoint holds, and the rules of --resume. Kept in one place so the
+ * devices cannot drift apart (they once did: a finished run resumed with
+ * exit 0 on the CPU and failed on CUDA). */
 #ifndef SKIFF_TRAINER_POLICY_H
 #define SKIFF_TRAINER_POLICY_H
 
