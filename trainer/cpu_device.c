@@ -328,28 +328,6 @@ static int cpu_take_loss(struct train_device *d, double *sum, skiff_err *err)
     return 0;
 }
 
-/* Device memory is host memory. */
-static void *cpu_alloc(struct train_device *d, size_t bytes, skiff_err *err)
-{
-    (void)d;
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) skiff_error(err, ENOMEM, "%zu bytes", bytes);
-    return p;
-}
-
-static void cpu_release(struct train_device *d, void *mem)
-{
-    (void)d;
-    free(mem);
-}
-
-static int cpu_copy(struct train_device *d, void *dst, const void *src, size_t bytes, skiff_err *err)
-{
-    (void)d, (void)err;
-    memcpy(dst, src, bytes);
-    return 0;
-}
-
 static void cpu_describe(struct train_device *d, char *buf, size_t len)
 {
     (void)d;
@@ -365,10 +343,10 @@ const struct train_device_ops train_cpu_device = {
     .step = cpu_step,
     .forward = cpu_forward,
     .take_loss = cpu_take_loss,
-    .alloc = cpu_alloc,
-    .release = cpu_release,
-    .h2d = cpu_copy,
-    .d2h = cpu_copy,
+    .alloc = NULL, /* device memory is host memory (host_memory) */
+    .release = NULL,
+    .h2d = NULL,
+    .d2h = NULL,
     .describe = cpu_describe,
     .finish = NULL,
     .close = cpu_close,

@@ -82,7 +82,8 @@ struct train_device_ops {
     int (*forward)(struct train_device *d, const int *inputs, const int *targets, skiff_err *err);
     int (*take_loss)(struct train_device *d, double *sum, skiff_err *err);
     /* Device memory, and copies between it and any host memory (returning
-     * when the data has arrived). */
+     * when the data has arrived). NULL when device memory is host memory
+     * (d->host_memory). */
     void *(*alloc)(struct train_device *d, size_t bytes, skiff_err *err);
     void (*release)(struct train_device *d, void *mem);
     int (*h2d)(struct train_device *d, void *dev, const void *host, size_t bytes, skiff_err *err);

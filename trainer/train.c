@@ -9,10 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "clock.h"
 #include "data.h"
 #include "device.h"
+#include "dist.h"
 #include "logger.h"
+#include "policy.h"
 #include "train.h"
 
 struct run {
