@@ -52,8 +52,12 @@ Test(sanitize, terminal_escapes_are_escaped)
 Test(sanitize, c1_controls_raw_and_as_utf8)
 {
     /* CSI as a raw byte (not UTF-8) and as U+009B; NEL U+0085 */
-    cr_assert_str_eq(clean("a\x9b" "31mb"), "a\\x9b31mb");
-    cr_assert_str_eq(clean("a\xc2\x9b" "31mb"), "a\\u009b31mb");
+    cr_assert_str_eq(clean("a\x9b"
+                           "31mb"),
+                     "a\\x9b31mb");
+    cr_assert_str_eq(clean("a\xc2\x9b"
+                           "31mb"),
+                     "a\\u009b31mb");
     cr_assert_str_eq(clean("\xc2\x80\xc2\x85\xc2\x9f"), "\\u0080\\u0085\\u009f");
 }
 
@@ -64,18 +68,22 @@ Test(sanitize, bidi_controls_and_unicode_line_breaks)
     cr_assert_str_eq(clean("\xe2\x80\xaa\xe2\x80\xab\xe2\x80\xac\xe2\x80\xad"), "\\u202a\\u202b\\u202c\\u202d");
     cr_assert_str_eq(clean("\xe2\x81\xa6\xe2\x81\xa7\xe2\x81\xa8\xe2\x81\xa9"), "\\u2066\\u2067\\u2068\\u2069");
     cr_assert_str_eq(clean("\xe2\x80\x8e\xe2\x80\x8f\xd8\x9c"), "\\u200e\\u200f\\u061c");
-    cr_assert_str_eq(clean("a\xe2\x80\xa8" "b\xe2\x80\xa9"), "a\\u2028b\\u2029");
+    cr_assert_str_eq(clean("a\xe2\x80\xa8"
+                           "b\xe2\x80\xa9"),
+                     "a\\u2028b\\u2029");
 }
 
 Test(sanitize, invalid_utf8_byte_by_byte)
 {
     cr_assert_str_eq(clean("\xff\xfe"), "\\xff\\xfe");
-    cr_assert_str_eq(clean("\xc0\xaf"), "\\xc0\\xaf");                       /* overlong '/' */
-    cr_assert_str_eq(clean("\xe0\x80\xaf"), "\\xe0\\x80\\xaf");              /* overlong */
-    cr_assert_str_eq(clean("\xed\xa0\x80"), "\\xed\\xa0\\x80");              /* a surrogate */
-    cr_assert_str_eq(clean("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");     /* > U+10FFFF */
-    cr_assert_str_eq(clean("cut \xe2\x80"), "cut \\xe2\\x80");               /* cut sequence */
-    cr_assert_str_eq(clean("\xe2\x80" "a\xc3\xa9"), "\\xe2\\x80a\xc3\xa9"); /* resynchronises */
+    cr_assert_str_eq(clean("\xc0\xaf"), "\\xc0\\xaf");                   /* overlong '/' */
+    cr_assert_str_eq(clean("\xe0\x80\xaf"), "\\xe0\\x80\\xaf");          /* overlong */
+    cr_assert_str_eq(clean("\xed\xa0\x80"), "\\xed\\xa0\\x80");          /* a surrogate */
+    cr_assert_str_eq(clean("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80"); /* > U+10FFFF */
+    cr_assert_str_eq(clean("cut \xe2\x80"), "cut \\xe2\\x80");           /* cut sequence */
+    cr_assert_str_eq(clean("\xe2\x80"
+                           "a\xc3\xa9"),
+                     "\\xe2\\x80a\xc3\xa9"); /* resynchronises */
 }
 
 Test(sanitize, cut_to_the_buffer_never_inside_an_escape_or_a_character)
