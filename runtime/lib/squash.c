@@ -43,7 +43,7 @@ static int default_level(const char *comp)
 
 bool skiff_squash_is_image(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* (a FIFO: no wait, no magic) */
     if (fd < 0)
         return false;
     char magic[4];
