@@ -700,8 +700,11 @@ int skiff_remote_user_init(spank_t sp)
         if (spawn_starter(sp, &err) < 0)
             return fail("config", &err);
     }
-    if (mnt < 0)
+    if (mnt < 0) {
+        /* it named a process root refuses: nothing it does is used */
+        skiff_helper_finish(&starter, 0);
         return fail(skiff_g.attached ? "join" : "mount", &err);
+    }
     if (skiff_g.attached)
         close(mnt);
     else

@@ -389,8 +389,6 @@ static void report_unkillable(pid_t pid, uid_t uid, const char *what)
              cwd, (unsigned)uid, fuse[0] ? fuse : "none");
     if (report_fn)
         report_fn(line);
-    else
-        fprintf(stderr, "%s\n", line);
 }
 
 /* Waits up to timeout_ms for our child pid to exit, then SIGKILLs it and

@@ -55,7 +55,7 @@ struct skiff_helper_proc {
 #define SKIFF_KILL_GRACE_MS 2000
 
 /* Where the report of a process that outlived SIGKILL goes (the plugin's
- * error sink, which sanitises it); NULL: stderr. */
+ * error sink, which sanitises it); NULL: nowhere. */
 void skiff_userproc_set_log(void (*log)(const char *line));
 
 /* The helper program to run: helper if set, else skiff-helper in the
