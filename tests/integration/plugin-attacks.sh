@@ -415,7 +415,7 @@ plugstack timeout=5 container_scope=job
 runuser -u "$U" -- mkdir -p "$UHOME/.local/share/skiff/containers"
 stall "$UHOME/.local/share/skiff/containers" || t_fail "10: fuse-stall mounted on containers/"
 at=$(stat -c %s "$LOG1")
-out=$(as_user srun -Q -n1 -w n1 true 2>&1); rc=$?
+out=$(as_user timeout 60 srun -Q -n1 -w n1 true 2>&1); rc=$?
 # the job's epilog sweeps its named containers now, as the user
 if o=$(other_job 30) && [ "$o" -le 15000 ]; then
   t_pass "10: epilog: another user's job runs on the node $o ms after the job whose sweep is stuck (timeout=5)"
