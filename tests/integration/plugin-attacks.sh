@@ -33,10 +33,14 @@ stall_mounts=()
 # in this private namespace: every process waiting on it gets ENOTCONN and
 # exits), its server killed and its mount detached; the importers that
 # never answer killed. Nothing stays in D state.
-unstall() {
-  local p m conn
+stop_importers() {
+  local p
   for p in $(cat "$T/stall/pids" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
   : >"$T/stall/pids" 2>/dev/null
+}
+unstall() {
+  local p m conn
+  stop_importers
   for m in "${stall_mounts[@]}"; do
     conn=$(awk -v m="$m" '$5 == m { split($3, d, ":"); print d[2] }' "/proc/$SLURMD_N1/mountinfo" | tail -1)
     if [ -n "$conn" ]; then
@@ -137,7 +141,7 @@ chmod 755 "$T/stall/importer"
 # step's output goes to $T/NAME.out, its seconds to $T/NAME.took.
 PLUGARGS="timeout=6"
 forge() {
-  local name=$1 payload=$2 h p; shift 2
+  local name=$1 payload=$2 h; shift 2
   plugstack $PLUGARGS importer="$T/stall/importer"
   local t0=$(date +%s%N)
   as_user srun -Q -n1 -w n1 --container-image=site/stall:1 "$@" true >"$T/$name.out" 2>&1 &
@@ -151,8 +155,7 @@ forge() {
   echo "rc=$?" >>"$T/$name.out"
   echo $(( ($(date +%s%N) - t0) / 1000000 )) >"$T/$name.ms"
   plugstack $PLUGARGS
-  for p in $(cat "$T/stall/pids"); do kill -KILL "$p" 2>/dev/null; done
-  : >"$T/stall/pids"
+  stop_importers
 }
 
 plugstack timeout=6
@@ -249,7 +252,7 @@ if [ $rc -ne 0 ] && grep -q "no answer from the user-side helper within 6 s" <<<
    gone_within 5 skiff_procs 1; then
   t_pass "4: a helper that never answers fails the step after the deadline (${took} s), the job ends, no helper left"
 else t_fail "4: helper that never answers" "rc=$rc ${took}s: $out / jobs: $(jobs_left) / procs: $(skiff_procs 1)"; fi
-for p in $(cat "$T/stall/pids"); do kill -KILL "$p" 2>/dev/null; done; : >"$T/stall/pids"
+stop_importers
 for img in "docker-archive:$UHOME/f1" "$UHOME/f1"; do
   rm -f "$UHOME/f1"; runuser -u "$U" -- mkfifo "$UHOME/f1"
   start=$(date +%s)

@@ -46,32 +46,16 @@ static void probe(spank_t sp, int ac, char **av, const char *cb)
     close(fd);
 }
 
-int slurm_spank_init(spank_t sp, int ac, char **av)
-{
-    probe(sp, ac, av, "init");
-    return 0;
-}
+/* one callback per phase, each recording under its own name */
+#define PROBE(cb)                                                                                                      \
+    int slurm_spank_##cb(spank_t sp, int ac, char **av)                                                                \
+    {                                                                                                                  \
+        probe(sp, ac, av, #cb);                                                                                        \
+        return 0;                                                                                                      \
+    }
 
-int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
-{
-    probe(sp, ac, av, "init_post_opt");
-    return 0;
-}
-
-int slurm_spank_user_init(spank_t sp, int ac, char **av)
-{
-    probe(sp, ac, av, "user_init");
-    return 0;
-}
-
-int slurm_spank_task_exit(spank_t sp, int ac, char **av)
-{
-    probe(sp, ac, av, "task_exit");
-    return 0;
-}
-
-int slurm_spank_exit(spank_t sp, int ac, char **av)
-{
-    probe(sp, ac, av, "exit");
-    return 0;
-}
+PROBE(init)
+PROBE(init_post_opt)
+PROBE(user_init)
+PROBE(task_exit)
+PROBE(exit)
