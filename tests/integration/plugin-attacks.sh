@@ -71,12 +71,16 @@ cleanup() {
   unstall
   for p in "${victims[@]}"; do kill -KILL "$p" 2>/dev/null; done
   rm -rf "$T" "$UHOME/f1" "$UHOME/f2" "$UHOME/.local/share/skiff/containers/atk-"* /dev/shm/skiff-"$UID_U" \
-    /dev/shm/skiff-attack /tmp/skiff-victim-dir "$UHOME"/sec-* /tmp/skiff-sec-blocks*
+    /dev/shm/skiff-attack /tmp/skiff-victim-dir "$UHOME"/sec-* /tmp/skiff-sec-blocks* "$RT"
   SKIFF_CLUSTER_QUIET=1 tests/cluster/down
 }
 trap cleanup EXIT
 
-plugstack() { echo "required $PLUGIN $*" >"$SKIFF_PLUGSTACK"; }
+# A runtime base of this cluster's own: /run/skiff is shared by every test
+# cluster on the machine (the test user's states of other clusters' steps
+# would be seen, or swapped, here)
+RT=/run/skiff-attacks-$SKIFF_CLUSTER_INDEX
+plugstack() { echo "required $PLUGIN runtime_path=$RT $*" >"$SKIFF_PLUGSTACK"; }
 as_user() { (cd "$T" && runuser -u "$U" -- env SLURM_CONF="$SLURM_CONF" "$@"); }
 node_pids() { ip netns pids "${SKIFF_CLUSTER_NS_PREFIX:-skiff${SKIFF_CLUSTER_INDEX}n}$1" 2>/dev/null; }
 # skiff processes of the user on node N (helper, holder, FUSE server): all
@@ -268,9 +272,9 @@ runuser -u "$O" -- mkdir -p /dev/shm/skiff-"$UID_U"
 out=$(as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" cat /etc/hostname 2>&1); rc=$?
 [ $rc -eq 0 ] && t_pass "5: /dev/shm/skiff-UID taken by another user does not stop the victim's containers" ||
   t_fail "5: squatted /dev/shm/skiff-UID" "$out"
-[ "$(stat -c %u:%a /run/skiff)" = "0:755" ] && [ "$(stat -c %U:%a "/run/skiff/$UID_U")" = "$U:700" ] &&
+[ "$(stat -c %u:%a "$RT")" = "0:755" ] && [ "$(stat -c %U:%a "$RT/$UID_U")" = "$U:700" ] &&
   t_pass "5: the runtime base is root's (0755) with a private directory per user" ||
-  t_fail "5: runtime base" "$(ls -ld /run/skiff "/run/skiff/$UID_U")"
+  t_fail "5: runtime base" "$(ls -ld "$RT" "$RT/$UID_U")"
 runuser -u "$O" -- mkdir -p /dev/shm/skiff-attack
 plugstack timeout=6 runtime_path=/dev/shm/skiff-attack
 t_fails_with "5: a runtime_path base another user created first is refused, and named for the admin" \
@@ -284,14 +288,14 @@ chown -R "$O:" /tmp/skiff-victim-dir && chmod 777 /tmp/skiff-victim-dir && chmod
 as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" sleep 3 >/dev/null 2>&1 &
 spid=$!
 st=""
-for _ in $(seq 100); do st=$(ls "/run/skiff/$UID_U" 2>/dev/null | grep '^n1\.' | grep -v '\.old$' | head -1); [ -n "$st" ] && break; sleep 0.05; done
-runuser -u "$U" -- sh -c "cd /run/skiff/$UID_U && mv '$st' '$st.old' && ln -s /tmp/skiff-victim-dir '$st'" 2>"$T/swap.err"
+for _ in $(seq 100); do st=$(ls "$RT/$UID_U" 2>/dev/null | grep '^n1\.' | grep -v '\.old$' | head -1); [ -n "$st" ] && break; sleep 0.05; done
+runuser -u "$U" -- sh -c "cd $RT/$UID_U && mv '$st' '$st.old' && ln -s /tmp/skiff-victim-dir '$st'" 2>"$T/swap.err"
 wait $spid
 sleep 1
-if [ -n "$st" ] && [ -L "/run/skiff/$UID_U/$st" ] && [ "$(cat /tmp/skiff-victim-dir/file 2>/dev/null)" = keep ]; then
+if [ -n "$st" ] && [ -L "$RT/$UID_U/$st" ] && [ "$(cat /tmp/skiff-victim-dir/file 2>/dev/null)" = keep ]; then
   t_pass "6: a state directory swapped for a link: the other user's files are untouched"
 else t_fail "6: swapped state dir" "state '$st' $(cat "$T/swap.err"): $(ls -la /tmp/skiff-victim-dir 2>&1)"; fi
-runuser -u "$U" -- rm -rf "/run/skiff/$UID_U/$st" "/run/skiff/$UID_U/$st.old"
+runuser -u "$U" -- rm -rf "$RT/$UID_U/$st" "$RT/$UID_U/$st.old"
 
 # --- 8. attaching to a running container (--container-name, issue 14) --------------------------------
 # Root never reads the user's state to pick a namespace: the helper looks
@@ -315,7 +319,7 @@ if [ -n "$O_HOLDER" ] && [ -n "$O_JOB" ]; then
   # a state record in the user's own runtime directory naming the other
   # user's holder (and its real namespace), or a root process
   for victim in "$O_HOLDER" "$ROOT_VICTIM"; do
-    d=/run/skiff/$UID_U/n1.999999.0
+    d=$RT/$UID_U/n1.999999.0
     mkdir -p "$d"
     printf 'H%s\0W/\0Nforged\0M%s\0' "$victim" "$(stat -L -c '%d:%i' /proc/$victim/ns/mnt)" >"$d/state"
     chown -R "$U:" "$d"
@@ -481,14 +485,14 @@ fi
 
 # --- 12. slurmstepd's fd 0 stays on /dev/null (issue 23, finding 3) --------------------------------------
 # spank_fd0_probe.so, after skiff in plugstack.conf, records fd 0 at each callback
-fd0_plugstack() { printf 'required %s %s\nrequired %s out=%s\n' "$PLUGIN" "$*" "$FD0_PROBE" "$T/fd0.log" >"$SKIFF_PLUGSTACK"; }
+fd0_plugstack() { printf 'required %s runtime_path=%s %s\nrequired %s out=%s\n' "$PLUGIN" "$RT" "$*" "$FD0_PROBE" "$T/fd0.log" >"$SKIFF_PLUGSTACK"; }
 : >"$T/fd0.log"; chmod 666 "$T/fd0.log"
 fd0_plugstack timeout=6
 as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" true >"$T/fd0-plain.out" 2>&1
 as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" --container-save="$UHOME/sec-save.sqsh" true >"$T/fd0-save.out" 2>&1
 as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" --container-name=sec-att sleep 5 >"$T/fd0-first.out" 2>&1 &
 apid=$!
-for _ in $(seq 100); do ls "/run/skiff/$UID_U" 2>/dev/null | grep -q '^n1\.' && break; sleep 0.05; done
+for _ in $(seq 100); do ls "$RT/$UID_U" 2>/dev/null | grep -q '^n1\.' && break; sleep 0.05; done
 sleep 0.5
 as_user srun -Q -n1 -w n1 --container-name=sec-att true >"$T/fd0-attach.out" 2>&1
 wait $apid
@@ -542,8 +546,8 @@ plugstack timeout=6
 
 # --- nothing left --------------------------------------------------------------------------------------
 left=$(for n in 1 2; do skiff_procs $n; done)
-mnt=$(findmnt -rn -o SOURCE,TARGET | grep -E "squashfuse|skiff-fuse|/run/skiff/|$T" || true)
-state=$(ls "/run/skiff/$UID_U" 2>/dev/null | grep -vx blocks || true)
+mnt=$(findmnt -rn -o SOURCE,TARGET | grep -E "squashfuse|skiff-fuse|$RT/|$T" || true)
+state=$(ls "$RT/$UID_U" 2>/dev/null | grep -vx blocks || true)
 [ -z "$left" ] && [ -z "$mnt" ] && [ -z "$state" ] && t_pass "no helper, mount or state left after the attacks" ||
   t_fail "leftovers" "procs: $left / mounts: $mnt / state: $state"
 t_done
