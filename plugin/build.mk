@@ -2,7 +2,7 @@
 # libskiffhooks (per-task training env); a version script keeps every symbol
 # but Slurm's entry points local.
 # plugin/ may include common/, runtime/lib and hooks/lib.
-PLUGIN_PART_CFLAGS := -Icommon -Iruntime/lib -Ihooks/lib -Iplugin $(RUNTIME_CFLAGS)
+PLUGIN_PART_CFLAGS := -Icommon $(RUNTIME_INC) -Ihooks/lib -Iplugin $(RUNTIME_CFLAGS)
 $(BUILD)/plugin/%.o $(BUILD)/pic/plugin/%.o $(BUILD)/lean/plugin/%.o $(BUILD)/tests/unit/plugin/%.o: \
     PART_CFLAGS := $(PLUGIN_PART_CFLAGS)
 PLUGIN_SRC := $(filter-out plugin/helper.c,$(wildcard plugin/*.c))

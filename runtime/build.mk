@@ -7,12 +7,15 @@ RUNTIME_CFLAGS := $(shell pkg-config --cflags $(RUNTIME_PKGS) 2>/dev/null)
 RUNTIME_LIBS := -lsquashfuse_ll -lsquashfuse $(shell pkg-config --libs $(RUNTIME_PKGS) 2>/dev/null) -lcrypto \
                 -lz -llzma -llz4 -lzstd -llzo2 -lisal
 
-RUNTIME_LIB_SRC := $(wildcard runtime/lib/*.c)
+RUNTIME_LIB_SRC := $(wildcard runtime/lib/*.c runtime/lib/*/*.c)
 LIBSKIFF     := $(BUILD)/libskiff.a
 LIBSKIFF_PIC := $(BUILD)/libskiff_pic.a
 
 # runtime/ may include common/ and itself (plus the libraries' headers).
-RUNTIME_PART_CFLAGS := -Icommon -Iruntime/lib $(RUNTIME_CFLAGS)
+# RUNTIME_INC: libskiff's headers, for whoever may include them (the CLI,
+# the plugin, the tests): the base folder and its parts (runtime/README.md).
+RUNTIME_INC := -Iruntime/lib -Iruntime/lib/image -Iruntime/lib/fs -Iruntime/lib/container
+RUNTIME_PART_CFLAGS := -Icommon $(RUNTIME_INC) $(RUNTIME_CFLAGS)
 $(BUILD)/runtime/%.o $(BUILD)/pic/runtime/%.o $(BUILD)/lean/runtime/%.o $(BUILD)/tests/unit/runtime/%.o: \
     PART_CFLAGS := $(RUNTIME_PART_CFLAGS)
 

@@ -16,7 +16,7 @@ INTEGRATION_TESTS += tests/integration/e2e-demo.sh
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-FUZZ_INC := -Icommon -Iruntime/lib -Ihooks/lib -Iplugin -Itrainer
+FUZZ_INC := -Icommon $(RUNTIME_INC) -Ihooks/lib -Iplugin -Itrainer
 FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -DSKIFF_VERSION='"$(VERSION)"' $(WARN) -Wno-unknown-pragmas -Wno-string-plus-int \
                $(FUZZ_INC) $(RUNTIME_CFLAGS) $(FUZZ_SAN)
 # (trainer/train.c calls OpenMP's runtime, which the fuzzers do not link;

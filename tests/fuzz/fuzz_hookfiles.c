@@ -11,7 +11,7 @@
  * it fails with a message; whatever a helper accepted is read back by the
  * runtime exactly (a variable with its value, a mount with its fields) or
  * refused with a message, never silently dropped or changed. */
-#include "../../runtime/lib/hookrun.c" /* read_env_file is static */
+#include "../../runtime/lib/container/hookrun.c" /* read_env_file is static */
 
 #include "fuzzlib.h"
 #include "hookutil.h"

@@ -12,7 +12,7 @@
  * every request); a realm with a user name or password in it never gets
  * credentials; credentials found are a login and a password written in the
  * file for that host (or default). */
-#include "../../runtime/lib/registry.c"
+#include "../../runtime/lib/image/registry.c"
 
 #include "fuzzlib.h"
 

@@ -281,7 +281,7 @@ if [ "$out" = '{"Env":' ] ; then t_pass "extraction fallback without FUSE"; else
 SANFLAGS=""   # a sanitizer build of libskiff (make asan-style BUILD) needs the runtime too
 nm "$BUILD/libskiff.a" 2>/dev/null | grep -q __asan_ && SANFLAGS="-fsanitize=address,undefined"
 LIBS="-lsquashfuse_ll -lsquashfuse $(pkg-config --libs mount libcap libarchive libsquashfs1 libcurl jansson fuse3 libseccomp) -lcrypto -lz -llzma -llz4 -lzstd -llzo2"
-if cc $SANFLAGS -std=gnu11 -D_GNU_SOURCE -I"$T_ROOT/common" -I"$T_ROOT/runtime/lib" -o $W/plugin-sim \
+if cc $SANFLAGS -std=gnu11 -D_GNU_SOURCE -I"$T_ROOT/common" -I"$T_ROOT/runtime/lib" -I"$T_ROOT/runtime/lib/container" -o $W/plugin-sim \
      "$T_ROOT/tests/integration/runtime-plugin-sim.c" "$BUILD/libskiff.a" "$BUILD/libskiffcommon.a" $LIBS 2>$W/cc.log; then
   out=$(cd $W && SKIFF_RUNTIME_PATH=$W/run $W/plugin-sim $TUID $TUID $W/bb.sqsh n1.42.0 2 \
         sh -c 'echo "r$RANK $(id -u) $(pwd) $OVER $(grep -c "^Seccomp:.2" /proc/self/status)"' 2>&1)
