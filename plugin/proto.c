@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "container.h"
-#include "state.h"
+#include "records.h"
 #include "strv.h"
 
 static const char *const phases[] = {"config", "import", "mount", "hook", "join", "env", "save"};

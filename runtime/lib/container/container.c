@@ -1,5 +1,5 @@
 /* Container start / join / env / export; see container.h. The state, stop
- * and load are in ctstate.c, the root filesystem in assemble.c, the hooks
+ * and load are in runstate.c, the root filesystem in assemble.c, the hooks
  * in hookrun.c (container_int.h).
  *
  * Parse -> plan -> execute: the parent only forks; everything that touches

@@ -154,7 +154,7 @@ int skiff_container_mark_joined(const struct skiff_container *c, skiff_err *err)
  * a container whose start failed. */
 int skiff_container_stop(struct skiff_container *c, skiff_err *err);
 
-/* c as records (state.h): its holder pid 'H', workdir 'W', env 'E',
+/* c as records (records.h): its holder pid 'H', workdir 'W', env 'E',
  * Entrypoint 'P' and Cmd 'C', appended to b. One format for the holder's
  * report to its starter, the state file `skiff exec` reads and the plugin
  * helper's answer to root (plugin/proto.h). */

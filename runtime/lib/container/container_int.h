@@ -1,6 +1,6 @@
 /* Private to the container module, whose API is container.h: what its files
  * share. container.c starts the holder, spawns the command and joins;
- * ctstate.c keeps a container's runtime state (state directory, state file,
+ * runstate.c keeps a container's runtime state (state directory, state file,
  * prune, load) and stops it; assemble.c builds the root filesystem (lower +
  * overlay, system mounts, user mounts); hookrun.c runs the hooks (ABI:
  * doc/hooks.md). The CLI and the plugin must not include this header. */
@@ -16,7 +16,7 @@
 #include "container.h"
 #include "error.h"
 #include "named.h"
-#include "state.h"
+#include "records.h"
 #include "strv.h"
 
 /* The PATH every container (and every hook) starts from. */
@@ -50,7 +50,7 @@ int skiff_env_set(char ***v, const char *kv, skiff_err *err);
 /* h->stage/sub into out (n bytes). */
 int skiff_stage_path(const struct skiff_holder *h, const char *sub, char *out, size_t n, skiff_err *err);
 
-/* ---- ctstate.c ---- */
+/* ---- runstate.c ---- */
 
 /* Fills c from the records of the holder's report or the state file. */
 int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skiff_err *err);

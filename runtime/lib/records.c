@@ -1,5 +1,5 @@
-/* See state.h. */
-#include "state.h"
+/* See records.h. */
+#include "records.h"
 
 #include <errno.h>
 #include <limits.h>

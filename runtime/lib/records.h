@@ -6,8 +6,8 @@
  * records has no header: it ends where the data ends. Readers bound what
  * they accept: skiff_rec_read_fd caps the size and the time, and
  * skiff_rec_next refuses a record that is not terminated. */
-#ifndef SKIFF_STATE_H
-#define SKIFF_STATE_H
+#ifndef SKIFF_RECORDS_H
+#define SKIFF_RECORDS_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,7 +2,7 @@
  *
  * Each container has a directory runtime_path/KEY (KEY: the plugin's
  * node.job.step, or pid-HOLDER for `skiff start`) holding the state file
- * (the holder's report, records of state.h) that `skiff exec` loads, the
+ * (the holder's report, records of records.h) that `skiff exec` loads, the
  * holder's staging mount point and whatever hooks keep there. Stop kills
  * the holder, its FUSE server and what is left in the container, then
  * removes the directory. */
@@ -28,7 +28,7 @@
 
 #define STATE_FILE "state"
 
-/* ---- a container as records (state.h) ----
+/* ---- a container as records (records.h) ----
  * 'H' holder pid, 'W' workdir, 'E' env entry, 'P' Entrypoint word, 'C' Cmd
  * word (skiff_container_encode/decode: the holder's report to its starter,
  * the state file, the plugin helper's answer to root); and, in the holder's

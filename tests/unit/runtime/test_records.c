@@ -1,4 +1,4 @@
-/* Tagged records and their bounded reader (runtime/lib/state.c). */
+/* Tagged records and their bounded reader (runtime/lib/records.c). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include "clock.h"
 #include "container.h"
 #include "container_int.h"
-#include "state.h"
+#include "records.h"
 
 static skiff_err err;
 
