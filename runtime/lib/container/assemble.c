@@ -18,6 +18,7 @@
 
 #include "cache.h"
 #include "fusemount.h"
+#include "mount.h"
 #include "mountspec.h"
 #include "rootfs.h"
 #include "squash.h"

@@ -32,6 +32,7 @@
 #include "fdio.h"
 #include "fusemount.h"
 #include "imgconfig.h"
+#include "mount.h"
 #include "mountspec.h"
 #include "named.h"
 #include "ns.h"

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mount.h"
 #include "mountspec.h"
 #include "rootfs.h"
 #include "spawn.h"
