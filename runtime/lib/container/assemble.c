@@ -70,7 +70,7 @@ static void premake_etc_targets(struct skiff_fuse *fuse, const char *up)
 }
 
 /* lower (FUSE or extracted) + overlay on stage/root; returns rootfd */
-int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err)
+int skiff_assemble_root(struct skiff_holder *h, skiff_err *err)
 {
     char lower[SKIFF_PATH_MAX + 8], root[SKIFF_PATH_MAX + 8], data[4 * SKIFF_PATH_MAX + 64];
     if (skiff_stage_path(h, "lower", lower, sizeof(lower), err) < 0 ||
@@ -160,7 +160,7 @@ static int tmpfs_at(int rootfd, const char *dst, const char *data, unsigned long
     return 0;
 }
 
-int skiff_rootfs_system_mounts(int rootfd, skiff_err *err)
+int skiff_assemble_system_mounts(int rootfd, skiff_err *err)
 {
     if (bind_at(rootfd, "/proc", "/proc", SKIFF_BIND_REC | SKIFF_BIND_NOEXEC, err) < 0 ||
         bind_at(rootfd, "/sys", "/sys", SKIFF_BIND_REC | SKIFF_BIND_RO | SKIFF_BIND_NOEXEC, err) < 0 ||
@@ -217,8 +217,8 @@ static int apply_spec_list(int rootfd, const char *const *specs, skiff_err *err)
     return 0;
 }
 
-int skiff_rootfs_user_mounts(int rootfd, const char *home, const char *home_dst, const char *const *specs,
-                             skiff_err *err)
+int skiff_assemble_user_mounts(int rootfd, const char *home, const char *home_dst, const char *const *specs,
+                               skiff_err *err)
 {
     if (home && bind_at(rootfd, home, home_dst, SKIFF_BIND_REC, err) < 0)
         return skiff_err_wrap(err, "home directory");

@@ -188,11 +188,4 @@ int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff
  * into out_path (atomically: temp + rename). */
 int skiff_container_export(const struct skiff_config *cfg, const char *name, const char *out_path, skiff_err *err);
 
-/* Appends to *env (NULL-terminated, owned) each K=V of defaults whose K it
- * lacks (the CLI's TERM and HOME). */
-int skiff_env_add_defaults(char ***env, const char *const *defaults, skiff_err *err);
-
-/* "skiff-trace: <monotonic ms> <what>" on stderr when on (startup profiling). */
-void skiff_trace(bool on, const char *what);
-
 #endif

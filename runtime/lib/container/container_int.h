@@ -1,15 +1,19 @@
 /* Private to the container module, whose API is container.h: what its files
- * share. container.c starts the holder, spawns the command and joins;
- * runstate.c keeps a container's runtime state (state directory, state file,
- * prune, load) and stops it; assemble.c builds the root filesystem (lower +
- * overlay, system mounts, user mounts); hookrun.c runs the hooks (ABI:
- * doc/hooks.md). The CLI and the plugin must not include this header. */
+ * share. container.c forks the holder and reads its report, joins and
+ * exports; holder.c is the holder's setup in order; assemble.c builds the
+ * root filesystem (lower + overlay, system mounts, user mounts); hookrun.c
+ * runs the hooks (ABI: doc/hooks.md); imgcompat.c adjusts the environment;
+ * command.c chooses the command's argv and spawns it; runstate.c keeps a
+ * container's runtime state (state directory, state file, prune, load) and
+ * stops it. The CLI and the plugin must not include this header. */
 #ifndef SKIFF_CONTAINER_INT_H
 #define SKIFF_CONTAINER_INT_H
 
+#include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "config.h"
@@ -42,13 +46,37 @@ struct skiff_holder {
     bool failed_in_hooks;      /* setup failed in the hooks (reported as status -2) */
 };
 
-/* ---- container.c ---- */
+/* h->stage/sub into out (n bytes): the staging tmpfs the holder builds the
+ * container in (lower, upper, root, the hooks' files). */
+static inline int skiff_stage_path(const struct skiff_holder *h, const char *sub, char *out, size_t n, skiff_err *err)
+{
+    int w = snprintf(out, n, "%s/%s", h->stage, sub);
+    if (w < 0 || (size_t)w >= n)
+        return skiff_error(err, ENAMETOOLONG, "staging path");
+    return 0;
+}
 
-/* Sets K=V in an env list: replaces an existing K, else appends. */
-int skiff_env_set(char ***v, const char *kv, skiff_err *err);
+/* ---- holder.c ---- */
 
-/* h->stage/sub into out (n bytes). */
-int skiff_stage_path(const struct skiff_holder *h, const char *sub, char *out, size_t n, skiff_err *err);
+/* The holder's setup, in the order of a start: namespaces, root
+ * filesystem, mounts, hooks, environment, report (appended to out, and
+ * written as the state file), pivot_root, the command (opts->spawn). With
+ * h->rootfs_only (export) it stops after the root filesystem. */
+int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_err *err);
+
+/* The holder process after the fork: skiff_holder_setup, its status and
+ * report (or error) on wfd, then it parks until killed. Never returns. */
+__attribute__((noreturn)) void skiff_holder_main(struct skiff_holder *h, int wfd);
+
+/* ---- command.c ---- */
+
+/* skiff_container_argv's choice, from the image's Entrypoint and Cmd. */
+int skiff_command_argv(char *const *entrypoint, char *const *cmd, bool use_entrypoint, char *const *user_argv,
+                       char ***argvp, skiff_err *err);
+
+/* opts->spawn: starts argv with envp in wd from the holder (inside the
+ * namespaces, after pivot_root) as a child of the caller; its pid. */
+pid_t skiff_command_spawn(const struct skiff_holder *h, char **argv, char **envp, const char *wd, skiff_err *err);
 
 /* ---- runstate.c ---- */
 
@@ -74,15 +102,15 @@ bool skiff_is_child_of(pid_t pid, pid_t parent);
 
 /* Lower (FUSE or extracted) + overlay on h->stage/root; returns an O_PATH
  * fd of the root, or -1. Sets h->fuse. */
-int skiff_rootfs_assemble(struct skiff_holder *h, skiff_err *err);
+int skiff_assemble_root(struct skiff_holder *h, skiff_err *err);
 
 /* /proc, a minimal /dev, /sys, /tmp and the host's hosts/resolv.conf/hostname. */
-int skiff_rootfs_system_mounts(int rootfd, skiff_err *err);
+int skiff_assemble_system_mounts(int rootfd, skiff_err *err);
 
 /* The user's home (home: NULL for none) on home_dst, then the user's
  * mount specs. */
-int skiff_rootfs_user_mounts(int rootfd, const char *home, const char *home_dst, const char *const *specs,
-                             skiff_err *err);
+int skiff_assemble_user_mounts(int rootfd, const char *home, const char *home_dst, const char *const *specs,
+                               skiff_err *err);
 
 /* ---- imgcompat.c ---- */
 

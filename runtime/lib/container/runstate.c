@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fdio.h"
 #include "named.h"
 #include "ns.h"

@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "container_int.h" /* skiff_strv_push */
 #include "fdio.h"
 #include "rootfs.h"
+#include "strv.h"
 
 /* ---- reading (container start) ---- */
 
