@@ -5,6 +5,7 @@
 #include "import_int.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,19 @@ struct fetch_progress {
     struct skiff_import_job *j;
     struct skiff_import_layer *l;
 };
+
+/* A warning for the user (o->warn), when the caller asked for them. */
+__attribute__((format(printf, 2, 3))) static void import_warn(const struct skiff_import_job *j, const char *fmt, ...)
+{
+    if (!j->o || !j->o->warn)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    j->o->warn(j->o->warn_ctx, msg);
+}
 
 static int fetch_progress_cb(void *ctx, unsigned long long bytes)
 {
@@ -224,11 +238,10 @@ int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, skiff_err *
     }
     skiff_fetch_stop(j);
     if (devices)
-        skiff_import_warn(j, "skipped %lu device node(s) or socket(s): containers get their /dev from the runtime",
-                          devices);
+        import_warn(j, "skipped %lu device node(s) or socket(s): containers get their /dev from the runtime", devices);
     if (setid)
-        skiff_import_warn(j, "stripped setuid/setgid bits from %lu file(s)", setid);
+        import_warn(j, "stripped setuid/setgid bits from %lu file(s)", setid);
     if (xattrs)
-        skiff_import_warn(j, "dropped %lu extended attribute(s) (file capabilities included)", xattrs);
+        import_warn(j, "dropped %lu extended attribute(s) (file capabilities included)", xattrs);
     return 0;
 }

@@ -8,7 +8,6 @@
 #include <libgen.h>
 #include <limits.h>
 #include <linux/magic.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,33 +18,10 @@
 #include "cache.h"
 #include "clock.h"
 #include "fdio.h"
+#include "fsutil.h"
 #include "imgconfig.h"
 #include "registry.h"
 #include "squash.h"
-
-/* snprintf that reports truncation as an error (paths must never be cut). */
-int skiff_import_fmt_path(char *buf, size_t n, skiff_err *err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(buf, n, fmt, ap);
-    va_end(ap);
-    if (w < 0 || (size_t)w >= n)
-        return skiff_error(err, ENAMETOOLONG, "path too long");
-    return 0;
-}
-
-void skiff_import_warn(const struct skiff_import_job *j, const char *fmt, ...)
-{
-    if (!j->o || !j->o->warn)
-        return;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    j->o->warn(j->o->warn_ctx, msg);
-}
 
 /* ---- import ----------------------------------------------------------- */
 
@@ -386,9 +362,9 @@ int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, c
             if (stat(idx, &st) < 0)
                 return skiff_error(err, errno, "%s: %s", uri, idx);
         }
-        skiff_import_fmt_path(keytext, sizeof(keytext), err, "local|%d|%s|%s|%lu|%lu|%lld|%lld.%09ld|%s", (int)ref.kind,
-                              real, ref.tag, (unsigned long)st.st_dev, (unsigned long)st.st_ino, (long long)st.st_size,
-                              (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, arch);
+        skiff_fmt_path(keytext, sizeof(keytext), err, "local|%d|%s|%s|%lu|%lu|%lld|%lld.%09ld|%s", (int)ref.kind, real,
+                       ref.tag, (unsigned long)st.st_dev, (unsigned long)st.st_ino, (long long)st.st_size,
+                       (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, arch);
     }
     if (key_hex(keytext, key, err) < 0)
         return -1;

@@ -65,15 +65,6 @@ struct skiff_import_job {
     bool fetching, fetch_abort, fetch_over;
 };
 
-/* ---- image.c ---- */
-
-/* snprintf that reports truncation as an error (paths must never be cut). */
-int skiff_import_fmt_path(char *buf, size_t n, skiff_err *err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* A warning for the user (o->warn), when the caller asked for them. */
-void skiff_import_warn(const struct skiff_import_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* ---- source.c ---- */
 
 /* The host's architecture as images name it (amd64, arm64, ...). */

@@ -15,6 +15,7 @@
 
 #include "cache.h"
 #include "fdio.h"
+#include "fsutil.h"
 #include "layer.h"
 #include "registry.h"
 
@@ -465,7 +466,7 @@ static int plan_docker_archive(struct skiff_import_job *j, skiff_err *err)
             rv = skiff_error(err, 0, "docker-archive: bad layer path '%s'", lp ? lp : "(null)");
             goto out;
         }
-        if (skiff_import_fmt_path(j->layers[i].path, sizeof(j->layers[i].path), err, "%s/%s", j->src, lp) < 0) {
+        if (skiff_fmt_path(j->layers[i].path, sizeof(j->layers[i].path), err, "%s/%s", j->src, lp) < 0) {
             rv = -1;
             goto out;
         }
@@ -482,7 +483,7 @@ out:
  * same checks as a layer, so names in it cannot escape either. */
 static int extract_source(struct skiff_import_job *j, skiff_err *err)
 {
-    if (skiff_import_fmt_path(j->src, sizeof(j->src), err, "%s/src", j->work) < 0)
+    if (skiff_fmt_path(j->src, sizeof(j->src), err, "%s/src", j->work) < 0)
         return -1;
     if (mkdir(j->src, 0700) < 0)
         return skiff_error(err, errno, "mkdir %s", j->src);
