@@ -47,8 +47,4 @@ pid_t skiff_fuse_server_pid(const struct skiff_fuse *f);
  * nothing of the mount outlives it). Safe on NULL. */
 void skiff_fuse_stop(struct skiff_fuse *f);
 
-/* Extracts the image into the (empty, writable) directory at dir with
- * unsquashfs (argv, no shell). The fallback when FUSE is unavailable. */
-int skiff_squash_extract(const char *image, const char *dir, skiff_err *err);
-
 #endif

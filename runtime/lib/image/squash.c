@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "spawn.h"
+
 /* Why mksquashfs and not libsquashfs: applying the layers needs a real tree
  * anyway (whiteouts, hardlinks and the path checks in layer.c work on it), and
  * mksquashfs packs a tree with all cores (zstd level 1 of a 300 MB tree in
@@ -219,5 +221,37 @@ int skiff_squash_resolve_path(const char *arg, char *sqsh_path, size_t n, skiff_
         return skiff_error(err, 0, "container image %s is not a squashfs image (import one with skiff import)", arg);
     if (snprintf(sqsh_path, n, "%s", real) >= (int)n)
         return skiff_error(err, ENAMETOOLONG, "%s", real);
+    return 0;
+}
+
+int skiff_squash_check(const char *image, skiff_err *err)
+{
+    char magic[4];
+    cleanup_close int fd = open(image, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return skiff_error(err, errno, "open image %s", image);
+    if (pread(fd, magic, 4, 0) != 4 || memcmp(magic, "hsqs", 4) != 0)
+        return skiff_error(err, 0, "%s is not a squashfs image (import it first: skiff import)", image);
+    return 0;
+}
+
+/* The fallback when FUSE is unusable: unsquashfs from squashfs-tools, as
+ * mksquashfs builds the image (see above). */
+int skiff_squash_extract(const char *image, const char *dir, skiff_err *err)
+{
+    if (skiff_squash_check(image, err) < 0)
+        return -1;
+    const char *argv[] = {"unsquashfs", "-quiet", "-no-progress", "-no-xattrs", "-force", "-d", dir, image, NULL};
+    const char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    struct skiff_spawn_result r;
+    if (skiff_spawn(argv, envp, -1, 0, 0, &r, err) < 0)
+        return skiff_err_wrap(err, "extract %s", image);
+    if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
+        if (WIFEXITED(r.status) && WEXITSTATUS(r.status) == 127)
+            return skiff_error(err, ENOENT, "extract %s: unsquashfs not found (install squashfs-tools)", image);
+        char how[64];
+        skiff_spawn_describe(&r, 0, how, sizeof(how));
+        return skiff_error(err, 0, "extract %s: unsquashfs failed (%s): %s", image, how, r.err_tail);
+    }
     return 0;
 }

@@ -23,6 +23,15 @@ int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const
  * the file themselves (the image cache). */
 int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const char *tmp_path, skiff_err *err);
 
+/* 0 when image can be opened and starts with the squashfs magic, else -1
+ * with err saying which (and, when it is not an image, how to make one). */
+int skiff_squash_check(const char *image, skiff_err *err);
+
+/* Extracts the image into the (empty, writable) directory at dir with
+ * unsquashfs (argv, no shell). The container's fallback when FUSE is
+ * unavailable (container/assemble.c). */
+int skiff_squash_extract(const char *image, const char *dir, skiff_err *err);
+
 /* True when the file at path starts with the squashfs magic ("hsqs"). */
 bool skiff_squash_is_image(const char *path);
 
