@@ -49,9 +49,4 @@ int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const cha
                              int (*wait_more)(void *ctx, unsigned long long have), void *wait_ctx,
                              struct skiff_layer_stats *st, skiff_err *err);
 
-/* Opens the regular file rel for reading, resolved as if dirfd were "/"
- * (openat2 RESOLVE_IN_ROOT; without openat2, no symlinks are followed): for
- * files inside an unpacked archive, whose symlinks must not reach the host. */
-int skiff_open_in_root(int dirfd, const char *rel, skiff_err *err);
-
 #endif

@@ -18,6 +18,7 @@
 #include "fsutil.h"
 #include "layer.h"
 #include "registry.h"
+#include "rootfs.h"
 
 /* ---- platform --------------------------------------------------------- */
 
@@ -112,13 +113,23 @@ static json_t *parse_json(const char *buf, size_t len, const char *what, skiff_e
 }
 
 /* Opens a source file. Inside an archive skiff unpacked (work/src), paths
- * resolve as if that dir were "/", so a symlink in the archive cannot make
- * skiff read a host file; elsewhere (a layout the user names) plainly. */
+ * resolve as if that dir were "/" (rootfs.h), so a symlink in the archive
+ * cannot make skiff read a host file, and only a regular file is read
+ * (O_NONBLOCK: a FIFO cannot block the open); elsewhere (a layout the user
+ * names) plainly. */
 int skiff_source_open(const struct skiff_import_job *j, const char *path, skiff_err *err)
 {
     size_t n = strlen(j->src);
-    if (j->srcfd >= 0 && n && !strncmp(path, j->src, n) && path[n] == '/')
-        return skiff_open_in_root(j->srcfd, path + n + 1, err);
+    if (j->srcfd >= 0 && n && !strncmp(path, j->src, n) && path[n] == '/') {
+        const char *rel = path + n + 1;
+        int fd = skiff_root_open(j->srcfd, rel, O_RDONLY | O_NOCTTY | O_NONBLOCK, err);
+        struct stat st;
+        if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+            close(fd);
+            return skiff_error(err, 0, "%s is not a regular file", rel);
+        }
+        return fd;
+    }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     return fd < 0 ? skiff_error(err, errno, "open %s", path) : fd;
 }
