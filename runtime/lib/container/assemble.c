@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache.h"
+#include "fsutil.h"
 #include "fusemount.h"
 #include "mount.h"
 #include "mountspec.h"

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsutil.h"
+
 bool skiff_name_valid(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
@@ -70,66 +72,6 @@ bool skiff_named_exists(const struct skiff_config *cfg, const char *name)
     return access(p, F_OK) == 0;
 }
 
-static int mkdirs(const char *path, skiff_err *err)
-{
-    char buf[SKIFF_PATH_MAX];
-    if ((size_t)snprintf(buf, sizeof(buf), "%s", path) >= sizeof(buf))
-        return skiff_error(err, ENAMETOOLONG, "%s", path);
-    for (char *s = buf + 1; *s; s++)
-        if (*s == '/') {
-            *s = '\0';
-            if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-                return skiff_error(err, errno, "create %s", buf);
-            *s = '/';
-        }
-    if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-        return skiff_error(err, errno, "create %s", buf);
-    return 0;
-}
-
-/* Removes a tree we own, making directories writable first: the overlay
- * work dir is left mode 000. nftw cannot do that (it opens first). */
-static int rm_tree_at(int dfd, const char *name, skiff_err *err);
-
-int skiff_rm_tree(const char *path, skiff_err *err)
-{
-    return rm_tree_at(AT_FDCWD, path, err);
-}
-
-static int rm_tree_at(int dfd, const char *name, skiff_err *err)
-{
-    struct stat st;
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-        return errno == ENOENT ? 0 : skiff_error(err, errno, "stat %s", name);
-    if (S_ISDIR(st.st_mode)) {
-        (void)!fchmodat(dfd, name, 0700, 0); /* best effort: we own it */
-        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-            return skiff_error(err, errno, "open %s", name);
-        DIR *d = fdopendir(fd);
-        if (!d) {
-            close(fd);
-            return skiff_error(err, errno, "open %s", name);
-        }
-        struct dirent *e;
-        int rv = 0;
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && rm_tree_at(dirfd(d), e->d_name, err) < 0) {
-                rv = -1;
-                break;
-            }
-        closedir(d);
-        if (rv < 0)
-            return -1;
-        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0)
-            return skiff_error(err, errno, "remove %s", name);
-        return 0;
-    }
-    if (unlinkat(dfd, name, 0) < 0)
-        return skiff_error(err, errno, "remove %s", name);
-    return 0;
-}
-
 int skiff_named_create(const struct skiff_config *cfg, const char *name, const char *image, bool exist_ok,
                        skiff_err *err)
 {
@@ -148,7 +90,7 @@ int skiff_named_create(const struct skiff_config *cfg, const char *name, const c
         return skiff_error(err, 0, "%s is not a squashfs image (import it first: skiff import)", image);
     char parent[SKIFF_PATH_MAX + 16];
     snprintf(parent, sizeof(parent), "%s/containers", cfg->data_path);
-    if (mkdirs(parent, err) < 0)
+    if (skiff_mkdir_p(parent, 0700, err) < 0)
         return -1;
     if (access(dir, F_OK) == 0) {
         if (exist_ok)
@@ -193,7 +135,7 @@ int skiff_named_create(const struct skiff_config *cfg, const char *name, const c
     return 0;
 out : {
     skiff_err e2;
-    rm_tree_at(AT_FDCWD, tmp, &e2);
+    skiff_remove_tree(tmp, &e2);
 }
     return rv;
 }
@@ -326,7 +268,7 @@ int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_e
         return skiff_err_wrap(err, "remove");
     if (flock_retry(users, LOCK_EX | LOCK_NB) < 0 || flock_retry(lock, LOCK_EX | LOCK_NB) < 0)
         return skiff_error(err, EBUSY, "remove: container '%s' is in use (running, or being exported)", name);
-    if (rm_tree_at(AT_FDCWD, dir, err) < 0)
+    if (skiff_remove_tree(dir, err) < 0)
         return skiff_err_wrap(err, "remove container %s", name);
     return 0;
 }

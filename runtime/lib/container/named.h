@@ -52,10 +52,6 @@ int skiff_named_acquire(const struct skiff_config *cfg, const char *name, bool w
                         skiff_err *err);
 void skiff_named_release(struct skiff_named_use *u);
 
-/* Removes a tree without following symlinks (directories are made writable
- * first). Run it with the credentials of the tree's owner. */
-int skiff_rm_tree(const char *path, skiff_err *err);
-
 int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_err *err);
 
 #endif

@@ -22,12 +22,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "clock.h"
 #include "fdio.h"
+#include "fsutil.h"
 #include "named.h"
 #include "ns.h"
 
 #define STATE_FILE "state"
+/* A state file is a few KiB (env and argv); one this large is not ours. */
+#define STATE_MAX (4u << 20)
 
 /* ---- a container as records (records.h) ----
  * 'H' holder pid, 'W' workdir, 'E' env entry, 'P' Entrypoint word, 'C' Cmd
@@ -154,14 +158,12 @@ int skiff_state_dir_for(const struct skiff_config *cfg, const char *key, pid_t p
 
 int skiff_state_write(const char *state_dir, const struct skiff_recbuf *rec, skiff_err *err)
 {
-    /* written atomically: `skiff exec` may read it at any time */
-    char tmp[SKIFF_PATH_MAX + 16], fin[SKIFF_PATH_MAX + 16];
-    snprintf(tmp, sizeof(tmp), "%s/" STATE_FILE ".tmp", state_dir);
-    snprintf(fin, sizeof(fin), "%s/" STATE_FILE, state_dir);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0 || skiff_write_all(fd, rec->p, rec->len) < 0 || close(fd) < 0 || rename(tmp, fin) < 0)
-        return skiff_error(err, errno, "write %s", fin);
-    return 0;
+    /* written atomically: `skiff exec` may read it at any time; not synced:
+     * it describes processes, which a crash ends too */
+    char fin[SKIFF_PATH_MAX + 16];
+    if (skiff_fmt_path(fin, sizeof(fin), err, "%s/" STATE_FILE, state_dir) < 0)
+        return -1;
+    return skiff_atomic_write(fin, rec->p, rec->len, 0600, SKIFF_ATOMIC_NOSYNC, err);
 }
 
 /* Removes the state dir and whatever hooks left in it (they may use
@@ -173,7 +175,7 @@ void skiff_state_remove(const char *state_dir)
     if (lstat(state_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
         return;
     skiff_err e;
-    skiff_rm_tree(state_dir, &e);
+    skiff_remove_tree(state_dir, &e);
 }
 
 /* A holder of ours is alive: the process exists, is not a zombie (an
@@ -389,16 +391,13 @@ int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff
             continue;
         char sp[SKIFF_PATH_MAX + 300];
         snprintf(sp, sizeof(sp), "%s/%s/" STATE_FILE, cfg->runtime_path, e->d_name);
-        cleanup_close int fd = open(sp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0)
-            continue;
-        char buf[1 << 16];
-        ssize_t n = read(fd, buf, sizeof(buf));
-        if (n <= 0)
+        skiff_err e2;
+        size_t n;
+        cleanup_free char *buf = skiff_read_file(sp, O_NOFOLLOW, STATE_MAX, &n, &e2);
+        if (!buf || !n)
             continue;
         struct skiff_container t = {0};
-        skiff_err e2;
-        if (skiff_state_parse(buf, (size_t)n, &t, &e2) == 0 && t.holder > 0) {
+        if (skiff_state_parse(buf, n, &t, &e2) == 0 && t.holder > 0) {
             struct stat hs;
             snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)t.holder);
             if (stat(p, &hs) == 0 && hs.st_ino == want.st_ino && hs.st_dev == want.st_dev) {
@@ -431,10 +430,9 @@ static int load_live(const struct skiff_config *cfg, const char *key, struct ski
     char sp[SKIFF_PATH_MAX + 300];
     if ((size_t)snprintf(sp, sizeof(sp), "%s/%s/" STATE_FILE, cfg->runtime_path, key) >= sizeof(sp))
         return 0;
-    cleanup_close int fd = open(sp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     skiff_err e;
     size_t len;
-    cleanup_free char *data = fd < 0 ? NULL : skiff_read_fd_small(fd, sp, 4u << 20, &len, &e);
+    cleanup_free char *data = skiff_read_file(sp, O_NOFOLLOW, STATE_MAX, &len, &e);
     if (!data || skiff_state_parse(data, len, c, &e) < 0 || c->holder <= 0 || !c->mntns_ino || !holder_alive(c->holder))
         goto no;
     skiff_err ignore;

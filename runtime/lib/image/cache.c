@@ -8,30 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsutil.h"
 #include "ref.h"
-
-int skiff_mkdir_p(const char *path, unsigned mode, skiff_err *err)
-{
-    char buf[SKIFF_PATH_MAX];
-    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
-        return skiff_error(err, ENAMETOOLONG, "mkdir %s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, mode) < 0 && errno != EEXIST)
-            return skiff_error(err, errno, "mkdir %s", buf);
-        *p = '/';
-    }
-    if (mkdir(buf, mode) < 0 && errno != EEXIST)
-        return skiff_error(err, errno, "mkdir %s", buf);
-    struct stat st;
-    if (stat(buf, &st) < 0)
-        return skiff_error(err, errno, "stat %s", buf);
-    if (!S_ISDIR(st.st_mode))
-        return skiff_error(err, ENOTDIR, "%s", buf);
-    return 0;
-}
 
 int skiff_cache_dir(const struct skiff_config *cfg, const char *sub, char *out, size_t n, skiff_err *err)
 {

@@ -21,7 +21,4 @@ int skiff_cache_blob_path(const struct skiff_config *cfg, const char *digest, ch
  * releases the lock when closed. */
 int skiff_cache_lock(const char *path, skiff_err *err);
 
-/* mkdir -p with mode for missing components. */
-int skiff_mkdir_p(const char *path, unsigned mode, skiff_err *err);
-
 #endif

@@ -55,41 +55,37 @@ static void *fetch_main(void *arg)
             continue;
         skiff_err e;
         skiff_err_clear(&e);
-        snprintf(l->tmp, sizeof(l->tmp), "%s.tmp.XXXXXX", l->path);
-        int fd = mkostemp(l->tmp, O_CLOEXEC);
+        /* not synced: a cached blob is checked against its digest when read */
+        int rc = skiff_atomic_begin(&l->dl, l->path, NULL, 0600, SKIFF_ATOMIC_NOSYNC, &e);
         pthread_mutex_lock(&j->mu);
-        if (fd < 0) {
-            skiff_error(&e, errno, "create %s", l->tmp);
+        if (rc < 0) {
             snprintf(l->error, sizeof(l->error), "%s", e.msg);
             l->state = BLOB_FAILED;
         } else {
             l->state = BLOB_RUNNING;
         }
-        bool stop = fd < 0 || j->fetch_abort;
+        bool stop = rc < 0 || j->fetch_abort;
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
         if (stop) {
-            if (fd >= 0) {
-                close(fd);
-                unlink(l->tmp);
-            }
+            if (rc == 0)
+                skiff_atomic_abort(&l->dl);
             break;
         }
         double t0 = skiff_now_s();
         struct fetch_progress fp = {j, l};
-        int rv = skiff_registry_blob_progress(j->reg, l->digest, fd, fetch_progress_cb, &fp, &e);
-        if (rv == 0 && close(fd) < 0)
-            rv = skiff_error(&e, errno, "write %s", l->tmp);
-        else if (rv < 0)
-            close(fd);
+        int rv = skiff_registry_blob_progress(j->reg, l->digest, l->dl.fd, fetch_progress_cb, &fp, &e);
         if (rv == 0 && j->o && j->o->progress)
             fprintf(stderr, "skiff: fetched layer %.19s %8.1f MB %5.2f s\n", l->digest, (double)l->avail / 1e6,
                     skiff_now_s() - t0);
         pthread_mutex_lock(&j->mu);
-        if (rv == 0 && rename(l->tmp, l->path) < 0)
-            rv = skiff_error(&e, errno, "publish %s", l->path);
+        /* under the lock: the applier opens the temporary name until it is
+         * renamed */
+        if (rv == 0)
+            rv = skiff_atomic_commit(&l->dl, &e);
+        else
+            skiff_atomic_abort(&l->dl);
         if (rv < 0) {
-            unlink(l->tmp);
             snprintf(l->error, sizeof(l->error), "%s", e.msg);
             l->state = BLOB_FAILED;
         } else {
@@ -150,7 +146,7 @@ static int open_fetched(struct skiff_import_job *j, struct skiff_import_layer *l
         pthread_cond_wait(&j->cv, &j->mu);
     int fd = -1;
     if (l->state == BLOB_RUNNING || l->state == BLOB_DONE) {
-        const char *p = l->state == BLOB_DONE ? l->path : l->tmp;
+        const char *p = l->state == BLOB_DONE ? l->path : l->dl.tmp;
         fd = open(p, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             skiff_error(err, errno, "open %s", p);

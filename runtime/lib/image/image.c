@@ -15,6 +15,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "cache.h"
 #include "clock.h"
 #include "fdio.h"
@@ -199,24 +200,6 @@ static int import_to(struct skiff_import_job *j, const char *tmp_out, skiff_err 
     return 0;
 }
 
-/* Makes a temp file beside out_path. */
-static int temp_beside(const char *out_path, char *tmp, size_t n, skiff_err *err)
-{
-    const char *slash = strrchr(out_path, '/');
-    int w;
-    if (slash)
-        w = snprintf(tmp, n, "%.*s/.%s.tmp.XXXXXX", (int)(slash - out_path), out_path, slash + 1);
-    else
-        w = snprintf(tmp, n, ".%s.tmp.XXXXXX", out_path);
-    if (w < 0 || (size_t)w >= n)
-        return skiff_error(err, ENAMETOOLONG, "%s", out_path);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
-        return skiff_error(err, errno, "create %s", tmp);
-    close(fd);
-    return 0;
-}
-
 static int import_ref(const struct skiff_config *cfg, const struct skiff_ref *ref, const char *out_path,
                       const struct skiff_import_opts *o, bool force, char *manifest_digest, skiff_err *err)
 {
@@ -227,23 +210,21 @@ static int import_ref(const struct skiff_config *cfg, const struct skiff_ref *re
     j.ref = *ref;
     j.srcfd = -1;
     skiff_source_set_arch(&j, o ? o->arch : NULL);
-    char tmp[SKIFF_PATH_MAX];
-    if (temp_beside(out_path, tmp, sizeof(tmp), err) < 0)
+    /* mksquashfs writes the temporary file by its name; not synced (as
+     * mksquashfs's own output never was) */
+    struct skiff_atomic out;
+    if (skiff_atomic_begin(&out, out_path, NULL, 0600, SKIFF_ATOMIC_NOSYNC | (force ? 0 : SKIFF_ATOMIC_NOREPLACE),
+                           err) < 0)
         return -1;
-    int rv = import_to(&j, tmp, err);
-    if (rv == 0 && chmod(tmp, 0644) < 0)
-        rv = skiff_error(err, errno, "chmod %s", tmp);
-    if (rv == 0) {
-        if (force)
-            rv = rename(tmp, out_path);
-        else
-            rv = renameat2(AT_FDCWD, tmp, AT_FDCWD, out_path, RENAME_NOREPLACE);
-        if (rv < 0)
-            rv = errno == EEXIST ? skiff_error(err, 0, "%s exists (use -f to replace it)", out_path)
-                                 : skiff_error(err, errno, "publish %s", out_path);
-    }
+    close(out.fd);
+    out.fd = -1;
+    int rv = import_to(&j, out.tmp, err);
+    if (rv == 0 && chmod(out.tmp, 0644) < 0)
+        rv = skiff_error(err, errno, "chmod %s", out.tmp);
+    if (rv == 0 && skiff_atomic_commit(&out, err) < 0)
+        rv = err->code == EEXIST ? skiff_error(err, 0, "%s exists (use -f to replace it)", out_path) : -1;
     if (rv < 0)
-        unlink(tmp);
+        skiff_atomic_abort(&out);
     if (rv == 0 && manifest_digest)
         snprintf(manifest_digest, SKIFF_DIGEST_LEN, "%s", j.manifest_digest);
     job_free(&j, rv < 0);

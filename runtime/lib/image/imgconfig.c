@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fdio.h"
+#include "fsutil.h"
 #include "rootfs.h"
 #include "strv.h"
 

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "atomicfile.h"
 #include "clock.h" /* skiff_now_s for progress lines */
 #include "config.h"
 #include "digest.h"
@@ -35,7 +36,7 @@ struct skiff_import_layer {
     bool remote;                   /* set while planning: downloaded by the fetcher */
     int state;                     /* BLOB_* (guarded by job.mu once it runs) */
     unsigned long long avail;      /* bytes written so far */
-    char tmp[SKIFF_PATH_MAX + 16]; /* the file being written */
+    struct skiff_atomic dl;        /* the download, under its temporary name */
     char error[SKIFF_ERR_MSG_MAX]; /* why the download failed */
 };
 

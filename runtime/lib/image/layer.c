@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "fdio.h"
+#include "fsutil.h"
 #include "layer_int.h"
 
 /* ---- path handling ---------------------------------------------------- */

@@ -13,6 +13,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "cache.h"
 #include "fdio.h"
 #include "fsutil.h"
@@ -229,29 +230,23 @@ static int registry_blob(struct skiff_import_job *j, const char *digest, bool la
         out->remote = true;
         return 0;
     }
-    char tmp[SKIFF_PATH_MAX + 16];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", out->path);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
-        return skiff_error(err, errno, "create %s", tmp);
+    /* not synced: a cached blob is checked against its digest when read */
+    struct skiff_atomic blob;
+    if (skiff_atomic_begin(&blob, out->path, NULL, 0600, SKIFF_ATOMIC_NOSYNC, err) < 0)
+        return -1;
     double t0 = skiff_now_s();
-    int rv = skiff_registry_blob(j->reg, digest, fd, err);
-    if (rv == 0 && layer && j->o && j->o->progress) {
+    if (skiff_registry_blob(j->reg, digest, blob.fd, err) < 0) {
+        skiff_atomic_abort(&blob);
+        return -1;
+    }
+    if (layer && j->o && j->o->progress) {
         struct stat st;
-        fstat(fd, &st);
+        fstat(blob.fd, &st);
         fprintf(stderr, "skiff: fetched layer %.19s %8.1f MB %5.2f s\n", digest, (double)st.st_size / 1e6,
                 skiff_now_s() - t0);
     }
-    if (rv == 0 && close(fd) < 0)
-        rv = skiff_error(err, errno, "write %s", tmp);
-    else if (rv < 0)
-        close(fd);
-    if (rv == 0 && rename(tmp, out->path) < 0)
-        rv = skiff_error(err, errno, "publish %s", out->path);
-    if (rv < 0) {
-        unlink(tmp);
+    if (skiff_atomic_commit(&blob, err) < 0)
         return -1;
-    }
     out->verified = true;
     char **nf = realloc(j->fetched, (j->nfetched + 1) * sizeof(*nf));
     if (nf) {

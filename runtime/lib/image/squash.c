@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "spawn.h"
 
 /* Why mksquashfs and not libsquashfs: applying the layers needs a real tree
@@ -178,33 +178,22 @@ int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const ch
 
 int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const char *out_path, skiff_err *err)
 {
-    char tmp[SKIFF_PATH_MAX];
-    cleanup_free char *copy = strdup(out_path);
-    if (!copy)
-        return skiff_error(err, ENOMEM, "squash");
-    const char *base = basename(copy);
-    char *slash = strrchr(out_path, '/');
-    int n;
-    if (slash)
-        n = snprintf(tmp, sizeof(tmp), "%.*s/.%s.tmp.XXXXXX", (int)(slash - out_path), out_path, base);
-    else
-        n = snprintf(tmp, sizeof(tmp), ".%s.tmp.XXXXXX", base);
-    if (n < 0 || (size_t)n >= sizeof(tmp))
-        return skiff_error(err, ENAMETOOLONG, "squash %s", out_path);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
-        return skiff_error(err, errno, "create %s", tmp);
-    close(fd);
-    if (skiff_squash_build(cfg, dir, tmp, err) < 0) {
-        unlink(tmp);
+    /* mksquashfs writes the temporary file by its name */
+    struct skiff_atomic out;
+    if (skiff_atomic_begin(&out, out_path, NULL, 0600, SKIFF_ATOMIC_NOSYNC, err) < 0)
+        return skiff_err_wrap(err, "squash %s", out_path);
+    close(out.fd);
+    out.fd = -1;
+    if (skiff_squash_build(cfg, dir, out.tmp, err) < 0) {
+        skiff_atomic_abort(&out);
         return -1;
     }
-    if (chmod(tmp, 0644) < 0 || rename(tmp, out_path) < 0) {
+    if (chmod(out.tmp, 0644) < 0) {
         int e = errno;
-        unlink(tmp);
+        skiff_atomic_abort(&out);
         return skiff_error(err, e, "publish %s", out_path);
     }
-    return 0;
+    return skiff_atomic_commit(&out, err);
 }
 
 int skiff_squash_resolve_path(const char *arg, char *sqsh_path, size_t n, skiff_err *err)
