@@ -9,8 +9,7 @@
 
 Test(conf, a_line_is_split_trimmed_and_unquoted)
 {
-    char a[] = "  key =  \"a value\"  # comment", b[] = "   # only a comment", c[] = "no equals sign",
-         d[] = "k=v=w";
+    char a[] = "  key =  \"a value\"  # comment", b[] = "   # only a comment", c[] = "no equals sign", d[] = "k=v=w";
     char *k, *v;
     cr_assert_eq(skiff_conf_line(a, &k, &v), 1);
     cr_assert_str_eq(k, "key");
@@ -23,8 +22,8 @@ Test(conf, a_line_is_split_trimmed_and_unquoted)
 
 Test(conf, one_boolean_vocabulary_in_any_case)
 {
-    static const char *const yes[] = {"yes", "YES", "True", "on", "Y", "1"}, *const no[] = {"no", "False", "OFF",
-                                                                                             "n", "0"};
+    static const char *const yes[] = {"yes", "YES", "True", "on", "Y", "1"}, *const no[] = {"no", "False", "OFF", "n",
+                                                                                            "0"};
     for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
         cr_assert_eq(skiff_parse_bool(yes[i]), 1, "%s", yes[i]);
     for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)

@@ -1,8 +1,15 @@
-/* skiff: command-line front end over libskiff. Each verb lives in its own file
+/* bin/skiff's main: the container verbs. Each verb lives in its own file
  * and calls the library; no logic here that the SPANK plugin would need too.
  * The verb table (verbs.c) holds each verb's usage: `skiff VERB --help` (or
  * -h) is answered from it before the verb runs, and the verbs' usage errors
- * print from it (cli_usage_error). */
+ * print from it (cli_usage_error). bin/skiff-import (skiff-import.c) is the
+ * same CLI with the import verbs linked in.
+ *
+ * bin/skiff is linked without the import verbs' libraries (libcurl,
+ * libarchive, libcrypto and their dependencies: 37 more shared objects,
+ * ~4 ms to load and relocate on every `skiff start`). `skiff import` and
+ * `skiff resolve` run bin/skiff-import from the same directory, with the
+ * same arguments. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -12,12 +19,6 @@
 
 #include "cli.h"
 
-#ifdef SKIFF_CLI_LEAN
-/* bin/skiff is linked without the import verbs' libraries (libcurl,
- * libarchive, libcrypto and their dependencies: 37 more shared objects,
- * ~4 ms to load and relocate on every `skiff start`). `skiff import` and
- * `skiff resolve` run bin/skiff-import, the full CLI, from the same
- * directory, with the same arguments. */
 static int exec_full(char *verb, int argc, char **argv)
 {
     char exe[PATH_MAX];
@@ -55,7 +56,6 @@ int cmd_resolve(int argc, char **argv)
     static char verb[] = "resolve";
     return exec_full(verb, argc, argv);
 }
-#endif
 
 int main(int argc, char **argv)
 {
