@@ -117,7 +117,7 @@ static const struct key {
      * journaled disk (tests/bench/start.sh) */
     {"runtime_path", K_PATH, F(runtime_path), "/dev/shm/skiff-${UID}"},
     {"temp_path", K_PATH, F(temp_path), "/tmp"},
-    /* decompressed blocks kept between starts (runtime/lib/blockcache.h):
+    /* decompressed blocks kept between starts (runtime/lib/fs/blockcache.h):
      * memory on a tmpfs, so that a start reads them at memory speed */
     /* "" = runtime_path/blocks: the cache follows the runtime directory
      * (under the plugin, a per-user directory in a root-owned base) */

@@ -1,7 +1,7 @@
 /* The files container hooks hand back to the runtime (doc/hooks.md): the
- * env file ($SKIFF_ENV_FILE, K=V lines, read by runtime/lib/hookrun.c) and
+ * env file ($SKIFF_ENV_FILE, K=V lines, read by runtime/lib/container/hookrun.c) and
  * the mounts file ($SKIFF_MOUNTS_FILE, fstab lines, parsed by
- * runtime/lib/mountspec.c), and the helpers hooks write them with
+ * runtime/lib/container/mountspec.c), and the helpers hooks write them with
  * (skiff_hook_setenv, skiff_hook_mount in hooks/lib/hookutil.c).
  * Byte 0 even: the rest is an env file, read over a base environment.
  * Byte 0 odd: the rest is what hooks write, one call a line:

@@ -1,4 +1,4 @@
-/* Mount specifications (runtime/lib/mountspec.c): --container-mounts and
+/* Mount specifications (runtime/lib/container/mountspec.c): --container-mounts and
  * `skiff start -m` entries (SRC:DST[:FLAGS]) and the lines of a hook's
  * mounts file (SRC DST TYPE OPTIONS). The first byte picks the form.
  * Properties: a failure says why and leaves nothing allocated; an accepted

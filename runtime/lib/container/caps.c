@@ -1,5 +1,5 @@
 /* See caps.h. prctl and capset, the system calls: nothing here allocates,
- * so a child cloned from the multithreaded holder (container.c, the spawned
+ * so a child cloned from the multithreaded holder (command.c, the spawned
  * command) may call it before exec. libcap's cap_set_proc would malloc a
  * cap_t first; its header still gives the capability numbers. */
 #include "caps.h"

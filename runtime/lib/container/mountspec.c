@@ -1,5 +1,5 @@
 /* Parser for pyxis-style mount specs and fstab lines; see mountspec.h. Pure
- * string handling: no mount happens here (plan, then execute in rootfs.c). */
+ * string handling: no mount happens here (plan, then execute in mount.c). */
 #include "mountspec.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* A per-user cache of decompressed squashfs blocks that outlives the
- * container: the FUSE server (fusemount.c) looks a data or fragment block up
+ * container: the FUSE server (splice.c) looks a data or fragment block up
  * here before decompressing it, and stores what it decompresses. Each start
  * of a container gets a fresh FUSE mount whose page cache is empty, so
  * without it every start decompresses the command, its libraries and
