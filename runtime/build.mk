@@ -73,5 +73,17 @@ BENCHES += tests/bench/import.sh
 
 # Container half: integration suite, start benchmark, man page.
 INTEGRATION_TESTS += tests/integration/runtime-start.sh
+# Programs runtime-start.sh runs (built by `make test`, never installed): the
+# library driven the way the plugin drives it, and an xattr probe for a
+# test image.
+RUNTIME_PLUGIN_SIM := $(BUILD)/tests/runtime-plugin-sim
+XATTR_PROBE := $(BUILD)/tests/xattr-probe
+$(BUILD)/tests/integration/runtime-plugin-sim.o: PART_CFLAGS := $(RUNTIME_PART_CFLAGS)
+$(RUNTIME_PLUGIN_SIM): $(BUILD)/tests/integration/runtime-plugin-sim.o $(LIBSKIFF) $(LIBSKIFFCOMMON)
+	@mkdir -p $(@D)
+	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
+$(XATTR_PROBE): tests/integration/xattr-probe.c
+	$(test_static_program)
+TEST_PROGRAMS += $(RUNTIME_PLUGIN_SIM) $(XATTR_PROBE)
 BENCHES += tests/bench/start.sh
 MAN1 += doc/man/skiff.1 doc/man/skiff-import.1

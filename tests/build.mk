@@ -1,3 +1,11 @@
+# The generator of random llm.c checkpoints trainer-llmc.sh compares the
+# trainer against llm.c with (built by `make test`, never installed).
+LLMC_RANDOM := $(BUILD)/tests/llmc-random
+$(LLMC_RANDOM): tests/integration/lib/llmc-random.c
+	@mkdir -p $(@D)
+	$(CC) $(PIE_CFLAGS) $(EXE_LDFLAGS) -o $@ $< -lm
+TEST_PROGRAMS += $(LLMC_RANDOM)
+
 # Real MPI across the test cluster's nodes, in and out of containers (it
 # builds the cached MPI image with scripts/make-mpi-image on first use).
 INTEGRATION_TESTS += tests/integration/mpi-cluster.sh

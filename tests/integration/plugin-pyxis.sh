@@ -356,7 +356,6 @@ if [ -f "$L/index.json" ]; then
   else t_fail "import progress" "first: $out / second: $out2"; fi
   # the same from a registry (docker://), a real one on the cluster's bridge
   # address, which the nodes reach (plain http: allow_http in a config)
-  source "$T_ROOT/tests/integration/lib/registry.sh"
   if REG_ADDR=$SKIFF_CLUSTER_HOST_ADDR registry_start "$T/reg" &&
      skopeo copy -q --dest-tls-verify=false --format v2s2 "oci:$L:busybox" \
        "docker://$SKIFF_CLUSTER_HOST_ADDR:$REG_PORT/px/busybox:1" >/dev/null 2>"$T/err"; then

@@ -230,20 +230,14 @@ static int registry_blob(struct skiff_import_job *j, const char *digest, bool la
         out->remote = true;
         return 0;
     }
-    /* not synced: a cached blob is checked against its digest when read */
+    /* the image config, now (layers were left to the fetcher above); not
+     * synced: a cached blob is checked against its digest when read */
     struct skiff_atomic blob;
     if (skiff_atomic_begin(&blob, out->path, NULL, 0600, SKIFF_ATOMIC_NOSYNC, err) < 0)
         return -1;
-    double t0 = skiff_now_s();
     if (skiff_registry_blob(j->reg, digest, blob.fd, err) < 0) {
         skiff_atomic_abort(&blob);
         return -1;
-    }
-    if (layer && j->o && j->o->progress) {
-        struct stat st;
-        fstat(blob.fd, &st);
-        fprintf(stderr, "skiff: fetched layer %.19s %8.1f MB %5.2f s\n", digest, (double)st.st_size / 1e6,
-                skiff_now_s() - t0);
     }
     if (skiff_atomic_commit(&blob, err) < 0)
         return -1;
