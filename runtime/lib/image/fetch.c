@@ -90,12 +90,7 @@ static void *fetch_main(void *arg)
             l->state = BLOB_FAILED;
         } else {
             l->state = BLOB_DONE;
-            char **nf = realloc(j->fetched, (j->nfetched + 1) * sizeof(*nf));
-            if (nf) {
-                j->fetched = nf;
-                if ((nf[j->nfetched] = strdup(l->path)))
-                    j->nfetched++;
-            }
+            skiff_source_fetched(j, l->path);
         }
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);

@@ -77,6 +77,10 @@ void skiff_source_set_arch(struct skiff_import_job *j, const char *want);
 /* Opens a file of the source; inside an archive skiff unpacked, confined to it. */
 int skiff_source_open(const struct skiff_import_job *j, const char *path, skiff_err *err);
 
+/* Notes a blob this import put in the cache (removed again if the import
+ * fails; a note that cannot be made only leaves the blob cached). */
+void skiff_source_fetched(struct skiff_import_job *j, const char *path);
+
 /* Reads the source's manifest (unpacking an archive into j->work first):
  * fills j->config and j->layers, downloading the config (registry). */
 int skiff_source_plan(struct skiff_import_job *j, skiff_err *err);

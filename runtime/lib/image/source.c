@@ -216,6 +216,16 @@ static int use_manifest(struct skiff_import_job *j, json_t *man, blob_fn blob, s
     return 0;
 }
 
+void skiff_source_fetched(struct skiff_import_job *j, const char *path)
+{
+    char **nf = realloc(j->fetched, (j->nfetched + 1) * sizeof(*nf));
+    if (nf) {
+        j->fetched = nf;
+        if ((nf[j->nfetched] = strdup(path)))
+            j->nfetched++;
+    }
+}
+
 /* ---- registry source -------------------------------------------------- */
 
 static int registry_blob(struct skiff_import_job *j, const char *digest, bool layer, struct skiff_import_layer *out,
@@ -242,12 +252,7 @@ static int registry_blob(struct skiff_import_job *j, const char *digest, bool la
     if (skiff_atomic_commit(&blob, err) < 0)
         return -1;
     out->verified = true;
-    char **nf = realloc(j->fetched, (j->nfetched + 1) * sizeof(*nf));
-    if (nf) {
-        j->fetched = nf;
-        if ((nf[j->nfetched] = strdup(out->path)))
-            j->nfetched++;
-    }
+    skiff_source_fetched(j, out->path);
     return 0;
 }
 
