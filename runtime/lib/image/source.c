@@ -131,8 +131,7 @@ int skiff_source_open(const struct skiff_import_job *j, const char *path, skiff_
         }
         return fd;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    return fd < 0 ? skiff_error(err, errno, "open %s", path) : fd;
+    return skiff_open_regular(path, 0, err); /* (a FIFO in a layout: refused, not waited on) */
 }
 
 /* Reads a whole (small) file, checking its digest when one is given. */
