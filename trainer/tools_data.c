@@ -6,15 +6,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "bpe.h"
 #include "clock.h"
 #include "data.h"
+#include "fsutil.h"
 #include "opts.h"
 #include "tokenizer.h"
 #include "tools.h"
 
+/* A text to tokenize, whole: any size, and read as a stream, so a pipe
+ * (`<(zcat dict.gz)`) works too; common's skiff_read_file reads bounded
+ * regular files only. */
 static int read_file(const char *path, char **out, size_t *len, skiff_err *err)
 {
     FILE *f = fopen(path, "re");
@@ -47,18 +50,11 @@ static int read_file(const char *path, char **out, size_t *len, skiff_err *err)
 static int mkdir_parents(const char *path, skiff_err *err)
 {
     char dir[4096];
-    if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir) return skiff_error(err, ENAMETOOLONG, "%s", path);
+    if (skiff_fmt_path(dir, sizeof dir, err, "%s", path) < 0) return -1;
     char *slash = strrchr(dir, '/');
     if (!slash || slash == dir) return 0;
     *slash = '\0';
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(dir, 0755) < 0 && errno != EEXIST) return skiff_error(err, errno, "mkdir %s", dir);
-        *p = '/';
-    }
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) return skiff_error(err, errno, "mkdir %s", dir);
-    return 0;
+    return skiff_mkdir_p(dir, 0755, err);
 }
 
 /* ---- tokenize ---------------------------------------------------------------- */
