@@ -91,4 +91,16 @@ if awk -v t="$tr" -v v="$va" 'BEGIN { f = (v - 1) / (t + v - 1); exit !(f > 0.09
 else
   t_fail "split by tokens" "$tr train, $va val"
 fi
+
+# ---- tokenize --out DIR: into the directory, named after the input ----------------
+mkdir -p "$TDIR/outdir"
+L=/usr/share/common-licenses
+if "$TRAIN" tokenize --out "$TDIR/outdir" "$L/GPL-3" >/dev/null 2>&1 &&
+   "$TRAIN" tokenize --out "$TDIR/newdir/" "$L/GPL-3" "$L/Apache-2.0" >/dev/null 2>&1 &&
+   [ -s "$TDIR/outdir/GPL-3_train_000000.bin" ] && [ -s "$TDIR/newdir/common-licenses_train_000000.bin" ] &&
+   [ -z "$(ls "$TDIR" | grep -E '^(outdir|newdir)_')" ]; then
+  t_pass "tokenize --out DIR and DIR/ write into the directory (GPL-3_train_*, common-licenses_train_*)"
+else
+  t_fail "tokenize --out DIR writes into the directory" "$(ls -R "$TDIR/outdir" "$TDIR/newdir" 2>&1 | tr '\n' ' ')"
+fi
 t_done
