@@ -104,7 +104,8 @@ static int out_prefix(const char *out, char **files, int nfiles, char *prefix, s
             if (getcwd(cwd, sizeof cwd)) base_name(cwd, name, sizeof name);
         }
     }
-    if (!name[0] || !strcmp(name, "/") || !strcmp(name, ".") || !strcmp(name, "..")) snprintf(name, sizeof name, "tokens");
+    if (!name[0] || !strcmp(name, "/") || !strcmp(name, ".") || !strcmp(name, ".."))
+        snprintf(name, sizeof name, "tokens");
     return skiff_fmt_path(prefix, len, err, "%.*s/%s", (int)(out[ol - 1] == '/' ? ol - 1 : ol), out, name);
 }
 
