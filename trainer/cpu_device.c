@@ -187,6 +187,7 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     if (tr_comm_tcp_create(dist->store, dist->rank, dist->world, dist->local_rank, o->timeout_ms, &d->comm, err) < 0)
         return -1;
     if (gpt2_create(&c->model, &o->cfg, o->batch, o->seq, err) < 0) return -1;
+    if (o->recompute && gpt2_recompute(&c->model, err) < 0) return -1;
     size_t n = c->model.num_params;
     float *p = realloc(c->model.params, pl->n_pad * sizeof(float));
     if (p) c->model.params = p;
@@ -330,9 +331,12 @@ static int cpu_take_loss(struct train_device *d, double *sum, skiff_err *err)
 
 static void cpu_describe(struct train_device *d, char *buf, size_t len)
 {
-    (void)d;
+    struct cpu_device *c = d->impl;
     int n = omp_get_max_threads();
-    snprintf(buf, len, "cpu (%d thread%s)", n, n == 1 ? "" : "s");
+    /* activations and their gradients: what --recompute changes */
+    double mib = 2.0 * (double)c->model.num_acts * sizeof(float) / (1 << 20);
+    snprintf(buf, len, "cpu (%d thread%s, activations %.1f MiB%s)", n, n == 1 ? "" : "s", mib,
+             c->model.recompute ? ", recomputed per block" : "");
 }
 
 const struct train_device_ops train_cpu_device = {

@@ -12,6 +12,10 @@
 #              slowest peer) adds to a step, the DDP overhead on top of compute
 #   vs 1 rank = tokens/s relative to one rank doing the whole global batch
 # Prints a markdown table. Env: STEPS (default 12), MODEL (mini), SEQ (128).
+# A second table: activation recomputation (--recompute) against keeping the
+# activations, one rank, the same run otherwise (mini, 8 x 256 tokens, where
+# attention's T x T activations dominate): tokens/s, peak RSS
+# (/usr/bin/time), activation memory (the run's first line), as ratios.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TRAIN=${SKIFF_TRAIN:-$ROOT/build/bin/skiff-train}
@@ -60,3 +64,29 @@ run p4 4 0.5 && row p4 4 "0.5 MiB"
 run p2z 2 25 --zero 1 && row p2z 2 "ZeRO-1 (no overlap)"
 echo
 echo "model $MODEL, $STEPS steps (means of steps 3..$STEPS), global batch $GLOBAL x $SEQ tokens, $(getconf _NPROCESSORS_ONLN) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+RSTEPS=6
+recompute_run() { # NAME [args]: fills $W/NAME.jsonl, .rss (KiB), .acts (MiB)
+  local name=$1; shift
+  /usr/bin/time -f %M -o "$W/$name.rss" "$TRAIN" train --model mini --data "$W/lic_train_*.bin" --seq 256 \
+    --batch 8 --steps $RSTEPS --log "$W/$name.jsonl" "$@" >"$W/$name.out" || return 1
+  sed -n 's/.*activations \([0-9.]*\) MiB.*/\1/p' "$W/$name.out" >"$W/$name.acts"
+}
+echo
+echo "| mini, 1 rank, 8 x 256 | tokens/s | peak RSS MiB | activations MiB | losses |"
+echo "|---|---|---|---|---|"
+if recompute_run keep && recompute_run rec --recompute; then
+  same=$(cmp -s <(sed 's/"tokens_per_s".*//' "$W/keep.jsonl") <(sed 's/"tokens_per_s".*//' "$W/rec.jsonl") &&
+    echo "the same bits" || echo DIFFER)
+  for n in keep rec; do
+    echo "| $([ $n = rec ] && echo --recompute || echo "activations kept") | $(field $n tokens_per_s) |" \
+      "$(($(cat "$W/$n.rss") / 1024)) | $(cat "$W/$n.acts") | $same |"
+  done
+  awk -v a="$(field rec tokens_per_s)" -v b="$(field keep tokens_per_s)" -v r="$(cat "$W/rec.rss")" \
+    -v k="$(cat "$W/keep.rss")" 'BEGIN { printf "| --recompute / kept | %.2fx | %.2fx | | |\n", a / b, r / k }'
+else
+  echo "bench: the --recompute runs failed" >&2
+  exit 1
+fi
+echo
+echo "means of steps 3..$RSTEPS, one OpenMP thread, load average $(cut -d' ' -f1-3 /proc/loadavg)"

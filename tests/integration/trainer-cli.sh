@@ -74,6 +74,10 @@ fi
 t_fails_with "no subcommand: usage, exit 2" "usage: skiff-train" "$TRAIN"
 t_fails_with "unknown subcommand: exit 2" "unknown subcommand 'fly'" "$TRAIN" fly
 
+# --recompute is refused where it does not exist yet
+t_fails_with "--recompute on CUDA is refused with a way out" "--recompute: the CPU device only so far" \
+  "$TRAIN" train --model tiny --data x --batch 1 --seq 8 --steps 1 --device cuda --recompute
+
 # ---- tokenize: one 3 MB file, an output directory that does not exist ------------
 for i in $(seq 1 65); do cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0; done >"$TDIR/one.txt"
 size=$(stat -c %s "$TDIR/one.txt")
