@@ -306,23 +306,31 @@ Test(comm, sendrecv_between_ring_neighbours)
     }
 }
 
-/* A group's dead peer is named by its world rank: the group {0, 2} of world
- * 3, where rank 2 leaves without sending; rank 0's receive fails at once
- * naming rank 2, not "member 1". */
-static void *dead_peer_rank(void *p)
+/* A group's dead or silent peer is named by its world rank: the group {0, 2}
+ * of world 3, where rank 2 leaves without sending (rank 0's receive fails at
+ * once) or stays and sends nothing (it fails after a 0.5 s timeout), naming rank 2, not "member 1". */
+struct peer_case {
+    struct rank_ctx r;
+    int silent;
+};
+
+static void *quiet_peer_rank(void *p)
 {
-    struct rank_ctx *r = p;
+    struct peer_case *pc = p;
+    struct rank_ctx *r = &pc->r;
     struct tr_store *s = NULL;
     struct tr_comm *g = NULL;
     int members[2] = {0, 2};
-    char name[] = "pair";
     r->rc = -1;
     if (tr_store_open("127.0.0.1", r->port, r->rank == 0, 10000, &s, &r->err) < 0)
         return NULL;
-    if (r->rank != 1 && tr_comm_tcp_create_group(s, name, members, 2, r->rank / 2, 0, 10000, &g, &r->err) == 0) {
+    if (tr_comm_tcp_create_group(s, "pair", members, 2, r->rank / 2, 0, 10000, &g, &r->err) == 0) {
         float x;
+        g->timeout_ms = 500; /* connecting may be slow on a loaded machine; the receive is not */
         if (r->rank == 0)
             r->rc = tr_recv(g, &x, sizeof x, 1, &r->err);
+        else if (pc->silent)
+            r->rc = usleep(1500 * 1000); /* alive, says nothing */
         else
             r->rc = 0; /* leaves: its sockets close */
     }
@@ -333,19 +341,29 @@ static void *dead_peer_rank(void *p)
     return NULL;
 }
 
-Test(comm, dead_group_peer_is_named_by_world_rank)
+static void peer_case(int silent, const char *want)
 {
-    struct rank_ctx ctx[3];
+    struct peer_case pc[3];
     pthread_t th[3];
     for (int r = 0; r < 3; r += 2) {
-        ctx[r] = (struct rank_ctx){.rank = r, .world = 3, .port = test_port()};
-        pthread_create(&th[r], NULL, dead_peer_rank, &ctx[r]);
+        pc[r] = (struct peer_case){.r = {.rank = r, .world = 3, .port = test_port()}, .silent = silent};
+        pthread_create(&th[r], NULL, quiet_peer_rank, &pc[r]);
     }
     for (int r = 0; r < 3; r += 2)
         pthread_join(th[r], NULL);
-    cr_assert_eq(ctx[2].rc, 0, "%s", ctx[2].err.msg);
-    cr_assert_eq(ctx[0].rc, -1);
-    cr_assert(strstr(ctx[0].err.msg, "rank 2 closed the connection"), "%s", ctx[0].err.msg);
+    cr_assert_eq(pc[2].r.rc, 0, "%s", pc[2].r.err.msg);
+    cr_assert_eq(pc[0].r.rc, -1);
+    cr_assert(strstr(pc[0].r.err.msg, want), "%s", pc[0].r.err.msg);
+}
+
+Test(comm, dead_group_peer_is_named_by_world_rank)
+{
+    peer_case(0, "rank 2 closed the connection");
+}
+
+Test(comm, silent_group_peer_times_out_named_by_world_rank)
+{
+    peer_case(1, "rank 2 sent nothing for 0.5 s");
 }
 
 Test(store, rendezvous_timeout_names_missing_rank)
