@@ -53,9 +53,11 @@ static int put_failure(struct skiff_recbuf *b, const char *phase, const skiff_er
 {
     skiff_err ignore;
     b->len = 0;
-    return skiff_rec_put(b, 'S', "-1", &ignore) < 0 || skiff_rec_put(b, 'p', phase, &ignore) < 0 ||
-                   skiff_rec_putf(b, 'n', &ignore, "%d", e->code) < 0 || skiff_rec_put(b, 'e', e->msg, &ignore) < 0 ||
-                   skiff_rec_put(b, 'Z', "", &ignore) < 0
+    return skiff_rec_put(b, SKIFF_REPLY_STATUS, "-1", &ignore) < 0 ||
+                   skiff_rec_put(b, SKIFF_REPLY_PHASE, phase, &ignore) < 0 ||
+                   skiff_rec_putf(b, SKIFF_REPLY_ERRNO, &ignore, "%d", e->code) < 0 ||
+                   skiff_rec_put(b, SKIFF_REPLY_ERROR, e->msg, &ignore) < 0 ||
+                   skiff_rec_put(b, SKIFF_REPLY_END, "", &ignore) < 0
                ? -1
                : 0;
 }
@@ -74,7 +76,8 @@ static int answer_status(int rc, const char *phase, const skiff_err *e)
     skiff_err ignore;
     if (rc < 0)
         put_failure(&b, phase, e);
-    else if (skiff_rec_put(&b, 'S', "0", &ignore) < 0 || skiff_rec_put(&b, 'Z', "", &ignore) < 0)
+    else if (skiff_rec_put(&b, SKIFF_REPLY_STATUS, "0", &ignore) < 0 ||
+             skiff_rec_put(&b, SKIFF_REPLY_END, "", &ignore) < 0)
         return 1;
     answer(&b);
     skiff_recbuf_free(&b);
@@ -84,7 +87,7 @@ static int answer_status(int rc, const char *phase, const skiff_err *e)
 /* ---- start ---- */
 
 #ifndef SKIFF_HELPER_LEAN
-static int run_importer(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
+static int run_importer(const struct skiff_start_request *q, char *out, size_t n, skiff_err *err)
 {
     /* its stdout into a memory file: skiff_spawn waits for the program, and
      * a pipe nobody reads could fill */
@@ -115,8 +118,10 @@ static int run_importer(const struct skiff_request *q, char *out, size_t n, skif
 /* An image reference (or importer=): skiff-helper-full resolves it, with
  * the same request on fd 3 and the reply pipe on fd 4 for its progress
  * records; its stdout is the path, its stderr the error. */
-static int resolve_image(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
+static int resolve_image(const struct skiff_config *cfg, const struct skiff_start_request *q, char *out, size_t n,
+                         skiff_err *err)
 {
+    (void)cfg; /* (it is in the request skiff-helper-full reads) */
     char self[PATH_MAX], full[PATH_MAX + 8];
     ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (len <= 0)
@@ -161,7 +166,7 @@ static void progress_put(char tag, const char *text)
 static void on_importing(void *ctx, const char *uri)
 {
     (void)ctx;
-    progress_put('I', uri);
+    progress_put(SKIFF_REPLY_IMPORTING, uri);
 }
 
 static void on_imported(void *ctx, const char *uri, unsigned long long bytes, double ms)
@@ -169,33 +174,35 @@ static void on_imported(void *ctx, const char *uri, unsigned long long bytes, do
     (void)ctx;
     char line[SKIFF_PATH_MAX];
     snprintf(line, sizeof(line), "%llu %llu %s", bytes, (unsigned long long)ms, uri);
-    progress_put('i', line);
+    progress_put(SKIFF_REPLY_IMPORTED, line);
 }
 
-static int resolve_image(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
+static int resolve_image(const struct skiff_config *cfg, const struct skiff_start_request *q, char *out, size_t n,
+                         skiff_err *err)
 {
     static const struct skiff_resolve_progress progress = {.importing = on_importing, .imported = on_imported};
     return q->importer && q->importer[0] ? run_importer(q, out, n, err)
-                                         : skiff_image_resolve(&q->cfg, q->image, out, n, &progress, err);
+                                         : skiff_image_resolve(cfg, q->image, out, n, &progress, err);
 }
 #endif
 
 /* The image to start, or "" for an existing named container. */
-static int prepare(const struct skiff_request *q, char *image, size_t n, skiff_err *err)
+static int prepare(const struct skiff_config *cfg, const struct skiff_start_request *q, char *image, size_t n,
+                   skiff_err *err)
 {
     image[0] = '\0';
     bool exists = false;
-    if (q->named) {
-        bool create = q->name_mode && !strcmp(q->name_mode, "create");
-        exists = skiff_named_exists(&q->cfg, q->named);
-        if (exists && (q->temp || create)) {
-            if (skiff_named_remove(&q->cfg, q->named, err) < 0)
+    if (q->name) {
+        bool create = q->name_mode == SKIFF_NAME_CREATE;
+        exists = skiff_named_exists(cfg, q->name);
+        if (exists && (q->temp_name || create)) {
+            if (skiff_named_remove(cfg, q->name, err) < 0)
                 return -1;
             exists = false;
         }
         if (!exists && !q->image)
             return skiff_error(err, 0, "no container named '%s' on %s yet: give --container-image to create it",
-                               q->name, q->node);
+                               q->name_given, q->node);
     }
     if (exists)
         return 0;
@@ -204,11 +211,11 @@ static int prepare(const struct skiff_request *q, char *image, size_t n, skiff_e
     /* a squashfs path needs no importer: checked here, without an exec */
     int rc = !(q->importer && q->importer[0]) && skiff_ref_classify(q->image) == SKIFF_ARG_PATH
                  ? skiff_squash_resolve_path(q->image, image, n, err)
-                 : resolve_image(q, image, n, err);
+                 : resolve_image(cfg, q, image, n, err);
     if (rc < 0)
         return -1;
-    if (q->named && skiff_named_create(&q->cfg, q->named, image, true, err) < 0)
-        return skiff_err_wrap(err, "container %s", q->named);
+    if (q->name && skiff_named_create(cfg, q->name, image, true, err) < 0)
+        return skiff_err_wrap(err, "container %s", q->name);
     return 0;
 }
 
@@ -224,16 +231,17 @@ static bool step_name(const char *name)
  * --container-name=NAME (auto or exec) while a step on this node runs
  * NAME, or JOBID.STEPID of a running step. Looked up as the user, in the
  * user's own runtime directory; root checks the process it names. */
-static int find_running(const struct skiff_request *q, struct skiff_container *c, skiff_err *err)
+static int find_running(const struct skiff_config *cfg, const struct skiff_start_request *q, struct skiff_container *c,
+                        skiff_err *err)
 {
     char key[512], prefix[300];
-    if (step_name(q->name) && (size_t)snprintf(key, sizeof(key), "%s.%s", q->node, q->name) < sizeof(key)) {
-        int f = skiff_container_find(&q->cfg, key, NULL, NULL, c, err);
+    if (step_name(q->name_given) && (size_t)snprintf(key, sizeof(key), "%s.%s", q->node, q->name_given) < sizeof(key)) {
+        int f = skiff_container_find(cfg, key, NULL, NULL, c, err);
         if (f != 0)
             return f;
     }
     snprintf(prefix, sizeof(prefix), "%s.", q->node);
-    return skiff_container_find(&q->cfg, NULL, q->named, prefix, c, err);
+    return skiff_container_find(cfg, NULL, q->name, prefix, c, err);
 }
 
 /* Steps joined to a running container hold STATE_DIR/joined shared, for
@@ -268,7 +276,7 @@ static int join_hold(const struct skiff_container *c)
 }
 
 /* Before the starting step stops its container: tells root on the reply
- * pipe ('w') when steps joined it and waits until none holds it, at most
+ * pipe (SKIFF_REPLY_WAIT) when steps joined it and waits until none holds it, at most
  * timeout_ms; root waits for this process meanwhile, so that Slurm does not
  * kill it with the step's processes. Nothing written: nobody joined. Keeps
  * the lock: a step that looks now finds the container stopping. */
@@ -280,7 +288,7 @@ static void wait_joined(const char *state_dir, double timeout_ms)
         ;
     bool busy = r < 0 && fd >= 0 && errno == EWOULDBLOCK;
     if (busy)
-        (void)skiff_write_all(SKIFF_HELPER_REP_FD, "w", 1);
+        (void)skiff_write_all(SKIFF_HELPER_REP_FD, &(char){SKIFF_REPLY_WAIT}, 1);
     close(SKIFF_HELPER_REP_FD);
     double end = skiff_now_ms() + timeout_ms;
     while (busy && flock(fd, LOCK_EX | LOCK_NB) < 0 && (errno == EINTR || errno == EWOULDBLOCK) && skiff_now_ms() < end)
@@ -305,7 +313,7 @@ static void wait_for_root(void)
  * environment, and / (or --container-workdir from /) as the working
  * directory, not that of the process that runs there (pyxis). Then holds
  * the container (hold: join_hold's fd) until root is done with the step. */
-static int answer_attach(const struct skiff_request *q, struct skiff_container *c, int hold, double t0)
+static int answer_attach(const struct skiff_start_request *q, struct skiff_container *c, int hold, double t0)
 {
     struct skiff_recbuf b = {0};
     skiff_err e;
@@ -315,15 +323,16 @@ static int answer_attach(const struct skiff_request *q, struct skiff_container *
         answer(&b);
         return 1;
     }
-    /* the container as any start answers it, with 'J': root must not
+    /* the container as any start answers it, with JOINED: root must not
      * look for its own child, nor ever stop it */
     snprintf(c->workdir, sizeof(c->workdir), "%s", wd);
     skiff_strv_free(c->entrypoint);
     skiff_strv_free(c->cmd);
     c->entrypoint = c->cmd = NULL;
-    int bad = skiff_rec_put(&b, 'S', "0", &e) < 0 || skiff_rec_putf(&b, 'T', &e, "%.3f 0", skiff_now_ms() - t0) < 0 ||
-              skiff_container_encode(c, &b, &e) < 0 || skiff_rec_put(&b, 'J', "1", &e) < 0 ||
-              skiff_rec_put(&b, 'Z', "", &e) < 0;
+    int bad = skiff_rec_put(&b, SKIFF_REPLY_STATUS, "0", &e) < 0 ||
+              skiff_rec_putf(&b, SKIFF_REPLY_TIMES, &e, "%.3f 0", skiff_now_ms() - t0) < 0 ||
+              skiff_container_encode(c, &b, &e) < 0 || skiff_rec_put(&b, SKIFF_REPLY_JOINED, "1", &e) < 0 ||
+              skiff_rec_put(&b, SKIFF_REPLY_END, "", &e) < 0;
     int rc = bad ? 1 : answer(&b) < 0;
     skiff_recbuf_free(&b);
     skiff_container_free(c);
@@ -333,16 +342,16 @@ static int answer_attach(const struct skiff_request *q, struct skiff_container *
     return rc; /* nothing of ours runs: the step that started it stops it */
 }
 
-static int verb_start(const struct skiff_request *q)
+static int verb_start(const struct skiff_config *cfg, const struct skiff_start_request *q)
 {
     skiff_err err;
     skiff_err_clear(&err);
     struct skiff_recbuf b = {0};
     double t0 = skiff_now_ms();
-    const char *mode = q->name_mode ? q->name_mode : "auto";
-    if (q->named && !q->temp && (!strcmp(mode, "auto") || !strcmp(mode, "exec"))) {
+    bool exec = q->name_mode == SKIFF_NAME_EXEC;
+    if (q->name && !q->temp_name && (q->name_mode == SKIFF_NAME_AUTO || exec)) {
         struct skiff_container running;
-        int f = find_running(q, &running, &err);
+        int f = find_running(cfg, q, &running, &err);
         if (f > 0) {
             int hold = join_hold(&running);
             if (hold >= 0)
@@ -350,60 +359,47 @@ static int verb_start(const struct skiff_request *q)
             skiff_container_free(&running); /* stopping: as if it were not running */
             f = 0;
         }
-        if (f == 0 && !strcmp(mode, "exec"))
+        if (f == 0 && exec)
             skiff_error(&err, 0,
                         "container '%s' is not running on %s (--container-name=%s:exec only joins a running "
                         "container; without :exec the step starts it)",
-                        q->name, q->node, q->name);
-        if (f < 0 || !strcmp(mode, "exec")) {
+                        q->name_given, q->node, q->name_given);
+        if (f < 0 || exec) {
             put_failure(&b, "join", &err);
             answer(&b);
             return 1;
         }
     }
     char image[SKIFF_PATH_MAX];
-    if (prepare(q, image, sizeof(image), &err) < 0) {
+    if (prepare(cfg, q, image, sizeof(image), &err) < 0) {
         put_failure(&b, "import", &err);
         answer(&b);
         return 1;
     }
     double t1 = skiff_now_ms();
-    struct skiff_start_opts so;
-    skiff_start_opts_init(&so);
+    /* the request as root wrote it, with the image resolved */
+    struct skiff_start_request so = *q;
     so.image = image[0] ? image : NULL;
-    so.name = q->named;
-    so.mounts = q->mounts;
-    so.workdir = q->workdir;
-    so.writable = q->writable || q->named;
-    so.remap_root = q->remap_root;
-    so.mount_home = q->mount_home;
-    so.use_entrypoint = q->entrypoint;
-    so.unshare_flags = q->unshare;
-    char *command[2] = {q->command ? strdup(q->command) : NULL, NULL};
-    so.command = command[0] ? command : NULL;
-    so.hook_env = q->hook_env;
-    so.locale_env = q->locale_env;
-    so.state_key = q->state_key;
     /* when this process dies, even by SIGKILL, the holder and every mount go */
     so.die_with_parent = true;
     struct skiff_container c;
-    if (skiff_container_start(&q->cfg, &so, &c, &err) < 0) {
+    if (skiff_container_start(cfg, &so, &c, &err) < 0) {
         put_failure(&b, c.failed_phase == SKIFF_START_FAILED_HOOKS ? "hook" : "mount", &err);
         answer(&b);
         return 1;
     }
     double t2 = skiff_now_ms();
     skiff_err ignore;
-    int bad = skiff_rec_put(&b, 'S', "0", &ignore) < 0 ||
-              skiff_rec_putf(&b, 'T', &ignore, "%.3f %.3f", t1 - t0, t2 - t1) < 0 ||
+    int bad = skiff_rec_put(&b, SKIFF_REPLY_STATUS, "0", &ignore) < 0 ||
+              skiff_rec_putf(&b, SKIFF_REPLY_TIMES, &ignore, "%.3f %.3f", t1 - t0, t2 - t1) < 0 ||
               skiff_container_encode(&c, &b, &ignore) < 0;
     if (!bad && c.shared)
         /* the rule of named.h, said once per step and node */
-        bad = skiff_rec_putf(&b, 'U', &ignore,
+        bad = skiff_rec_putf(&b, SKIFF_REPLY_NOTICE, &ignore,
                              "container '%s' is in use by another step on this node: this step starts from its "
                              "files, but its own changes will not be kept",
-                             q->name ? q->name : q->named) < 0;
-    bad = bad || skiff_rec_put(&b, 'Z', "", &ignore) < 0;
+                             q->name_given ? q->name_given : q->name) < 0;
+    bad = bad || skiff_rec_put(&b, SKIFF_REPLY_END, "", &ignore) < 0;
     /* the reply pipe stays open for wait_joined's word */
     if (!bad && skiff_write_all(SKIFF_HELPER_REP_FD, b.p, b.len) == 0) {
         /* EOF: root is done with the container (or slurmstepd is gone) */
@@ -420,7 +416,8 @@ static int verb_start(const struct skiff_request *q)
 /* ---- the exit-time verbs (skiff-helper-full) ---- */
 
 struct sweep {
-    const struct skiff_request *q;
+    const struct skiff_config *cfg;
+    const struct skiff_start_request *q;
     int failures;
     skiff_err first;
 };
@@ -429,21 +426,21 @@ static void sweep_one(const char *name, const char *image, void *arg)
 {
     (void)image;
     struct sweep *s = arg;
-    size_t n = strlen(name), m = strlen(s->q->suffix);
-    if (n <= m || strcmp(name + n - m, s->q->suffix))
+    size_t n = strlen(name), m = strlen(s->q->sweep_suffix);
+    if (n <= m || strcmp(name + n - m, s->q->sweep_suffix))
         return;
     skiff_err e;
     skiff_err_clear(&e);
-    if (skiff_named_remove(&s->q->cfg, name, &e) < 0 && s->failures++ == 0)
+    if (skiff_named_remove(s->cfg, name, &e) < 0 && s->failures++ == 0)
         s->first = e;
 }
 
-static int verb_sweep(const struct skiff_request *q, skiff_err *err)
+static int verb_sweep(const struct skiff_config *cfg, const struct skiff_start_request *q, skiff_err *err)
 {
-    if (!q->suffix || !q->suffix[0])
+    if (!q->sweep_suffix || !q->sweep_suffix[0])
         return skiff_error(err, 0, "sweep: no suffix");
-    struct sweep s = {.q = q};
-    if (skiff_named_list(&q->cfg, sweep_one, &s, err) < 0)
+    struct sweep s = {.cfg = cfg, .q = q};
+    if (skiff_named_list(cfg, sweep_one, &s, err) < 0)
         return err->code == ENOENT ? 0 : -1; /* no named container here at all */
     if (s.failures) {
         *err = s.first;
@@ -452,7 +449,7 @@ static int verb_sweep(const struct skiff_request *q, skiff_err *err)
     return 0;
 }
 
-static int verb_release(const struct skiff_request *q, skiff_err *err)
+static int verb_release(const struct skiff_start_request *q, skiff_err *err)
 {
     if (!q->importer || !q->importer[0])
         return 0;
@@ -462,12 +459,12 @@ static int verb_release(const struct skiff_request *q, skiff_err *err)
     return skiff_spawn(argv, envp, -1, 60000, 0, &r, err);
 }
 
-static int verb_resolve(const struct skiff_request *q, skiff_err *err)
+static int verb_resolve(const struct skiff_config *cfg, const struct skiff_start_request *q, skiff_err *err)
 {
     char path[SKIFF_PATH_MAX];
     if (!q->image)
         return skiff_error(err, 0, "no image given");
-    if (resolve_image(q, path, sizeof(path), err) < 0)
+    if (resolve_image(cfg, q, path, sizeof(path), err) < 0)
         return -1;
     printf("%s\n", path);
     return fflush(stdout) == 0 ? 0 : skiff_error(err, errno, "write the path");
@@ -502,13 +499,17 @@ int main(int argc, char **argv)
         signal(ignored[i], SIG_IGN); /* (already, from before the exec: userproc.c) */
     skiff_err err;
     skiff_err_clear(&err);
-    struct skiff_request *q = calloc(1, sizeof(*q));
+    struct skiff_config config;
+    struct skiff_start_request req;
+    const struct skiff_config *cfg = &config;
+    const struct skiff_start_request *q = &req;
     size_t len = 0;
     char *data = skiff_read_fd_small(SKIFF_HELPER_REQ_FD, "request", SKIFF_REQUEST_MAX, &len, &err);
 #ifndef SKIFF_HELPER_LEAN
     close(SKIFF_HELPER_REQ_FD); /* (the lean one hands it to skiff-helper-full resolve) */
 #endif
-    if (!q || !data || skiff_request_parse(data, len, q, &err) < 0) {
+    /* (data lives as long as the process: the request points into it) */
+    if (!data || skiff_start_request_decode(data, len, &config, &req, &err) < 0) {
         if (resolve) {
             fprintf(stderr, "%s", err.msg);
             return 1;
@@ -527,13 +528,13 @@ int main(int argc, char **argv)
         return answer_status(-1, start ? "import" : "save", &err);
     }
     if (start)
-        return verb_start(q);
+        return verb_start(cfg, q);
 #ifdef SKIFF_HELPER_LEAN
     skiff_error(&err, 0, "verb '%s' is skiff-helper-full's", verb);
     return answer_status(-1, "config", &err);
 #else
     if (resolve) {
-        if (verb_resolve(q, &err) == 0)
+        if (verb_resolve(cfg, q, &err) == 0)
             return 0;
         fprintf(stderr, "%s", err.msg);
         return 1;
@@ -541,12 +542,12 @@ int main(int argc, char **argv)
     int rc;
     const char *phase = "save";
     if (!strcmp(verb, "save")) {
-        rc = q->named && q->save ? skiff_container_export(&q->cfg, q->named, q->save, &err)
-                                 : skiff_error(&err, 0, "save: no container or path");
+        rc = q->name && q->save ? skiff_container_export(cfg, q->name, q->save, &err)
+                                : skiff_error(&err, 0, "save: no container or path");
     } else if (!strcmp(verb, "remove")) {
-        rc = q->named && skiff_named_exists(&q->cfg, q->named) ? skiff_named_remove(&q->cfg, q->named, &err) : 0;
+        rc = q->name && skiff_named_exists(cfg, q->name) ? skiff_named_remove(cfg, q->name, &err) : 0;
     } else if (!strcmp(verb, "sweep")) {
-        rc = verb_sweep(q, &err);
+        rc = verb_sweep(cfg, q, &err);
     } else if (!strcmp(verb, "release")) {
         rc = verb_release(q, &err);
     } else {

@@ -15,13 +15,7 @@
 
 #include "conf.h" /* skiff_parse_bool: the boolean words */
 #include "error.h"
-
-enum skiff_name_mode {
-    SKIFF_NAME_AUTO,    /* reuse the named container, create it when missing */
-    SKIFF_NAME_CREATE,  /* start from a fresh copy of the image (an existing one is replaced) */
-    SKIFF_NAME_EXEC,    /* the named container must exist already */
-    SKIFF_NAME_NO_EXEC, /* as auto; accepted for pyxis compatibility */
-};
+#include "request.h" /* enum skiff_name_mode */
 
 struct skiff_opts {
     char *image;   /* --container-image */

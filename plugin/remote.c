@@ -62,6 +62,8 @@
 #include "ns.h"
 #include "plugin.h"
 #include "proto.h"
+#include "request.h"
+#include "strv.h"
 #include "userproc.h"
 
 /* Stores the first error for task_init and logs it for the admin. */
@@ -388,103 +390,86 @@ static char **build_hook_env(spank_t sp)
     return out;
 }
 
-static int req_opt(struct skiff_recbuf *b, const char *key, const char *value, skiff_err *err)
-{
-    if (!value)
-        return 0;
-    return skiff_rec_putf(b, 'o', err, "%s=%s", key, value);
-}
-
-/* What every verb needs: the user's configuration and where the step runs. */
-static int request_base(struct skiff_recbuf *b, const struct skiff_config *cfg, const char *cwd, skiff_err *err)
-{
-    char kv[SKIFF_PATH_MAX + 64];
-    for (size_t i = 0;; i++) {
-        int r = skiff_config_entry(cfg, i, kv, sizeof(kv));
-        if (r == 0)
-            break;
-        if (r < 0 || skiff_rec_put(b, 'c', kv, err) < 0)
-            return r < 0 ? skiff_error(err, ENAMETOOLONG, "configuration entry") : -1;
-    }
-    return req_opt(b, SKIFF_REQ_CWD, cwd, err) < 0 || req_opt(b, SKIFF_REQ_NODE, skiff_g.node, err) < 0 ? -1 : 0;
-}
-
-static const char *name_mode_word(enum skiff_name_mode m)
-{
-    switch (m) {
-    case SKIFF_NAME_CREATE:
-        return "create";
-    case SKIFF_NAME_EXEC:
-        return "exec";
-    case SKIFF_NAME_NO_EXEC:
-        return "no_exec";
-    default:
-        return "auto";
-    }
-}
-
 /* The job's LANG and LC_* (the container falls back to C.UTF-8 for a
- * locale its image lacks: imgcompat.c). */
-static spank_t request_sp;
-static int request_locale(struct skiff_recbuf *b, skiff_err *err)
+ * locale its image lacks: imgcompat.c), borrowed from Slurm's copy. */
+static const char **job_locale(spank_t sp)
 {
     char **env = NULL;
-    if (!request_sp || spank_get_item(request_sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || !env)
-        return 0;
+    if (spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || !env)
+        return NULL;
+    const char **out = calloc(65, sizeof(*out));
     size_t n = 0;
-    for (size_t i = 0; env[i] && n < 64; i++)
-        if ((!strncmp(env[i], "LANG=", 5) || !strncmp(env[i], "LC_", 3)) && strlen(env[i]) < 256) {
-            if (skiff_rec_put(b, 'l', env[i], err) < 0)
-                return -1;
-            n++;
-        }
-    return 0;
+    for (size_t i = 0; out && env[i] && n < 64; i++)
+        if ((!strncmp(env[i], "LANG=", 5) || !strncmp(env[i], "LC_", 3)) && strlen(env[i]) < 256)
+            out[n++] = env[i];
+    return out;
 }
 
 /* Set when the running container this step was to join ended before root
  * saw it: the helper is asked again, to start this step's own. */
 static bool no_attach;
 
-static int request_start(struct skiff_recbuf *b, skiff_err *err)
+/* A request with what every verb needs: where the step runs. */
+static void request_base(struct skiff_start_request *r, const char *cwd)
+{
+    skiff_start_request_init(r);
+    r->cwd = cwd;
+    r->node = skiff_g.node;
+    r->name = skiff_g.named[0] ? skiff_g.named : NULL;
+    r->importer = skiff_g.args.importer[0] ? skiff_g.args.importer : NULL;
+}
+
+static int request_start(spank_t sp, struct skiff_recbuf *b, skiff_err *err)
 {
     const struct skiff_opts *o = &skiff_g.opts;
-    char num[16];
     char *key = skiff_g.state_key;
     if (skiff_g.is_batch)
         snprintf(key, sizeof(skiff_g.state_key), "%s.%u.batch", skiff_g.node, (unsigned)skiff_g.jobid);
     else
         snprintf(key, sizeof(skiff_g.state_key), "%s.%u.%u", skiff_g.node, (unsigned)skiff_g.jobid,
                  (unsigned)skiff_g.stepid);
-    snprintf(num, sizeof(num), "%d", o->unshare_flags);
-    bool ep = o->entrypoint == 1 || (o->entrypoint < 0 && skiff_g.args.execute_entrypoint);
-    if (request_base(b, &skiff_g.cfg, skiff_g.cwd, err) < 0 || req_opt(b, SKIFF_REQ_IMAGE, o->image, err) < 0 ||
-        req_opt(b, SKIFF_REQ_NAME, o->name, err) < 0 ||
-        req_opt(b, SKIFF_REQ_NAMED, skiff_g.named[0] ? skiff_g.named : NULL, err) < 0 ||
-        req_opt(b, SKIFF_REQ_NAME_MODE, no_attach ? "no_exec" : name_mode_word(o->name_mode), err) < 0 ||
-        req_opt(b, SKIFF_REQ_TEMP, skiff_g.temp_named ? "1" : "0", err) < 0 ||
-        req_opt(b, SKIFF_REQ_IMPORTER, skiff_g.args.importer[0] ? skiff_g.args.importer : NULL, err) < 0 ||
-        req_opt(b, SKIFF_REQ_WORKDIR, o->workdir, err) < 0 ||
-        req_opt(b, SKIFF_REQ_WRITABLE, o->writable != 0 ? "1" : "0", err) < 0 ||
-        req_opt(b, SKIFF_REQ_REMAP_ROOT, o->remap_root == 1 ? "1" : "0", err) < 0 ||
-        req_opt(b, SKIFF_REQ_MOUNT_HOME, o->mount_home == 1 ? "1" : "0", err) < 0 ||
-        req_opt(b, SKIFF_REQ_ENTRYPOINT, ep ? "1" : "0", err) < 0 || req_opt(b, SKIFF_REQ_UNSHARE, num, err) < 0 ||
-        req_opt(b, SKIFF_REQ_COMMAND, skiff_g.command0, err) < 0 || req_opt(b, SKIFF_REQ_STATE_KEY, key, err) < 0)
-        return -1;
-    snprintf(num, sizeof(num), "%d", skiff_g.args.timeout_s);
-    if (req_opt(b, SKIFF_REQ_TIMEOUT, num, err) < 0)
-        return -1;
+    struct skiff_start_request r;
+    request_base(&r, skiff_g.cwd);
+    r.image = o->image;
+    r.name_given = o->name;
+    r.name_mode = no_attach ? SKIFF_NAME_NO_EXEC : o->name_mode;
+    r.temp_name = skiff_g.temp_named;
+    r.workdir = o->workdir;
+    r.writable = o->writable != 0;
+    r.remap_root = o->remap_root == 1;
+    r.mount_home = o->mount_home == 1;
+    r.use_entrypoint = o->entrypoint == 1 || (o->entrypoint < 0 && skiff_g.args.execute_entrypoint);
+    r.unshare_flags = o->unshare_flags;
+    const char *command[2] = {skiff_g.command0, NULL};
+    r.command = command[0] ? command : NULL;
+    r.state_key = key;
+    r.timeout_s = skiff_g.args.timeout_s;
+    r.hook_env = (const char *const *)skiff_g.hook_env;
     /* mounts: relative sources against the step's working directory */
+    char **mounts = NULL;
+    const char **locale = job_locale(sp);
+    r.locale_env = locale;
+    int rc = -1;
     for (size_t i = 0; i < o->nmounts; i++) {
         const char *m = o->mounts[i];
-        if ((m[0] == '.' ? skiff_rec_putf(b, 'm', err, "%s/%s", skiff_g.cwd, m) : skiff_rec_put(b, 'm', m, err)) < 0)
-            return -1;
+        char *abs = NULL;
+        if (m[0] == '.' && asprintf(&abs, "%s/%s", skiff_g.cwd, m) < 0) {
+            skiff_error(err, ENOMEM, "out of memory");
+            goto out;
+        }
+        int pushed = skiff_strv_push(&mounts, abs ? abs : m, err);
+        free(abs);
+        if (pushed < 0)
+            goto out;
     }
-    if (batch_script_mount && skiff_rec_put(b, 'm', batch_script_mount, err) < 0)
-        return -1;
-    for (size_t i = 0; skiff_g.hook_env && skiff_g.hook_env[i]; i++)
-        if (skiff_rec_put(b, 'h', skiff_g.hook_env[i], err) < 0)
-            return -1;
-    return request_locale(b, err);
+    if (batch_script_mount && skiff_strv_push(&mounts, batch_script_mount, err) < 0)
+        goto out;
+    r.mounts = (const char *const *)mounts;
+    rc = skiff_start_request_encode(&skiff_g.cfg, &r, b, err);
+out:
+    skiff_strv_free(mounts);
+    free(locale);
+    return rc;
 }
 
 static struct skiff_user job_user(void)
@@ -531,9 +516,8 @@ static int spawn_starter(spank_t sp, skiff_err *err)
     char **penv = NULL;
     free(skiff_g.hook_env);
     skiff_g.hook_env = build_hook_env(sp);
-    request_sp = sp;
     if (skiff_helper_path(skiff_g.args.helper, false, helper_program, sizeof(helper_program), err) < 0 ||
-        request_start(&req, err) < 0)
+        request_start(sp, &req, err) < 0)
         goto out;
     penv = proxy_env(sp);
     struct skiff_user u = job_user();
@@ -943,17 +927,16 @@ int skiff_remote_task_exit(spank_t sp)
 /* ---- exit: slurmstepd, root ----------------------------------------------------- */
 
 /* Runs an exit-time verb of the helper as the job's user. */
-static int helper_verb(const char *verb, const char *cwd, const char *key, const char *value, skiff_err *err)
+static int helper_verb(const char *verb, const char *cwd, const char *save, skiff_err *err)
 {
     struct skiff_recbuf req = {0};
     int rc = -1;
     char program[SKIFF_PATH_MAX];
-    if (skiff_helper_path(skiff_g.args.helper, true, program, sizeof(program), err) < 0)
-        goto out;
-    if (request_base(&req, &skiff_g.cfg, cwd, err) < 0 ||
-        req_opt(&req, SKIFF_REQ_NAMED, skiff_g.named[0] ? skiff_g.named : NULL, err) < 0 ||
-        req_opt(&req, SKIFF_REQ_IMPORTER, skiff_g.args.importer[0] ? skiff_g.args.importer : NULL, err) < 0 ||
-        (key && req_opt(&req, key, value, err) < 0))
+    struct skiff_start_request r;
+    request_base(&r, cwd);
+    r.save = save;
+    if (skiff_helper_path(skiff_g.args.helper, true, program, sizeof(program), err) < 0 ||
+        skiff_start_request_encode(&skiff_g.cfg, &r, &req, err) < 0)
         goto out;
     struct skiff_user u = job_user();
     rc = skiff_helper_call(program, verb, &u, &req, skiff_g.args.timeout_s, err);
@@ -992,8 +975,12 @@ int skiff_remove_job_containers(const struct skiff_user *u, const char *node, ui
     snprintf(suffix, sizeof(suffix), ".%s.job%u", node, (unsigned)jobid);
     struct skiff_recbuf req = {0};
     int rc = -1;
+    struct skiff_start_request r;
+    skiff_start_request_init(&r);
+    r.node = node;
+    r.sweep_suffix = suffix;
     if (skiff_helper_path(skiff_g.args.helper, true, program, sizeof(program), err) < 0 ||
-        request_base(&req, cfg, NULL, err) < 0 || req_opt(&req, SKIFF_REQ_SUFFIX, suffix, err) < 0)
+        skiff_start_request_encode(cfg, &r, &req, err) < 0)
         goto out;
     rc = skiff_helper_call(program, "sweep", u, &req, skiff_g.args.timeout_s, err);
 out:
@@ -1037,7 +1024,7 @@ static void save_container(void)
     skiff_g.saved = true;
     skiff_err err;
     skiff_err_clear(&err);
-    if (helper_verb("save", skiff_g.cwd, SKIFF_REQ_SAVE, skiff_g.save_path, &err) < 0)
+    if (helper_verb("save", skiff_g.cwd, skiff_g.save_path, &err) < 0)
         skiff_log_error("skiff: save: %s", err.msg);
 }
 
@@ -1058,12 +1045,12 @@ int skiff_remote_exit(spank_t sp)
         return 0;
     stop_container(&u);
     save_container();
-    if (skiff_g.temp_named && helper_verb("remove", NULL, NULL, NULL, &err) < 0)
+    if (skiff_g.temp_named && helper_verb("remove", NULL, NULL, &err) < 0)
         skiff_log_error("skiff: save: remove %s: %s", skiff_g.named, err.msg);
     if (skiff_g.is_batch && skiff_g.args.scope == SKIFF_SCOPE_JOB &&
         skiff_remove_job_containers(&u, skiff_g.node, skiff_g.jobid, &skiff_g.cfg, &err) < 0)
         skiff_log_error("skiff: cleanup: %s", err.msg);
-    if (skiff_g.args.importer[0] && helper_verb("release", NULL, NULL, NULL, &err) < 0)
+    if (skiff_g.args.importer[0] && helper_verb("release", NULL, NULL, &err) < 0)
         skiff_log_error("skiff: importer release: %s", err.msg);
     free(skiff_g.groups);
     skiff_g.groups = NULL;

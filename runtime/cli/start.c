@@ -166,8 +166,8 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     size_t nm = 0, ne = 0;
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
     o.die_with_parent = true;
     o.trace = getenv("SKIFF_TRACE") != NULL;
     o.no_warm = getenv("SKIFF_NO_WARM") != NULL;
@@ -232,7 +232,7 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
     }
     o.mounts = mounts;
     o.env = env;
-    o.command = argv + optind;
+    o.command = (const char *const *)(argv + optind);
     /* the holder starts the command (no join) */
     char term[256], home[SKIFF_PATH_MAX + 8];
     const char *defaults[3];

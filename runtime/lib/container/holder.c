@@ -43,7 +43,7 @@ static const char *path_in(const char *const *env, const char *found)
 /* The working directory: --workdir (a relative one from where the
  * container starts, pyxis's rule; ".." never leaves the root), else the
  * image's WorkingDir, else /. */
-static int workdir_of(const struct skiff_start_opts *o, const struct skiff_image_config *ic, char *out, size_t n,
+static int workdir_of(const struct skiff_start_request *o, const struct skiff_image_config *ic, char *out, size_t n,
                       skiff_err *err)
 {
     const char *base = ic->workdir[0] == '/' ? ic->workdir : "/";
@@ -58,7 +58,7 @@ static int workdir_of(const struct skiff_start_opts *o, const struct skiff_image
 /* Starts warming the executable the caller will run (see warm.h): the same
  * choice of argv[0] as skiff_container_argv, the PATH the command will get
  * (hooks aside), the working directory it will start in. */
-static void warm_command(const struct skiff_start_opts *o, const struct skiff_image_config *ic, int rootfd)
+static void warm_command(const struct skiff_start_request *o, const struct skiff_image_config *ic, int rootfd)
 {
     char **argv = NULL;
     skiff_err e;
@@ -73,7 +73,7 @@ static void warm_command(const struct skiff_start_opts *o, const struct skiff_im
 
 int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_err *err)
 {
-    const struct skiff_start_opts *o = h->o;
+    const struct skiff_start_request *o = h->o;
     char mnt[SKIFF_PATH_MAX + 8];
     if (skiff_state_private_dir(h->cfg->runtime_path, err) < 0 || skiff_state_private_dir(h->state_dir, err) < 0)
         return -1;

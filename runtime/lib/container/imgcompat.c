@@ -182,7 +182,7 @@ static int locale_fallback(int rootfd, const char *const *host, char ***env, ski
     return 0;
 }
 
-int skiff_compat_env(int rootfd, const struct skiff_start_opts *o, char ***env, skiff_err *err)
+int skiff_compat_env(int rootfd, const struct skiff_start_request *o, char ***env, skiff_err *err)
 {
     if (o->remap_root && apt_config(rootfd, env, err) < 0)
         return -1;

@@ -51,8 +51,8 @@ static const char *get(char **env, const char *key)
 
 Test(imgcompat, apt_and_home_under_remap_root, .init = setup, .fini = teardown)
 {
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
     o.remap_root = true;
     o.mount_home = true;
     char **env = NULL;
@@ -89,8 +89,8 @@ Test(imgcompat, host_locale_falls_back_when_missing, .init = setup, .fini = tear
                           "LC_NUMERIC=/x/y",
                           "LC_MESSAGES=fr_FR.UTF-8",
                           NULL};
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
     o.locale_env = host;
     char **env = NULL;
     skiff_err err = {0};
@@ -112,8 +112,8 @@ Test(imgcompat, locale_archive_names, .init = setup, .fini = teardown)
     if (system(cmd) != 0)
         cr_skip_test("localedef cannot build en_US.UTF-8 here");
     const char *host[] = {"LANG=en_US.UTF-8", "LC_ALL=en_GB.UTF-8", NULL};
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
     o.locale_env = host;
     char **env = NULL;
     skiff_err err = {0};
