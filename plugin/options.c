@@ -140,18 +140,6 @@ static int set_mounts(struct skiff_opts *o, const char *arg, skiff_err *err)
     return 0;
 }
 
-static bool env_name_valid(const char *s, size_t n)
-{
-    if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
-            return false;
-    }
-    return true;
-}
-
 static int set_env(struct skiff_opts *o, const char *arg, skiff_err *err)
 {
     cleanup_free char *copy = strdup(arg);
@@ -163,7 +151,7 @@ static int set_env(struct skiff_opts *o, const char *arg, skiff_err *err)
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const char *eq = strchr(tok, '=');
         size_t n = eq ? (size_t)(eq - tok) : strlen(tok);
-        if (!env_name_valid(tok, n))
+        if (!skiff_env_name_valid(tok, n))
             return skiff_error(err, 0,
                                "'%.*s' is not a variable name (letters, digits and '_', not starting with a "
                                "digit)",

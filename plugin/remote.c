@@ -58,6 +58,7 @@
 
 #include "clock.h"
 #include "ddp_env.h"
+#include "env.h"
 #include "named.h"
 #include "ns.h"
 #include "plugin.h"
@@ -440,6 +441,7 @@ static int request_start(spank_t sp, struct skiff_recbuf *b, skiff_err *err)
     r.mount_home = o->mount_home == 1;
     r.use_entrypoint = o->entrypoint == 1 || (o->entrypoint < 0 && skiff_g.args.execute_entrypoint);
     r.unshare_flags = o->unshare_flags;
+    r.env = (const char *const *)o->env;
     const char *command[2] = {skiff_g.command0, NULL};
     r.command = command[0] ? command : NULL;
     r.state_key = key;
@@ -736,52 +738,37 @@ static void warn_ignored(void)
 
 /* ---- task_init: in the task, as the user ------------------------------------ */
 
-static bool env_listed(const char *kv, size_t namelen)
-{
-    const struct skiff_opts *o = &skiff_g.opts;
-    for (size_t i = 0; i < o->nenv; i++)
-        if (!strchr(o->env[i], '=') && strlen(o->env[i]) == namelen && !strncmp(o->env[i], kv, namelen))
-            return true;
-    return false;
-}
-
+/* The task's environment (env.h: the job's, the container's, then
+ * --container-env), set where it differs from the job's. */
 static int apply_env(spank_t sp, skiff_err *err)
 {
-    char name[256], buf[16];
-    /* 1. the image's environment (and what hooks added) over the host's,
-     *    except names the user listed in --container-env (pyxis) */
-    for (size_t i = 0; skiff_g.c.env && skiff_g.c.env[i]; i++) {
-        const char *kv = skiff_g.c.env[i];
-        const char *eq = strchr(kv, '=');
-        if (!eq || (size_t)(eq - kv) >= sizeof(name))
-            continue;
-        size_t nl = (size_t)(eq - kv);
-        memcpy(name, kv, nl);
-        name[nl] = '\0';
-        if (env_listed(kv, nl)) {
-            spank_err_t e = spank_getenv(sp, name, buf, sizeof(buf));
-            if (e == ESPANK_SUCCESS || e == ESPANK_NOSPACE)
-                continue; /* the host has it: host wins */
-        }
-        if (spank_setenv(sp, name, eq + 1, 1) != ESPANK_SUCCESS)
-            return skiff_error(err, 0, "cannot set %s", name);
+    char **job = NULL, **env = NULL;
+    if (spank_get_item(sp, S_JOB_ENV, &job) != ESPANK_SUCCESS)
+        return skiff_error(err, 0, "cannot read the job's environment from Slurm");
+    struct skiff_start_request r;
+    skiff_start_request_init(&r);
+    r.env = (const char *const *)skiff_g.opts.env;
+    if (skiff_env_compose((const char *const *)job, (const char *const *)skiff_g.c.env, &r, &env, err) < 0)
+        return -1;
+    /* what to set, chosen before setting changes the job's list */
+    size_t n = 0;
+    for (size_t i = 0; env[i]; i++)
+        if (!skiff_strv_contains(job, env[i]))
+            env[n++] = env[i];
+        else
+            free(env[i]);
+    env[n] = NULL;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char *eq = strchr(env[i], '=');
+        *eq = '\0';
+        if (spank_setenv(sp, env[i], eq + 1, 1) != ESPANK_SUCCESS)
+            rc = skiff_error(err, 0, "cannot set %s", env[i]);
     }
-    /* 2. --container-env NAME=VALUE */
-    for (size_t i = 0; i < skiff_g.opts.nenv; i++) {
-        const char *eq = strchr(skiff_g.opts.env[i], '=');
-        if (!eq)
-            continue;
-        size_t nl = (size_t)(eq - skiff_g.opts.env[i]);
-        if (nl >= sizeof(name))
-            continue;
-        memcpy(name, skiff_g.opts.env[i], nl);
-        name[nl] = '\0';
-        if (spank_setenv(sp, name, eq + 1, 1) != ESPANK_SUCCESS)
-            return skiff_error(err, 0, "cannot set %s", name);
-    }
-    if (skiff_g.c.workdir[0])
+    skiff_strv_free(env);
+    if (rc == 0 && skiff_g.c.workdir[0])
         spank_setenv(sp, "PWD", skiff_g.c.workdir, 1);
-    return 0;
+    return rc;
 }
 
 static int apply_ddp_env(spank_t sp, skiff_err *err)

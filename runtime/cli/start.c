@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "clock.h"
 #include "container.h"
+#include "env.h"
 #include "mountspec.h"
 #include "named.h"
 
@@ -110,8 +111,8 @@ int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid)
     char term[256], home[SKIFF_PATH_MAX + 8];
     const char *defaults[3];
     default_env(false, term, sizeof(term), home, sizeof(home), defaults);
-    if (skiff_container_argv(c, false, user_argv, &argv, &err) < 0 || skiff_container_env(c, &envp, &err) < 0 ||
-        skiff_env_add_defaults(&envp, defaults, &err) < 0) {
+    if (skiff_container_argv(c, false, user_argv, &argv, &err) < 0 ||
+        skiff_env_compose(defaults, (const char *const *)c->env, NULL, &envp, &err) < 0) {
         skiff_strv_free(argv);
         skiff_strv_free(envp);
         return cli_fail("exec", &err);

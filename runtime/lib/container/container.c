@@ -124,9 +124,10 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
             return skiff_err_wrap(err, "start");
         skiff_mount_free(&m);
     }
+    /* NAME=VALUE, or a bare NAME: the caller's value (env.h) */
     for (size_t i = 0; req->env && req->env[i]; i++)
-        if (!strchr(req->env[i], '=') || req->env[i][0] == '=')
-            return skiff_error(err, 0, "start: environment entry '%s' is not KEY=VALUE", req->env[i]);
+        if (req->env[i][0] == '=' || !req->env[i][0])
+            return skiff_error(err, 0, "start: environment entry '%s' is not KEY=VALUE or NAME", req->env[i]);
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return skiff_error(err, errno, "start: pipe");

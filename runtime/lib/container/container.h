@@ -14,8 +14,9 @@
  *       setns into the holder's namespaces, chroot to the container root,
  *       chdir workdir, drop capabilities and set no_new_privs. After it
  *       returns the caller execs the command (argv, env of its choice).
- *   skiff_container_env()    the container environment (image Env, then
- *       hook env files, then req->env: later wins), K=V strings.
+ *   skiff_container_env()    the container's own environment (image Env,
+ *       hook env files, the locale fallback, then req->env: later wins),
+ *       K=V strings; a command's is skiff_env_compose's (env.h).
  *   skiff_container_stop()   kills the holder and whatever else runs in the
  *       container, reaps the holder, waits until its FUSE server is gone (so
  *       nothing stays mounted or running) and removes the state directory.

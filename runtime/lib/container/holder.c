@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "env.h"
 #include "fdio.h"
 #include "fusemount.h"
 #include "imgconfig.h"
@@ -142,9 +143,14 @@ int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_e
     skiff_trace(o->trace, "holder: hooks");
     if (skiff_compat_env(rootfd, o, &env, err) < 0)
         goto out;
-    for (size_t i = 0; o->env && o->env[i]; i++)
-        if (skiff_env_set(&env, o->env[i], err) < 0)
+    {
+        /* the user's entries over the container's own (env.h) */
+        char **own = env;
+        int rc = skiff_env_compose(NULL, (const char *const *)own, o, &env, err);
+        skiff_strv_free(own);
+        if (rc < 0)
             goto out;
+    }
     char wd[SKIFF_PATH_MAX];
     if (workdir_of(o, &ic, wd, sizeof(wd), err) < 0) {
         skiff_err_wrap(err, "working directory");
@@ -194,11 +200,15 @@ int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_e
         char **argv = NULL;
         char num[16];
         pid_t cmd;
-        if (skiff_env_add_defaults(&env, o->default_env, err) < 0 ||
-            skiff_command_argv(ic.entrypoint, ic.cmd, o->use_entrypoint, o->command, &argv, err) < 0)
+        char **cenv = NULL;
+        if (skiff_env_compose(o->default_env, (const char *const *)env, NULL, &cenv, err) < 0 ||
+            skiff_command_argv(ic.entrypoint, ic.cmd, o->use_entrypoint, o->command, &argv, err) < 0) {
+            skiff_strv_free(cenv);
             goto out;
-        cmd = skiff_command_spawn(h, argv, env, wd, err);
+        }
+        cmd = skiff_command_spawn(h, argv, cenv, wd, err);
         skiff_strv_free(argv);
+        skiff_strv_free(cenv);
         if (cmd < 0)
             goto out;
         snprintf(num, sizeof(num), "%d", (int)cmd);
