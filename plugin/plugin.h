@@ -42,10 +42,10 @@ struct skiff_plugin {
     char image_path[SKIFF_PATH_MAX]; /* the resolved squashfs file */
     char named[512];                 /* named container as stored: NAME.NODE[.jobID] */
     bool named_exists;
-    bool temp_named; /* made only to keep the upper for --container-save */
-    char save_path[SKIFF_PATH_MAX];
-    char state_key[512]; /* NODE.JOB.STEP: the container's runtime state */
-    char *command0;      /* the step's argv[0]: warmed while the container starts */
+    bool temp_named;        /* made only to keep the upper for --container-save */
+    char state_key[512];    /* NODE.JOB.STEP: the container's runtime state */
+    char *command0;         /* the step's argv[0]: warmed while the container starts */
+    const char *command[2]; /* {command0, NULL}: the request's command */
     struct skiff_container c;
     bool started;
     bool start_in_user_init;       /* a PMIx step: start once Slurm made its PMIx directory */
@@ -83,7 +83,7 @@ __attribute__((format(printf, 1, 2))) void skiff_log_task(const char *fmt, ...);
 void skiff_log_init(void);
 
 /* spank_opts.c */
-int skiff_spank_register_options(spank_t sp);
+int skiff_spank_register_options(spank_t sp, struct skiff_opts *opts);
 
 /* remote.c */
 int skiff_remote_post_opt(spank_t sp);

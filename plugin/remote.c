@@ -131,23 +131,6 @@ static void envget_free(struct envget *e)
     free(e);
 }
 
-/* Makes a relative path absolute against the step's working directory. */
-static int absolute(const char *path, char *out, size_t n, skiff_err *err)
-{
-    int w;
-    if (path[0] == '/')
-        w = snprintf(out, n, "%s", path);
-    else
-        w = snprintf(out, n, "%s/%s", skiff_g.cwd, path);
-    if (w < 0 || (size_t)w >= n)
-        return skiff_error(err, ENAMETOOLONG, "path %s", path);
-    return 0;
-}
-
-/* The batch step's script lives in slurmd's spool directory, outside the
- * image: it is bind-mounted read-only at the same path. */
-static char *batch_script_mount;
-
 /* REL under the root-owned directory bfd, as an O_PATH fd: no symlink is
  * followed and no mount crossed (EXDEV), so root never asks a filesystem
  * the user mounted in their own directory (a FUSE server that never
@@ -303,20 +286,21 @@ int skiff_remote_post_opt(spank_t sp)
         }
     }
 
-    if (skiff_g.opts.save && absolute(skiff_g.opts.save, skiff_g.save_path, sizeof(skiff_g.save_path), &err) < 0)
+    if (skiff_opts_finish(&skiff_g.opts, skiff_g.args.execute_entrypoint, skiff_g.cwd, &err) < 0)
         return fail("config", &err);
-    if (skiff_g.opts.name) {
+    const char *name = skiff_g.opts.req.name_given;
+    if (name) {
         /* Nodes may share the user's data_path (home on NFS): a name is
          * stored per node, and per job when container_scope=job. */
         int w = skiff_g.args.scope == SKIFF_SCOPE_JOB
-                    ? snprintf(skiff_g.named, sizeof(skiff_g.named), "%s.%s.job%u", skiff_g.opts.name, skiff_g.node,
+                    ? snprintf(skiff_g.named, sizeof(skiff_g.named), "%s.%s.job%u", name, skiff_g.node,
                                (unsigned)skiff_g.jobid)
-                    : snprintf(skiff_g.named, sizeof(skiff_g.named), "%s.%s", skiff_g.opts.name, skiff_g.node);
+                    : snprintf(skiff_g.named, sizeof(skiff_g.named), "%s.%s", name, skiff_g.node);
         if (w < 0 || (size_t)w >= sizeof(skiff_g.named) || !skiff_name_valid(skiff_g.named)) {
-            skiff_error(&err, 0, "container name '%s' is too long for node %s", skiff_g.opts.name, skiff_g.node);
+            skiff_error(&err, 0, "container name '%s' is too long for node %s", name, skiff_g.node);
             return fail("config", &err);
         }
-    } else if (skiff_g.opts.save) {
+    } else if (skiff_g.opts.req.save) {
         /* --container-save of an unnamed container: keep its changes on
          * disk under a private name for the step, export, then remove it */
         snprintf(skiff_g.named, sizeof(skiff_g.named), "save.%s.%u.%u", skiff_g.node, (unsigned)skiff_g.jobid,
@@ -327,9 +311,14 @@ int skiff_remote_post_opt(spank_t sp)
         int argc = 0;
         char **argv = NULL;
         bool have = spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && argc > 0 && argv[0];
+        char *script = NULL;
         if (have && skiff_g.is_batch && argv[0][0] == '/' &&
-            asprintf(&batch_script_mount, "%s:%s:ro+x-create=file", argv[0], argv[0]) < 0)
-            batch_script_mount = NULL;
+            asprintf(&script, "%s:%s:ro+x-create=file", argv[0], argv[0]) > 0) {
+            int added = skiff_opts_add_mount(&skiff_g.opts, script, &err);
+            free(script);
+            if (added < 0)
+                return fail("config", &err);
+        }
         if (have && !skiff_g.is_batch)
             skiff_g.command0 = strdup(argv[0]); /* NULL (no warming) is fine */
     }
@@ -420,56 +409,33 @@ static void request_base(struct skiff_start_request *r, const char *cwd)
     r->importer = skiff_g.args.importer[0] ? skiff_g.args.importer : NULL;
 }
 
+/* The request of the start: what the options filled, and the step's own
+ * fields. */
 static int request_start(spank_t sp, struct skiff_recbuf *b, skiff_err *err)
 {
-    const struct skiff_opts *o = &skiff_g.opts;
+    struct skiff_start_request *r = &skiff_g.opts.req;
     char *key = skiff_g.state_key;
     if (skiff_g.is_batch)
         snprintf(key, sizeof(skiff_g.state_key), "%s.%u.batch", skiff_g.node, (unsigned)skiff_g.jobid);
     else
         snprintf(key, sizeof(skiff_g.state_key), "%s.%u.%u", skiff_g.node, (unsigned)skiff_g.jobid,
                  (unsigned)skiff_g.stepid);
-    struct skiff_start_request r;
-    request_base(&r, skiff_g.cwd);
-    r.image = o->image;
-    r.name_given = o->name;
-    r.name_mode = no_attach ? SKIFF_NAME_NO_EXEC : o->name_mode;
-    r.temp_name = skiff_g.temp_named;
-    r.workdir = o->workdir;
-    r.writable = o->writable != 0;
-    r.remap_root = o->remap_root == 1;
-    r.mount_home = o->mount_home == 1;
-    r.use_entrypoint = o->entrypoint == 1 || (o->entrypoint < 0 && skiff_g.args.execute_entrypoint);
-    r.unshare_flags = o->unshare_flags;
-    r.env = (const char *const *)o->env;
-    const char *command[2] = {skiff_g.command0, NULL};
-    r.command = command[0] ? command : NULL;
-    r.state_key = key;
-    r.timeout_s = skiff_g.args.timeout_s;
-    r.hook_env = (const char *const *)skiff_g.hook_env;
-    /* mounts: relative sources against the step's working directory */
-    char **mounts = NULL;
+    r->cwd = skiff_g.cwd;
+    r->node = skiff_g.node;
+    r->name = skiff_g.named[0] ? skiff_g.named : NULL;
+    r->importer = skiff_g.args.importer[0] ? skiff_g.args.importer : NULL;
+    r->temp_name = skiff_g.temp_named;
+    if (no_attach)
+        r->name_mode = SKIFF_NAME_NO_EXEC;
+    skiff_g.command[0] = skiff_g.command0;
+    r->command = skiff_g.command0 ? skiff_g.command : NULL;
+    r->state_key = key;
+    r->timeout_s = skiff_g.args.timeout_s;
+    r->hook_env = (const char *const *)skiff_g.hook_env;
     const char **locale = job_locale(sp);
-    r.locale_env = locale;
-    int rc = -1;
-    for (size_t i = 0; i < o->nmounts; i++) {
-        const char *m = o->mounts[i];
-        char *abs = NULL;
-        if (m[0] == '.' && asprintf(&abs, "%s/%s", skiff_g.cwd, m) < 0) {
-            skiff_error(err, ENOMEM, "out of memory");
-            goto out;
-        }
-        int pushed = skiff_strv_push(&mounts, abs ? abs : m, err);
-        free(abs);
-        if (pushed < 0)
-            goto out;
-    }
-    if (batch_script_mount && skiff_strv_push(&mounts, batch_script_mount, err) < 0)
-        goto out;
-    r.mounts = (const char *const *)mounts;
-    rc = skiff_start_request_encode(&skiff_g.cfg, &r, b, err);
-out:
-    skiff_strv_free(mounts);
+    r->locale_env = locale;
+    int rc = skiff_start_request_encode(&skiff_g.cfg, r, b, err);
+    r->locale_env = NULL;
     free(locale);
     return rc;
 }
@@ -669,7 +635,7 @@ int skiff_remote_user_init(spank_t sp)
          * attached step's container is another step's to stop: not kept. */
         bool gone = false;
         mnt = verify_holder(skiff_g.c.holder, skiff_g.attached, &gone, &err);
-        if (mnt >= 0 || !skiff_g.attached || !gone || no_attach || skiff_g.opts.name_mode == SKIFF_NAME_EXEC)
+        if (mnt >= 0 || !skiff_g.attached || !gone || no_attach || skiff_g.opts.req.name_mode == SKIFF_NAME_EXEC)
             break;
         /* --container-name=NAME (auto): the running container ended
          * between the helper's look and ours (two steps starting one name
@@ -716,24 +682,11 @@ static void show_progress(char tag, const char *s, void *ctx)
  * running one says it ignores them. */
 static void warn_ignored(void)
 {
-    static const enum skiff_opt_id start_only[] = {SKIFF_OPT_MOUNTS,    SKIFF_OPT_MOUNT_HOME, SKIFF_OPT_REMAP_ROOT,
-                                                   SKIFF_OPT_WRITABLE,  SKIFF_OPT_UNSHARE,    SKIFF_OPT_SAVE,
-                                                   SKIFF_OPT_ENTRYPOINT};
-    char list[512] = "";
-    size_t n = 0, k = 0;
-    for (size_t i = 0; i < sizeof(start_only) / sizeof(start_only[0]); i++) {
-        if (!skiff_opts_isset(&skiff_g.opts, start_only[i]))
-            continue;
-        const char *flag = skiff_opt_flag(start_only[i]);
-        if (start_only[i] == SKIFF_OPT_WRITABLE && skiff_g.opts.writable == 0)
-            flag = "container-readonly";
-        int w = snprintf(list + n, sizeof(list) - n, "%s--%s", k++ ? ", " : "", flag);
-        if (w > 0 && (size_t)w < sizeof(list) - n)
-            n += (size_t)w;
-    }
+    char list[512];
+    size_t k = skiff_opts_start_only(&skiff_g.opts, list, sizeof(list));
     if (k)
         skiff_log_task("skiff: %s: joining the running container '%s': ignoring %s (%s only when a container starts)",
-                       skiff_g.node, skiff_g.opts.name, list, k > 1 ? "they apply" : "it applies");
+                       skiff_g.node, skiff_g.opts.req.name_given, list, k > 1 ? "they apply" : "it applies");
 }
 
 /* ---- task_init: in the task, as the user ------------------------------------ */
@@ -747,7 +700,7 @@ static int apply_env(spank_t sp, skiff_err *err)
         return skiff_error(err, 0, "cannot read the job's environment from Slurm");
     struct skiff_start_request r;
     skiff_start_request_init(&r);
-    r.env = (const char *const *)skiff_g.opts.env;
+    r.env = skiff_g.opts.req.env;
     if (skiff_env_compose((const char *const *)job, (const char *const *)skiff_g.c.env, &r, &env, err) < 0)
         return -1;
     /* what to set, chosen before setting changes the job's list */
@@ -865,8 +818,7 @@ int skiff_remote_task_init(spank_t sp)
         skiff_log_verbose("skiff: %s: timing: config %.1f ms, import %.1f ms, start %.1f ms, join+env %.1f ms",
                           skiff_g.node, skiff_g.t_config_ms, skiff_g.t_resolve_ms, skiff_g.t_start_ms, t1 - t0);
     }
-    bool ep = !skiff_g.attached &&
-              (skiff_g.opts.entrypoint == 1 || (skiff_g.opts.entrypoint < 0 && skiff_g.args.execute_entrypoint));
+    bool ep = !skiff_g.attached && skiff_g.opts.req.use_entrypoint;
     if (ep && exec_entrypoint(sp, &err) < 0) {
         skiff_log_error("skiff: entrypoint: %s", err.msg);
         return -1;
@@ -902,7 +854,7 @@ int skiff_remote_task_exit(spank_t sp)
                             skiff_g.node, skiff_g.args.timeout_s);
         /* A script's next line often starts the saved image: srun must not
          * return before it exists. */
-        if (skiff_g.save_path[0]) {
+        if (skiff_g.opts.req.save) {
             struct skiff_user u = job_user();
             stop_container(&u);
             save_container();
@@ -1006,12 +958,12 @@ static void stop_container(const struct skiff_user *u)
 /* --container-save, once: squashes the stopped named container. */
 static void save_container(void)
 {
-    if (!skiff_g.save_path[0] || skiff_g.saved || skiff_g.failed || skiff_g.attached || !skiff_g.named[0])
+    if (!skiff_g.opts.req.save || skiff_g.saved || skiff_g.failed || skiff_g.attached || !skiff_g.named[0])
         return;
     skiff_g.saved = true;
     skiff_err err;
     skiff_err_clear(&err);
-    if (helper_verb("save", skiff_g.cwd, skiff_g.save_path, &err) < 0)
+    if (helper_verb("save", skiff_g.cwd, skiff_g.opts.req.save, &err) < 0)
         skiff_log_error("skiff: save: %s", err.msg);
 }
 
@@ -1041,8 +993,6 @@ int skiff_remote_exit(spank_t sp)
         skiff_log_error("skiff: importer release: %s", err.msg);
     free(skiff_g.groups);
     skiff_g.groups = NULL;
-    free(batch_script_mount);
-    batch_script_mount = NULL;
     free(skiff_g.hook_env);
     skiff_g.hook_env = NULL;
     return 0;

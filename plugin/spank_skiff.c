@@ -38,10 +38,10 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
         /* slurmstepd's info lines (an image being imported) reach srun at
          * this level, as with pyxis; SLURMD_DEBUG=0 turns them off */
         setenv("SLURMD_DEBUG", "1", 0);
-        return skiff_spank_register_options(sp);
+        return skiff_spank_register_options(sp, &skiff_g.opts);
     case S_CTX_REMOTE:
     case S_CTX_ALLOCATOR:
-        return skiff_spank_register_options(sp);
+        return skiff_spank_register_options(sp, &skiff_g.opts);
     default:
         return 0;
     }
