@@ -10,7 +10,7 @@
  *      and exit" (slurmstepd closed it, or died)
  * and 0-2 on /dev/null. Root trusts nothing in the reply: it reads at most
  * SKIFF_REPLY_MAX bytes before a deadline, parses with skiff_reply_parse,
- * and checks every pid it is given (plugin/remote.c, verify_holder).
+ * and checks every pid it is given (plugin/start.c, verify_holder).
  *
  * Reply records (enum skiff_reply_tag), in this order:
  *   progress, while an import runs (start and resolve), before the status:
