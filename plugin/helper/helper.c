@@ -1,51 +1,26 @@
-/* skiff-helper and skiff-helper-full: the plugin's user-side half.
- * spank_skiff.so (root) execs them as the job's user with a closed fd set
- * and a clean environment; they do everything that touches the user's files
- * and images (see proto.h). One source, two programs: skiff-helper
- * (SKIFF_HELPER_LEAN) links only what starting a container needs, 11 shared
- * objects instead of 49 (~6 ms less to exec, and it runs on every step);
- * skiff-helper-full links the importers too and serves every other verb,
- * including `resolve`, which the lean one runs for an image reference.
- *
- *   start    resolve the image (cache, import, importer=, named container),
- *            start the container through libskiff, answer with the holder's
- *            pid, workdir and environment, then wait: when root closes the
- *            control pipe (last task gone, step over, or slurmstepd dead),
- *            stop the container (nothing stays mounted or running) and exit
- *   save     squash a named container into --container-save's path
- *   remove   remove a named container (the temporary one of --container-save)
- *   sweep    remove the named containers whose name ends in a suffix
- *            (container_scope=job: the job's, at its end)
- *   release  `IMPORTER release` (pyxis's importer contract)
- *   resolve  (full only) print the squashfs path of the request's image:
- *            the cache, an import, or importer= (run by the lean start)
- *
- * It is not a command for people: it refuses to run without its channels. */
+/* See helper.h: what both helper programs do, start above all. */
+#include "helper.h"
+
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "container.h"
 #include "fdio.h"
-#include "image.h"
 #include "named.h"
 #include "proto.h"
+#include "records.h"
 #include "ref.h"
 #include "rootfs.h"
-#include "spawn.h"
 #include "squash.h"
-#include "records.h"
 
 /* ---- the answer ---- */
 
@@ -69,8 +44,7 @@ static int answer(const struct skiff_recbuf *b)
     return rc;
 }
 
-/* Answers a verb that has nothing to report but success or failure. */
-static int answer_status(int rc, const char *phase, const skiff_err *e)
+int skiff_helper_answer(int rc, const char *phase, const skiff_err *e)
 {
     struct skiff_recbuf b = {0};
     skiff_err ignore;
@@ -86,109 +60,9 @@ static int answer_status(int rc, const char *phase, const skiff_err *e)
 
 /* ---- start ---- */
 
-#ifndef SKIFF_HELPER_LEAN
-static int run_importer(const struct skiff_start_request *q, char *out, size_t n, skiff_err *err)
-{
-    /* its stdout into a memory file: skiff_spawn waits for the program, and
-     * a pipe nobody reads could fill */
-    cleanup_close int mfd = memfd_create("skiff-importer", MFD_CLOEXEC);
-    if (mfd < 0)
-        return skiff_error(err, errno, "importer: memfd");
-    const char *argv[] = {q->importer, "get", q->image, NULL};
-    const char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
-    struct skiff_spawn_result r;
-    if (skiff_spawn(argv, envp, mfd, 0, 0, &r, err) < 0)
-        return skiff_err_wrap(err, "importer %s", q->importer);
-    if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
-        char how[64];
-        skiff_spawn_describe(&r, 0, how, sizeof(how));
-        return skiff_error(err, 0, "importer %s get %s failed (%s): %s", q->importer, q->image, how, r.err_tail);
-    }
-    ssize_t got = pread(mfd, out, n - 1, 0);
-    out[got > 0 ? got : 0] = '\0';
-    out[strcspn(out, "\r\n")] = '\0';
-    if (out[0] != '/')
-        return skiff_error(err, 0, "importer %s printed '%s', not the absolute path of a squashfs file", q->importer,
-                           out);
-    return 0;
-}
-#endif
-
-#ifdef SKIFF_HELPER_LEAN
-/* An image reference (or importer=): skiff-helper-full resolves it, with
- * the same request on fd 3 and the reply pipe on fd 4 for its progress
- * records; its stdout is the path, its stderr the error. */
-static int resolve_image(const struct skiff_config *cfg, const struct skiff_start_request *q, char *out, size_t n,
-                         skiff_err *err)
-{
-    (void)cfg; /* (it is in the request skiff-helper-full reads) */
-    char self[PATH_MAX], full[PATH_MAX + 8];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (len <= 0)
-        return skiff_error(err, errno, "find skiff-helper-full");
-    self[len] = '\0';
-    snprintf(full, sizeof(full), "%s-full", self);
-    cleanup_close int mfd = memfd_create("skiff-resolved", MFD_CLOEXEC);
-    if (mfd < 0 || lseek(SKIFF_HELPER_REQ_FD, 0, SEEK_SET) < 0)
-        return skiff_error(err, errno, "resolve %s", q->image);
-    const char *argv[] = {full, "resolve", NULL};
-    extern char **environ;
-    struct skiff_spawn_result r;
-    fcntl(SKIFF_HELPER_REP_FD, F_SETFD, 0); /* (single-threaded here) */
-    int rc = skiff_spawn(argv, (const char *const *)environ, mfd, 0, 0, &r, err);
-    fcntl(SKIFF_HELPER_REP_FD, F_SETFD, FD_CLOEXEC);
-    if (rc < 0)
-        return -1;
-    if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0)
-        return skiff_error(err, 0, "%s", r.err_tail[0] ? r.err_tail : "skiff-helper-full resolve failed");
-    ssize_t got = pread(mfd, out, n - 1, 0);
-    out[got > 0 ? got : 0] = '\0';
-    out[strcspn(out, "\n")] = '\0';
-    if (out[0] != '/')
-        return skiff_error(err, 0, "skiff-helper-full resolve printed no path");
-    return 0;
-}
-#else
-/* Progress records into the reply pipe, when there is one (the lean
- * helper's; root shows them in srun while the import runs). */
-static void progress_put(char tag, const char *text)
-{
-    struct stat st;
-    if (fstat(SKIFF_HELPER_REP_FD, &st) < 0 || !S_ISFIFO(st.st_mode))
-        return;
-    struct skiff_recbuf b = {0};
-    skiff_err ignore;
-    if (skiff_rec_put(&b, tag, text, &ignore) == 0)
-        (void)skiff_write_all(SKIFF_HELPER_REP_FD, b.p, b.len);
-    skiff_recbuf_free(&b);
-}
-
-static void on_importing(void *ctx, const char *uri)
-{
-    (void)ctx;
-    progress_put(SKIFF_REPLY_IMPORTING, uri);
-}
-
-static void on_imported(void *ctx, const char *uri, unsigned long long bytes, double ms)
-{
-    (void)ctx;
-    char line[SKIFF_PATH_MAX];
-    snprintf(line, sizeof(line), "%llu %llu %s", bytes, (unsigned long long)ms, uri);
-    progress_put(SKIFF_REPLY_IMPORTED, line);
-}
-
-static int resolve_image(const struct skiff_config *cfg, const struct skiff_start_request *q, char *out, size_t n,
-                         skiff_err *err)
-{
-    static const struct skiff_resolve_progress progress = {.importing = on_importing, .imported = on_imported};
-    return q->importer && q->importer[0] ? run_importer(q, out, n, err)
-                                         : skiff_image_resolve(cfg, q->image, out, n, &progress, err);
-}
-#endif
-
 /* The image to start, or "" for an existing named container. */
-static int prepare(const struct skiff_config *cfg, const struct skiff_start_request *q, char *image, size_t n,
-                   skiff_err *err)
+static int prepare(const struct skiff_helper_program *program, const struct skiff_config *cfg,
+                   const struct skiff_start_request *q, char *image, size_t n, skiff_err *err)
 {
     image[0] = '\0';
     bool exists = false;
@@ -211,7 +85,7 @@ static int prepare(const struct skiff_config *cfg, const struct skiff_start_requ
     /* a squashfs path needs no importer: checked here, without an exec */
     int rc = !(q->importer && q->importer[0]) && skiff_ref_classify(q->image) == SKIFF_ARG_PATH
                  ? skiff_squash_resolve_path(q->image, image, n, err)
-                 : resolve_image(cfg, q, image, n, err);
+                 : program->resolve_image(cfg, q, image, n, err);
     if (rc < 0)
         return -1;
     if (q->name && skiff_named_create(cfg, q->name, image, true, err) < 0)
@@ -342,7 +216,8 @@ static int answer_attach(const struct skiff_start_request *q, struct skiff_conta
     return rc; /* nothing of ours runs: the step that started it stops it */
 }
 
-static int verb_start(const struct skiff_config *cfg, const struct skiff_start_request *q)
+static int verb_start(const struct skiff_helper_program *program, const struct skiff_config *cfg,
+                      const struct skiff_start_request *q)
 {
     skiff_err err;
     skiff_err_clear(&err);
@@ -371,7 +246,7 @@ static int verb_start(const struct skiff_config *cfg, const struct skiff_start_r
         }
     }
     char image[SKIFF_PATH_MAX];
-    if (prepare(cfg, q, image, sizeof(image), &err) < 0) {
+    if (prepare(program, cfg, q, image, sizeof(image), &err) < 0) {
         put_failure(&b, "import", &err);
         answer(&b);
         return 1;
@@ -412,66 +287,7 @@ static int verb_start(const struct skiff_config *cfg, const struct skiff_start_r
     return 0;
 }
 
-#ifndef SKIFF_HELPER_LEAN
-/* ---- the exit-time verbs (skiff-helper-full) ---- */
-
-struct sweep {
-    const struct skiff_config *cfg;
-    const struct skiff_start_request *q;
-    int failures;
-    skiff_err first;
-};
-
-static void sweep_one(const char *name, const char *image, void *arg)
-{
-    (void)image;
-    struct sweep *s = arg;
-    size_t n = strlen(name), m = strlen(s->q->sweep_suffix);
-    if (n <= m || strcmp(name + n - m, s->q->sweep_suffix))
-        return;
-    skiff_err e;
-    skiff_err_clear(&e);
-    if (skiff_named_remove(s->cfg, name, &e) < 0 && s->failures++ == 0)
-        s->first = e;
-}
-
-static int verb_sweep(const struct skiff_config *cfg, const struct skiff_start_request *q, skiff_err *err)
-{
-    if (!q->sweep_suffix || !q->sweep_suffix[0])
-        return skiff_error(err, 0, "sweep: no suffix");
-    struct sweep s = {.cfg = cfg, .q = q};
-    if (skiff_named_list(cfg, sweep_one, &s, err) < 0)
-        return err->code == ENOENT ? 0 : -1; /* no named container here at all */
-    if (s.failures) {
-        *err = s.first;
-        return -1;
-    }
-    return 0;
-}
-
-static int verb_release(const struct skiff_start_request *q, skiff_err *err)
-{
-    if (!q->importer || !q->importer[0])
-        return 0;
-    const char *argv[] = {q->importer, "release", NULL};
-    const char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
-    struct skiff_spawn_result r;
-    return skiff_spawn(argv, envp, -1, 60000, 0, &r, err);
-}
-
-static int verb_resolve(const struct skiff_config *cfg, const struct skiff_start_request *q, skiff_err *err)
-{
-    char path[SKIFF_PATH_MAX];
-    if (!q->image)
-        return skiff_error(err, 0, "no image given");
-    if (resolve_image(cfg, q, path, sizeof(path), err) < 0)
-        return -1;
-    printf("%s\n", path);
-    return fflush(stdout) == 0 ? 0 : skiff_error(err, errno, "write the path");
-}
-#endif
-
-int main(int argc, char **argv)
+int skiff_helper_main(int argc, char **argv, const struct skiff_helper_program *p)
 {
     /* its channels are there, or it was not started by the plugin */
     struct stat st;
@@ -505,16 +321,15 @@ int main(int argc, char **argv)
     const struct skiff_start_request *q = &req;
     size_t len = 0;
     char *data = skiff_read_fd_small(SKIFF_HELPER_REQ_FD, "request", SKIFF_REQUEST_MAX, &len, &err);
-#ifndef SKIFF_HELPER_LEAN
-    close(SKIFF_HELPER_REQ_FD); /* (the lean one hands it to skiff-helper-full resolve) */
-#endif
+    if (!p->keep_request)
+        close(SKIFF_HELPER_REQ_FD);
     /* (data lives as long as the process: the request points into it) */
     if (!data || skiff_start_request_decode(data, len, &config, &req, &err) < 0) {
         if (resolve) {
             fprintf(stderr, "%s", err.msg);
             return 1;
         }
-        return answer_status(-1, "config", &err);
+        return skiff_helper_answer(-1, "config", &err);
     }
     /* the reply and control pipes are not for the programs run from here */
     fcntl(SKIFF_HELPER_REP_FD, F_SETFD, FD_CLOEXEC);
@@ -525,35 +340,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s", err.msg);
             return 1;
         }
-        return answer_status(-1, start ? "import" : "save", &err);
+        return skiff_helper_answer(-1, start ? "import" : "save", &err);
     }
     if (start)
-        return verb_start(cfg, q);
-#ifdef SKIFF_HELPER_LEAN
-    skiff_error(&err, 0, "verb '%s' is skiff-helper-full's", verb);
-    return answer_status(-1, "config", &err);
-#else
-    if (resolve) {
-        if (verb_resolve(cfg, q, &err) == 0)
-            return 0;
-        fprintf(stderr, "%s", err.msg);
-        return 1;
-    }
-    int rc;
-    const char *phase = "save";
-    if (!strcmp(verb, "save")) {
-        rc = q->name && q->save ? skiff_container_export(cfg, q->name, q->save, &err)
-                                : skiff_error(&err, 0, "save: no container or path");
-    } else if (!strcmp(verb, "remove")) {
-        rc = q->name && skiff_named_exists(cfg, q->name) ? skiff_named_remove(cfg, q->name, &err) : 0;
-    } else if (!strcmp(verb, "sweep")) {
-        rc = verb_sweep(cfg, q, &err);
-    } else if (!strcmp(verb, "release")) {
-        rc = verb_release(q, &err);
-    } else {
-        phase = "config";
-        rc = skiff_error(&err, 0, "unknown verb '%s'", verb);
-    }
-    return answer_status(rc, phase, &err);
-#endif
+        return verb_start(p, cfg, q);
+    return p->verb(verb, cfg, q);
 }
