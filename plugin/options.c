@@ -63,6 +63,7 @@ enum {
     OPT_ENTRYPOINT_LOG,
     OPT_WRITABLE,
     OPT_ENV,
+    OPT_ENV_FILE,
     OPT_UNSHARE,
     NOPTS
 };
@@ -157,6 +158,13 @@ static const struct opt opts[NOPTS] = {
                  .check = check_env,
                  .empty = "empty entry (write NAME[,NAME...] or NAME=VALUE)",
                  .flags = NEEDS_CONTAINER},
+    [OPT_ENV_FILE] = {.flag = "container-env-file",
+                      .env = "ENV_FILE",
+                      .arginfo = "PATH",
+                      .usage = "[skiff] NAME=VALUE lines for the container's environment (enroot's --env-file)",
+                      .kind = STR,
+                      .field = FIELD(env_file),
+                      .flags = START_ONLY | NEEDS_CONTAINER},
     [OPT_UNSHARE] = {.flag = "container-unshare",
                      .env = "UNSHARE",
                      .arginfo = "net,ipc,uts",

@@ -40,6 +40,8 @@ struct skiff_start_request {
     const char *const *mounts;     /* pyxis-style "SRC:DST[:FLAGS]", NULL-terminated, or NULL */
     const char *const *env;        /* the user's: NAME=VALUE sets, a bare NAME keeps the caller's
                                       value over the image's (pyxis); see env.h */
+    const char *env_file;          /* NAME=VALUE lines for the container's environment, as enroot's
+                                      start --env-file (# comments, blank lines); read as the user */
     const char *workdir;           /* NULL: the image's WorkingDir, else "/" */
     bool writable;                 /* overlay over a tmpfs upper (implied by name) */
     bool remap_root;               /* map the user to uid/gid 0 in the container */
@@ -100,6 +102,7 @@ struct skiff_start_request {
     X(name, STR)                                                                                                       \
     X(mounts, LIST)                                                                                                    \
     X(env, LIST)                                                                                                       \
+    X(env_file, STR)                                                                                                   \
     X(workdir, STR)                                                                                                    \
     X(writable, BOOL)                                                                                                  \
     X(remap_root, BOOL)                                                                                                \

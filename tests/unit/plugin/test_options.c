@@ -142,6 +142,20 @@ Test(options, env_names_and_assignments)
     cr_assert_eq(skiff_opts_set(&o, "container-env", "A,", &err), -1);
 }
 
+Test(options, env_file_only_when_a_container_starts)
+{
+    cr_assert_eq(skiff_opts_set(&o, "container-env-file", "./run.env", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.req.env_file, "./run.env");
+    cr_assert_eq(skiff_opts_check(&o, &err), -1, "needs a container");
+    cr_assert(strstr(err.msg, "--container-env-file needs --container-image"), "%s", err.msg);
+    cr_assert_eq(skiff_opts_set(&o, "container-image", "/i.sqsh", &err), 0);
+    char list[128];
+    cr_assert_eq(skiff_opts_start_only(&o, list, sizeof(list)), 1);
+    cr_assert_str_eq(list, "--container-env-file");
+    cr_assert_eq(skiff_opts_set(&o, "container-env-file", "", &err), -1);
+    cr_assert(strstr(err.msg, "needs an argument"), "%s", err.msg);
+}
+
 Test(options, unshare)
 {
     cr_assert_eq(skiff_opts_set(&o, "container-unshare", "net,ipc,uts", &err), 0);

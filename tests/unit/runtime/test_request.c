@@ -31,6 +31,7 @@ Test(request, round_trip)
     in.name_mode = SKIFF_NAME_EXEC;
     in.mounts = mounts;
     in.env = env;
+    in.env_file = "./run.env";
     in.command = command;
     in.writable = true;
     in.use_entrypoint = false;
@@ -55,6 +56,7 @@ Test(request, round_trip)
     cr_assert_null(out.mounts[2]);
     cr_assert_str_eq(out.env[0], "KEEP");
     cr_assert_str_eq(out.env[1], "SET=x=y");
+    cr_assert_str_eq(out.env_file, "./run.env");
     cr_assert_str_eq(out.command[0], "python3");
     cr_assert_null(out.hook_env);
     cr_assert_null(out.workdir);
