@@ -1,0 +1,178 @@
+/* See hookconf.h. */
+#include "hookconf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hookutil.h"
+
+static const char *knob_list(const struct skiff_knob *knobs, char *buf, size_t n)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; knobs[i].key && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s", i ? ", " : "", knobs[i].key);
+    return buf;
+}
+
+static int set_knob(const struct skiff_knob *k, const char *v, const char *path, int line, skiff_err *err)
+{
+    switch (k->type) {
+    case SKIFF_KNOB_PATH:
+        if (v[0] != '/' || strlen(v) >= k->size)
+            return skiff_error(err, 0, "%s:%d: %s must be an absolute path, got '%.200s'", path, line, k->key, v);
+        snprintf(k->value, k->size, "%s", v);
+        return 0;
+    case SKIFF_KNOB_BOOL:
+        if (strcmp(v, "yes") && strcmp(v, "no"))
+            return skiff_error(err, 0, "%s:%d: %s is yes or no, got '%.200s'", path, line, k->key, v);
+        *(bool *)k->value = !strcmp(v, "yes");
+        return 0;
+    case SKIFF_KNOB_WORD:
+        if (!*v || strpbrk(v, " \t") || strlen(v) >= k->size || (k->check && !k->check(v)))
+            return skiff_error(err, 0, "%s:%d: %s is %s, got '%.200s'", path, line, k->key,
+                               k->expect ? k->expect : "one word", v);
+        snprintf(k->value, k->size, "%s", v);
+        return 0;
+    }
+    return skiff_error(err, 0, "%s:%d: %s: bad knob type", path, line, k->key);
+}
+
+int skiff_hook_conf_parse(const char *text, const char *path, const struct skiff_knob *knobs, skiff_err *err)
+{
+    int no = 0;
+    for (const char *p = text; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        no++;
+        cleanup_free char *line = strndup(p, len);
+        p += len + (nl ? 1 : 0);
+        if (!line)
+            return skiff_error(err, ENOMEM, "%s", path);
+        char *s = line + strspn(line, " \t");
+        s[strcspn(s, "\r#")] = '\0';
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq)
+            return skiff_error(err, 0, "%s:%d: expected 'key = value'", path, no);
+        char *k = s, *v = eq + 1, *e = eq;
+        while (e > k && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        *e = '\0';
+        v += strspn(v, " \t");
+        for (e = v + strlen(v); e > v && (e[-1] == ' ' || e[-1] == '\t');)
+            *--e = '\0';
+        const struct skiff_knob *kn = NULL;
+        for (size_t i = 0; knobs[i].key && !kn; i++)
+            if (!strcmp(knobs[i].key, k))
+                kn = &knobs[i];
+        if (!kn) {
+            char keys[512];
+            return skiff_error(err, 0, "%s:%d: unknown key '%.100s' (%s)", path, no, k,
+                               knob_list(knobs, keys, sizeof(keys)));
+        }
+        if (set_knob(kn, v, path, no, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int skiff_hook_conf_load(const char *self, const struct skiff_knob *knobs, skiff_err *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s.conf", self) >= (int)sizeof(path))
+        return skiff_error(err, ENAMETOOLONG, "hook path %.100s", self);
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : skiff_error(err, errno, "open %s", path);
+    cleanup_free char *text = skiff_hook_read_fd(fd, NULL, err);
+    if (!text)
+        return skiff_err_wrap(err, "%s", path);
+    return skiff_hook_conf_parse(text, path, knobs, err);
+}
+
+/* The line at p (up to '\n' or the end) and where the next starts. */
+static size_t line_at(const char *p, const char **next)
+{
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    *next = p + len + (nl ? 1 : 0);
+    if (len && p[len - 1] == '\r')
+        len--;
+    return len;
+}
+
+const char *skiff_envtext_get(const char *text, const char *name, char *buf, size_t n)
+{
+    size_t nl = strlen(name);
+    const char *found = NULL;
+    size_t flen = 0;
+    for (const char *p = text, *next; p && *p; p = next) {
+        size_t len = line_at(p, &next);
+        if (len > nl && !strncmp(p, name, nl) && p[nl] == '=') {
+            found = p + nl + 1;
+            flen = len - nl - 1;
+        }
+    }
+    if (!found || !n)
+        return NULL;
+    if (flen >= n)
+        flen = n - 1;
+    memcpy(buf, found, flen);
+    buf[flen] = '\0';
+    return buf;
+}
+
+int skiff_envtext_each(const char *text, const char *prefix, int (*cb)(void *ctx, const char *name, const char *value),
+                       void *ctx)
+{
+    size_t pl = strlen(prefix);
+    for (const char *p = text, *next; p && *p; p = next) {
+        size_t len = line_at(p, &next);
+        const char *eq = memchr(p, '=', len);
+        if (!eq || eq == p || (size_t)(eq - p) < pl || strncmp(p, prefix, pl))
+            continue;
+        cleanup_free char *name = strndup(p, (size_t)(eq - p));
+        cleanup_free char *value = strndup(eq + 1, len - (size_t)(eq + 1 - p));
+        if (!name || !value)
+            return -1;
+        if (cb(ctx, name, value) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+char *skiff_image_env_read(skiff_err *err)
+{
+    const char *root = getenv("SKIFF_ROOTFS");
+    if (!root || !*root) {
+        skiff_error(err, 0, "SKIFF_ROOTFS is not set (run hooks through the skiff runtime)");
+        return NULL;
+    }
+    /* O_NONBLOCK: the image's file could be a FIFO that nobody writes */
+    cleanup_close int fd = skiff_hook_open_in_root(root, "/.skiff/environment", O_RDONLY | O_NONBLOCK, err);
+    if (fd < 0) {
+        if (err->code != ENOENT)
+            return NULL;
+        skiff_err_clear(err);
+        char *empty = strdup("");
+        if (!empty)
+            skiff_error(err, ENOMEM, "image environment");
+        return empty;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        skiff_error(err, 0, "the image's /.skiff/environment is not a regular file");
+        return NULL;
+    }
+    char *text = skiff_hook_read_fd(fd, NULL, err);
+    if (!text)
+        skiff_err_wrap(err, "the image's environment (/.skiff/environment)");
+    return text;
+}
