@@ -621,11 +621,14 @@ struct reqs {
     size_t n;
     char name[32][64];
     char *value[32];
+    bool image[32]; /* the image's (else the job's) */
+    bool adding_image;
 };
 
 static int add_req(void *ctx, const char *name, const char *value)
 {
     struct reqs *r = ctx;
+    r->image[r->n] = r->adding_image;
     for (size_t i = 0; i < r->n; i++)
         if (!strcmp(r->name[i], name))
             return 0; /* the job's wins */
@@ -656,6 +659,7 @@ static int check_requirements(struct driver *d, const struct gpus *g, skiff_err 
         snprintf(name, sizeof(name), "%.*s", (int)(eq - *e), *e);
         rv = add_req(&r, name, eq + 1);
     }
+    r.adding_image = true;
     if (rv == 0 && skiff_envtext_each(image_text, "NVIDIA_REQUIRE_", add_req, &r) < 0)
         rv = skiff_error(err, ENOMEM, "NVIDIA_REQUIRE_*");
     for (size_t i = 0; i < r.n && rv == 0; i++) {
@@ -671,10 +675,9 @@ static int check_requirements(struct driver *d, const struct gpus *g, skiff_err 
                 if (g->n)
                     snprintf(gpu, sizeof(gpu), " on GPU %u", g->minor[k]);
                 rv = skiff_error(err, 0,
-                                 "the image requires %s='%.300s', which this node does not meet%s: %s; update the "
-                                 "node's driver, use an image built for an older CUDA, or set "
-                                 "NVIDIA_DISABLE_REQUIRE=1 to start anyway",
-                                 r.name[i], r.value[i], gpu, why);
+                                 "%s %s='%.300s' is not met%s: %s; a newer driver, or an image built for this "
+                                 "node, satisfies it (NVIDIA_DISABLE_REQUIRE=1 starts it anyway)",
+                                 r.image[i] ? "the image's" : "the job's", r.name[i], r.value[i], gpu, why);
             }
         } while (rv == 0 && ++k < g->n);
     }
@@ -691,24 +694,35 @@ static void report_host(const struct conf *c, struct driver *d)
     const char *ver = fact(&f, "driver"), *cuda = fact(&f, "cuda");
     char list[2048] = "", dir[PATH_MAX + 8];
     size_t o = 0, n = 0;
+    struct gpu_seen {
+        unsigned minor;
+        char uuid[SKIFF_GPU_UUID_MAX], bus[64];
+    } seen[SKIFF_GPU_MAX];
     snprintf(dir, sizeof(dir), "%s/gpus", c->proc);
     DIR *dd = opendir(dir);
     struct dirent *e;
-    while (dd && (e = readdir(dd))) {
-        char path[PATH_MAX + 300], text[4096], uuid[SKIFF_GPU_UUID_MAX];
-        unsigned m;
+    while (dd && (e = readdir(dd)) && n < SKIFF_GPU_MAX) {
+        char path[PATH_MAX + 300], text[4096];
         skiff_err ignore;
         snprintf(path, sizeof(path), "%s/%s/information", dir, e->d_name);
-        if (e->d_name[0] == '.' || read_small(path, text, sizeof(text), &ignore) < 0 ||
-            skiff_nv_parse_information(text, uuid, sizeof(uuid), &m, &ignore) < 0)
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof(seen[n].bus) ||
+            read_small(path, text, sizeof(text), &ignore) < 0 ||
+            skiff_nv_parse_information(text, seen[n].uuid, sizeof(seen[n].uuid), &seen[n].minor, &ignore) < 0)
             continue;
+        snprintf(seen[n].bus, sizeof(seen[n].bus), "%s", e->d_name);
         n++;
-        if (o < sizeof(list))
-            o += (size_t)snprintf(list + o, sizeof(list) - o, "%s/dev/nvidia%u %s (%s)", o ? ", " : "", m, uuid,
-                                  e->d_name);
     }
     if (dd)
         closedir(dd);
+    for (size_t i = 1; i < n; i++) /* by minor: the order CUDA numbers them */
+        for (size_t k = i; k > 0 && seen[k - 1].minor > seen[k].minor; k--) {
+            struct gpu_seen t = seen[k];
+            seen[k] = seen[k - 1];
+            seen[k - 1] = t;
+        }
+    for (size_t i = 0; i < n && o < sizeof(list); i++)
+        o += (size_t)snprintf(list + o, sizeof(list) - o, "%s/dev/nvidia%u %s (%s)", o ? ", " : "", seen[i].minor,
+                              seen[i].uuid, seen[i].bus);
     skiff_hook_report("host", "NVIDIA driver %s (CUDA %s), %zu GPU%s%s%s", *ver ? ver : "of unknown version",
                       *cuda ? cuda : "unknown", n, n == 1 ? "" : "s", n ? ": " : "", list);
     char gdr[PATH_MAX + 64];

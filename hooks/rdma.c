@@ -424,20 +424,25 @@ static int run(const char *self, skiff_err *err)
         ho += (size_t)snprintf(hostlist + ho, sizeof(hostlist) - ho, "%s%s", i ? ", " : "", dev[i].name);
     for (size_t i = 0; i < ncxi && ho < sizeof(hostlist); i++)
         ho += (size_t)snprintf(hostlist + ho, sizeof(hostlist) - ho, "%s%s", ho ? ", " : "", cxi[i]);
-    if (!nvis && !ncxi_vis && nodes > 1 && first)
+    if (!nvis && !ncxi_vis && nodes > 1 && first) {
+        char why[128];
+        if (!strcmp(set.from, "default"))
+            snprintf(why, sizeof(why), "the admin's default_visible = %.40s", c.default_visible);
+        else
+            snprintf(why, sizeof(why), "%s=%.40s", set.from, set.kind == SKIFF_RDMA_VOID ? "none" : "a list");
         fprintf(stderr,
-                "this %lu-node step's container has no RDMA device although %s has %zu (%s): %s is %s; NCCL and "
-                "MPI will use TCP sockets (set MELLANOX_VISIBLE_DEVICES=all to use the fabric)\n",
-                nodes, node, n + ncxi, hostlist, set.from,
-                set.kind == SKIFF_RDMA_VOID ? "none" : "a list of devices without a verbs node");
+                "this %lu-node step's container has no RDMA device although %s has %zu (%.200s): %s; NCCL and MPI "
+                "will use TCP sockets\n",
+                nodes, node, n + ncxi, hostlist, why);
+    }
     char ml[64];
     bool limited;
     memlock(ml, sizeof(ml), &limited);
     if ((nvis || ncxi_vis) && c.check_memlock && limited && first)
         fprintf(stderr,
-                "RLIMIT_MEMLOCK is %s for this step's tasks: RDMA registers (locks) its buffers and fails beyond "
-                "it; give slurmd an unlimited memlock limit (LimitMEMLOCK=infinity) and set "
-                "PropagateResourceLimitsExcept=MEMLOCK, or raise it in the job (ulimit -l unlimited)\n",
+                "RLIMIT_MEMLOCK is %s for this step's tasks: RDMA memory registration fails beyond it (unlimited "
+                "is needed: slurmd's LimitMEMLOCK=infinity with PropagateResourceLimitsExcept=MEMLOCK, or ulimit -l "
+                "unlimited before srun)\n",
                 ml);
     if (report) {
         for (size_t i = 0; i < n; i++) {
