@@ -144,24 +144,13 @@ static int read_conf(const char *self, struct conf *c, skiff_err *err)
     };
     if (skiff_hook_conf_load(self, knobs, err) < 0)
         return -1;
-    size_t n = strlen(c->driver_root);
-    while (n > 1 && c->driver_root[n - 1] == '/')
-        c->driver_root[--n] = '\0';
-    if (!c->ldcache[0])
-        snprintf(c->ldcache, sizeof(c->ldcache), "%s/etc/ld.so.cache", n > 1 ? c->driver_root : "");
+    skiff_hook_driver_root(c->driver_root, c->ldcache, sizeof(c->ldcache));
     return 0;
 }
 
 /* ---- what the hook reads: the job's and the image's variables ---- */
 
 static char *image_text; /* the image's environment file ("" when ignored) */
-
-static const char *image_get(void *ctx, const char *name)
-{
-    static char buf[8192];
-    (void)ctx;
-    return skiff_envtext_get(image_text, name, buf, sizeof(buf));
-}
 
 /* The job's value of name, else the image's. */
 static const char *job_or_image(const char *name, const char **from)
@@ -172,26 +161,14 @@ static const char *job_or_image(const char *name, const char **from)
         return v;
     }
     *from = "image";
-    return image_get(NULL, name);
+    return skiff_envtext_getter(image_text, name);
 }
 
 /* ---- devices ---- */
 
-/* DEV/name, which must be a character device, at /dev/name. */
 static int bind_dev(const struct conf *c, const char *name, bool required, skiff_err *err)
 {
-    char src[PATH_MAX + 64], dst[160];
-    snprintf(src, sizeof(src), "%s/%s", c->dev_root, name);
-    snprintf(dst, sizeof(dst), "/dev/%s", name);
-    struct stat st;
-    if (stat(src, &st) < 0) {
-        if (errno == ENOENT && !required)
-            return 0;
-        return skiff_error(err, errno, "device %s", src);
-    }
-    if (!S_ISCHR(st.st_mode))
-        return skiff_error(err, 0, "%s is not a character device", src);
-    return skiff_hook_mount(src, dst, "none", "rw,bind,x-create=file", err);
+    return skiff_hook_bind_dev(c->dev_root, name, required, err) < 0 ? -1 : 0;
 }
 
 static bool numbered(const char *name, const char *prefix)
@@ -752,7 +729,7 @@ static int run(const char *self, skiff_err *err)
         return c.image_env ? -1 : skiff_error(err, ENOMEM, "image environment");
     image_text = text;
     struct skiff_gpu_set set;
-    if (skiff_gpu_select(skiff_ddp_getenv_process, NULL, image_get, NULL, &set, err) < 0)
+    if (skiff_gpu_select(skiff_ddp_getenv_process, NULL, skiff_envtext_getter, image_text, &set, err) < 0)
         return -1;
     if (set.kind == SKIFF_GPU_NONE && !skiff_hook_reporting())
         return 0;
@@ -821,15 +798,5 @@ static int run(const char *self, skiff_err *err)
 
 int main(int argc, char **argv)
 {
-    (void)argc;
-    skiff_err err = {0};
-    if (!argv[0] || argv[0][0] != '/') {
-        fprintf(stderr, "skiff hook gpu: run by the skiff runtime, which gives the hook's absolute path\n");
-        return 1;
-    }
-    if (run(argv[0], &err) < 0) {
-        fprintf(stderr, "skiff hook gpu: %s\n", err.msg);
-        return 1;
-    }
-    return 0;
+    return skiff_hook_main(argc, argv, WHO, run);
 }

@@ -107,11 +107,7 @@ static int read_conf(const char *self, struct conf *c, skiff_err *err)
     };
     if (skiff_hook_conf_load(self, knobs, err) < 0)
         return -1;
-    size_t n = strlen(c->driver_root);
-    while (n > 1 && c->driver_root[n - 1] == '/')
-        c->driver_root[--n] = '\0';
-    if (!c->ldcache[0])
-        snprintf(c->ldcache, sizeof(c->ldcache), "%s/etc/ld.so.cache", n > 1 ? c->driver_root : "");
+    skiff_hook_driver_root(c->driver_root, c->ldcache, sizeof(c->ldcache));
     if (!c->provider_dir[0]) {
         struct utsname u;
         uname(&u);
@@ -120,31 +116,10 @@ static int read_conf(const char *self, struct conf *c, skiff_err *err)
     return 0;
 }
 
-static char *image_text;
-
-static const char *image_get(void *ctx, const char *name)
-{
-    static char buf[1024];
-    (void)ctx;
-    return image_text ? skiff_envtext_get(image_text, name, buf, sizeof(buf)) : NULL;
-}
-
-/* DEV/name, a character device, at /dev/name; missing: an error only when
- * required. Returns 1 when bound, 0 when missing. */
+/* DEV/name at /dev/name (skiff_hook_bind_dev): 1 bound, 0 missing. */
 static int bind_dev(const struct conf *c, const char *name, bool required, skiff_err *err)
 {
-    char src[PATH_MAX + 64], dst[160];
-    snprintf(src, sizeof(src), "%s/%s", c->dev_root, name);
-    snprintf(dst, sizeof(dst), "/dev/%s", name);
-    struct stat st;
-    if (stat(src, &st) < 0) {
-        if (errno == ENOENT && !required)
-            return 0;
-        return skiff_error(err, errno, "device %s", src);
-    }
-    if (!S_ISCHR(st.st_mode))
-        return skiff_error(err, 0, "%s is not a character device", src);
-    return skiff_hook_mount(src, dst, "none", "rw,bind,x-create=file", err) < 0 ? -1 : 1;
+    return skiff_hook_bind_dev(c->dev_root, name, required, err);
 }
 
 /* Slingshot: the entries of SYS/class/cxi (cxi0, ...). */
@@ -361,9 +336,8 @@ static int run(const char *self, skiff_err *err)
     cleanup_free char *text = c.image_env ? skiff_image_env_read(err) : NULL;
     if (c.image_env && !text)
         return -1;
-    image_text = text;
     struct skiff_rdma_set set;
-    if (skiff_rdma_select(skiff_ddp_getenv_process, NULL, image_get, NULL, c.default_visible, &set, err) < 0)
+    if (skiff_rdma_select(skiff_ddp_getenv_process, NULL, skiff_envtext_getter, text, c.default_visible, &set, err) < 0)
         return -1;
     bool vis[SKIFF_RDMA_MAX] = {0};
     if (set.kind == SKIFF_RDMA_ALL)
@@ -503,15 +477,5 @@ static int run(const char *self, skiff_err *err)
 
 int main(int argc, char **argv)
 {
-    (void)argc;
-    skiff_err err = {0};
-    if (!argv[0] || argv[0][0] != '/') {
-        fprintf(stderr, "skiff hook rdma: run by the skiff runtime, which gives the hook's absolute path\n");
-        return 1;
-    }
-    if (run(argv[0], &err) < 0) {
-        fprintf(stderr, "skiff hook rdma: %s\n", err.msg);
-        return 1;
-    }
-    return 0;
+    return skiff_hook_main(argc, argv, WHO, run);
 }

@@ -70,3 +70,27 @@ t_private_mount_ns() {
     t_done
   fi
 }
+
+# t_hook_run T USER HOOK [VAR=VALUE...]: runs HOOK (an absolute path) as the
+# runtime does (argv = its path, env -i with the ABI variables and VAR=VALUE,
+# as USER) against a fresh scratch container: T/root (with $IMAGE_ENV, K=V
+# lines, as the image's environment, /.skiff/environment), T/state, and the
+# files T/env and T/fstab it writes its lines to.
+t_hook_run() {
+  local t=$1 user=$2 hook=$3; shift 3
+  rm -rf "$t/root" "$t/state" "$t/env" "$t/fstab"
+  mkdir -p "$t/root/etc" "$t/state"; : >"$t/env"; : >"$t/fstab"
+  if [ -n "${IMAGE_ENV:-}" ]; then mkdir "$t/root/.skiff"; printf '%s\n' "$IMAGE_ENV" >"$t/root/.skiff/environment"; fi
+  chown -R "$user:" "$t/root" "$t/state" "$t/env" "$t/fstab"
+  runuser -u "$user" -- env -i PATH=/usr/bin:/bin SKIFF_ROOTFS="$t/root" SKIFF_STATE_DIR="$t/state" \
+    SKIFF_ENV_FILE="$t/env" SKIFF_MOUNTS_FILE="$t/fstab" SKIFF_UID="$(id -u "$user")" "$@" "$hook"
+}
+
+# t_wait_job ID: waits (up to 2 minutes) until Slurm job ID has left the queue.
+t_wait_job() {
+  for _ in $(seq 600); do
+    [ -z "$(squeue -h -j "$1" 2>/dev/null)" ] && return 0
+    sleep 0.2
+  done
+  return 1
+}

@@ -148,6 +148,21 @@ int skiff_envtext_each(const char *text, const char *prefix, int (*cb)(void *ctx
     return 0;
 }
 
+const char *skiff_envtext_getter(void *ctx, const char *name)
+{
+    static char buf[8192];
+    return ctx ? skiff_envtext_get(ctx, name, buf, sizeof(buf)) : NULL;
+}
+
+void skiff_hook_driver_root(char *driver_root, char *ldcache, size_t ldcache_size)
+{
+    size_t n = strlen(driver_root);
+    while (n > 1 && driver_root[n - 1] == '/')
+        driver_root[--n] = '\0';
+    if (!ldcache[0])
+        snprintf(ldcache, ldcache_size, "%s/etc/ld.so.cache", n > 1 ? driver_root : "");
+}
+
 char *skiff_image_env_read(skiff_err *err)
 {
     const char *root = getenv("SKIFF_ROOTFS");

@@ -49,6 +49,14 @@ const char *skiff_envtext_get(const char *text, const char *name, char *buf, siz
 int skiff_envtext_each(const char *text, const char *prefix, int (*cb)(void *ctx, const char *name, const char *value),
                        void *ctx);
 
+/* A getter (ddp_env.h's shape) over an image environment file's text
+ * (ctx): the value of name, valid until the next call, at most 8 KiB. */
+const char *skiff_envtext_getter(void *ctx, const char *name);
+
+/* A driver root knob as the hooks use it: trailing slashes dropped ("/"
+ * stays); an empty ldcache becomes DRIVER_ROOT/etc/ld.so.cache. */
+void skiff_hook_driver_root(char *driver_root, char *ldcache, size_t ldcache_size);
+
 /* Reads the image's environment file (SKIFF_ROOTFS/.skiff/environment,
  * resolved inside the root) into a malloc'ed string; an image without one
  * gets "" (not an error). NULL + err when SKIFF_ROOTFS is unset or the file

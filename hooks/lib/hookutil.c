@@ -47,6 +47,37 @@ int skiff_hook_setenv(const char *name, const char *value, skiff_err *err)
     return append_line("SKIFF_ENV_FILE", line, err);
 }
 
+int skiff_hook_bind_dev(const char *dev_root, const char *name, bool required, skiff_err *err)
+{
+    char src[4096 + 64], dst[160];
+    if (snprintf(src, sizeof(src), "%s/%s", dev_root, name) >= (int)sizeof(src) ||
+        snprintf(dst, sizeof(dst), "/dev/%s", name) >= (int)sizeof(dst))
+        return skiff_error(err, ENAMETOOLONG, "device %.100s", name);
+    struct stat st;
+    if (stat(src, &st) < 0) {
+        if (errno == ENOENT && !required)
+            return 0;
+        return skiff_error(err, errno, "device %s", src);
+    }
+    if (!S_ISCHR(st.st_mode))
+        return skiff_error(err, 0, "%s is not a character device", src);
+    return skiff_hook_mount(src, dst, "none", "rw,bind,x-create=file", err) < 0 ? -1 : 1;
+}
+
+int skiff_hook_main(int argc, char **argv, const char *name, int (*run)(const char *self, skiff_err *err))
+{
+    skiff_err err = {0};
+    if (argc < 1 || !argv[0] || argv[0][0] != '/') {
+        fprintf(stderr, "skiff hook %s: run by the skiff runtime, which gives the hook's absolute path\n", name);
+        return 1;
+    }
+    if (run(argv[0], &err) < 0) {
+        fprintf(stderr, "skiff hook %s: %s\n", name, err.msg);
+        return 1;
+    }
+    return 0;
+}
+
 bool skiff_hook_reporting(void)
 {
     const char *path = getenv("SKIFF_REPORT_FILE");

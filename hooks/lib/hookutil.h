@@ -20,6 +20,16 @@ int skiff_hook_setenv(const char *name, const char *value, skiff_err *err);
  * '#' (a comment there). */
 int skiff_hook_mount(const char *src, const char *dst, const char *type, const char *opts, skiff_err *err);
 
+/* DEV_ROOT/name, which must be a character device, bound at /dev/name with
+ * the host's owner and mode (doc/bundled-hooks.md). Returns 1 when bound, 0
+ * when it is missing and not required, -1 + err otherwise. */
+int skiff_hook_bind_dev(const char *dev_root, const char *name, bool required, skiff_err *err);
+
+/* The main() of a bundled hook: argv[0] must be the hook's absolute path
+ * (the runtime gives it; NAME.conf is found beside it); run's failure is
+ * printed as "skiff hook NAME: MESSAGE" and exits 1. */
+int skiff_hook_main(int argc, char **argv, const char *name, int (*run)(const char *self, skiff_err *err));
+
 /* `skiff doctor --fabric` runs the hooks with SKIFF_REPORT_FILE set: a
  * bundled hook then also says what it found on the host and why it decided
  * what it did, one line each, "KIND: TEXT" (KIND host, container or hint),

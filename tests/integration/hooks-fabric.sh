@@ -54,20 +54,12 @@ hooks "$T/hooks-bad" "mount_drivers = yes"
 chmod -R a+rX "$T"
 
 # --- 1. the rdma hook alone --------------------------------------------------------------------
-# IMAGE_ENV="K=V..." (one a line): the image's environment (/.skiff/environment)
-setup() {
-  rm -rf "$T/root" "$T/state" "$T/env" "$T/fstab"
-  mkdir -p "$T/root/etc" "$T/state"; : >"$T/env"; : >"$T/fstab"
-  if [ -n "${IMAGE_ENV:-}" ]; then mkdir "$T/root/.skiff"; printf '%s\n' "$IMAGE_ENV" >"$T/root/.skiff/environment"; fi
-  chown -R "$USR:" "$T/root" "$T/state" "$T/env" "$T/fstab"
-}
-# rdma DIR [VAR=VALUE...]: runs DIR/45-rdma as the runtime does; its stderr in $T/err
+# rdma DIR [VAR=VALUE...]: runs DIR/45-rdma as the runtime does (IMAGE_ENV:
+# the image's environment); its stderr in $T/err
 UNLIMITED=SLURM_RLIMIT_MEMLOCK=18446744073709551615
 rdma() {
   local dir=$1; shift
-  setup
-  runuser -u "$USR" -- env -i PATH=/usr/bin:/bin SKIFF_ROOTFS="$T/root" SKIFF_STATE_DIR="$T/state" \
-    SKIFF_ENV_FILE="$T/env" SKIFF_MOUNTS_FILE="$T/fstab" SKIFF_UID="$(id -u "$USR")" "$@" "$dir/45-rdma" 2>"$T/err"
+  t_hook_run "$T" "$USR" "$dir/45-rdma" "$@" 2>"$T/err"
 }
 # rdma_err: rdma with its stderr on stdout (for t_fails_with)
 rdma_err() {
@@ -316,12 +308,7 @@ chmod 755 "$T/work"/*fabric*
 sbatch_wait() { # sbatch_wait OUT ARGS...: submits as the test user and waits for the job
   local out=$1 id; shift
   id=$(as_user sbatch --parsable -o "$out" "$@" 2>"$T/sbatch.err") || return 1
-  id=${id%%;*}
-  for _ in $(seq 600); do
-    [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && return 0
-    sleep 0.2
-  done
-  return 1
+  t_wait_job "${id%%;*}"
 }
 sbatch_wait "$T/work/mlperf.out" --export=ALL,CONT="$IMG",FABRIC_SYS="$F/sys" "$T/work/mlperf_fabric.sub"
 out=$(cat "$T/work/mlperf.out" "$T/sbatch.err" 2>&1)

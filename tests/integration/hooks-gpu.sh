@@ -42,19 +42,11 @@ printf '# a driver with a library missing\ndev_root = %s\ndriver_root = %s\n' "$
 chmod -R a+rX "$T"
 
 # --- 1. the hook alone ----------------------------------------------------------------------
-# IMAGE_ENV="K=V..." (one a line): the image's environment (/.skiff/environment)
-setup() {
-  rm -rf "$T/root" "$T/state" "$T/env" "$T/fstab"
-  mkdir -p "$T/root/etc" "$T/state"; : >"$T/env"; : >"$T/fstab"
-  if [ -n "${IMAGE_ENV:-}" ]; then mkdir "$T/root/.skiff"; printf '%s\n' "$IMAGE_ENV" >"$T/root/.skiff/environment"; fi
-  chown -R "$USR:" "$T/root" "$T/state" "$T/env" "$T/fstab"
-}
-# gpu DIR [VAR=VALUE...]: runs DIR/40-gpu as the runtime does
+# gpu DIR [VAR=VALUE...]: runs DIR/40-gpu as the runtime does (IMAGE_ENV: the
+# image's environment)
 gpu() {
   local dir=$1; shift
-  setup
-  runuser -u "$USR" -- env -i PATH=/usr/bin:/bin SKIFF_ROOTFS="$T/root" SKIFF_STATE_DIR="$T/state" \
-    SKIFF_ENV_FILE="$T/env" SKIFF_MOUNTS_FILE="$T/fstab" SKIFF_UID="$(id -u "$USR")" "$@" "$dir/40-gpu"
+  t_hook_run "$T" "$USR" "$dir/40-gpu" "$@"
 }
 # the mount targets the hook wrote, sorted, on one line
 targets() { awk '{print $2}' "$T/fstab" | sort | tr '\n' ' '; }

@@ -62,12 +62,7 @@ mpi_srun() { as_user srun -Q --kill-on-bad-exit=1 "$@"; }
 sbatch_wait() {
   local id
   id=$(as_user sbatch --parsable "$@" 2>"$T/sbatch.err") || return 1
-  id=${id%%;*}
-  for _ in $(seq 600); do
-    [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && return 0
-    sleep 0.2
-  done
-  return 1
+  t_wait_job "${id%%;*}"
 }
 
 # --- PMIx without containers: every node makes its own client directory --------------------------

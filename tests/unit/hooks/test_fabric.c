@@ -16,6 +16,7 @@
 #include "hookconf.h"
 #include "nvidia.h"
 #include "rdma.h"
+#include "tenv.h"
 
 /* ---- NAME.conf ---- */
 
@@ -231,17 +232,6 @@ Test(nvidia, mig_path_and_brands)
 }
 
 /* ---- RDMA ---- */
-
-static const char *tget(void *ctx, const char *name)
-{
-    const char *const *env = ctx;
-    size_t n = strlen(name);
-    for (size_t i = 0; env && env[i]; i++)
-        if (!strncmp(env[i], name, n) && env[i][n] == '=')
-            return env[i] + n + 1;
-    return NULL;
-}
-#define CTX(p) ((void *)(uintptr_t)(p))
 
 Test(rdma, visible_devices)
 {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "hookutil.h"
+#include "tenv.h"
 
 Test(gpu, parse_table)
 {
@@ -51,17 +52,6 @@ Test(gpu, parse_table)
         cr_expect(err.msg[0]);
     }
 }
-
-static const char *tget(void *ctx, const char *name)
-{
-    const char *const *env = ctx;
-    size_t n = strlen(name);
-    for (size_t i = 0; env[i]; i++)
-        if (!strncmp(env[i], name, n) && env[i][n] == '=')
-            return env[i] + n + 1;
-    return NULL;
-}
-#define CTX(p) ((void *)(uintptr_t)(p))
 
 Test(gpu, uuids_kept_as_given)
 {
