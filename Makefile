@@ -60,6 +60,7 @@ INTEGRATION_TESTS := # scripts under tests/integration, run as root
 BENCHES :=       # benchmark scripts, each prints a table
 FUZZERS :=       # libFuzzer targets
 TEST_DATA :=     # inputs `make test` fetches before the tests (e.g. GPT-2's vocabulary)
+TEST_PROGRAMS := # programs only the integration tests run (tests/build.mk)
 SHARE_FILES :=   # data files installed to $(DATADIR)/skiff
 MAN1 :=
 MAN8 :=
@@ -99,7 +100,7 @@ unit-test: $(UNIT_TESTS)
 
 # Everything CI runs: packages, build, unit tests, integration tests.
 test: deps
-	$(MAKE) all $(UNIT_TESTS) $(TEST_DATA)
+	$(MAKE) all $(UNIT_TESTS) $(TEST_DATA) $(TEST_PROGRAMS)
 	tests/run-all --unit $(UNIT_TESTS) --integration $(INTEGRATION_TESTS)
 
 bench: deps all
