@@ -895,7 +895,7 @@ int skiff_remote_task_init(spank_t sp)
         return -1;
     }
     if (apply_gpu_env(sp, &err) < 0) {
-        slurm_error("skiff: env: %s", err.msg);
+        skiff_log_error("skiff: env: %s", err.msg);
         return -1;
     }
     double t1 = skiff_now_ms();
