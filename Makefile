@@ -85,6 +85,14 @@ $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(PIC_CFLAGS) -MMD -MP -c $< -o $@
 
+# A program the integration tests copy into a container image: static (the
+# image has no libc), the warnings of everything else, no hardening flags
+# that a static link would refuse.
+define test_static_program =
+@mkdir -p $(@D)
+$(CC) -std=gnu11 -O2 $(WARN) -static -o $@ $<
+endef
+
 -include $(shell find $(BUILD) -path $(BUILD)/bench-cache -prune -o -name '*.d' -type f -print 2>/dev/null)
 
 deps:

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdio.h"
+#include "fsutil.h"
 #include "hookutil.h"
 
 static const char *knob_list(const struct skiff_knob *knobs, char *buf, size_t n)
@@ -88,12 +90,13 @@ int skiff_hook_conf_load(const char *self, const struct skiff_knob *knobs, skiff
     char path[4096];
     if (snprintf(path, sizeof(path), "%s.conf", self) >= (int)sizeof(path))
         return skiff_error(err, ENAMETOOLONG, "hook path %.100s", self);
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? 0 : skiff_error(err, errno, "open %s", path);
-    cleanup_free char *text = skiff_hook_read_fd(fd, NULL, err);
-    if (!text)
-        return skiff_err_wrap(err, "%s", path);
+    cleanup_free char *text = skiff_read_file(path, 0, 16u << 20, NULL, err);
+    if (!text) {
+        if (err->code != ENOENT)
+            return -1;
+        skiff_err_clear(err);
+        return 0;
+    }
     return skiff_hook_conf_parse(text, path, knobs, err);
 }
 
@@ -181,12 +184,7 @@ char *skiff_image_env_read(skiff_err *err)
             skiff_error(err, ENOMEM, "image environment");
         return empty;
     }
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        skiff_error(err, 0, "the image's /.skiff/environment is not a regular file");
-        return NULL;
-    }
-    char *text = skiff_hook_read_fd(fd, NULL, err);
+    char *text = skiff_read_fd_small(fd, "/.skiff/environment", 16u << 20, NULL, err);
     if (!text)
         skiff_err_wrap(err, "the image's environment (/.skiff/environment)");
     return text;

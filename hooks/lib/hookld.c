@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fsutil.h"
 #include "hookutil.h"
 
 int skiff_hook_resolve_in(const char *root, const char *path, char *out, size_t n, skiff_err *err)
@@ -54,12 +55,9 @@ static int read_libs(struct lib *v, size_t *n, skiff_err *err)
     const char *path = getenv("SKIFF_MOUNTS_FILE");
     if (!path || !*path)
         return skiff_error(err, 0, "SKIFF_MOUNTS_FILE is not set (run hooks through the skiff runtime)");
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return skiff_error(err, errno, "open %s", path);
-    cleanup_free char *text = skiff_hook_read_fd(fd, NULL, err);
+    cleanup_free char *text = skiff_read_file(path, 0, 16u << 20, NULL, err);
     if (!text)
-        return skiff_err_wrap(err, "%s", path);
+        return -1;
     *n = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         char src[PATH_MAX], dst[PATH_MAX], type[16], opts[256];

@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "fdio.h"
+#include "fsutil.h"
 #include "hookrun.h"
 #include "strv.h"
 

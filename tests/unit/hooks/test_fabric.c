@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fdio.h"
+#include "fsutil.h"
 #include "hookconf.h"
 #include "nvidia.h"
 #include "rdma.h"
