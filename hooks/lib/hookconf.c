@@ -1,14 +1,15 @@
 /* See hookconf.h. */
 #include "hookconf.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "conf.h"
 #include "fdio.h"
 #include "fsutil.h"
 #include "hookutil.h"
@@ -22,82 +23,61 @@ static const char *knob_list(const struct skiff_knob *knobs, char *buf, size_t n
     return buf;
 }
 
-static int set_knob(const struct skiff_knob *k, const char *v, const char *path, int line, skiff_err *err)
+struct knob_table {
+    const struct skiff_knob *knobs;
+};
+
+/* One "key = value" pair into its knob; the reader (common/conf.h) adds
+ * "PATH:LINE: " to an error. */
+static int set_knob(void *ctx, const char *key, const char *v, skiff_err *err)
 {
+    const struct skiff_knob *knobs = ((struct knob_table *)ctx)->knobs, *k = NULL;
+    for (size_t i = 0; knobs[i].key && !k; i++)
+        if (!strcmp(knobs[i].key, key))
+            k = &knobs[i];
+    if (!k) {
+        char keys[512];
+        return skiff_error(err, 0, "unknown key '%.100s' (%s)", key, knob_list(knobs, keys, sizeof(keys)));
+    }
     switch (k->type) {
     case SKIFF_KNOB_PATH:
         if (v[0] != '/' || strlen(v) >= k->size)
-            return skiff_error(err, 0, "%s:%d: %s must be an absolute path, got '%.200s'", path, line, k->key, v);
+            return skiff_error(err, 0, "%s must be an absolute path, got '%.200s'", k->key, v);
         snprintf(k->value, k->size, "%s", v);
         return 0;
-    case SKIFF_KNOB_BOOL:
-        if (strcmp(v, "yes") && strcmp(v, "no"))
-            return skiff_error(err, 0, "%s:%d: %s is yes or no, got '%.200s'", path, line, k->key, v);
-        *(bool *)k->value = !strcmp(v, "yes");
+    case SKIFF_KNOB_BOOL: {
+        int b = skiff_parse_bool(v);
+        if (b < 0)
+            return skiff_error(err, 0, "%s is yes or no, got '%.200s'", k->key, v);
+        *(bool *)k->value = b;
         return 0;
-    case SKIFF_KNOB_WORD:
-        if (!*v || strpbrk(v, " \t") || strlen(v) >= k->size || (k->check && !k->check(v)))
-            return skiff_error(err, 0, "%s:%d: %s is %s, got '%.200s'", path, line, k->key,
-                               k->expect ? k->expect : "one word", v);
+    }
+    case SKIFF_KNOB_WORD: {
+        bool blank = false;
+        for (const char *c = v; *c && !blank; c++)
+            blank = isspace((unsigned char)*c);
+        if (!*v || blank || strlen(v) >= k->size || (k->check && !k->check(v)))
+            return skiff_error(err, 0, "%s is %s, got '%.200s'", k->key, k->expect ? k->expect : "one word", v);
         snprintf(k->value, k->size, "%s", v);
         return 0;
     }
-    return skiff_error(err, 0, "%s:%d: %s: bad knob type", path, line, k->key);
+    }
+    return skiff_error(err, 0, "%s: bad knob type", k->key);
 }
 
 int skiff_hook_conf_parse(const char *text, const char *path, const struct skiff_knob *knobs, skiff_err *err)
 {
-    int no = 0;
-    for (const char *p = text; p && *p;) {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        no++;
-        cleanup_free char *line = strndup(p, len);
-        p += len + (nl ? 1 : 0);
-        if (!line)
-            return skiff_error(err, ENOMEM, "%s", path);
-        char *s = line + strspn(line, " \t");
-        s[strcspn(s, "\r#")] = '\0';
-        if (!*s)
-            continue;
-        char *eq = strchr(s, '=');
-        if (!eq)
-            return skiff_error(err, 0, "%s:%d: expected 'key = value'", path, no);
-        char *k = s, *v = eq + 1, *e = eq;
-        while (e > k && (e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-        *e = '\0';
-        v += strspn(v, " \t");
-        for (e = v + strlen(v); e > v && (e[-1] == ' ' || e[-1] == '\t');)
-            *--e = '\0';
-        const struct skiff_knob *kn = NULL;
-        for (size_t i = 0; knobs[i].key && !kn; i++)
-            if (!strcmp(knobs[i].key, k))
-                kn = &knobs[i];
-        if (!kn) {
-            char keys[512];
-            return skiff_error(err, 0, "%s:%d: unknown key '%.100s' (%s)", path, no, k,
-                               knob_list(knobs, keys, sizeof(keys)));
-        }
-        if (set_knob(kn, v, path, no, err) < 0)
-            return -1;
-    }
-    return 0;
+    struct knob_table t = {knobs};
+    return skiff_conf_parse(text ? text : "", path, set_knob, &t, err);
 }
 
 int skiff_hook_conf_load(const char *self, const struct skiff_knob *knobs, skiff_err *err)
 {
     char path[4096];
-    if (snprintf(path, sizeof(path), "%s.conf", self) >= (int)sizeof(path))
-        return skiff_error(err, ENAMETOOLONG, "hook path %.100s", self);
-    cleanup_free char *text = skiff_read_file(path, 0, 16u << 20, NULL, err);
-    if (!text) {
-        if (err->code != ENOENT)
-            return -1;
-        skiff_err_clear(err);
-        return 0;
-    }
-    return skiff_hook_conf_parse(text, path, knobs, err);
+    if (skiff_fmt_path(path, sizeof(path), err, "%s.conf", self) < 0)
+        return -1;
+    struct knob_table t = {knobs};
+    return skiff_conf_read(path, NULL, false, set_knob, &t, err);
 }
 
 /* The line at p (up to '\n' or the end) and where the next starts. */

@@ -14,7 +14,7 @@
 
 enum skiff_knob_type {
     SKIFF_KNOB_PATH, /* an absolute path, into char[size] */
-    SKIFF_KNOB_BOOL, /* yes or no, into bool */
+    SKIFF_KNOB_BOOL, /* a boolean (skiff_parse_bool: yes/no, true/false, ...), into bool */
     SKIFF_KNOB_WORD, /* one word without blanks, into char[size]; check, when set, says whether it is valid */
 };
 
@@ -27,11 +27,11 @@ struct skiff_knob {
     const char *expect;              /* WORD: what the error says a valid value is */
 };
 
-/* Parses "key = value" lines ('#' starts a comment, blank lines are
- * skipped) into the knobs (NULL-key terminated). A line without '=', an
- * unknown key or a bad value is an error that names path and the line,
- * and lists the keys. Values are set as they are read: the caller sets the
- * defaults before. */
+/* Parses the text of a "key = value" file (common/conf.h's reader: '#'
+ * starts a comment, blank lines are skipped, quotes are dropped) into the
+ * knobs (NULL-key terminated). A line without '=', an unknown key or a bad
+ * value is an error that names path and the line, and lists the keys.
+ * Values are set as they are read: the caller sets the defaults before. */
 int skiff_hook_conf_parse(const char *text, const char *path, const struct skiff_knob *knobs, skiff_err *err);
 
 /* Reads SELF.conf (self: the hook's absolute path) with

@@ -52,6 +52,12 @@ Test(conf, knobs)
     cr_expect(!k.flag);
     cr_expect_str_eq(k.word, "abc");
     cr_expect_eq(parse("", &k, &err), 0, "an empty file keeps the defaults");
+    /* skiff.conf's reader and booleans (common/conf.h): quotes go, any case */
+    cr_assert_eq(parse("flag = On\nroot = \"/opt/driver\"\n", &k, &err), 0, "%s", err.msg);
+    cr_expect(k.flag);
+    cr_expect_str_eq(k.path, "/opt/driver");
+    cr_assert_eq(parse("flag = FALSE\n", &k, &err), 0, "%s", err.msg);
+    cr_expect(!k.flag);
 }
 
 Test(conf, errors_name_the_file_and_line)
@@ -63,6 +69,7 @@ Test(conf, errors_name_the_file_and_line)
         {"\nflag = maybe\n", "/x/40-gpu.conf:2: flag is yes or no, got 'maybe'"},
         {"word = toolong\n", "/x/40-gpu.conf:1: word is at most 5 letters, got 'toolong'"},
         {"word = a b\n", "word is at most 5 letters, got 'a b'"},
+        {"word = a\rb\n", "word is at most 5 letters, got 'a\rb'"},
         {"rot = /x\n", "/x/40-gpu.conf:1: unknown key 'rot' (root, flag, word)"},
         {"just words\n", "/x/40-gpu.conf:1: expected 'key = value'"},
     };
