@@ -58,6 +58,25 @@ t_cluster() {
   T_PLUGSTACK_ORIG=$(cat "$SKIFF_PLUGSTACK")
 }
 
+# t_cluster_procs [-n K] [REGEX]: "PID ARGS" of each process of the test
+# user in this cluster's nodes (node K's only with -n; their network
+# namespaces), those whose arguments match REGEX if given. Other clusters on
+# the machine run jobs as the same user: what a test left behind is looked
+# for here, never among all of the user's processes.
+t_cluster_procs() {
+  local nodes k p args user=${SKIFF_TEST_USER:-skifftest}
+  nodes=$(seq 1 "${SKIFF_CLUSTER_NODES:-0}")
+  if [ "${1:-}" = -n ]; then nodes=$2; shift 2; fi
+  for k in $nodes; do
+    for p in $(ip netns pids "skiff${SKIFF_CLUSTER_INDEX}n$k" 2>/dev/null); do
+      [ "$(stat -c %U "/proc/$p" 2>/dev/null)" = "$user" ] || continue
+      args=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)
+      [ -z "${1:-}" ] || grep -qE -- "$1" <<<"$args" || continue
+      echo "$p $args"
+    done
+  done
+}
+
 # t_cluster_done: plugstack.conf as t_cluster found it; the cluster down if
 # t_cluster started it.
 t_cluster_done() {

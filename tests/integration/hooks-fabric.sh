@@ -330,7 +330,9 @@ if [ $GRES = 1 ]; then
   else t_fail "Megatron-shaped job" "$out"; fi
 else t_skip "Megatron-shaped job (--gpus-per-task)" "the running test cluster has no GRES gpu"; fi
 
-for _ in $(seq 50); do pgrep -u "$U" -f 'fabric|hello_mpi' >/dev/null || break; sleep 0.1; done
-if [ -z "$(pgrep -a -u "$U" -f 'fabric|hello_mpi')" ]; then t_pass "nothing of these jobs runs afterwards"
-else t_fail "leftover processes" "$(pgrep -a -u "$U" -f 'fabric|hello_mpi')"; fi
+# (other clusters run jobs as the same user: only this cluster's nodes count)
+for _ in $(seq 50); do [ -z "$(t_cluster_procs 'fabric|hello_mpi')" ] && break; sleep 0.1; done
+left=$(t_cluster_procs 'fabric|hello_mpi')
+if [ -z "$left" ]; then t_pass "nothing of these jobs runs afterwards"
+else t_fail "leftover processes" "$left"; fi
 t_done
