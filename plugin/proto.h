@@ -1,5 +1,5 @@
 /* What the plugin (root, in slurmstepd or slurmd) and its user-side helper
- * (plugin/helper.c, exec'd as the job's user) say to each other.
+ * (plugin/helper/, exec'd as the job's user) say to each other.
  *
  * Root execs `skiff-helper VERB` with exactly these fds open:
  *   3  the request: a sealed memory file holding a start request as

@@ -165,10 +165,10 @@ int skiff_step_init_post_opt(struct step *s, spank_t sp)
 static bool hook_var(const char *kv)
 {
     return !strncmp(kv, "SLURM_", 6) || !strncmp(kv, "CUDA_VISIBLE_DEVICES=", 21) || !strncmp(kv, "NVIDIA_", 7) ||
-           !strncmp(kv, "PMIX_", 5);
+           !strncmp(kv, "PMIX_", 5) || !strncmp(kv, "MELLANOX_", 9);
 }
 
-/* The job's SLURM_*, GPU and PMIx variables, borrowed from Slurm for the
+/* The job's SLURM_*, GPU, RDMA and PMIx variables, borrowed from Slurm for the
  * duration of the start. Slurm 22.05 sets PMIX_SERVER_TMPDIR (the step's
  * PMIx server directory under SlurmdSpoolDir) only in slurmstepd's own
  * environment before user_init, and in each task's after it: the pmix

@@ -14,7 +14,8 @@
  *   task.c   task_init (the task, as the user, once per task): join the
  *            holder's namespaces, the environment (env.h: the job's, the
  *            container's, --container-env), then the per-task training env
- *            (ddp_env); report any earlier error here, because user_init's
+ *            (ddp_env) and CUDA_VISIBLE_DEVICES renumbered to the container's
+ *            GPUs; report any earlier error here, because user_init's
  *            failures never reach srun.
  *   exit.c   task_exit (root): after the last task, close the control pipe
  *            and the helper stops the container; with --container-save, also
@@ -29,7 +30,7 @@
  *
  * Root does as little as it can, and nothing with the user's files (the
  * rules: doc/SECURITY.md): everything that touches the user's images,
- * containers and directories runs in skiff-helper (helper.c), exec'd as
+ * containers and directories runs in skiff-helper (helper/), exec'd as
  * the job's user through userproc.c. Errors are "skiff: PHASE: CAUSE"
  * with PHASE one of proto.h's skiff_reply_phases. No exit() here: this is
  * slurmstepd. */

@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "ddp_env.h"
 #include "env.h"
+#include "hookutil.h"
 #include "plugin.h"
 #include "step.h"
 #include "strv.h"
@@ -84,6 +85,22 @@ out:
     return rv;
 }
 
+/* The task's CUDA_VISIBLE_DEVICES (host GPU numbers from Slurm; one GPU
+ * per task with --gpus-per-task) renumbered to index the container's GPUs,
+ * which the gpu hook named in SKIFF_GPU_MINORS (hookutil.h). */
+static int apply_gpu_env(spank_t sp, skiff_err *err)
+{
+    struct skiff_envget *eg = skiff_envget_new(sp);
+    char cvd[512];
+    if (!eg)
+        return skiff_error(err, ENOMEM, "out of memory");
+    int rn = skiff_gpu_task_cvd(skiff_envget, eg, cvd, sizeof(cvd), err);
+    skiff_envget_free(eg);
+    if (rn > 0 && spank_setenv(sp, "CUDA_VISIBLE_DEVICES", cvd, 1) != ESPANK_SUCCESS)
+        return skiff_error(err, 0, "cannot set CUDA_VISIBLE_DEVICES");
+    return rn < 0 ? -1 : 0;
+}
+
 /* --container-entrypoint: Slurm cannot be told to run another argv, so the
  * task execs Entrypoint + the step's command itself, with the job's env. */
 static int exec_entrypoint(const struct step *s, spank_t sp, skiff_err *err)
@@ -132,6 +149,10 @@ int skiff_step_task_init(struct step *s, spank_t sp)
     }
     if (apply_ddp_env(s, sp, &err) < 0) {
         skiff_log_error("skiff: env: training environment: %s", err.msg);
+        return -1;
+    }
+    if (apply_gpu_env(sp, &err) < 0) {
+        skiff_log_error("skiff: env: %s", err.msg);
         return -1;
     }
     double t1 = skiff_now_ms();

@@ -125,7 +125,7 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
     pid_t parent = getpid();
     /* Signals stay blocked across the fork, until the child has set its
      * dispositions: Slurm's step signals (SIGTERM at the job's end, scancel
-     * --signal) are ignored from the first instruction on (helper.c says
+     * --signal) are ignored from the first instruction on (helper/helper.c says
      * why), everything else is back to its default. */
     sigset_t all, old;
     sigfillset(&all);

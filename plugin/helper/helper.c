@@ -272,8 +272,10 @@ static int verb_start(const struct skiff_helper_program *program, const struct s
         /* the rule of named.h, said once per step and node */
         bad = skiff_rec_putf(&b, SKIFF_REPLY_NOTICE, &ignore,
                              "container '%s' is in use by another step on this node: this step starts from its "
-                             "files, but its own changes will not be kept",
-                             q->name_given ? q->name_given : q->name) < 0;
+                             "files, but its own changes will not be kept%s%s",
+                             q->name_given ? q->name_given : q->name, c.notice[0] ? "; " : "", c.notice) < 0;
+    else if (!bad && c.notice[0]) /* what the hooks told the user (the rdma hook's fabric notes) */
+        bad = skiff_rec_put(&b, SKIFF_REPLY_NOTICE, c.notice, &ignore) < 0;
     bad = bad || skiff_rec_put(&b, SKIFF_REPLY_END, "", &ignore) < 0;
     /* the reply pipe stays open for wait_joined's word */
     if (!bad && skiff_write_all(SKIFF_HELPER_REP_FD, b.p, b.len) == 0) {

@@ -35,6 +35,9 @@
 #include "request.h"
 #include "strv.h"
 
+/* The most of what hooks say to the user that a container keeps. */
+#define SKIFF_NOTICE_LEN 512
+
 /* Where a failed start failed (the plugin names it: "skiff: hook: ..."). */
 enum skiff_start_failure {
     SKIFF_START_FAILED_SETUP, /* image, mounts, namespaces, working directory */
@@ -60,6 +63,8 @@ struct skiff_container {
     char name[256];                        /* the named container it runs, or "" */
     bool shared;                           /* a second instance of a named container in use: its
                                               changes are not kept (named.h, skiff_named_use) */
+    char notice[SKIFF_NOTICE_LEN];         /* what the hooks told the user at the start (their
+                                              stderr when they succeeded), one line, or "" */
 };
 
 int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_request *req,
