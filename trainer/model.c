@@ -304,21 +304,20 @@ void gpt2_zero_grad(struct gpt2 *m) { m->grads_cleared = 1; }
 
 /* Transformer block l's forward, from its input (the embeddings or the
  * residual stream of block l-1) to RESIDUAL3 of l. */
-static void block_forward(struct gpt2 *m, const struct acts *ap, int l)
+static void block_forward(struct gpt2 *m, const struct acts *a, int l)
 {
-    const struct acts a = *ap;
     int B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, BT = B * T;
     /* bc: this layer's slot of the block's tensors; rc: its residual stream */
     size_t bc = (size_t)(m->recompute ? 0 : l) * BT * C, rc = (size_t)l * BT * C, lbt = bc / C;
-    const float *residual = l == 0 ? a.p[A_ENCODED] : a.p[A_RESIDUAL3] + rc - (size_t)BT * C;
-    float *ln1 = a.p[A_LN1] + bc, *qkv = a.p[A_QKV] + 3 * bc, *atty = a.p[A_ATTY] + bc;
-    float *preatt = a.p[A_PREATT] + lbt * NH * T;
-    float *att = a.p[A_ATT] + lbt * NH * T;
-    float *attproj = a.p[A_ATTPROJ] + bc, *res2 = a.p[A_RESIDUAL2] + bc;
-    float *ln2 = a.p[A_LN2] + bc, *fch = a.p[A_FCH] + 4 * bc;
-    float *fchg = a.p[A_FCH_GELU] + 4 * bc, *fcproj = a.p[A_FCPROJ] + bc;
-    float *res3 = a.p[A_RESIDUAL3] + rc;
-    layernorm_forward(ln1, a.p[A_LN1_MEAN] + lbt, a.p[A_LN1_RSTD] + lbt, residual, PARAM(m, GPT2_LN1W) + l * C,
+    const float *residual = l == 0 ? a->p[A_ENCODED] : a->p[A_RESIDUAL3] + rc - (size_t)BT * C;
+    float *ln1 = a->p[A_LN1] + bc, *qkv = a->p[A_QKV] + 3 * bc, *atty = a->p[A_ATTY] + bc;
+    float *preatt = a->p[A_PREATT] + lbt * NH * T;
+    float *att = a->p[A_ATT] + lbt * NH * T;
+    float *attproj = a->p[A_ATTPROJ] + bc, *res2 = a->p[A_RESIDUAL2] + bc;
+    float *ln2 = a->p[A_LN2] + bc, *fch = a->p[A_FCH] + 4 * bc;
+    float *fchg = a->p[A_FCH_GELU] + 4 * bc, *fcproj = a->p[A_FCPROJ] + bc;
+    float *res3 = a->p[A_RESIDUAL3] + rc;
+    layernorm_forward(ln1, a->p[A_LN1_MEAN] + lbt, a->p[A_LN1_RSTD] + lbt, residual, PARAM(m, GPT2_LN1W) + l * C,
                       PARAM(m, GPT2_LN1B) + l * C, BT, C);
     matmul_forward(qkv, ln1, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C, PARAM(m, GPT2_QKVB) + (size_t)l * 3 * C, BT,
                    C, 3 * C);
@@ -326,7 +325,7 @@ static void block_forward(struct gpt2 *m, const struct acts *ap, int l)
     matmul_forward(attproj, atty, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C, PARAM(m, GPT2_ATTPROJB) + (size_t)l * C,
                    BT, C, C);
     residual_forward(res2, residual, attproj, (size_t)BT * C);
-    layernorm_forward(ln2, a.p[A_LN2_MEAN] + lbt, a.p[A_LN2_RSTD] + lbt, res2, PARAM(m, GPT2_LN2W) + l * C,
+    layernorm_forward(ln2, a->p[A_LN2_MEAN] + lbt, a->p[A_LN2_RSTD] + lbt, res2, PARAM(m, GPT2_LN2W) + l * C,
                       PARAM(m, GPT2_LN2B) + l * C, BT, C);
     matmul_forward(fch, ln2, PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C, PARAM(m, GPT2_FCB) + (size_t)l * 4 * C, BT, C,
                    4 * C);
