@@ -668,16 +668,18 @@ int skiff_remote_user_init(spank_t sp)
     return 0;
 }
 
-/* Progress of an import, live in srun (srun sets SLURMD_DEBUG=1, as pyxis
- * does, so that slurmstepd's info lines reach it). Bounded: a helper that
- * floods records gets a few lines shown, no more. */
+/* Progress of an import, live in srun: slurm_spank_log reaches the step's
+ * srun (and a batch job's output) at every Slurm level, as pyxis's import
+ * lines do; slurm_info needs SLURMD_DEBUG, which Slurm 23.02 and later
+ * refuse to users. Bounded: a helper that floods records gets a few lines
+ * shown, no more. */
 static void show_progress(char tag, const char *s, void *ctx)
 {
     int *shown = ctx;
     char line[400];
     if (*shown < 4 && skiff_progress_line(tag, s, line, sizeof(line)) == 0) {
         (*shown)++;
-        slurm_info("skiff: %s", line);
+        slurm_spank_log("skiff: %s", line);
     }
 }
 
