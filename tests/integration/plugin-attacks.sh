@@ -11,8 +11,9 @@ set -u
 source "$(dirname "$0")/../lib.sh"
 cd "$T_ROOT"
 [ "$(id -u)" -eq 0 ] || { t_skip "plugin attacks" "needs root to start the test cluster"; t_done; }
-PLUGIN=$BUILD/plugin/spank_skiff.so
-[ -f "$PLUGIN" ] && [ -x "$BUILD/plugin/skiff-helper" ] || { t_fail "plugin built" "run make"; t_done; }
+PLUGIN=${SKIFF_PLUGIN:-$BUILD/plugin/spank_skiff.so} # tests/cluster/up loads it
+HELPERS=$(dirname "$PLUGIN") # skiff-helper and skiff-helper-full, beside it
+[ -f "$PLUGIN" ] && [ -x "$HELPERS/skiff-helper" ] || { t_fail "plugin built" "run make"; t_done; }
 t_private_mount_ns "plugin attacks" "$@"
 SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 2 || { t_fail "cluster up"; t_done; }
 source tests/cluster/run/env.sh
@@ -41,11 +42,11 @@ skiff_procs() {
   local p
   for p in $(node_pids "$1"); do
     [ "$(stat -c %u /proc/$p 2>/dev/null)" = "$UID_U" ] || continue
-    tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | grep -q "^$BUILD/plugin/skiff-helper" && echo "$p"
+    tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | grep -q "^$HELPERS/skiff-helper" && echo "$p"
   done
 }
 helper_of() { # N VERB: the pid of `skiff-helper VERB` (start; the others are skiff-helper-full's) on node N, waiting up to 10 s
-  local p prog=$BUILD/plugin/skiff-helper
+  local p prog=$HELPERS/skiff-helper
   [ "$2" = start ] || prog=$prog-full
   for _ in $(seq 200); do
     for p in $(node_pids "$1"); do
