@@ -9,7 +9,7 @@ source "$(dirname "$0")/../lib.sh"
 cd "$T_ROOT"
 
 [ "$(id -u)" -eq 0 ] || { t_skip "plugin cluster" "needs root to start the test cluster"; t_done; }
-PLUGIN=$BUILD/plugin/spank_skiff.so
+PLUGIN=${SKIFF_PLUGIN:-$BUILD/plugin/spank_skiff.so} # tests/cluster/up loads it
 [ -f "$PLUGIN" ] || { t_fail "plugin built" "$PLUGIN missing (run make)"; t_done; }
 for b in mksquashfs busybox srun; do
   command -v "$b" >/dev/null || [ -x /bin/busybox ] || { t_skip "plugin cluster" "$b missing"; t_done; }
@@ -181,10 +181,10 @@ state_before=$(ls -A "/run/skiff/$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' ||
 (cd "$W" && exec setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups env SLURM_CONF="$SLURM_CONF" \
   srun -Q -n1 -w n2 --container-image="$IMG" --container-mounts="$T/mdir:/data" sleep 300 >/dev/null 2>&1) &
 spid=$!
-for _ in $(seq 100); do pgrep -u "$U" -x sleep >/dev/null && break; sleep 0.05; done
 # other clusters may run jobs as the same user: look only at node n2's netns
 node_procs() { for p in $(ip netns pids "${SKIFF_CLUSTER_NS_PREFIX:-skiff${SKIFF_CLUSTER_INDEX}n}2" 2>/dev/null); do
   [ "$(stat -c %U /proc/$p 2>/dev/null)" = "$U" ] && echo "$p $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)"; done; }
+for _ in $(seq 100); do node_procs | grep -q ' sleep 300 $' && break; sleep 0.05; done
 holder_seen=$(node_procs | wc -l)
 kill -INT $spid; sleep 0.3; kill -INT $spid 2>/dev/null
 wait $spid 2>/dev/null
@@ -248,6 +248,15 @@ for _ in $(seq 50); do [ -d "$UHOME/.local/share/skiff/containers/$jobc" ] || br
 if [ -n "$jid" ] && ! [ -d "$UHOME/.local/share/skiff/containers/$jobc" ]; then
   t_pass "container_scope=job: named container removed at job end"
 else t_fail "container_scope=job" "job '$jid': $(ls "$UHOME/.local/share/skiff/containers" 2>/dev/null) $(head -c 300 "$T/err")"; fi
+# A salloc job has no batch step: the job epilog alone removes it (the job
+# id is printed only when the container was there during the job).
+jid=$(as_user salloc -Q -w n1 sh -c 'srun -Q --container-image='"$IMG"' --container-name=pt-job2 true &&
+  test -d "'"$UHOME"'/.local/share/skiff/containers/pt-job2.n1.job$SLURM_JOB_ID" && echo $SLURM_JOB_ID' 2>"$T/err")
+jobc="pt-job2.n1.job$jid"
+for _ in $(seq 100); do [ -d "$UHOME/.local/share/skiff/containers/$jobc" ] || break; sleep 0.1; done
+if [ -n "$jid" ] && ! [ -d "$UHOME/.local/share/skiff/containers/$jobc" ]; then
+  t_pass "container_scope=job: the job epilog removes a salloc job's named container (no batch step)"
+else t_fail "container_scope=job, salloc" "job '$jid': $(ls "$UHOME/.local/share/skiff/containers" 2>/dev/null) $(head -c 300 "$T/err")"; fi
 echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
 
 t_done
