@@ -61,6 +61,7 @@ INTEGRATION_TESTS := # scripts under tests/integration, run as root
 BENCHES :=       # benchmark scripts, each prints a table
 FUZZERS :=       # libFuzzer targets
 TEST_DATA :=     # inputs `make test` fetches before the tests (e.g. GPT-2's vocabulary)
+TEST_PROGRAMS := # programs only the integration tests run (tests/build.mk)
 SHARE_FILES :=   # data files installed to $(DATADIR)/skiff
 MAN1 :=
 MAN8 :=
@@ -78,9 +79,9 @@ include packaging.mk
 all: $(BINS) $(LIBEXEC) $(PLUGINS)
 
 # What the test cluster's nodes run: the plugin and the programs it execs,
-# the hooks, skiff-ddp-env and skiff-train (tests/cluster/slurm-tree builds
-# them in a Debian 13 tree).
-node: $(PLUGINS) $(LIBEXEC) $(SKIFF_DDP_ENV) $(SKIFF_TRAIN)
+# the hooks, skiff-ddp-env, skiff-train and the test programs (a SPANK probe,
+# a FUSE server) (tests/cluster/slurm-tree builds them in a Debian 13 tree).
+node: $(PLUGINS) $(LIBEXEC) $(SKIFF_DDP_ENV) $(SKIFF_TRAIN) $(TEST_PROGRAMS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -106,12 +107,12 @@ unit-test: $(UNIT_TESTS)
 # Everything CI runs: packages, build, unit tests, integration tests, and the
 # cluster suites again against Debian 13's Slurm 24.11 (tests/build.mk).
 test: deps
-	$(MAKE) all $(UNIT_TESTS) $(TEST_DATA)
+	$(MAKE) all $(UNIT_TESTS) $(TEST_DATA) $(TEST_PROGRAMS)
 	tests/run-all --unit $(UNIT_TESTS) --integration $(INTEGRATION_TESTS) --slurm-tree $(SLURM_TREE_TESTS)
 
 # Only the cluster suites, against this host's Slurm and Debian 13's.
 test-slurm: deps
-	$(MAKE) all $(TEST_DATA)
+	$(MAKE) all $(TEST_DATA) $(TEST_PROGRAMS)
 	tests/run-all --integration $(SLURM_TREE_TESTS) --slurm-tree $(SLURM_TREE_TESTS)
 
 bench: deps all

@@ -47,6 +47,34 @@ int skiff_read_all(int fd, void *buf, size_t n)
     return 0;
 }
 
+int skiff_open_regular(const char *path, int extra, skiff_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | extra);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", path);
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        return skiff_error(err, e, "stat %s", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return skiff_error(err, 0, "%s is not a regular file (it is a %s)", path,
+                           S_ISFIFO(st.st_mode)   ? "FIFO"
+                           : S_ISDIR(st.st_mode)  ? "directory"
+                           : S_ISSOCK(st.st_mode) ? "socket"
+                                                  : "device");
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int e = errno;
+        close(fd);
+        return skiff_error(err, e, "open %s", path);
+    }
+    return fd;
+}
+
 char *skiff_read_fd_small(int fd, const char *path, size_t max, size_t *len, skiff_err *err)
 {
     struct stat st;

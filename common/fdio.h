@@ -25,6 +25,13 @@ int skiff_read_all(int fd, void *buf, size_t n);
  * with err set on failure. For small metadata files (JSON, config). */
 char *skiff_read_fd_small(int fd, const char *path, size_t max, size_t *len, skiff_err *err);
 
+/* Opens path (O_RDONLY | O_CLOEXEC | extra) when it is a regular file,
+ * without blocking on anything else: the open is O_NONBLOCK (a FIFO with
+ * no writer would wait forever), then fstat; a FIFO, socket, device or
+ * directory is refused at once with an error naming path (a user's image
+ * path, a named container's record). The fd it returns blocks again. */
+int skiff_open_regular(const char *path, int extra, skiff_err *err);
+
 /* Closes every fd from 3 up except the n in keep (negative ones ignored),
  * with close_range over the gaps: no /proc scan. */
 void skiff_close_fds_except(const int *keep, size_t n);

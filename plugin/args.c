@@ -54,6 +54,8 @@ int skiff_plugin_args_parse(struct skiff_plugin_args *a, int ac, char **av, skif
         int rv = 0;
         if (!strcmp(key, "runtime_path"))
             rv = abs_path(a->runtime_path, sizeof(a->runtime_path), key, val, err);
+        else if (!strcmp(key, "block_cache_path"))
+            rv = abs_path(a->block_cache_path, sizeof(a->block_cache_path), key, val, err);
         else if (!strcmp(key, "execute_entrypoint"))
             rv = boolean(&a->execute_entrypoint, key, val, err);
         else if (!strcmp(key, "container_scope")) {
@@ -96,9 +98,9 @@ int skiff_plugin_args_parse(struct skiff_plugin_args *a, int ac, char **av, skif
             }
         } else
             return skiff_error(err, 0,
-                               "plugstack.conf: unknown argument '%s' (known: runtime_path, execute_entrypoint, "
-                               "container_scope, sbatch_support, importer, config, default_registry, ddp_env, helper, "
-                               "timeout)",
+                               "plugstack.conf: unknown argument '%s' (known: runtime_path, block_cache_path, "
+                               "execute_entrypoint, container_scope, sbatch_support, importer, config, "
+                               "default_registry, ddp_env, helper, timeout)",
                                arg);
         if (rv < 0)
             return -1;

@@ -22,17 +22,18 @@
 enum skiff_scope { SKIFF_SCOPE_GLOBAL, SKIFF_SCOPE_JOB };
 
 struct skiff_plugin_args {
-    char runtime_path[SKIFF_PATH_MAX]; /* root-owned base; each user gets BASE/UID */
-    bool execute_entrypoint;           /* default false, as pyxis */
-    enum skiff_scope scope;            /* default global, as pyxis */
-    bool sbatch_support;               /* default true */
-    char importer[SKIFF_PATH_MAX];     /* "" = libskiff's importer */
-    char config[SKIFF_PATH_MAX];       /* "" = /etc/skiff/skiff.conf when present */
-    char default_registry[256];        /* "" = skiff.conf's */
-    bool ddp_env;                      /* per-task torchrun env, default true */
-    char helper[SKIFF_PATH_MAX];       /* "" = beside spank_skiff.so, else LIBEXECDIR/skiff */
-    int timeout_s;                     /* the longest root waits for the user-side helper */
-    char ignored[256];                 /* pyxis arguments accepted and ignored, for a log line */
+    char runtime_path[SKIFF_PATH_MAX];     /* root-owned base; each user gets BASE/UID */
+    char block_cache_path[SKIFF_PATH_MAX]; /* "" = skiff.conf's; else a root-owned base, BASE/UID each */
+    bool execute_entrypoint;               /* default false, as pyxis */
+    enum skiff_scope scope;                /* default global, as pyxis */
+    bool sbatch_support;                   /* default true */
+    char importer[SKIFF_PATH_MAX];         /* "" = libskiff's importer */
+    char config[SKIFF_PATH_MAX];           /* "" = /etc/skiff/skiff.conf when present */
+    char default_registry[256];            /* "" = skiff.conf's */
+    bool ddp_env;                          /* per-task torchrun env, default true */
+    char helper[SKIFF_PATH_MAX];           /* "" = beside spank_skiff.so, else LIBEXECDIR/skiff */
+    int timeout_s;                         /* the longest root waits for the user-side helper */
+    char ignored[256];                     /* pyxis arguments accepted and ignored, for a log line */
 };
 
 /* Defaults, then each "key=value" of av. An unknown key, a missing '=', or a

@@ -17,10 +17,11 @@ int skiff_epilog(spank_t sp, int ac, char **av)
 {
     skiff_err err;
     skiff_err_clear(&err);
+    skiff_log_init();
     if (!skiff_g.args_ok) {
         /* slurmd may call the epilog without slurm_spank_init */
         if (skiff_plugin_args_parse(&skiff_g.args, ac, av, &err) < 0) {
-            slurm_error("skiff: epilog: %s", err.msg);
+            skiff_log_error("skiff: epilog: %s", err.msg);
             return 0;
         }
         skiff_g.args_ok = true;
@@ -31,13 +32,13 @@ int skiff_epilog(spank_t sp, int ac, char **av)
     uint32_t jobid;
     if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS) {
-        slurm_error("skiff: epilog: cannot read the job's uid or id from Slurm");
+        skiff_log_error("skiff: epilog: cannot read the job's uid or id from Slurm");
         return 0;
     }
     struct passwd pw, *pwp = NULL;
     char buf[4096];
     if (getpwuid_r(uid, &pw, buf, sizeof(buf), &pwp) != 0 || !pwp) {
-        slurm_error("skiff: epilog: uid %u has no passwd entry", (unsigned)uid);
+        skiff_log_error("skiff: epilog: uid %u has no passwd entry", (unsigned)uid);
         return 0;
     }
     gid_t groups[256];
@@ -57,6 +58,6 @@ int skiff_epilog(spank_t sp, int ac, char **av)
         .uid = uid, .gid = pw.pw_gid, .groups = groups, .ngroups = ngroups, .name = pw.pw_name, .home = pw.pw_dir};
     if (skiff_load_user_config(&skiff_g.args, uid, pw.pw_name, pw.pw_dir, &cfg, &err) < 0 ||
         skiff_remove_job_containers(&u, node, jobid, &cfg, &err) < 0)
-        slurm_error("skiff: epilog: job %u: %s", (unsigned)jobid, err.msg);
+        skiff_log_error("skiff: epilog: job %u: %s", (unsigned)jobid, err.msg);
     return 0; /* never drain a node over a leftover directory */
 }

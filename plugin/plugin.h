@@ -3,6 +3,7 @@
  *   spank_opts.c   the --container-* option table and its callbacks
  *   remote.c       slurmstepd: resolve, start, join, env, stop, save
  *   epilog.c       job epilog: job-scoped named containers
+ *   log.c          the sinks: every line for slurmd's log or srun's terminal
  * One process holds one copy (srun, sbatch, one slurmstepd per step). */
 #ifndef SKIFF_PLUGIN_H
 #define SKIFF_PLUGIN_H
@@ -69,6 +70,19 @@ struct skiff_plugin {
 };
 
 extern struct skiff_plugin skiff_g;
+
+/* log.c: the only ways to slurmd's log and srun's terminal. Each formats
+ * the line, then passes it whole through skiff_sanitize (common/sanitize.h):
+ * one printable line, whatever the values a user gave. _task writes to the
+ * task's stderr (srun's terminal), from task_init only. */
+__attribute__((format(printf, 1, 2))) void skiff_log_error(const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) void skiff_log_info(const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) void skiff_log_verbose(const char *fmt, ...);
+/* to the step's srun (and a batch job's output) on every Slurm, at any level */
+__attribute__((format(printf, 1, 2))) void skiff_log_step(const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) void skiff_log_task(const char *fmt, ...);
+/* Sends userproc.c's reports (plugin/userproc.h) to skiff_log_error. */
+void skiff_log_init(void);
 
 /* spank_opts.c */
 int skiff_spank_register_options(spank_t sp);

@@ -8,17 +8,11 @@
 #include <string.h>
 
 #include "container.h"
+#include "sanitize.h"
 #include "state.h"
 #include "strv.h"
 
 static const char *const phases[] = {"config", "import", "mount", "hook", "join", "env", "save"};
-
-static void printable(char *s)
-{
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f)
-            *s = '?';
-}
 
 static int reply_parse(const char *p, size_t len, struct skiff_reply *r, struct skiff_container *c, skiff_err *err)
 {
@@ -60,7 +54,7 @@ static int reply_parse(const char *p, size_t len, struct skiff_reply *r, struct 
         }
         case 'e':
             snprintf(r->err.msg, sizeof(r->err.msg), "%s", s);
-            printable(r->err.msg);
+            skiff_sanitize_inplace(r->err.msg, sizeof(r->err.msg));
             break;
         case 'J':
             if (strcmp(s, "1"))
@@ -69,7 +63,7 @@ static int reply_parse(const char *p, size_t len, struct skiff_reply *r, struct 
             break;
         case 'U':
             snprintf(r->notice, sizeof(r->notice), "%s", s);
-            printable(r->notice);
+            skiff_sanitize_inplace(r->notice, sizeof(r->notice));
             break;
         case 'T':
             if (sscanf(s, "%lf %lf", &r->t_resolve_ms, &r->t_start_ms) != 2 || !(r->t_resolve_ms >= 0) ||
@@ -229,7 +223,7 @@ int skiff_progress_line(char tag, const char *s, char *out, size_t n)
     char uri[300];
     if (tag == 'I') {
         snprintf(uri, sizeof(uri), "%s", s);
-        printable(uri);
+        skiff_sanitize_inplace(uri, sizeof(uri));
         snprintf(out, n, "importing %s \u2026", uri);
         return 0;
     }
@@ -240,7 +234,7 @@ int skiff_progress_line(char tag, const char *s, char *out, size_t n)
     if (sscanf(s, "%llu %llu %n", &bytes, &ms, &used) != 2 || used <= 0 || !s[used] || ms > 1000ull * 86400 * 365)
         return -1;
     snprintf(uri, sizeof(uri), "%s", s + used);
-    printable(uri);
+    skiff_sanitize_inplace(uri, sizeof(uri));
     snprintf(out, n, "imported %s (%llu MB, %.1f s)", uri, (bytes + (1u << 19)) >> 20, (double)ms / 1000);
     return 0;
 }

@@ -113,13 +113,13 @@ struct skiff_reply {
 
 /* Parses a reply. Anything unexpected (unknown tag, missing 'S' or 'Z',
  * a bad pid, too many records, data after 'Z') is an error. Messages and
- * phases are made printable (control characters become '?'): they end up
- * in srun's output and slurmd's log. */
+ * the notice are sanitised (common/sanitize.h) here already, and again at
+ * the sink: they end up in srun's output and slurmd's log. */
 int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_err *err);
 void skiff_reply_free(struct skiff_reply *r);
 
 /* The line root shows for a progress record ('I' or 'i', see above), made
- * printable and bounded: "importing URI …" / "imported URI (N MB, T s)".
+ * sanitised and bounded: "importing URI …" / "imported URI (N MB, T s)".
  * 0 with the line in out, -1 for any other record or a malformed one. */
 int skiff_progress_line(char tag, const char *s, char *out, size_t n);
 

@@ -38,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/openat2.h>
 #include <limits.h>
 #include <pwd.h>
 #include <signal.h>
@@ -72,7 +73,7 @@ static int fail(const char *phase, const skiff_err *err)
         skiff_g.err = *err;
     }
     /* task_init prints it as an error, once per task; here only for the log */
-    slurm_verbose("skiff: %s: %s", phase, err->msg);
+    skiff_log_verbose("skiff: %s: %s", phase, err->msg);
     return 0; /* fail in task_init, where srun sees it */
 }
 
@@ -144,34 +145,52 @@ static int absolute(const char *path, char *out, size_t n, skiff_err *err)
  * image: it is bind-mounted read-only at the same path. */
 static char *batch_script_mount;
 
-/* BASE/UID for the job's user: BASE is made by root (0755) and must be
- * root's and writable by nobody else, so no user can take a name in it
- * first; UID is made by root inside it (by fd: nothing is followed) and
- * given to the user. */
-static int make_runtime_dir(skiff_err *err)
+/* REL under the root-owned directory bfd, as an O_PATH fd: no symlink is
+ * followed and no mount crossed (EXDEV), so root never asks a filesystem
+ * the user mounted in their own directory (a FUSE server that never
+ * answers) anything. Kernels without openat2: fstatat's rules (no link
+ * followed, but mounts crossed). */
+static int open_user_path(int bfd, const char *rel)
 {
-    const char *base = skiff_g.args.runtime_path;
+    struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV};
+    long fd = syscall(SYS_openat2, bfd, rel, &how, sizeof(how));
+    if (fd < 0 && errno == ENOSYS)
+        fd = openat(bfd, rel, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    return (int)fd;
+}
+
+/* BASE/UID for the job's user (BASE: plugstack.conf's arg=, runtime_path
+ * or block_cache_path): BASE is made by root (0755) and must be root's and
+ * writable by nobody else, so no user can take a name in it first; UID is
+ * made by root inside it (by fd: nothing is followed, no mount is crossed)
+ * and given to the user. */
+static int make_user_dir(const char *base, const char *arg, skiff_err *err)
+{
     if (mkdir(base, 0755) < 0 && errno != EEXIST)
-        return skiff_error(err, errno, "create runtime_path %s", base);
+        return skiff_error(err, errno, "create %s %s", arg, base);
     cleanup_close int bfd = open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
     if (bfd < 0 || fstat(bfd, &st) < 0)
-        return skiff_error(err, errno, "open runtime_path %s", base);
+        return skiff_error(err, errno, "open %s %s", arg, base);
     if (st.st_uid != 0 || (st.st_mode & 022))
         return skiff_error(err, 0,
-                           "runtime_path %s must be a directory owned by root and writable only by root (an admin "
-                           "must remove it, or set runtime_path= in plugstack.conf)",
-                           base);
+                           "%s %s must be a directory owned by root and writable only by root (an admin "
+                           "must remove it, or set %s= in plugstack.conf)",
+                           arg, base, arg);
     char uid[16];
     snprintf(uid, sizeof(uid), "%u", (unsigned)skiff_g.uid);
     if (mkdirat(bfd, uid, 0700) < 0 && errno != EEXIST)
         return skiff_error(err, errno, "create %s/%s", base, uid);
-    if (fstatat(bfd, uid, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    cleanup_close int ufd = open_user_path(bfd, uid);
+    if (ufd < 0 && errno == EXDEV)
+        return skiff_error(err, 0, "%s/%s has a filesystem mounted on it: unmount it (fusermount3 -u)", base, uid);
+    if (ufd < 0 || fstat(ufd, &st) < 0)
         return skiff_error(err, errno, "stat %s/%s", base, uid);
     if (!S_ISDIR(st.st_mode))
         return skiff_error(err, 0, "%s/%s is not a directory (an admin must remove it)", base, uid);
     if ((st.st_uid != skiff_g.uid || st.st_gid != skiff_g.gid) &&
-        fchownat(bfd, uid, skiff_g.uid, skiff_g.gid, AT_SYMLINK_NOFOLLOW) < 0)
+        fchownat(ufd, "", skiff_g.uid, skiff_g.gid, AT_EMPTY_PATH) < 0)
         return skiff_error(err, errno, "chown %s/%s", base, uid);
     return 0;
 }
@@ -250,11 +269,12 @@ int skiff_remote_post_opt(spank_t sp)
     if (!want) {
         skiff_g.sweep_only = true;
         if (skiff_load_user_config(&skiff_g.args, skiff_g.uid, skiff_g.user, skiff_g.home, &skiff_g.cfg, &err) < 0)
-            slurm_error("skiff: config: %s", err.msg);
+            skiff_log_error("skiff: config: %s", err.msg);
         return 0;
     }
     skiff_g.active = true;
     skiff_g.mntns_fd = -1;
+    skiff_g.c.server_pidfd = -1;
     if (skiff_opts_check(&skiff_g.opts, &err) < 0)
         return fail("config", &err);
     char buf[SKIFF_PATH_MAX];
@@ -265,8 +285,20 @@ int skiff_remote_post_opt(spank_t sp)
         snprintf(skiff_g.cwd, sizeof(skiff_g.cwd), "%s", skiff_g.home);
 
     if (skiff_load_user_config(&skiff_g.args, skiff_g.uid, skiff_g.user, skiff_g.home, &skiff_g.cfg, &err) < 0 ||
-        make_runtime_dir(&err) < 0)
+        make_user_dir(skiff_g.args.runtime_path, "runtime_path", &err) < 0)
         return fail("config", &err);
+    if (skiff_g.args.block_cache_path[0] && skiff_g.cfg.block_cache_mb > 0) {
+        /* the block cache is an optimisation: a base someone else took
+         * turns it off (and tells the admin), the step goes on */
+        char dir[SKIFF_PATH_MAX + 16];
+        snprintf(dir, sizeof(dir), "%s/%u", skiff_g.args.block_cache_path, (unsigned)skiff_g.uid);
+        if (make_user_dir(skiff_g.args.block_cache_path, "block_cache_path", &err) < 0 ||
+            skiff_config_set(&skiff_g.cfg, "block_cache_path", dir, &err) < 0) {
+            skiff_log_error("skiff: %s: %s; the block cache is off for this step", skiff_g.node, err.msg);
+            skiff_g.cfg.block_cache_mb = 0;
+            skiff_err_clear(&err);
+        }
+    }
 
     if (skiff_g.opts.save && absolute(skiff_g.opts.save, skiff_g.save_path, sizeof(skiff_g.save_path), &err) < 0)
         return fail("config", &err);
@@ -585,6 +617,10 @@ fail:
 
 static void take_reply(struct skiff_reply *r)
 {
+    /* the plugin never holds the container's FUSE server (the helper
+     * does): -1, or skiff_container_free would close fd 0, which Slurm
+     * keeps on /dev/null */
+    skiff_g.c.server_pidfd = -1;
     skiff_g.c.holder = r->holder;
     snprintf(skiff_g.c.workdir, sizeof(skiff_g.c.workdir), "%s", r->workdir);
     skiff_g.c.env = r->env;
@@ -615,14 +651,19 @@ int skiff_remote_user_init(spank_t sp)
         skiff_error(&err, 0, "the container helper was not started");
         return fail("mount", &err);
     }
+    /* one deadline for all of user_init, a second helper included */
+    double deadline = t0 + skiff_g.args.timeout_s * 1000.0;
     int mnt;
     for (;;) {
         struct skiff_reply r;
         int shown = 0;
-        int rc = skiff_helper_reply(&starter, skiff_g.args.timeout_s, show_progress, &shown, &r, &err);
+        int rc = skiff_helper_reply(&starter, deadline, skiff_g.args.timeout_s, show_progress, &shown, &r, &err);
         skiff_g.t_wait_ms = skiff_now_ms() - t0;
         if (rc < 0) {
             skiff_reply_free(&r);
+            /* no answer in time, or none root takes: it is killed now, not
+             * waited for again at exit */
+            skiff_helper_finish(&starter, 0);
             return fail("mount", &err);
         }
         if (r.status < 0) {
@@ -646,8 +687,9 @@ int skiff_remote_user_init(spank_t sp)
             break;
         /* --container-name=NAME (auto): the running container ended
          * between the helper's look and ours (two steps starting one name
-         * at once): this step starts its own, as :no_exec would have */
-        skiff_helper_finish(&starter, skiff_g.args.timeout_s);
+         * at once): this step starts its own, as :no_exec would have. The
+         * first helper has nothing left to do: killed, not waited for. */
+        skiff_helper_finish(&starter, 0);
         skiff_strv_free(skiff_g.c.env);
         skiff_strv_free(skiff_g.c.entrypoint);
         skiff_strv_free(skiff_g.c.cmd);
@@ -658,8 +700,11 @@ int skiff_remote_user_init(spank_t sp)
         if (spawn_starter(sp, &err) < 0)
             return fail("config", &err);
     }
-    if (mnt < 0)
+    if (mnt < 0) {
+        /* it named a process root refuses: nothing it does is used */
+        skiff_helper_finish(&starter, 0);
         return fail(skiff_g.attached ? "join" : "mount", &err);
+    }
     if (skiff_g.attached)
         close(mnt);
     else
@@ -668,18 +713,16 @@ int skiff_remote_user_init(spank_t sp)
     return 0;
 }
 
-/* Progress of an import, live in srun: slurm_spank_log reaches the step's
- * srun (and a batch job's output) at every Slurm level, as pyxis's import
- * lines do; slurm_info needs SLURMD_DEBUG, which Slurm 23.02 and later
- * refuse to users. Bounded: a helper that floods records gets a few lines
- * shown, no more. */
+/* Progress of an import, live in srun (skiff_log_step: at every Slurm
+ * version and level, as pyxis's import lines). Bounded: a helper that
+ * floods records gets a few lines shown, no more. */
 static void show_progress(char tag, const char *s, void *ctx)
 {
     int *shown = ctx;
     char line[400];
     if (*shown < 4 && skiff_progress_line(tag, s, line, sizeof(line)) == 0) {
         (*shown)++;
-        slurm_spank_log("skiff: %s", line);
+        skiff_log_step("skiff: %s", line);
     }
 }
 
@@ -703,8 +746,8 @@ static void warn_ignored(void)
             n += (size_t)w;
     }
     if (k)
-        dprintf(2, "skiff: %s: joining the running container '%s': ignoring %s (%s only when a container starts)\n",
-                skiff_g.node, skiff_g.opts.name, list, k > 1 ? "they apply" : "it applies");
+        skiff_log_task("skiff: %s: joining the running container '%s': ignoring %s (%s only when a container starts)",
+                       skiff_g.node, skiff_g.opts.name, list, k > 1 ? "they apply" : "it applies");
 }
 
 /* ---- task_init: in the task, as the user ------------------------------------ */
@@ -812,7 +855,7 @@ static int exec_entrypoint(spank_t sp, skiff_err *err)
 int skiff_remote_task_init(spank_t sp)
 {
     if (skiff_g.failed) {
-        slurm_error("skiff: %s: %s", skiff_g.phase, skiff_g.err.msg);
+        skiff_log_error("skiff: %s: %s", skiff_g.phase, skiff_g.err.msg);
         return -1;
     }
     if (!skiff_g.active || !skiff_g.started)
@@ -822,15 +865,15 @@ int skiff_remote_task_init(spank_t sp)
     double t0 = skiff_now_ms();
     if (skiff_container_join(skiff_g.c.holder, skiff_g.c.workdir[0] ? skiff_g.c.workdir : "/", SKIFF_JOIN_KEEP_CAPS,
                              &err) < 0) {
-        slurm_error("skiff: join: %s", err.msg);
+        skiff_log_error("skiff: join: %s", err.msg);
         return -1;
     }
     if (apply_env(sp, &err) < 0) {
-        slurm_error("skiff: env: %s", err.msg);
+        skiff_log_error("skiff: env: %s", err.msg);
         return -1;
     }
     if (apply_ddp_env(sp, &err) < 0) {
-        slurm_error("skiff: env: training environment: %s", err.msg);
+        skiff_log_error("skiff: env: training environment: %s", err.msg);
         return -1;
     }
     double t1 = skiff_now_ms();
@@ -839,23 +882,22 @@ int skiff_remote_task_init(spank_t sp)
     if (local == 0 && skiff_g.attached)
         warn_ignored();
     if (local == 0 && skiff_g.notice[0])
-        dprintf(2, "skiff: %s: %s\n", skiff_g.node, skiff_g.notice);
+        skiff_log_task("skiff: %s: %s", skiff_g.node, skiff_g.notice);
     if (local == 0) {
         char dbg[16];
         if (spank_getenv(sp, "SKIFF_DEBUG", dbg, sizeof(dbg)) == ESPANK_SUCCESS && dbg[0] && strcmp(dbg, "0")) {
-            dprintf(2,
-                    "skiff: %s: timing: config %.1f ms, import %.1f ms, start %.1f ms (during Slurm's own "
-                    "%.1f ms of step setup; user_init waited %.1f ms), join+env %.1f ms\n",
-                    skiff_g.node, skiff_g.t_config_ms, skiff_g.t_resolve_ms, skiff_g.t_start_ms, skiff_g.t_gap_ms,
-                    skiff_g.t_wait_ms, t1 - t0);
+            skiff_log_task("skiff: %s: timing: config %.1f ms, import %.1f ms, start %.1f ms (during Slurm's own "
+                           "%.1f ms of step setup; user_init waited %.1f ms), join+env %.1f ms",
+                           skiff_g.node, skiff_g.t_config_ms, skiff_g.t_resolve_ms, skiff_g.t_start_ms,
+                           skiff_g.t_gap_ms, skiff_g.t_wait_ms, t1 - t0);
         }
-        slurm_verbose("skiff: %s: timing: config %.1f ms, import %.1f ms, start %.1f ms, join+env %.1f ms",
-                      skiff_g.node, skiff_g.t_config_ms, skiff_g.t_resolve_ms, skiff_g.t_start_ms, t1 - t0);
+        skiff_log_verbose("skiff: %s: timing: config %.1f ms, import %.1f ms, start %.1f ms, join+env %.1f ms",
+                          skiff_g.node, skiff_g.t_config_ms, skiff_g.t_resolve_ms, skiff_g.t_start_ms, t1 - t0);
     }
     bool ep = !skiff_g.attached &&
               (skiff_g.opts.entrypoint == 1 || (skiff_g.opts.entrypoint < 0 && skiff_g.args.execute_entrypoint));
     if (ep && exec_entrypoint(sp, &err) < 0) {
-        slurm_error("skiff: entrypoint: %s", err.msg);
+        skiff_log_error("skiff: entrypoint: %s", err.msg);
         return -1;
     }
     return 0;
@@ -885,8 +927,8 @@ int skiff_remote_task_exit(spank_t sp)
          * closes the pipe at once. */
         if (!skiff_g.attached && skiff_helper_joined(&starter, 2000) &&
             skiff_helper_finish(&starter, skiff_g.args.timeout_s) == -1)
-            slurm_error("skiff: %s: the steps that joined this container did not end within %d s; it was stopped",
-                        skiff_g.node, skiff_g.args.timeout_s);
+            skiff_log_error("skiff: %s: the steps that joined this container did not end within %d s; it was stopped",
+                            skiff_g.node, skiff_g.args.timeout_s);
         /* A script's next line often starts the saved image: srun must not
          * return before it exists. */
         if (skiff_g.save_path[0]) {
@@ -928,16 +970,19 @@ static int remove_state_fn(void *arg)
 }
 
 /* Whether the step's state directory is still there: looked up from the
- * root-owned base, never following a link, without opening anything. */
+ * root-owned base, never following a link nor crossing a mount. */
 static bool state_left(void)
 {
     if (!skiff_g.state_key[0])
         return false;
     cleanup_close int bfd = open(skiff_g.args.runtime_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     char rel[600];
-    struct stat st;
     snprintf(rel, sizeof(rel), "%u/%s", (unsigned)skiff_g.uid, skiff_g.state_key);
-    return bfd >= 0 && fstatat(bfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (bfd < 0)
+        return false;
+    cleanup_close int fd = open_user_path(bfd, rel);
+    /* a mount in the way: the user's child that removes it finds out (bounded) */
+    return fd >= 0 || errno == EXDEV;
 }
 
 int skiff_remove_job_containers(const struct skiff_user *u, const char *node, uint32_t jobid,
@@ -963,13 +1008,13 @@ static void stop_container(const struct skiff_user *u)
 {
     double t0 = skiff_now_ms();
     if (starter.pid > 0 && skiff_helper_finish(&starter, skiff_g.args.timeout_s) == -1)
-        slurm_error("skiff: %s: the container helper did not stop within %d s; it was killed", skiff_g.node,
-                    skiff_g.args.timeout_s);
+        skiff_log_error("skiff: %s: the container helper did not stop within %d s; it was killed", skiff_g.node,
+                        skiff_g.args.timeout_s);
     if (state_left())
         /* Slurm killed the helper with the step's processes before it could
          * stop the container: its state directory is removed as the user */
         if (skiff_fork_as_user(u, NULL, 0, remove_state_fn, NULL, skiff_g.args.timeout_s) < 0)
-            slurm_error("skiff: %s: could not remove the state of %s", skiff_g.node, skiff_g.state_key);
+            skiff_log_error("skiff: %s: could not remove the state of %s", skiff_g.node, skiff_g.state_key);
     if (skiff_g.mntns_fd >= 0) {
         /* a task's daemon that left the step's process tree */
         skiff_kill_ns_as_user(skiff_g.mntns_fd, u, skiff_g.args.timeout_s);
@@ -980,7 +1025,7 @@ static void stop_container(const struct skiff_user *u)
         skiff_container_free(&skiff_g.c);
         skiff_g.started = false;
         if (skiff_g.debug)
-            slurm_info("skiff: %s: timing: stop %.1f ms", skiff_g.node, skiff_now_ms() - t0);
+            skiff_log_info("skiff: %s: timing: stop %.1f ms", skiff_g.node, skiff_now_ms() - t0);
     }
 }
 
@@ -993,7 +1038,7 @@ static void save_container(void)
     skiff_err err;
     skiff_err_clear(&err);
     if (helper_verb("save", skiff_g.cwd, SKIFF_REQ_SAVE, skiff_g.save_path, &err) < 0)
-        slurm_error("skiff: save: %s", err.msg);
+        skiff_log_error("skiff: save: %s", err.msg);
 }
 
 int skiff_remote_exit(spank_t sp)
@@ -1004,7 +1049,7 @@ int skiff_remote_exit(spank_t sp)
     struct skiff_user u = job_user();
     if (skiff_g.sweep_only) {
         if (skiff_remove_job_containers(&u, skiff_g.node, skiff_g.jobid, &skiff_g.cfg, &err) < 0)
-            slurm_error("skiff: cleanup: %s", err.msg);
+            skiff_log_error("skiff: cleanup: %s", err.msg);
         free(skiff_g.groups);
         skiff_g.groups = NULL;
         return 0;
@@ -1014,12 +1059,12 @@ int skiff_remote_exit(spank_t sp)
     stop_container(&u);
     save_container();
     if (skiff_g.temp_named && helper_verb("remove", NULL, NULL, NULL, &err) < 0)
-        slurm_error("skiff: save: remove %s: %s", skiff_g.named, err.msg);
+        skiff_log_error("skiff: save: remove %s: %s", skiff_g.named, err.msg);
     if (skiff_g.is_batch && skiff_g.args.scope == SKIFF_SCOPE_JOB &&
         skiff_remove_job_containers(&u, skiff_g.node, skiff_g.jobid, &skiff_g.cfg, &err) < 0)
-        slurm_error("skiff: cleanup: %s", err.msg);
+        skiff_log_error("skiff: cleanup: %s", err.msg);
     if (skiff_g.args.importer[0] && helper_verb("release", NULL, NULL, NULL, &err) < 0)
-        slurm_error("skiff: importer release: %s", err.msg);
+        skiff_log_error("skiff: importer release: %s", err.msg);
     free(skiff_g.groups);
     skiff_g.groups = NULL;
     free(batch_script_mount);

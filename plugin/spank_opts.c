@@ -13,7 +13,7 @@
         skiff_err err;                                                                                                 \
         skiff_err_clear(&err);                                                                                         \
         if (skiff_opts_set(&skiff_g.opts, id, val, optarg, &err) < 0) {                                                \
-            slurm_error("skiff: %s", err.msg);                                                                         \
+            skiff_log_error("skiff: %s", err.msg);                                                                     \
             return -1;                                                                                                 \
         }                                                                                                              \
         return 0;                                                                                                      \
@@ -79,7 +79,7 @@ int skiff_spank_register_options(spank_t sp)
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         spank_err_t rc = spank_option_register(sp, &table[i]);
         if (rc != ESPANK_SUCCESS) {
-            slurm_error("skiff: cannot register --%s: %s", table[i].name, spank_strerror(rc));
+            skiff_log_error("skiff: cannot register --%s: %s", table[i].name, spank_strerror(rc));
             return -1;
         }
     }

@@ -23,11 +23,12 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 {
     skiff_err err;
     skiff_err_clear(&err);
+    skiff_log_init();
     if (!skiff_g.args_ok) {
         skiff_opts_init(&skiff_g.opts);
         if (skiff_plugin_args_parse(&skiff_g.args, ac, av, &err) < 0) {
             /* A broken plugstack.conf must be noticed by the admin at once. */
-            slurm_error("skiff: %s", err.msg);
+            skiff_log_error("skiff: %s", err.msg);
             return -1;
         }
         skiff_g.args_ok = true;
@@ -55,11 +56,11 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
          * environment fallbacks are checked after they are applied. */
         if (skiff_opts_check(&skiff_g.opts, &err) < 0 ||
             skiff_opts_from_env(&skiff_g.opts, getenv_local, NULL, &err) < 0) {
-            slurm_error("skiff: %s", err.msg);
+            skiff_log_error("skiff: %s", err.msg);
             return -1;
         }
         if (skiff_opts_active(&skiff_g.opts) && skiff_opts_check(&skiff_g.opts, &err) < 0) {
-            slurm_error("skiff: %s", err.msg);
+            skiff_log_error("skiff: %s", err.msg);
             return -1;
         }
         return 0;

@@ -22,6 +22,7 @@
 #include "clock.h"
 #include "fdio.h"
 #include "ns.h"
+#include "sanitize.h"
 
 #define HELPER_NAME "skiff-helper"
 
@@ -131,6 +132,9 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pid_t pid = fork();
     if (pid == 0) {
+        /* a copy of root's memory: nobody may look into it (the drop below
+         * sets it again to fs.suid_dumpable, which may be 1) */
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         struct sigaction dfl = {.sa_handler = SIG_DFL}, ign = {.sa_handler = SIG_IGN};
         for (int s = 1; s < NSIG; s++)
             sigaction(s, &dfl, NULL);
@@ -154,9 +158,11 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
             child_fail("drop to the job's user", e.code ? e.code : EPERM);
             _exit(126);
         }
-        /* the credential change cleared both: no parent-death signal and
-         * not dumpable (it holds root's memory until the exec) */
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
+        /* the credential change cleared the parent-death signal, and set
+         * dumpable to fs.suid_dumpable: not dumpable until the exec, which
+         * gives the user a fresh image of the helper */
+        if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 ||
+            getppid() != parent)
             _exit(126);
         execve(program, (char *const *)(void *)argv, (char *const *)(void *)envp);
         child_fail(program, errno);
@@ -177,20 +183,23 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
     hp->pidfd = pidfd_open(pid, 0); /* our child, not reaped: it is that process */
     hp->rep = rep[0];
     hp->ctl = control ? ctl[1] : -1;
+    hp->uid = u->uid;
+    snprintf(hp->verb, sizeof(hp->verb), "%s", verb);
     return 0;
 }
 
-int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, skiff_rec_seen_fn seen, void *ctx,
-                       struct skiff_reply *r, skiff_err *err)
+int skiff_helper_reply(struct skiff_helper_proc *hp, double deadline_ms, int timeout_s, skiff_rec_seen_fn seen,
+                       void *ctx, struct skiff_reply *r, skiff_err *err)
 {
     memset(r, 0, sizeof(*r));
     char *data = NULL;
     size_t len = 0;
     bool timed_out = false;
+    double left = deadline_ms - skiff_now_ms();
     /* (rep stays open until skiff_helper_finish: a start helper's word
      * after its answer, skiff_helper_joined) */
-    int rc =
-        skiff_rec_read_fd_cb(hp->rep, SKIFF_REPLY_MAX, timeout_s * 1000, 'Z', seen, ctx, &data, &len, &timed_out, err);
+    int rc = skiff_rec_read_fd_cb(hp->rep, SKIFF_REPLY_MAX, left > 0 ? (int)left : 0, 'Z', seen, ctx, &data, &len,
+                                  &timed_out, err);
     if (rc < 0) {
         if (timed_out)
             return skiff_error(err, 0,
@@ -202,7 +211,7 @@ int skiff_helper_reply(struct skiff_helper_proc *hp, int timeout_s, skiff_rec_se
     if (len == 0) {
         free(data);
         /* it closed its end: it has exited, or is about to */
-        int st = skiff_helper_finish(hp, 5);
+        int st = skiff_helper_finish(hp, 1);
         if (st != -1 && WIFSIGNALED(st))
             return skiff_error(err, 0, "the user-side helper was killed by signal %d before it answered", WTERMSIG(st));
         return skiff_error(err, 0, "the user-side helper exited (status %d) without an answer",
@@ -228,18 +237,183 @@ bool skiff_helper_joined(struct skiff_helper_proc *hp, int timeout_ms)
     return r == 1 && (p.revents & POLLIN) && read(hp->rep, &ch, 1) == 1 && ch == 'w';
 }
 
-/* Waits for the pidfd to become readable (the process exited). */
-static bool wait_exit(int pidfd, int timeout_ms)
+/* ---- waiting for a child, always bounded ------------------------------------ */
+
+static void (*report_fn)(const char *line);
+
+void skiff_userproc_set_log(void (*log)(const char *line))
+{
+    report_fn = log;
+}
+
+/* Whether our child exited (is a zombie, or was reaped by someone else:
+ * slurmstepd waits for any child) within timeout_ms. Through its pidfd;
+ * without one (kernels before 5.3), by polling. */
+static bool exited_within(pid_t pid, int pidfd, int timeout_ms)
+{
+    double end = skiff_now_ms() + timeout_ms;
+    if (pidfd >= 0) {
+        struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+        for (;;) {
+            double left = end - skiff_now_ms();
+            int r = poll(&pfd, 1, left > 0 ? (int)left : 0);
+            if (r < 0 && errno == EINTR)
+                continue;
+            return r > 0;
+        }
+    }
+    for (;;) {
+        siginfo_t si = {0};
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0)
+            return errno == ECHILD;
+        if (si.si_pid == pid)
+            return true;
+        if (skiff_now_ms() >= end)
+            return false;
+        usleep(10000);
+    }
+}
+
+/* Reaps a child that exited (it does not block: exited_within said so). */
+static int reap(pid_t pid, int pidfd)
+{
+    siginfo_t si = {0};
+    int r;
+    while ((r = pidfd >= 0 ? waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED) : waitid(P_PID, (id_t)pid, &si, WEXITED)) < 0 &&
+           errno == EINTR)
+        ;
+    if (r < 0 || si.si_pid == 0)
+        return 0; /* reaped by someone else: its status is gone */
+    return si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 : si.si_status & 0x7f;
+}
+
+/* Children that outlived SIGKILL, by pidfd: reaped by the next bounded wait
+ * after they exit. When more are left than fit, the oldest is left to
+ * slurmstepd (its own wait for any child, or init after it exits). */
+#define LEFT_MAX 16
+static int left_pidfd[LEFT_MAX];
+static size_t nleft;
+
+static void reap_left_behind(void)
+{
+    for (size_t i = 0; i < nleft;) {
+        siginfo_t si = {0};
+        int r = waitid(P_PIDFD, (id_t)left_pidfd[i], &si, WEXITED | WNOHANG);
+        if ((r == 0 && si.si_pid != 0) || (r < 0 && errno != EINTR)) {
+            close(left_pidfd[i]);
+            left_pidfd[i] = left_pidfd[--nleft];
+        } else {
+            i++;
+        }
+    }
+}
+
+static void leave_behind(int pidfd)
 {
     if (pidfd < 0)
-        return false;
-    struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
-    for (;;) {
-        int r = poll(&pfd, 1, timeout_ms);
-        if (r < 0 && errno == EINTR)
-            continue; /* (a signal restarts the whole wait: bounded by the caller's timeout again) */
-        return r > 0;
+        return;
+    if (nleft == LEFT_MAX) {
+        close(left_pidfd[0]);
+        memmove(left_pidfd, left_pidfd + 1, (LEFT_MAX - 1) * sizeof(int));
+        nleft--;
     }
+    left_pidfd[nleft++] = pidfd;
+}
+
+/* A small /proc file of pid's, or "" (bounded; nothing that could block on
+ * the process's memory: no cmdline, environ or mem). */
+static void proc_read(pid_t pid, const char *file, char *out, size_t n)
+{
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/%d/%s", (int)pid, file);
+    out[0] = '\0';
+    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+    ssize_t r = fd < 0 ? -1 : read(fd, out, n - 1);
+    out[r > 0 ? r : 0] = '\0';
+    out[strcspn(out, "\n")] = '\0';
+}
+
+/* Up to three FUSE filesystems uid mounted (fusermount3: user_id=UID), as
+ * "'MOUNTPOINT' (fuse.TYPE, connection N)", from /proc/PID/mountinfo
+ * (which asks no FUSE server anything). The prime suspects of a process
+ * of uid's that SIGKILL does not end. */
+static void user_fuse_mounts(pid_t pid, uid_t uid, char *out, size_t n)
+{
+    char p[64], mine[32];
+    snprintf(p, sizeof(p), "/proc/%d/mountinfo", (int)pid);
+    snprintf(mine, sizeof(mine), "user_id=%u,", (unsigned)uid);
+    out[0] = '\0';
+    FILE *f = fopen(p, "re");
+    char line[2048];
+    size_t o = 0;
+    int found = 0;
+    for (int lines = 0; f && found < 3 && lines < 100000 && fgets(line, sizeof(line), f); lines++) {
+        /* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [FIELDS...] - TYPE SOURCE SUPEROPTIONS */
+        unsigned minor = 0;
+        char target[1024], type[64], super[512];
+        const char *dash = strstr(line, " - ");
+        if (!dash || sscanf(line, "%*s %*s %*u:%u %*s %1023s", &minor, target) != 2 ||
+            sscanf(dash + 3, "%63s %*s %511s", type, super) != 2 || strncmp(type, "fuse", 4) ||
+            !strstr(strcat(super, ","), mine))
+            continue;
+        int w = snprintf(out + o, n - o, "%s'%s' (%s, connection %u)", found ? ", " : "", target, type, minor);
+        if (w < 0 || (size_t)w >= n - o)
+            break;
+        o += (size_t)w;
+        found++;
+    }
+    if (f)
+        fclose(f);
+}
+
+/* The one log line about a child that did not exit after SIGKILL. */
+static void report_unkillable(pid_t pid, uid_t uid, const char *what)
+{
+    char stat[512], wchan[64], cwd[1024] = "", fuse[1200], sysc[64], p[64];
+    proc_read(pid, "stat", stat, sizeof(stat));
+    proc_read(pid, "wchan", wchan, sizeof(wchan));
+    proc_read(pid, "syscall", sysc, sizeof(sysc));
+    sysc[strcspn(sysc, " ")] = '\0';
+    const char *paren = strrchr(stat, ')');
+    char state = paren && paren[1] == ' ' ? paren[2] : '?';
+    snprintf(p, sizeof(p), "/proc/%d/cwd", (int)pid);
+    ssize_t r = readlink(p, cwd, sizeof(cwd) - 1);
+    cwd[r > 0 ? r : 0] = '\0';
+    user_fuse_mounts(pid, uid, fuse, sizeof(fuse));
+    char line[SKIFF_SAFE_MAX + 1];
+    snprintf(line, sizeof(line),
+             "%s (pid %d, uid %u) did not exit within %d ms of SIGKILL: state %c, waiting in %s (syscall %s), cwd "
+             "'%s'; FUSE filesystems of uid %u: %s; not waiting for it any longer (it is reaped if it ever "
+             "exits; unmounting the FUSE filesystem, or /sys/fs/fuse/connections/N/abort, ends it)",
+             what, (int)pid, (unsigned)uid, SKIFF_KILL_GRACE_MS, state, wchan[0] ? wchan : "?", sysc[0] ? sysc : "?",
+             cwd, (unsigned)uid, fuse[0] ? fuse : "none");
+    if (report_fn)
+        report_fn(line);
+}
+
+/* Waits up to timeout_ms for our child pid to exit, then SIGKILLs it and
+ * waits SKIFF_KILL_GRACE_MS more; reaps it. A child still there after
+ * that is reported (report_unkillable) and left behind. Takes over pidfd.
+ * Returns the wait status, or -1 when it had to be killed. */
+static int finish_child(pid_t pid, int pidfd, int timeout_ms, uid_t uid, const char *what)
+{
+    reap_left_behind();
+    int rv = 0;
+    if (!exited_within(pid, pidfd, timeout_ms)) {
+        /* our own unreaped child: the pidfd can only be that process */
+        if (pidfd < 0 || syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0) < 0)
+            kill(pid, SIGKILL);
+        rv = -1;
+        if (!exited_within(pid, pidfd, SKIFF_KILL_GRACE_MS)) {
+            report_unkillable(pid, uid, what);
+            leave_behind(pidfd);
+            return -1;
+        }
+    }
+    int st = reap(pid, pidfd);
+    if (pidfd >= 0)
+        close(pidfd);
+    return rv < 0 ? -1 : st;
 }
 
 int skiff_helper_finish(struct skiff_helper_proc *hp, int timeout_s)
@@ -251,20 +425,12 @@ int skiff_helper_finish(struct skiff_helper_proc *hp, int timeout_s)
     hp->ctl = hp->rep = -1;
     if (hp->pid <= 0)
         return -1;
-    int st = 0, rv = 0;
-    if (!wait_exit(hp->pidfd, timeout_s * 1000)) {
-        /* our own unreaped child: the pidfd can only be that process */
-        if (hp->pidfd < 0 || syscall(SYS_pidfd_send_signal, hp->pidfd, SIGKILL, NULL, 0) < 0)
-            kill(hp->pid, SIGKILL);
-        rv = -1;
-    }
-    while (waitpid(hp->pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    if (hp->pidfd >= 0)
-        close(hp->pidfd);
+    char what[64];
+    snprintf(what, sizeof(what), "the user-side helper (skiff-helper %s)", hp->verb);
+    int st = finish_child(hp->pid, hp->pidfd, timeout_s * 1000, hp->uid, what);
     hp->pidfd = -1;
     hp->pid = 0;
-    return rv < 0 ? -1 : st;
+    return st;
 }
 
 int skiff_helper_call(const char *program, const char *verb, const struct skiff_user *u, const struct skiff_recbuf *req,
@@ -274,7 +440,7 @@ int skiff_helper_call(const char *program, const char *verb, const struct skiff_
     if (skiff_helper_spawn(program, verb, u, req, NULL, false, &hp, err) < 0)
         return -1;
     struct skiff_reply r;
-    int rc = skiff_helper_reply(&hp, timeout_s, NULL, NULL, &r, err);
+    int rc = skiff_helper_reply(&hp, skiff_now_ms() + timeout_s * 1000.0, timeout_s, NULL, NULL, &r, err);
     if (rc == 0 && r.status < 0) {
         *err = r.err;
         rc = -1;
@@ -299,26 +465,24 @@ int skiff_fork_as_user(const struct skiff_user *u, const int *keep, size_t nkeep
 {
     pid_t pid = fork();
     if (pid == 0) {
+        /* root's memory and, until the close below, its fds: nobody may
+         * look; set again after the drop, which sets fs.suid_dumpable */
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (nul < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(nul, 2) < 0)
             _exit(1);
         skiff_close_fds_except(keep, nkeep);
         skiff_err e;
-        if (skiff_ns_drop_creds(u->uid, u->gid, u->groups, (size_t)(u->ngroups > 0 ? u->ngroups : 0), &e) < 0)
+        if (skiff_ns_drop_creds(u->uid, u->gid, u->groups, (size_t)(u->ngroups > 0 ? u->ngroups : 0), &e) < 0 ||
+            prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
             _exit(1);
         _exit(fn(arg) < 0 ? 1 : 0);
     }
     if (pid < 0)
         return -1;
-    int pidfd = pidfd_open(pid, 0);
-    int st = -1;
-    if (!wait_exit(pidfd, timeout_s * 1000))
-        kill(pid, SIGKILL); /* our unreaped child */
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    if (pidfd >= 0)
-        close(pidfd);
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    int st =
+        finish_child(pid, pidfd_open(pid, 0), timeout_s * 1000, u->uid, "a child of slurmstepd running as the user");
+    return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
 static int kill_ns_fn(void *arg)

@@ -12,6 +12,19 @@ INTEGRATION_TESTS += tests/integration/e2e-demo.sh
 SLURM_TREE_TESTS := $(addprefix tests/integration/,plugin-cluster.sh plugin-pyxis.sh plugin-attacks.sh \
                       hooks-cluster.sh mpi-cluster.sh)
 
+# Programs the integration tests run (built by `make test`, never installed):
+# the attacker's FUSE server that never answers, and a SPANK plugin that
+# records where slurmstepd's fd 0 points (tests/integration/plugin-attacks.sh).
+FUSE_STALL := $(BUILD)/tests/fuse-stall
+SPANK_FD0_PROBE := $(BUILD)/tests/spank_fd0_probe.so
+TEST_PROGRAMS += $(FUSE_STALL) $(SPANK_FD0_PROBE)
+$(FUSE_STALL): tests/integration/fuse-stall.c
+	@mkdir -p $(@D)
+	$(CC) $(PIE_CFLAGS) $(shell pkg-config --cflags fuse3) $(EXE_LDFLAGS) -o $@ $< $(shell pkg-config --libs fuse3)
+$(SPANK_FD0_PROBE): tests/integration/spank-fd0-probe.c
+	@mkdir -p $(@D)
+	$(CC) $(PIC_CFLAGS) $(SO_LDFLAGS) -o $@ $<
+
 # ---- fuzzing (doc/fuzzing.md) ----------------------------------------------
 # libFuzzer targets, one per parser family: tests/fuzz/fuzz_NAME.c ->
 # $(BUILD)/fuzz/fuzz_NAME. clang only (-fsanitize=fuzzer); the parsers they
@@ -58,3 +71,5 @@ print-fuzzers:
 INTEGRATION_TESTS += tests/integration/fuzz-smoke.sh
 
 .PHONY: fuzzers print-fuzzers
+test-programs: $(TEST_PROGRAMS)
+.PHONY: test-programs

@@ -461,6 +461,12 @@ static int resolve_image(const struct skiff_config *cfg, const struct skiff_star
     }
     if (!h->image[0])
         return skiff_error(err, 0, "no image given");
+    /* a FIFO (or a device) as the image would hold the start until its
+     * deadline: refused now, with its name */
+    int fd = skiff_open_regular(h->image, 0, err);
+    if (fd < 0)
+        return skiff_err_wrap(err, "container image");
+    close(fd);
     return 0;
 }
 

@@ -380,6 +380,10 @@ int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, c
         struct stat st;
         if (!realpath(ref.path, real) || stat(real, &st) < 0)
             return skiff_error(err, errno, "%s", uri);
+        bool archive = ref.kind == SKIFF_REF_DOCKER_ARCHIVE || ref.kind == SKIFF_REF_OCI_ARCHIVE;
+        /* a FIFO would hold the import (and the step) until its deadline */
+        if (archive ? !S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode))
+            return skiff_error(err, 0, "%s: %s is not a %s", uri, real, archive ? "regular file" : "directory");
         if (S_ISDIR(st.st_mode)) {
             char idx[PATH_MAX + 16];
             snprintf(idx, sizeof(idx), "%s/%s", real, ref.kind == SKIFF_REF_OCI ? "index.json" : "manifest.json");

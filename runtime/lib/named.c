@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdio.h"
+
 bool skiff_name_valid(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
@@ -44,11 +46,12 @@ int skiff_named_image(const struct skiff_config *cfg, const char *name, char *im
     if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
         return -1;
     snprintf(p, sizeof(p), "%s/image", dir);
-    cleanup_close int fd = open(p, O_RDONLY | O_CLOEXEC);
+    /* the user's file, like the image it names: a FIFO is refused at once */
+    cleanup_close int fd = skiff_open_regular(p, 0, err);
     if (fd < 0) {
-        if (errno == ENOENT)
+        if (err->code == ENOENT)
             return skiff_error(err, ENOENT, "no container named '%s' (see 'skiff list', or 'skiff create')", name);
-        return skiff_error(err, errno, "open %s", p);
+        return -1;
     }
     ssize_t r = read(fd, image, n - 1);
     if (r < 0)

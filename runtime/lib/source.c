@@ -118,8 +118,7 @@ int skiff_source_open(const struct skiff_import_job *j, const char *path, skiff_
     size_t n = strlen(j->src);
     if (j->srcfd >= 0 && n && !strncmp(path, j->src, n) && path[n] == '/')
         return skiff_open_in_root(j->srcfd, path + n + 1, err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    return fd < 0 ? skiff_error(err, errno, "open %s", path) : fd;
+    return skiff_open_regular(path, 0, err); /* (a FIFO in a layout: refused, not waited on) */
 }
 
 /* Reads a whole (small) file, checking its digest when one is given. */

@@ -43,7 +43,7 @@ static int default_level(const char *comp)
 
 bool skiff_squash_is_image(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* (a FIFO: no wait, no magic) */
     if (fd < 0)
         return false;
     char magic[4];
@@ -214,7 +214,7 @@ int skiff_squash_resolve_path(const char *arg, char *sqsh_path, size_t n, skiff_
     if (stat(real, &st) < 0)
         return skiff_error(err, errno, "container image %s", arg);
     if (!S_ISREG(st.st_mode))
-        return skiff_error(err, 0, "container image %s is not a file (want a squashfs image)", arg);
+        return skiff_error(err, 0, "container image %s is not a regular file (want a squashfs image)", arg);
     if (!skiff_squash_is_image(real))
         return skiff_error(err, 0, "container image %s is not a squashfs image (import one with skiff import)", arg);
     if (snprintf(sqsh_path, n, "%s", real) >= (int)n)

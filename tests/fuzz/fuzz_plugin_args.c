@@ -36,6 +36,7 @@ static void plugstack(char *s)
         return;
     }
     FUZZ_CHECK(a.runtime_path[0] == '/', "runtime_path '%s'", a.runtime_path);
+    FUZZ_CHECK(!a.block_cache_path[0] || a.block_cache_path[0] == '/', "block_cache_path '%s'", a.block_cache_path);
     FUZZ_CHECK(!a.importer[0] || a.importer[0] == '/', "importer '%s'", a.importer);
     FUZZ_CHECK(!a.config[0] || a.config[0] == '/', "config '%s'", a.config);
     FUZZ_CHECK(!a.helper[0] || a.helper[0] == '/', "helper '%s'", a.helper);

@@ -7,7 +7,7 @@
  * again with skiff_rec_put gives back the same bytes; a failure says why;
  * a parsed state has no negative pid; an accepted reply holds only what
  * proto.h allows (status 0/-1, a known phase on failure, a positive holder
- * pid, an absolute workdir, K=V environment, printable messages); an
+ * pid, an absolute workdir, K=V environment, messages the sanitiser would leave as they are); an
  * accepted request has absolute config paths and bounded lists; the reader
  * returns a prefix of what was written, never more than its bound, and
  * stops early only after a complete end record. */
@@ -20,6 +20,7 @@
 #include "container_int.h"
 #include "fuzzlib.h"
 #include "proto.h"
+#include "sanitize.h"
 #include "state.h"
 
 static void walk(const char *p, size_t len)
@@ -63,15 +64,21 @@ static void state(const char *p, size_t len)
 
 static const char *const phases[] = {"config", "import", "mount", "hook", "join", "env", "save", NULL};
 
+/* what the sinks get: the sanitiser's output (common/sanitize.h) */
 static void printable(const char *s, const char *what)
 {
-    for (; *s; s++)
-        FUZZ_CHECK((unsigned char)*s >= 0x20 && *s != 0x7f, "%s holds control character 0x%02x", what,
-                   (unsigned char)*s);
+    FUZZ_CHECK(skiff_is_clean(s, strlen(s)), "%s is not one clean line: '%s'", what, s);
 }
 
 static void reply(const char *p, size_t len)
 {
+    /* progress lines, as root shows them while the answer comes */
+    size_t off = 0;
+    char tag, line[400];
+    const char *rec;
+    while (skiff_rec_next(p, len, &off, &tag, &rec) == 1)
+        if (skiff_progress_line(tag, rec, line, sizeof(line)) == 0)
+            printable(line, "a progress line");
     struct skiff_reply r;
     skiff_err err = {0};
     int rc = skiff_reply_parse(p, len, &r, &err);

@@ -1,8 +1,8 @@
 #!/bin/bash
 # The security review's attacks on spank_skiff.so (findings 1-6; 7 is in
-# runtime-import.sh), each performed as an ordinary user on a real local
-# Slurm cluster. Every case passes because the attack fails, and nothing is
-# left behind.
+# runtime-import.sh; 8-9 issue 14's; 10-14 the second review's, issue 23),
+# each performed as an ordinary user on a real local Slurm cluster. Every
+# case passes because the attack fails, and nothing is left behind.
 #
 # It runs in a private mount namespace with a cluster of its own: before the
 # fixes, a forged holder pid made slurmstepd SIGKILL every process of the
@@ -12,8 +12,15 @@ source "$(dirname "$0")/../lib.sh"
 cd "$T_ROOT"
 [ "$(id -u)" -eq 0 ] || { t_skip "plugin attacks" "needs root to start the test cluster"; t_done; }
 PLUGIN=${SKIFF_PLUGIN:-$BUILD/plugin/spank_skiff.so} # tests/cluster/up loads it
-HELPERS=$(dirname "$PLUGIN") # skiff-helper and skiff-helper-full, beside it
+# What the nodes run is built with the cluster's plugin (for another Slurm's
+# Debian tree, in that tree: tests/cluster/slurm-tree, `make node`).
+NODE_BUILD=$(dirname "$(dirname "$PLUGIN")")
+HELPERS=$NODE_BUILD/plugin # skiff-helper and skiff-helper-full, beside the plugin
 [ -f "$PLUGIN" ] && [ -x "$HELPERS/skiff-helper" ] || { t_fail "plugin built" "run make"; t_done; }
+# the attacker's FUSE server and the fd 0 probe (tests/build.mk), run on the nodes
+FUSE_STALL=$NODE_BUILD/tests/fuse-stall FD0_PROBE=$NODE_BUILD/tests/spank_fd0_probe.so
+[ -x "$FUSE_STALL" ] && [ -f "$FD0_PROBE" ] || make -s BUILD="$NODE_BUILD" test-programs >/dev/null ||
+  { t_fail "test programs built" "make test-programs"; t_done; }
 t_private_mount_ns "plugin attacks" "$@"
 SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 2 || { t_fail "cluster up"; t_done; }
 source tests/cluster/run/env.sh
@@ -25,15 +32,59 @@ id "$O" >/dev/null 2>&1 || useradd -M -s /bin/bash "$O" 2>/dev/null || id "$O" >
 T=$(mktemp -d /tmp/skiff-attack.XXXXXX)
 chmod 755 "$T"
 victims=()
+stall_mounts=()
+# unstall: every stalled FUSE connection aborted (through fusectl, mounted
+# in this private namespace: every process waiting on it gets ENOTCONN and
+# exits), its server killed and its mount detached; the importers that
+# never answer killed. Nothing stays in D state.
+stop_importers() {
+  local p
+  for p in $(cat "$T/stall/pids" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+  : >"$T/stall/pids" 2>/dev/null
+}
+unstall() {
+  local p m conn
+  stop_importers
+  for m in "${stall_mounts[@]}"; do
+    conn=$(awk -v m="$m" '$5 == m { split($3, d, ":"); print d[2] }' "/proc/$SLURMD_N1/mountinfo" | tail -1)
+    if [ -n "$conn" ]; then
+      [ -d /sys/fs/fuse/connections/"$conn" ] || mount -t fusectl fusectl /sys/fs/fuse/connections 2>/dev/null
+      echo 1 >/sys/fs/fuse/connections/"$conn"/abort 2>/dev/null
+    fi
+    p=$(cat "$T/stall/server.${m//\//_}" 2>/dev/null)
+    [ -n "$p" ] && kill -KILL "$p" 2>/dev/null
+    nsenter -t "$SLURMD_N1" -m fusermount3 -u -z "$m" 2>/dev/null || nsenter -t "$SLURMD_N1" -m umount -l "$m" 2>/dev/null
+  done
+  stall_mounts=()
+}
+# stall DIR: the user mounts a FUSE filesystem that never answers on DIR
+# (their own directory), with Debian's setuid fusermount3, on node n1 (in
+# its slurmd's mount namespace, as from a job of theirs there)
+stall() {
+  local d=$1 out=$T/stall/server.${1//\//_}.out
+  runuser -u "$U" -- mkdir -p "$d"
+  nsenter -t "$SLURMD_N1" -m setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups "$FUSE_STALL" "$d" >"$out" 2>&1 &
+  echo $! >"$T/stall/server.${d//\//_}"
+  stall_mounts+=("$d")
+  for _ in $(seq 100); do grep -q ready "$out" && return 0; sleep 0.05; done
+  echo "fuse-stall did not mount $d: $(cat "$out")"; return 1
+}
+# processes of the user in uninterruptible sleep
+d_state() { ps -u "$U" -o pid=,stat=,wchan:32=,args= | awk '$2 ~ /^D/'; }
 cleanup() {
+  unstall
   for p in "${victims[@]}"; do kill -KILL "$p" 2>/dev/null; done
   rm -rf "$T" "$UHOME/f1" "$UHOME/f2" "$UHOME/.local/share/skiff/containers/atk-"* /dev/shm/skiff-"$UID_U" \
-    /dev/shm/skiff-attack /tmp/skiff-victim-dir
+    /dev/shm/skiff-attack /tmp/skiff-victim-dir "$UHOME"/sec-* /tmp/skiff-sec-blocks* "$RT"
   SKIFF_CLUSTER_QUIET=1 tests/cluster/down
 }
 trap cleanup EXIT
 
-plugstack() { echo "required $PLUGIN $*" >"$SKIFF_PLUGSTACK"; }
+# A runtime base of this cluster's own: /run/skiff is shared by every test
+# cluster on the machine (the test user's states of other clusters' steps
+# would be seen, or swapped, here)
+RT=/run/skiff-attacks-$SKIFF_CLUSTER_INDEX
+plugstack() { echo "required $PLUGIN runtime_path=$RT $*" >"$SKIFF_PLUGSTACK"; }
 as_user() { (cd "$T" && runuser -u "$U" -- env SLURM_CONF="$SLURM_CONF" "$@"); }
 node_pids() { ip netns pids "${SKIFF_CLUSTER_NS_PREFIX:-skiff${SKIFF_CLUSTER_INDEX}n}$1" 2>/dev/null; }
 # skiff processes of the user on node N (helper, holder, FUSE server): all
@@ -78,22 +129,41 @@ sleep 1000 & victims+=($!); ROOT_VICTIM=$!
 # (setpriv execs: $! is the user's sleep, not a root runuser waiting for it)
 setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups sleep 1000 & victims+=($!); USER_VICTIM=$!
 SLURMD_N2=$(pgrep -f "slurmd -f $SLURM_CONF -N n2" | head -1)
+SLURMD_N1=$(pgrep -f "slurmd -f $SLURM_CONF -N n1" | head -1)
 
-# forge NAME PAYLOAD_FILE: starts a step whose helper blocks on a FIFO (as
-# the review did), takes the helper's reply pipe with pidfd_getfd and
-# writes PAYLOAD_FILE into it; the step's output goes to $T/NAME.out.
+# An importer that never answers (pyxis's importer contract, plugstack
+# importer=): the helper waits for it, and can still be killed. Its pids go
+# to $T/stall/pids for unstall.
+mkdir -p "$T/stall" && chmod 755 "$T/stall" && touch "$T/stall/pids" && chmod 666 "$T/stall/pids"
+cat >"$T/stall/importer" <<EOF
+#!/bin/sh
+[ "\$1" = get ] || exit 0
+echo \$\$ >>$T/stall/pids
+exec sleep 600
+EOF
+chmod 755 "$T/stall/importer"
+
+# forge NAME PAYLOAD_FILE [SRUN_OPTION...]: starts a step whose helper waits
+# for an importer that never answers, takes the helper's reply pipe with
+# pidfd_getfd and writes PAYLOAD_FILE into it (as the review did); the
+# step's output goes to $T/NAME.out, its seconds to $T/NAME.took.
+PLUGARGS="timeout=6"
 forge() {
-  local name=$1 payload=$2 h
-  rm -f "$UHOME/f1"; runuser -u "$U" -- mkfifo "$UHOME/f1"
-  as_user srun -Q -n1 -w n1 --container-image="docker-archive:$UHOME/f1" true >"$T/$name.out" 2>&1 &
+  local name=$1 payload=$2 h; shift 2
+  plugstack $PLUGARGS importer="$T/stall/importer"
+  local t0=$(date +%s%N)
+  as_user srun -Q -n1 -w n1 --container-image=site/stall:1 "$@" true >"$T/$name.out" 2>&1 &
   local spid=$!
   if ! h=$(helper_of 1 start); then
-    kill $spid; wait $spid; echo "no helper found" >>"$T/$name.out"; return 1
+    kill $spid; wait $spid; echo "no helper found" >>"$T/$name.out"; plugstack $PLUGARGS; return 1
   fi
   chmod 644 "$payload"
   runuser -u "$U" -- "$T/getfd" "$h" 4 write "$payload" >>"$T/$name.out" 2>&1 || echo "getfd failed" >>"$T/$name.out"
   wait $spid
   echo "rc=$?" >>"$T/$name.out"
+  echo $(( ($(date +%s%N) - t0) / 1000000 )) >"$T/$name.ms"
+  plugstack $PLUGARGS
+  stop_importers
 }
 
 plugstack timeout=6
@@ -135,8 +205,8 @@ runuser -u "$U" -- sh -c "rm -f '$UHOME/f2'; mkfifo '$UHOME/f2'; ln -sfn '$UHOME
 start=$(date +%s)
 out=$(as_user srun -Q -n1 -w n1 --container-name=atk-shd true 2>&1); rc=$?
 took=$(( $(date +%s) - start ))
-if [ $rc -ne 0 ] && [ "$took" -le 20 ] && grep -q "within 6 s" <<<"$out"; then
-  t_pass "2: a named container linked to a FIFO fails at the deadline (${took} s), root not blocked"
+if [ $rc -ne 0 ] && [ "$took" -le 3 ] && grep -q "atk-shd.n1/image is not a regular file (it is a FIFO)" <<<"$out"; then
+  t_pass "2: a named container linked to a FIFO is refused at once (${took} s), naming the path (issue 23)"
 else t_fail "2: named container -> FIFO" "rc=$rc, ${took} s: $out"; fi
 
 # --- 3. no fd of slurmstepd's in any process the user can reach -----------------------------------
@@ -177,25 +247,38 @@ if [ "$seen" -ge 4 ] && [ -z "$bad" ]; then
   t_pass "3: helper, holder, FUSE server and an exit-time helper hold no socket or file of slurmstepd's ($seen processes)"
 else t_fail "3: fds reachable by the user" "seen=$seen: $bad / release step: $(head -c 300 "$T/release.out")"; fi
 
-# --- 4. a FIFO as the image: slurmstepd is not wedged ----------------------------------------------
-rm -f "$UHOME/f1"; runuser -u "$U" -- mkfifo "$UHOME/f1"
+# --- 4. a helper that never answers: slurmstepd is not wedged --------------------------------------
+# (the review's FIFO as the image is refused at once now, issue 23: an
+# importer that never answers takes its place)
+plugstack timeout=6 importer="$T/stall/importer"
 start=$(date +%s)
-out=$(as_user srun -Q -n1 -w n1 --container-image="docker-archive:$UHOME/f1" true 2>&1); rc=$?
+out=$(as_user srun -Q -n1 -w n1 --container-image=site/stall:1 true 2>&1); rc=$?
 took=$(( $(date +%s) - start ))
+plugstack timeout=6
 jobs_left() { squeue -h -u "$U" 2>/dev/null; }
 if [ $rc -ne 0 ] && grep -q "no answer from the user-side helper within 6 s" <<<"$out" && gone_within 20 jobs_left &&
    gone_within 5 skiff_procs 1; then
-  t_pass "4: docker-archive:FIFO fails after the deadline (${took} s), the job ends, no helper left"
-else t_fail "4: FIFO image" "rc=$rc ${took}s: $out / jobs: $(jobs_left) / procs: $(skiff_procs 1)"; fi
+  t_pass "4: a helper that never answers fails the step after the deadline (${took} s), the job ends, no helper left"
+else t_fail "4: helper that never answers" "rc=$rc ${took}s: $out / jobs: $(jobs_left) / procs: $(skiff_procs 1)"; fi
+stop_importers
+for img in "docker-archive:$UHOME/f1" "$UHOME/f1"; do
+  rm -f "$UHOME/f1"; runuser -u "$U" -- mkfifo "$UHOME/f1"
+  start=$(date +%s)
+  out=$(as_user srun -Q -n1 -w n1 --container-image="$img" true 2>&1); rc=$?
+  took=$(( $(date +%s) - start ))
+  if [ $rc -ne 0 ] && [ "$took" -le 3 ] && grep -q "$UHOME/f1 is not a regular file" <<<"$out"; then
+    t_pass "4: a FIFO as --container-image=$img is refused at once (${took} s), naming it (issue 23)"
+  else t_fail "4: FIFO as $img" "rc=$rc ${took}s: $out"; fi
+done
 
 # --- 5. another user takes the victim's runtime directory name first ----------------------------------
 runuser -u "$O" -- mkdir -p /dev/shm/skiff-"$UID_U"
 out=$(as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" cat /etc/hostname 2>&1); rc=$?
 [ $rc -eq 0 ] && t_pass "5: /dev/shm/skiff-UID taken by another user does not stop the victim's containers" ||
   t_fail "5: squatted /dev/shm/skiff-UID" "$out"
-[ "$(stat -c %u:%a /run/skiff)" = "0:755" ] && [ "$(stat -c %U:%a "/run/skiff/$UID_U")" = "$U:700" ] &&
+[ "$(stat -c %u:%a "$RT")" = "0:755" ] && [ "$(stat -c %U:%a "$RT/$UID_U")" = "$U:700" ] &&
   t_pass "5: the runtime base is root's (0755) with a private directory per user" ||
-  t_fail "5: runtime base" "$(ls -ld /run/skiff "/run/skiff/$UID_U")"
+  t_fail "5: runtime base" "$(ls -ld "$RT" "$RT/$UID_U")"
 runuser -u "$O" -- mkdir -p /dev/shm/skiff-attack
 plugstack timeout=6 runtime_path=/dev/shm/skiff-attack
 t_fails_with "5: a runtime_path base another user created first is refused, and named for the admin" \
@@ -209,14 +292,14 @@ chown -R "$O:" /tmp/skiff-victim-dir && chmod 777 /tmp/skiff-victim-dir && chmod
 as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" sleep 3 >/dev/null 2>&1 &
 spid=$!
 st=""
-for _ in $(seq 100); do st=$(ls "/run/skiff/$UID_U" 2>/dev/null | grep '^n1\.' | grep -v '\.old$' | head -1); [ -n "$st" ] && break; sleep 0.05; done
-runuser -u "$U" -- sh -c "cd /run/skiff/$UID_U && mv '$st' '$st.old' && ln -s /tmp/skiff-victim-dir '$st'" 2>"$T/swap.err"
+for _ in $(seq 100); do st=$(ls "$RT/$UID_U" 2>/dev/null | grep '^n1\.' | grep -v '\.old$' | head -1); [ -n "$st" ] && break; sleep 0.05; done
+runuser -u "$U" -- sh -c "cd $RT/$UID_U && mv '$st' '$st.old' && ln -s /tmp/skiff-victim-dir '$st'" 2>"$T/swap.err"
 wait $spid
 sleep 1
-if [ -n "$st" ] && [ -L "/run/skiff/$UID_U/$st" ] && [ "$(cat /tmp/skiff-victim-dir/file 2>/dev/null)" = keep ]; then
+if [ -n "$st" ] && [ -L "$RT/$UID_U/$st" ] && [ "$(cat /tmp/skiff-victim-dir/file 2>/dev/null)" = keep ]; then
   t_pass "6: a state directory swapped for a link: the other user's files are untouched"
 else t_fail "6: swapped state dir" "state '$st' $(cat "$T/swap.err"): $(ls -la /tmp/skiff-victim-dir 2>&1)"; fi
-runuser -u "$U" -- rm -rf "/run/skiff/$UID_U/$st" "/run/skiff/$UID_U/$st.old"
+runuser -u "$U" -- rm -rf "$RT/$UID_U/$st" "$RT/$UID_U/$st.old"
 
 # --- 8. attaching to a running container (--container-name, issue 14) --------------------------------
 # Root never reads the user's state to pick a namespace: the helper looks
@@ -240,7 +323,7 @@ if [ -n "$O_HOLDER" ] && [ -n "$O_JOB" ]; then
   # a state record in the user's own runtime directory naming the other
   # user's holder (and its real namespace), or a root process
   for victim in "$O_HOLDER" "$ROOT_VICTIM"; do
-    d=/run/skiff/$UID_U/n1.999999.0
+    d=$RT/$UID_U/n1.999999.0
     mkdir -p "$d"
     printf 'H%s\0W/\0Nforged\0M%s\0' "$victim" "$(stat -L -c '%d:%i' /proc/$victim/ns/mnt)" >"$d/state"
     chown -R "$U:" "$d"
@@ -268,7 +351,6 @@ scancel -u "$O" 2>/dev/null; wait $OSRUN 2>/dev/null
 # lets the tasks join it (as the user) and kills nothing in it afterwards
 # (in node n1's network and UTS namespaces, as the step's tasks are: joining
 # the host's would be refused by the kernel, the join running as the user)
-SLURMD_N1=$(pgrep -f "slurmd -f $SLURM_CONF -N n1" | head -1)
 nsenter -t "$SLURMD_N1" -n -u setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups unshare -Urm sleep 1000 &
 victims+=($!); NS_VICTIM=$!
 for _ in $(seq 50); do [ "$(readlink /proc/$NS_VICTIM/ns/user)" != "$(readlink /proc/self/ns/user)" ] && break; sleep 0.1; done
@@ -297,10 +379,179 @@ t_fails_with "9: root in the container's namespace cannot set the node's hostnam
 [ "$(as_user srun -Q -n1 -w n1 hostname 2>&1)" = n1 ] && t_pass "9: the node's hostname is unchanged" ||
   t_fail "9: node hostname" "$(as_user srun -Q -n1 -w n1 hostname 2>&1)"
 
+# ===== issue 23: the second review ======================================================================
+LOG1=$SKIFF_CLUSTER_STATE/log/slurmd-n1.log
+log_since() { tail -c +"$(($1 + 1))" "$LOG1"; } # slurmd's log of n1 from byte offset $1 on
+node_state() { sinfo -h -n n1 -o %T 2>/dev/null; }
+# another user's job on n1; prints its seconds, fails after $1 s
+other_job() {
+  local t0=$(date +%s%N) out
+  out=$( (cd /tmp && timeout "$1" runuser -u "$O" -- env SLURM_CONF="$SLURM_CONF" srun -Q -n1 -w n1 true) 2>&1) ||
+    { echo "no: $out"; return 1; }
+  echo $(( ($(date +%s%N) - t0) / 1000000 ))
+}
+
+# --- 10. a FUSE filesystem of the user's that never answers (issue 23, finding 1) -----------------------
+# Whatever touches it waits in D state, where SIGKILL does not end it. Root
+# never waits for such a process past its bound: the step that reads an
+# image under it and the job epilog that sweeps named containers under it
+# (container_scope=job) both end, the node takes another user's job at once
+# and is not drained.
+stall "$UHOME/sec-stall-img" || t_fail "10: fuse-stall mounted"
+plugstack timeout=5
+at=$(stat -c %s "$LOG1")
+t0=$(date +%s%N)
+out=$(as_user srun -Q -n1 -w n1 --container-image="$UHOME/sec-stall-img/bb.sqsh" true 2>&1); rc=$?
+took=$(( ($(date +%s%N) - t0) / 1000000 ))
+stuck=$(d_state | grep request_wait_answer)
+if [ $rc -ne 0 ] && grep -q "no answer from the user-side helper within 5 s" <<<"$out" && [ "$took" -le 10000 ] &&
+   [ -n "$stuck" ]; then
+  t_pass "10: step: the helper stuck on the image's FUSE directory (D state) fails the step in $took ms (timeout=5)"
+else t_fail "10: step with a stalled image directory" "rc=$rc, $took ms, stuck: '$stuck': $out"; fi
+if o=$(other_job 20); then
+  t_pass "10: step: another user's job runs on the node right after ($o ms)"
+else t_fail "10: step: another user's job" "$o / node $(node_state)"; fi
+sleep 1
+rep=$(log_since "$at" | grep "did not exit within 2000 ms of SIGKILL")
+if grep -q "skiff-helper start" <<<"$rep" && grep -q "state D, waiting in request_wait_answer" <<<"$rep" &&
+   grep -q "'$UHOME/sec-stall-img' (fuse" <<<"$rep" && [ "$(wc -l <<<"$rep")" -eq 1 ]; then
+  t_pass "10: step: slurmd's log says once which process is stuck, where, and on whose FUSE mount"
+  echo "    ${rep#*skiff: }"
+else t_fail "10: step: the stuck helper's log line" "'$rep'"; fi
+unstall
+gone_within 10 d_state && t_pass "10: step: aborting the stalled connection ends the stuck helper (nothing left in D state)" ||
+  t_fail "10: step: processes left in D state" "$(d_state)"
+
+plugstack timeout=5 container_scope=job
+runuser -u "$U" -- mkdir -p "$UHOME/.local/share/skiff/containers"
+stall "$UHOME/.local/share/skiff/containers" || t_fail "10: fuse-stall mounted on containers/"
+at=$(stat -c %s "$LOG1")
+out=$(as_user timeout 60 srun -Q -n1 -w n1 true 2>&1); rc=$?
+# the job's epilog sweeps its named containers now, as the user
+if o=$(other_job 30) && [ "$o" -le 15000 ]; then
+  t_pass "10: epilog: another user's job runs on the node $o ms after the job whose sweep is stuck (timeout=5)"
+else t_fail "10: epilog: another user's job" "srun rc=$rc $out / $o / node $(node_state) / $(squeue -h -w n1)"; fi
+sleep 1
+rep=$(log_since "$at" | grep "did not exit within 2000 ms of SIGKILL")
+stuck=$(d_state | grep request_wait_answer)
+if grep -q "skiff-helper sweep" <<<"$rep" && grep -q "'$UHOME/.local/share/skiff/containers' (fuse" <<<"$rep" &&
+   [ -n "$stuck" ]; then
+  t_pass "10: epilog: the sweep stuck in D state is reported once and left behind"
+else t_fail "10: epilog: the stuck sweep" "log: '$rep' / stuck: '$stuck'"; fi
+unstall
+gone_within 10 d_state && t_pass "10: epilog: nothing left in D state once the connection is aborted" ||
+  t_fail "10: epilog: processes left in D state" "$(d_state)"
+case $(node_state) in
+  *drain* | *down*) t_fail "10: the node" "$(node_state): $(sinfo -h -n n1 -o %E)" ;;
+  *) t_pass "10: the node is not drained ($(node_state))" ;;
+esac
+plugstack timeout=6
+
+# --- 11. log and terminal injection (issue 23, finding 2) -------------------------------------------------
+# Every way the plugin reaches slurmd's log or srun's terminal goes through
+# plugin/log.c, which sanitises the line (common/sanitize.c)
+raw=$(grep -nE 'slurm_(error|info|verbose|debug[0-9]?|spank_log)\(|dprintf\(|fprintf\(stderr' plugin/*.c |
+      grep -vE '^plugin/(log|helper)\.c:')
+[ -z "$raw" ] && t_pass "11: no sink in plugin/ but plugin/log.c's (the helper's stderr is only its own)" ||
+  t_fail "11: sinks that bypass the sanitiser" "$raw"
+# the review's vectors: a forged log line, terminal escapes, C1 raw and as
+# UTF-8, a bidi override, CR, invalid UTF-8
+vectors=($'sec-inj\n[2026-11-26T09:50:53.701] [4.0] error: FORGED: sec' $'sec-inj\e[2J\e]0;pwned\a'
+         $'sec-inj\xc2\x9b31mC1 \x9b31mraw' $'sec-inj\xe2\x80\xaeRLO\xe2\x81\xa6' $'sec-inj\rCR\xff\xfe')
+bad_bytes() { # FILE: the lines of FILE a user wrote control bytes or a line into
+  LC_ALL=C grep -naP '\x1b|\x07|\r|\xc2[\x80-\x9f]|\xe2\x80[\xa8-\xae]|\xe2\x81[\xa6-\xa9]|\xff\xfe|[^\xc2]\x9b31m|^\[2026-11-26T09:50:53\.701\]' "$1"
+}
+at=$(stat -c %s "$LOG1")
+: >"$T/inj.out"
+for i in "${!vectors[@]}"; do
+  v=${vectors[$i]}
+  as_user srun -Q -n1 -w n1 --container-image="./$v" true >>"$T/inj.out" 2>&1
+  as_user srun -Q -n1 -w n1 --export=ALL,SKIFF_CONTAINER_IMAGE="./$v" true >>"$T/inj.out" 2>&1
+  as_user srun -Q -n1 -w n1 --export=ALL,PYXIS_CONTAINER_WORKDIR="/$v",PYXIS_CONTAINER_IMAGE="$T/bb.sqsh" true \
+    >>"$T/inj.out" 2>&1
+  printf 'S-1\0pmount\0n2\0e%s\0Z\0' "$v" >"$T/inj-reply"
+  forge inj-reply "$T/inj-reply"; cat "$T/inj-reply.out" >>"$T/inj.out"
+  printf 'I%s\0i1048576 1500 %s\0S-1\0pimport\0n2\0eprogress then failure\0Z\0' "$v" "$v" >"$T/inj-progress"
+  forge inj-progress "$T/inj-progress"; cat "$T/inj-progress.out" >>"$T/inj.out"
+done
+sleep 1
+log_since "$at" >"$T/inj.log"
+seen_out=$(grep -ac 'sec-inj' "$T/inj.out"); seen_log=$(grep -ac 'sec-inj' "$T/inj.log")
+esc_out=$(grep -acF 'sec-inj\x1b[2J' "$T/inj.out"); esc_log=$(grep -acF 'sec-inj\x1b[2J' "$T/inj.log")
+prog=$(grep -acF 'importing sec-inj\u202eRLO' "$T/inj.out")
+if [ "$seen_out" -ge 25 ] && [ "$seen_log" -ge 25 ] && [ "$esc_out" -ge 4 ] && [ "$esc_log" -ge 4 ] && [ "$prog" -ge 1 ] &&
+   iconv -f UTF-8 -t UTF-8 "$T/inj.out" >/dev/null 2>&1 && iconv -f UTF-8 -t UTF-8 "$T/inj.log" >/dev/null 2>&1 &&
+   [ -z "$(bad_bytes "$T/inj.out")" ] && [ -z "$(bad_bytes "$T/inj.log")" ]; then
+  t_pass "11: 5 vectors x (option, SKIFF_/PYXIS_ env, reply record, progress record): srun's stderr and slurmd's log hold them escaped, one line each, valid UTF-8"
+else
+  t_fail "11: injection" "srun lines $seen_out (escaped $esc_out, progress $prog), log lines $seen_log (escaped $esc_log); srun: $(bad_bytes "$T/inj.out" | head -3 | cat -A | cut -c1-200) / log: $(bad_bytes "$T/inj.log" | head -3 | cat -A | cut -c1-200)"
+fi
+
+# --- 12. slurmstepd's fd 0 stays on /dev/null (issue 23, finding 3) --------------------------------------
+# spank_fd0_probe.so, after skiff in plugstack.conf, records fd 0 at each callback
+fd0_plugstack() { printf 'required %s runtime_path=%s %s\nrequired %s out=%s\n' "$PLUGIN" "$RT" "$*" "$FD0_PROBE" "$T/fd0.log" >"$SKIFF_PLUGSTACK"; }
+: >"$T/fd0.log"; chmod 666 "$T/fd0.log"
+fd0_plugstack timeout=6
+as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" true >"$T/fd0-plain.out" 2>&1
+as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" --container-save="$UHOME/sec-save.sqsh" true >"$T/fd0-save.out" 2>&1
+as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" --container-name=sec-att sleep 5 >"$T/fd0-first.out" 2>&1 &
+apid=$!
+for _ in $(seq 100); do ls "$RT/$UID_U" 2>/dev/null | grep -q '^n1\.' && break; sleep 0.05; done
+sleep 0.5
+as_user srun -Q -n1 -w n1 --container-name=sec-att true >"$T/fd0-attach.out" 2>&1
+wait $apid
+as_user srun -Q -n1 -w n1 --container-image=./sec-missing.sqsh true >"$T/fd0-fail.out" 2>&1
+sleep 1
+steps=$(awk '$2 == "exit"' "$T/fd0.log" | wc -l)
+off=$(grep -v 'fd0=/dev/null$' "$T/fd0.log")
+if [ "$steps" -ge 5 ] && [ -z "$off" ] && [ -f "$UHOME/sec-save.sqsh" ] && grep -q "no such\|No such" "$T/fd0-fail.out"; then
+  t_pass "12: slurmstepd's fd 0 is /dev/null at init and after task_exit and exit: plain, --container-save, attached, failed ($steps steps)"
+else t_fail "12: slurmstepd's fd 0" "$steps exits; not /dev/null: $off / $(cat "$T"/fd0-*.out | head -5)"; fi
+rm -rf "$UHOME/sec-save.sqsh" "$UHOME/.local/share/skiff/containers/sec-att.n1"
+plugstack timeout=6
+
+# --- 13. user_init has one deadline (issue 23, finding 4) -------------------------------------------------
+# a forged answer attaching to a process that does not exist: root starts
+# a second helper, within the same deadline, and kills the first
+ghost=$(( $(cat /proc/sys/kernel/pid_max) - 7 ))
+while kill -0 "$ghost" 2>/dev/null; do ghost=$((ghost - 1)); done
+printf 'S0\0H%d\0W/\0J1\0Z\0' "$ghost" >"$T/forge-ghost"
+PLUGARGS="timeout=5"
+forge forge-ghost "$T/forge-ghost" --container-name=sec-ghost
+PLUGARGS="timeout=6"
+ms=$(cat "$T/forge-ghost.ms")
+if grep -q "rc=0" "$T/forge-ghost.out" || ! grep -q "no answer from the user-side helper within 5 s" "$T/forge-ghost.out"; then
+  t_fail "13: a forged attach to a process that does not exist" "$ms ms: $(cat "$T/forge-ghost.out")"
+elif [ "$ms" -le 6000 ]; then
+  t_pass "13: timeout=5, a forged attach to a process that does not exist, a second helper: the step fails in $ms ms"
+else t_fail "13: user_init's deadline" "the step took $ms ms (timeout=5)"; fi
+
+# --- 14. hardening (issue 23, 5) --------------------------------------------------------------------------
+# block_cache_path=BASE: root-owned, one directory per user; a base another
+# user made first only turns the cache off, and says so to the admin
+rm -rf /tmp/skiff-sec-blocks /tmp/skiff-sec-blocks2
+plugstack timeout=6 block_cache_path=/tmp/skiff-sec-blocks
+out=$(as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" cat /bin/busybox 2>&1 >/dev/null); rc=$?
+if [ $rc -eq 0 ] && [ "$(stat -c %u:%a /tmp/skiff-sec-blocks)" = "0:755" ] &&
+   [ "$(stat -c %U:%a "/tmp/skiff-sec-blocks/$UID_U")" = "$U:700" ] && [ -n "$(ls "/tmp/skiff-sec-blocks/$UID_U")" ]; then
+  t_pass "14: block_cache_path=BASE: BASE is root's (0755), the user's cache is BASE/UID (0700) and filled"
+else t_fail "14: block_cache_path base" "rc=$rc $out / $(ls -laR /tmp/skiff-sec-blocks 2>&1 | head)"; fi
+runuser -u "$O" -- mkdir -m 777 /tmp/skiff-sec-blocks2
+plugstack timeout=6 block_cache_path=/tmp/skiff-sec-blocks2
+at=$(stat -c %s "$LOG1")
+out=$(as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" cat /bin/busybox 2>&1 >/dev/null); rc=$?
+sleep 0.5
+if [ $rc -eq 0 ] && [ -z "$(ls -A /tmp/skiff-sec-blocks2)" ] &&
+   log_since "$at" | grep -q "block_cache_path /tmp/skiff-sec-blocks2 must be a directory owned by root.*the block cache is off"; then
+  t_pass "14: a block_cache_path base another user made first: the step runs without the cache, nothing lands there, the admin is told"
+else t_fail "14: squatted block_cache_path" "rc=$rc $out / $(ls -la /tmp/skiff-sec-blocks2)"; fi
+rm -rf /tmp/skiff-sec-blocks /tmp/skiff-sec-blocks2
+plugstack timeout=6
+
 # --- nothing left --------------------------------------------------------------------------------------
 left=$(for n in 1 2; do skiff_procs $n; done)
-mnt=$(findmnt -rn -o SOURCE,TARGET | grep -E "squashfuse|skiff-fuse|/run/skiff/|$T" || true)
-state=$(ls "/run/skiff/$UID_U" 2>/dev/null | grep -vx blocks || true)
+mnt=$(findmnt -rn -o SOURCE,TARGET | grep -E "squashfuse|skiff-fuse|$RT/|$T" || true)
+state=$(ls "$RT/$UID_U" 2>/dev/null | grep -vx blocks || true)
 [ -z "$left" ] && [ -z "$mnt" ] && [ -z "$state" ] && t_pass "no helper, mount or state left after the attacks" ||
   t_fail "leftovers" "procs: $left / mounts: $mnt / state: $state"
 t_done

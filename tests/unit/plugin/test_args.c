@@ -38,9 +38,10 @@ Test(args, every_argument)
 {
     cr_assert_eq(PARSE("runtime_path=/run/skiff", "execute_entrypoint=1", "container_scope=job", "sbatch_support=no",
                        "importer=/usr/bin/imp", "config=/etc/skiff/other.conf", "default_registry=reg.local:5000",
-                       "ddp_env=0"),
+                       "ddp_env=0", "block_cache_path=/var/tmp/skiff-blocks"),
                  0, "%s", err.msg);
     cr_assert_str_eq(a.runtime_path, "/run/skiff");
+    cr_assert_str_eq(a.block_cache_path, "/var/tmp/skiff-blocks");
     cr_assert(a.execute_entrypoint);
     cr_assert_eq(a.scope, SKIFF_SCOPE_JOB);
     cr_assert(!a.sbatch_support);

@@ -55,7 +55,7 @@ Test(image, resolve_argument_errors)
     resolve_fails("surely-missing.sqsh", "no such file ./surely-missing.sqsh; a local file needs a path with '/'");
     resolve_fails("./surely-missing.sqsh", "No such file");
     resolve_fails("/etc/hostname", "not a squashfs image");
-    resolve_fails("/etc", "not a file");
+    resolve_fails("/etc", "not a regular file");
     resolve_fails("Not An Image", "neither a file path");
     resolve_fails("", "neither a file path");
 }
