@@ -79,9 +79,9 @@ include packaging.mk
 all: $(BINS) $(LIBEXEC) $(PLUGINS)
 
 # What the test cluster's nodes run: the plugin and the programs it execs,
-# the hooks, skiff-ddp-env, skiff-train and the test programs (a SPANK probe,
-# a FUSE server) (tests/cluster/slurm-tree builds them in a Debian 13 tree).
-node: $(PLUGINS) $(LIBEXEC) $(SKIFF_DDP_ENV) $(SKIFF_TRAIN) $(TEST_PROGRAMS)
+# the hooks, skiff-ddp-env, skiff-train, and the attack tests' SPANK probe
+# and FUSE server (tests/cluster/slurm-tree builds them in a Debian 13 tree).
+node: $(PLUGINS) $(LIBEXEC) $(SKIFF_DDP_ENV) $(SKIFF_TRAIN) $(SPANK_FD0_PROBE) $(FUSE_STALL)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -90,6 +90,14 @@ $(BUILD)/%.o: %.c
 $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(PIC_CFLAGS) -MMD -MP -c $< -o $@
+
+# A program the integration tests copy into a container image: static (the
+# image has no libc), the warnings of everything else, no hardening flags
+# that a static link would refuse.
+define test_static_program =
+@mkdir -p $(@D)
+$(CC) -std=gnu11 -O2 $(WARN) -static -o $@ $<
+endef
 
 -include $(shell find $(BUILD) -path $(BUILD)/bench-cache -prune -o -name '*.d' -type f -print 2>/dev/null)
 

@@ -1,7 +1,9 @@
 /* See clock.h. */
 #include "clock.h"
 
+#include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 double skiff_now_s(void)
 {
@@ -13,4 +15,10 @@ double skiff_now_s(void)
 double skiff_now_ms(void)
 {
     return skiff_now_s() * 1e3;
+}
+
+void skiff_trace(bool on, const char *what)
+{
+    if (on)
+        fprintf(stderr, "skiff-trace: %.3f %d %s\n", skiff_now_ms(), (int)getpid(), what);
 }

@@ -1,7 +1,7 @@
 /* Whole-buffer reads and writes on file descriptors (pipes between the
- * plugin, the container holder and their children; checkpoint files), and
- * removing trees without following symlinks. Nothing here needs more than
- * libc, so every binary can link it (the lean `skiff` has no libarchive). */
+ * plugin, the container holder and their children; checkpoint files).
+ * Nothing here needs more than libc, so every binary can link it (the lean
+ * `skiff` has no libarchive). Paths and trees: fsutil.h. */
 #ifndef SKIFF_FDIO_H
 #define SKIFF_FDIO_H
 
@@ -35,17 +35,6 @@ int skiff_open_regular(const char *path, int extra, skiff_err *err);
 /* Closes every fd from 3 up except the n in keep (negative ones ignored),
  * with close_range over the gaps: no /proc scan. */
 void skiff_close_fds_except(const int *keep, size_t n);
-
-/* Removes the directory entry name under dirfd, recursively, without
- * following symlinks. ENOENT is not an error. */
-int skiff_remove_tree_at(int dirfd, const char *name, skiff_err *err);
-
-/* Empties the directory fd (which it does not close), without following
- * symlinks (an opaque whiteout in a layer). */
-int skiff_clear_dir_fd(int fd, skiff_err *err);
-
-/* Removes the tree at path (the scratch tree of a failed import). */
-int skiff_remove_tree(const char *path, skiff_err *err);
 
 #ifdef __cplusplus
 }

@@ -59,3 +59,38 @@ void skiff_strv_free(char **v)
         free(*p);
     free(v);
 }
+
+/* ---- environment lists ---- */
+
+int skiff_env_set(char ***v, const char *kv, skiff_err *err)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv)
+        return skiff_error(err, 0, "environment entry '%s' is not KEY=VALUE", kv);
+    size_t klen = (size_t)(eq - kv) + 1;
+    for (char **p = *v; p && *p; p++)
+        if (!strncmp(*p, kv, klen)) {
+            char *d = strdup(kv);
+            if (!d)
+                return skiff_error(err, ENOMEM, "env");
+            free(*p);
+            *p = d;
+            return 0;
+        }
+    return skiff_strv_push(v, kv, err);
+}
+
+int skiff_env_add_defaults(char ***env, const char *const *defaults, skiff_err *err)
+{
+    for (size_t i = 0; defaults && defaults[i]; i++) {
+        const char *eq = strchr(defaults[i], '=');
+        if (!eq)
+            continue;
+        bool have = false;
+        for (size_t j = 0; *env && (*env)[j] && !have; j++)
+            have = !strncmp((*env)[j], defaults[i], (size_t)(eq - defaults[i]) + 1);
+        if (!have && skiff_strv_push(env, defaults[i], err) < 0)
+            return -1;
+    }
+    return 0;
+}

@@ -1,5 +1,6 @@
 /* NULL-terminated lists of strings (argv, envp, an image's Cmd), each string
- * owned by the list. A NULL list is the empty list everywhere. */
+ * owned by the list. A NULL list is the empty list everywhere. Environment
+ * lists are string lists whose entries are K=V. */
 #ifndef SKIFF_STRV_H
 #define SKIFF_STRV_H
 
@@ -26,6 +27,16 @@ char **skiff_strv_dup(char *const *v, skiff_err *err);
 
 /* Frees every string and the list. Safe on NULL. */
 void skiff_strv_free(char **v);
+
+/* Environment lists (K=V strings). */
+
+/* Sets kv (K=V) in *v: replaces the entry for K, else appends. An entry
+ * without '=' or with an empty K is an error. */
+int skiff_env_set(char ***v, const char *kv, skiff_err *err);
+
+/* Appends to *env each K=V of defaults whose K it lacks (the CLI's TERM
+ * and HOME). */
+int skiff_env_add_defaults(char ***env, const char *const *defaults, skiff_err *err);
 
 #ifdef __cplusplus
 }

@@ -15,11 +15,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
+#include "fdio.h"
 #include "hookutil.h"
 
 static char *read_image_file(const char *root, const char *path, skiff_err *err)
 {
-    int fd = skiff_hook_open_in_root(root, path, O_RDONLY, err);
+    /* O_NONBLOCK: a FIFO in the image is refused below, not waited on */
+    int fd = skiff_hook_open_in_root(root, path, O_RDONLY | O_NONBLOCK, err);
     if (fd < 0) {
         if (err->code == ENOENT) {
             skiff_err_clear(err);
@@ -27,7 +30,7 @@ static char *read_image_file(const char *root, const char *path, skiff_err *err)
         }
         return NULL;
     }
-    char *s = skiff_hook_read_fd(fd, NULL, err);
+    char *s = skiff_read_fd_small(fd, path, 16u << 20, NULL, err);
     close(fd);
     if (!s)
         skiff_err_wrap(err, "read %s of the image", path);
@@ -36,24 +39,9 @@ static char *read_image_file(const char *root, const char *path, skiff_err *err)
 
 static int write_file(const char *dir, const char *name, const char *text, char *out, size_t outlen, skiff_err *err)
 {
-    char tmp[4200];
-    snprintf(out, outlen, "%s/%s", dir, name);
-    snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
-    cleanup_close int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0)
-        return skiff_error(err, errno, "create %s", tmp);
-    size_t len = strlen(text);
-    if (write(fd, text, len) != (ssize_t)len || fsync(fd) < 0) {
-        int e = errno;
-        unlink(tmp);
-        return skiff_error(err, e ? e : EIO, "write %s", tmp);
-    }
-    if (rename(tmp, out) < 0) {
-        int e = errno;
-        unlink(tmp);
-        return skiff_error(err, e, "rename %s", tmp);
-    }
-    return 0;
+    if ((size_t)snprintf(out, outlen, "%s/%s", dir, name) >= outlen)
+        return skiff_error(err, ENAMETOOLONG, "%s/%s", dir, name);
+    return skiff_atomic_write(out, text, strlen(text), 0644, 0, err);
 }
 
 static int run(skiff_err *err)

@@ -2,7 +2,7 @@
 # libskiffhooks (per-task training env); a version script keeps every symbol
 # but Slurm's entry points local.
 # plugin/ may include common/, runtime/lib and hooks/lib.
-PLUGIN_PART_CFLAGS := -Icommon -Iruntime/lib -Ihooks/lib -Iplugin $(RUNTIME_CFLAGS)
+PLUGIN_PART_CFLAGS := -Icommon $(RUNTIME_INC) -Ihooks/lib -Iplugin $(RUNTIME_CFLAGS)
 $(BUILD)/plugin/%.o $(BUILD)/pic/plugin/%.o $(BUILD)/lean/plugin/%.o $(BUILD)/tests/unit/plugin/%.o: \
     PART_CFLAGS := $(PLUGIN_PART_CFLAGS)
 PLUGIN_SRC := $(filter-out plugin/helper.c,$(wildcard plugin/*.c))
@@ -26,6 +26,15 @@ $(BUILD)/tests/unit/plugin/%: $(BUILD)/tests/unit/plugin/%.o $(PLUGIN_PURE_OBJ) 
 UNIT_TESTS += $(PLUGIN_UNIT)
 
 INTEGRATION_TESTS += $(sort $(wildcard tests/integration/plugin-*.sh))
+# The attacker's tools plugin-attacks.sh runs (built by `make test`, never
+# installed; attack-ids runs inside a container).
+ATTACK_GETFD := $(BUILD)/tests/attack-getfd
+ATTACK_IDS := $(BUILD)/tests/attack-ids
+$(ATTACK_GETFD): tests/integration/attack-getfd.c
+	$(test_static_program)
+$(ATTACK_IDS): tests/integration/attack-ids.c
+	$(test_static_program)
+TEST_PROGRAMS += $(ATTACK_GETFD) $(ATTACK_IDS)
 BENCHES += tests/bench/srun.sh
 
 # The local Slurm test cluster (tests/cluster/); SKIFF_CLUSTER_INDEX=0..9, NODES=N.

@@ -45,7 +45,7 @@
 #include "rootfs.h"
 #include "spawn.h"
 #include "squash.h"
-#include "state.h"
+#include "records.h"
 
 /* ---- the answer ---- */
 

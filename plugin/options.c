@@ -57,20 +57,6 @@ void skiff_opts_free(struct skiff_opts *o)
     skiff_opts_init(o);
 }
 
-int skiff_parse_bool(const char *s)
-{
-    static const char *const yes[] = {"1", "yes", "true", "y", "on"}, *const no[] = {"0", "no", "false", "n", "off"};
-    if (!s)
-        return -1;
-    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-        if (!strcasecmp(s, yes[i]))
-            return 1;
-        if (!strcasecmp(s, no[i]))
-            return 0;
-    }
-    return -1;
-}
-
 static int set_str(char **dst, const char *arg, skiff_err *err)
 {
     char *d = strdup(arg);

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "conf.h" /* skiff_parse_bool: the boolean words */
 #include "error.h"
 
 enum skiff_name_mode {
@@ -75,8 +76,8 @@ int skiff_opts_set(struct skiff_opts *o, enum skiff_opt_id id, int val, const ch
 bool skiff_opts_isset(const struct skiff_opts *o, enum skiff_opt_id id);
 
 /* Environment fallbacks: for each option not given on the command line,
- * SKIFF_CONTAINER_<X>, else PYXIS_CONTAINER_<X>. Boolean values: 1/0, yes/no,
- * true/false, y/n; SKIFF_/PYXIS_CONTAINER_READONLY is the inverse of _WRITABLE.
+ * SKIFF_CONTAINER_<X>, else PYXIS_CONTAINER_<X>. Boolean values: conf.h's words
+ * (1/0, yes/no, true/false, on/off, y/n); SKIFF_/PYXIS_CONTAINER_READONLY is the inverse of _WRITABLE.
  * get returns NULL for an unset variable. Errors name the variable. */
 typedef const char *(*skiff_opts_getenv)(void *ctx, const char *name);
 int skiff_opts_from_env(struct skiff_opts *o, skiff_opts_getenv get, void *ctx, skiff_err *err);
@@ -87,8 +88,5 @@ bool skiff_opts_active(const struct skiff_opts *o);
 /* Checks combinations after all options are in (e.g. --container-save needs
  * something to save). */
 int skiff_opts_check(const struct skiff_opts *o, skiff_err *err);
-
-/* 1 / 0 for the boolean words above, -1 for anything else. */
-int skiff_parse_bool(const char *s);
 
 #endif

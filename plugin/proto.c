@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "container.h"
+#include "records.h"
 #include "sanitize.h"
-#include "state.h"
 #include "strv.h"
 
 static const char *const phases[] = {"config", "import", "mount", "hook", "join", "env", "save"};

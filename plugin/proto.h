@@ -2,7 +2,7 @@
  * (plugin/helper.c, exec'd as the job's user) say to each other.
  *
  * Root execs `skiff-helper VERB` with exactly these fds open:
- *   3  the request: a sealed memory file of records (runtime/lib/state.h)
+ *   3  the request: a sealed memory file of records (runtime/lib/records.h)
  *   4  the reply: a pipe the helper writes records into
  *   5  (verb start only) control: a pipe; EOF means "stop the container
  *      and exit" (slurmstepd closed it, or died)

@@ -26,7 +26,7 @@
 
 #include "error.h"
 #include "proto.h"
-#include "state.h"
+#include "records.h"
 
 struct skiff_user {
     uid_t uid;

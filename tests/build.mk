@@ -1,3 +1,11 @@
+# The generator of random llm.c checkpoints trainer-llmc.sh compares the
+# trainer against llm.c with (built by `make test`, never installed).
+LLMC_RANDOM := $(BUILD)/tests/llmc-random
+$(LLMC_RANDOM): tests/integration/lib/llmc-random.c
+	@mkdir -p $(@D)
+	$(CC) $(PIE_CFLAGS) $(EXE_LDFLAGS) -o $@ $< -lm
+TEST_PROGRAMS += $(LLMC_RANDOM)
+
 # Real MPI across the test cluster's nodes, in and out of containers (it
 # builds the cached MPI image with scripts/make-mpi-image on first use).
 INTEGRATION_TESTS += tests/integration/mpi-cluster.sh
@@ -37,7 +45,7 @@ $(SPANK_FD0_PROBE): tests/integration/spank-fd0-probe.c
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-FUZZ_INC := -Icommon -Iruntime/lib -Ihooks/lib -Iplugin -Itrainer
+FUZZ_INC := -Icommon $(RUNTIME_INC) -Ihooks/lib -Iplugin -Itrainer
 FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -DSKIFF_VERSION='"$(VERSION)"' $(WARN) -Wno-unknown-pragmas -Wno-string-plus-int \
                $(FUZZ_INC) $(RUNTIME_CFLAGS) $(FUZZ_SAN)
 # (trainer/train.c calls OpenMP's runtime, which the fuzzers do not link;

@@ -1,4 +1,6 @@
-# Shared helpers for integration test scripts (sourced, bash).
+# The one helper library of the integration tests and benchmarks (sourced,
+# bash): reporting cases, the test cluster, a real registry, programs
+# `make test` builds for the tests, ports, and the trainer's runs.
 # Each case prints one line that tests/run-all counts:
 #   PASS: name | FAIL: name | SKIP: name (why)
 # A script ends with `t_done`, which exits non-zero when any case failed.
@@ -28,6 +30,15 @@ t_fails_with() {
 }
 
 t_done() { exit "$T_FAILED"; }
+
+# t_program NAME WHAT: 0 when $BUILD/tests/NAME, a program `make test`
+# builds for the integration tests (TEST_PROGRAMS in the build fragments),
+# is there; else a FAIL line for WHAT saying how to build it, and 1.
+t_program() {
+  [ -x "$BUILD/tests/$1" ] && return 0
+  t_fail "$2" "$BUILD/tests/$1 is not built (make test builds it, or: make $BUILD/tests/$1)"
+  return 1
+}
 
 # t_cluster N: this checkout's running test cluster, or a new one of N nodes
 # (tests/cluster/up; a free SKIFF_CLUSTER_INDEX unless the caller chose one:
@@ -71,4 +82,137 @@ t_private_mount_ns() {
     t_skip "$name" "this checkout's test cluster is up outside a private mount namespace (tests/cluster/down first)"
     t_done
   fi
+}
+
+# ---- a real registry -------------------------------------------------------
+# Starts a real registry (Debian docker-registry, Distribution 2.8) on
+# 127.0.0.1 (or REG_ADDR, e.g. a test cluster's bridge address that its
+# nodes reach) with a free port and storage in a temp dir.
+#   registry_start DIR [htpasswd-file]  -> sets REG_PORT, REG_PID; returns 1 if it did not come up
+#   registry_start DIR token REALM SERVICE CERT.pem   (bearer tokens, see tokenserver.py)
+#   registry_stop
+# The caller removes DIR.
+registry_free_port() {
+  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+registry_start() {
+  local dir=$1 htpasswd=${2:-} port auth=""
+  port=$(registry_free_port) || return 1
+  mkdir -p "$dir/storage"
+  if [ "$htpasswd" = token ]; then
+    auth="auth:
+  token:
+    realm: $3
+    service: $4
+    issuer: skiff-test
+    rootcertbundle: $5"
+  elif [ -n "$htpasswd" ]; then
+    auth="auth:
+  htpasswd:
+    realm: skiff-test
+    path: $htpasswd"
+  fi
+  cat >"$dir/config.yml" <<EOC
+version: 0.1
+log:
+  level: error
+storage:
+  filesystem:
+    rootdirectory: $dir/storage
+  delete:
+    enabled: true
+http:
+  addr: ${REG_ADDR:-127.0.0.1}:$port
+$auth
+EOC
+  /usr/bin/docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 400); do  # up to 20 s on a loaded machine
+    if curl -s -o /dev/null "http://${REG_ADDR:-127.0.0.1}:$port/v2/"; then
+      REG_PORT=$port; REG_PID=$pid
+      REG_PIDS="${REG_PIDS:-} $pid"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  echo "registry did not start; log:" >&2; cat "$dir/log" >&2
+  return 1
+}
+
+registry_stop() {
+  local p
+  for p in ${REG_PIDS:-}; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  REG_PIDS=""
+}
+
+# ---- the trainer's runs -----------------------------------------------------
+# t_trainer_init: for a trainer test: TRAIN (skiff-train), TDIR (a scratch
+# directory removed at exit) and one OpenMP thread per rank (tests run on
+# 2 shared cores: P ranks would fight over them).
+t_trainer_init() {
+  TRAIN=${SKIFF_TRAIN:-$BUILD/bin/skiff-train}
+  TDIR=$(mktemp -d /tmp/skiff-train-it.XXXXXX)
+  export OMP_NUM_THREADS=1
+  trap 'rm -rf "$TDIR"' EXIT
+}
+
+# t_port: a port for a test's rank 0, below the kernel's ephemeral range
+# (ip_local_port_range starts at 32768: a port in it may be the local end of
+# any outgoing connection, and rank 0's listen then fails), not listening now.
+t_port() {
+  local p i
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    p=$((20000 + (RANDOM * 7 + $$ + i) % 12000))
+    ss -Htln "sport = :$p" 2>/dev/null | grep -q . || break
+  done
+  echo $p
+}
+
+# t_corpus: byte-tokenized shards of Debian's licence texts (always present)
+# under $TDIR/lic_{train,val}_*.bin.
+t_corpus() {
+  [ -e "$TDIR/lic_train_000000.bin" ] && return 0
+  "$TRAIN" tokenize --out "$TDIR/lic" --val-frac 0.2 /usr/share/common-licenses/{GPL-3,Apache-2.0,MPL-2.0} >/dev/null
+}
+
+# t_ddp P CMD...: runs P ranks of CMD on localhost with env:// variables; exit
+# status is the first non-zero one. The ranks wait 30 s for each other (not
+# the trainer's 300 s): when rank 0 stops early on purpose (a refused resume),
+# a rank that had not connected yet otherwise retries for 5 minutes.
+t_ddp() {
+  local P=$1; shift
+  local port; port=$(t_port)
+  local pids=() r rc=0
+  for ((r = 0; r < P; r++)); do
+    SKIFF_TRAIN_TIMEOUT=${SKIFF_TRAIN_TIMEOUT:-30} \
+    RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$@" &
+    pids+=($!)
+  done
+  local s
+  for p in "${pids[@]}"; do
+    wait "$p"; s=$?
+    [ $s -ne 0 ] && [ $rc -eq 0 ] && rc=$s
+  done
+  return $rc
+}
+
+# t_watchdog SECONDS PID...: kills the PIDs if still running after SECONDS,
+# so a hang fails the test instead of blocking CI. Prints the watchdog's pid.
+t_watchdog() {
+  local secs=$1; shift
+  ( sleep "$secs"; kill -9 "$@" 2>/dev/null ) >/dev/null 2>&1 &
+  echo $!
+}
+
+# t_losses LOG: the loss column of a JSONL log, one per line.
+t_losses() { sed -n 's/.*"loss":\([-0-9.e+]*\).*/\1/p' "$1"; }
+
+# t_close_losses A B TOL: every step's loss within TOL (absolute).
+t_close_losses() {
+  paste -d' ' <(t_losses "$1") <(t_losses "$2") |
+    awk -v tol="$3" 'NF != 2 { bad = 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > tol) bad = 1; n++ }
+                     END { exit (bad || n == 0) }'
 }

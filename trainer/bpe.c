@@ -735,7 +735,7 @@ static int write_compact(const struct import *im, uint32_t eot, const struct mer
     }
     bpe_free(b);
     struct image image = {img, size};
-    int rc = atomic_write_file(out_path, NULL, fill_image, &image, err);
+    int rc = skiff_atomic_write_file(out_path, NULL, fill_image, &image, err);
     free(img);
     return rc;
 }

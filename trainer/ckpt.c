@@ -91,7 +91,7 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
     h.opt_len = c->opt_len;
     h.has_params = c->params != NULL;
     struct ckpt_write w = {c, &h};
-    return atomic_write_file(path, tmp, fill_ckpt, &w, err) < 0 ? skiff_err_wrap(err, "checkpoint") : 0;
+    return skiff_atomic_write_file(path, tmp, fill_ckpt, &w, err) < 0 ? skiff_err_wrap(err, "checkpoint") : 0;
 }
 
 /* Reads and checks the header at the start of an open checkpoint. Readers

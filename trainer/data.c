@@ -225,5 +225,5 @@ int data_write_shard(const char *path, const uint16_t *tokens, size_t n, skiff_e
     if (n > INT32_MAX) return skiff_error(err, 0, "%s: %zu tokens is too many for one shard", path, n);
     int32_t h[SKIFF_SHARD_HEADER_BYTES / 4] = {SKIFF_SHARD_MAGIC, SKIFF_SHARD_VERSION, (int32_t)n};
     struct shard_write w = {h, tokens, n};
-    return atomic_write_file(path, NULL, fill_shard, &w, err) < 0 ? skiff_err_wrap(err, "shard") : 0;
+    return skiff_atomic_write_file(path, NULL, fill_shard, &w, err) < 0 ? skiff_err_wrap(err, "shard") : 0;
 }

@@ -159,5 +159,5 @@ int llmc_save(const char *path, const struct gpt2_config *cfg, const float *para
     int32_t h[LLMC_HEADER_INTS] = {LLMC_MAGIC,      version,        cfg->max_seq_len, cfg->vocab_size,
                                    cfg->num_layers, cfg->num_heads, cfg->channels,    cfg->padded_vocab_size};
     struct llmc_write w = {h, params, gpt2_param_layout(cfg, NULL, NULL), version};
-    return atomic_write_file(path, NULL, fill_llmc, &w, err);
+    return skiff_atomic_write_file(path, NULL, fill_llmc, &w, err);
 }

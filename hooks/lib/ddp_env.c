@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "conf.h"
 #include "hostlist.h"
 
 #define BATCH_STEP_ID 0xfffffffbULL /* Slurm's SLURM_BATCH_SCRIPT step id */
@@ -605,15 +606,10 @@ static int enabled(const struct ddp_in *in, int *on, skiff_err *err)
     *on = 1;
     if (!v || !*v)
         return 0;
-    static const char *const off[] = {"0", "no", "false", "off"};
-    static const char *const yes[] = {"1", "yes", "true", "on"};
-    for (size_t i = 0; i < 4; i++) {
-        if (strcasecmp(v, off[i]) == 0) {
-            *on = 0;
-            return 0;
-        }
-        if (strcasecmp(v, yes[i]) == 0)
-            return 0;
+    int b = skiff_parse_bool(v);
+    if (b >= 0) {
+        *on = b;
+        return 0;
     }
     return skiff_error(err, 0, "SKIFF_DDP_ENV='%.20s': use 0 to turn the training environment off, 1 for on", v);
 }

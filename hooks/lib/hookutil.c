@@ -12,6 +12,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "fsutil.h"
+
 static int append_line(const char *var, const char *line, skiff_err *err)
 {
     const char *path = getenv(var);
@@ -134,49 +136,6 @@ int skiff_gpu_select(const char *(*get)(void *, const char *), void *ctx, struct
     return 0;
 }
 
-char *skiff_hook_read_fd(int fd, size_t *len, skiff_err *err)
-{
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    if (!b) {
-        skiff_error(err, ENOMEM, "read");
-        return NULL;
-    }
-    for (;;) {
-        if (n + 1 >= cap) {
-            if (cap >= (16u << 20)) {
-                free(b);
-                skiff_error(err, EFBIG, "file larger than 16 MiB");
-                return NULL;
-            }
-            char *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                skiff_error(err, ENOMEM, "read");
-                return NULL;
-            }
-            b = nb;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, b + n, cap - n - 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-            free(b);
-            skiff_error(err, e, "read");
-            return NULL;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    b[n] = '\0';
-    if (len)
-        *len = n;
-    return b;
-}
-
 /* glibc's cache format (elf/cache.c, "new" format): a header, nlibs
  * entries of 24 bytes, then strings; key/value are offsets from the start
  * of the file. Parsed by hand: glibc has no API for it, and `ldconfig -p`
@@ -196,33 +155,10 @@ static uint32_t rd32(const unsigned char *p)
 int skiff_ldcache_find(const char *path, const char *const *prefixes,
                        int (*cb)(void *ctx, const char *name, const char *path), void *ctx, skiff_err *err)
 {
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return skiff_error(err, errno, "open %s", path);
-    struct stat st;
-    if (fstat(fd, &st) < 0)
-        return skiff_error(err, errno, "stat %s", path);
-    if (st.st_size > (64 << 20))
-        return skiff_error(err, EFBIG, "%s: larger than 64 MiB", path);
     size_t len;
-    cleanup_free char *data = NULL;
-    {
-        /* read at most 64 MiB: skiff_hook_read_fd stops at 16 */
-        size_t sz = (size_t)st.st_size;
-        data = malloc(sz + 1);
-        if (!data)
-            return skiff_error(err, ENOMEM, "%s", path);
-        len = 0;
-        while (len < sz) {
-            ssize_t r = read(fd, data + len, sz - len);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                return skiff_error(err, r < 0 ? errno : EIO, "read %s", path);
-            len += (size_t)r;
-        }
-        data[len] = '\0';
-    }
+    cleanup_free char *data = skiff_read_file(path, 0, 64u << 20, &len, err);
+    if (!data)
+        return -1;
     const unsigned char *u = (const unsigned char *)data;
     /* The old format ("ld.so-1.7.0") may precede the new one; skip it. */
     size_t base = 0;

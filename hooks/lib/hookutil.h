@@ -60,8 +60,4 @@ char *skiff_identity_merge(const char *image, const char *name, unsigned long id
  * rootfs content is the image's, so /etc/passwd may be a symlink anywhere. */
 int skiff_hook_open_in_root(const char *root, const char *path, int flags, skiff_err *err);
 
-/* Reads a whole (small, <= 16 MiB) file from fd into a NUL-terminated
- * malloc'ed string. */
-char *skiff_hook_read_fd(int fd, size_t *len, skiff_err *err);
-
 #endif

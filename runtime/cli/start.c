@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "clock.h"
 #include "container.h"
 #include "mountspec.h"
 #include "named.h"

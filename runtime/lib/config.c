@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "conf.h"
+
 static struct {
     bool set;
     unsigned uid;
@@ -115,7 +117,7 @@ static const struct key {
      * journaled disk (tests/bench/start.sh) */
     {"runtime_path", K_PATH, F(runtime_path), "/dev/shm/skiff-${UID}"},
     {"temp_path", K_PATH, F(temp_path), "/tmp"},
-    /* decompressed blocks kept between starts (runtime/lib/blockcache.h):
+    /* decompressed blocks kept between starts (runtime/lib/fs/blockcache.h):
      * memory on a tmpfs, so that a start reads them at memory speed */
     /* "" = runtime_path/blocks: the cache follows the runtime directory
      * (under the plugin, a per-user directory in a root-owned base) */
@@ -214,13 +216,10 @@ static int config_set(struct skiff_config *cfg, const char *key, const char *val
             }
         return skiff_error(err, 0, "%s: unknown compressor '%s' (use zstd, gzip, lz4, xz, lzo or none)", key, value);
     case K_BOOL: {
-        bool *b = (bool *)dst;
-        if (!strcmp(value, "yes") || !strcmp(value, "true") || !strcmp(value, "1"))
-            *b = true;
-        else if (!strcmp(value, "no") || !strcmp(value, "false") || !strcmp(value, "0"))
-            *b = false;
-        else
+        int b = skiff_parse_bool(value);
+        if (b < 0)
             return skiff_error(err, 0, "%s: '%s' is not a boolean (use yes or no)", key, value);
+        *(bool *)dst = b;
         return 0;
     }
     case K_INT: {
@@ -236,57 +235,9 @@ static int config_set(struct skiff_config *cfg, const char *key, const char *val
     return skiff_error(err, 0, "%s: internal error", key);
 }
 
-static char *trim(char *s)
+static int set_from_file(void *cfg, const char *key, const char *value, skiff_err *err)
 {
-    while (isspace((unsigned char)*s))
-        s++;
-    char *e = s + strlen(s);
-    while (e > s && isspace((unsigned char)e[-1]))
-        *--e = '\0';
-    return s;
-}
-
-static int load_file(struct skiff_config *cfg, const char *path, bool must_exist, skiff_err *err)
-{
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        if (errno == ENOENT && !must_exist)
-            return 0;
-        return skiff_error(err, errno, "open config %s", path);
-    }
-    /* getline, not a fixed buffer: fgets split a long line, and the part
-     * past the buffer (of a comment, say) was read as a line of its own */
-    char *line = NULL;
-    size_t cap = 0;
-    int lineno = 0, rv = 0;
-    while (getline(&line, &cap, f) >= 0) {
-        lineno++;
-        char *hash = strchr(line, '#');
-        if (hash)
-            *hash = '\0';
-        char *s = trim(line);
-        if (!*s)
-            continue;
-        char *eq = strchr(s, '=');
-        if (!eq) {
-            rv = skiff_error(err, 0, "%s:%d: expected 'key = value'", path, lineno);
-            break;
-        }
-        *eq = '\0';
-        char *key = trim(s), *val = trim(eq + 1);
-        size_t vl = strlen(val);
-        if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') {
-            val[vl - 1] = '\0';
-            val++;
-        }
-        if (skiff_config_set(cfg, key, val, err) < 0) {
-            rv = skiff_err_wrap(err, "%s:%d", path, lineno);
-            break;
-        }
-    }
-    free(line);
-    fclose(f);
-    return rv;
+    return skiff_config_set(cfg, key, value, err);
 }
 
 int skiff_config_load(struct skiff_config *cfg, const char *path, bool use_env, skiff_err *err)
@@ -300,7 +251,7 @@ int skiff_config_load(struct skiff_config *cfg, const char *path, bool use_env, 
         path = getenv("SKIFF_CONFIG");
         must_exist = true;
     }
-    if (load_file(cfg, path ? path : SKIFF_CONFIG_DEFAULT_PATH, must_exist, err) < 0)
+    if (skiff_conf_read(path ? path : SKIFF_CONFIG_DEFAULT_PATH, "config", must_exist, set_from_file, cfg, err) < 0)
         return -1;
     if (!use_env)
         return 0;

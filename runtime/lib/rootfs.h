@@ -1,11 +1,11 @@
-/* Paths inside a container root, resolved so they cannot escape it, and the
- * mount primitives the container assembly uses.
+/* Paths inside a container root (or an image's tree), resolved so they
+ * cannot escape it.
  *
  * skiff_root_open() resolves PATH as if ROOTFD were "/": absolute symlinks and
  * ".." stay inside (openat2 RESOLVE_IN_ROOT, or a component-by-component
  * O_NOFOLLOW walk with the same semantics where openat2 is missing). Mounts
- * then target the opened fd, never the path string again, so a symlink
- * swapped in between cannot redirect them. */
+ * (container/mount.h) then target the opened fd, never the path string
+ * again, so a symlink swapped in between cannot redirect them. */
 #ifndef SKIFF_ROOTFS_H
 #define SKIFF_ROOTFS_H
 
@@ -13,7 +13,6 @@
 #include <sys/types.h>
 
 #include "error.h"
-#include "mountspec.h"
 
 /* For tests: force the fallback walk even where openat2 works. */
 void skiff_root_force_fallback(bool on);
@@ -44,38 +43,5 @@ int skiff_root_path(const char *base, const char *path, bool clamp, char *out, s
 /* Reads a whole (small) file inside the root; NULL + err on failure
  * (err->code ENOENT when missing). *len gets the size. */
 char *skiff_root_read(int rootfd, const char *path, size_t max, size_t *len, skiff_err *err);
-
-/* How a bind is made: one flags argument rather than a row of bools, which
- * callers passed in different orders. nosuid always; nodev unless
- * SKIFF_BIND_DEV. */
-enum skiff_bind_flag {
-    SKIFF_BIND_REC = 1 << 0,    /* recursive (rbind): submounts come along */
-    SKIFF_BIND_RO = 1 << 1,     /* read-only */
-    SKIFF_BIND_NOEXEC = 1 << 2, /* noexec */
-    SKIFF_BIND_DEV = 1 << 3,    /* no nodev: device nodes stay usable */
-    SKIFF_BIND_FILE = 1 << 4,   /* the destination is a file, not a directory
-                                   (for callers that create it; ignored below) */
-};
-
-/* Bind-mounts the host path src onto the object open at target_fd: a detached
- * clone (open_tree), attributes set on the clone as flags (SKIFF_BIND_*) say,
- * then moved into place. */
-int skiff_mount_bind(const char *src, int target_fd, unsigned flags, skiff_err *err);
-
-/* Mounts a filesystem (tmpfs, overlay, fuse) onto the object at target_fd
- * with MS_NOSUID|MS_NODEV|extra. */
-int skiff_mount_fs(const char *fstype, const char *source, int target_fd, unsigned long extra, const char *data,
-                   skiff_err *err);
-
-/* Sets nosuid, nodev and (with SKIFF_BIND_RO) read-only on the mount at
- * target_fd; on its submounts too with SKIFF_BIND_REC. */
-int skiff_mount_setattr(int target_fd, unsigned flags, skiff_err *err);
-
-/* Applies one user mount (bind or tmpfs) inside the root at rootfd, creating
- * the destination as m->create says, with m's flags and propagation (a
- * tmpfs gets each option through fsconfig, so a bad one is named). Errors
- * name the spec: a missing source "source path does not exist: SRC", a
- * destination outside the root EXDEV. */
-int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err);
 
 #endif

@@ -17,7 +17,7 @@ CACHE=$BUILD/bench-cache
 INCLUDE=python3,perl
 TREE=$CACHE/bookworm-$(echo $INCLUDE | tr , -)
 LAYOUT=$TREE.layout
-source "$ROOT/tests/integration/lib/registry.sh"
+source "$ROOT/tests/lib.sh" # registry_start, registry_stop
 
 for tool in debootstrap docker-registry skopeo mksquashfs hyperfine zstd; do
   command -v "$tool" >/dev/null || { echo "bench import: $tool missing (scripts/install-deps test)"; exit 1; }

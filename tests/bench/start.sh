@@ -24,7 +24,7 @@ chmod 0666 /dev/fuse
 
 W=$(mktemp -d /tmp/skiff-bench-start.XXXXXX)
 chmod 755 "$W"; mkdir -p $W/out; chown $TUSER: $W/out
-# the test user's block cache (runtime/lib/blockcache.h, default path):
+# the test user's block cache (runtime/lib/fs/blockcache.h, default path):
 # empty at the start, gone with the images at the end
 BLOCKS=/dev/shm/skiff-$TUID/blocks
 rm -rf "$BLOCKS"
@@ -59,7 +59,7 @@ else
 fi
 (cd $W && "${as_user[@]}" hyperfine -N --runs "$RUNS" --warmup 3 --export-json $W/out/h.json "${cmds[@]}" >$W/hyperfine.log 2>&1) \
   || { echo "bench start: hyperfine failed"; cat $W/hyperfine.log; exit 1; }
-# the same zstd start without warming the command (SKIFF_NO_WARM, runtime/lib/warm.h),
+# the same zstd start without warming the command (SKIFF_NO_WARM, runtime/lib/fs/warm.h),
 # and without the block cache: every start decompresses what it reads, as
 # the first start of an image does
 (cd $W && "${as_user[@]}" SKIFF_NO_WARM=1 hyperfine -N --runs "$RUNS" --warmup 3 --export-json $W/out/h2.json \

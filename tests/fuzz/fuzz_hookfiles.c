@@ -1,7 +1,7 @@
 /* The files container hooks hand back to the runtime (doc/hooks.md): the
- * env file ($SKIFF_ENV_FILE, K=V lines, read by runtime/lib/hookrun.c) and
+ * env file ($SKIFF_ENV_FILE, K=V lines, read by runtime/lib/container/hookrun.c) and
  * the mounts file ($SKIFF_MOUNTS_FILE, fstab lines, parsed by
- * runtime/lib/mountspec.c), and the helpers hooks write them with
+ * runtime/lib/container/mountspec.c), and the helpers hooks write them with
  * (skiff_hook_setenv, skiff_hook_mount in hooks/lib/hookutil.c).
  * Byte 0 even: the rest is an env file, read over a base environment.
  * Byte 0 odd: the rest is what hooks write, one call a line:
@@ -11,7 +11,7 @@
  * it fails with a message; whatever a helper accepted is read back by the
  * runtime exactly (a variable with its value, a mount with its fields) or
  * refused with a message, never silently dropped or changed. */
-#include "../../runtime/lib/hookrun.c" /* read_env_file is static */
+#include "../../runtime/lib/container/hookrun.c" /* read_env_file is static */
 
 #include "fuzzlib.h"
 #include "hookutil.h"

@@ -1,4 +1,4 @@
-/* The image config inside an image (runtime/lib/imgconfig.c): a container
+/* The image config inside an image (runtime/lib/image/imgconfig.c): a container
  * start reads /.skiff/config.json from the image, which whoever built the
  * image controls; `skiff import` writes it and /.skiff/environment (one
  * K=V a line) from the OCI config's "config" object.

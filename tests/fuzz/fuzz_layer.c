@@ -1,4 +1,4 @@
-/* Image layers (runtime/lib/layer.c): the tarballs a registry, an OCI
+/* Image layers (runtime/lib/image/layer.c): the tarballs a registry, an OCI
  * layout or an archive hands to `skiff import`, unpacked by libarchive and
  * placed by layer.c beneath the root (openat2 RESOLVE_BENEATH), with OCI
  * whiteouts. Input: byte 0 bit 0 turns whiteouts on; the rest is the blob

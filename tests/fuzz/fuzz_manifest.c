@@ -1,7 +1,7 @@
 /* Image manifests, indexes and configs as an import reads them
- * (runtime/lib/source.c): an OCI layout (index.json, nested indexes,
+ * (runtime/lib/image/source.c): an OCI layout (index.json, nested indexes,
  * platforms, manifests, configs), skopeo's dir layout, and docker-save and
- * OCI archives (tar, unpacked with a layer's checks, runtime/lib/layer.c).
+ * OCI archives (tar, unpacked with a layer's checks, runtime/lib/image/layer.c).
  * Registry manifests go through the same code after the download.
  *
  * Input: byte 0 picks the source (bits 0-1: oci, dir, docker-archive,

@@ -1,10 +1,10 @@
-/* Mount specifications (runtime/lib/mountspec.c): --container-mounts and
+/* Mount specifications (runtime/lib/container/mountspec.c): --container-mounts and
  * `skiff start -m` entries (SRC:DST[:FLAGS]) and the lines of a hook's
  * mounts file (SRC DST TYPE OPTIONS). The first byte picks the form.
  * Properties: a failure says why and leaves nothing allocated; an accepted
  * mount has an absolute source exactly when it is a bind and a non-empty
  * destination (relative and '..' are allowed: they are resolved inside the
- * root when mounted, rootfs.h), tmpfs data only of words that are not
+ * root when mounted, rootfs.h and mount.h), tmpfs data only of words that are not
  * flags (those are the kernel's to judge), a propagation type only with
  * its known values; written back in the same form it parses to the same
  * mount; a blank or comment line yields no mount. */

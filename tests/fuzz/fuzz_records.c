@@ -1,5 +1,5 @@
-/* Tagged records (runtime/lib/state.c) and what is built on them: the
- * holder's report and state file (skiff_state_parse, runtime/lib/ctstate.c),
+/* Tagged records (runtime/lib/records.c) and what is built on them: the
+ * holder's report and state file (skiff_state_parse, runtime/lib/container/runstate.c),
  * the user-side helper's reply that root reads in slurmstepd and the request
  * root writes for it (plugin/proto.c). Every input goes through all of them,
  * and through skiff_rec_read_fd from a pipe.
@@ -20,8 +20,8 @@
 #include "container_int.h"
 #include "fuzzlib.h"
 #include "proto.h"
+#include "records.h"
 #include "sanitize.h"
-#include "state.h"
 
 static void walk(const char *p, size_t len)
 {

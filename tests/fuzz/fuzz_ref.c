@@ -1,4 +1,4 @@
-/* Image references (runtime/lib/ref.c): what users pass to --container-image
+/* Image references (runtime/lib/image/ref.c): what users pass to --container-image
  * and `skiff import`. Properties: a failure says why; a parsed docker ref has
  * a valid registry, repository, tag and digest, and written back as
  * docker://[USER@]REGISTRY#REPOSITORY[:TAG][@DIGEST] parses to the same

@@ -1,8 +1,9 @@
 /* What a registry (or a token server) answers and what skiff reads of it
- * (runtime/lib/registry.c): WWW-Authenticate challenges as libcurl hands
- * over header lines, the realm URL that decides who gets credentials, a
+ * (runtime/lib/image/registry.c, reghttp.c, regauth.c, credentials.c):
+ * WWW-Authenticate challenges as libcurl hands over header lines, the
+ * realm URL that decides who gets credentials, a
  * token server's JSON, registry error JSON, and the netrc-style credentials
- * file. The parsers are static: this file includes registry.c.
+ * file. The parsers are static: this file includes those files.
  * Byte 0 mod 4 picks: 0 header lines (then the challenge's realm, service
  * and scope), 1 "ENDPOINT\nREALM", 2 credentials ("HOST USER\n" then the
  * file), 3 an error or token answer (JSON).
@@ -12,7 +13,10 @@
  * every request); a realm with a user name or password in it never gets
  * credentials; credentials found are a login and a password written in the
  * file for that host (or default). */
-#include "../../runtime/lib/registry.c"
+#include "../../runtime/lib/image/credentials.c"
+#include "../../runtime/lib/image/regauth.c"
+#include "../../runtime/lib/image/reghttp.c"
+#include "../../runtime/lib/image/registry.c"
 
 #include "fuzzlib.h"
 
@@ -51,7 +55,7 @@ static void headers(char *text)
     snprintf(tok.service, sizeof(tok.service), "%s", service);
     snprintf(tok.scope, sizeof(tok.scope), "%s", scope[0] ? scope : "repository:library/x:pull");
     FUZZ_CHECK(token_matches(&tok, challenge), "the token issued for '%s' does not match it", challenge);
-    drop_token(&tok);
+    skiff_registry_drop_token(&tok);
 }
 
 static void realm(char *text)

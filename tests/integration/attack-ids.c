@@ -1,5 +1,5 @@
 /* The attacker's tool for plugin-attacks.sh, run inside a container: what
- * the id filter (runtime/lib/idfilter.h) lets a process believe, and what
+ * the id filter (runtime/lib/container/idfilter.h) lets a process believe, and what
  * it still cannot do.
  *   attack-ids FILE_TO_CHOWN FILE_TO_READ
  * prints "setuid=R1 setresuid=R2 setgroups=R3 chown=R4 uid=U euid=E read=X":

@@ -120,8 +120,8 @@ cp /bin/busybox "$R/bin/"
 for c in sh cat true sleep ls hostname; do ln -sf busybox "$R/bin/$c"; done
 touch "$R/etc/hosts" "$R/etc/resolv.conf" "$R/etc/hostname"
 mksquashfs "$R" "$T/bb.sqsh" -quiet -noappend -comp zstd -all-root >/dev/null && chmod 644 "$T/bb.sqsh"
-cc -O2 -o "$T/getfd" tests/integration/attack-getfd.c 2>"$T/cc.log" || { t_fail "build the attacker's tool" "$(cat "$T/cc.log")"; t_done; }
-chmod 755 "$T/getfd"
+t_program attack-getfd "the attacker's tool" || t_done
+install -m 755 "$BUILD/tests/attack-getfd" "$T/getfd"
 
 # Processes a successful forgery would have killed: root's, and one of the
 # user's own in this (the host's, for the cluster) mount namespace.
@@ -362,8 +362,7 @@ if grep -q "rc=0" "$T/forge-own.out" && kill -0 "$NS_VICTIM" 2>/dev/null; then
 else t_fail "8: forged attach to the user's own namespace" "its process was killed: $(cat "$T/forge-own.out")"; fi
 
 # --- 9. the id filter and the namespace's capabilities grant nothing on the host ------------------------
-cc -static -O2 -o "$T/ids" tests/integration/attack-ids.c 2>"$T/cc.log" || t_fail "build attack-ids" "$(cat "$T/cc.log")"
-chmod 755 "$T/ids"
+t_program attack-ids "attack-ids" && install -m 755 "$BUILD/tests/attack-ids" "$T/ids"
 echo mine >"$T/owned"; chown "$U:" "$T/owned"; chmod 644 "$T/owned"
 for remap in "" --container-remap-root; do
   out=$(as_user srun -Q -n1 -w n1 --container-image="$T/bb.sqsh" $remap \

@@ -184,7 +184,7 @@ spid=$!
 # other clusters may run jobs as the same user: look only at node n2's netns
 node_procs() { for p in $(ip netns pids "${SKIFF_CLUSTER_NS_PREFIX:-skiff${SKIFF_CLUSTER_INDEX}n}2" 2>/dev/null); do
   [ "$(stat -c %U /proc/$p 2>/dev/null)" = "$U" ] && echo "$p $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)"; done; }
-for _ in $(seq 100); do node_procs | grep -q ' sleep 300 $' && break; sleep 0.05; done
+for _ in $(seq 200); do node_procs | grep -q ' sleep 300 $' && break; sleep 0.05; done
 holder_seen=$(node_procs | wc -l)
 kill -INT $spid; sleep 0.3; kill -INT $spid 2>/dev/null
 wait $spid 2>/dev/null

@@ -6,7 +6,6 @@
 # and pushed with skopeo as Docker v2s2 and as OCI.
 set -u
 source "$(dirname "$0")/../lib.sh"
-source "$T_ROOT/tests/integration/lib/registry.sh"
 SKIFF=$BUILD/bin/skiff
 MKIMAGE=$T_ROOT/tests/integration/lib/mkimage.py
 

@@ -4,7 +4,8 @@
 # 0 before parsing anything else; usage errors exit 2 and read
 # "skiff-train SUBCMD: ..." with no strerror text (": Invalid argument");
 # `tokenize` on one file gives train and val shards in a directory it creates.
-source "$(dirname "$0")/trainer-lib.sh"
+source "$(dirname "$0")/../lib.sh"
+t_trainer_init
 
 mapfile -t subs < <("$TRAIN" --help | awk '/^  [a-z]/ { print $1 }')
 if [ ${#subs[@]} -ge 7 ]; then t_pass "skiff-train --help lists ${#subs[@]} subcommands: ${subs[*]}"

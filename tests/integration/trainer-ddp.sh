@@ -12,7 +12,8 @@
 # while one process sums its batch rows in order, and fp32 addition is not
 # associative. A fixed reduction order makes each
 # configuration bit-for-bit reproducible, which the last case checks (tol 0).
-source "$(dirname "$0")/trainer-lib.sh"
+source "$(dirname "$0")/../lib.sh"
+t_trainer_init
 t_corpus
 D="$TDIR/lic_train_*.bin"
 COMMON=(--model tiny --data "$D" --seq 32 --steps 10 --lr 1e-3 --warmup 2 --quiet)

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Failures become errors, never hangs: a rank that never arrives, a rank
 # killed mid-training, a rank that stops answering, and bad command lines.
-source "$(dirname "$0")/trainer-lib.sh"
+source "$(dirname "$0")/../lib.sh"
+t_trainer_init
 t_corpus
 D="$TDIR/lic_train_*.bin"
 LONG=(--model tiny --data "$D" --seq 32 --batch 4 --steps 100000 --quiet)

@@ -2,7 +2,8 @@
 # End to end on real text: tokenize Debian's fortunes, train the tiny model
 # for 300 steps (loss must fall by at least half), validate, plot the loss
 # curve, sample from the checkpoint.
-source "$(dirname "$0")/trainer-lib.sh"
+source "$(dirname "$0")/../lib.sh"
+t_trainer_init
 FORT=/usr/share/games/fortunes
 if [ ! -d "$FORT" ]; then t_skip "fortunes training" "Debian package fortunes not installed"; t_done; fi
 mapfile -t files < <(find "$FORT" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)

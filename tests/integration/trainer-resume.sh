@@ -3,7 +3,8 @@
 # AdamW state, step, data position), alone and with ZeRO on 2 ranks; a
 # checkpoint of another world size or model is refused; nothing temporary is
 # left behind.
-source "$(dirname "$0")/trainer-lib.sh"
+source "$(dirname "$0")/../lib.sh"
+t_trainer_init
 t_corpus
 D="$TDIR/lic_train_*.bin"
 COMMON=(--model tiny --data "$D" --seq 32 --steps 12 --lr 1e-3 --quiet)

@@ -6,6 +6,10 @@
 #include <errno.h>
 int main(int argc, char **argv)
 {
+    if (argc != 2) {
+        fprintf(stderr, "usage: xa PATH\n");
+        return 2;
+    }
     char list[256], val[64];
     ssize_t n = listxattr(argv[1], list, sizeof list);
     if (n < 0) {

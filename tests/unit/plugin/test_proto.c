@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "proto.h"
-#include "state.h"
+#include "records.h"
 
 static struct skiff_reply r;
 static skiff_err err;

@@ -1,4 +1,4 @@
-/* A container as records (skiff_container_encode/decode, ctstate.c): the
+/* A container as records (skiff_container_encode/decode, runstate.c): the
  * one format of the holder's report, the state file and the plugin helper's
  * answer. */
 #include <criterion/criterion.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "container.h"
-#include "state.h"
+#include "records.h"
 
 static int decode_all(const struct skiff_recbuf *b, struct skiff_container *c, skiff_err *err)
 {

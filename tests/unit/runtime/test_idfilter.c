@@ -1,4 +1,4 @@
-/* The container's id filter (runtime/lib/idfilter.c), loaded in a child:
+/* The container's id filter (runtime/lib/container/idfilter.c), loaded in a child:
  * calls that change ids or owners to ids other than the mapped one report
  * success and change nothing; the mapped ones are real. */
 #include <criterion/criterion.h>

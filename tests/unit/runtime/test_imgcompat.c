@@ -1,4 +1,4 @@
-/* The container environment's adjustments (runtime/lib/imgcompat.c): apt
+/* The container environment's adjustments (runtime/lib/container/imgcompat.c): apt
  * under remap-root, HOME=/root, the host's locale. */
 #include <criterion/criterion.h>
 #include <fcntl.h>

@@ -20,6 +20,7 @@
 
 #include "digest.h"
 #include "fdio.h"
+#include "fsutil.h"
 #include "layer.h"
 #include "registry.h"
 

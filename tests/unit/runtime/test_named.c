@@ -1,4 +1,4 @@
-/* Named containers shared by concurrent starts (runtime/lib/named.c): the
+/* Named containers shared by concurrent starts (runtime/lib/container/named.c): the
  * first instance writes, later ones read, removal waits for none. */
 #include <criterion/criterion.h>
 #include <errno.h>

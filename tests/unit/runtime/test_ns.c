@@ -1,4 +1,4 @@
-/* Namespace ownership (runtime/lib/ns.c): root's check of the container
+/* Namespace ownership (runtime/lib/container/ns.c): root's check of the container
  * process a user-side helper names. */
 
 #include <criterion/criterion.h>

@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "fdio.h"
+#include "fsutil.h"
 
 #define SCRATCH_SUITE(suite, prefix)                                                                                   \
     static char dir[64];                                                                                               \

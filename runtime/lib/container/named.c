@@ -1,0 +1,276 @@
+/* See named.h. */
+#include "named.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fdio.h"
+#include "fsutil.h"
+
+bool skiff_name_valid(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > 128 || name[0] == '.' || name[0] == '-')
+        return false;
+    return strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+int skiff_name_check(const char *name, skiff_err *err)
+{
+    if (!skiff_name_valid(name))
+        return skiff_error(err, 0,
+                           "container name '%s' may only contain letters, digits, '.', '_', '-' (and not start "
+                           "with '.' or '-'; at most 128)",
+                           name ? name : "");
+    return 0;
+}
+
+int skiff_named_dir(const struct skiff_config *cfg, const char *name, char *dir, size_t n, skiff_err *err)
+{
+    if (skiff_name_check(name, err) < 0)
+        return -1;
+    if ((size_t)snprintf(dir, n, "%s/containers/%s", cfg->data_path, name) >= n)
+        return skiff_error(err, ENAMETOOLONG, "container path");
+    return 0;
+}
+
+int skiff_named_image(const struct skiff_config *cfg, const char *name, char *image, size_t n, skiff_err *err)
+{
+    char dir[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 8];
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
+        return -1;
+    snprintf(p, sizeof(p), "%s/image", dir);
+    /* the user's file, like the image it names: a FIFO is refused at once */
+    cleanup_close int fd = skiff_open_regular(p, 0, err);
+    if (fd < 0) {
+        if (err->code == ENOENT)
+            return skiff_error(err, ENOENT, "no container named '%s' (see 'skiff list', or 'skiff create')", name);
+        return -1;
+    }
+    ssize_t r = read(fd, image, n - 1);
+    if (r < 0)
+        return skiff_error(err, errno, "read %s", p);
+    if (r == 0)
+        return skiff_error(err, 0, "%s is empty (remove the container: skiff remove %s)", p, name);
+    image[r] = '\0';
+    image[strcspn(image, "\n")] = '\0';
+    return 0;
+}
+
+bool skiff_named_exists(const struct skiff_config *cfg, const char *name)
+{
+    char dir[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 8];
+    skiff_err e;
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), &e) < 0)
+        return false;
+    snprintf(p, sizeof(p), "%s/image", dir);
+    return access(p, F_OK) == 0;
+}
+
+int skiff_named_create(const struct skiff_config *cfg, const char *name, const char *image, bool exist_ok,
+                       skiff_err *err)
+{
+    char dir[SKIFF_PATH_MAX], abs[SKIFF_PATH_MAX], p[SKIFF_PATH_MAX + 64];
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
+        return -1;
+    if (!realpath(image, abs))
+        return skiff_error(err, errno, "image %s", image);
+    char magic[4] = {0};
+    int ifd = open(abs, O_RDONLY | O_CLOEXEC);
+    if (ifd < 0)
+        return skiff_error(err, errno, "open %s", abs);
+    ssize_t got = read(ifd, magic, 4);
+    close(ifd);
+    if (got != 4 || memcmp(magic, "hsqs", 4))
+        return skiff_error(err, 0, "%s is not a squashfs image (import it first: skiff import)", image);
+    char parent[SKIFF_PATH_MAX + 16];
+    snprintf(parent, sizeof(parent), "%s/containers", cfg->data_path);
+    if (skiff_mkdir_p(parent, 0700, err) < 0)
+        return -1;
+    if (access(dir, F_OK) == 0) {
+        if (exist_ok)
+            return 0;
+        return skiff_error(err, EEXIST, "a container named '%s' exists (remove it first: skiff remove %s)", name, name);
+    }
+    /* Made complete under a temporary name (a leading '.': never listed,
+     * never a valid name) and renamed into place, so two steps creating
+     * the same name at once never see, or make, half of one: the first
+     * rename wins and the other step uses it. */
+    char tmp[SKIFF_PATH_MAX + 32];
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s/.%s.XXXXXX", parent, name) >= sizeof(tmp))
+        return skiff_error(err, ENAMETOOLONG, "container path");
+    if (!mkdtemp(tmp))
+        return skiff_error(err, errno, "create %s", tmp);
+    int rv = -1;
+    snprintf(p, sizeof(p), "%s/upper", tmp);
+    if (mkdir(p, 0755) < 0) {
+        skiff_error(err, errno, "create %s", p);
+        goto out;
+    }
+    snprintf(p, sizeof(p), "%s/work", tmp);
+    if (mkdir(p, 0700) < 0) {
+        skiff_error(err, errno, "create %s", p);
+        goto out;
+    }
+    snprintf(p, sizeof(p), "%s/image", tmp);
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || dprintf(fd, "%s\n", abs) < 0 || close(fd) < 0) {
+        skiff_error(err, errno, "write %s", p);
+        goto out;
+    }
+    if (rename(tmp, dir) < 0) {
+        if ((errno == EEXIST || errno == ENOTEMPTY) && exist_ok)
+            rv = 0; /* another step made it first: that one is the container */
+        else if (errno == EEXIST || errno == ENOTEMPTY)
+            skiff_error(err, EEXIST, "a container named '%s' exists (remove it first: skiff remove %s)", name, name);
+        else
+            skiff_error(err, errno, "create %s", dir);
+        goto out;
+    }
+    return 0;
+out : {
+    skiff_err e2;
+    skiff_remove_tree(tmp, &e2);
+}
+    return rv;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int skiff_named_list(const struct skiff_config *cfg, void (*fn)(const char *name, const char *image, void *arg),
+                     void *arg, skiff_err *err)
+{
+    char parent[SKIFF_PATH_MAX + 16];
+    snprintf(parent, sizeof(parent), "%s/containers", cfg->data_path);
+    DIR *d = opendir(parent);
+    if (!d)
+        return errno == ENOENT ? 0 : skiff_error(err, errno, "open %s", parent);
+    char **names = NULL;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!skiff_name_valid(e->d_name))
+            continue;
+        char **nn = realloc(names, (n + 1) * sizeof(char *));
+        if (!nn)
+            break;
+        names = nn;
+        if ((names[n] = strdup(e->d_name)))
+            n++;
+    }
+    closedir(d);
+    if (n)
+        qsort(names, n, sizeof(char *), cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        char image[SKIFF_PATH_MAX];
+        skiff_err e2;
+        if (skiff_named_image(cfg, names[i], image, sizeof(image), &e2) == 0)
+            fn(names[i], image, arg);
+        free(names[i]);
+    }
+    free(names);
+    return 0;
+}
+
+/* NAME/FILE opened for flock, created if missing. */
+static int lock_file(const char *dir, const char *file, skiff_err *err)
+{
+    char p[SKIFF_PATH_MAX + 16];
+    if ((size_t)snprintf(p, sizeof(p), "%s/%s", dir, file) >= sizeof(p))
+        return skiff_error(err, ENAMETOOLONG, "%s", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return skiff_error(err, errno, "open %s", p);
+    return fd;
+}
+
+/* flock that retries an interrupted call. */
+static int flock_retry(int fd, int op)
+{
+    int r;
+    while ((r = flock(fd, op)) < 0 && errno == EINTR)
+        ;
+    return r;
+}
+
+void skiff_named_release(struct skiff_named_use *u)
+{
+    if (u->users >= 0)
+        close(u->users);
+    if (u->lock >= 0)
+        close(u->lock);
+    u->users = u->lock = -1;
+    u->writer = false;
+}
+
+int skiff_named_acquire(const struct skiff_config *cfg, const char *name, bool writer, struct skiff_named_use *u,
+                        skiff_err *err)
+{
+    *u = (struct skiff_named_use){.users = -1, .lock = -1};
+    char dir[SKIFF_PATH_MAX];
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
+        return -1;
+    if ((u->users = lock_file(dir, "users", err)) < 0 || (writer && (u->lock = lock_file(dir, "lock", err)) < 0))
+        goto fail;
+    /* Alone (nobody holds "users"): take the writable layer, then share
+     * "users" like every other instance. Anyone else: share "users" and
+     * read. A short exclusive hold (a starter between the two steps, or a
+     * removal) is waited out, up to 2 s. */
+    if (writer && flock_retry(u->users, LOCK_EX | LOCK_NB) == 0) {
+        if (flock_retry(u->lock, LOCK_EX | LOCK_NB) == 0) {
+            u->writer = true;
+            if (flock_retry(u->users, LOCK_SH | LOCK_NB) == 0)
+                return 0;
+            skiff_error(err, EBUSY, "container '%s' is being removed", name);
+            goto fail;
+        }
+        /* (a holder that takes "lock" without "users": one of an older skiff) */
+    }
+    if (u->lock >= 0) {
+        close(u->lock);
+        u->lock = -1;
+    }
+    for (int i = 0; i < 200; i++) {
+        if (flock_retry(u->users, LOCK_SH | LOCK_NB) == 0)
+            return 0;
+        if (errno != EWOULDBLOCK) {
+            skiff_error(err, errno, "lock %s/users", dir);
+            goto fail;
+        }
+        usleep(10000);
+    }
+    skiff_error(err, EBUSY, "container '%s' is being removed or exported (try again)", name);
+fail:
+    skiff_named_release(u);
+    return -1;
+}
+
+int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_err *err)
+{
+    char dir[SKIFF_PATH_MAX];
+    if (skiff_named_dir(cfg, name, dir, sizeof(dir), err) < 0)
+        return -1;
+    struct stat st;
+    if (lstat(dir, &st) < 0)
+        return skiff_error(err, errno, "no container named '%s' (see 'skiff list')", name);
+    /* nobody may use it meanwhile: no instance (users) and no writer (lock) */
+    cleanup_close int users = lock_file(dir, "users", err);
+    cleanup_close int lock = users < 0 ? -1 : lock_file(dir, "lock", err);
+    if (users < 0 || lock < 0)
+        return skiff_err_wrap(err, "remove");
+    if (flock_retry(users, LOCK_EX | LOCK_NB) < 0 || flock_retry(lock, LOCK_EX | LOCK_NB) < 0)
+        return skiff_error(err, EBUSY, "remove: container '%s' is in use (running, or being exported)", name);
+    if (skiff_remove_tree(dir, err) < 0)
+        return skiff_err_wrap(err, "remove container %s", name);
+    return 0;
+}

@@ -1,0 +1,238 @@
+/* Layers applied onto the scratch tree, in order; registry layers not in
+ * the cache are downloaded by one thread (into the cache: temp name, digest
+ * checked, rename) and streamed into the tree while they download; see
+ * import_int.h. */
+#include "import_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "layer.h"
+#include "registry.h"
+
+struct fetch_progress {
+    struct skiff_import_job *j;
+    struct skiff_import_layer *l;
+};
+
+/* A warning for the user (o->warn), when the caller asked for them. */
+__attribute__((format(printf, 2, 3))) static void import_warn(const struct skiff_import_job *j, const char *fmt, ...)
+{
+    if (!j->o || !j->o->warn)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    j->o->warn(j->o->warn_ctx, msg);
+}
+
+static int fetch_progress_cb(void *ctx, unsigned long long bytes)
+{
+    struct fetch_progress *fp = ctx;
+    pthread_mutex_lock(&fp->j->mu);
+    fp->l->avail = bytes;
+    bool abort = fp->j->fetch_abort;
+    pthread_cond_broadcast(&fp->j->cv);
+    pthread_mutex_unlock(&fp->j->mu);
+    return abort ? -1 : 0;
+}
+
+/* Downloads the pending layers in order into the cache (temp name, digest
+ * checked, rename), publishing progress for the applier. */
+static void *fetch_main(void *arg)
+{
+    struct skiff_import_job *j = arg;
+    for (size_t i = 0; i < j->nlayers; i++) {
+        struct skiff_import_layer *l = &j->layers[i];
+        if (l->state != BLOB_PENDING)
+            continue;
+        skiff_err e;
+        skiff_err_clear(&e);
+        /* not synced: a cached blob is checked against its digest when read */
+        int rc = skiff_atomic_begin(&l->dl, l->path, NULL, 0600, SKIFF_ATOMIC_NOSYNC, &e);
+        pthread_mutex_lock(&j->mu);
+        if (rc < 0) {
+            snprintf(l->error, sizeof(l->error), "%s", e.msg);
+            l->state = BLOB_FAILED;
+        } else {
+            l->state = BLOB_RUNNING;
+        }
+        bool stop = rc < 0 || j->fetch_abort;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        if (stop) {
+            if (rc == 0)
+                skiff_atomic_abort(&l->dl);
+            break;
+        }
+        double t0 = skiff_now_s();
+        struct fetch_progress fp = {j, l};
+        int rv = skiff_registry_blob_progress(j->reg, l->digest, l->dl.fd, fetch_progress_cb, &fp, &e);
+        if (rv == 0 && j->o && j->o->progress)
+            fprintf(stderr, "skiff: fetched layer %.19s %8.1f MB %5.2f s\n", l->digest, (double)l->avail / 1e6,
+                    skiff_now_s() - t0);
+        pthread_mutex_lock(&j->mu);
+        /* under the lock: the applier opens the temporary name until it is
+         * renamed */
+        if (rv == 0)
+            rv = skiff_atomic_commit(&l->dl, &e);
+        else
+            skiff_atomic_abort(&l->dl);
+        if (rv < 0) {
+            snprintf(l->error, sizeof(l->error), "%s", e.msg);
+            l->state = BLOB_FAILED;
+        } else {
+            l->state = BLOB_DONE;
+            skiff_source_fetched(j, l->path);
+        }
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        if (rv < 0)
+            break;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->fetch_over = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+void skiff_fetch_stop(struct skiff_import_job *j)
+{
+    if (!j->fetching)
+        return;
+    pthread_mutex_lock(&j->mu);
+    j->fetch_abort = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    pthread_join(j->fetch_tid, NULL);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    j->fetching = false;
+}
+
+/* wait_more for skiff_layer_apply_stream: blocks until the layer file grows
+ * past have, or its download ends. */
+static int fetch_wait(void *ctx, unsigned long long have)
+{
+    struct fetch_progress *fp = ctx;
+    struct skiff_import_job *j = fp->j;
+    struct skiff_import_layer *l = fp->l;
+    pthread_mutex_lock(&j->mu);
+    while (l->avail <= have && l->state == BLOB_RUNNING && !j->fetch_abort)
+        pthread_cond_wait(&j->cv, &j->mu);
+    int rv = l->avail > have ? 1 : l->state == BLOB_DONE ? 0 : -1;
+    pthread_mutex_unlock(&j->mu);
+    return rv;
+}
+
+/* Opens a layer the fetcher is downloading (or has): waits until it started. */
+static int open_fetched(struct skiff_import_job *j, struct skiff_import_layer *l, skiff_err *err)
+{
+    pthread_mutex_lock(&j->mu);
+    while (l->state == BLOB_PENDING && !j->fetch_over)
+        pthread_cond_wait(&j->cv, &j->mu);
+    int fd = -1;
+    if (l->state == BLOB_RUNNING || l->state == BLOB_DONE) {
+        const char *p = l->state == BLOB_DONE ? l->path : l->dl.tmp;
+        fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            skiff_error(err, errno, "open %s", p);
+    } else {
+        skiff_error(err, 0, "download: %s", l->state == BLOB_FAILED ? l->error : "not started");
+    }
+    pthread_mutex_unlock(&j->mu);
+    return fd;
+}
+
+/* After a streamed layer was applied: its download must also have ended well
+ * (the tar may end before the blob does; the digest covers all of it). */
+static int fetched_ok(struct skiff_import_job *j, struct skiff_import_layer *l, skiff_err *err)
+{
+    pthread_mutex_lock(&j->mu);
+    while (l->state == BLOB_RUNNING && !j->fetch_abort)
+        pthread_cond_wait(&j->cv, &j->mu);
+    int rv =
+        l->state == BLOB_DONE ? 0 : skiff_error(err, 0, "download: %s", l->state == BLOB_FAILED ? l->error : "stopped");
+    pthread_mutex_unlock(&j->mu);
+    return rv;
+}
+
+int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, skiff_err *err)
+{
+    unsigned long devices = 0, setid = 0, xattrs = 0;
+    bool pending = false;
+    for (size_t i = 0; i < j->nlayers; i++)
+        pending |= j->layers[i].remote;
+    if (pending) {
+        pthread_mutex_init(&j->mu, NULL);
+        pthread_cond_init(&j->cv, NULL);
+        int pe = pthread_create(&j->fetch_tid, NULL, fetch_main, j);
+        if (pe != 0) {
+            pthread_mutex_destroy(&j->mu);
+            pthread_cond_destroy(&j->cv);
+            return skiff_error(err, pe, "pthread_create");
+        }
+        j->fetching = true;
+    }
+    for (size_t i = 0; i < j->nlayers; i++) {
+        struct skiff_import_layer *l = &j->layers[i];
+        double t0 = skiff_now_s();
+        struct skiff_layer_stats st;
+        int rv;
+        if (l->remote) {
+            /* Streamed while it downloads; the fetcher checks the digest. */
+            struct fetch_progress fp = {j, l};
+            int bfd = open_fetched(j, l, err);
+            rv = bfd < 0
+                     ? -1
+                     : skiff_layer_apply_stream(rootfd, bfd, l->path, NULL, SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS,
+                                                fetch_wait, &fp, &st, err);
+            if (rv == 0)
+                rv = fetched_ok(j, l, err);
+            if (rv < 0) {
+                skiff_fetch_stop(j);         /* joined: l->state is ours to read now */
+                if (l->state == BLOB_FAILED) /* the download's error is the cause */
+                    skiff_error(err, 0, "download: %s", l->error);
+                return skiff_err_wrap(err, "layer %zu/%zu %s", i + 1, j->nlayers, l->digest);
+            }
+        } else {
+            const char *check = l->digest[0] && !l->verified ? l->digest : NULL;
+            int bfd = skiff_source_open(j, l->path, err);
+            rv = bfd < 0 ? -1
+                         : skiff_layer_apply_fd(rootfd, bfd, l->path, check, SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS,
+                                                &st, err);
+            if (rv < 0 && err->code == EBADMSG && j->ref.kind == SKIFF_REF_DOCKER && unlink(l->path) == 0) {
+                size_t ml = strlen(err->msg);
+                snprintf(err->msg + ml, sizeof(err->msg) - ml,
+                         "; removed the bad blob from the cache: run again to download it");
+            }
+            if (rv < 0) {
+                skiff_fetch_stop(j);
+                return skiff_err_wrap(err, "layer %zu/%zu %s", i + 1, j->nlayers, l->digest[0] ? l->digest : l->path);
+            }
+        }
+        devices += st.devices_skipped;
+        setid += st.setid_stripped;
+        xattrs += st.xattrs_dropped;
+        if (j->o && j->o->progress)
+            fprintf(stderr, "skiff: layer %zu/%zu %.19s %8.1f MB %6lu entries %5.2f s\n", i + 1, j->nlayers,
+                    l->digest[0] ? l->digest : "(no digest)", (double)st.bytes_in / 1e6, st.entries,
+                    skiff_now_s() - t0);
+    }
+    skiff_fetch_stop(j);
+    if (devices)
+        import_warn(j, "skipped %lu device node(s) or socket(s): containers get their /dev from the runtime", devices);
+    if (setid)
+        import_warn(j, "stripped setuid/setgid bits from %lu file(s)", setid);
+    if (xattrs)
+        import_warn(j, "dropped %lu extended attribute(s) (file capabilities included)", xattrs);
+    return 0;
+}
