@@ -401,8 +401,10 @@ static int verb_start(const struct skiff_request *q)
         /* the rule of named.h, said once per step and node */
         bad = skiff_rec_putf(&b, 'U', &ignore,
                              "container '%s' is in use by another step on this node: this step starts from its "
-                             "files, but its own changes will not be kept",
-                             q->name ? q->name : q->named) < 0;
+                             "files, but its own changes will not be kept%s%s",
+                             q->name ? q->name : q->named, c.notice[0] ? "; " : "", c.notice) < 0;
+    else if (!bad && c.notice[0]) /* what the hooks told the user (the rdma hook's fabric notes) */
+        bad = skiff_rec_put(&b, 'U', c.notice, &ignore) < 0;
     bad = bad || skiff_rec_put(&b, 'Z', "", &ignore) < 0;
     /* the reply pipe stays open for wait_joined's word */
     if (!bad && skiff_write_all(SKIFF_HELPER_REP_FD, b.p, b.len) == 0) {

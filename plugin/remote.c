@@ -58,6 +58,7 @@
 
 #include "clock.h"
 #include "ddp_env.h"
+#include "hookutil.h"
 #include "named.h"
 #include "ns.h"
 #include "plugin.h"
@@ -351,10 +352,10 @@ int skiff_remote_post_opt(spank_t sp)
 static bool hook_var(const char *kv)
 {
     return !strncmp(kv, "SLURM_", 6) || !strncmp(kv, "CUDA_VISIBLE_DEVICES=", 21) || !strncmp(kv, "NVIDIA_", 7) ||
-           !strncmp(kv, "PMIX_", 5);
+           !strncmp(kv, "PMIX_", 5) || !strncmp(kv, "MELLANOX_", 9);
 }
 
-/* The job's SLURM_*, GPU and PMIx variables, borrowed from Slurm for the
+/* The job's SLURM_*, GPU, RDMA and PMIx variables, borrowed from Slurm for the
  * duration of the start. Slurm 22.05 sets PMIX_SERVER_TMPDIR (the step's
  * PMIx server directory under SlurmdSpoolDir) only in slurmstepd's own
  * environment before user_init, and in each task's after it: the pmix
@@ -825,6 +826,23 @@ out:
     return rv;
 }
 
+/* The task's CUDA_VISIBLE_DEVICES (host GPU numbers from Slurm; one GPU
+ * per task with --gpus-per-task) renumbered to index the container's GPUs,
+ * which the gpu hook named in SKIFF_GPU_MINORS (hookutil.h). */
+static int apply_gpu_env(spank_t sp, skiff_err *err)
+{
+    struct envget *eg = calloc(1, sizeof(*eg));
+    char cvd[512];
+    if (!eg)
+        return skiff_error(err, ENOMEM, "out of memory");
+    eg->sp = sp;
+    int rn = skiff_gpu_task_cvd(spank_get, eg, cvd, sizeof(cvd), err);
+    envget_free(eg);
+    if (rn > 0 && spank_setenv(sp, "CUDA_VISIBLE_DEVICES", cvd, 1) != ESPANK_SUCCESS)
+        return skiff_error(err, 0, "cannot set CUDA_VISIBLE_DEVICES");
+    return rn < 0 ? -1 : 0;
+}
+
 /* --container-entrypoint: Slurm cannot be told to run another argv, so the
  * task execs Entrypoint + the step's command itself, with the job's env. */
 static int exec_entrypoint(spank_t sp, skiff_err *err)
@@ -874,6 +892,10 @@ int skiff_remote_task_init(spank_t sp)
     }
     if (apply_ddp_env(sp, &err) < 0) {
         skiff_log_error("skiff: env: training environment: %s", err.msg);
+        return -1;
+    }
+    if (apply_gpu_env(sp, &err) < 0) {
+        skiff_log_error("skiff: env: %s", err.msg);
         return -1;
     }
     double t1 = skiff_now_ms();

@@ -182,8 +182,7 @@ state_before=$(ls -A "/run/skiff/$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' ||
   srun -Q -n1 -w n2 --container-image="$IMG" --container-mounts="$T/mdir:/data" sleep 300 >/dev/null 2>&1) &
 spid=$!
 # other clusters may run jobs as the same user: look only at node n2's netns
-node_procs() { for p in $(ip netns pids "${SKIFF_CLUSTER_NS_PREFIX:-skiff${SKIFF_CLUSTER_INDEX}n}2" 2>/dev/null); do
-  [ "$(stat -c %U /proc/$p 2>/dev/null)" = "$U" ] && echo "$p $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)"; done; }
+node_procs() { t_cluster_procs -n 2; }
 for _ in $(seq 200); do node_procs | grep -q ' sleep 300 $' && break; sleep 0.05; done
 holder_seen=$(node_procs | wc -l)
 kill -INT $spid; sleep 0.3; kill -INT $spid 2>/dev/null

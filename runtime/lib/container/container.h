@@ -33,6 +33,9 @@
 #include "error.h"
 #include "strv.h"
 
+/* The most of what hooks say to the user that a container keeps. */
+#define SKIFF_NOTICE_LEN 512
+
 struct skiff_start_opts {
     const char *image;             /* squashfs path (NULL when name is an existing container) */
     const char *name;              /* named container (persistent upper), or NULL */
@@ -102,6 +105,8 @@ struct skiff_container {
     char name[256];                        /* the named container it runs, or "" */
     bool shared;                           /* a second instance of a named container in use: its
                                               changes are not kept (named.h, skiff_named_use) */
+    char notice[SKIFF_NOTICE_LEN];         /* what the hooks told the user at the start (their
+                                              stderr when they succeeded), one line, or "" */
 };
 
 int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_opts *opts,

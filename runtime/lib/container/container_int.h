@@ -124,7 +124,8 @@ int skiff_compat_env(int rootfd, const struct skiff_start_opts *o, char ***env, 
 /* ---- hookrun.c ---- */
 
 /* Runs the hooks of the container h is setting up (doc/hooks.md), then adds
- * their env file lines to *env and applies their mounts file. */
-int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *err);
+ * their env file lines to *env and applies their mounts file. What they
+ * said to the user goes into notice (skiff_hooks_run). */
+int skiff_hooks_container(const struct skiff_holder *h, char ***env, char *notice, size_t n_notice, skiff_err *err);
 
 #endif

@@ -135,7 +135,8 @@ int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_e
             skiff_err_wrap(err, "image Env");
             goto out;
         }
-    if (skiff_hooks_container(h, &env, err) < 0) {
+    char notice[SKIFF_NOTICE_LEN] = "";
+    if (skiff_hooks_container(h, &env, notice, sizeof(notice), err) < 0) {
         h->failed_in_hooks = true;
         goto out;
     }
@@ -173,6 +174,7 @@ int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_e
             (h->fuse && skiff_rec_putf(out, 'F', err, "%d", (int)skiff_fuse_server_pid(h->fuse)) < 0) ||
             (o->name && skiff_rec_put(out, 'N', o->name, err) < 0) ||
             (o->name && !h->named.writer && skiff_rec_put(out, 'R', "1", err) < 0) ||
+            (notice[0] && skiff_rec_put(out, 'U', notice, err) < 0) ||
             (stat("/proc/self/ns/mnt", &mns) == 0 &&
              skiff_rec_putf(out, 'M', err, "%llu:%llu", (unsigned long long)mns.st_dev,
                             (unsigned long long)mns.st_ino) < 0))
