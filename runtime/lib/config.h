@@ -27,11 +27,18 @@ struct skiff_config {
     int squash_level;                      /* 0 = skiff's default: zstd level 1 (fast), others their own */
     bool allow_http;                       /* plain http for non-loopback registries */
     int connect_timeout_s;
+    int transfer_timeout_s;                   /* per registry request; 0 = none */
+    int max_processors;                       /* mksquashfs -processors; 0 = every CPU */
+    bool enroot_compat;                       /* apply enroot's site configuration (enrootsite.h) */
+    char enroot_sysconf_path[SKIFF_PATH_MAX]; /* enroot's system configuration (/etc/enroot) */
+    char enroot_config_path[SKIFF_PATH_MAX];  /* enroot's per-user configuration (its .credentials) */
 };
 
-/* Fills cfg with defaults, then the file at path (NULL: $SKIFF_CONFIG or the
- * default path; a missing default file is not an error, a missing explicit one
- * is), then SKIFF_* environment overrides when use_env is true. Paths may use
+/* Fills cfg with defaults, then (when use_env is true) the ENROOT_*
+ * variables that have a skiff meaning (skiff_config_enroot_var), then the
+ * file at path (NULL: $SKIFF_CONFIG or the default path; a missing default
+ * file is not an error, a missing explicit one is), then SKIFF_* environment
+ * overrides when use_env is true: skiff's own settings win. Paths may use
  * ${HOME}, ${UID}, ${USER} and ${XDG_RUNTIME_DIR}; they are expanded for the
  * calling process's user (or the user named with skiff_config_for_user). */
 int skiff_config_load(struct skiff_config *cfg, const char *path, bool use_env, skiff_err *err);
@@ -51,6 +58,13 @@ int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size
 /* The block cache directory: block_cache_path, or runtime_path/blocks when
  * it is empty (the default). -1 when it does not fit in n. */
 int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n);
+
+/* The skiff.conf key that the enroot variable name (ENROOT_DATA_PATH, ...)
+ * sets, or NULL when it has none (doc/user-guide.md lists every ENROOT_*
+ * variable and what skiff does with it). ENROOT_SQUASH_OPTIONS is read
+ * apart: its -comp and -Xcompression-level set squash_compression and
+ * squash_level. */
+const char *skiff_config_enroot_var(const char *name);
 
 /* Sets the user whose ${HOME}/${UID}/${USER} expand in later load/set calls
  * (the plugin runs as root for a job user). uid (unsigned)-1 = calling user. */

@@ -121,6 +121,8 @@ int skiff_registry_http_get(struct skiff_registry *r, const char *url, const cha
     /* Blob redirects go to storage hosts: https only unless http was allowed. */
     curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, r->cfg->allow_http ? "http,https" : "https");
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)(r->cfg->connect_timeout_s ? r->cfg->connect_timeout_s : 30));
+    if (r->cfg->transfer_timeout_s > 0)
+        curl_easy_setopt(c, CURLOPT_TIMEOUT, (long)r->cfg->transfer_timeout_s);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);

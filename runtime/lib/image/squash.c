@@ -96,6 +96,12 @@ int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const ch
     }
     if (geteuid() != 0)
         argv[a++] = "-all-root";
+    char procs[16];
+    if (cfg->max_processors > 0) {
+        snprintf(procs, sizeof(procs), "%d", cfg->max_processors);
+        argv[a++] = "-processors";
+        argv[a++] = procs;
+    }
     argv[a] = NULL;
 
     int pfd[2];
