@@ -207,7 +207,7 @@ static int prepare(const struct skiff_request *q, char *image, size_t n, skiff_e
                  : resolve_image(q, image, n, err);
     if (rc < 0)
         return -1;
-    if (q->named && skiff_named_create(&q->cfg, q->named, image, true, err) < 0)
+    if (q->named && skiff_named_create(&q->cfg, q->named, image, q->node, true, err) < 0)
         return skiff_err_wrap(err, "container %s", q->named);
     return 0;
 }

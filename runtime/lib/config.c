@@ -135,6 +135,10 @@ static const struct key {
     {"max_processors", K_INT, F(max_processors), "0"},
     /* enroot's site configuration (environ.d, mounts.d, hooks.d), applied
      * only where the admin turns it on (container/enrootsite.h) */
+    /* the plugin's runtime base (plugstack.conf's runtime_path): where
+     * `skiff exec` and `enroot list -f` / `enroot exec` find the containers
+     * steps run, in BASE/UID */
+    {"plugin_runtime_path", K_PATH, F(plugin_runtime_path), "/run/skiff"},
     {"enroot_compat", K_BOOL, F(enroot_compat), "no"},
     {"enroot_sysconf_path", K_PATH, F(enroot_sysconf_path), "/etc/enroot"},
     /* enroot's ${XDG_CONFIG_HOME}/enroot: its .credentials file is read
@@ -176,6 +180,12 @@ int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size
         break;
     }
     return w < 0 || (size_t)w >= n ? -1 : 1;
+}
+
+int skiff_config_plugin_runtime(const struct skiff_config *cfg, unsigned uid, char *out, size_t n)
+{
+    int w = snprintf(out, n, "%s/%u", cfg->plugin_runtime_path, uid);
+    return w < 0 || (size_t)w >= n || !cfg->plugin_runtime_path[0] ? -1 : 0;
 }
 
 int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n)

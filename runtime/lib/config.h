@@ -29,6 +29,7 @@ struct skiff_config {
     int connect_timeout_s;
     int transfer_timeout_s;                   /* per registry request; 0 = none */
     int max_processors;                       /* mksquashfs -processors; 0 = every CPU */
+    char plugin_runtime_path[SKIFF_PATH_MAX]; /* the plugin's runtime base (plugstack's runtime_path) */
     bool enroot_compat;                       /* apply enroot's site configuration (enrootsite.h) */
     char enroot_sysconf_path[SKIFF_PATH_MAX]; /* enroot's system configuration (/etc/enroot) */
     char enroot_config_path[SKIFF_PATH_MAX];  /* enroot's per-user configuration (its .credentials) */
@@ -54,6 +55,10 @@ int skiff_config_set_raw(struct skiff_config *cfg, const char *key, const char *
 /* "key=value" of the i-th key into out: 1, 0 past the last key, -1 when it
  * does not fit. Values are as loaded (expanded); booleans yes/no. */
 int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size_t n);
+
+/* Where the plugin keeps uid's running containers: plugin_runtime_path/UID.
+ * -1 when it does not fit in n (or is not set). */
+int skiff_config_plugin_runtime(const struct skiff_config *cfg, unsigned uid, char *out, size_t n);
 
 /* The block cache directory: block_cache_path, or runtime_path/blocks when
  * it is empty (the default). -1 when it does not fit in n. */

@@ -483,3 +483,43 @@ int skiff_container_find(const struct skiff_config *cfg, const char *key, const 
     closedir(d);
     return found;
 }
+
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int skiff_container_each(const struct skiff_config *cfg,
+                         void (*fn)(const char *key, const struct skiff_container *c, void *arg), void *arg,
+                         skiff_err *err)
+{
+    DIR *d = opendir(cfg->runtime_path);
+    if (!d)
+        return errno == ENOENT ? 0 : skiff_error(err, errno, "open %s", cfg->runtime_path);
+    char **keys = NULL;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!skiff_name_valid(e->d_name))
+            continue;
+        char **nk = realloc(keys, (n + 1) * sizeof(*keys));
+        if (!nk)
+            break;
+        keys = nk;
+        if ((keys[n] = strdup(e->d_name)))
+            n++;
+    }
+    closedir(d);
+    if (n > 1)
+        qsort(keys, n, sizeof(*keys), cmp_key);
+    for (size_t i = 0; i < n; i++) {
+        struct skiff_container c;
+        if (load_live(cfg, keys[i], &c)) {
+            fn(keys[i], &c, arg);
+            skiff_container_free(&c);
+        }
+        free(keys[i]);
+    }
+    free(keys);
+    return 0;
+}
