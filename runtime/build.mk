@@ -80,7 +80,7 @@ $(BUILD)/tests/unit/runtime/test_cli: $(BUILD)/tests/unit/runtime/test_cli.o $(S
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS) -lcriterion
 UNIT_TESTS += $(RUNTIME_UNIT)
 
-INTEGRATION_TESTS += tests/integration/runtime-import.sh tests/integration/runtime-cli.sh
+INTEGRATION_TESTS += tests/integration/runtime-import.sh tests/integration/runtime-cli.sh tests/integration/enroot-cli.sh
 BENCHES += tests/bench/import.sh
 
 # Container half: integration suite, start benchmark, man page.

@@ -246,6 +246,11 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
 
 int cli_start(const struct skiff_config *cfg, struct skiff_start_opts *o, const char *shown_name)
 {
+    /* enroot_compat: enroot's environment is ours, and the user's enroot
+     * configuration adds to the site's */
+    extern char **environ;
+    o->enroot_env = (const char *const *)environ;
+    o->enroot_user_dir = cfg->enroot_config_path;
     /* the holder starts the command (no join) */
     char term[256], home[SKIFF_PATH_MAX + 8];
     const char *defaults[3];

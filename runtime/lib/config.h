@@ -11,6 +11,9 @@
 
 #define SKIFF_CONFIG_DEFAULT_PATH "/etc/skiff/skiff.conf"
 #define SKIFF_PATH_MAX 4096
+/* The enroot release whose command line, configuration and hook contract
+ * skiff follows (skiff-enroot, enroot_compat): its ENROOT_VERSION. */
+#define SKIFF_ENROOT_COMPAT_VERSION "3.5.0"
 
 struct skiff_config {
     char data_path[SKIFF_PATH_MAX];        /* named containers, per user */
@@ -30,7 +33,7 @@ struct skiff_config {
     int transfer_timeout_s;                   /* per registry request; 0 = none */
     int max_processors;                       /* mksquashfs -processors; 0 = every CPU */
     char plugin_runtime_path[SKIFF_PATH_MAX]; /* the plugin's runtime base (plugstack's runtime_path) */
-    bool enroot_compat;                       /* apply enroot's site configuration (enrootsite.h) */
+    bool enroot_compat;                       /* apply enroot's site configuration (container/enrootsite.c) */
     char enroot_sysconf_path[SKIFF_PATH_MAX]; /* enroot's system configuration (/etc/enroot) */
     char enroot_config_path[SKIFF_PATH_MAX];  /* enroot's per-user configuration (its .credentials) */
 };

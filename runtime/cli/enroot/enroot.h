@@ -23,9 +23,9 @@
 #include "config.h"
 #include "error.h"
 
-/* The enroot release whose command line this front end follows: what
- * `enroot version` prints (scripts compare it); `skiff version` is skiff's. */
-#define SKIFF_ENROOT_VERSION "3.5.0"
+/* `enroot version` prints the enroot release whose command line this
+ * front end follows (config.h: SKIFF_ENROOT_COMPAT_VERSION), as scripts
+ * compare it; `skiff version` is skiff's. */
 
 int enroot_import(int argc, char **argv);
 int enroot_create(int argc, char **argv);

@@ -142,7 +142,7 @@ static int version(int argc, char **argv)
 {
     if (argc > 1)
         return enroot_usage_error("version", "unexpected argument '%s'", argv[1]);
-    printf("%s\n", SKIFF_ENROOT_VERSION);
+    printf("%s\n", SKIFF_ENROOT_COMPAT_VERSION);
     return 0;
 }
 

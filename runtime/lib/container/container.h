@@ -53,6 +53,13 @@ struct skiff_start_opts {
                                     container env, unless the image sets the variable */
     const char *extra_hooks_dir;   /* the user's hooks, run with cfg->hooks_dir's (the CLI's
                                       $SKIFF_HOOKS_DIR; doc/hooks.md), or NULL */
+    /* enroot's site configuration, with cfg->enroot_compat (enrootsite.c): */
+    const char *const *enroot_env; /* the environment enroot would have had (the CLI's own, the
+                                      job's under the plugin): ${VAR} of environ.d and mounts.d,
+                                      and hooks.d's environment; NULL: none */
+    const char *enroot_user_dir;   /* the user's enroot configuration directory, whose
+                                      environ.d, mounts.d, hooks.d apply after the site's (the
+                                      CLI's enroot_config_path), or NULL (the plugin) */
     const char *state_key;         /* unique key for runtime state (plugin: node.job.step); NULL = auto */
     int fuse_fd;                   /* an open /dev/fuse fd (root may pass one), or -1 to open it */
     int hook_timeout_s;            /* per hook; 0 = 60 s */

@@ -104,13 +104,16 @@ bool skiff_is_child_of(pid_t pid, pid_t parent);
  * fd of the root, or -1. Sets h->fuse. */
 int skiff_assemble_root(struct skiff_holder *h, skiff_err *err);
 
-/* /proc, a minimal /dev, /sys, /tmp and the host's hosts/resolv.conf/hostname. */
-int skiff_assemble_system_mounts(int rootfd, skiff_err *err);
+/* /proc, a minimal /dev (with /dev/shm and /dev/mqueue: private ones when
+ * unshare_flags has CLONE_NEWIPC), /sys, /tmp and the host's
+ * hosts/resolv.conf/hostname. */
+int skiff_assemble_system_mounts(int rootfd, int unshare_flags, skiff_err *err);
 
-/* The user's home (home: NULL for none) on home_dst, then the user's
+/* The user's home (home: NULL for none) at its own path, a private tmpfs
+ * on /root with root_tmpfs (pyxis's --container-mount-home under
+ * --container-remap-root: root's home is not the user's), then the user's
  * mount specs. */
-int skiff_assemble_user_mounts(int rootfd, const char *home, const char *home_dst, const char *const *specs,
-                               skiff_err *err);
+int skiff_assemble_user_mounts(int rootfd, const char *home, bool root_tmpfs, const char *const *specs, skiff_err *err);
 
 /* ---- imgcompat.c ---- */
 
@@ -121,7 +124,26 @@ int skiff_assemble_user_mounts(int rootfd, const char *home, const char *home_ds
  * system mounts made. */
 int skiff_compat_env(int rootfd, const struct skiff_start_opts *o, char ***env, skiff_err *err);
 
+/* ---- enrootsite.c: enroot's site configuration, when cfg->enroot_compat ---- */
+
+/* environ.d: the variables of its .env files into *env. */
+int skiff_enroot_environ(const struct skiff_holder *h, char ***env, skiff_err *err);
+
+/* mounts.d: the mounts of its .fstab files in the root. */
+int skiff_enroot_mounts(const struct skiff_holder *h, int rootfd, skiff_err *err);
+
+/* hooks.d: its .sh executables with enroot's contract; then *env is what they left in
+ * ENROOT_ENVIRON and ENROOT_MOUNTS's mounts are made. */
+int skiff_enroot_hooks(const struct skiff_holder *h, int rootfd, char ***env, skiff_err *err);
+
 /* ---- hookrun.c ---- */
+
+/* Applies the fstab lines of the file at path (hooks' mounts; a missing
+ * file has none); errors say what (the file's role). */
+int skiff_hooks_apply_fstab(int rootfd, const char *path, const char *what, skiff_err *err);
+
+/* Adds the file's KEY=VALUE lines ('#' and blank lines skipped) to *env. */
+int skiff_hooks_read_env(const char *path, char ***env, skiff_err *err);
 
 /* Runs the hooks of the container h is setting up (doc/hooks.md), then adds
  * their env file lines to *env and applies their mounts file. */

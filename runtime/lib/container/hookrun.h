@@ -8,8 +8,10 @@
 #include "error.h"
 
 /* dirs: NULL-terminated; NULL/empty entries and missing directories are
- * skipped. A hook that fails (non-zero exit, signal, timeout) stops the run:
- * err names the hook, how it failed and the end of its stderr. */
-int skiff_hooks_run(const char *const *dirs, const char *const *envp, int timeout_ms, skiff_err *err);
+ * skipped. With suffix, only names ending in it (and longer: enroot's
+ * hooks.d, *.sh). A hook that fails (non-zero exit, signal, timeout) stops
+ * the run: err names the hook, how it failed and the end of its stderr. */
+int skiff_hooks_run(const char *const *dirs, const char *suffix, const char *const *envp, int timeout_ms,
+                    skiff_err *err);
 
 #endif
