@@ -98,4 +98,4 @@ $(XATTR_PROBE): tests/integration/xattr-probe.c
 	$(test_static_program)
 TEST_PROGRAMS += $(RUNTIME_PLUGIN_SIM) $(XATTR_PROBE)
 BENCHES += tests/bench/start.sh
-MAN1 += doc/man/skiff.1 doc/man/skiff-import.1
+MAN1 += doc/man/skiff.1 doc/man/skiff-import.1 doc/man/skiff-enroot.1
