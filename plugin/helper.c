@@ -40,8 +40,10 @@
 #include "fdio.h"
 #include "image.h"
 #include "named.h"
+#include "ns.h"
 #include "proto.h"
 #include "ref.h"
+#include "registry.h"
 #include "rootfs.h"
 #include "spawn.h"
 #include "squash.h"
@@ -344,6 +346,14 @@ static int verb_start(const struct skiff_request *q)
         struct skiff_container running;
         int f = find_running(q, &running, &err);
         if (f > 0) {
+            /* pyxis: a namespace asked for that the running container
+             * does not have is an error, not a silent join of the node's */
+            if (q->unshare && skiff_ns_check_unshared(running.holder, q->unshare, &err) < 0) {
+                skiff_container_free(&running);
+                put_failure(&b, "join", &err);
+                answer(&b);
+                return 1;
+            }
             int hold = join_hold(&running);
             if (hold >= 0)
                 return answer_attach(q, &running, hold, t0);
@@ -383,6 +393,7 @@ static int verb_start(const struct skiff_request *q)
     so.command = command[0] ? command : NULL;
     so.hook_env = q->hook_env;
     so.locale_env = q->locale_env;
+    so.enroot_env = q->job_env;
     so.state_key = q->state_key;
     /* when this process dies, even by SIGKILL, the holder and every mount go */
     so.die_with_parent = true;
@@ -515,6 +526,10 @@ int main(int argc, char **argv)
         }
         return answer_status(-1, "config", &err);
     }
+#ifndef SKIFF_HELPER_LEAN
+    /* enroot's credentials file: $VAR passwords from the job's environment */
+    skiff_credentials_env(q->job_env);
+#endif
     /* the reply and control pipes are not for the programs run from here */
     fcntl(SKIFF_HELPER_REP_FD, F_SETFD, FD_CLOEXEC);
     fcntl(SKIFF_HELPER_CTL_FD, F_SETFD, FD_CLOEXEC);
@@ -540,6 +555,9 @@ int main(int argc, char **argv)
     }
     int rc;
     const char *phase = "save";
+    /* what an earlier step's killed export left (a cancelled --container-save:
+     * its state, its partial image), now that its process is gone */
+    skiff_container_prune(&q->cfg);
     if (!strcmp(verb, "save")) {
         rc = q->named && q->save ? skiff_container_export(&q->cfg, q->named, q->save, &err)
                                  : skiff_error(&err, 0, "save: no container or path");

@@ -156,6 +156,11 @@ int skiff_request_parse(const char *data, size_t len, struct skiff_request *q, s
                 return skiff_error(err, 0, "too many locale variables");
             q->locale_env[q->nlocale_env++] = s;
             break;
+        case 'j':
+            if (q->njob_env >= SKIFF_REQUEST_LIST_MAX)
+                return skiff_error(err, 0, "too many job environment variables");
+            q->job_env[q->njob_env++] = s;
+            break;
         case 'o': {
             const char *v = eq + 1;
             static const struct {

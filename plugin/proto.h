@@ -16,6 +16,10 @@
  *   'm' spec        a --container-mounts entry, sources made absolute
  *   'h' K=V         environment for the container's hooks (SLURM_* ...)
  *   'l' K=V         the job's LANG and LC_* (a locale the image lacks falls back)
+ *   'j' K=V         the job's environment, as enroot would have had it: the
+ *                   $VAR passwords of enroot's credentials file, and with
+ *                   enroot_compat the ${VAR} of its site files and the
+ *                   environment of its hooks (libskiff: credentials, enrootsite)
  * Reply records, in this order:
  *   progress, while an import runs (start and resolve), before 'S':
  *            'I' URI (importing), 'i' "BYTES MS URI" (imported)
@@ -92,6 +96,8 @@ struct skiff_request {
     size_t nhook_env;
     const char *locale_env[64 + 1];
     size_t nlocale_env;
+    const char *job_env[SKIFF_REQUEST_LIST_MAX + 1];
+    size_t njob_env;
 };
 
 /* Parses a request over the defaults of skiff_config_load. Root wrote it,

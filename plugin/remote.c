@@ -229,12 +229,7 @@ static int load_identity(spank_t sp, skiff_err *err)
     }
     snprintf(skiff_g.user, sizeof(skiff_g.user), "%s", pw.pw_name);
     snprintf(skiff_g.home, sizeof(skiff_g.home), "%s", pw.pw_dir);
-    if (gethostname(skiff_g.node, sizeof(skiff_g.node)) < 0)
-        snprintf(skiff_g.node, sizeof(skiff_g.node), "node");
-    char *dot = strchr(skiff_g.node, '.');
-    if (dot)
-        *dot = '\0';
-
+    skiff_named_this_node(skiff_g.node, sizeof(skiff_g.node));
     return 0;
 }
 
@@ -287,6 +282,11 @@ int skiff_remote_post_opt(spank_t sp)
     if (skiff_load_user_config(&skiff_g.args, skiff_g.uid, skiff_g.user, skiff_g.home, &skiff_g.cfg, &err) < 0 ||
         make_user_dir(skiff_g.args.runtime_path, "runtime_path", &err) < 0)
         return fail("config", &err);
+    /* pyxis hands enroot the job's ENROOT_CONFIG_PATH (where its credentials
+     * are); a path the helper reads as the user, never root */
+    if (spank_getenv(sp, "ENROOT_CONFIG_PATH", buf, sizeof(buf)) == ESPANK_SUCCESS && buf[0] == '/' &&
+        skiff_config_set_raw(&skiff_g.cfg, "enroot_config_path", buf, &err) < 0)
+        return fail("config", &err);
     if (skiff_g.args.block_cache_path[0] && skiff_g.cfg.block_cache_mb > 0) {
         /* the block cache is an optimisation: a base someone else took
          * turns it off (and tells the admin), the step goes on */
@@ -305,14 +305,10 @@ int skiff_remote_post_opt(spank_t sp)
     if (skiff_g.opts.name) {
         /* Nodes may share the user's data_path (home on NFS): a name is
          * stored per node, and per job when container_scope=job. */
-        int w = skiff_g.args.scope == SKIFF_SCOPE_JOB
-                    ? snprintf(skiff_g.named, sizeof(skiff_g.named), "%s.%s.job%u", skiff_g.opts.name, skiff_g.node,
-                               (unsigned)skiff_g.jobid)
-                    : snprintf(skiff_g.named, sizeof(skiff_g.named), "%s.%s", skiff_g.opts.name, skiff_g.node);
-        if (w < 0 || (size_t)w >= sizeof(skiff_g.named) || !skiff_name_valid(skiff_g.named)) {
-            skiff_error(&err, 0, "container name '%s' is too long for node %s", skiff_g.opts.name, skiff_g.node);
+        if (skiff_named_step_name(skiff_g.opts.name, skiff_g.node,
+                                  skiff_g.args.scope == SKIFF_SCOPE_JOB ? (unsigned)skiff_g.jobid : 0, skiff_g.named,
+                                  sizeof(skiff_g.named), &err) < 0)
             return fail("config", &err);
-        }
     } else if (skiff_g.opts.save) {
         /* --container-save of an unnamed container: keep its changes on
          * disk under a private name for the step, export, then remove it */
@@ -441,6 +437,24 @@ static int request_locale(struct skiff_recbuf *b, skiff_err *err)
     return 0;
 }
 
+/* The job's environment for the helper ('j', proto.h): enroot's credentials
+ * file's $VAR passwords (JAX-Toolbox's sbatch --export=ENROOT_PASSWORD=...)
+ * and enroot_compat's site files. The user's own values, for a process of
+ * the user's: nothing root acts on. */
+static int request_job_env(struct skiff_recbuf *b, skiff_err *err)
+{
+    char **env = NULL;
+    if (!request_sp || spank_get_item(request_sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || !env)
+        return 0;
+    for (size_t i = 0, n = 0; env[i] && n < SKIFF_REQUEST_LIST_MAX; i++)
+        if (strchr(env[i], '=') && strlen(env[i]) < 65536) {
+            if (skiff_rec_put(b, 'j', env[i], err) < 0)
+                return -1;
+            n++;
+        }
+    return 0;
+}
+
 /* Set when the running container this step was to join ended before root
  * saw it: the helper is asked again, to start this step's own. */
 static bool no_attach;
@@ -484,7 +498,7 @@ static int request_start(struct skiff_recbuf *b, skiff_err *err)
     for (size_t i = 0; skiff_g.hook_env && skiff_g.hook_env[i]; i++)
         if (skiff_rec_put(b, 'h', skiff_g.hook_env[i], err) < 0)
             return -1;
-    return request_locale(b, err);
+    return request_locale(b, err) < 0 || request_job_env(b, err) < 0 ? -1 : 0;
 }
 
 static struct skiff_user job_user(void)
@@ -800,6 +814,28 @@ static int apply_env(spank_t sp, skiff_err *err)
     return 0;
 }
 
+/* PMIx in the container as pyxis sets it up (enroot's pmix hook): an
+ * image's own PMIx (Open MPI's) reads its MCA parameters, not Slurm's
+ * module variables, so each PMIX_MCA_x follows Slurm's choice unless the
+ * user set it. Per task, so a step that joins a running container or
+ * starts from a named one gets them too. */
+static int apply_pmix_env(spank_t sp, skiff_err *err)
+{
+    static const char *const pairs[][2] = {{"PMIX_SECURITY_MODE", "PMIX_MCA_psec"},
+                                           {"PMIX_GDS_MODULE", "PMIX_MCA_gds"},
+                                           {"PMIX_PTL_MODULE", "PMIX_MCA_ptl"}};
+    char v[1024], mine[16];
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        spank_err_t have = spank_getenv(sp, pairs[i][1], mine, sizeof(mine));
+        if (have == ESPANK_SUCCESS || have == ESPANK_NOSPACE ||
+            spank_getenv(sp, pairs[i][0], v, sizeof(v)) != ESPANK_SUCCESS || !v[0])
+            continue;
+        if (spank_setenv(sp, pairs[i][1], v, 0) != ESPANK_SUCCESS)
+            return skiff_error(err, 0, "cannot set %s", pairs[i][1]);
+    }
+    return 0;
+}
+
 static int apply_ddp_env(spank_t sp, skiff_err *err)
 {
     if (!skiff_g.args.ddp_env)
@@ -868,7 +904,7 @@ int skiff_remote_task_init(spank_t sp)
         skiff_log_error("skiff: join: %s", err.msg);
         return -1;
     }
-    if (apply_env(sp, &err) < 0) {
+    if (apply_env(sp, &err) < 0 || apply_pmix_env(sp, &err) < 0) {
         skiff_log_error("skiff: env: %s", err.msg);
         return -1;
     }

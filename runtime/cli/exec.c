@@ -30,13 +30,15 @@ int cli_exec(const struct skiff_config *cfg, pid_t pid, char *const *argv, const
     skiff_err_clear(&err);
     struct skiff_container c;
     int rc = skiff_container_load(cfg, pid, &c, &err);
-    if (rc < 0 && err.code == ESRCH) {
+    if (rc < 0 && (err.code == ESRCH || err.code == ENOENT)) {
         /* not one of the CLI's: a step's, in the plugin's directory? */
         struct skiff_config steps = *cfg;
         skiff_err e2;
         if (skiff_config_plugin_runtime(cfg, (unsigned)getuid(), steps.runtime_path, sizeof(steps.runtime_path)) == 0 &&
             skiff_container_load(&steps, pid, &c, &e2) == 0)
             rc = 0;
+        else if (err.code == ENOENT)
+            skiff_error(&err, 0, "process %d is not in a running container of yours", (int)pid);
     }
     /* marked first: the container's stop then also looks for us */
     if (rc < 0 || skiff_container_mark_joined(&c, &err) < 0) {

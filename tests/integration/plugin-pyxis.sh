@@ -276,8 +276,9 @@ if [ -n "$DEB" ]; then
     t_pass "remap-root: dpkg -i of a package with root-owned files and a postinst running chown/chgrp" ||
     t_fail "remap-root: dpkg -i" "$(tail -c 800 <<<"$out")"
   echo home >"$UHOME/px-home-marker"; chown "$U:" "$UHOME/px-home-marker"
-  out_is "remap-root: --container-mount-home mounts the home directory at /root, HOME=/root" "/root home" \
-    srun1 --container-image="$DEB" --container-mount-home --container-remap-root sh -c 'echo $HOME $(cat /root/px-home-marker)'
+  out_is "remap-root: --container-mount-home: the home at its own path, /root a private tmpfs, HOME=/root (pyxis)" \
+    "/root home tmpfs" srun1 --container-image="$DEB" --container-mount-home --container-remap-root \
+    sh -c "echo \$HOME \$(cat $UHOME/px-home-marker) \$(findmnt -n -o FSTYPE /root)"
 else
   t_skip "remap-root cases" "no Debian image"
 fi

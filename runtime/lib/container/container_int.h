@@ -80,6 +80,12 @@ pid_t skiff_command_spawn(const struct skiff_holder *h, char **argv, char **envp
 
 /* ---- runstate.c ---- */
 
+/* An export's temporary image is OUTDIR/.NAME SKIFF_EXPORT_TMP PID, named
+ * in its state directory's SKIFF_EXPORT_MARK file, so that pruning the
+ * state of a killed export removes the partial image too. */
+#define SKIFF_EXPORT_TMP ".tmp.export-"
+#define SKIFF_EXPORT_MARK "export-tmp"
+
 /* Fills c from the records of the holder's report or the state file. */
 int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skiff_err *err);
 
@@ -92,7 +98,8 @@ int skiff_state_private_dir(const char *path, skiff_err *err);
 /* Writes the state file (the holder's report) into state_dir, atomically. */
 int skiff_state_write(const char *state_dir, const struct skiff_recbuf *rec, skiff_err *err);
 
-/* Removes the state dir and whatever hooks left in it. */
+/* Removes the state dir and whatever hooks left in it (and the partial
+ * image of a killed export, SKIFF_EXPORT_MARK). */
 void skiff_state_remove(const char *state_dir);
 
 /* Whether pid's parent is parent. */

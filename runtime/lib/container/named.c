@@ -366,7 +366,14 @@ int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_e
     cleanup_close int lock = users < 0 ? -1 : lock_file(dir, "lock", err);
     if (users < 0 || lock < 0)
         return skiff_err_wrap(err, "remove");
-    if (flock_retry(users, LOCK_EX | LOCK_NB) < 0 || flock_retry(lock, LOCK_EX | LOCK_NB) < 0)
+    /* A step's container is stopped as its last task exits, while srun
+     * already returns: a script's next line (`enroot remove -f`, MLPerf's
+     * cleanup) may come while it stops. Such an instance is waited for, a
+     * 3 s; one that runs on is "in use". */
+    bool free = false;
+    for (int i = 0; i < 150 && !(free = flock_retry(users, LOCK_EX | LOCK_NB) == 0); i++)
+        usleep(20000);
+    if (!free || flock_retry(lock, LOCK_EX | LOCK_NB) < 0)
         return skiff_error(err, EBUSY, "remove: container '%s' is in use (running, or being exported)", name);
     if (skiff_remove_tree(dir, err) < 0)
         return skiff_err_wrap(err, "remove container %s", name);
