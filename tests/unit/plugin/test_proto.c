@@ -174,6 +174,21 @@ Test(proto, progress_lines_are_bounded_and_sanitised)
     cr_assert_lt(strlen(line), sizeof(line));
 }
 
+/* the job's environment (enroot's $VAR passwords, enroot_compat) */
+Test(proto, request_job_env_records)
+{
+    struct skiff_recbuf b = {0};
+    cr_assert_eq(skiff_rec_put(&b, 'j', "ENROOT_PASSWORD=tok", &err), 0);
+    cr_assert_eq(skiff_rec_put(&b, 'j', "HOME=/home/u", &err), 0);
+    struct skiff_request *q = calloc(1, sizeof(*q));
+    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), 0, "%s", err.msg);
+    cr_assert_eq(q->njob_env, 2);
+    cr_assert_str_eq(q->job_env[0], "ENROOT_PASSWORD=tok");
+    cr_assert_null(q->job_env[2]);
+    free(q);
+    skiff_recbuf_free(&b);
+}
+
 Test(proto, request_locale_records)
 {
     struct skiff_recbuf b = {0};
