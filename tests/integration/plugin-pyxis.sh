@@ -124,8 +124,10 @@ if wait_for "$T/ctl/a-job"; then
     t_pass "attach: --container-name=NAME joins the running container (its tmpfs, its UTS namespace, cwd /, its env)" ||
     t_fail "attach: joins the running container" "got '$out' / $(head -c 300 "$T/err")"
   # start-only flags: the mount is not made, the running container stays
-  # writable, and the warning names each flag
-  out=$(srun1 --container-name=px-dbg --container-mounts="$T/ctl:/mnt2" --container-readonly --container-unshare=ipc \
+  # writable, and the warning names each flag (--container-unshare=uts:
+  # the container has its own UTS namespace; one it lacks is an error,
+  # plugin-enroot.sh)
+  out=$(srun1 --container-name=px-dbg --container-mounts="$T/ctl:/mnt2" --container-readonly --container-unshare=uts \
         sh -c 'test -d /mnt2 && echo mounted || echo not-mounted; touch /px-b-wrote && echo wrote' 2>&1)
   grep -q "joining the running container 'px-dbg': ignoring --container-mounts, --container-readonly, --container-unshare" <<<"$out" &&
     grep -qx not-mounted <<<"$out" && grep -qx wrote <<<"$out" &&

@@ -210,12 +210,14 @@ static void fill_row(struct row *r, const char *name, pid_t holder)
     if (paren)
         sscanf(paren + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &state,
                &start);
-    /* start is in clock ticks after boot: wall clock from the boot time */
-    struct timespec up;
+    /* start is in clock ticks after boot: the wall clock then is now less
+     * the time since (both clocks read as doubles: no second of jitter) */
+    struct timespec up, real;
     clock_gettime(CLOCK_BOOTTIME, &up);
+    clock_gettime(CLOCK_REALTIME, &real);
     long hz = sysconf(_SC_CLK_TCK);
     double started_ago = (double)up.tv_sec + up.tv_nsec / 1e9 - (double)start / (double)(hz > 0 ? hz : 100);
-    time_t at = time(NULL) - (time_t)started_ago;
+    time_t at = (time_t)((double)real.tv_sec + real.tv_nsec / 1e9 - started_ago);
     struct tm tm;
     localtime_r(&at, &tm);
     long el = started_ago > 0 ? (long)started_ago : 0;
