@@ -132,6 +132,7 @@ static const struct key {
     {"allow_http", K_BOOL, F(allow_http), "no"},
     {"connect_timeout", K_INT, F(connect_timeout_s), "30"},
     {"transfer_timeout", K_INT, F(transfer_timeout_s), "0"},
+    {"transfer_retries", K_INT, F(transfer_retries), "0"},
     {"max_processors", K_INT, F(max_processors), "0"},
     /* enroot's site configuration (environ.d, mounts.d, hooks.d), applied
      * only where the admin turns it on (container/enrootsite.h) */
@@ -267,6 +268,7 @@ static const struct {
     {"ENROOT_SYSCONF_PATH", "enroot_sysconf_path"},
     {"ENROOT_CONNECT_TIMEOUT", "connect_timeout"},
     {"ENROOT_TRANSFER_TIMEOUT", "transfer_timeout"},
+    {"ENROOT_TRANSFER_RETRIES", "transfer_retries"},
     {"ENROOT_MAX_PROCESSORS", "max_processors"},
     {"ENROOT_ALLOW_HTTP", "allow_http"},
 };

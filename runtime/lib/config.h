@@ -31,6 +31,7 @@ struct skiff_config {
     bool allow_http;                       /* plain http for non-loopback registries */
     int connect_timeout_s;
     int transfer_timeout_s;                   /* per registry request; 0 = none */
+    int transfer_retries;                     /* tries again of a registry GET that may pass */
     int max_processors;                       /* mksquashfs -processors; 0 = every CPU */
     char plugin_runtime_path[SKIFF_PATH_MAX]; /* the plugin's runtime base (plugstack's runtime_path) */
     bool enroot_compat;                       /* apply enroot's site configuration (container/enrootsite.c) */

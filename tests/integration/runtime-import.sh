@@ -234,6 +234,8 @@ PC=$(registry_free_port)
 fake_start redirecting "$PC" --bearer "http://127.0.0.1:$PC/token" --token tok-c --upstream "$R" --redirect-blobs "http://localhost:$PS" || SEC_OK=0
 PE=$(registry_free_port); fake_start big-manifest "$PE" --big-manifest $((5 << 20)) || SEC_OK=0
 PF=$(registry_free_port); fake_start big-token "$PF" --bearer "http://127.0.0.1:$PF/token" --big-token $((2 << 20)) || SEC_OK=0
+PG=$(registry_free_port); fake_start flaky-once "$PG" --upstream "$R" --fail-blobs 1 || SEC_OK=0
+PH=$(registry_free_port); fake_start flaky-twice "$PH" --upstream "$R" --fail-blobs 2 || SEC_OK=0
 if [ $SEC_OK = 1 ]; then
   flog() { cat "$W/fake-$1.log"; }
   # (a) the mirror asks for a bearer token at its own realm; the credentials
@@ -298,6 +300,17 @@ if [ $SEC_OK = 1 ]; then
   expect_fail "token answer over 1 MiB" "GET http://127\.0\.0\.1:$PF/token\?.*: the answer is larger than 1 MiB, the limit for a token server's answer; refused" \
     docker://127.0.0.1:$PF#big:1
   rm -f "$W/credentials"
+  # (d) a registry in trouble (HTTP 503 for its first blob GETs): no retry by
+  # default; ENROOT_TRANSFER_RETRIES (transfer_retries) tries again
+  SKIFF_CACHE_PATH=$W/cache-g expect_fail "a blob answered 503, no retries: fails" \
+    "blob sha256:[0-9a-f]* on 127\.0\.0\.1:$PG: HTTP 503" docker://127.0.0.1:$PG#busybox:v2s2
+  t_check "ENROOT_TRANSFER_RETRIES=2: two 503s for a blob, then the image" \
+    env ENROOT_TRANSFER_RETRIES=2 SKIFF_CACHE_PATH=$W/cache-h "$SKIFF" import -o retried.sqsh docker://127.0.0.1:$PH#busybox:v2s2
+  check_busybox retried retried.sqsh
+  first=$(grep -m1 -o '/v2/busybox/blobs/sha256:[0-9a-f]*' "$W/fake-flaky-twice.log")
+  [ -n "$first" ] && [ "$(grep -c "\"$first\"" "$W/fake-flaky-twice.log")" = 3 ] &&
+    t_pass "the blob was asked for three times (two retries)" ||
+    t_fail "the blob was asked for three times" "$(flog flaky-twice)"
 else
   t_fail "start the fake registries (fakereg.py)"
 fi

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Extracts key="value" from a WWW-Authenticate challenge. */
@@ -225,8 +226,8 @@ static bool token_matches(const struct bearer *tok, const char *challenge)
            (!scope[0] || !strcmp(scope, tok->scope));
 }
 
-int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept,
-                              struct sink *s, long *status, skiff_err *err)
+static int authed_get_once(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept,
+                           struct sink *s, long *status, skiff_err *err)
 {
     struct auth a = {.kind = AUTH_NONE};
     if (e->tok.value)
@@ -270,4 +271,64 @@ int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, cons
                            "password PASS' to the credentials file (credentials_file)",
                            url, e->host);
     return 0;
+}
+
+/* Whether an answer is one curl --retry tries again: the server's trouble,
+ * not the request's. */
+static bool status_may_pass(long status)
+{
+    return status == 408 || status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
+}
+
+/* Empties the sink for a try from the start: the file back to where the GET
+ * began, a blob's hash begun again, an answer in memory dropped. */
+static int sink_restart(struct sink *s, off_t start, size_t len, skiff_err *err)
+{
+    s->len = len;
+    if (s->fd < 0)
+        return 0;
+    if (ftruncate(s->fd, start) < 0 || lseek(s->fd, start, SEEK_SET) < 0)
+        return skiff_error(err, errno, "truncate");
+    s->written = 0;
+    if (s->hash) {
+        skiff_sha256_abort(s->hash);
+        if (skiff_sha256_init(s->hash, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Waits before try number attempt + 2: 1, 2, 4 ... seconds, at most 30, in
+ * tenths, asking the caller's progress function whether to give up. */
+static int retry_wait(struct sink *s, int attempt, skiff_err *err)
+{
+    int tenths = 10 * (attempt < 5 ? 1 << attempt : 30);
+    if (tenths > 300)
+        tenths = 300;
+    for (int i = 0; i < tenths; i++) {
+        if (s->progress && s->progress(s->progress_ctx, 0) != 0) {
+            s->write_errno = ECANCELED;
+            return skiff_error(err, ECANCELED, "registry request");
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+    }
+    return 0;
+}
+
+/* transfer_retries (ENROOT_TRANSFER_RETRIES): a GET that failed in a way that
+ * may pass (no connection, a timeout, a cut transfer; HTTP 408, 429, 500,
+ * 502, 503, 504) is tried again from the start, up to that many times. */
+int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept,
+                              struct sink *s, long *status, skiff_err *err)
+{
+    off_t start = s->fd >= 0 ? lseek(s->fd, 0, SEEK_CUR) : 0;
+    size_t len = s->len;
+    for (int attempt = 0;; attempt++) {
+        int rv = authed_get_once(r, e, url, accept, s, status, err);
+        bool again = rv < 0 ? s->may_pass : status_may_pass(*status);
+        if (!again || attempt >= r->cfg->transfer_retries)
+            return rv;
+        if (retry_wait(s, attempt, err) < 0 || sink_restart(s, start, len, err) < 0)
+            return -1;
+    }
 }

@@ -62,6 +62,7 @@ struct sink {
     int fd;
     struct skiff_sha256 *hash;
     int write_errno;
+    bool may_pass; /* the GET failed in a way a later try may not (regauth.c's retries) */
     CURL *curl;
     unsigned long long written;
     int (*progress)(void *ctx, unsigned long long bytes);

@@ -200,6 +200,7 @@ Test(config, enroot_variables_under_skiffs_own)
     setenv("ENROOT_CONFIG_PATH", "/from/enroot/config", 1);
     setenv("ENROOT_CONNECT_TIMEOUT", "7", 1);
     setenv("ENROOT_TRANSFER_TIMEOUT", "600", 1);
+    setenv("ENROOT_TRANSFER_RETRIES", "4", 1);
     setenv("ENROOT_MAX_PROCESSORS", "3", 1);
     setenv("ENROOT_ALLOW_HTTP", "y", 1);
     setenv("ENROOT_SQUASH_OPTIONS", "-comp gzip -noD -Xcompression-level 4", 1);
@@ -213,6 +214,7 @@ Test(config, enroot_variables_under_skiffs_own)
     cr_assert_str_eq(cfg.enroot_config_path, "/from/enroot/config");
     cr_assert_eq(cfg.connect_timeout_s, 7);
     cr_assert_eq(cfg.transfer_timeout_s, 600);
+    cr_assert_eq(cfg.transfer_retries, 4);
     cr_assert_eq(cfg.max_processors, 3);
     cr_assert(cfg.allow_http);
     cr_assert_str_eq(cfg.squash_compression, "gzip");
@@ -223,6 +225,7 @@ Test(config, enroot_variables_under_skiffs_own)
     cr_assert_eq(skiff_config_load(&cfg, tmpconf, false, &err), 0, "%s", err.msg);
     cr_assert_str_neq(cfg.data_path, "/from/enroot/data");
     cr_assert_eq(cfg.connect_timeout_s, 30);
+    cr_assert_eq(cfg.transfer_retries, 0);
     /* a bad value names the variable */
     setenv("ENROOT_MAX_PROCESSORS", "many", 1);
     cr_assert_eq(skiff_config_load(&cfg, tmpconf, true, &err), -1);
@@ -231,7 +234,8 @@ Test(config, enroot_variables_under_skiffs_own)
     cr_assert_null(skiff_config_enroot_var("ENROOT_GZIP_PROGRAM"));
     static const char *const vars[] = {"ENROOT_CACHE_PATH",      "ENROOT_DATA_PATH",        "ENROOT_CONFIG_PATH",
                                        "ENROOT_CONNECT_TIMEOUT", "ENROOT_TRANSFER_TIMEOUT", "ENROOT_MAX_PROCESSORS",
-                                       "ENROOT_ALLOW_HTTP",      "ENROOT_SQUASH_OPTIONS",   "ENROOT_GZIP_PROGRAM"};
+                                       "ENROOT_ALLOW_HTTP",      "ENROOT_SQUASH_OPTIONS",   "ENROOT_GZIP_PROGRAM",
+                                       "ENROOT_TRANSFER_RETRIES"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
         unsetenv(vars[i]);
     unlink(tmpconf);
