@@ -166,17 +166,27 @@ int skiff_named_step_name(const char *name, const char *node, unsigned jobid, ch
     return 0;
 }
 
-/* The node a named container was made for, or "" (NAME/node). */
-static void node_mark(const struct skiff_config *cfg, const char *name, char *out, size_t n)
+/* The node a named container was made for, or "" (NAME/node); -1 when
+ * the container is gone (removed, or removed and made again, since it was
+ * listed: the mark is read through the directory that was there). */
+static int node_mark(const struct skiff_config *cfg, const char *name, char *out, size_t n)
 {
     char p[SKIFF_PATH_MAX + 140];
     out[0] = '\0';
-    snprintf(p, sizeof(p), "%s/containers/%s/node", cfg->data_path, name);
-    skiff_err e;
-    cleanup_close int fd = skiff_open_regular(p, 0, &e);
-    ssize_t r = fd < 0 ? -1 : read(fd, out, n - 1);
+    snprintf(p, sizeof(p), "%s/containers/%s", cfg->data_path, name);
+    cleanup_close int dfd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (dfd < 0)
+        return -1;
+    cleanup_close int fd = openat(dfd, "node", O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat here, now;
+    if (fd < 0) /* made without one (the CLI's), unless it is no longer there */
+        return fstat(dfd, &here) == 0 && stat(p, &now) == 0 && here.st_ino == now.st_ino && here.st_dev == now.st_dev
+                   ? 0
+                   : -1;
+    ssize_t r = fstat(fd, &here) == 0 && S_ISREG(here.st_mode) ? read(fd, out, n - 1) : -1;
     out[r > 0 ? r : 0] = '\0';
     out[strcspn(out, "\n")] = '\0';
+    return 0;
 }
 
 /* The length of NAME when the first len bytes of s are NAME.NODE, else 0. */
@@ -191,8 +201,7 @@ static size_t strip_suffix(const char *s, size_t len, const char *node)
 int skiff_named_to_enroot(const struct skiff_config *cfg, const char *stored, const char *node, char *out, size_t n)
 {
     char mark[256];
-    node_mark(cfg, stored, mark, sizeof(mark));
-    if (mark[0] && strcmp(mark, node))
+    if (node_mark(cfg, stored, mark, sizeof(mark)) < 0 || (mark[0] && strcmp(mark, node)))
         return 0;
     size_t len = strlen(stored), base;
     const char *job = strrchr(stored, '.');
@@ -375,7 +384,18 @@ int skiff_named_remove(const struct skiff_config *cfg, const char *name, skiff_e
         usleep(20000);
     if (!free || flock_retry(lock, LOCK_EX | LOCK_NB) < 0)
         return skiff_error(err, EBUSY, "remove: container '%s' is in use (running, or being exported)", name);
-    if (skiff_remove_tree(dir, err) < 0)
+    /* Out of sight first, under a temporary name (a leading '.': never
+     * listed), as create brings one in: a list on another node meanwhile
+     * (MLPerf's cleanup runs `enroot remove -f $(enroot list)` on every node
+     * at once over a shared home) never sees half of one, without the node
+     * mark that says whose it is. */
+    char gone[SKIFF_PATH_MAX + 48];
+    if ((size_t)snprintf(gone, sizeof(gone), "%s/containers/.%s.removing.%d", cfg->data_path, name, (int)getpid()) >=
+        sizeof(gone))
+        return skiff_error(err, ENAMETOOLONG, "container path");
+    if (rename(dir, gone) < 0)
+        return skiff_error(err, errno, "remove container %s", name);
+    if (skiff_remove_tree(gone, err) < 0)
         return skiff_err_wrap(err, "remove container %s", name);
     return 0;
 }

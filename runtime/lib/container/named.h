@@ -52,7 +52,8 @@ int skiff_named_step_name(const char *name, const char *node, unsigned jobid, ch
 /* enroot's name on node for the stored name: pyxis_NAME for NAME.NODE,
  * pyxis_JOBID_NAME for NAME.NODE.jobJOBID, the name itself otherwise.
  * 1 with it in out; 0 when the container is another node's (its "node"
- * mark), which enroot on this node does not show. */
+ * mark), which enroot on this node does not show, or gone (removed since
+ * it was listed). */
 int skiff_named_to_enroot(const struct skiff_config *cfg, const char *stored, const char *node, char *out, size_t n);
 
 /* The stored name for enroot's name ename on node, the reverse: pyxis_NAME

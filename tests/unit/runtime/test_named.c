@@ -132,3 +132,44 @@ Test(named, enroot_names, .init = setup, .fini = teardown)
     cr_assert_eq(skiff_named_to_enroot(&cfg, "mine", "n1", out, sizeof(out)), 1);
     cr_assert_str_eq(out, "mine");
 }
+
+static void count_foreign(const char *name, const char *img, void *arg)
+{
+    (void)img;
+    char out[256];
+    if (skiff_named_to_enroot(&cfg, name, "n1", out, sizeof(out)))
+        ++*(int *)arg;
+}
+
+/* MLPerf's cleanup runs `enroot remove -f $(enroot list)` on every node at
+ * once over a shared data path: node n1's list must never show n2's
+ * container while n2 removes it (found on the cluster: n1 listed it as
+ * "train.n2", half removed, without its node mark, and failed to remove it). */
+Test(named, a_container_being_removed_is_never_listed_half, .init = setup, .fini = teardown)
+{
+    pid_t kid = fork();
+    if (kid == 0) {
+        skiff_err err;
+        char p[SKIFF_PATH_MAX + 64];
+        for (int round = 0; round < 30; round++) {
+            if (skiff_named_create(&cfg, "train.n2", image, "n2", false, &err) < 0)
+                _exit(1);
+            for (int i = 0; i < 50; i++) { /* a removal that takes a while */
+                snprintf(p, sizeof(p), "%s/containers/train.n2/upper/f%d", cfg.data_path, i);
+                FILE *f = fopen(p, "w");
+                if (f)
+                    fclose(f);
+            }
+            if (skiff_named_remove(&cfg, "train.n2", &err) < 0)
+                _exit(2);
+        }
+        _exit(0);
+    }
+    int foreign = 0, st = 0;
+    while (waitpid(kid, &st, WNOHANG) == 0) {
+        skiff_err err;
+        cr_assert_eq(skiff_named_list(&cfg, count_foreign, &foreign, &err), 0, "%s", err.msg);
+    }
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "create/remove failed: %d", st);
+    cr_assert_eq(foreign, 0, "n1 listed n2's container %d times while it was removed", foreign);
+}
