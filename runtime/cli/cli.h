@@ -23,24 +23,24 @@ int cmd_exec(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 
 struct skiff_container;
-struct skiff_start_opts;
+struct skiff_start_request;
 /* start.c: runs user_argv in the container whose namespaces join_pid
  * holds (setns join: skiff exec), its env plus extra_env (K=V, or NULL),
  * forwarding signals; returns the exit status (128+N for signal N). skiff
  * start has the holder start its command instead (opts.spawn). */
 int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid, const char *const *extra_env);
 
-/* start.c: the start options every CLI start begins from (dies with us,
+/* start.c: the start request every CLI start begins from (dies with us,
  * SKIFF_TRACE, SKIFF_NO_WARM, SKIFF_HOOK_TIMEOUT, the user's
  * SKIFF_HOOKS_DIR). */
-void cli_start_opts_init(struct skiff_start_opts *o);
+void cli_start_request_init(struct skiff_start_request *o);
 
 /* start.c: starts the container o describes (image or name, mounts, env,
  * command set by the caller), the holder spawning the command; waits for
  * it, forwarding signals, stops the container. Returns the command's exit
  * status (1 when the start failed, after "skiff: MESSAGE"). shown_name
  * names the container in the notice for a busy named one (NULL: o->name). */
-int cli_start(const struct skiff_config *cfg, struct skiff_start_opts *o, const char *shown_name);
+int cli_start(const struct skiff_config *cfg, struct skiff_start_request *o, const char *shown_name);
 
 /* exec.c: runs argv in the running container that process pid is in (a
  * CLI's, or a step's under plugin_runtime_path), with extra_env added;

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "clock.h"
 #include "container.h"
+#include "env.h"
 #include "mountspec.h"
 #include "named.h"
 
@@ -102,9 +103,9 @@ static void default_env(bool remap_root, char *term, size_t tn, char *home, size
     out[n] = NULL;
 }
 
-void cli_start_opts_init(struct skiff_start_opts *o)
+void cli_start_request_init(struct skiff_start_request *o)
 {
-    skiff_start_opts_init(o);
+    skiff_start_request_init(o);
     o->die_with_parent = true;
     o->trace = getenv("SKIFF_TRACE") != NULL;
     o->no_warm = getenv("SKIFF_NO_WARM") != NULL;
@@ -122,11 +123,12 @@ int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid, 
     char term[256], home[SKIFF_PATH_MAX + 8];
     const char *defaults[3];
     default_env(false, term, sizeof(term), home, sizeof(home), defaults);
-    bool ok = skiff_container_argv(c, false, user_argv, &argv, &err) == 0 && skiff_container_env(c, &envp, &err) == 0 &&
-              skiff_env_add_defaults(&envp, defaults, &err) == 0;
-    for (size_t i = 0; ok && extra_env && extra_env[i]; i++)
-        ok = skiff_env_set(&envp, extra_env[i], &err) == 0;
-    if (!ok) {
+    /* enroot exec -e K=V: over the container's own (env.h's rule) */
+    struct skiff_start_request extra;
+    skiff_start_request_init(&extra);
+    extra.env = extra_env;
+    if (skiff_container_argv(c, false, user_argv, &argv, &err) < 0 ||
+        skiff_env_compose(defaults, (const char *const *)c->env, extra_env ? &extra : NULL, &envp, &err) < 0) {
         skiff_strv_free(argv);
         skiff_strv_free(envp);
         return cli_fail("exec", &err);
@@ -181,8 +183,8 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     size_t nm = 0, ne = 0;
-    struct skiff_start_opts o;
-    cli_start_opts_init(&o);
+    struct skiff_start_request o;
+    cli_start_request_init(&o);
     int ch;
     optind = 0; /* glibc: a full restart, whatever a parse before left */
     while ((ch = getopt_long(argc, argv, "+m:e:w:h", longopts, NULL)) != -1) {
@@ -240,11 +242,11 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
     }
     o.mounts = mounts;
     o.env = env;
-    o.command = argv + optind;
+    o.command = (const char *const *)(argv + optind);
     return cli_start(&cfg, &o, o.name);
 }
 
-int cli_start(const struct skiff_config *cfg, struct skiff_start_opts *o, const char *shown_name)
+int cli_start(const struct skiff_config *cfg, struct skiff_start_request *o, const char *shown_name)
 {
     /* enroot_compat: enroot's environment is ours, and the user's enroot
      * configuration adds to the site's */

@@ -130,8 +130,8 @@ static int start_with(int argc, char **argv, char ***mounts, char ***env)
                                              {"rc", required_argument, NULL, OPT_RC},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    struct skiff_start_opts o;
-    cli_start_opts_init(&o);
+    struct skiff_start_request o;
+    cli_start_request_init(&o);
     o.remap_root = enroot_env_true("ENROOT_REMAP_ROOT");
     o.writable = enroot_env_true("ENROOT_ROOTFS_WRITABLE");
     o.mount_home = enroot_env_true("ENROOT_MOUNT_HOME");
@@ -198,7 +198,7 @@ static int start_with(int argc, char **argv, char ***mounts, char ***env)
     }
     o.mounts = (const char *const *)*mounts;
     o.env = (const char *const *)*env;
-    o.command = argv + optind;
+    o.command = (const char *const *)(argv + optind);
     return cli_start(&cfg, &o, target);
 }
 

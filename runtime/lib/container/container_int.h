@@ -31,7 +31,7 @@ struct skiff_fuse;
 /* What the holder knows while it sets the container up. */
 struct skiff_holder {
     const struct skiff_config *cfg;
-    const struct skiff_start_opts *o;
+    const struct skiff_start_request *o;
     const char *state_dir;
     char image[SKIFF_PATH_MAX];
     char upper[SKIFF_PATH_MAX];   /* the named container's directory, or "" */
@@ -71,7 +71,7 @@ __attribute__((noreturn)) void skiff_holder_main(struct skiff_holder *h, int wfd
 /* ---- command.c ---- */
 
 /* skiff_container_argv's choice, from the image's Entrypoint and Cmd. */
-int skiff_command_argv(char *const *entrypoint, char *const *cmd, bool use_entrypoint, char *const *user_argv,
+int skiff_command_argv(char *const *entrypoint, char *const *cmd, bool use_entrypoint, const char *const *user_argv,
                        char ***argvp, skiff_err *err);
 
 /* opts->spawn: starts argv with envp in wd from the holder (inside the
@@ -129,7 +129,7 @@ int skiff_assemble_user_mounts(int rootfd, const char *home, bool root_tmpfs, co
  * with mount_home under remap-root, C.UTF-8 for each of o->locale_env's
  * variables whose locale the image lacks. rootfd: the assembled root, its
  * system mounts made. */
-int skiff_compat_env(int rootfd, const struct skiff_start_opts *o, char ***env, skiff_err *err);
+int skiff_compat_env(int rootfd, const struct skiff_start_request *o, char ***env, skiff_err *err);
 
 /* ---- enrootsite.c: enroot's site configuration, when cfg->enroot_compat ---- */
 
@@ -140,8 +140,10 @@ int skiff_enroot_environ(const struct skiff_holder *h, char ***env, skiff_err *e
 int skiff_enroot_mounts(const struct skiff_holder *h, int rootfd, skiff_err *err);
 
 /* hooks.d: its .sh executables with enroot's contract; then *env is what they left in
- * ENROOT_ENVIRON and ENROOT_MOUNTS's mounts are made. */
-int skiff_enroot_hooks(const struct skiff_holder *h, int rootfd, char ***env, skiff_err *err);
+ * ENROOT_ENVIRON and ENROOT_MOUNTS's mounts are made. What they said to the user goes
+ * into notice (skiff_hooks_run). */
+int skiff_enroot_hooks(const struct skiff_holder *h, int rootfd, char ***env, char *notice, size_t n_notice,
+                       skiff_err *err);
 
 /* ---- hookrun.c ---- */
 
@@ -153,7 +155,8 @@ int skiff_hooks_apply_fstab(int rootfd, const char *path, const char *what, skif
 int skiff_hooks_read_env(const char *path, char ***env, skiff_err *err);
 
 /* Runs the hooks of the container h is setting up (doc/hooks.md), then adds
- * their env file lines to *env and applies their mounts file. */
-int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *err);
+ * their env file lines to *env and applies their mounts file. What they
+ * said to the user goes into notice (skiff_hooks_run). */
+int skiff_hooks_container(const struct skiff_holder *h, char ***env, char *notice, size_t n_notice, skiff_err *err);
 
 #endif

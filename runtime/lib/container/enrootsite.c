@@ -228,7 +228,7 @@ static int hook_env(const struct skiff_holder *h, const char *root, const char *
                     char ***out, skiff_err *err)
 {
     const struct skiff_config *c = h->cfg;
-    const struct skiff_start_opts *o = h->o;
+    const struct skiff_start_request *o = h->o;
     if (skiff_env_set(out, SKIFF_DEFAULT_PATH, err) < 0)
         return -1;
     for (size_t i = 0; o->enroot_env && o->enroot_env[i]; i++)
@@ -307,7 +307,8 @@ static int read_environ(const char *path, char ***env, skiff_err *err)
     return 0;
 }
 
-int skiff_enroot_hooks(const struct skiff_holder *h, int rootfd, char ***env, skiff_err *err)
+int skiff_enroot_hooks(const struct skiff_holder *h, int rootfd, char ***env, char *notice, size_t n_notice,
+                       skiff_err *err)
 {
     if (!h->cfg->enroot_compat)
         return 0;
@@ -324,7 +325,7 @@ int skiff_enroot_hooks(const struct skiff_holder *h, int rootfd, char ***env, sk
     const char *const run[] = {dirs[0], dirs[1], NULL};
     int timeout_ms = (h->o->hook_timeout_s > 0 ? h->o->hook_timeout_s : 60) * 1000;
     int rv = hook_env(h, root, envfile, mounts, &henv, err) < 0 ||
-                     skiff_hooks_run(run, ".sh", (const char *const *)henv, timeout_ms, err) < 0 ||
+                     skiff_hooks_run(run, ".sh", (const char *const *)henv, timeout_ms, notice, n_notice, err) < 0 ||
                      read_environ(envfile, env, err) < 0 ||
                      skiff_hooks_apply_fstab(rootfd, mounts, "ENROOT_MOUNTS", err) < 0
                  ? -1
