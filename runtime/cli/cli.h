@@ -75,6 +75,21 @@ int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((forma
  * '--x'"): VERB's synopsis to stderr; returns 2. */
 int cli_bad_option(const char *verb);
 
+/* A front end's usage functions (the skiff CLI's above, skiff-enroot's). */
+struct cli_front {
+    void (*usage)(const char *verb, FILE *out);
+    int (*usage_error)(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    int (*bad_option)(const char *verb);
+};
+
+/* import.c: import's command line, the same for `skiff import` and `enroot
+ * import` ([-o FILE] [-a ARCH] [-f] URI): fills *output and o's arch and
+ * force, returns the URI; or NULL with *rc the exit status (0 after
+ * --help, 2 after a usage error said through f). */
+struct skiff_import_opts;
+const char *cli_import_args(int argc, char **argv, const struct cli_front *f, struct skiff_import_opts *o,
+                            const char **output, int *rc);
+
 /* Parses the shape "VERB -C VALUE ARG" (create -n NAME IMAGE, export -o OUT
  * NAME): the one required option named long_name/short_opt and one operand
  * (named operand in errors).

@@ -2,10 +2,10 @@
  * enroot's defaults (the output name is enroot's, IMAGE+TAG.sqsh). The
  * Docker daemon's schemes (dockerd://, podman://) are refused: skiff talks
  * to registries and archives, never to a daemon. */
-#include <getopt.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "enroot.h"
 #include "image.h"
 
@@ -17,38 +17,14 @@ static void warn(void *ctx, const char *msg)
 
 int enroot_import(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
-                                             {"arch", required_argument, NULL, 'a'},
-                                             {"force", no_argument, NULL, 'f'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct cli_front enroot_front = {enroot_usage, enroot_usage_error, enroot_bad_option};
     const char *output = NULL;
     struct skiff_import_opts o = {
         .progress = isatty(2) == 1, .warn = warn, .force = enroot_env_true("ENROOT_FORCE_OVERRIDE")};
-    int ch;
-    optind = 0;
-    while ((ch = getopt_long(argc, argv, "+o:a:fh", longopts, NULL)) != -1) {
-        switch (ch) {
-        case 'o':
-            output = optarg;
-            break;
-        case 'a':
-            o.arch = optarg;
-            break;
-        case 'f':
-            o.force = true;
-            break;
-        case 'h':
-            enroot_usage("import", stdout);
-            return 0;
-        default:
-            return enroot_bad_option("import");
-        }
-    }
-    if (optind != argc - 1)
-        return optind == argc ? enroot_usage_error("import", "no URI given")
-                              : enroot_usage_error("import", "unexpected argument '%s'", argv[optind + 1]);
-    const char *uri = argv[optind];
+    int rc;
+    const char *uri = cli_import_args(argc, argv, &enroot_front, &o, &output, &rc);
+    if (!uri)
+        return rc;
     if (!strncmp(uri, "dockerd://", 10) || !strncmp(uri, "podman://", 9))
         return enroot_usage_error("import",
                                   "'%s': images of a local Docker or Podman daemon are not supported (skiff talks to "
