@@ -26,7 +26,7 @@
 
 /* ---- import ----------------------------------------------------------- */
 
-static void job_free(struct skiff_import_job *j, bool failed)
+void skiff_import_job_free(struct skiff_import_job *j, bool failed)
 {
     skiff_fetch_stop(j);
     if (j->srcfd >= 0)
@@ -227,7 +227,7 @@ static int import_ref(const struct skiff_config *cfg, const struct skiff_ref *re
         skiff_atomic_abort(&out);
     if (rv == 0 && manifest_digest)
         snprintf(manifest_digest, SKIFF_DIGEST_LEN, "%s", j.manifest_digest);
-    job_free(&j, rv < 0);
+    skiff_import_job_free(&j, rv < 0);
     return rv;
 }
 

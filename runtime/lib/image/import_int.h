@@ -66,6 +66,12 @@ struct skiff_import_job {
     bool fetching, fetch_abort, fetch_over;
 };
 
+/* ---- image.c ---- */
+
+/* Frees what j holds: the download thread stopped, the registry closed,
+ * the scratch dir removed; when failed, the blobs it put in the cache too. */
+void skiff_import_job_free(struct skiff_import_job *j, bool failed);
+
 /* ---- source.c ---- */
 
 /* The host's architecture as images name it (amd64, arm64, ...). */
