@@ -28,6 +28,7 @@ struct skiff_container;
  * command instead (opts.spawn). */
 int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid);
 int cmd_resolve(int argc, char **argv);
+int cmd_fetch(int argc, char **argv);
 
 /* The whole CLI after main(): `skiff --help`, the verb table's --help, and
  * dispatch to cmd_VERB. Returns the exit status. */
@@ -39,6 +40,10 @@ const char *cli_verb_name(size_t i);
 /* Loads the configuration the CLI uses (file + SKIFF_* env); on failure prints
  * "skiff: MESSAGE" and returns -1. */
 int cli_load_config(struct skiff_config *cfg);
+
+/* The path of the program called name beside this one (bin/skiff-import
+ * beside bin/skiff) into out: 0, or -1. */
+int cli_sibling(const char *name, char *out, size_t n);
 
 /* Prints "skiff: VERB: MESSAGE" to stderr; returns 1 (the runtime-failure
  * exit status) so a verb can `return cli_fail("import", &err);`. */

@@ -1,10 +1,15 @@
-/* skiff import [-o FILE.sqsh] [-a ARCH] [-f] URI */
+/* skiff import [-o FILE.sqsh] [-a ARCH] [-f] [--lazy] URI */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "fsutil.h"
 #include "image.h"
+#include "lazy.h"
 
 static void print_warning(void *ctx, const char *msg)
 {
@@ -12,16 +17,53 @@ static void print_warning(void *ctx, const char *msg)
     fprintf(stderr, "skiff: import: warning: %s\n", msg);
 }
 
+/* --lazy: a lazy image's directory (lazy.h) instead of a squashfs file. */
+static int import_lazy(const struct skiff_config *cfg, const char *uri, const char *output,
+                       const struct skiff_import_opts *io)
+{
+    skiff_err err;
+    skiff_err_clear(&err);
+    char name[4096];
+    if (!output) {
+        if (skiff_image_default_name(uri, name, sizeof(name), &err) < 0)
+            return cli_fail("import", &err);
+        size_t l = strlen(name);
+        if (l > 5 && !strcmp(name + l - 5, ".sqsh"))
+            name[l - 5] = '\0';
+        strncat(name, ".lazy", sizeof(name) - strlen(name) - 1);
+        output = name;
+    }
+    struct stat st;
+    if (lstat(output, &st) == 0) {
+        if (!io->force)
+            return cli_fail("import", (skiff_error(&err, 0, "%s exists (use -f to replace it)", output), &err));
+        if (!S_ISDIR(st.st_mode) || !skiff_lazy_is_image(output))
+            return cli_fail("import",
+                            (skiff_error(&err, 0, "%s exists and is not a lazy image: not replaced", output), &err));
+        if (skiff_remove_tree(output, &err) < 0)
+            return cli_fail("import", &err);
+    }
+    struct skiff_lazy_build_opts lo = {.progress = io->progress};
+    if (skiff_lazy_build(cfg, uri, output, &lo, &err) < 0) {
+        if (err.code == ENOTSUP) {
+            size_t l = strlen(err.msg);
+            snprintf(err.msg + l, sizeof(err.msg) - l, "; import it without --lazy");
+        }
+        return cli_fail("import", &err);
+    }
+    printf("%s\n", output);
+    return 0;
+}
+
 int cmd_import(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"output", required_argument, NULL, 'o'},
-        {"arch", required_argument, NULL, 'a'},
-        {"force", no_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"output", required_argument, NULL, 'o'}, {"arch", required_argument, NULL, 'a'},
+        {"force", no_argument, NULL, 'f'},        {"lazy", no_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     const char *output = NULL;
+    bool lazy = false;
     struct skiff_import_opts o = {.progress = isatty(2) == 1, .warn = print_warning};
     int c;
     optind = 0; /* glibc: a full restart, whatever a parse before left */
@@ -35,6 +77,9 @@ int cmd_import(int argc, char **argv)
             break;
         case 'f':
             o.force = true;
+            break;
+        case 'L':
+            lazy = true;
             break;
         case 'h':
             cli_usage("import", stdout);
@@ -51,6 +96,8 @@ int cmd_import(int argc, char **argv)
         return 1;
     skiff_err err;
     skiff_err_clear(&err);
+    if (lazy)
+        return import_lazy(&cfg, argv[optind], output, &o);
     char written[4096];
     if (skiff_image_import(&cfg, argv[optind], output, &o, written, sizeof(written), &err) < 0)
         return cli_fail("import", &err);

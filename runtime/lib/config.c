@@ -101,7 +101,7 @@ static int expand(char *dst, size_t size, const char *key, const char *src, skif
 #define SKIFF_HOOKS_DIR_DEFAULT "/usr/local/libexec/skiff/hooks"
 #endif
 
-enum kind { K_PATH, K_STR, K_BOOL, K_INT, K_COMP };
+enum kind { K_PATH, K_STR, K_BOOL, K_INT, K_COMP, K_IMAGE_MODE };
 
 #define F(field) offsetof(struct skiff_config, field), sizeof(((struct skiff_config *)0)->field)
 static const struct key {
@@ -131,10 +131,21 @@ static const struct key {
     {"squash_level", K_INT, F(squash_level), "0"},
     {"allow_http", K_BOOL, F(allow_http), "no"},
     {"connect_timeout", K_INT, F(connect_timeout_s), "30"},
+    /* lazy images (lazy.h, doc/lazy.md) */
+    {"image_mode", K_IMAGE_MODE, F(image_mode), "auto"},
+    {"lazy_min_size", K_INT, F(lazy_min_mb), "1024"},
+    /* "" = cache_path/lazy-data: the per-node data files */
+    {"lazy_path", K_PATH, F(lazy_path), ""},
+    {"lazy_timeout", K_INT, F(lazy_timeout_s), "60"},
+    {"lazy_parallel", K_INT, F(lazy_parallel), "4"},
+    {"lazy_complete", K_BOOL, F(lazy_complete), "no"},
+    {"lazy_complete_rate", K_INT, F(lazy_complete_mbps), "0"},
+    {"lazy_span_store", K_PATH, F(lazy_span_store), ""},
 };
 #undef F
 
 static const char *const compressors[] = {"zstd", "gzip", "lz4", "xz", "lzo", "none"};
+static const char *const image_modes[] = {"auto", "lazy", "full"};
 
 static int config_set(struct skiff_config *cfg, const char *key, const char *value, bool raw, skiff_err *err);
 
@@ -167,6 +178,13 @@ int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size
         break;
     }
     return w < 0 || (size_t)w >= n ? -1 : 1;
+}
+
+int skiff_config_lazy_path(const struct skiff_config *cfg, char *out, size_t n)
+{
+    int w =
+        cfg->lazy_path[0] ? snprintf(out, n, "%s", cfg->lazy_path) : snprintf(out, n, "%s/lazy-data", cfg->cache_path);
+    return w < 0 || (size_t)w >= n ? -1 : 0;
 }
 
 int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n)
@@ -215,6 +233,13 @@ static int config_set(struct skiff_config *cfg, const char *key, const char *val
                 return 0;
             }
         return skiff_error(err, 0, "%s: unknown compressor '%s' (use zstd, gzip, lz4, xz, lzo or none)", key, value);
+    case K_IMAGE_MODE:
+        for (size_t i = 0; i < sizeof(image_modes) / sizeof(image_modes[0]); i++)
+            if (!strcmp(value, image_modes[i])) {
+                strcpy(dst, value);
+                return 0;
+            }
+        return skiff_error(err, 0, "%s: unknown mode '%s' (use auto, lazy or full)", key, value);
     case K_BOOL: {
         int b = skiff_parse_bool(value);
         if (b < 0)

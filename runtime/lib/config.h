@@ -27,6 +27,15 @@ struct skiff_config {
     int squash_level;                      /* 0 = skiff's default: zstd level 1 (fast), others their own */
     bool allow_http;                       /* plain http for non-loopback registries */
     int connect_timeout_s;
+    /* lazy images (runtime/lib/image/lazy.h) */
+    char image_mode[8];                   /* auto (default), lazy, full */
+    int lazy_min_mb;                      /* auto: lazy only for images of at least this many MB compressed */
+    char lazy_path[SKIFF_PATH_MAX];       /* the data files; "" = cache_path/lazy-data */
+    int lazy_timeout_s;                   /* a read waits at most this long for its data, then EIO */
+    int lazy_parallel;                    /* Range requests in flight per fetcher */
+    bool lazy_complete;                   /* fetch the rest in the background */
+    int lazy_complete_mbps;               /* ... at most this fast (MB/s; 0 = no limit) */
+    char lazy_span_store[SKIFF_PATH_MAX]; /* a shared span store (digest-named), or "" */
 };
 
 /* Fills cfg with defaults, then the file at path (NULL: $SKIFF_CONFIG or the
@@ -51,6 +60,10 @@ int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size
 /* The block cache directory: block_cache_path, or runtime_path/blocks when
  * it is empty (the default). -1 when it does not fit in n. */
 int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n);
+
+/* The directory of the lazy images' data files: lazy_path, or
+ * cache_path/lazy-data when it is empty. -1 when it does not fit. */
+int skiff_config_lazy_path(const struct skiff_config *cfg, char *out, size_t n);
 
 /* Sets the user whose ${HOME}/${UID}/${USER} expand in later load/set calls
  * (the plugin runs as root for a job user). uid (unsigned)-1 = calling user. */

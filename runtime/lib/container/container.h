@@ -33,6 +33,8 @@
 #include "error.h"
 #include "strv.h"
 
+struct lz_image;
+
 struct skiff_start_opts {
     const char *image;             /* squashfs path (NULL when name is an existing container) */
     const char *name;              /* named container (persistent upper), or NULL */
@@ -72,6 +74,11 @@ struct skiff_start_opts {
      * children instead of scanning /proc for the container's mount namespace
      * (which it still does when `skiff exec` joined, see mark_joined). */
     bool subreaper;
+    /* A lazy image (image/lazy.h): image (or the named container's) is a
+     * lazy image's directory, lazy the image opened for serving, lazy_chan
+     * the channel to its fetcher (skiff_lazy_run_begin sets both). */
+    struct lz_image *lazy;
+    int lazy_chan;
 };
 
 /* Default options: everything off, fuse_fd = -1, use_entrypoint = true. */
@@ -106,6 +113,24 @@ struct skiff_container {
 
 int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_opts *opts,
                           struct skiff_container *c, skiff_err *err);
+
+/* A start of a lazy image (image/lazy.h) needs its span fetcher, started
+ * by the front end before the container's namespaces are made. When the
+ * image of o (o->image, or o->name's) is a lazy image, this opens it,
+ * execs `PROGRAM VERB DIR` (the front end's program that runs
+ * skiff_lazy_fetch_main, with the channel as fd chan_fd and the nkeep fds
+ * of keep kept) and sets o->lazy and o->lazy_chan; otherwise it does
+ * nothing. After the container stopped (or failed to start),
+ * skiff_lazy_run_end kills and reaps the fetcher and closes the image. */
+struct skiff_lazy_run {
+    struct lz_image *im;
+    int chan;
+    pid_t fetcher;
+};
+int skiff_lazy_run_begin(const struct skiff_config *cfg, struct skiff_start_opts *o, const char *program,
+                         const char *verb, int chan_fd, const int *keep, size_t nkeep, struct skiff_lazy_run *run,
+                         skiff_err *err);
+void skiff_lazy_run_end(struct skiff_lazy_run *run);
 
 /* How a process joins a container. */
 enum skiff_join_flag {
