@@ -101,7 +101,7 @@ static int expand(char *dst, size_t size, const char *key, const char *src, skif
 #define SKIFF_HOOKS_DIR_DEFAULT "/usr/local/libexec/skiff/hooks"
 #endif
 
-enum kind { K_PATH, K_STR, K_BOOL, K_INT, K_COMP, K_IMAGE_MODE };
+enum kind { K_PATH, K_STR, K_BOOL, K_INT, K_COMP, K_SIZE, K_IMAGE_MODE };
 
 #define F(field) offsetof(struct skiff_config, field), sizeof(((struct skiff_config *)0)->field)
 static const struct key {
@@ -131,6 +131,13 @@ static const struct key {
     {"squash_level", K_INT, F(squash_level), "0"},
     {"allow_http", K_BOOL, F(allow_http), "no"},
     {"connect_timeout", K_INT, F(connect_timeout_s), "30"},
+    /* images at cluster scale (doc/admin-guide.md) */
+    {"tag_ttl", K_INT, F(tag_ttl_s), "0"},
+    {"max_connections", K_INT, F(max_connections), "4"},
+    {"transfer_retries", K_INT, F(transfer_retries), "5"},
+    {"stall_timeout", K_INT, F(stall_timeout_s), "60"},
+    {"cache_max_size", K_SIZE, F(cache_max_size), "0"},
+    {"system_cache_path", K_PATH, F(system_cache_path), ""},
     /* lazy images (lazy.h, doc/lazy.md) */
     {"image_mode", K_IMAGE_MODE, F(image_mode), "auto"},
     {"lazy_min_size", K_INT, F(lazy_min_mb), "1024"},
@@ -173,6 +180,9 @@ int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size
     case K_INT:
         w = snprintf(out, n, "%s=%d", k->name, *(const int *)src);
         break;
+    case K_SIZE:
+        w = snprintf(out, n, "%s=%llu", k->name, *(const unsigned long long *)src);
+        break;
     default:
         w = snprintf(out, n, "%s=%s", k->name, src);
         break;
@@ -192,6 +202,32 @@ int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n
     int w = cfg->block_cache_path[0] ? snprintf(out, n, "%s", cfg->block_cache_path)
                                      : snprintf(out, n, "%s/blocks", cfg->runtime_path);
     return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+int skiff_config_parse_size(const char *s, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0) || (s[0] < '0' || s[0] > '9'))
+        return -1;
+    static const char units[] = "KMGT";
+    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (*end && !u)
+        return -1;
+    if (u) {
+        for (const char *p = units; p <= u; p++)
+            v *= 1024;
+        end++;
+        if (*end == 'i' || *end == 'I')
+            end++;
+    }
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end || v > 9.2e18)
+        return -1;
+    *out = (unsigned long long)v;
+    return 0;
 }
 
 static int config_set(struct skiff_config *cfg, const char *key, const char *value, bool raw, skiff_err *err)
@@ -256,6 +292,11 @@ static int config_set(struct skiff_config *cfg, const char *key, const char *val
         *(int *)dst = (int)v;
         return 0;
     }
+    case K_SIZE:
+        if (skiff_config_parse_size(value, (unsigned long long *)dst) < 0)
+            return skiff_error(err, 0, "%s: '%s' is not a size (a number of bytes, or with K, M, G or T: 500G)", key,
+                               value);
+        return 0;
     }
     return skiff_error(err, 0, "%s: internal error", key);
 }

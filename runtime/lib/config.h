@@ -27,6 +27,13 @@ struct skiff_config {
     int squash_level;                      /* 0 = skiff's default: zstd level 1 (fast), others their own */
     bool allow_http;                       /* plain http for non-loopback registries */
     int connect_timeout_s;
+    /* images at cluster scale (doc/admin-guide.md, "Images on a large cluster") */
+    int tag_ttl_s;                          /* a tag resolved this recently is not asked again; 0 = always ask */
+    int max_connections;                    /* blobs downloaded at once per import */
+    int transfer_retries;                   /* tries after the first on a transient failure */
+    int stall_timeout_s;                    /* no byte for this long: the connection counts as dropped */
+    unsigned long long cache_max_size;      /* bytes the image cache may hold (LRU after an import); 0 = no limit */
+    char system_cache_path[SKIFF_PATH_MAX]; /* the site's read-only image store, asked first; "" = none */
     /* lazy images (runtime/lib/image/lazy.h) */
     char image_mode[8];                   /* auto (default), lazy, full */
     int lazy_min_mb;                      /* auto: lazy only for images of at least this many MB compressed */
@@ -61,6 +68,9 @@ int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size
  * it is empty (the default). -1 when it does not fit in n. */
 int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n);
 
+/* A size such as 500M, 20G or 1.5T (K, M, G, T: powers of 1024; an optional
+ * trailing B or iB; a bare number is bytes) into *out. */
+int skiff_config_parse_size(const char *s, unsigned long long *out);
 /* The directory of the lazy images' data files: lazy_path, or
  * cache_path/lazy-data when it is empty. -1 when it does not fit. */
 int skiff_config_lazy_path(const struct skiff_config *cfg, char *out, size_t n);

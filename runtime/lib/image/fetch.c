@@ -74,7 +74,8 @@ static void *fetch_main(void *arg)
         }
         double t0 = skiff_now_s();
         struct fetch_progress fp = {j, l};
-        int rv = skiff_registry_blob_progress(j->reg, l->digest, l->dl.fd, fetch_progress_cb, &fp, &e);
+        int rv = skiff_registry_blob_fetch(j->reg, l->digest, l->size > 0 ? (unsigned long long)l->size : 0, l->dl.fd,
+                                           fetch_progress_cb, &fp, NULL, &e);
         if (rv == 0 && j->o && j->o->progress)
             fprintf(stderr, "skiff: fetched layer %.19s %8.1f MB %5.2f s\n", l->digest, (double)l->avail / 1e6,
                     skiff_now_s() - t0);

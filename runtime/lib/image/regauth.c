@@ -161,9 +161,10 @@ static int fetch_token(struct skiff_registry *r, struct endpoint *e, const char 
              esc ? esc : "");
     curl_free(es);
     curl_free(esc);
-    struct sink s = {.fd = -1, .max = TOKEN_MAX, .what = "a token server's answer"};
-    long status = 0;
-    int rv = skiff_registry_http_get(r, url, NULL, &a, &s, &status, err);
+    struct sink s = {.max = TOKEN_MAX, .what = "a token server's answer"};
+    struct http_resp resp;
+    int rv = skiff_registry_http_get(r, url, NULL, &a, &s, &resp, err);
+    long status = resp.status;
     explicit_bzero(password, sizeof(password));
     if (rv < 0) {
         free(s.buf);
@@ -226,26 +227,19 @@ static bool token_matches(const struct bearer *tok, const char *challenge)
            (!scope[0] || !strcmp(scope, tok->scope));
 }
 
-int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept,
-                              struct sink *s, long *status, skiff_err *err)
+int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, const char *url, const struct http_req *q,
+                              struct sink *s, struct http_resp *resp, skiff_err *err)
 {
     struct auth a = {.kind = AUTH_NONE};
     if (e->tok.value)
         a = (struct auth){.kind = AUTH_BEARER, .token = e->tok.value};
     bool fresh_token = false; /* a cached token may have expired: renew it once */
     for (int attempt = 0; attempt < 3; attempt++) {
-        off_t start = s->fd >= 0 ? lseek(s->fd, 0, SEEK_CUR) : 0;
-        if (skiff_registry_http_get(r, url, accept, &a, s, status, err) < 0)
+        if (skiff_registry_http_get(r, url, q, &a, s, resp, err) < 0)
             return -1;
-        if (*status != 401)
+        if (resp->status != 401)
             return 0;
-        /* Throw away the 401 body. */
-        if (s->fd >= 0) {
-            if (ftruncate(s->fd, start) < 0 || lseek(s->fd, start, SEEK_SET) < 0)
-                return skiff_error(err, errno, "truncate");
-        } else {
-            s->len = 0;
-        }
+        s->len = 0; /* the 401's body (a callback never gets one) */
         if (!strncasecmp(r->challenge, "Bearer", 6) && !fresh_token) {
             /* A token for another realm, service or scope is of no use here. */
             if (!token_matches(&e->tok, r->challenge))
@@ -260,12 +254,12 @@ int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, cons
             break;
         }
     }
-    if (*status == 401 && e->have_creds)
+    if (resp->status == 401 && e->have_creds)
         return skiff_error(err, 0,
                            "%s: authentication required (HTTP 401): the credentials for %s "
                            "in the credentials file were refused",
                            url, e->host);
-    if (*status == 401)
+    if (resp->status == 401)
         return skiff_error(err, 0,
                            "%s: authentication required (HTTP 401): add 'machine %s login USER "
                            "password PASS' to the credentials file (credentials_file)",
