@@ -18,7 +18,11 @@
  *            (container_scope=job: the job's, at its end)
  *   release  `IMPORTER release` (pyxis's importer contract)
  *   resolve  (full only) print the squashfs path of the request's image:
- *            the cache, an import, or importer= (run by the lean start)
+ *            the cache, an import, or importer= (run by the lean start);
+ *            or a lazy image's directory (image_mode, lazy.h)
+ *   fetch DIR (full only) a lazy image's span fetcher (run by the lean
+ *            start, before the container's namespaces; its channel to the
+ *            FUSE server on fd 6)
  *
  * It is not a command for people: it refuses to run without its channels. */
 #include <errno.h>
@@ -39,6 +43,7 @@
 #include "container.h"
 #include "fdio.h"
 #include "image.h"
+#include "lazy.h"
 #include "named.h"
 #include "proto.h"
 #include "ref.h"
@@ -333,6 +338,38 @@ static int answer_attach(const struct skiff_request *q, struct skiff_container *
     return rc; /* nothing of ours runs: the step that started it stops it */
 }
 
+/* The lazy image's fetcher: skiff-helper-full fetch DIR, with the request
+ * again on fd 3 (its configuration) and the channel on fd 6. */
+static int start_fetcher(const struct skiff_request *q, struct skiff_start_opts *so, struct skiff_lazy_run *run,
+                         skiff_err *err)
+{
+    char self[PATH_MAX], full[PATH_MAX + 8];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len <= 0)
+        return skiff_error(err, errno, "find skiff-helper-full");
+    self[len] = '\0';
+    snprintf(full, sizeof(full), "%s%s", self, strstr(self, "-full") ? "" : "-full");
+    if (lseek(SKIFF_HELPER_REQ_FD, 0, SEEK_SET) < 0)
+        return skiff_error(err, errno, "lazy image: the request");
+    const int keep[] = {SKIFF_HELPER_REQ_FD};
+    return skiff_lazy_run_begin(&q->cfg, so, full, "fetch", SKIFF_HELPER_LAZY_FD, keep, 1, run, err);
+}
+
+/* 'L' "FETCHED TOTAL IMAGE": what the start read of a lazy image so far
+ * (root shows it in srun as "fetched X of Y MB"). */
+static void lazy_progress(const struct skiff_request *q, const struct lz_image *im)
+{
+    uint64_t fetched, total;
+    uint32_t present;
+    skiff_lazy_counters(im, &fetched, &total, &present);
+    struct skiff_recbuf b = {0};
+    skiff_err ignore;
+    if (skiff_rec_putf(&b, 'L', &ignore, "%llu %llu %s", (unsigned long long)fetched, (unsigned long long)total,
+                       q->image ? q->image : "") == 0)
+        (void)skiff_write_all(SKIFF_HELPER_REP_FD, b.p, b.len);
+    skiff_recbuf_free(&b);
+}
+
 static int verb_start(const struct skiff_request *q)
 {
     skiff_err err;
@@ -386,12 +423,23 @@ static int verb_start(const struct skiff_request *q)
     so.state_key = q->state_key;
     /* when this process dies, even by SIGKILL, the holder and every mount go */
     so.die_with_parent = true;
+    /* a lazy image: its span fetcher (skiff-helper-full fetch), outside the
+     * container's namespaces */
+    struct skiff_lazy_run lazy;
+    if (start_fetcher(q, &so, &lazy, &err) < 0) {
+        put_failure(&b, "mount", &err);
+        answer(&b);
+        return 1;
+    }
     struct skiff_container c;
     if (skiff_container_start(&q->cfg, &so, &c, &err) < 0) {
+        skiff_lazy_run_end(&lazy);
         put_failure(&b, c.failed_phase == SKIFF_START_FAILED_HOOKS ? "hook" : "mount", &err);
         answer(&b);
         return 1;
     }
+    if (lazy.im)
+        lazy_progress(q, lazy.im);
     double t2 = skiff_now_ms();
     skiff_err ignore;
     int bad = skiff_rec_put(&b, 'S', "0", &ignore) < 0 ||
@@ -413,6 +461,7 @@ static int verb_start(const struct skiff_request *q)
     }
     skiff_recbuf_free(&b);
     skiff_container_stop(&c, &err);
+    skiff_lazy_run_end(&lazy);
     return 0;
 }
 
@@ -479,7 +528,11 @@ int main(int argc, char **argv)
     /* its channels are there, or it was not started by the plugin */
     struct stat st;
     bool resolve = argc == 2 && !strcmp(argv[1], "resolve");
-    if (argc != 2 || fstat(SKIFF_HELPER_REQ_FD, &st) < 0 || (!resolve && fstat(SKIFF_HELPER_REP_FD, &st) < 0)) {
+    /* fetch DIR: a lazy image's span fetcher (start_fetcher), channel on fd 6 */
+    bool fetch = argc == 3 && !strcmp(argv[1], "fetch");
+    if ((argc != 2 && !fetch) || fstat(SKIFF_HELPER_REQ_FD, &st) < 0 ||
+        (!resolve && !fetch && fstat(SKIFF_HELPER_REP_FD, &st) < 0) ||
+        (fetch && fstat(SKIFF_HELPER_LAZY_FD, &st) < 0)) {
         fprintf(stderr, "skiff-helper: run by spank_skiff.so only (see doc/SECURITY.md)\n");
         return 2;
     }
@@ -509,7 +562,7 @@ int main(int argc, char **argv)
     close(SKIFF_HELPER_REQ_FD); /* (the lean one hands it to skiff-helper-full resolve) */
 #endif
     if (!q || !data || skiff_request_parse(data, len, q, &err) < 0) {
-        if (resolve) {
+        if (resolve || fetch) {
             fprintf(stderr, "%s", err.msg);
             return 1;
         }
@@ -538,6 +591,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s", err.msg);
         return 1;
     }
+    if (fetch) /* (its stderr is the helper's: /dev/null; the FUSE server tells the reader) */
+        return skiff_lazy_fetch_main(&q->cfg, argv[2], SKIFF_HELPER_LAZY_FD, &err) < 0 ? 1 : 0;
     int rc;
     const char *phase = "save";
     if (!strcmp(verb, "save")) {

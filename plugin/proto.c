@@ -28,7 +28,7 @@ static int reply_parse(const char *p, size_t len, struct skiff_reply *r, struct 
             return skiff_error(err, 0, "data after the end of the answer");
         if (++count > SKIFF_REPLY_RECORDS_MAX)
             return skiff_error(err, 0, "more than %d records", SKIFF_REPLY_RECORDS_MAX);
-        if (!have_status && (tag == 'I' || tag == 'i'))
+        if (!have_status && (tag == 'I' || tag == 'i' || tag == 'L'))
             continue; /* progress: shown as it came (skiff_progress_line) */
         if (!have_status && tag != 'S')
             return skiff_error(err, 0, "the answer does not start with its status");
@@ -225,6 +225,17 @@ int skiff_progress_line(char tag, const char *s, char *out, size_t n)
         snprintf(uri, sizeof(uri), "%s", s);
         skiff_sanitize_inplace(uri, sizeof(uri));
         snprintf(out, n, "importing %s \u2026", uri);
+        return 0;
+    }
+    if (tag == 'L') {
+        unsigned long long fetched, total;
+        int used = 0;
+        if (sscanf(s, "%llu %llu %n", &fetched, &total, &used) != 2 || used <= 0 || !s[used])
+            return -1;
+        snprintf(uri, sizeof(uri), "%s", s + used);
+        skiff_sanitize_inplace(uri, sizeof(uri));
+        snprintf(out, n, "lazy start of %s: fetched %llu of %llu MB (the rest as it is read)", uri,
+                 (fetched + (1u << 19)) >> 20, (total + (1u << 19)) >> 20);
         return 0;
     }
     if (tag != 'i')

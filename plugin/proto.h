@@ -18,7 +18,9 @@
  *   'l' K=V         the job's LANG and LC_* (a locale the image lacks falls back)
  * Reply records, in this order:
  *   progress, while an import runs (start and resolve), before 'S':
- *            'I' URI (importing), 'i' "BYTES MS URI" (imported)
+ *            'I' URI (importing), 'i' "BYTES MS URI" (imported);
+ *            'L' "FETCHED TOTAL URI": a lazy image started, FETCHED of its
+ *            TOTAL compressed bytes there on this node
  *   'S' "0" or "-1"
  *   failure: 'p' phase (config, import, mount, hook, save), 'n' errno, 'e' message
  *   start:   'T' "RESOLVE_MS START_MS", then the container as libskiff
@@ -45,6 +47,8 @@
 #define SKIFF_HELPER_REQ_FD 3
 #define SKIFF_HELPER_REP_FD 4
 #define SKIFF_HELPER_CTL_FD 5
+/* skiff-helper-full fetch: the channel to a lazy image's FUSE server */
+#define SKIFF_HELPER_LAZY_FD 6
 
 /* Bounds on what root accepts from the helper. */
 #define SKIFF_REPLY_MAX (4u << 20)

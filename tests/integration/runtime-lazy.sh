@@ -213,4 +213,88 @@ reset_data
 [ -s "$L/prefetch" ] && t_pass "the spans a start read are recorded ($(wc -l <"$L/prefetch"))" \
   || t_fail "the spans a start read are recorded"
 
+# ---- a registry image, lazily ---------------------------------------------------
+FAKEPIDS=""
+fake_start() {  # PORT ARGS...: tests/integration/lib/fakereg.py in front of the registry
+  local port=$1; shift
+  python3 "$T_ROOT/tests/integration/lib/fakereg.py" "$port" "$W/fake-$port.log" --upstream "127.0.0.1:$REG_PORT" "$@" &
+  FAKEPIDS="$FAKEPIDS $!"
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/v2/" && return 0; sleep 0.05; done
+  return 1
+}
+fake_stop() { local p; for p in $FAKEPIDS; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; FAKEPIDS=""; }
+trap 'fake_stop; cleanup' EXIT
+if ! command -v docker-registry >/dev/null || ! command -v skopeo >/dev/null; then
+  t_skip "registry images" "docker-registry or skopeo is not installed (scripts/install-deps test)"; t_done
+fi
+registry_start "$W/reg" && skopeo copy -q --dest-tls-verify=false --format oci "oci:$W/layout:longnames" \
+  "docker://127.0.0.1:$REG_PORT/lazy/longnames:1" >/dev/null || { t_fail "registry with the test image"; t_done; }
+R=$W/reg-user
+mkdir -p "$R" && conf "$R"
+echo "image_mode = lazy" >>"$R/skiff.conf"
+export SKIFF_CONFIG=$R/skiff.conf
+ref=docker://127.0.0.1:$REG_PORT/lazy/longnames:1
+D=$("$SKIFF" resolve "$ref" 2>"$R/err")
+if [ "${D%.lazy}" != "$D" ]; then
+  t_pass "image_mode=lazy: resolve makes a lazy image of a registry image"
+  "$SERVE" "$D" "$R/mnt" python3 "$TREELIST" "$R/mnt" >"$R/list" 2>"$R/serve.err"
+  diff -q "$R/list" "$H/longnames.sqsh.list" >/dev/null && t_pass "A8 registry: the lazy tree is the imported tree" \
+    || t_fail "A8 registry: the lazy tree is the imported tree" "$(diff "$R/list" "$H/longnames.sqsh.list" | head -5; tail -3 "$R/serve.err")"
+else
+  t_fail "image_mode=lazy: resolve makes a lazy image of a registry image" "$D $(cat "$R/err")"
+fi
+D2=$("$SKIFF" resolve "$ref" 2>/dev/null)
+[ "$D2" = "$D" ] && t_pass "resolve again: the same lazy image, no second index pass" || t_fail "resolve again" "$D2"
+sed -i 's/^image_mode.*/image_mode = auto/' "$R/skiff.conf"
+rm -rf "$R/cache/images"
+D3=$("$SKIFF" resolve "$ref" 2>/dev/null)
+case $D3 in *.sqsh) t_pass "image_mode=auto: a small image is imported in full (lazy_min_size)" ;;
+  *) t_fail "image_mode=auto: a small image is imported in full" "$D3" ;; esac
+sed -i 's/^image_mode.*/image_mode = lazy/' "$R/skiff.conf"
+
+P1=$(registry_free_port)
+if fake_start "$P1" --ignore-range; then
+  rm -rf "$R/cache/images"
+  D=$("$SKIFF" resolve "docker://127.0.0.1:$P1/lazy/longnames:1" 2>"$R/err")
+  case $D in *.sqsh) t_pass "a proxy that ignores Range: imported in full instead" ;;
+    *) t_fail "a proxy that ignores Range: imported in full instead" "$D $(cat "$R/err")" ;; esac
+  t_fails_with "a proxy that ignores Range: --lazy says why" "ignores Range requests; import it without --lazy" \
+    "$SKIFF" import --lazy -o "$R/ir.lazy" "docker://127.0.0.1:$P1/lazy/longnames:1"
+fi
+P2=$(registry_free_port)
+if fake_start "$P2" --corrupt-ranges; then
+  rm -rf "$R/cache/images" "$R/cache/lazy-data"
+  D=$("$SKIFF" resolve "docker://127.0.0.1:$P2/lazy/longnames:1" 2>"$R/err")
+  out=$("$SERVE" "$D" "$R/mnt" sh -c "cat $R/mnt/random-10m | sha256sum" 2>&1)
+  grep -q "$want" <<<"$out" && t_fail "corrupt bytes from the registry never reach a task" "served" || {
+    grep -q "not what the index recorded" <<<"$out" && t_pass "corrupt bytes from the registry never reach a task (EIO, and why)" \
+      || t_fail "corrupt bytes from the registry never reach a task" "$out"; }
+fi
+P3=$(registry_free_port)
+if fake_start "$P3" --bearer "http://127.0.0.1:$P3/token" --token-ttl 1 --delay 0.3; then
+  rm -rf "$R/cache/images" "$R/cache/lazy-data"
+  D=$("$SKIFF" resolve "docker://127.0.0.1:$P3/lazy/longnames:1" 2>"$R/err")
+  got=$("$SERVE" "$D" "$R/mnt" sh -c "cat $R/mnt/random-10m $R/mnt/text-70m | sha256sum" 2>"$R/err2")
+  exp=$("$SERVE" "$H/longnames.sqsh" "$H/mnt" sh -c "cat $H/mnt/random-10m $H/mnt/text-70m | sha256sum")
+  ntok=$(grep -c '"path": "/token' "$W/fake-$P3.log")
+  [ "$got" = "$exp" ] && [ "$ntok" -ge 3 ] && t_pass "a token that expires mid-run is renewed ($ntok tokens)" \
+    || t_fail "a token that expires mid-run is renewed" "$(cat "$R/err" "$R/err2")"
+fi
+fake_stop
+
+# the registry gone mid-run: what was fetched is served, the rest is EIO
+# within lazy_timeout with a message
+sed -i 's/^lazy_timeout.*/lazy_timeout = 4/' "$R/skiff.conf"
+rm -rf "$R/cache/lazy-data"
+D=$("$SKIFF" resolve "$ref" 2>/dev/null)
+out=$("$SERVE" "$D" "$R/mnt" sh -c "
+  cat $R/mnt/after-big >/dev/null && echo first=ok
+  kill $REG_PID; t0=\$(date +%s%N); cat $R/mnt/random-10m >/dev/null; rc=\$?
+  echo rc=\$rc ms=\$(( (\$(date +%s%N) - t0) / 1000000 ))
+  cat $R/mnt/after-big >/dev/null && echo again=ok" 2>&1)
+ms=$(sed -n 's/.*rc=1 ms=//p' <<<"$out")
+grep -q first=ok <<<"$out" && [ -n "$ms" ] && [ "$ms" -lt 7000 ] && grep -q "a read failed (EIO)" <<<"$out" \
+  && grep -q again=ok <<<"$out" && t_pass "registry killed mid-run: EIO within lazy_timeout (${ms} ms of 4 s), with a message; fetched data still served" \
+  || t_fail "registry killed mid-run: EIO within lazy_timeout, with a message" "$out"
+
 t_done

@@ -118,6 +118,8 @@ struct range {
     skiff_blob_sink sink;
     void *ctx;
     int bad_range;    /* a 206 for another range than asked */
+    bool need_ranges; /* a 200 for a range is an error (skiff_fetch_opts) */
+    int not_ranged;   /* ... and came */
     const char *host; /* the endpoint that answered last */
     bool whole;       /* the whole blob: len is its size, no Range until a resume */
 };
@@ -135,6 +137,10 @@ static int range_data(void *ctx, const struct http_resp *resp, const char *buf, 
                 return -1;
             }
             rg->skip = want - resp->range_first;
+        } else if (rg->need_ranges && want > 0) {
+            rg->not_ranged = 1;
+            errno = ENOTSUP;
+            return -1;
         } else {
             rg->skip = want; /* a 200: the whole blob, from its first byte */
         }
@@ -185,6 +191,12 @@ static int range_from_endpoint(struct skiff_registry *r, struct endpoint *e, str
             return skiff_error(err, 0, "blob %s on %s: asked for bytes from %llu, the answer starts at %llu",
                                rg->digest, e->host, want, resp.range_first),
                    1;
+        if (rc < 0 && rg->not_ranged) {
+            skiff_error(err, 0, "blob %s on %s: the registry (or a proxy in front of it) ignores Range requests",
+                        rg->digest, e->host);
+            err->code = ENOTSUP;
+            return -1;
+        }
         if (rc < 0 && s.write_errno == 0 && resp.rc == CURLE_WRITE_ERROR)
             return -1; /* the caller's sink failed: its error stands */
         if (rc == 0) {
@@ -247,7 +259,8 @@ int skiff_registry_blob_range(struct skiff_registry *r, const char *digest, unsi
                               unsigned long long len, skiff_blob_sink sink, void *ctx, const struct skiff_fetch_opts *o,
                               skiff_err *err)
 {
-    struct range rg = {.digest = digest, .off = off, .len = len, .sink = sink, .ctx = ctx};
+    struct range rg = {
+        .digest = digest, .off = off, .len = len, .sink = sink, .ctx = ctx, .need_ranges = o && o->need_ranges};
     return fetch_range(r, &rg, o, err);
 }
 

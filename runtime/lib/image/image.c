@@ -21,6 +21,7 @@
 #include "fdio.h"
 #include "fsutil.h"
 #include "imgconfig.h"
+#include "lazy.h"
 #include "registry.h"
 #include "squash.h"
 
@@ -360,6 +361,10 @@ int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, c
     if (lock < 0)
         return -1;
     if (!skiff_squash_is_image(path)) {
+        /* image_mode: a lazy image when it can be one (lazy.h) */
+        int lazy = skiff_lazy_resolve(cfg, uri, images, key, sqsh_path, n, progress, err);
+        if (lazy != 0)
+            return lazy < 0 ? -1 : 0;
         struct skiff_import_opts o = {.force = true};
         double t0 = skiff_now_ms();
         if (progress && progress->importing)

@@ -34,6 +34,9 @@ bool skiff_lazy_is_image(const char *path);
 
 struct skiff_lazy_build_opts {
     bool progress; /* lines on stderr (the CLI, on a terminal) */
+    /* ENOTSUP when the layers are smaller than this in all (compressed):
+     * image_mode=auto's lazy_min_size */
+    unsigned long long min_bytes;
 };
 
 /* Makes the lazy image of uri (a registry image or an OCI layout, skopeo
@@ -44,6 +47,17 @@ struct skiff_lazy_build_opts {
  * registry that ignores Range): the caller imports it in full. */
 int skiff_lazy_build(const struct skiff_config *cfg, const char *uri, const char *out_dir,
                      const struct skiff_lazy_build_opts *o, skiff_err *err);
+
+struct skiff_resolve_progress;
+
+/* skiff_image_resolve's part (image.c), under its lock for the image's
+ * key, when no squashfs of it is cached: per image_mode, the lazy image
+ * IMAGES/KEY.lazy of a registry image (made if missing; full import when
+ * it cannot be one, or when image_mode=auto and it is smaller than
+ * lazy_min_size). 1 with its path in out, 0 to import in full, -1 on
+ * an error. */
+int skiff_lazy_resolve(const struct skiff_config *cfg, const char *uri, const char *images, const char *key, char *out,
+                       size_t n, const struct skiff_resolve_progress *progress, skiff_err *err);
 
 /* ---- serving (the FUSE server, fs/, and the fetcher) ---- */
 

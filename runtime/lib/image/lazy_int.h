@@ -240,7 +240,12 @@ void lz_image_set_present(struct lz_image *im, uint32_t g, uint64_t fetched);
  * client per worker, Range requests) or the layers' local blobs; a shared
  * span store, when set, first. */
 struct lz_source;
-int lz_source_open(const struct lz_image *im, const struct skiff_config *cfg, struct lz_source **out, skiff_err *err);
+/* A worker's source; base (another worker's, or NULL) lends its registry
+ * endpoints and tokens. */
+int lz_source_open(const struct lz_image *im, const struct skiff_config *cfg, const struct lz_source *base,
+                   struct lz_source **out, skiff_err *err);
+/* stop(ctx) true: a transfer in flight gives up (the fetcher is ending). */
+void lz_source_set_stop(struct lz_source *s, bool (*stop)(void *ctx), void *ctx);
 /* Span g's compressed bytes (*buf malloc'ed, *len = cend - cstart),
  * checked against the span's digest. */
 int lz_source_get(struct lz_source *s, uint32_t g, unsigned char **buf, size_t *len, skiff_err *err);

@@ -10,6 +10,7 @@
 #include "lazy_int.h"
 #include "layer.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -37,6 +38,12 @@ struct download {
     skiff_err err;
 };
 
+static int to_pipe(void *ctx, const void *buf, size_t n)
+{
+    const struct download *d = ctx;
+    return skiff_write_all(d->fd, buf, n);
+}
+
 static void *download_main(void *arg)
 {
     struct download *d = arg;
@@ -47,7 +54,9 @@ static void *download_main(void *arg)
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, NULL);
     skiff_err_clear(&d->err);
-    d->rc = skiff_registry_blob(d->reg, d->digest, d->fd, &d->err);
+    /* the whole blob as a range: retried and resumed where it was cut;
+     * the index pass checks its digest */
+    d->rc = skiff_registry_blob_range(d->reg, d->digest, 0, 0, to_pipe, d, NULL, &d->err);
     close(d->fd);
     return NULL;
 }
@@ -116,8 +125,14 @@ static int write_plan(struct skiff_import_job *j, const char *dir, const struct 
     if (!root || !layers)
         goto nomem;
     if (j->ref.kind == SKIFF_REF_DOCKER) {
-        if (skiff_ref_canonical(&j->ref, src, sizeof(src), err) < 0)
+        /* the fetcher asks the repository for blobs only; the manifest it
+         * was made of is pinned all the same */
+        const struct skiff_ref *r = &j->ref;
+        if (snprintf(src, sizeof(src), "docker://%s%s%s#%s@%s", r->user, r->user[0] ? "@" : "", r->registry,
+                     r->repository, j->manifest_digest) >= (int)sizeof(src)) {
+            skiff_error(err, ENAMETOOLONG, "lazy plan: the image's name");
             goto out;
+        }
     } else {
         snprintf(src, sizeof(src), "local");
     }
@@ -236,12 +251,41 @@ out:
     return rv;
 }
 
-static int build(struct skiff_import_job *j, const char *out_dir, skiff_err *err)
+static int probe_sink(void *ctx, const void *buf, size_t n)
+{
+    (void)buf;
+    *(size_t *)ctx += n;
+    return 0;
+}
+
+/* A registry that ignores Range (or a proxy in front of it that does)
+ * would send a whole layer for every span: found out with one byte. */
+static int probe_ranges(struct skiff_import_job *j, skiff_err *err)
+{
+    struct probe {
+        size_t got;
+    } pr = {0};
+    struct skiff_fetch_opts fo = {.retries = 1, .need_ranges = true, .deadline_ms = skiff_now_ms() + 30000};
+    int rc = skiff_registry_blob_range(j->reg, j->layers[0].digest, 1, 1, probe_sink, &pr, &fo, err);
+    if (rc < 0 && err->code == ENOTSUP)
+        return -1;
+    return rc < 0 ? skiff_err_wrap(err, "a Range request") : 0;
+}
+
+static int build(struct skiff_import_job *j, const char *out_dir, unsigned long long min_bytes, skiff_err *err)
 {
     if (skiff_source_plan(j, err) < 0)
         return -1;
     if (j->nlayers == 0)
         return lz_error(err, ENOTSUP, "the image has no layers");
+    unsigned long long total = 0;
+    for (size_t i = 0; i < j->nlayers; i++)
+        total += j->layers[i].size > 0 ? (unsigned long long)j->layers[i].size : 0;
+    if (total < min_bytes)
+        return lz_error(err, ENOTSUP, "its layers are %llu MB, less than lazy_min_size=%llu", total >> 20,
+                        min_bytes >> 20);
+    if (j->ref.kind == SKIFF_REF_DOCKER && probe_ranges(j, err) < 0)
+        return -1;
     char idxdir[SKIFF_PATH_MAX];
     if (skiff_cache_dir(j->cfg, "lazy-index", idxdir, sizeof(idxdir), err) < 0)
         return -1;
@@ -322,7 +366,48 @@ int skiff_lazy_build(const struct skiff_config *cfg, const char *uri, const char
     j.ref = ref;
     j.srcfd = -1;
     skiff_source_set_arch(&j, NULL);
-    int rv = build(&j, out_dir, err);
+    int rv = build(&j, out_dir, o ? o->min_bytes : 0, err);
     skiff_import_job_free(&j, false);
     return rv < 0 ? skiff_err_wrap(err, "%s", uri) : 0;
+}
+
+/* What a lazy image's directory holds, in bytes. */
+static unsigned long long dir_bytes(const char *dir)
+{
+    unsigned long long sum = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            sum += (unsigned long long)st.st_size;
+    }
+    if (d)
+        closedir(d);
+    return sum;
+}
+
+int skiff_lazy_resolve(const struct skiff_config *cfg, const char *uri, const char *images, const char *key, char *out,
+                       size_t n, const struct skiff_resolve_progress *progress, skiff_err *err)
+{
+    if (!strcmp(cfg->image_mode, "full") || strncmp(uri, "docker://", 9) != 0)
+        return 0;
+    char dir[SKIFF_PATH_MAX + 80];
+    if (skiff_fmt_path(dir, sizeof(dir), err, "%s/%s.lazy", images, key) < 0)
+        return -1;
+    if (!skiff_lazy_is_image(dir)) {
+        struct skiff_lazy_build_opts o = {0};
+        if (!strcmp(cfg->image_mode, "auto"))
+            o.min_bytes = (unsigned long long)cfg->lazy_min_mb << 20;
+        double t0 = skiff_now_ms();
+        if (progress && progress->importing)
+            progress->importing(progress->ctx, uri);
+        if (skiff_lazy_build(cfg, uri, dir, &o, err) < 0)
+            return err->code == ENOTSUP ? 0 : -1; /* (ENOTSUP: imported in full instead) */
+        if (progress && progress->imported)
+            progress->imported(progress->ctx, uri, dir_bytes(dir), skiff_now_ms() - t0);
+    }
+    if (snprintf(out, n, "%s", dir) >= (int)n)
+        return skiff_error(err, ENAMETOOLONG, "%s", dir);
+    return 1;
 }

@@ -49,8 +49,15 @@ struct fetcher {
     size_t nseen;
     double t_start, t_last_ask;
     bool recorded;
-    double rate_next; /* lazy_complete_rate: when the next completion span may start */
+    double rate_next;      /* lazy_complete_rate: when the next completion span may start */
+    struct lz_source *src; /* the first worker's (its registry tokens are lent to the others) */
 };
+
+static bool stopping(void *ctx)
+{
+    const struct fetcher *f = ctx;
+    return __atomic_load_n(&f->stop, __ATOMIC_RELAXED);
+}
 
 static void reply(struct fetcher *f, uint32_t type, uint32_t g, int e, const char *text)
 {
@@ -112,10 +119,13 @@ static void pace(struct fetcher *f, uint64_t bytes)
 static void *worker_main(void *arg)
 {
     struct fetcher *f = arg;
-    skiff_err err;
+    skiff_err err, open_err;
     struct lz_source *src = NULL;
-    if (lz_source_open(f->im, f->cfg, &src, &err) < 0)
-        src = NULL; /* every span then fails with err */
+    skiff_err_clear(&open_err);
+    if (lz_source_open(f->im, f->cfg, f->src, &src, &open_err) < 0)
+        src = NULL; /* every span then fails with open_err */
+    else
+        lz_source_set_stop(src, stopping, f);
     pthread_mutex_lock(&f->mu);
     for (;;) {
         bool background;
@@ -134,6 +144,8 @@ static void *worker_main(void *arg)
             skiff_err_clear(&err);
             unsigned char *buf = NULL;
             size_t len = 0;
+            if (!src)
+                err = open_err;
             rc = src ? lz_source_get(src, (uint32_t)g, &buf, &len, &err) : -1;
             if (rc == 0)
                 rc = lz_fill_span(f->im, (uint32_t)g, buf, len, &err);
@@ -240,6 +252,11 @@ int skiff_lazy_fetch_main(const struct skiff_config *cfg, const char *dir, int c
         skiff_error(err, ENOMEM, "fetcher");
         goto out_free;
     }
+    /* the source answers now, or every span asked for fails with why */
+    skiff_err serr;
+    skiff_err_clear(&serr);
+    if (lz_source_open(f.im, cfg, NULL, &f.src, &serr) < 0)
+        f.src = NULL;
     load_prefetch(&f);
     pthread_mutex_init(&f.mu, NULL);
     pthread_cond_init(&f.cv, NULL);
@@ -276,13 +293,14 @@ int skiff_lazy_fetch_main(const struct skiff_config *cfg, const char *dir, int c
     rv = 0;
 out:
     pthread_mutex_lock(&f.mu);
-    f.stop = true;
+    __atomic_store_n(&f.stop, true, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&f.cv);
     pthread_mutex_unlock(&f.mu);
     for (int i = 0; i < started; i++)
         pthread_join(t[i], NULL);
     pthread_mutex_destroy(&f.mu);
     pthread_cond_destroy(&f.cv);
+    lz_source_close(f.src);
 out_free:
     free(f.state);
     free(f.ask);

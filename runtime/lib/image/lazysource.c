@@ -20,17 +20,10 @@
 #include <unistd.h>
 
 #include "atomicfile.h"
+#include "clock.h"
 #include "fdio.h"
 #include "ref.h"
 #include "registry.h"
-
-/* TODO(lazy): the registry client's Range GET (branch scale). */
-static int skiff_registry_blob_range(struct skiff_registry *r, const char *digest, uint64_t start, uint64_t end,
-                                     unsigned char *buf, skiff_err *err)
-{
-    (void)r, (void)start, (void)end, (void)buf;
-    return lz_error(err, ENOTSUP, "blob %s: no Range requests yet", digest);
-}
 
 struct lz_source {
     const struct lz_image *im;
@@ -38,9 +31,12 @@ struct lz_source {
     int *blobfd; /* local: each layer's blob */
     struct skiff_registry *reg;
     struct skiff_ref ref;
+    bool (*stop)(void *ctx);
+    void *stop_ctx;
 };
 
-int lz_source_open(const struct lz_image *im, const struct skiff_config *cfg, struct lz_source **out, skiff_err *err)
+int lz_source_open(const struct lz_image *im, const struct skiff_config *cfg, const struct lz_source *base,
+                   struct lz_source **out, skiff_err *err)
 {
     struct lz_source *s = calloc(1, sizeof(*s));
     if (!s)
@@ -65,6 +61,15 @@ int lz_source_open(const struct lz_image *im, const struct skiff_config *cfg, st
                 return -1;
             }
         }
+    } else if (base && base->reg) {
+        /* another worker's: the endpoints and their tokens, a connection of its own */
+        s->ref = base->ref;
+        s->stop = base->stop;
+        s->stop_ctx = base->stop_ctx;
+        if (skiff_registry_dup(&s->reg, base->reg, err) < 0) {
+            free(s);
+            return skiff_err_wrap(err, "lazy image source %s", im->source);
+        }
     } else {
         if (skiff_ref_parse(im->source, cfg->default_registry, &s->ref, err) < 0 ||
             skiff_registry_open(&s->reg, cfg, &s->ref, err) < 0) {
@@ -73,6 +78,49 @@ int lz_source_open(const struct lz_image *im, const struct skiff_config *cfg, st
         }
     }
     *out = s;
+    return 0;
+}
+
+void lz_source_set_stop(struct lz_source *s, bool (*stop)(void *ctx), void *ctx)
+{
+    s->stop = stop;
+    s->stop_ctx = ctx;
+}
+
+struct membuf {
+    unsigned char *buf;
+    size_t len, got;
+};
+
+static int to_mem(void *ctx, const void *data, size_t n)
+{
+    struct membuf *m = ctx;
+    if (n > m->len - m->got) {
+        errno = EPROTO;
+        return -1;
+    }
+    memcpy(m->buf + m->got, data, n);
+    m->got += n;
+    return 0;
+}
+
+/* The span's bytes from the registry: one Range request (retried and
+ * resumed by the registry client), given up by lazy_timeout, when the FUSE
+ * server gives up waiting for it. */
+static int from_registry(struct lz_source *s, const char *digest, uint64_t off, unsigned char *buf, size_t len,
+                         skiff_err *err)
+{
+    struct membuf m = {.buf = buf, .len = len};
+    struct skiff_fetch_opts fo = {
+        .deadline_ms = skiff_now_ms() + (s->cfg->lazy_timeout_s > 0 ? s->cfg->lazy_timeout_s : 60) * 1000.0,
+        .need_ranges = true,
+        .stop = s->stop,
+        .stop_ctx = s->stop_ctx,
+    };
+    if (skiff_registry_blob_range(s->reg, digest, off, len, to_mem, &m, &fo, err) < 0)
+        return -1;
+    if (m.got != len)
+        return skiff_error(err, 0, "blob %s: %zu of %zu bytes came", digest, m.got, len);
     return 0;
 }
 
@@ -150,7 +198,7 @@ int lz_source_get(struct lz_source *s, uint32_t g, unsigned char **out, size_t *
         if (rc < 0)
             skiff_error(err, errno, "read %s", s->im->blob_paths[layer]);
     } else {
-        rc = skiff_registry_blob_range(s->reg, s->im->layers[layer].ix.digest, sp->cstart, sp->cend, buf, err);
+        rc = from_registry(s, s->im->layers[layer].ix.digest, sp->cstart, buf, len, err);
     }
     if (rc == 0 && lz_span_check(sp, buf, len) < 0)
         rc = lz_error(err, EBADMSG,

@@ -51,6 +51,10 @@ struct skiff_fetch_opts {
      * it waits; NULL: nothing told */
     void (*retrying)(void *ctx, const char *what, int attempt, double wait_s, const char *why);
     void *retry_ctx;
+    /* skiff_registry_blob_range: a registry (or a proxy in front of it)
+     * that ignores Range is an error (err->code ENOTSUP) instead of being
+     * read past off: lazy images fetch small ranges of large blobs */
+    bool need_ranges;
 };
 
 /* A second handle on the same registry for another thread: the endpoints,

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "atomicfile.h"
+#include "lazy.h"
 #include "spawn.h"
 
 /* Why mksquashfs and not libsquashfs: applying the layers needs a real tree
@@ -204,6 +205,12 @@ int skiff_squash_resolve_path(const char *arg, char *sqsh_path, size_t n, skiff_
     struct stat st;
     if (stat(real, &st) < 0)
         return skiff_error(err, errno, "container image %s", arg);
+    if (S_ISDIR(st.st_mode) && skiff_lazy_is_image(real)) {
+        /* a lazy image (lazy.h): its directory */
+        if (snprintf(sqsh_path, n, "%s", real) >= (int)n)
+            return skiff_error(err, ENAMETOOLONG, "%s", real);
+        return 0;
+    }
     if (!S_ISREG(st.st_mode))
         return skiff_error(err, 0, "container image %s is not a regular file (want a squashfs image)", arg);
     if (!skiff_squash_is_image(real))

@@ -13,11 +13,19 @@ usage: fakereg.py PORT LOG [options]
   --redirect-blobs URL answer blob GETs with 307 to URL + the same path
   --big-manifest N     authorised manifest GETs get N bytes (no length)
   --big-token N        the token answer is N bytes of JSON (no length)
+  --ignore-range       forward blob GETs without their Range header (a
+                       proxy that ignores Range: the whole blob, 200)
+  --corrupt-ranges     flip a byte in the middle of every 206 answer
+  --token-ttl S        each token the realm hands out expires S seconds
+                       later: a request with it then gets 401
+  --delay S            wait S seconds before answering a blob request
 """
 import argparse
 import http.client
 import json
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ap = argparse.ArgumentParser()
 ap.add_argument("port", type=int)
@@ -28,7 +36,30 @@ ap.add_argument("--upstream")
 ap.add_argument("--redirect-blobs")
 ap.add_argument("--big-manifest", type=int, default=0)
 ap.add_argument("--big-token", type=int, default=0)
+ap.add_argument("--ignore-range", action="store_true")
+ap.add_argument("--corrupt-ranges", action="store_true")
+ap.add_argument("--token-ttl", type=float, default=0)
+ap.add_argument("--delay", type=float, default=0)
 A = ap.parse_args()
+ISSUED = {}  # --token-ttl: token -> when it was handed out
+LOCK = threading.Lock()
+
+
+def new_token():
+    if not A.token_ttl:
+        return A.token
+    with LOCK:
+        t = "%s-%d" % (A.token, len(ISSUED))
+        ISSUED[t] = time.monotonic()
+    return t
+
+
+def token_ok(auth):
+    if not A.token_ttl:
+        return auth == "Bearer " + A.token
+    with LOCK:
+        t = ISSUED.get(auth[len("Bearer "):]) if auth.startswith("Bearer ") else None
+    return t is not None and time.monotonic() - t < A.token_ttl
 
 
 def stream(h, n, ctype):
@@ -61,17 +92,18 @@ class H(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def do_GET(self):
         self.record()
         if self.path.startswith("/token"):
             if A.big_token:
                 return stream(self, A.big_token, "application/json")
-            return self.reply(200, json.dumps({"token": A.token}).encode(), [("Content-Type", "application/json")])
+            return self.reply(200, json.dumps({"token": new_token()}).encode(), [("Content-Type", "application/json")])
         if not self.path.startswith("/v2/"):
             return self.reply(404)
-        if A.bearer and self.headers.get("Authorization", "") != "Bearer " + A.token:
+        if A.bearer and not token_ok(self.headers.get("Authorization", "")):
             parts = self.path.split("/")
             name = "/".join(parts[2:-2]) if len(parts) > 4 else ""
             ch = 'Bearer realm="%s",service="fake"' % A.bearer
@@ -86,14 +118,26 @@ class H(BaseHTTPRequestHandler):
             return self.reply(307, headers=[("Location", A.redirect_blobs + self.path)])
         if not A.upstream:
             return self.reply(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"not here"}]}')
+        if A.delay and "/blobs/" in self.path:
+            time.sleep(A.delay)
         c = http.client.HTTPConnection(A.upstream, timeout=30)
-        fwd = {k: v for k, v in self.headers.items() if k.lower() == "accept"}
-        c.request("GET", self.path, headers=fwd)
+        want = ("accept",) if A.ignore_range else ("accept", "range")
+        fwd = {k: v for k, v in self.headers.items() if k.lower() in want}
+        c.request(self.command, self.path, headers=fwd)
         r = c.getresponse()
         body = r.read()
-        keep = ("content-type", "docker-content-digest", "location")
+        if A.corrupt_ranges and r.status == 206 and body:
+            body = body[: len(body) // 2] + bytes([body[len(body) // 2] ^ 0x20]) + body[len(body) // 2 + 1:]
+        keep = ("content-type", "docker-content-digest", "location", "content-range")
         self.reply(r.status, body, [(k, v) for k, v in r.getheaders() if k.lower() in keep])
         c.close()
 
+    do_HEAD = do_GET
 
-HTTPServer(("127.0.0.1", A.port), H).serve_forever()
+
+class Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # a client that hangs up early (a probe, a stopped transfer) is not news
+
+
+Server(("127.0.0.1", A.port), H).serve_forever()
