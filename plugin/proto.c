@@ -234,8 +234,8 @@ int skiff_progress_line(char tag, const char *s, char *out, size_t n)
             return -1;
         snprintf(uri, sizeof(uri), "%s", s + used);
         skiff_sanitize_inplace(uri, sizeof(uri));
-        snprintf(out, n, "lazy start of %s: fetched %llu of %llu MB (the rest as it is read)", uri,
-                 (fetched + (1u << 19)) >> 20, (total + (1u << 19)) >> 20);
+        snprintf(out, n, "lazy start of %s: fetched %.1f of %.0f MB (the rest as it is read)", uri,
+                 (double)fetched / (1 << 20), (double)total / (1 << 20));
         return 0;
     }
     if (tag != 'i')

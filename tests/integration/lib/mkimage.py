@@ -19,6 +19,8 @@ Each recipe adds one tag to the OCI layout LAYOUT (created if missing):
   evil-hardlink a hardlink to ../../etc/passwd
   truncated    a gzip layer cut in the middle (digest matches the cut blob)
   multimember  busybox in a gzip layer of two concatenated members (valid gzip)
+  lazy-smoke   busybox-node plus a layer with /payload/random: $LAZY_PAYLOAD_MB
+               (default 64) MB of random bytes, for the lazy start's tests
   longnames    four layers: pax (long and non-ASCII names, a long symlink
                target), GNU (long names and link targets), files of 0-513
                bytes and of 10 MB random and 70 MB repetitive data (they
@@ -193,7 +195,13 @@ def longnames_layers():
 
 
 def recipe(lay, name):
-    if name == "longnames":
+    if name == "lazy-smoke":
+        p = Tar()
+        p.add("payload/", "dir")
+        p.add("payload/random", data=os.urandom(int(os.environ.get("LAZY_PAYLOAD_MB", "64")) << 20))
+        p.add("payload/small", data=b"a small file after the payload\n")
+        lay.tag(name, image(lay, [busybox_tar(lambda t: t.add("etc/hostname", data=b"")), p.bytes()]))
+    elif name == "longnames":
         lay.tag(name, image(lay, [busybox_tar()] + longnames_layers()))
     elif name == "busybox":
         lay.tag(name, image(lay, [busybox_tar()]))
