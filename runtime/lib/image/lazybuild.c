@@ -121,6 +121,8 @@ static int write_plan(struct skiff_import_job *j, const char *dir, const struct 
 {
     json_t *root = json_object(), *layers = json_array();
     char src[SKIFF_PATH_MAX];
+    /* (freed at out: a cleanup variable would be jumped over by the gotos) */
+    char *text = NULL;
     int rv = -1;
     if (!root || !layers)
         goto nomem;
@@ -170,7 +172,7 @@ static int write_plan(struct skiff_import_job *j, const char *dir, const struct 
         json_array_append_new(layers, l);
     }
     json_object_set(root, "layers", layers);
-    cleanup_free char *text = json_dumps(root, JSON_INDENT(1));
+    text = json_dumps(root, JSON_INDENT(1));
     if (!text)
         goto nomem;
     rv = write_text(dir, "plan", text, strlen(text), err);
@@ -178,6 +180,7 @@ static int write_plan(struct skiff_import_job *j, const char *dir, const struct 
 nomem:
     skiff_error(err, ENOMEM, "lazy plan");
 out:
+    free(text);
     json_decref(layers);
     json_decref(root);
     return rv;
