@@ -95,4 +95,5 @@ $(LAZY_SERVE): $(BUILD)/tests/integration/lazy-serve.o $(LIBSKIFF) $(LIBSKIFFCOM
 TEST_PROGRAMS += $(LAZY_SERVE)
 INTEGRATION_TESTS += tests/integration/runtime-lazy.sh
 BENCHES += tests/bench/start.sh
+BENCHES += tests/bench/lazy.sh
 MAN1 += doc/man/skiff.1 doc/man/skiff-import.1
