@@ -282,6 +282,31 @@ if fake_start "$P3" --bearer "http://127.0.0.1:$P3/token" --token-ttl 1 --delay 
 fi
 fake_stop
 
+# lazy_complete: the rest comes in the background; once the map says every
+# span is there, a stopped registry changes nothing (the whole tree is read)
+echo "lazy_complete = yes" >>"$R/skiff.conf"
+rm -rf "$R/cache/lazy-data"
+D=$("$SKIFF" resolve "$ref" 2>/dev/null)
+complete='import glob, struct, sys
+for m in glob.glob(sys.argv[1] + "/*.map"):
+    h = open(m, "rb").read(80)
+    n, present, done = struct.unpack_from("<I", h, 12)[0], *struct.unpack_from("<II", h, 72)
+    sys.exit(0 if n and present == n and done else 1)
+sys.exit(1)'
+"$SERVE" "$D" "$R/mnt" sh -c "
+  cat $R/mnt/after-big >/dev/null
+  for i in \$(seq 600); do python3 -c '$complete' $R/cache/lazy-data && break; sleep 0.1; done
+  python3 -c '$complete' $R/cache/lazy-data && echo complete=yes
+  kill -STOP $REG_PID
+  python3 $TREELIST $R/mnt >$R/complete.list
+  kill -CONT $REG_PID" >"$R/complete.out" 2>&1
+kill -CONT "$REG_PID" 2>/dev/null
+grep -q complete=yes "$R/complete.out" && diff -q "$R/complete.list" "$H/longnames.sqsh.list" >/dev/null \
+  && t_pass "lazy_complete: every span fetched in the background; then the registry stopped changes nothing" \
+  || t_fail "lazy_complete: every span fetched in the background; then the registry stopped changes nothing" \
+    "$(head -c 600 "$R/complete.out")"
+sed -i '/^lazy_complete/d' "$R/skiff.conf"
+
 # the registry gone mid-run: what was fetched is served, the rest is EIO
 # within lazy_timeout with a message
 sed -i 's/^lazy_timeout.*/lazy_timeout = 4/' "$R/skiff.conf"
