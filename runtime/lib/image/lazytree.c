@@ -394,7 +394,8 @@ int lz_tree_sorted(struct lz_node *d, struct lz_dent **ents, uint32_t *n)
 {
     if (d->nslots && reindex(d, d->nslots) < 0)
         return -1;
-    qsort(d->ents, d->nents, sizeof(*d->ents), cmp_dent);
+    if (d->nents > 1) /* (an empty directory has no array: qsort(NULL) is undefined) */
+        qsort(d->ents, d->nents, sizeof(*d->ents), cmp_dent);
     if (d->nslots && reindex(d, d->nslots) < 0)
         return -1;
     *ents = d->ents;
