@@ -1,5 +1,7 @@
-/* skiff import [-o FILE.sqsh] [-a ARCH] [-f] URI */
+/* skiff import [-o FILE.sqsh] [-a ARCH] [-f] URI
+ * skiff import --system URI: into the site's store (system_cache_path) */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -12,17 +14,27 @@ static void print_warning(void *ctx, const char *msg)
     fprintf(stderr, "skiff: import: warning: %s\n", msg);
 }
 
+/* On a terminal: how far the downloads are, one line rewritten. */
+static void print_progress(void *ctx, const struct skiff_import_progress *p)
+{
+    (void)ctx;
+    char line[160];
+    skiff_import_progress_text(p, line, sizeof(line));
+    fprintf(stderr, "\rskiff: downloading %s\033[K%s", line, p->done >= p->total ? "\n" : "");
+}
+
 int cmd_import(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"output", required_argument, NULL, 'o'},
-        {"arch", required_argument, NULL, 'a'},
-        {"force", no_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"output", required_argument, NULL, 'o'}, {"arch", required_argument, NULL, 'a'},
+        {"force", no_argument, NULL, 'f'},        {"system", no_argument, NULL, 'S'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     const char *output = NULL;
+    bool system = false;
     struct skiff_import_opts o = {.progress = isatty(2) == 1, .warn = print_warning};
+    if (o.progress)
+        o.on_progress = print_progress;
     int c;
     optind = 0; /* glibc: a full restart, whatever a parse before left */
     while ((c = getopt_long(argc, argv, "+o:a:fh", longopts, NULL)) != -1) {
@@ -36,6 +48,9 @@ int cmd_import(int argc, char **argv)
         case 'f':
             o.force = true;
             break;
+        case 'S':
+            system = true;
+            break;
         case 'h':
             cli_usage("import", stdout);
             return 0;
@@ -46,12 +61,22 @@ int cmd_import(int argc, char **argv)
     if (optind != argc - 1)
         return optind == argc ? cli_usage_error("import", "no image URI given")
                               : cli_usage_error("import", "unexpected argument '%s'", argv[optind + 1]);
+    if (system && (output || o.force || o.arch))
+        return cli_usage_error("import", "--system takes no -o, -f or -a: the store keys images as "
+                                         "--container-image looks for them");
     struct skiff_config cfg;
     if (cli_load_config(&cfg) < 0)
         return 1;
     skiff_err err;
     skiff_err_clear(&err);
     char written[4096];
+    if (system) {
+        struct skiff_resolve_opts ro = {.warn = print_warning, .on_progress = o.progress ? print_progress : NULL};
+        if (skiff_image_import_system(&cfg, argv[optind], &ro, written, sizeof(written), &err) < 0)
+            return cli_fail("import", &err);
+        printf("%s\n", written);
+        return 0;
+    }
     if (skiff_image_import(&cfg, argv[optind], output, &o, written, sizeof(written), &err) < 0)
         return cli_fail("import", &err);
     printf("%s\n", written);

@@ -179,6 +179,7 @@ static int use_manifest(struct skiff_import_job *j, json_t *man, blob_fn blob, s
         return skiff_error(err, 0, "manifest without config or layers");
     if (!skiff_ref_valid_digest(cdig))
         return skiff_error(err, 0, "config digest '%s' is not sha256", cdig);
+    snprintf(j->config_digest, sizeof(j->config_digest), "%s", cdig);
     struct skiff_import_layer cl;
     memset(&cl, 0, sizeof(cl));
     if (blob(j, cdig, false, &cl, err) < 0)
