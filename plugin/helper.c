@@ -223,18 +223,25 @@ static int resolve_image(const struct skiff_request *q, char *out, size_t n, ski
     if (q->importer && q->importer[0])
         return run_importer(q, out, n, err);
     /* a little before root's own deadline, so that this process's message
-     * (what it waited for) is the one the user sees */
-    double limit_s = q->import_timeout_s > 4 ? q->import_timeout_s - 2 : q->import_timeout_s;
+     * (what it waited for) is the one the user sees, and this process
+     * removes what it began (root's deadline kills it) */
+    double limit_s = q->import_timeout_s - (q->import_timeout_s >= 8 ? 2 : q->import_timeout_s / 4.0);
+    double deadline_ms = limit_s > 0 ? skiff_now_ms() + limit_s * 1000 : 0;
     struct skiff_resolve_opts o = {.importing = on_importing,
                                    .imported = on_imported,
                                    .waiting = on_waiting,
                                    .on_progress = on_download,
                                    .warn = on_warn,
                                    .progress_every_s = 5,
-                                   .deadline_ms = limit_s > 0 ? skiff_now_ms() + limit_s * 1000 : 0,
+                                   .deadline_ms = deadline_ms,
                                    .keep = keep_named,
                                    .keep_ctx = (void *)(uintptr_t)q};
-    return skiff_image_resolve(&q->cfg, q->image, out, n, &o, err);
+    if (skiff_image_resolve(&q->cfg, q->image, out, n, &o, err) == 0)
+        return 0;
+    if (deadline_ms > 0 && skiff_now_ms() >= deadline_ms - 1000)
+        skiff_err_wrap(err, "the image's import did not end within import_timeout=%d s (plugstack.conf)",
+                       q->import_timeout_s);
+    return -1;
 }
 #endif
 

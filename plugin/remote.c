@@ -733,22 +733,18 @@ int skiff_remote_user_init(spank_t sp)
 /* Progress of an import, live in srun (srun sets SLURMD_DEBUG=1, as pyxis
  * does, so that slurmstepd's info lines reach it). Bounded: a helper that
  * floods records gets a download line every 10 s at most and a few hundred
- * lines in all. An import (or the wait for another node's) moves root's
- * deadline to import_timeout from its start, once; its end gives the rest
- * of the start timeout= again. */
+ * lines in all. An import (or the wait for another node's) sets root's
+ * deadline to import_timeout from its start, once, be it longer or shorter
+ * than timeout=; its end gives the rest of the start timeout= again. */
 static void show_progress(char tag, const char *s, void *ctx)
 {
     struct progress_seen *ps = ctx;
     double now = skiff_now_ms();
     if ((tag == 'I' || tag == 'q') && !ps->importing) {
         ps->importing = true;
-        double until = now + skiff_g.args.import_timeout_s * 1000.0;
-        if (until > *ps->deadline_ms)
-            *ps->deadline_ms = until;
+        *ps->deadline_ms = now + skiff_g.args.import_timeout_s * 1000.0;
     } else if (tag == 'i' && ps->importing) {
-        double until = now + skiff_g.args.timeout_s * 1000.0;
-        if (until < *ps->deadline_ms)
-            *ps->deadline_ms = until;
+        *ps->deadline_ms = now + skiff_g.args.timeout_s * 1000.0;
     }
     if (tag == 'd' && ps->last_dl_ms > 0 && now - ps->last_dl_ms < 10000)
         return;

@@ -260,6 +260,8 @@ static int plan_registry(struct skiff_import_job *j, skiff_err *err)
 {
     if (skiff_registry_open(&j->reg, j->cfg, &j->ref, err) < 0)
         return -1;
+    if (j->o && j->o->deadline_ms > 0)
+        skiff_registry_set_defaults(j->reg, &(struct skiff_fetch_opts){.deadline_ms = j->o->deadline_ms});
     const char *reference = j->ref.digest[0] ? j->ref.digest : j->ref.tag;
     char mt[128], digest[SKIFF_DIGEST_LEN];
     cleanup_free char *body = NULL;
