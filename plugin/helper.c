@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "clock.h"
 #include "container.h"
 #include "fdio.h"
@@ -177,13 +179,99 @@ static void on_imported(void *ctx, const char *uri, unsigned long long bytes, do
     progress_put('i', line);
 }
 
+static void on_download(void *ctx, const struct skiff_import_progress *p)
+{
+    (void)ctx;
+    char line[128];
+    snprintf(line, sizeof(line), "%llu %llu %.0f %u %u", p->done, p->total, p->rate, p->layers_done, p->layers);
+    progress_put('d', line);
+}
+
+static void on_waiting(void *ctx, const char *uri, const char *who, double running_s)
+{
+    (void)ctx;
+    char line[SKIFF_PATH_MAX];
+    snprintf(line, sizeof(line), "%.0f\t%s\t%s", running_s, who, uri);
+    progress_put('q', line);
+}
+
+static void on_warn(void *ctx, const char *msg)
+{
+    (void)ctx;
+    progress_put('r', msg);
+}
+
+/* Named containers keep the path of their image: pruning the cache
+ * (cache_max_size) leaves those images alone. */
+struct named_images {
+    const char *path;
+    bool found;
+};
+
+static void named_uses(const char *name, const char *image, void *arg)
+{
+    (void)name;
+    struct named_images *ni = arg;
+    ni->found |= image && !strcmp(image, ni->path);
+}
+
+static bool keep_named(void *ctx, const char *path)
+{
+    const struct skiff_request *q = ctx;
+    struct named_images ni = {.path = path};
+    skiff_err ignore;
+    return skiff_named_list(&q->cfg, named_uses, &ni, &ignore) == 0 && ni.found;
+}
+
 static int resolve_image(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
 {
-    static const struct skiff_resolve_progress progress = {.importing = on_importing, .imported = on_imported};
-    return q->importer && q->importer[0] ? run_importer(q, out, n, err)
-                                         : skiff_image_resolve(&q->cfg, q->image, out, n, &progress, err);
+    if (q->importer && q->importer[0])
+        return run_importer(q, out, n, err);
+    /* a little before root's own deadline, so that this process's message
+     * (what it waited for) is the one the user sees, and this process
+     * removes what it began (root's deadline kills it) */
+    double limit_s = q->import_timeout_s - (q->import_timeout_s >= 8 ? 2 : q->import_timeout_s / 4.0);
+    double deadline_ms = limit_s > 0 ? skiff_now_ms() + limit_s * 1000 : 0;
+    struct skiff_resolve_opts o = {.importing = on_importing,
+                                   .imported = on_imported,
+                                   .waiting = on_waiting,
+                                   .on_progress = on_download,
+                                   .warn = on_warn,
+                                   .progress_every_s = 5,
+                                   .deadline_ms = deadline_ms,
+                                   .keep = keep_named,
+                                   .keep_ctx = (void *)(uintptr_t)q};
+    if (skiff_image_resolve(&q->cfg, q->image, out, n, &o, err) == 0)
+        return 0;
+    if (deadline_ms > 0 && skiff_now_ms() >= deadline_ms - 1000)
+        skiff_err_wrap(err, "the image's import did not end within import_timeout=%d s (plugstack.conf)",
+                       q->import_timeout_s);
+    return -1;
 }
 #endif
+
+/* The shared lock on a cached image that this step uses, held until the
+ * helper exits with the step: pruning the cache never removes it. */
+static int image_hold = -1;
+
+/* An image reference resolved through the caches, then held; resolved
+ * again if a prune removed it before the hold (skiff_cache_hold). */
+static int resolve_held(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
+{
+    for (int tries = 0;; tries++) {
+        if (resolve_image(q, out, n, err) < 0)
+            return -1;
+        if (q->importer && q->importer[0])
+            return 0; /* pyxis's importer contract: its file, not the cache's */
+        int fd = skiff_cache_hold(out, err);
+        if (fd >= 0) {
+            image_hold = fd;
+            return 0;
+        }
+        if (err->code != ENOENT || tries == 2)
+            return -1;
+    }
+}
 
 /* The image to start, or "" for an existing named container. */
 static int prepare(const struct skiff_request *q, char *image, size_t n, skiff_err *err)
@@ -209,7 +297,7 @@ static int prepare(const struct skiff_request *q, char *image, size_t n, skiff_e
     /* a squashfs path needs no importer: checked here, without an exec */
     int rc = !(q->importer && q->importer[0]) && skiff_ref_classify(q->image) == SKIFF_ARG_PATH
                  ? skiff_squash_resolve_path(q->image, image, n, err)
-                 : resolve_image(q, image, n, err);
+                 : resolve_held(q, image, n, err);
     if (rc < 0)
         return -1;
     if (q->named && skiff_named_create(&q->cfg, q->named, image, true, err) < 0)

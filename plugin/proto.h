@@ -18,9 +18,12 @@
  *   'l' K=V         the job's LANG and LC_* (a locale the image lacks falls back)
  * Reply records, in this order:
  *   progress, while an import runs (start and resolve), before 'S':
- *            'I' URI (importing), 'i' "BYTES MS URI" (imported);
+ *            'I' URI (importing), 'i' "BYTES MS URI" (imported),
+ *            'd' "DONE TOTAL RATE LAYERS_DONE LAYERS" (its downloads, bytes and
+ *            bytes/s), 'r' a download retried (one line), 'q' "SECONDS\tWHO\tURI"
+ *            (waiting for WHO's import of the same image, running that long);
  *            'L' "FETCHED TOTAL URI": a lazy image started, FETCHED of its
- *            TOTAL compressed bytes there on this node
+ *            TOTAL compressed bytes there on this node (after the start)
  *   'S' "0" or "-1"
  *   failure: 'p' phase (config, import, mount, hook, save), 'n' errno, 'e' message
  *   start:   'T' "RESOLVE_MS START_MS", then the container as libskiff
@@ -70,12 +73,13 @@
 #define SKIFF_REQ_REMAP_ROOT "remap_root"
 #define SKIFF_REQ_MOUNT_HOME "mount_home"
 #define SKIFF_REQ_ENTRYPOINT "entrypoint"
-#define SKIFF_REQ_UNSHARE "unshare"     /* CLONE_NEW* flags, decimal */
-#define SKIFF_REQ_COMMAND "command"     /* the step's argv[0], warmed */
-#define SKIFF_REQ_STATE_KEY "state_key" /* NODE.JOB.STEP */
-#define SKIFF_REQ_SAVE "save"           /* --container-save's absolute path */
-#define SKIFF_REQ_SUFFIX "suffix"       /* sweep: remove named containers ending in it */
-#define SKIFF_REQ_TIMEOUT "timeout"     /* root's deadline for the helper, seconds */
+#define SKIFF_REQ_UNSHARE "unshare"               /* CLONE_NEW* flags, decimal */
+#define SKIFF_REQ_COMMAND "command"               /* the step's argv[0], warmed */
+#define SKIFF_REQ_STATE_KEY "state_key"           /* NODE.JOB.STEP */
+#define SKIFF_REQ_SAVE "save"                     /* --container-save's absolute path */
+#define SKIFF_REQ_SUFFIX "suffix"                 /* sweep: remove named containers ending in it */
+#define SKIFF_REQ_TIMEOUT "timeout"               /* root's deadline for the helper, seconds */
+#define SKIFF_REQ_IMPORT_TIMEOUT "import_timeout" /* ... and for an import, seconds */
 
 #define SKIFF_PHASE_MAX 16
 #define SKIFF_NOTICE_MAX 512
@@ -89,7 +93,8 @@ struct skiff_request {
         *suffix;
     bool temp, writable, remap_root, mount_home, entrypoint;
     int unshare;
-    int timeout_s; /* root's deadline for the helper (0: not given) */
+    int timeout_s;        /* root's deadline for the helper (0: not given) */
+    int import_timeout_s; /* the import's (0: not given) */
     const char *mounts[SKIFF_REQUEST_LIST_MAX + 1];
     size_t nmounts;
     const char *hook_env[SKIFF_REQUEST_LIST_MAX + 1];
@@ -122,8 +127,14 @@ struct skiff_reply {
 int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_err *err);
 void skiff_reply_free(struct skiff_reply *r);
 
-/* The line root shows for a progress record ('I' or 'i', see above), made
- * sanitised and bounded: "importing URI …" / "imported URI (N MB, T s)".
+/* Whether tag is a progress record (see above). */
+bool skiff_progress_tag(char tag);
+
+/* The line root shows for a progress record (see above), made sanitised
+ * and bounded: "importing URI …", "imported URI (N MB, T s)",
+ * "downloading 1.2 of 5.0 GB (2 of 9 layers), 180.0 MB/s, 18 s left",
+ * "waiting for the import of URI by WHO (running for N s)", a retry's line,
+ * "lazy start of URI: fetched X of Y MB (the rest as it is read)".
  * 0 with the line in out, -1 for any other record or a malformed one. */
 int skiff_progress_line(char tag, const char *s, char *out, size_t n);
 

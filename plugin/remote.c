@@ -473,6 +473,9 @@ static int request_start(struct skiff_recbuf *b, skiff_err *err)
     snprintf(num, sizeof(num), "%d", skiff_g.args.timeout_s);
     if (req_opt(b, SKIFF_REQ_TIMEOUT, num, err) < 0)
         return -1;
+    snprintf(num, sizeof(num), "%d", skiff_g.args.import_timeout_s);
+    if (req_opt(b, SKIFF_REQ_IMPORT_TIMEOUT, num, err) < 0)
+        return -1;
     /* mounts: relative sources against the step's working directory */
     for (size_t i = 0; i < o->nmounts; i++) {
         const char *m = o->mounts[i];
@@ -631,6 +634,14 @@ static void take_reply(struct skiff_reply *r)
     skiff_g.t_start_ms = r->t_start_ms;
 }
 
+/* What root saw of an import while it waited for the helper's answer. */
+struct progress_seen {
+    int shown;           /* lines shown */
+    double last_dl_ms;   /* when a download line was last shown */
+    double *deadline_ms; /* root's deadline for the answer, moved by an import */
+    bool importing;      /* an import (or the wait for another's) began */
+};
+
 static void show_progress(char tag, const char *s, void *ctx);
 
 int skiff_remote_user_init(spank_t sp)
@@ -651,14 +662,20 @@ int skiff_remote_user_init(spank_t sp)
         skiff_error(&err, 0, "the container helper was not started");
         return fail("mount", &err);
     }
-    /* one deadline for all of user_init, a second helper included */
+    /* one deadline for all of user_init, a second helper included; an
+     * import moves it (show_progress) */
     double deadline = t0 + skiff_g.args.timeout_s * 1000.0;
     int mnt;
     for (;;) {
         struct skiff_reply r;
-        int shown = 0;
-        int rc = skiff_helper_reply(&starter, deadline, skiff_g.args.timeout_s, show_progress, &shown, &r, &err);
+        struct progress_seen seen = {.deadline_ms = &deadline};
+        int rc = skiff_helper_reply(&starter, &deadline, skiff_g.args.timeout_s, show_progress, &seen, &r, &err);
         skiff_g.t_wait_ms = skiff_now_ms() - t0;
+        if (rc < 0 && err.code == ETIMEDOUT && seen.importing)
+            skiff_error(&err, ETIMEDOUT,
+                        "the image's import did not end within import_timeout=%d s (plugstack.conf; the rest of "
+                        "the start has timeout=%d s)",
+                        skiff_g.args.import_timeout_s, skiff_g.args.timeout_s);
         if (rc < 0) {
             skiff_reply_free(&r);
             /* no answer in time, or none root takes: it is killed now, not
@@ -715,13 +732,27 @@ int skiff_remote_user_init(spank_t sp)
 
 /* Progress of an import, live in srun (srun sets SLURMD_DEBUG=1, as pyxis
  * does, so that slurmstepd's info lines reach it). Bounded: a helper that
- * floods records gets a few lines shown, no more. */
+ * floods records gets a download line every 10 s at most and a few hundred
+ * lines in all. An import (or the wait for another node's) sets root's
+ * deadline to import_timeout from its start, once, be it longer or shorter
+ * than timeout=; its end gives the rest of the start timeout= again. */
 static void show_progress(char tag, const char *s, void *ctx)
 {
-    int *shown = ctx;
+    struct progress_seen *ps = ctx;
+    double now = skiff_now_ms();
+    if ((tag == 'I' || tag == 'q') && !ps->importing) {
+        ps->importing = true;
+        *ps->deadline_ms = now + skiff_g.args.import_timeout_s * 1000.0;
+    } else if (tag == 'i' && ps->importing) {
+        *ps->deadline_ms = now + skiff_g.args.timeout_s * 1000.0;
+    }
+    if (tag == 'd' && ps->last_dl_ms > 0 && now - ps->last_dl_ms < 10000)
+        return;
     char line[400];
-    if (*shown < 4 && skiff_progress_line(tag, s, line, sizeof(line)) == 0) {
-        (*shown)++;
+    if (ps->shown < 400 && skiff_progress_line(tag, s, line, sizeof(line)) == 0) {
+        ps->shown++;
+        if (tag == 'd')
+            ps->last_dl_ms = now;
         skiff_log_info("skiff: %s", line);
     }
 }

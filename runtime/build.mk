@@ -94,6 +94,17 @@ $(LAZY_SERVE): $(BUILD)/tests/integration/lazy-serve.o $(LIBSKIFF) $(LIBSKIFFCOM
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
 TEST_PROGRAMS += $(LAZY_SERVE)
 INTEGRATION_TESTS += tests/integration/runtime-lazy.sh
+# Images at cluster scale (issue 26): registry requests, failures of real
+# networks (tests/integration/lib/fakereg.py), the cache's lifecycle, the
+# site's store; and a program that holds an image as a running container
+# does (64 of them at once).
+INTEGRATION_TESTS += tests/integration/image-scale.sh
+IMAGE_HOLDER := $(BUILD)/tests/image-holder
+$(BUILD)/tests/integration/image-holder.o: PART_CFLAGS := $(RUNTIME_PART_CFLAGS)
+$(IMAGE_HOLDER): $(BUILD)/tests/integration/image-holder.o $(LIBSKIFF) $(LIBSKIFFCOMMON)
+	@mkdir -p $(@D)
+	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
+TEST_PROGRAMS += $(IMAGE_HOLDER)
 BENCHES += tests/bench/start.sh
 BENCHES += tests/bench/lazy.sh
 MAN1 += doc/man/skiff.1 doc/man/skiff-import.1

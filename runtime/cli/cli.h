@@ -20,6 +20,7 @@ int cmd_remove(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_exec(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 struct skiff_container;
 /* start.c: runs user_argv in the container whose namespaces join_pid

@@ -1,6 +1,8 @@
-/* skiff import [-o FILE.sqsh] [-a ARCH] [-f] [--lazy] URI */
+/* skiff import [-o FILE.sqsh] [-a ARCH] [-f] [--lazy] URI
+ * skiff import --system URI: into the site's store (system_cache_path) */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -55,16 +57,31 @@ static int import_lazy(const struct skiff_config *cfg, const char *uri, const ch
     return 0;
 }
 
+/* On a terminal: how far the downloads are, one line rewritten. */
+static void print_progress(void *ctx, const struct skiff_import_progress *p)
+{
+    (void)ctx;
+    char line[160];
+    skiff_import_progress_text(p, line, sizeof(line));
+    fprintf(stderr, "\rskiff: downloading %s\033[K%s", line, p->done >= p->total ? "\n" : "");
+}
+
 int cmd_import(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"output", required_argument, NULL, 'o'}, {"arch", required_argument, NULL, 'a'},
-        {"force", no_argument, NULL, 'f'},        {"lazy", no_argument, NULL, 'L'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"output", required_argument, NULL, 'o'},
+        {"arch", required_argument, NULL, 'a'},
+        {"force", no_argument, NULL, 'f'},
+        {"lazy", no_argument, NULL, 'L'},
+        {"system", no_argument, NULL, 'S'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *output = NULL;
-    bool lazy = false;
+    bool lazy = false, system = false;
     struct skiff_import_opts o = {.progress = isatty(2) == 1, .warn = print_warning};
+    if (o.progress)
+        o.on_progress = print_progress;
     int c;
     optind = 0; /* glibc: a full restart, whatever a parse before left */
     while ((c = getopt_long(argc, argv, "+o:a:fh", longopts, NULL)) != -1) {
@@ -81,6 +98,9 @@ int cmd_import(int argc, char **argv)
         case 'L':
             lazy = true;
             break;
+        case 'S':
+            system = true;
+            break;
         case 'h':
             cli_usage("import", stdout);
             return 0;
@@ -91,6 +111,11 @@ int cmd_import(int argc, char **argv)
     if (optind != argc - 1)
         return optind == argc ? cli_usage_error("import", "no image URI given")
                               : cli_usage_error("import", "unexpected argument '%s'", argv[optind + 1]);
+    if (system && lazy)
+        return cli_usage_error("import", "--system and --lazy do not go together: the store holds squashfs images");
+    if (system && (output || o.force || o.arch))
+        return cli_usage_error("import", "--system takes no -o, -f or -a: the store keys images as "
+                                         "--container-image looks for them");
     struct skiff_config cfg;
     if (cli_load_config(&cfg) < 0)
         return 1;
@@ -99,6 +124,13 @@ int cmd_import(int argc, char **argv)
     if (lazy)
         return import_lazy(&cfg, argv[optind], output, &o);
     char written[4096];
+    if (system) {
+        struct skiff_resolve_opts ro = {.warn = print_warning, .on_progress = o.progress ? print_progress : NULL};
+        if (skiff_image_import_system(&cfg, argv[optind], &ro, written, sizeof(written), &err) < 0)
+            return cli_fail("import", &err);
+        printf("%s\n", written);
+        return 0;
+    }
     if (skiff_image_import(&cfg, argv[optind], output, &o, written, sizeof(written), &err) < 0)
         return cli_fail("import", &err);
     printf("%s\n", written);

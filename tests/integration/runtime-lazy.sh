@@ -271,12 +271,12 @@ if fake_start "$P2" --corrupt-ranges; then
       || t_fail "corrupt bytes from the registry never reach a task" "$out"; }
 fi
 P3=$(registry_free_port)
-if fake_start "$P3" --bearer "http://127.0.0.1:$P3/token" --token-ttl 1 --delay 0.3; then
+if fake_start "$P3" --bearer "http://127.0.0.1:$P3/token" --token-uses 3; then
   rm -rf "$R/cache/images" "$R/cache/lazy-data"
   D=$("$SKIFF" resolve "docker://127.0.0.1:$P3/lazy/longnames:1" 2>"$R/err")
   got=$("$SERVE" "$D" "$R/mnt" sh -c "cat $R/mnt/random-10m $R/mnt/text-70m | sha256sum" 2>"$R/err2")
   exp=$("$SERVE" "$H/longnames.sqsh" "$H/mnt" sh -c "cat $H/mnt/random-10m $H/mnt/text-70m | sha256sum")
-  ntok=$(grep -c '"path": "/token' "$W/fake-$P3.log")
+  ntok=$(grep -c '"event": "begin", "method": "GET", "path": "/token' "$W/fake-$P3.log")
   [ "$got" = "$exp" ] && [ "$ntok" -ge 3 ] && t_pass "a token that expires mid-run is renewed ($ntok tokens)" \
     || t_fail "a token that expires mid-run is renewed" "$(cat "$R/err" "$R/err2")"
 fi

@@ -239,7 +239,7 @@ static int fetch_range(struct skiff_registry *r, struct range *rg, const struct 
     for (int k = 0; k < r->nep; k++) {
         int i = (r->cur + k) % r->nep;
         struct retry rt;
-        skiff_retry_init(&rt, r->cfg, o);
+        skiff_retry_init(&rt, r->cfg, o ? o : &r->defaults);
         int rc = range_from_endpoint(r, &r->ep[i], rg, &rt, err);
         tries += rt.attempt + 1;
         if (rc == 0)

@@ -48,16 +48,16 @@ struct skiff_lazy_build_opts {
 int skiff_lazy_build(const struct skiff_config *cfg, const char *uri, const char *out_dir,
                      const struct skiff_lazy_build_opts *o, skiff_err *err);
 
-struct skiff_resolve_progress;
+struct skiff_resolve_opts;
 
-/* skiff_image_resolve's part (image.c), under its lock for the image's
+/* skiff_image_resolve's part (resolve.c), under its import lock for the image's
  * key, when no squashfs of it is cached: per image_mode, the lazy image
  * IMAGES/KEY.lazy of a registry image (made if missing; full import when
  * it cannot be one, or when image_mode=auto and it is smaller than
  * lazy_min_size). 1 with its path in out, 0 to import in full, -1 on
  * an error. */
 int skiff_lazy_resolve(const struct skiff_config *cfg, const char *uri, const char *images, const char *key, char *out,
-                       size_t n, const struct skiff_resolve_progress *progress, skiff_err *err);
+                       size_t n, const struct skiff_resolve_opts *o, skiff_err *err);
 
 /* ---- serving (the FUSE server, fs/, and the fetcher) ---- */
 

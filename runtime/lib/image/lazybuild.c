@@ -391,7 +391,7 @@ static unsigned long long dir_bytes(const char *dir)
 }
 
 int skiff_lazy_resolve(const struct skiff_config *cfg, const char *uri, const char *images, const char *key, char *out,
-                       size_t n, const struct skiff_resolve_progress *progress, skiff_err *err)
+                       size_t n, const struct skiff_resolve_opts *progress, skiff_err *err)
 {
     if (!strcmp(cfg->image_mode, "full") || strncmp(uri, "docker://", 9) != 0)
         return 0;

@@ -101,7 +101,7 @@ static int manifest_request(struct skiff_registry *r, struct endpoint *e, const 
                             const struct skiff_fetch_opts *o, struct sink *s, struct http_resp *resp, skiff_err *err)
 {
     struct retry rt;
-    skiff_retry_init(&rt, r->cfg, o);
+    skiff_retry_init(&rt, r->cfg, o ? o : &r->defaults);
     for (;;) {
         struct http_req q = {.accept = accept_manifests, .head = head};
         skiff_retry_req(&rt, &q);
@@ -212,6 +212,11 @@ int skiff_registry_manifest_digest(struct skiff_registry *r, const char *referen
         return 1;
     }
     return -1;
+}
+
+void skiff_registry_set_defaults(struct skiff_registry *r, const struct skiff_fetch_opts *o)
+{
+    r->defaults = o ? *o : (struct skiff_fetch_opts){0};
 }
 
 int skiff_registry_dup(struct skiff_registry **out, const struct skiff_registry *r, skiff_err *err)

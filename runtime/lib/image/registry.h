@@ -62,6 +62,12 @@ struct skiff_fetch_opts {
  * used by one thread at a time. */
 int skiff_registry_dup(struct skiff_registry **out, const struct skiff_registry *r, skiff_err *err);
 
+/* What the requests that take no struct skiff_fetch_opts of their own (the
+ * manifest's GET, skiff_registry_blob) and those given NULL use from now on:
+ * an import's deadline bounds its manifest and image config too. A dup'ed
+ * handle starts with its original's. */
+void skiff_registry_set_defaults(struct skiff_registry *r, const struct skiff_fetch_opts *o);
+
 /* GETs the manifest named by reference (a tag or a digest) of the ref's
  * repository. *body is malloc'd (NUL-terminated); media_type is the
  * Content-Type; digest is the sha256 of the body, checked against reference

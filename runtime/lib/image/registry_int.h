@@ -48,7 +48,8 @@ struct skiff_registry {
     CURL *curl;
     struct endpoint ep[2];
     int nep;
-    int cur; /* endpoint that served the manifest */
+    int cur;                          /* endpoint that served the manifest */
+    struct skiff_fetch_opts defaults; /* for requests given no options (skiff_registry_set_defaults) */
     char challenge[1024];
 };
 

@@ -231,6 +231,29 @@ int skiff_squash_check(const char *image, skiff_err *err)
     return 0;
 }
 
+int skiff_squash_check_fd(int fd, const char *name, skiff_err *err)
+{
+    unsigned char sb[96];
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return skiff_error(err, errno, "%s", name);
+    if (pread(fd, sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) || memcmp(sb, "hsqs", 4) != 0)
+        return skiff_error(err, 0, "%s is not a squashfs image", name);
+    /* little-endian fields of the superblock (squashfs 4.0) */
+    unsigned block_size = (unsigned)sb[12] | (unsigned)sb[13] << 8 | (unsigned)sb[14] << 16 | (unsigned)sb[15] << 24;
+    unsigned major = (unsigned)sb[28] | (unsigned)sb[29] << 8;
+    unsigned long long used = 0;
+    for (int i = 7; i >= 0; i--)
+        used = used << 8 | sb[40 + i];
+    if (major != 4 || block_size < 4096 || block_size > (1u << 20) || (block_size & (block_size - 1)))
+        return skiff_error(err, 0, "%s: not a squashfs 4.0 superblock (version %u, block size %u)", name, major,
+                           block_size);
+    if (used > (unsigned long long)st.st_size)
+        return skiff_error(err, 0, "%s is cut short: %llu bytes of the %llu its superblock says it uses", name,
+                           (unsigned long long)st.st_size, used);
+    return 0;
+}
+
 /* The fallback when FUSE is unusable: unsquashfs from squashfs-tools, as
  * mksquashfs builds the image (see above). */
 int skiff_squash_extract(const char *image, const char *dir, skiff_err *err)

@@ -366,6 +366,24 @@ Test(download, the_deadline_bounds_the_pauses)
     cr_assert(strstr(err.msg, "deadline"), "%s", err.msg);
 }
 
+Test(download, the_handles_defaults_bound_a_request_without_options)
+{
+    /* an import's manifest and image config take no options of their own:
+     * its deadline reaches them through the handle */
+    start(F_503, 1000, 0);
+    skiff_registry_set_defaults(reg, &(struct skiff_fetch_opts){.retries = 50, .deadline_ms = skiff_now_ms() + 1500});
+    char p[] = "/tmp/skiff-test-dl.XXXXXX";
+    int fd = mkstemp(p);
+    cr_assert(fd >= 0);
+    unlink(p);
+    skiff_err err;
+    double t0 = skiff_now_ms();
+    cr_assert_eq(skiff_registry_blob(reg, srv.digest, fd, &err), -1);
+    close(fd);
+    cr_assert_lt(skiff_now_ms() - t0, 1600, "ran past the deadline");
+    cr_assert(strstr(err.msg, "deadline"), "%s", err.msg);
+}
+
 Test(download, wrong_bytes_are_a_digest_mismatch)
 {
     start(F_WRONG, 0, 0);
