@@ -263,6 +263,8 @@ static int resolve_held(const struct skiff_request *q, char *out, size_t n, skif
             return -1;
         if (q->importer && q->importer[0])
             return 0; /* pyxis's importer contract: its file, not the cache's */
+        if (skiff_lazy_is_image(out))
+            return 0; /* a lazy image (a directory): the cache's pruning leaves those alone */
         int fd = skiff_cache_hold(out, err);
         if (fd >= 0) {
             image_hold = fd;
