@@ -311,16 +311,24 @@ uint32_t skiff_lazy_nspans(const struct lz_image *im)
     return im->nspans;
 }
 
-const struct lz_span *lz_image_span(const struct lz_image *im, uint32_t g, uint32_t *layer)
+/* The last layer whose first span (by_span) or first data file byte is at
+ * or before v: the layers are in order of both. */
+static uint32_t layer_of(const struct lz_image *im, uint64_t v, bool by_span)
 {
     uint32_t lo = 0, hi = im->nlayers;
     while (hi - lo > 1) {
         uint32_t mid = (lo + hi) / 2;
-        if (im->layers[mid].span0 <= g)
+        if ((by_span ? im->layers[mid].span0 : im->layers[mid].base) <= v)
             lo = mid;
         else
             hi = mid;
     }
+    return lo;
+}
+
+const struct lz_span *lz_image_span(const struct lz_image *im, uint32_t g, uint32_t *layer)
+{
+    uint32_t lo = layer_of(im, g, true);
     if (layer)
         *layer = lo;
     return &im->layers[lo].ix.spans[g - im->layers[lo].span0];
@@ -330,15 +338,7 @@ int64_t skiff_lazy_span_at(const struct lz_image *im, uint64_t off)
 {
     if (im->nlayers == 0 || off < im->layers[0].base)
         return -1;
-    uint32_t lo = 0, hi = im->nlayers;
-    while (hi - lo > 1) {
-        uint32_t mid = (lo + hi) / 2;
-        if (im->layers[mid].base <= off)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    const struct lz_layer *l = &im->layers[lo];
+    const struct lz_layer *l = &im->layers[layer_of(im, off, false)];
     uint64_t u = off - l->base;
     if (u >= l->ix.usize)
         return -1; /* alignment padding: nothing reads it */
