@@ -105,6 +105,5 @@ $(IMAGE_HOLDER): $(BUILD)/tests/integration/image-holder.o $(LIBSKIFF) $(LIBSKIF
 	@mkdir -p $(@D)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
 TEST_PROGRAMS += $(IMAGE_HOLDER)
-BENCHES += tests/bench/start.sh
-BENCHES += tests/bench/lazy.sh
+BENCHES += tests/bench/start.sh tests/bench/scale.sh tests/bench/lazy.sh
 MAN1 += doc/man/skiff.1 doc/man/skiff-import.1

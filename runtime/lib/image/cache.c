@@ -113,7 +113,7 @@ int skiff_cache_import_lock(const char *path, const struct skiff_cache_wait *w, 
     if (fd < 0)
         return skiff_error(err, errno, "open lock %s", path);
     bool told = false;
-    double pause_ms = 20;
+    double pause_ms = 20, t0 = skiff_now_ms();
     while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
         if (errno == EINTR)
             continue;
@@ -140,8 +140,11 @@ int skiff_cache_import_lock(const char *path, const struct skiff_cache_wait *w, 
         }
         struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)(pause_ms * 1e6)};
         nanosleep(&ts, NULL);
-        if (pause_ms < 500)
-            pause_ms *= 1.5;
+        /* a tenth of the wait so far (20 ms to 0.5 s): a waiter starts at
+         * most ~10 % later than the import ends, and asks a shared
+         * filesystem's lock server a few times a second at most */
+        pause_ms = (skiff_now_ms() - t0) / 10;
+        pause_ms = pause_ms < 20 ? 20 : pause_ms > 500 ? 500 : pause_ms;
     }
     char host[128] = "?", line[256];
     gethostname(host, sizeof(host) - 1);
