@@ -196,28 +196,6 @@ static void on_warn(void *ctx, const char *msg)
     progress_put('r', msg);
 }
 
-/* Named containers keep the path of their image: pruning the cache
- * (cache_max_size) leaves those images alone. */
-struct named_images {
-    const char *path;
-    bool found;
-};
-
-static void named_uses(const char *name, const char *image, void *arg)
-{
-    (void)name;
-    struct named_images *ni = arg;
-    ni->found |= image && !strcmp(image, ni->path);
-}
-
-static bool keep_named(void *ctx, const char *path)
-{
-    const struct skiff_request *q = ctx;
-    struct named_images ni = {.path = path};
-    skiff_err ignore;
-    return skiff_named_list(&q->cfg, named_uses, &ni, &ignore) == 0 && ni.found;
-}
-
 static int resolve_image(const struct skiff_request *q, char *out, size_t n, skiff_err *err)
 {
     if (q->importer && q->importer[0])
@@ -234,8 +212,8 @@ static int resolve_image(const struct skiff_request *q, char *out, size_t n, ski
                                    .warn = on_warn,
                                    .progress_every_s = 5,
                                    .deadline_ms = deadline_ms,
-                                   .keep = keep_named,
-                                   .keep_ctx = (void *)(uintptr_t)q};
+                                   .keep = skiff_named_keeps_image,
+                                   .keep_ctx = (void *)(uintptr_t)&q->cfg};
     if (skiff_image_resolve(&q->cfg, q->image, out, n, &o, err) == 0)
         return 0;
     if (deadline_ms > 0 && skiff_now_ms() >= deadline_ms - 1000)
