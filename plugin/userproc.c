@@ -125,7 +125,7 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
     pid_t parent = getpid();
     /* Signals stay blocked across the fork, until the child has set its
      * dispositions: Slurm's step signals (SIGTERM at the job's end, scancel
-     * --signal) are ignored from the first instruction on (helper.c says
+     * --signal) are ignored from the first instruction on (helper/helper.c says
      * why), everything else is back to its default. */
     sigset_t all, old;
     sigfillset(&all);
@@ -200,7 +200,8 @@ int skiff_helper_reply(struct skiff_helper_proc *hp, const double *deadline_ms, 
     const double *dl = until > now ? deadline_ms : &(double){now + 1};
     /* (rep stays open until skiff_helper_finish: a start helper's word
      * after its answer, skiff_helper_joined) */
-    int rc = skiff_rec_read_fd_until(hp->rep, SKIFF_REPLY_MAX, dl, 'Z', seen, ctx, &data, &len, &timed_out, err);
+    int rc =
+        skiff_rec_read_fd_until(hp->rep, SKIFF_REPLY_MAX, dl, SKIFF_REPLY_END, seen, ctx, &data, &len, &timed_out, err);
     if (rc < 0) {
         if (timed_out)
             return skiff_error(err, ETIMEDOUT,
@@ -235,7 +236,7 @@ bool skiff_helper_joined(struct skiff_helper_proc *hp, int timeout_ms)
     while ((r = poll(&p, 1, (int)(end - skiff_now_ms() > 0 ? end - skiff_now_ms() : 0))) < 0 && errno == EINTR)
         ;
     char ch = 0;
-    return r == 1 && (p.revents & POLLIN) && read(hp->rep, &ch, 1) == 1 && ch == 'w';
+    return r == 1 && (p.revents & POLLIN) && read(hp->rep, &ch, 1) == 1 && ch == SKIFF_REPLY_WAIT;
 }
 
 /* ---- waiting for a child, always bounded ------------------------------------ */

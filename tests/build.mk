@@ -40,11 +40,11 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-om
 FUZZ_INC := -Icommon $(RUNTIME_INC) -Ihooks/lib -Iplugin -Itrainer
 FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -DSKIFF_VERSION='"$(VERSION)"' $(WARN) -Wno-unknown-pragmas -Wno-string-plus-int \
                $(FUZZ_INC) $(RUNTIME_CFLAGS) $(FUZZ_SAN)
-# (trainer/train.c calls OpenMP's runtime, which the fuzzers do not link;
-# nothing they reach needs it)
+# (trainer/cpu_device.c calls OpenMP's runtime, which the fuzzers do not
+# link; nothing they reach needs it)
 FUZZ_LIB_SRC := $(wildcard common/*.c) $(RUNTIME_LIB_SRC) $(HOOKS_LIB_SRC) \
                 plugin/options.c plugin/args.c plugin/proto.c \
-                $(filter-out trainer/train.c,$(TRAINER_SRC))
+                $(filter-out trainer/cpu_device.c,$(TRAINER_SRC))
 FUZZ_OBJ_DIR := $(BUILD)/fuzz/obj
 LIBSKIFF_FUZZ := $(BUILD)/fuzz/libskiff_fuzz.a
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))

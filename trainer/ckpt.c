@@ -13,7 +13,7 @@
 #include "atomicfile.h"
 #include "fdio.h"
 #include "llmc.h"
-#include "train.h"
+#include "ckpt.h"
 
 #define CKPT_MAGIC "SKIFFCK1"
 #define CKPT_VERSION 1

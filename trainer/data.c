@@ -12,7 +12,7 @@
 
 #include "atomicfile.h"
 #include "fdio.h"
-#include "train.h"
+#include "data.h"
 
 struct data_shard {
     char *path;

@@ -9,17 +9,15 @@
 #include "error.h"
 #include "tools.h"
 #include "train.h"
-#ifdef SKIFF_HAVE_CUDA
-#include "cuda/cuda_train.h"
-#endif
 
 static int cmd_train(int argc, char **argv, skiff_err *err)
 {
     struct train_opts o;
     if (train_opts_parse(argc, argv, &o, err) < 0) return 2;
+    const struct train_device_ops *device = &train_cpu_device;
     if (o.device == TRAIN_DEVICE_CUDA) {
 #ifdef SKIFF_HAVE_CUDA
-        return cuda_train(&o, err) < 0 ? 1 : 0;
+        device = &train_cuda_device;
 #else
         skiff_error(err, 0,
                     "--device cuda: this skiff-train was built without CUDA (nvcc was not "
@@ -27,7 +25,7 @@ static int cmd_train(int argc, char **argv, skiff_err *err)
         return 2;
 #endif
     }
-    return train_cpu(&o, err) < 0 ? 1 : 0;
+    return train_run(&o, device, err) < 0 ? 1 : 0;
 }
 
 static const struct verb {

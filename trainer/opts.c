@@ -1,4 +1,4 @@
-/* `skiff-train train` options, the LR schedule, env:// setup and logging. */
+/* `skiff-train train` options: parsing and checking them, nothing else. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "llmc.h"
-#include "train.h"
+#include "opts.h"
 
 void train_opts_defaults(struct train_opts *o)
 {
@@ -269,104 +269,4 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
         return skiff_error(err, 0, "--precision %s: the CPU path trains in fp32 only", o->precision);
     if (o->warmup < 0) o->warmup = o->steps / 10;
     return 0;
-}
-
-float train_lr(const struct train_opts *o, int step)
-{
-    if (step < o->warmup) return o->lr * (float)(step + 1) / (float)o->warmup;
-    float lo = o->lr * o->lr_min_frac;
-    if (o->steps <= o->warmup) return o->lr;
-    double r = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
-    if (r > 1) r = 1;
-    double coeff = 0.5 * (1.0 + cos(M_PI * r));
-    return (float)(lo + coeff * (o->lr - lo));
-}
-
-/* ---- env:// --------------------------------------------------------------- */
-
-static int env_int(const char *name, int lo, int *out, skiff_err *err)
-{
-    const char *s = getenv(name);
-    if (!s || !*s) return 0;
-    if (train_parse_int(name, s, lo, out, err) < 0) return -1;
-    return 1;
-}
-
-int train_dist_init(struct train_dist *d, int timeout_ms, skiff_err *err)
-{
-    memset(d, 0, sizeof *d);
-    d->world = 1;
-    int hr = env_int("RANK", 0, &d->rank, err);
-    if (hr < 0) return -1;
-    int hw = env_int("WORLD_SIZE", 1, &d->world, err);
-    if (hw < 0) return -1;
-    if (env_int("LOCAL_RANK", 0, &d->local_rank, err) < 0) return -1;
-    if (!hr && !hw) return 0; /* one process */
-    if (!hr || !hw)
-        return skiff_error(err, 0,
-                           "env://: %s is set but %s is not; set both (or neither for "
-                           "one process)",
-                           hr ? "RANK" : "WORLD_SIZE", hr ? "WORLD_SIZE" : "RANK");
-    if (d->rank >= d->world) return skiff_error(err, 0, "env://: RANK=%d must be < WORLD_SIZE=%d", d->rank, d->world);
-    if (d->world == 1) return 0;
-    const char *a = getenv("MASTER_ADDR");
-    if (!a || !*a) return skiff_error(err, 0, "env://: WORLD_SIZE=%d needs MASTER_ADDR", d->world);
-    snprintf(d->master_addr, sizeof d->master_addr, "%s", a);
-    int hp = env_int("MASTER_PORT", 1, &d->master_port, err);
-    if (hp < 0) return -1;
-    if (!hp || d->master_port > 65535)
-        return skiff_error(err, 0, "env://: WORLD_SIZE=%d needs MASTER_PORT (1-65535)", d->world);
-    if (tr_store_open(d->master_addr, d->master_port, d->rank == 0, timeout_ms, &d->store, err) < 0)
-        return skiff_err_wrap(err, "rank %d", d->rank);
-    if (tr_store_rendezvous(d->store, d->rank, d->world, err) < 0) {
-        tr_store_close(d->store);
-        d->store = NULL;
-        return skiff_err_wrap(err, "rank %d", d->rank);
-    }
-    return 0;
-}
-
-void train_dist_fini(struct train_dist *d)
-{
-    tr_store_close(d->store);
-    d->store = NULL;
-}
-
-/* ---- logging -------------------------------------------------------------- */
-
-int train_log_open(struct train_log *lg, const char *path, int resume, int quiet, skiff_err *err)
-{
-    lg->jsonl = NULL;
-    lg->quiet = quiet;
-    if (!path) return 0;
-    lg->jsonl = fopen(path, resume ? "ae" : "we");
-    if (!lg->jsonl) return skiff_error(err, errno, "opening log %s", path);
-    return 0;
-}
-
-void train_log_step(struct train_log *lg, const struct train_step_log *s)
-{
-    if (lg->jsonl) {
-        fprintf(lg->jsonl,
-                "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f,"
-                "\"ms\":%.3f,\"comm_ms\":%.3f,\"wait_ms\":%.3f",
-                s->step, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->ms, s->comm_ms, s->wait_ms);
-        if (s->overlap_ms > 0) fprintf(lg->jsonl, ",\"overlap_ms\":%.3f", s->overlap_ms);
-        if (!isnan(s->val_loss)) fprintf(lg->jsonl, ",\"val_loss\":%.6f", s->val_loss);
-        fputs("}\n", lg->jsonl);
-        fflush(lg->jsonl);
-    }
-    if (!lg->quiet) {
-        printf("step %5d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.1f ms", s->step, s->loss, s->lr,
-               s->grad_norm, s->tokens_per_s, s->ms);
-        if (!isnan(s->val_loss)) printf(" | val loss %.6f", s->val_loss);
-        putchar('\n');
-        fflush(stdout);
-    }
-}
-
-void train_log_close(struct train_log *lg)
-{
-    if (lg->jsonl) fclose(lg->jsonl);
-    lg->jsonl = NULL;
 }

@@ -1,5 +1,6 @@
 /* The training policy shared by the CPU and CUDA loops; see policy.h. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -102,4 +103,15 @@ int train_resume_agree(const struct train_plan *p, const struct train_opts *o, d
 float train_clip_scale(const struct train_opts *o, float norm)
 {
     return o->grad_clip > 0 && norm > o->grad_clip ? o->grad_clip / norm : 1.0f;
+}
+
+float train_lr(const struct train_opts *o, int step)
+{
+    if (step < o->warmup) return o->lr * (float)(step + 1) / (float)o->warmup;
+    float lo = o->lr * o->lr_min_frac;
+    if (o->steps <= o->warmup) return o->lr;
+    double r = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
+    if (r > 1) r = 1;
+    double coeff = 0.5 * (1.0 + cos(M_PI * r));
+    return (float)(lo + coeff * (o->lr - lo));
 }

@@ -1,9 +1,10 @@
-/* The training policy both loops follow (trainer/train.c on the CPU,
- * trainer/cuda/cuda_train.cu on GPUs): how the parameter buffer is padded
- * and sharded for ZeRO, which data windows a rank reads, when to validate
- * and save, what a checkpoint holds, and the rules of --resume. Kept in one
- * place so the two devices cannot drift apart (they once did: a finished run
- * resumed with exit 0 on the CPU and failed on CUDA). */
+/* The training policy of the loop (trainer/train.c), whatever the device
+ * that does the step (cpu_device.c, cuda/cuda_device.cu): the learning-rate
+ * schedule and clipping, how the parameter buffer is padded and sharded for
+ * ZeRO, which data windows a rank reads, when to validate and save, what a
+ * checkpoint holds, and the rules of --resume. Kept in one place so the
+ * devices cannot drift apart (they once did: a finished run resumed with
+ * exit 0 on the CPU and failed on CUDA). */
 #ifndef SKIFF_TRAINER_POLICY_H
 #define SKIFF_TRAINER_POLICY_H
 
@@ -11,7 +12,8 @@
 #include <stdint.h>
 
 #include "error.h"
-#include "train.h"
+#include "ckpt.h"
+#include "opts.h"
 
 struct train_plan {
     int world, rank;
@@ -57,6 +59,10 @@ int train_resume_shares_opt(const struct train_plan *p, const struct train_opts 
  * error: rank 0 says so and the loop does nothing, so a requeued job's
  * `--resume` ends with exit 0. */
 int train_resume_agree(const struct train_plan *p, const struct train_opts *o, double mean_start, skiff_err *err);
+
+/* The learning rate of 0-based step `step`: linear warmup over o->warmup
+ * steps to o->lr, then cosine to lr * lr_min_frac at o->steps. */
+float train_lr(const struct train_opts *o, int step);
 
 /* Gradient clipping: the factor the gradient is multiplied by for a global
  * norm `norm` (1 when --grad-clip is 0 or the norm is below it). */

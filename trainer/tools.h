@@ -1,11 +1,18 @@
-/* The subcommands of skiff-train besides train: tokenize, decode, sample,
- * export, tokenizer-import, plot, compare. Each takes its own argv (argv[0]
- * is the subcommand) and returns 0 on success, 1 on a runtime failure, 2 on
- * a usage error (err filled). Their usage texts live in main.c's table. */
+/* The subcommands of skiff-train besides train, by what they work on:
+ *   tools_data.c   tokenize, decode, tokenizer-import (text, token shards,
+ *                  the vocabulary)
+ *   tools_model.c  sample, export, compare (a trained model's weights)
+ *   tools_plot.c   plot (a --log file)
+ * Each takes its own argv (argv[0] is the subcommand) and returns 0 on
+ * success, 1 on a runtime failure, 2 on a usage error (err filled). Their
+ * usage texts live in main.c's table. */
 #ifndef SKIFF_TRAINER_TOOLS_H
 #define SKIFF_TRAINER_TOOLS_H
 
 #include "error.h"
+
+/* A usage error in a subcommand: the message in err, exit status 2. */
+#define USAGE(...) (skiff_error(err, 0, __VA_ARGS__), 2)
 
 int tool_tokenize(int argc, char **argv, skiff_err *err);
 int tool_decode(int argc, char **argv, skiff_err *err);

@@ -107,26 +107,6 @@ static void told(void *ctx, const char *what, unsigned long long bytes, const ch
     printf("%s %s (%s): %s\n", *dry ? "would remove" : "removed", what, size, why);
 }
 
-/* Named containers keep the path of their image: pruning leaves those. */
-struct named_match {
-    const char *path;
-    bool found;
-};
-
-static void named_one(const char *name, const char *image, void *arg)
-{
-    (void)name;
-    struct named_match *m = arg;
-    m->found |= image && !strcmp(image, m->path);
-}
-
-static bool keep_named(void *ctx, const char *path)
-{
-    struct named_match m = {.path = path};
-    skiff_err ignore;
-    return skiff_named_list(ctx, named_one, &m, &ignore) == 0 && m.found;
-}
-
 static int cache_prune(int argc, char **argv)
 {
     static const struct option longopts[] = {{"older-than", required_argument, NULL, 'o'},
@@ -178,7 +158,7 @@ static int cache_prune(int argc, char **argv)
     o.removed = told;
     o.ctx = &o.dry_run;
     if (!system) {
-        o.keep = keep_named;
+        o.keep = skiff_named_keeps_image;
         o.keep_ctx = &cfg;
     }
     struct skiff_prune_result r;

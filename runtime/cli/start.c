@@ -17,6 +17,7 @@
 #include "clock.h"
 #include "container.h"
 #include "lazy.h"
+#include "env.h"
 #include "mountspec.h"
 #include "named.h"
 
@@ -111,8 +112,8 @@ int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid)
     char term[256], home[SKIFF_PATH_MAX + 8];
     const char *defaults[3];
     default_env(false, term, sizeof(term), home, sizeof(home), defaults);
-    if (skiff_container_argv(c, false, user_argv, &argv, &err) < 0 || skiff_container_env(c, &envp, &err) < 0 ||
-        skiff_env_add_defaults(&envp, defaults, &err) < 0) {
+    if (skiff_container_argv(c, false, user_argv, &argv, &err) < 0 ||
+        skiff_env_compose(defaults, (const char *const *)c->env, NULL, &envp, &err) < 0) {
         skiff_strv_free(argv);
         skiff_strv_free(envp);
         return cli_fail("exec", &err);
@@ -167,8 +168,8 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     size_t nm = 0, ne = 0;
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
     o.die_with_parent = true;
     o.trace = getenv("SKIFF_TRACE") != NULL;
     o.no_warm = getenv("SKIFF_NO_WARM") != NULL;
@@ -235,7 +236,7 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
     }
     o.mounts = mounts;
     o.env = env;
-    o.command = argv + optind;
+    o.command = (const char *const *)(argv + optind);
     /* the holder starts the command (no join) */
     char term[256], home[SKIFF_PATH_MAX + 8];
     const char *defaults[3];

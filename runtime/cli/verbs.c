@@ -55,7 +55,9 @@ static const struct verb {
      "skiff export -o OUT.sqsh NAME", "  -o, --output OUT.sqsh  the squashfs file to write\n"},
     {"exec", cmd_exec, "run a command in a running container", "skiff exec PID CMD [ARG...]",
      "  PID: the container's holder or any process in the container\n"},
-    {"doctor", cmd_doctor, "check this host for what unprivileged containers need", "skiff doctor", NULL},
+    {"doctor", cmd_doctor, "check this host for what unprivileged containers need", "skiff doctor [--fabric]",
+     "      --fabric  the GPUs and RDMA devices of this node, what a container would get of them\n"
+     "                (the hooks run as a container start runs them), and NCCL/UCX hints\n"},
     {"resolve", cmd_resolve,
      "resolve --container-image's argument (importing into the cache) and print the squashfs path",
      "skiff resolve IMAGE",

@@ -30,7 +30,7 @@ done
 W=$(mktemp -d /tmp/skiff-bench-scale.XXXXXX)
 FAKEPID=""
 trap '[ -n "$FAKEPID" ] && kill $FAKEPID 2>/dev/null; registry_stop; rm -rf "$W"' EXIT
-ROOT=$ROOT /usr/bin/python3 - "$W/layout" "$MB" <<'EOP' || { echo "bench scale: image build failed"; exit 1; }
+ROOT=$ROOT PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 - "$W/layout" "$MB" <<'EOP' || { echo "bench scale: image build failed"; exit 1; }
 import os, sys
 sys.path.insert(0, os.path.join(os.environ["ROOT"], "tests/integration/lib"))
 import mkimage

@@ -10,13 +10,14 @@
  * and a file that holds them; loading into buffers of the sizes it
  * says then succeeds, and reading the model's parameters from them stays in
  * bounds (what sample and compare do). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ckpt.h"
 #include "fuzzlib.h"
 #include "model.h"
-#include "train.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

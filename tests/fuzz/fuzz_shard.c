@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fuzzlib.h"
-#include "train.h"
+#include "data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -357,7 +357,7 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
     size_t np = gpt2_param_layout(&cfg, NULL, NULL);
     b.nparams = (double)np;
     if (ptxas_dir) {
-        const char *files[] = {"attention.ptxas", "kernels.ptxas", "matmul.ptxas"};
+        const char *files[] = {"attention.ptxas", "cuda_model.ptxas", "matmul.ptxas"};
         for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", ptxas_dir, files[i]);

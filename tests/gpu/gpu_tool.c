@@ -25,7 +25,7 @@
 #include "cuda_model.h"
 #include "error.h"
 #include "model.h"
-#include "train.h"
+#include "data.h"
 
 int cmd_budget(int argc, char **argv, skiff_err *err); /* budget.c */
 
@@ -238,7 +238,7 @@ static int cmd_gemm(struct args *a, skiff_err *err)
     return 0;
 }
 
-/* One training step as cuda_train runs it on one rank (no data loading). */
+/* One training step as the CUDA device runs it on one rank (no data loading). */
 static int bench_step(struct cuda_gpt2 *m, const int *in, const int *tg, int N, int zero, float *dscal_unused,
                       double *loss, skiff_err *err)
 {

@@ -74,8 +74,8 @@ int main(int argc, char **argv)
     *strrchr(self, '/') = '\0';
     snprintf(fetcher, sizeof(fetcher), "%s/../bin/skiff-import", self);
     /* the fetcher starts before the namespace, as a front end starts it */
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
     o.image = argv[1];
     struct skiff_lazy_run run;
     if (skiff_lazy_run_begin(&cfg, &o, fetcher, "fetch", 3, NULL, 0, &run, &err) < 0) {

@@ -62,12 +62,7 @@ mpi_srun() { as_user srun -Q --kill-on-bad-exit=1 "$@"; }
 sbatch_wait() {
   local id
   id=$(as_user sbatch --parsable "$@" 2>"$T/sbatch.err") || return 1
-  id=${id%%;*}
-  for _ in $(seq 600); do
-    [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && return 0
-    sleep 0.2
-  done
-  return 1
+  t_wait_job "${id%%;*}"
 }
 
 # --- PMIx without containers: every node makes its own client directory --------------------------
@@ -191,8 +186,9 @@ if [ -n "$first" ] && [ -n "$last" ] && awk -v a="$first" -v b="$last" 'BEGIN { 
 else t_fail "mpirun-launched training" "loss '$first' -> '$last'; ${cmp:-no compare}; $(tail -5 "$W/mpirun.out" 2>&1)"; fi
 
 # --- nothing left behind ---------------------------------------------------------------------------
-for _ in $(seq 50); do pgrep -u "$U" >/dev/null || break; sleep 0.1; done
-left=$(pgrep -a -u "$U")
+# (other clusters run jobs as the same user: only this cluster's nodes count)
+for _ in $(seq 50); do [ -z "$(t_cluster_procs)" ] && break; sleep 0.1; done
+left=$(t_cluster_procs)
 spool=$(ls -d "$SKIFF_CLUSTER_STATE"/spool/n*/pmix.* "$SKIFF_CLUSTER_STATE"/tmp/n*/spmix_appdir_* 2>/dev/null)
 if [ -z "$left" ] && [ -z "$spool" ]; then t_pass "no process of $U and no PMIx directory left after the steps"
 else t_fail "leftovers" "processes: $left; directories: $spool"; fi

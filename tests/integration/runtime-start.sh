@@ -187,18 +187,21 @@ cpid=$(cat $W/share/sig/pid 2>/dev/null)
 check_out "exec into a running container" "image /work 1" as_user "$SKIFF" exec "$cpid" sh -c 'echo $OVER $(pwd) $(ls /sig | grep -c pid)'
 t_fails_with "exec into a non-container pid" "not in a skiff container|is it running, and yours" as_user "$SKIFF" exec $$ true
 # a process that joined with skiff exec and outlives the command goes at stop
-as_user "$SKIFF" exec "$cpid" sh -c 'sleep 314 & echo $! >/sig/joined' >/dev/null 2>&1
+# (sleeps of durations no other run of this test uses: other checkouts run it
+# at the same time as the same user)
+SLP=1$$
+as_user "$SKIFF" exec "$cpid" sh -c "sleep ${SLP}4 & echo \$! >/sig/joined" >/dev/null 2>&1
 kill -TERM "$(pgrep -o -u $TUSER -f "$SKIFF start -m $W/share/sig")"
 wait $spid; rc=$?
 if [ "$rc" -eq 3 ] && [ "$(cat $W/share/sig/out 2>/dev/null)" = term ]; then t_pass "TERM forwarded to the command"
 else t_fail "TERM forwarded to the command" "rc=$rc out=$(cat $W/share/sig/out 2>&1)"; fi
-if [ -s $W/share/sig/joined ] && ! pgrep -u $TUSER -f 'sleep 314' | xargs -r ps -o stat= -p 2>/dev/null | grep -qv '^Z'; then
+if [ -s $W/share/sig/joined ] && ! pgrep -u $TUSER -f "^sleep ${SLP}4\$" | xargs -r ps -o stat= -p 2>/dev/null | grep -qv '^Z'; then
   t_pass "a process joined with skiff exec is killed at stop"
-else t_fail "a process joined with skiff exec is killed at stop" "$(pgrep -a -u $TUSER -f 'sleep 314')"; fi
-st $W/bb.sqsh sh -c 'sleep 313 & exit 0' >/dev/null 2>&1
-st $W/bb.sqsh sh -c '(sh -c "sleep 315 &" &) ; sleep 0.1; exit 0' >/dev/null 2>&1
+else t_fail "a process joined with skiff exec is killed at stop" "$(pgrep -a -u $TUSER -f "^sleep ${SLP}4\$")"; fi
+st $W/bb.sqsh sh -c "sleep ${SLP}3 & exit 0" >/dev/null 2>&1
+st $W/bb.sqsh sh -c "(sh -c 'sleep ${SLP}5 &' &) ; sleep 0.1; exit 0" >/dev/null 2>&1
 # (a killed orphan may stay a zombie until this machine's init reaps it: not running)
-if pgrep -u $TUSER -f 'sleep 31[35]' | xargs -r ps -o stat= -p 2>/dev/null | grep -qv '^Z'; then t_fail "background processes (also double-forked) killed at exit"; else t_pass "background processes (also double-forked) killed at exit"; fi
+if pgrep -u $TUSER -f "^sleep ${SLP}[35]\$" | xargs -r ps -o stat= -p 2>/dev/null | grep -qv '^Z'; then t_fail "background processes (also double-forked) killed at exit"; else t_pass "background processes (also double-forked) killed at exit"; fi
 t_check "nothing mounted or left after signals" leftovers
 
 # ---- hooks ----

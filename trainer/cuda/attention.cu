@@ -1,5 +1,5 @@
 // Causal flash attention: launchers (kernels in attention_dev.cuh).
-#include "kernels.cuh"
+#include "attention.cuh"
 #include "attention_dev.cuh"
 
 extern "C" {

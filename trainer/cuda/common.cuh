@@ -162,4 +162,34 @@ __device__ __forceinline__ float block_sum(float v)
     return warp_sum(v);
 }
 
+// ---------------------------------------------------------------- vectors
+// Memory-bound kernels move 16 bytes per access (8 bf16/fp16 or 4 fp32).
+// Every CUDA model has C a multiple of 16 (head sizes 16..128), so rows of C,
+// 3C, 4C and Vp elements are whole vectors.
+template <typename T> struct vec16 {
+    static constexpr int N = 16 / sizeof(T);
+};
+template <typename T> __device__ __forceinline__ void load16(float *f, const T *p)
+{
+    int4 v = *reinterpret_cast<const int4 *>(p);
+    const T *e = reinterpret_cast<const T *>(&v);
+    for (int k = 0; k < vec16<T>::N; k++) f[k] = to_f(e[k]);
+}
+template <typename T> __device__ __forceinline__ void store16(T *p, const float *f)
+{
+    int4 v;
+    T *e = reinterpret_cast<T *>(&v);
+    for (int k = 0; k < vec16<T>::N; k++) e[k] = from_f<T>(f[k]);
+    *reinterpret_cast<int4 *>(p) = v;
+}
+// n fp32 values (n a multiple of 4) at p += f, in float4 pieces.
+__device__ __forceinline__ void add_f32(float *p, const float *f, int n)
+{
+    for (int k = 0; k < n; k += 4) {
+        float4 v = *reinterpret_cast<float4 *>(p + k);
+        v.x += f[k], v.y += f[k + 1], v.z += f[k + 2], v.w += f[k + 3];
+        *reinterpret_cast<float4 *>(p + k) = v;
+    }
+}
+
 #endif

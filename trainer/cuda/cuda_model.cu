@@ -4,7 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.cuh"
+// The layers: kernels and launchers, one header each (attention and the
+// matmuls have translation units of their own).
+#include "adamw.cuh"
+#include "attention.cuh"
+#include "classifier.cuh"
+#include "colsum.cuh"
+#include "elementwise.cuh"
+#include "encoder.cuh"
+#include "gelu.cuh"
+#include "global_norm.cuh"
+#include "layernorm.cuh"
 #include "matmul.cuh"
 
 extern "C" {

@@ -135,7 +135,7 @@ int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skiff_err *err)
 int cuda_gemm_bench(int m, int n, int k, int iters, double *tflops, skiff_err *err);
 /* Device memory in use (all processes) and total, from cudaMemGetInfo. */
 int cuda_mem_info(size_t *used, size_t *total, skiff_err *err);
-/* Host-only helper (for tests): see k_encoder_csr in kernels.cuh. */
+/* Host-only helper (for tests): see k_encoder_csr in encoder.cuh. */
 int cuda_encoder_csr(int *csr, int *counts, const int *tokens, int N, int V);
 
 #ifdef __cplusplus

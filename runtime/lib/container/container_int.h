@@ -31,7 +31,7 @@ struct skiff_fuse;
 /* What the holder knows while it sets the container up. */
 struct skiff_holder {
     const struct skiff_config *cfg;
-    const struct skiff_start_opts *o;
+    const struct skiff_start_request *o;
     const char *state_dir;
     char image[SKIFF_PATH_MAX];
     char upper[SKIFF_PATH_MAX];   /* the named container's directory, or "" */
@@ -71,7 +71,7 @@ __attribute__((noreturn)) void skiff_holder_main(struct skiff_holder *h, int wfd
 /* ---- command.c ---- */
 
 /* skiff_container_argv's choice, from the image's Entrypoint and Cmd. */
-int skiff_command_argv(char *const *entrypoint, char *const *cmd, bool use_entrypoint, char *const *user_argv,
+int skiff_command_argv(char *const *entrypoint, char *const *cmd, bool use_entrypoint, const char *const *user_argv,
                        char ***argvp, skiff_err *err);
 
 /* opts->spawn: starts argv with envp in wd from the holder (inside the
@@ -119,12 +119,13 @@ int skiff_assemble_user_mounts(int rootfd, const char *home, const char *home_ds
  * with mount_home under remap-root, C.UTF-8 for each of o->locale_env's
  * variables whose locale the image lacks. rootfd: the assembled root, its
  * system mounts made. */
-int skiff_compat_env(int rootfd, const struct skiff_start_opts *o, char ***env, skiff_err *err);
+int skiff_compat_env(int rootfd, const struct skiff_start_request *o, char ***env, skiff_err *err);
 
 /* ---- hookrun.c ---- */
 
 /* Runs the hooks of the container h is setting up (doc/hooks.md), then adds
- * their env file lines to *env and applies their mounts file. */
-int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *err);
+ * their env file lines to *env and applies their mounts file. What they
+ * said to the user goes into notice (skiff_hooks_run). */
+int skiff_hooks_container(const struct skiff_holder *h, char ***env, char *notice, size_t n_notice, skiff_err *err);
 
 #endif

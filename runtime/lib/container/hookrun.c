@@ -67,7 +67,30 @@ static int collect(const char *dir, size_t dir_index, struct hook **list, size_t
     return rv;
 }
 
-int skiff_hooks_run(const char *const *dirs, const char *const *envp, int timeout_ms, skiff_err *err)
+/* Appends "hook NAME: TEXT" to notice, TEXT's lines joined with "; ". */
+static void add_notice(char *notice, size_t n, const char *name, const char *text)
+{
+    size_t o = strlen(notice);
+    if (o + 1 >= n)
+        return;
+    int w = snprintf(notice + o, n - o, "%shook %s: ", o ? "; " : "", name);
+    if (w < 0 || (size_t)w >= n - o)
+        return;
+    o += (size_t)w;
+    for (const char *p = text; *p && o + 1 < n; p++) {
+        if (*p == '\n') {
+            if (o + 3 >= n)
+                break;
+            notice[o++] = ';';
+            notice[o++] = ' ';
+        } else
+            notice[o++] = *p;
+    }
+    notice[o] = '\0';
+}
+
+int skiff_hooks_run(const char *const *dirs, const char *const *envp, int timeout_ms, char *notice, size_t n_notice,
+                    skiff_err *err)
 {
     struct hook *list = NULL;
     size_t n = 0;
@@ -93,8 +116,11 @@ int skiff_hooks_run(const char *const *dirs, const char *const *envp, int timeou
                              r.err_tail);
             break;
         }
-        if (r.err_tail[0]) /* a successful hook's warnings still reach the user */
+        if (r.err_tail[0]) { /* a successful hook's warnings still reach the user */
             fprintf(stderr, "skiff: hook %s: %s\n", list[i].name, r.err_tail);
+            if (notice && n_notice)
+                add_notice(notice, n_notice, list[i].name, r.err_tail);
+        }
     }
     free(list);
     return rv;
@@ -154,7 +180,7 @@ static int read_env_file(const char *path, char ***env, skiff_err *err)
     return rv;
 }
 
-int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *err)
+int skiff_hooks_container(const struct skiff_holder *h, char ***env, char *notice, size_t n_notice, skiff_err *err)
 {
     /* the admin's directory, then the user's extra one: both run (the same
      * directory named twice, once). The library reads no environment: the
@@ -207,7 +233,7 @@ int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *
             goto out;
 #undef ADD
     int timeout_ms = (h->o->hook_timeout_s > 0 ? h->o->hook_timeout_s : 60) * 1000;
-    if (skiff_hooks_run(dirs, (const char *const *)henv, timeout_ms, err) < 0)
+    if (skiff_hooks_run(dirs, (const char *const *)henv, timeout_ms, notice, n_notice, err) < 0)
         goto out;
     rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (rootfd < 0) {

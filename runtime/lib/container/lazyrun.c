@@ -64,7 +64,7 @@ static int spawn_fetcher(const char *const argv[], int chan_fd, const int *keep,
     return 0;
 }
 
-int skiff_lazy_run_begin(const struct skiff_config *cfg, struct skiff_start_opts *o, const char *program,
+int skiff_lazy_run_begin(const struct skiff_config *cfg, struct skiff_start_request *o, const char *program,
                          const char *verb, int chan_fd, const int *keep, size_t nkeep, struct skiff_lazy_run *run,
                          skiff_err *err)
 {

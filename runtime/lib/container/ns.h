@@ -37,7 +37,7 @@ int skiff_ns_kill_members(const struct stat *ns, pid_t skip, int wait_ms);
 
 /* Whether mntns_fd is a mount namespace of uid's own: owned by a user
  * namespace that uid created (not the host's), and not the caller's. Root's
- * check of a container process a user-side helper names (plugin/remote.c)
+ * check of a container process a user-side helper names (plugin/start.c)
  * and of the namespace it is about to have killed. */
 bool skiff_ns_owned_by(int mntns_fd, uid_t uid);
 

@@ -39,7 +39,8 @@
  * the state file, the plugin helper's answer to root); and, in the holder's
  * report and the state file only, 'X' the spawned command's pid, 'F' the
  * FUSE server's, 'N' the named container it runs, 'R' (it is a reader
- * instance of it, named.h) and 'M' "DEV:INO" of its mount namespace. */
+ * instance of it, named.h), 'M' "DEV:INO" of its mount namespace and 'U'
+ * what its hooks told the user. */
 
 int skiff_container_encode(const struct skiff_container *c, struct skiff_recbuf *b, skiff_err *err)
 {
@@ -104,10 +105,12 @@ int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skif
             *(tag == 'X' ? &c->command : &c->server) = pid;
             continue;
         }
-        if (tag == 'N' || tag == 'R' || tag == 'M') {
+        if (tag == 'N' || tag == 'R' || tag == 'M' || tag == 'U') {
             unsigned long long dev, ino;
             if (tag == 'N')
                 snprintf(c->name, sizeof(c->name), "%s", s);
+            else if (tag == 'U')
+                snprintf(c->notice, sizeof(c->notice), "%s", s);
             else if (tag == 'R')
                 c->shared = true;
             else if (sscanf(s, "%llu:%llu", &dev, &ino) == 2) {

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +48,10 @@ static int by_last_used(const void *a, const void *b)
     return x->last_used < y->last_used ? 1 : x->last_used > y->last_used ? -1 : strcmp(x->key, y->key);
 }
 
-/* The tag records under root: for each image key, the references that
- * resolved to it last. */
-static void attach_tags(const char *root, struct skiff_cache_listing *l)
+/* Calls fn for each tag record under root (its file name in root/tags and
+ * what it says); fn returns false to stop. */
+static void each_tag(const char *root,
+                     bool (*fn)(void *ctx, int dirfd, const char *name, const struct skiff_cache_tag *t), void *ctx)
 {
     char dir[SKIFF_PATH_MAX + 16];
     skiff_err err;
@@ -60,16 +62,30 @@ static void attach_tags(const char *root, struct skiff_cache_listing *l)
         return;
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (!skiff_cache_valid_key(de->d_name))
-            continue;
         struct skiff_cache_tag t;
-        if (skiff_cache_tag_read(root, de->d_name, &t) != 1)
-            continue;
-        for (size_t i = 0; i < l->nimages; i++)
-            if (!strcmp(l->images[i].key, t.key) && append_str(&l->images[i].tags, ", ", t.ref) < 0)
-                break;
+        if (skiff_cache_valid_key(de->d_name) && skiff_cache_tag_read(root, de->d_name, &t) == 1 &&
+            !fn(ctx, dirfd(d), de->d_name, &t))
+            break;
     }
     closedir(d);
+}
+
+static bool attach_tag(void *ctx, int dirfd, const char *name, const struct skiff_cache_tag *t)
+{
+    (void)dirfd;
+    (void)name;
+    struct skiff_cache_listing *l = ctx;
+    for (size_t i = 0; i < l->nimages; i++)
+        if (!strcmp(l->images[i].key, t->key) && append_str(&l->images[i].tags, ", ", t->ref) < 0)
+            return false;
+    return true;
+}
+
+/* The tag records under root: for each image key, the references that
+ * resolved to it last. */
+static void attach_tags(const char *root, struct skiff_cache_listing *l)
+{
+    each_tag(root, attach_tag, l);
 }
 
 static unsigned long long dir_bytes(const char *dir, size_t *count)
@@ -219,23 +235,17 @@ static void remove_blob(struct pruner *p, struct blob *b, const char *why)
     told(p, path, b->size, why);
 }
 
+static bool remove_tag(void *ctx, int dirfd, const char *name, const struct skiff_cache_tag *t)
+{
+    if (!strcmp(t->key, ctx))
+        unlinkat(dirfd, name, 0);
+    return true;
+}
+
 /* The tag records naming key go with its image. */
 static void remove_tags_of(const char *root, const char *key)
 {
-    char dir[SKIFF_PATH_MAX + 16];
-    skiff_err err;
-    if (skiff_fmt_path(dir, sizeof(dir), &err, "%s/tags", root) < 0)
-        return;
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        struct skiff_cache_tag t;
-        if (skiff_cache_valid_key(de->d_name) && skiff_cache_tag_read(root, de->d_name, &t) == 1 && !strcmp(t.key, key))
-            unlinkat(dirfd(d), de->d_name, 0);
-    }
-    closedir(d);
+    each_tag(root, remove_tag, (void *)(uintptr_t)key);
 }
 
 /* Removes image i unless it is in use: under an exclusive lock taken

@@ -1,6 +1,7 @@
 // CUDA-on-threads: just enough of the CUDA execution model to run skiff's
-// kernels (trainer/cuda/*_dev.cuh) on the CPU, so their indexing, masking,
-// tiling and reductions are checked where no GPU exists. One block at a time;
+// kernels (trainer/cuda/: the layer headers and attention_dev.cuh) on the
+// CPU, so their indexing, masking, tiling and reductions are checked where
+// no GPU exists. One block at a time;
 // each CUDA thread is an OS thread; __syncthreads/__syncwarp are barriers;
 // __shfl_xor_sync goes through a per-warp exchange buffer; __shared__
 // variables become statics (one block runs at a time, so that is exact);

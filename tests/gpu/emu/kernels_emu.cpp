@@ -15,8 +15,15 @@
 #include <cmath>
 #include <vector>
 
+#include "adamw.cuh"
 #include "attention_dev.cuh"
-#include "kernels_dev.cuh"
+#include "classifier.cuh"
+#include "colsum.cuh"
+#include "elementwise.cuh"
+#include "encoder.cuh"
+#include "gelu.cuh"
+#include "global_norm.cuh"
+#include "layernorm.cuh"
 
 extern "C" {
 #include "layers/attention.h"

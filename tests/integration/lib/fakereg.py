@@ -101,13 +101,18 @@ class H(BaseHTTPRequestHandler):
         with LOCK, open(A.log, "a") as f:
             f.write(json.dumps(line) + "\n")
 
-    def reply(self, code, body=b"", headers=()):
+    def head(self, code, headers, length):
+        """The status line and headers (Content-Length: length, unless None)."""
         self.status_sent = code
         self.send_response(code)
         for k, v in headers:
             self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
+        if length is not None:
+            self.send_header("Content-Length", str(length))
         self.end_headers()
+
+    def reply(self, code, body=b"", headers=()):
+        self.head(code, headers, len(body))
         if self.command != "HEAD":
             self.wfile.write(body)
             self.sent += len(body)
@@ -151,12 +156,7 @@ class H(BaseHTTPRequestHandler):
             data = bytearray(data)
             data[len(data) // 2] ^= 0xFF
             data = bytes(data)
-        self.status_sent = code
-        self.send_response(code)
-        for k, v in headers:
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
+        self.head(code, headers, len(data))
         cut = len(data)
         if f and f[0] in ("reset", "stall", "trunc"):
             cut = len(data) * f[1] // 100
@@ -234,15 +234,7 @@ class H(BaseHTTPRequestHandler):
         hdrs = [(k, v) for k, v in r.getheaders() if k.lower() in keep]
         c.close()
         if self.command == "HEAD":
-            self.status_sent = r.status
-            self.send_response(r.status)
-            for k, v in hdrs:
-                self.send_header(k, v)
-            length = r.getheader("Content-Length")
-            if length:
-                self.send_header("Content-Length", length)
-            self.end_headers()
-            return
+            return self.head(r.status, hdrs, r.getheader("Content-Length"))
         if "/blobs/" in self.path and r.status in (200, 206):
             time.sleep(A.blob_delay)
             return self.body(body, hdrs, r.status)

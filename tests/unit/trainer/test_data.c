@@ -5,7 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "train.h"
+#include "data.h"
+#include "policy.h"
 #include "scratch.h"
 
 SCRATCH_SUITE(data, "skiff-train-test");

@@ -9,7 +9,8 @@
 #include <unistd.h>
 
 #include "llmc.h"
-#include "train.h"
+#include "ckpt.h"
+#include "opts.h"
 #include "scratch.h"
 
 SCRATCH_SUITE(llmc, "skiff-llmc-test");

@@ -1,0 +1,45 @@
+/* Weights in and out of files: skiff-train's checkpoints (one file per
+ * rank) and the starting weights of a run. */
+#ifndef SKIFF_TRAINER_CKPT_H
+#define SKIFF_TRAINER_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "model.h"
+#include "opts.h"
+
+/* DIR/rank-R.ckpt, written as DIR/.rank-R.ckpt.tmp then renamed. Rank 0's file
+ * holds the parameters; every file holds that rank's optimizer state (AdamW m
+ * and v for [opt_off, opt_off+opt_len) of the parameter buffer: everything on
+ * rank 0 and nothing elsewhere with --zero 0, its shard with ZeRO), the step
+ * and the data position. Loading refuses another model config, world size,
+ * ZeRO stage or parameter count with a message that says what differs. */
+struct train_ckpt {
+    struct gpt2_config cfg;
+    int world, rank, zero;
+    int step;                /* optimizer steps done */
+    uint64_t data_pos;       /* next global train window */
+    uint64_t rng;            /* spare RNG state (sampling etc.) */
+    size_t num_params;       /* total floats in the parameter buffer (padded) */
+    size_t opt_off, opt_len; /* optimizer range in this file */
+    float *params;           /* num_params (rank 0 file) or NULL */
+    float *m, *v;            /* opt_len each, or NULL when opt_len == 0 */
+};
+int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err);
+/* Reads DIR/rank-R.ckpt (R = want->rank) and checks it against *want (cfg,
+ * world, zero, num_params, opt_off, opt_len). Copies into want->params (when
+ * non-NULL and the file has them), want->m, want->v; fills step/data_pos/rng. */
+int train_ckpt_load(const char *dir, struct train_ckpt *want, skiff_err *err);
+/* Reads only the header of DIR/rank-R.ckpt (R = out->rank) into *out (cfg,
+ * world, zero, step, num_params, opt_off, opt_len; no buffers). */
+int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err);
+
+/* The starting weights (params: gpt2_param_layout(&o->cfg) floats): read
+ * from o->init_from (llm.c's format, llmc.h) when set, else GPT-2's
+ * initialisation seeded by o->seed. Ranks other than 0 get zeros from a
+ * file (rank 0's weights are broadcast to them). */
+int train_init_params(const struct train_opts *o, int rank, float *params, skiff_err *err);
+
+#endif

@@ -1,0 +1,353 @@
+/* The CPU device of the training loop (device.h): the model of model.c in
+ * host memory, DDP with bucketed all-reduce overlapped with the backward
+ * pass, ZeRO-1/2, gradient accumulation, clipping and AdamW, over the TCP
+ * ring (comm.c). OpenMP threads inside each operation. */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "device.h"
+#include "model.h"
+
+/* ---- DDP buckets ------------------------------------------------------------
+ * The backward reports gradient slices as they become final (per layer, last
+ * layer first). Slices are packed in that order into buckets of bucket_mb;
+ * a full bucket is copied into its staging buffer and its all-reduce starts
+ * on the comm thread while the backward goes on (PyTorch DDP's idea; the
+ * staging copy exists because llm.c's layout keeps one tensor of all layers
+ * together, so a layer's gradients are not contiguous). The order of
+ * slices is the same on every rank, so every rank builds the same buckets and
+ * issues the same collectives in the same order. */
+
+struct seg {
+    size_t lo, len;   /* range of the gradient buffer */
+    size_t stage_off; /* where it sits in the staging buffer */
+};
+
+struct ddp {
+    struct tr_comm *comm;
+    float *grads;
+    float *stage; /* num_params floats: all buckets back to back */
+    size_t cap;   /* bucket capacity in floats */
+    size_t fill;  /* floats in the open bucket */
+    size_t bucket_start;
+    struct seg *segs;
+    size_t nsegs, segs_cap;
+    struct tr_comm_req **reqs;
+    size_t nreqs, reqs_cap;
+    int failed;
+    skiff_err err;
+};
+
+static int push_seg(struct ddp *d, size_t lo, size_t len, size_t off)
+{
+    if (d->nsegs == d->segs_cap) {
+        size_t nc = d->segs_cap ? 2 * d->segs_cap : 64;
+        struct seg *n = realloc(d->segs, nc * sizeof *n);
+        if (!n) return -1;
+        d->segs = n;
+        d->segs_cap = nc;
+    }
+    d->segs[d->nsegs++] = (struct seg){lo, len, off};
+    return 0;
+}
+
+static void launch(struct ddp *d)
+{
+    if (d->failed || d->fill == 0) return;
+    if (d->nreqs == d->reqs_cap) {
+        size_t nc = d->reqs_cap ? 2 * d->reqs_cap : 16;
+        struct tr_comm_req **n = realloc(d->reqs, nc * sizeof *n);
+        if (!n) {
+            d->failed = 1;
+            skiff_error(&d->err, ENOMEM, "bucket list");
+            return;
+        }
+        d->reqs = n;
+        d->reqs_cap = nc;
+    }
+    if (tr_comm_start(d->comm, TR_COMM_ALLREDUCE, d->stage + d->bucket_start, d->fill, TR_F32, &d->reqs[d->nreqs],
+                      &d->err) < 0) {
+        d->failed = 1;
+        return;
+    }
+    d->nreqs++;
+    d->bucket_start += d->fill;
+    d->fill = 0;
+}
+
+static void ddp_grad_ready(void *ctx, size_t lo, size_t hi)
+{
+    struct ddp *d = ctx;
+    while (lo < hi && !d->failed) {
+        size_t room = d->cap - d->fill, len = hi - lo < room ? hi - lo : room;
+        size_t off = d->bucket_start + d->fill;
+        memcpy(d->stage + off, d->grads + lo, len * sizeof(float));
+        if (push_seg(d, lo, len, off) < 0) {
+            d->failed = 1;
+            skiff_error(&d->err, ENOMEM, "bucket segments");
+            return;
+        }
+        d->fill += len;
+        lo += len;
+        if (d->fill == d->cap) launch(d);
+    }
+}
+
+static void ddp_begin(struct ddp *d)
+{
+    d->fill = d->bucket_start = d->nsegs = d->nreqs = 0;
+    d->failed = 0;
+}
+
+/* Launches the last bucket, waits for all, copies the sums back. Returns the
+ * seconds spent waiting (the communication not hidden behind backward). */
+static int ddp_finish(struct ddp *d, double *wait_s, skiff_err *err)
+{
+    launch(d);
+    double t0 = skiff_now_s();
+    int rc = d->failed ? -1 : 0;
+    if (rc < 0) *err = d->err;
+    for (size_t i = 0; i < d->nreqs; i++) {
+        skiff_err e;
+        if (tr_comm_wait(d->comm, d->reqs[i], &e) < 0 && rc == 0) {
+            *err = e;
+            rc = -1;
+        }
+    }
+    *wait_s += skiff_now_s() - t0;
+    if (rc < 0) return skiff_err_wrap(err, "gradient all-reduce");
+    for (size_t i = 0; i < d->nsegs; i++)
+        memcpy(d->grads + d->segs[i].lo, d->stage + d->segs[i].stage_off, d->segs[i].len * sizeof(float));
+    return 0;
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* Sum of squares in fixed blocks summed in order: the same bits for any
+ * thread count. */
+static double sumsq(const float *g, size_t n)
+{
+    enum { NB = 64 };
+    double part[NB];
+#pragma omp parallel for
+    for (int b = 0; b < NB; b++) {
+        size_t lo = n * (size_t)b / NB, hi = n * (size_t)(b + 1) / NB;
+        double s = 0;
+        for (size_t i = lo; i < hi; i++) s += (double)g[i] * g[i];
+        part[b] = s;
+    }
+    double s = 0;
+    for (int b = 0; b < NB; b++) s += part[b];
+    return s;
+}
+
+static void adamw(float *p, const float *g, float *m, float *v, const float *decay, size_t n, float lr,
+                  const struct train_opts *o, int t, float gscale)
+{
+    float b1c = 1.0f - powf(o->beta1, (float)t), b2c = 1.0f - powf(o->beta2, (float)t);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gscale;
+        float mi = o->beta1 * m[i] + (1.0f - o->beta1) * gi;
+        float vi = o->beta2 * v[i] + (1.0f - o->beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mh = mi / b1c, vh = vi / b2c;
+        p[i] -= lr * (mh / (sqrtf(vh) + o->eps) + o->weight_decay * decay[i] * p[i]);
+    }
+}
+
+/* ---- the device ------------------------------------------------------------- */
+
+struct cpu_device {
+    const struct train_opts *o;
+    const struct train_plan *plan; /* padding, ZeRO shard */
+    struct gpt2 model;
+    float *m, *v, *decay; /* optimizer state for [opt_off, +opt_len); decay mask (n_pad) */
+    float *gshard;        /* ZeRO-2: this rank's accumulated gradient shard */
+    struct ddp ddp;
+    double loss_sum; /* forward: losses since take_loss */
+};
+
+static int cpu_open(struct train_device *d, const struct train_opts *o, const struct train_plan *pl,
+                    struct train_dist *dist, skiff_err *err)
+{
+    struct cpu_device *c = calloc(1, sizeof *c);
+    if (!c) return skiff_error(err, ENOMEM, "CPU device");
+    d->impl = c;
+    d->host_memory = 1;
+    c->o = o;
+    c->plan = pl;
+    if (o->threads > 0) omp_set_num_threads(o->threads);
+    if (tr_comm_tcp_create(dist->store, dist->rank, dist->world, dist->local_rank, o->timeout_ms, &d->comm, err) < 0)
+        return -1;
+    if (gpt2_create(&c->model, &o->cfg, o->batch, o->seq, err) < 0) return -1;
+    size_t n = c->model.num_params;
+    float *p = realloc(c->model.params, pl->n_pad * sizeof(float));
+    if (p) c->model.params = p;
+    float *g = p ? realloc(c->model.grads, pl->n_pad * sizeof(float)) : NULL;
+    if (g) c->model.grads = g;
+    if (!p || !g) return skiff_error(err, ENOMEM, "parameters");
+    memset(c->model.params + n, 0, (pl->n_pad - n) * sizeof(float));
+    memset(c->model.grads, 0, pl->n_pad * sizeof(float));
+    c->m = calloc(pl->opt_len, sizeof(float));
+    c->v = calloc(pl->opt_len, sizeof(float));
+    c->decay = calloc(pl->n_pad, sizeof(float));
+    if (o->zero == 2) c->gshard = calloc(pl->opt_len, sizeof(float));
+    if (!c->m || !c->v || !c->decay || (o->zero == 2 && !c->gshard)) return skiff_error(err, ENOMEM, "optimizer state");
+    gpt2_decay_mask(&o->cfg, c->decay);
+    if (o->zero == 0 && pl->world > 1) {
+        c->ddp.comm = d->comm;
+        c->ddp.grads = c->model.grads;
+        c->ddp.cap = (size_t)(o->bucket_mb * 1024 * 1024 / sizeof(float));
+        if (c->ddp.cap < 1) c->ddp.cap = 1;
+        c->ddp.stage = malloc(pl->n_pad * sizeof(float));
+        if (!c->ddp.stage) return skiff_error(err, ENOMEM, "bucket staging");
+    }
+    d->params = c->model.params;
+    d->m = c->m;
+    d->v = c->v;
+    return 0;
+}
+
+static void cpu_close(struct train_device *d)
+{
+    struct cpu_device *c = d->impl;
+    if (c) {
+        gpt2_destroy(&c->model);
+        free(c->m);
+        free(c->v);
+        free(c->decay);
+        free(c->gshard);
+        free(c->ddp.stage);
+        free(c->ddp.segs);
+        free(c->ddp.reqs);
+        free(c);
+    }
+    tr_comm_destroy(d->comm);
+}
+
+static int cpu_step(struct train_device *d, int step, float lr, struct train_batches *b, struct train_step_stats *st,
+                    skiff_err *err)
+{
+    struct cpu_device *cd = d->impl;
+    const struct train_opts *o = cd->o;
+    const struct train_plan *pl = cd->plan;
+    struct gpt2 *model = &cd->model;
+    struct tr_comm *c = d->comm;
+    int P = c->world, K = b->count;
+    double wait_s = 0, overlap_s = 0;
+    gpt2_zero_grad(model);
+    if (o->zero == 2) memset(cd->gshard, 0, pl->opt_len * sizeof(float));
+    double loss_sum = 0;
+    for (int k = 0; k < K; k++) {
+        if (b->load(b, k, err) < 0) return -1;
+        loss_sum += gpt2_forward(model, b->inputs, b->targets);
+        int last = k == K - 1;
+        /* no_sync: only the last micro-step's backward talks to peers */
+        if (o->zero == 0 && P > 1 && last) {
+            ddp_begin(&cd->ddp);
+            model->grad_ready = ddp_grad_ready;
+            model->grad_ready_ctx = &cd->ddp;
+        } else {
+            model->grad_ready = NULL;
+        }
+        double busy_b0 = c->stats.busy_s;
+        gpt2_backward(model, 1.0f / (float)(K * P));
+        if (model->grad_ready) overlap_s += c->stats.busy_s - busy_b0;
+        model->grad_ready = NULL;
+        if (o->zero == 0 && P > 1 && last && ddp_finish(&cd->ddp, &wait_s, err) < 0) return -1;
+        if (o->zero == 2) {
+            /* ZeRO-2: reduce-scatter every micro-step and keep only our
+             * shard, so no rank holds a full accumulated gradient */
+            double w0 = skiff_now_s();
+            if (tr_reduce_scatter(c, model->grads, pl->n_pad, TR_F32, err) < 0) return -1;
+            wait_s += skiff_now_s() - w0;
+            const float *g = model->grads + pl->opt_off;
+            for (size_t i = 0; i < pl->opt_len; i++) cd->gshard[i] += g[i];
+            if (!last) gpt2_zero_grad(model);
+        }
+    }
+    const float *gopt; /* gradient of [opt_off, +opt_len) */
+    double norm2;
+    if (o->zero == 0) {
+        gopt = model->grads;
+        norm2 = sumsq(gopt, pl->n_pad);
+    } else {
+        if (o->zero == 1) {
+            double w0 = skiff_now_s();
+            if (tr_reduce_scatter(c, model->grads, pl->n_pad, TR_F32, err) < 0) return -1;
+            wait_s += skiff_now_s() - w0;
+            gopt = model->grads + pl->opt_off;
+        } else {
+            gopt = cd->gshard;
+        }
+        /* norm^2 = sum over ranks of each shard's sum of squares */
+        double mean, ss = sumsq(gopt, pl->opt_len), w0 = skiff_now_s();
+        if (train_device_mean(d, ss, &mean, err) < 0) return -1;
+        wait_s += skiff_now_s() - w0;
+        norm2 = mean * P;
+    }
+    float norm = (float)sqrt(norm2);
+    float gscale = train_clip_scale(o, norm);
+    adamw(model->params + pl->opt_off, gopt, cd->m, cd->v, cd->decay + pl->opt_off, pl->opt_len, lr, o, step + 1,
+          gscale);
+    if (o->zero) {
+        double w0 = skiff_now_s();
+        if (tr_all_gather(c, model->params, pl->n_pad, TR_F32, err) < 0) return -1;
+        wait_s += skiff_now_s() - w0;
+    }
+    double w1 = skiff_now_s();
+    if (train_device_mean(d, loss_sum / K, &st->loss, err) < 0) return -1;
+    wait_s += skiff_now_s() - w1; /* so wait_ms and comm_ms cover the same collectives */
+    st->grad_norm = norm;
+    st->wait_ms = wait_s * 1000;
+    st->overlap_ms = overlap_s * 1000;
+    return 0;
+}
+
+static int cpu_forward(struct train_device *d, const int *inputs, const int *targets, skiff_err *err)
+{
+    (void)err;
+    struct cpu_device *c = d->impl;
+    c->loss_sum += gpt2_forward(&c->model, inputs, targets);
+    return 0;
+}
+
+static int cpu_take_loss(struct train_device *d, double *sum, skiff_err *err)
+{
+    (void)err;
+    struct cpu_device *c = d->impl;
+    *sum = c->loss_sum;
+    c->loss_sum = 0;
+    return 0;
+}
+
+static void cpu_describe(struct train_device *d, char *buf, size_t len)
+{
+    (void)d;
+    int n = omp_get_max_threads();
+    snprintf(buf, len, "cpu (%d thread%s)", n, n == 1 ? "" : "s");
+}
+
+const struct train_device_ops train_cpu_device = {
+    .name = "cpu",
+    .open = cpu_open,
+    .upload = NULL, /* the host copies are the model's own buffers */
+    .download = NULL,
+    .step = cpu_step,
+    .forward = cpu_forward,
+    .take_loss = cpu_take_loss,
+    .alloc = NULL, /* device memory is host memory (host_memory) */
+    .release = NULL,
+    .h2d = NULL,
+    .d2h = NULL,
+    .describe = cpu_describe,
+    .finish = NULL,
+    .close = cpu_close,
+};

@@ -1,0 +1,422 @@
+// The CUDA device of the training loop (trainer/device.h): the model of
+// cuda_model.h on the GPU local_rank % device count, in bf16, fp16 (dynamic
+// loss scaling) or fp32/TF32, with collectives over NCCL when every rank has
+// its own GPU, else host-staged (SKIFF_TRAIN_COMM=nccl|host-staged forces
+// one). The step follows the same policy as the CPU's (trainer/policy.h) with
+// the same schedule, clipping and AdamW, so a run can move between devices
+// and the two can be compared; what differs is where the model runs and how
+// gradients move.
+//
+// The host waits for the GPU once per step: after the whole step (backward,
+// collectives, norm, clipping, AdamW, ZeRO gather) is queued, one small copy
+// brings back the norm and the per-rank losses. Clipping and the fp16
+// overflow skip are decided on the device from the norm, so nothing waits
+// before AdamW is queued. Every wait polls with the timeout (no blocking copy
+// into pageable memory), so a dead peer is an error, never a hang.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm_cuda.cuh"
+
+extern "C" {
+#include "cuda_model.h"
+#include "device.h"
+}
+
+// fp16 dynamic loss scaling: the scale never drops below SCALE_FLOOR, and
+// after SKIFF_TRAIN_MAX_SKIPPED (default 30) skipped steps in a row the run
+// stops with an error: then the forward pass itself overflows and no scale
+// can help.
+#define SCALE_START 65536.0
+#define SCALE_FLOOR 1.0
+
+struct scaler {
+    int fp16;
+    double scale;
+    int window, good, skipped, max_skipped;
+};
+
+struct cuda_device {
+    const struct train_opts *o;
+    const struct train_plan *plan;
+    struct train_dist *dist;
+    struct tr_comm *comm; // the device's collectives (also train_device.comm)
+    struct cuda_gpt2 *m;
+    cudaStream_t s;
+    int prec, P, rank;
+    enum tr_dtype pdtype; // storage type of the parameters (ZeRO gathers them)
+    char gpu[256];
+    const char *backend;      // "single", "nccl", "host-staged"
+    float *hparams, *hm, *hv; // host copies for init / checkpoints
+    float *gshard;            // ZeRO-2 accumulated shard (device)
+    // Device scalars: [0] norm^2 of this rank's gradient range, [1] the
+    // global norm^2, then 2 slots per rank: [2+2r] its norm^2, [3+2r] its loss
+    // (one all-gather moves both). hstat is their host copy.
+    float *dscal, *hstat;
+    cudaEvent_t ev0, ev1; // around the DDP waits (exposed communication)
+    struct tr_comm_req **reqs;
+    size_t nreqs, reqs_cap;
+    struct scaler sc;
+};
+
+static size_t nscal(int P) { return 2 + 2 * (size_t)P; }
+
+static int comm_wait(void *ctx, void *event, const char *what, skiff_err *err)
+{
+    return cuda_comm_wait_event((struct tr_comm *)ctx, (cudaEvent_t)event, what, err);
+}
+
+// NCCL refuses two ranks on one GPU: ranks publish host + PCI bus id and
+// everyone picks host-staged when any two collide (all see the same data, so
+// all pick the same backend).
+static int pick_backend(struct cuda_device *cd, const char **name, skiff_err *err)
+{
+    const char *env = getenv("SKIFF_TRAIN_COMM");
+    if (env && *env && strcmp(env, "auto")) {
+        if (strcmp(env, "nccl") && strcmp(env, "host-staged"))
+            return skiff_error(err, 0, "SKIFF_TRAIN_COMM='%s': use nccl, host-staged or auto", env);
+        *name = env;
+        return 0;
+    }
+    char me[512], host[256] = "", bus[64] = "";
+    int dev = 0;
+    gethostname(host, sizeof(host) - 1);
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), dev));
+    snprintf(me, sizeof(me), "%s/%s", host, bus);
+    char key[64];
+    snprintf(key, sizeof(key), "cudadev/%d", cd->rank);
+    TRY(tr_store_set(cd->dist->store, key, me, strlen(me), err));
+    char **ids = (char **)calloc(cd->P, sizeof(char *));
+    if (!ids) return skiff_error(err, ENOMEM, "device list");
+    int rc = 0, shared = 0;
+    for (int i = 0; i < cd->P && rc == 0; i++) {
+        size_t len;
+        snprintf(key, sizeof(key), "cudadev/%d", i);
+        rc = tr_store_get(cd->dist->store, key, (void **)&ids[i], &len, err);
+        for (int j = 0; rc == 0 && j < i; j++)
+            if (!strcmp(ids[i], ids[j])) shared = 1;
+    }
+    for (int i = 0; i < cd->P; i++) free(ids[i]);
+    free(ids);
+    if (rc < 0) return skiff_err_wrap(err, "exchanging GPU ids");
+    *name = shared ? "host-staged" : "nccl";
+    return 0;
+}
+
+static int env_int(const char *name, int def)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : def;
+}
+
+static int cuda_open(struct train_device *d, const struct train_opts *o, const struct train_plan *pl,
+                     struct train_dist *dist, skiff_err *err)
+{
+    struct cuda_device *cd = (struct cuda_device *)calloc(1, sizeof(*cd));
+    if (!cd) return skiff_error(err, ENOMEM, "CUDA device");
+    d->impl = cd;
+    cd->o = o;
+    cd->plan = pl;
+    cd->dist = dist;
+    TRY(cuda_precision_parse(o->precision, &cd->prec, err));
+    cd->pdtype = cd->prec == SKIFF_CUDA_FP32 ? TR_F32 : cd->prec == SKIFF_CUDA_BF16 ? TR_BF16 : TR_F16;
+    cd->P = dist->world, cd->rank = dist->rank;
+    TRY(cuda_select_device(dist->local_rank, cd->gpu, sizeof(cd->gpu), err));
+    int P = cd->P, rank = cd->rank;
+    TRY(cuda_gpt2_create(&cd->m, &o->cfg, o->batch, o->seq, cd->prec, pl->n_pad, pl->opt_off, pl->opt_len, err));
+    cd->s = (cudaStream_t)cuda_gpt2_stream(cd->m);
+    cd->backend = "single";
+    if (P == 1) {
+        TRY(cuda_comm_single_create(cd->s, o->timeout_ms, &cd->comm, err));
+    } else {
+        TRY(pick_backend(cd, &cd->backend, err));
+        if (!strcmp(cd->backend, "nccl")) {
+            TRY(cuda_comm_nccl_create(dist->store, rank, P, dist->local_rank, o->timeout_ms, cd->s, &cd->comm, err));
+        } else {
+            struct tr_comm *host = NULL;
+            TRY(tr_comm_tcp_create(dist->store, rank, P, dist->local_rank, o->timeout_ms, &host, err));
+            TRY(cuda_comm_staged_create(host, cd->s, &cd->comm, err));
+        }
+    }
+    d->comm = cd->comm;
+    cuda_gpt2_set_waiter(cd->m, comm_wait, cd->comm);
+    CUDA_CHECK(cudaEventCreate(&cd->ev0));
+    CUDA_CHECK(cudaEventCreate(&cd->ev1));
+    CUDA_CHECK(cudaMalloc((void **)&cd->dscal, nscal(P) * sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(cd->dscal, 0, nscal(P) * sizeof(float), cd->s));
+    if (o->zero == 2) CUDA_CHECK(cudaMalloc((void **)&cd->gshard, pl->opt_len * sizeof(float)));
+    cd->hparams = (float *)calloc(pl->n_pad, sizeof(float));
+    cd->hm = (float *)calloc(pl->opt_len, sizeof(float));
+    cd->hv = (float *)calloc(pl->opt_len, sizeof(float));
+    cd->hstat = (float *)calloc(nscal(P), sizeof(float));
+    if (!cd->hparams || !cd->hm || !cd->hv || !cd->hstat) return skiff_error(err, ENOMEM, "host buffers");
+    d->params = cd->hparams;
+    d->m = cd->hm;
+    d->v = cd->hv;
+    d->rank_slots = cd->dscal + 2;
+    cd->sc.fp16 = cd->prec == SKIFF_CUDA_FP16;
+    cd->sc.scale = cd->sc.fp16 ? SCALE_START : 1.0;
+    cd->sc.window = env_int("SKIFF_TRAIN_SCALE_WINDOW", 1000);
+    cd->sc.max_skipped = env_int("SKIFF_TRAIN_MAX_SKIPPED", 30);
+    return 0;
+}
+
+static void cuda_close(struct train_device *d)
+{
+    struct cuda_device *cd = (struct cuda_device *)d->impl;
+    if (!cd) return;
+    // A failed run may leave work queued behind a collective of a dead peer:
+    // drain with the polled wait (it aborts NCCL on a timeout) before freeing
+    // device memory, which would otherwise block.
+    skiff_err ignored;
+    if (cd->comm) cuda_comm_sync(cd->comm, &ignored);
+    cuda_gpt2_destroy(cd->m);
+    free(cd->hparams);
+    free(cd->hm);
+    free(cd->hv);
+    if (cd->gshard) cudaFree(cd->gshard);
+    if (cd->dscal) cudaFree(cd->dscal);
+    free(cd->hstat);
+    free(cd->reqs);
+    if (cd->ev0) cudaEventDestroy(cd->ev0);
+    if (cd->ev1) cudaEventDestroy(cd->ev1);
+    tr_comm_destroy(cd->comm);
+    free(cd);
+}
+
+static int cuda_upload(struct train_device *d, int with_opt, skiff_err *err)
+{
+    struct cuda_device *cd = (struct cuda_device *)d->impl;
+    if (with_opt) TRY(cuda_gpt2_set_opt_state(cd->m, cd->hm, cd->hv, err));
+    return cuda_gpt2_set_params(cd->m, cd->hparams, err);
+}
+
+// Full fp32 weights for rank 0: every rank's master range into the (now
+// free) gradient buffer, gathered when sharded; and this rank's m and v.
+static int cuda_download(struct train_device *d, skiff_err *err)
+{
+    struct cuda_device *cd = (struct cuda_device *)d->impl;
+    const struct train_plan *pl = cd->plan;
+    float *g = cuda_gpt2_grads(cd->m);
+    TRY(cuda_gpt2_master_to(cd->m, g, err));
+    if (cd->o->zero && cd->P > 1) TRY(tr_all_gather(cd->comm, g, pl->n_pad, TR_F32, err));
+    if (cd->rank == 0) TRY(cuda_gpt2_d2h(cd->m, cd->hparams, g, pl->n_pad * sizeof(float), err));
+    return cuda_gpt2_get_opt_state(cd->m, cd->hm, cd->hv, err);
+}
+
+// DDP: each layer's gradient slices start their all-reduce as one group as
+// soon as the backward pass has finished that layer; NCCL runs it on its own
+// stream while the backward goes on.
+static int grad_ready(void *ctx, struct cuda_gpt2 *m, int layer, skiff_err *err)
+{
+    struct cuda_device *cd = (struct cuda_device *)ctx;
+    size_t lo[16], hi[16], ns[16];
+    void *bufs[16];
+    int k = cuda_gpt2_layer_ranges(m, layer, lo, hi);
+    float *g = cuda_gpt2_grads(m);
+    for (int i = 0; i < k; i++) {
+        bufs[i] = g + lo[i];
+        ns[i] = hi[i] - lo[i];
+    }
+    if (cd->nreqs == cd->reqs_cap) {
+        size_t nc = cd->reqs_cap ? 2 * cd->reqs_cap : 64;
+        struct tr_comm_req **n = (struct tr_comm_req **)realloc(cd->reqs, nc * sizeof(*n));
+        if (!n) return skiff_error(err, ENOMEM, "bucket list");
+        cd->reqs = n;
+        cd->reqs_cap = nc;
+    }
+    TRY(tr_comm_start_group(cd->comm, TR_COMM_ALLREDUCE, bufs, ns, k, TR_F32, &cd->reqs[cd->nreqs], err));
+    cd->nreqs++;
+    return 0;
+}
+
+// Tests: SKIFF_TRAIN_INJECT_OVERFLOW_STEP=N writes +inf into the gradient of
+// step N; "N+" into every step from N on.
+static int inject_overflow(int step1)
+{
+    const char *v = getenv("SKIFF_TRAIN_INJECT_OVERFLOW_STEP");
+    if (!v || !*v) return 0;
+    int n = atoi(v);
+    return n > 0 && (step1 == n || (v[strlen(v) - 1] == '+' && step1 >= n));
+}
+
+// After the step's one drain: what the device did with the norm, the same
+// decision on the host (same float arithmetic), and the next loss scale.
+static int scaler_update(struct scaler *sc, const struct cuda_device *cd, int step1, float norm, skiff_err *err)
+{
+    if (isfinite(norm)) {
+        sc->skipped = 0;
+        if (sc->fp16 && ++sc->good >= sc->window) {
+            sc->scale *= 2;
+            sc->good = 0;
+            if (cd->rank == 0) printf("fp16: step %d: loss scale now %g\n", step1, sc->scale);
+        }
+        return 0;
+    }
+    if (!sc->fp16) return skiff_error(err, 0, "step %d: gradient norm is %f (loss diverged); lower --lr", step1, norm);
+    sc->good = 0;
+    if (sc->scale > SCALE_FLOOR) sc->scale /= 2;
+    if (cd->rank == 0) printf("fp16: step %d: gradient overflow, step skipped, loss scale now %g\n", step1, sc->scale);
+    if (++sc->skipped >= sc->max_skipped)
+        return skiff_error(err, 0,
+                           "fp16: %d steps in a row overflowed (last: step %d, loss scale %g): the "
+                           "forward pass itself overflows in fp16; use --precision bf16 or a lower --lr",
+                           sc->skipped, step1, sc->scale);
+    return 0;
+}
+
+// Queues one optimizer step after the backward passes: gradient reduction
+// for the ZeRO stage, norm, AdamW (clipping and the overflow skip on the
+// device), the ZeRO gather of the updated weights and the per-rank
+// loss/norm slots, then waits once and reads them.
+static int finish_step(struct cuda_device *cd, int step, float lr, const struct scaler *sc, float *norm, double *loss,
+                       skiff_err *err)
+{
+    const struct train_opts *o = cd->o;
+    const struct train_plan *pl = cd->plan;
+    struct tr_comm *c = cd->comm;
+    float *grads = cuda_gpt2_grads(cd->m);
+    int P = cd->P;
+    if (o->zero == 1) TRY(tr_reduce_scatter(c, grads, pl->n_pad, TR_F32, err));
+    const float *gopt = o->zero == 0 ? grads : o->zero == 1 ? grads + pl->opt_off : cd->gshard;
+    if (inject_overflow(step + 1)) TRY(cuda_gpt2_fill(cd->m, (float *)gopt, INFINITY, 1, err));
+    float *ss = cd->dscal, *norm2 = cd->dscal + 1, *slots = cd->dscal + 2;
+    CUDA_CHECK(cudaMemsetAsync(ss, 0, sizeof(float), cd->s));
+    TRY(cuda_gpt2_sumsq(cd->m, ss, gopt, pl->opt_len, err));
+    // Each rank's [norm^2 of its range, loss] into its slot pair; one gather.
+    CUDA_CHECK(cudaMemcpyAsync(slots + 2 * cd->rank, ss, sizeof(float), cudaMemcpyDeviceToDevice, cd->s));
+    TRY(cuda_gpt2_take_loss_dev(cd->m, slots + 2 * cd->rank + 1, err));
+    if (P > 1) TRY(tr_all_gather(c, slots, 2 * (size_t)P, TR_F32, err));
+    if (o->zero) // norm^2 = sum over ranks of each shard's, in rank order
+        TRY(cuda_gpt2_sum_strided(cd->m, norm2, slots, P, 2, err));
+    else
+        CUDA_CHECK(cudaMemcpyAsync(norm2, ss, sizeof(float), cudaMemcpyDeviceToDevice, cd->s));
+    float inv = (float)(1.0 / sc->scale);
+    TRY(cuda_gpt2_adamw(cd->m, gopt, lr, o->beta1, o->beta2, o->eps, o->weight_decay, inv, norm2, o->grad_clip,
+                        step + 1, 1, err));
+    // ZeRO: each rank updated its shard of the fp32 master and of the stored
+    // weights; gather the stored (bf16/fp16) weights, half the bytes of fp32.
+    if (o->zero && P > 1) TRY(tr_all_gather(c, cuda_gpt2_params(cd->m), pl->n_pad, cd->pdtype, err));
+    // The step's one drain.
+    TRY(cuda_gpt2_d2h(cd->m, cd->hstat, cd->dscal, nscal(P) * sizeof(float), err));
+    *norm = sqrtf(cd->hstat[1]) * inv;
+    double s = 0;
+    for (int i = 0; i < P; i++) s += cd->hstat[3 + 2 * i];
+    *loss = s / P / o->grad_accum;
+    return 0;
+}
+
+static int cuda_step(struct train_device *d, int step, float lr, struct train_batches *b, struct train_step_stats *st,
+                     skiff_err *err)
+{
+    struct cuda_device *cd = (struct cuda_device *)d->impl;
+    const struct train_opts *o = cd->o;
+    const struct train_plan *pl = cd->plan;
+    struct tr_comm *c = cd->comm;
+    int P = cd->P, K = b->count;
+    float *grads = cuda_gpt2_grads(cd->m);
+    float wait_ms = 0.0f;
+    int ddp_step = o->zero == 0 && P > 1;
+    TRY(cuda_gpt2_zero_grad(cd->m, err));
+    if (o->zero == 2) CUDA_CHECK(cudaMemsetAsync(cd->gshard, 0, pl->opt_len * sizeof(float), cd->s));
+    for (int k = 0; k < K; k++) {
+        TRY(b->load(b, k, err));
+        float dloss = (float)(cd->sc.scale / ((double)o->batch * o->seq * K * P));
+        TRY(cuda_gpt2_forward(cd->m, b->inputs, b->targets, dloss, err));
+        int last = k == K - 1, ddp = ddp_step && last; // no_sync on earlier micro-steps
+        cd->nreqs = 0;
+        TRY(cuda_gpt2_backward(cd->m, ddp ? grad_ready : NULL, cd, err));
+        if (ddp) {
+            CUDA_CHECK(cudaEventRecord(cd->ev0, cd->s));
+            for (size_t i = 0; i < cd->nreqs; i++) TRY(tr_comm_wait(c, cd->reqs[i], err));
+            CUDA_CHECK(cudaEventRecord(cd->ev1, cd->s));
+        }
+        if (o->zero == 2) {
+            TRY(tr_reduce_scatter(c, grads, pl->n_pad, TR_F32, err));
+            TRY(cuda_gpt2_accumulate(cd->m, cd->gshard, grads + pl->opt_off, pl->opt_len, err));
+            if (!last) TRY(cuda_gpt2_zero_grad(cd->m, err));
+        }
+    }
+    float norm = 0.0f;
+    TRY(finish_step(cd, step, lr, &cd->sc, &norm, &st->loss, err));
+    if (ddp_step) CUDA_CHECK(cudaEventElapsedTime(&wait_ms, cd->ev0, cd->ev1));
+    TRY(scaler_update(&cd->sc, cd, step + 1, norm, err));
+    st->grad_norm = norm;
+    st->wait_ms = wait_ms;
+    return 0;
+}
+
+static int cuda_forward(struct train_device *d, const int *inputs, const int *targets, skiff_err *err)
+{
+    struct cuda_device *cd = (struct cuda_device *)d->impl;
+    return cuda_gpt2_forward(cd->m, inputs, targets, 0.0f, err);
+}
+
+static int cuda_take_loss(struct train_device *d, double *sum, skiff_err *err)
+{
+    struct cuda_device *cd = (struct cuda_device *)d->impl;
+    return cuda_gpt2_take_loss(cd->m, sum, err);
+}
+
+static void *cuda_alloc(struct train_device *, size_t bytes, skiff_err *err)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        skiff_error(err, ENOMEM, "cudaMalloc of %zu bytes: %s", bytes, cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_release(struct train_device *, void *mem) { cudaFree(mem); }
+
+static int cuda_h2d(struct train_device *d, void *dev, const void *host, size_t bytes, skiff_err *err)
+{
+    return cuda_gpt2_h2d(((struct cuda_device *)d->impl)->m, dev, host, bytes, err);
+}
+
+static int cuda_d2h(struct train_device *d, void *host, const void *dev, size_t bytes, skiff_err *err)
+{
+    return cuda_gpt2_d2h(((struct cuda_device *)d->impl)->m, host, dev, bytes, err);
+}
+
+static void cuda_describe(struct train_device *d, char *buf, size_t len)
+{
+    struct cuda_device *cd = (struct cuda_device *)d->impl;
+    snprintf(buf, len, "%s (cuda, %s, %s collectives, %.2f GiB)", cd->gpu, cd->o->precision ? cd->o->precision : "bf16",
+             cd->backend, cuda_gpt2_bytes(cd->m) / 1073741824.0);
+}
+
+static int cuda_finish(struct train_device *d, skiff_err *err)
+{
+    struct cuda_device *cd = (struct cuda_device *)d->impl;
+    if (cd->rank == 0 && !cd->o->quiet) {
+        size_t fr = 0, tot = 0;
+        CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+        printf("skiff-train: GPU memory: %.2f GiB allocated by the model, %.2f GiB in use on the device\n",
+               cuda_gpt2_bytes(cd->m) / 1073741824.0, (tot - fr) / 1073741824.0);
+    }
+    return 0;
+}
+
+extern "C" const struct train_device_ops train_cuda_device = {
+    .name = "cuda",
+    .open = cuda_open,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .step = cuda_step,
+    .forward = cuda_forward,
+    .take_loss = cuda_take_loss,
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .h2d = cuda_h2d,
+    .d2h = cuda_d2h,
+    .describe = cuda_describe,
+    .finish = cuda_finish,
+    .close = cuda_close,
+};
