@@ -23,24 +23,16 @@ for tool in docker-registry skopeo; do
   command -v $tool >/dev/null || { t_skip "lazy start under srun" "$tool is not installed (scripts/install-deps test)"; t_done; }
 done
 
-export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
-started=0
-if ! [ -f tests/cluster/run/env.sh ] || ! (source tests/cluster/run/env.sh; sinfo -h >/dev/null 2>&1); then
-  SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 3 || { t_fail "cluster up"; t_done; }
-  started=1
-fi
-source tests/cluster/run/env.sh
-PLUGSTACK_ORIG=$(cat "$SKIFF_PLUGSTACK")
+t_cluster 3 || t_done
 U=$SKIFF_TEST_USER
 T=$(mktemp -d /tmp/skiff-lazy-cluster.XXXXXX)
 chmod 755 "$T"
 cleanup() {
-  echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
   [ -n "${REG_PID:-}" ] && kill -CONT "$REG_PID" 2>/dev/null
   registry_stop
   scancel -u "$U" 2>/dev/null
   rm -rf "$T"
-  [ "$started" = 1 ] && SKIFF_CLUSTER_QUIET=1 tests/cluster/down
+  t_cluster_done
 }
 trap cleanup EXIT
 W=$T/work
@@ -148,18 +140,10 @@ else t_fail "scancel: the step started" "job '$job': $(cat "$T/job")"; scancel "
 
 # ---- nothing left on these nodes: no fetcher, FUSE server or holder ------------------
 # (their mounts live in the holder's namespaces and go with it); other
-# clusters may run jobs as the same user: look only at this cluster's nodes
-node_procs() {
-  local k p
-  for k in 1 2 3; do
-    for p in $(ip netns pids "${SKIFF_CLUSTER_NS_PREFIX:-skiff${SKIFF_CLUSTER_INDEX}n}$k" 2>/dev/null); do
-      [ "$(stat -c %U /proc/$p 2>/dev/null)" = "$U" ] && echo "n$k $p $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)"
-    done
-  done
-}
+# clusters may run jobs as the same user: this cluster's nodes only
 left=""
 for _ in $(seq 100); do
-  left=$(node_procs)
+  left=$(t_cluster_procs)
   [ -z "$left" ] && break
   sleep 0.1
 done
