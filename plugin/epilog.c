@@ -40,11 +40,7 @@ int skiff_epilog(spank_t sp, const struct skiff_plugin_args *args)
         ngroups = 1;
     }
     char node[256];
-    if (gethostname(node, sizeof(node)) < 0)
-        snprintf(node, sizeof(node), "node");
-    char *dot = strchr(node, '.');
-    if (dot)
-        *dot = '\0';
+    skiff_named_this_node(node, sizeof(node));
     struct skiff_config cfg;
     struct skiff_user u = {
         .uid = uid, .gid = pw.pw_gid, .groups = groups, .ngroups = ngroups, .name = pw.pw_name, .home = pw.pw_dir};

@@ -369,8 +369,8 @@ static int set_name(struct skiff_opts *o, const char *arg, skiff_err *err)
         return skiff_error(err, ENOMEM, "out of memory");
     if (!skiff_name_valid(name))
         return skiff_error(err, 0,
-                           "'%s' is not a valid container name (letters, digits, '.', '_', '-', at most 128, "
-                           "not starting with '.' or '-')",
+                           "'%s' is not a valid container name (letters, digits, '.', '_', '-', '+', at most 128, "
+                           "not starting with '.', '-' or '+')",
                            name);
     free(*str_slot(o, &opts[OPT_NAME]));
     *str_slot(o, &opts[OPT_NAME]) = name;

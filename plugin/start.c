@@ -35,6 +35,11 @@ static int where(struct step *s, spank_t sp, skiff_err *err)
     if (skiff_load_user_config(s->args, s->uid, s->user, s->home, &s->cfg, err) < 0 ||
         skiff_step_user_dir(s, s->args->runtime_path, "runtime_path", err) < 0)
         return -1;
+    /* pyxis hands enroot the job's ENROOT_CONFIG_PATH (where its credentials
+     * are); a path the helper reads as the user, never root */
+    if (spank_getenv(sp, "ENROOT_CONFIG_PATH", buf, sizeof(buf)) == ESPANK_SUCCESS && buf[0] == '/' &&
+        skiff_config_set_raw(&s->cfg, "enroot_config_path", buf, err) < 0)
+        return -1;
     if (s->args->block_cache_path[0] && s->cfg.block_cache_mb > 0) {
         /* the block cache is an optimisation: a base someone else took
          * turns it off (and tells the admin), the step goes on */
@@ -58,11 +63,9 @@ static int container_name(struct step *s, skiff_err *err)
 {
     const char *name = s->opts->req.name_given;
     if (name) {
-        int w = s->args->scope == SKIFF_SCOPE_JOB
-                    ? snprintf(s->named, sizeof(s->named), "%s.%s.job%u", name, s->node, (unsigned)s->jobid)
-                    : snprintf(s->named, sizeof(s->named), "%s.%s", name, s->node);
-        if (w < 0 || (size_t)w >= sizeof(s->named) || !skiff_name_valid(s->named))
-            return skiff_error(err, 0, "container name '%s' is too long for node %s", name, s->node);
+        if (skiff_named_step_name(name, s->node, s->args->scope == SKIFF_SCOPE_JOB ? (unsigned)s->jobid : 0, s->named,
+                                  sizeof(s->named), err) < 0)
+            return -1;
     } else if (s->opts->req.save) {
         snprintf(s->named, sizeof(s->named), "save.%s.%u.%u", s->node, (unsigned)s->jobid, (unsigned)s->stepid);
         s->temp_named = true;
@@ -218,19 +221,42 @@ static const char **job_locale(spank_t sp)
     return out;
 }
 
-/* The start request as the helper gets it: with the job's hook and
- * locale variables as Slurm has them now (a PMIx step's, in user_init). */
+/* The job's environment, as enroot would have had it, borrowed from
+ * Slurm's copy: enroot's credentials file's $VAR passwords (JAX-Toolbox's
+ * sbatch --export=ENROOT_PASSWORD=...) and enroot_compat's site files. The
+ * user's own values, for a process of the user's: nothing root acts on. */
+static const char **job_env(spank_t sp)
+{
+    char **env = NULL;
+    if (spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || !env)
+        return NULL;
+    size_t n = 0;
+    while (env[n] && n < SKIFF_REQUEST_LIST_MAX)
+        n++;
+    const char **out = calloc(n + 1, sizeof(*out));
+    size_t k = 0;
+    for (size_t i = 0; out && i < n; i++)
+        if (strchr(env[i], '=') && strlen(env[i]) < 65536)
+            out[k++] = env[i];
+    return out;
+}
+
+/* The start request as the helper gets it: with the job's hook, locale
+ * and other variables as Slurm has them now (a PMIx step's, in user_init). */
 static int request_start(struct step *s, spank_t sp, struct skiff_recbuf *b, skiff_err *err)
 {
     struct skiff_start_request *r = &s->opts->req;
     if (s->no_attach)
         r->name_mode = SKIFF_NAME_NO_EXEC;
     r->hook_env = (const char *const *)s->hook_env;
-    const char **locale = job_locale(sp);
+    const char **locale = job_locale(sp), **job = job_env(sp);
     r->locale_env = locale;
+    r->enroot_env = job;
     int rc = skiff_start_request_encode(&s->cfg, r, b, err);
     r->locale_env = NULL;
+    r->enroot_env = NULL;
     free(locale);
+    free(job);
     return rc;
 }
 

@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "named.h"
 #include "plugin.h"
 
 void skiff_step_init(struct step *s, const struct skiff_plugin_args *args, struct skiff_opts *opts)
@@ -66,11 +67,7 @@ int skiff_step_identity(struct step *s, spank_t sp, skiff_err *err)
     }
     snprintf(s->user, sizeof(s->user), "%s", pw.pw_name);
     snprintf(s->home, sizeof(s->home), "%s", pw.pw_dir);
-    if (gethostname(s->node, sizeof(s->node)) < 0)
-        snprintf(s->node, sizeof(s->node), "node");
-    char *dot = strchr(s->node, '.');
-    if (dot)
-        *dot = '\0';
+    skiff_named_this_node(s->node, sizeof(s->node));
     return 0;
 }
 

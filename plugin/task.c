@@ -61,6 +61,28 @@ static int apply_env(const struct step *s, spank_t sp, skiff_err *err)
     return rc;
 }
 
+/* PMIx in the container as pyxis sets it up (enroot's pmix hook): an
+ * image's own PMIx (Open MPI's) reads its MCA parameters, not Slurm's
+ * module variables, so each PMIX_MCA_x follows Slurm's choice unless the
+ * user or the image set it. Per task, so a step that joins a running
+ * container or starts from a named one gets them too. */
+static int apply_pmix_env(spank_t sp, skiff_err *err)
+{
+    static const char *const pairs[][2] = {{"PMIX_SECURITY_MODE", "PMIX_MCA_psec"},
+                                           {"PMIX_GDS_MODULE", "PMIX_MCA_gds"},
+                                           {"PMIX_PTL_MODULE", "PMIX_MCA_ptl"}};
+    char v[1024], mine[16];
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        spank_err_t have = spank_getenv(sp, pairs[i][1], mine, sizeof(mine));
+        if (have == ESPANK_SUCCESS || have == ESPANK_NOSPACE ||
+            spank_getenv(sp, pairs[i][0], v, sizeof(v)) != ESPANK_SUCCESS || !v[0])
+            continue;
+        if (spank_setenv(sp, pairs[i][1], v, 0) != ESPANK_SUCCESS)
+            return skiff_error(err, 0, "cannot set %s", pairs[i][1]);
+    }
+    return 0;
+}
+
 static int apply_ddp_env(const struct step *s, spank_t sp, skiff_err *err)
 {
     if (!s->args->ddp_env)
@@ -143,7 +165,7 @@ int skiff_step_task_init(struct step *s, spank_t sp)
         skiff_log_error("skiff: join: %s", err.msg);
         return -1;
     }
-    if (apply_env(s, sp, &err) < 0) {
+    if (apply_env(s, sp, &err) < 0 || apply_pmix_env(sp, &err) < 0) {
         skiff_log_error("skiff: env: %s", err.msg);
         return -1;
     }

@@ -20,6 +20,7 @@
 #include "fdio.h"
 #include "lazy.h"
 #include "named.h"
+#include "ns.h"
 #include "proto.h"
 #include "records.h"
 #include "ref.h"
@@ -118,7 +119,7 @@ static int prepare(const struct skiff_helper_program *program, const struct skif
                  : resolve_held(program, cfg, q, image, n, err);
     if (rc < 0)
         return -1;
-    if (q->name && skiff_named_create(cfg, q->name, image, true, err) < 0)
+    if (q->name && skiff_named_create(cfg, q->name, image, q->node, true, err) < 0)
         return skiff_err_wrap(err, "container %s", q->name);
     return 0;
 }
@@ -290,6 +291,14 @@ static int verb_start(const struct skiff_helper_program *program, const struct s
         struct skiff_container running;
         int f = find_running(cfg, q, &running, &err);
         if (f > 0) {
+            /* pyxis: a namespace asked for that the running container
+             * does not have is an error, not a silent join of the node's */
+            if (q->unshare_flags && skiff_ns_check_unshared(running.holder, q->unshare_flags, &err) < 0) {
+                skiff_container_free(&running);
+                put_failure(&b, "join", &err);
+                answer(&b);
+                return 1;
+            }
             int hold = join_hold(&running);
             if (hold >= 0)
                 return answer_attach(q, &running, hold, t0);

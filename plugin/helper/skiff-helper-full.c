@@ -18,6 +18,7 @@
 #include "named.h"
 #include "proto.h"
 #include "records.h"
+#include "registry.h"
 #include "spawn.h"
 
 static int run_importer(const struct skiff_start_request *q, char *out, size_t n, skiff_err *err)
@@ -98,6 +99,8 @@ static void on_warn(void *ctx, const char *msg)
 static int resolve_image(const struct skiff_config *cfg, const struct skiff_start_request *q, char *out, size_t n,
                          skiff_err *err)
 {
+    /* enroot's credentials file: $VAR passwords from the job's environment */
+    skiff_credentials_env(q->enroot_env);
     if (q->importer && q->importer[0])
         return run_importer(q, out, n, err);
     /* a little before root's own deadline, so that this process's message
@@ -187,6 +190,9 @@ static int verb(const char *name, const struct skiff_config *cfg, const struct s
     }
     int rc;
     const char *phase = "save";
+    /* what an earlier step's killed export left (a cancelled --container-save:
+     * its state, its partial image), now that its process is gone */
+    skiff_container_prune(cfg);
     if (!strcmp(name, "save")) {
         rc = q->name && q->save ? skiff_container_export(cfg, q->name, q->save, &err)
                                 : skiff_error(&err, 0, "save: no container or path");

@@ -251,7 +251,7 @@ static int fabric_run(const struct skiff_config *cfg, const char *dir, const cha
         int saved = dup(2), null = open("/dev/null", O_WRONLY | O_CLOEXEC);
         if (saved >= 0 && null >= 0)
             dup2(null, 2);
-        rv = skiff_hooks_run(dirs, (const char *const *)env, 60000, notice, sizeof(notice), &err);
+        rv = skiff_hooks_run(dirs, NULL, (const char *const *)env, 60000, notice, sizeof(notice), &err);
         if (saved >= 0 && null >= 0)
             dup2(saved, 2);
         if (saved >= 0)

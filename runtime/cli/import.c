@@ -66,7 +66,8 @@ static void print_progress(void *ctx, const struct skiff_import_progress *p)
     fprintf(stderr, "\rskiff: downloading %s\033[K%s", line, p->done >= p->total ? "\n" : "");
 }
 
-int cmd_import(int argc, char **argv)
+const char *cli_import_args(int argc, char **argv, const struct cli_front *f, struct skiff_import_opts *o,
+                            const char **output, bool *system, bool *lazy, int *rc)
 {
     static const struct option longopts[] = {
         {"output", required_argument, NULL, 'o'},
@@ -77,61 +78,87 @@ int cmd_import(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *output = NULL;
-    bool lazy = false, system = false;
-    struct skiff_import_opts o = {.progress = isatty(2) == 1, .warn = print_warning};
-    if (o.progress)
-        o.on_progress = print_progress;
     int c;
     optind = 0; /* glibc: a full restart, whatever a parse before left */
     while ((c = getopt_long(argc, argv, "+o:a:fh", longopts, NULL)) != -1) {
         switch (c) {
         case 'o':
-            output = optarg;
+            *output = optarg;
             break;
         case 'a':
-            o.arch = optarg;
+            o->arch = optarg;
             break;
         case 'f':
-            o.force = true;
+            o->force = true;
             break;
         case 'L':
-            lazy = true;
+            if (!lazy) { /* a front end without lazy images */
+                *rc = f->usage_error("import", "unknown option --lazy");
+                return NULL;
+            }
+            *lazy = true;
             break;
         case 'S':
-            system = true;
+            if (!system) { /* a front end without a store */
+                *rc = f->usage_error("import", "unknown option --system");
+                return NULL;
+            }
+            *system = true;
             break;
         case 'h':
-            cli_usage("import", stdout);
-            return 0;
+            f->usage("import", stdout);
+            *rc = 0;
+            return NULL;
         default:
-            return cli_bad_option("import");
+            *rc = f->bad_option("import");
+            return NULL;
         }
     }
-    if (optind != argc - 1)
-        return optind == argc ? cli_usage_error("import", "no image URI given")
-                              : cli_usage_error("import", "unexpected argument '%s'", argv[optind + 1]);
-    if (system && lazy)
-        return cli_usage_error("import", "--system and --lazy do not go together: the store holds squashfs images");
-    if (system && (output || o.force || o.arch))
-        return cli_usage_error("import", "--system takes no -o, -f or -a: the store keys images as "
-                                         "--container-image looks for them");
+    if (optind != argc - 1) {
+        *rc = optind == argc ? f->usage_error("import", "no image URI given")
+                             : f->usage_error("import", "unexpected argument '%s'", argv[optind + 1]);
+        return NULL;
+    }
+    if (system && *system && lazy && *lazy) {
+        *rc = f->usage_error("import", "--system and --lazy do not go together: the store holds squashfs images");
+        return NULL;
+    }
+    if (system && *system && (*output || o->force || o->arch)) {
+        *rc = f->usage_error("import", "--system takes no -o, -f or -a: the store keys images as "
+                                       "--container-image looks for them");
+        return NULL;
+    }
+    return argv[optind];
+}
+
+int cmd_import(int argc, char **argv)
+{
+    static const struct cli_front skiff_front = {cli_usage, cli_usage_error, cli_bad_option};
+    const char *output = NULL;
+    bool system = false, lazy = false;
+    struct skiff_import_opts o = {.progress = isatty(2) == 1, .warn = print_warning};
+    if (o.progress)
+        o.on_progress = print_progress;
+    int rc;
+    const char *uri = cli_import_args(argc, argv, &skiff_front, &o, &output, &system, &lazy, &rc);
+    if (!uri)
+        return rc;
     struct skiff_config cfg;
     if (cli_load_config(&cfg) < 0)
         return 1;
     skiff_err err;
     skiff_err_clear(&err);
     if (lazy)
-        return import_lazy(&cfg, argv[optind], output, &o);
+        return import_lazy(&cfg, uri, output, &o);
     char written[4096];
     if (system) {
         struct skiff_resolve_opts ro = {.warn = print_warning, .on_progress = o.progress ? print_progress : NULL};
-        if (skiff_image_import_system(&cfg, argv[optind], &ro, written, sizeof(written), &err) < 0)
+        if (skiff_image_import_system(&cfg, uri, &ro, written, sizeof(written), &err) < 0)
             return cli_fail("import", &err);
         printf("%s\n", written);
         return 0;
     }
-    if (skiff_image_import(&cfg, argv[optind], output, &o, written, sizeof(written), &err) < 0)
+    if (skiff_image_import(&cfg, uri, output, &o, written, sizeof(written), &err) < 0)
         return cli_fail("import", &err);
     printf("%s\n", written);
     return 0;

@@ -48,7 +48,7 @@ static const struct verb {
      "CMD defaults to the image's Entrypoint + Cmd. Exit status: CMD's (128+N for signal N).\n"},
     {"create", cmd_create, "create a named container (persistent writable layer) from a squashfs image",
      "skiff create -n NAME IMAGE.sqsh",
-     "  -n, --name NAME  letters, digits, '.', '_', '-' (not first: '.', '-'); at most 128\n"},
+     "  -n, --name NAME  letters, digits, '.', '_', '-', '+' (not first: '.', '-', '+'); at most 128\n"},
     {"list", cmd_list, "list named containers", "skiff list", NULL},
     {"remove", cmd_remove, "remove a named container", "skiff remove NAME...", NULL},
     {"export", cmd_export, "write a named container's root filesystem as a squashfs image",

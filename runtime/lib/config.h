@@ -11,6 +11,9 @@
 
 #define SKIFF_CONFIG_DEFAULT_PATH "/etc/skiff/skiff.conf"
 #define SKIFF_PATH_MAX 4096
+/* The enroot release whose command line, configuration and hook contract
+ * skiff follows (skiff-enroot, enroot_compat): its ENROOT_VERSION. */
+#define SKIFF_ENROOT_COMPAT_VERSION "3.5.0"
 
 struct skiff_config {
     char data_path[SKIFF_PATH_MAX];        /* named containers, per user */
@@ -27,10 +30,16 @@ struct skiff_config {
     int squash_level;                      /* 0 = skiff's default: zstd level 1 (fast), others their own */
     bool allow_http;                       /* plain http for non-loopback registries */
     int connect_timeout_s;
+    int transfer_timeout_s;                   /* per registry request; 0 = none */
+    int max_processors;                       /* mksquashfs -processors; 0 = every CPU */
+    char plugin_runtime_path[SKIFF_PATH_MAX]; /* the plugin's runtime base (plugstack's runtime_path) */
+    bool enroot_compat;                       /* apply enroot's site configuration (container/enrootsite.c) */
+    char enroot_sysconf_path[SKIFF_PATH_MAX]; /* enroot's system configuration (/etc/enroot) */
+    char enroot_config_path[SKIFF_PATH_MAX];  /* enroot's per-user configuration (its .credentials) */
     /* images at cluster scale (doc/admin-guide.md, "Images on a large cluster") */
     int tag_ttl_s;                          /* a tag resolved this recently is not asked again; 0 = always ask */
     int max_connections;                    /* blobs downloaded at once per import */
-    int transfer_retries;                   /* tries after the first on a transient failure */
+    int transfer_retries;                   /* tries after the first on a transient failure (ENROOT_TRANSFER_RETRIES) */
     int stall_timeout_s;                    /* no byte for this long: the connection counts as dropped */
     unsigned long long cache_max_size;      /* bytes the image cache may hold (LRU after an import); 0 = no limit */
     char system_cache_path[SKIFF_PATH_MAX]; /* the site's read-only image store, asked first; "" = none */
@@ -45,9 +54,11 @@ struct skiff_config {
     char lazy_span_store[SKIFF_PATH_MAX]; /* a shared span store (digest-named), or "" */
 };
 
-/* Fills cfg with defaults, then the file at path (NULL: $SKIFF_CONFIG or the
- * default path; a missing default file is not an error, a missing explicit one
- * is), then SKIFF_* environment overrides when use_env is true. Paths may use
+/* Fills cfg with defaults, then (when use_env is true) the ENROOT_*
+ * variables that have a skiff meaning (skiff_config_enroot_var), then the
+ * file at path (NULL: $SKIFF_CONFIG or the default path; a missing default
+ * file is not an error, a missing explicit one is), then SKIFF_* environment
+ * overrides when use_env is true: skiff's own settings win. Paths may use
  * ${HOME}, ${UID}, ${USER} and ${XDG_RUNTIME_DIR}; they are expanded for the
  * calling process's user (or the user named with skiff_config_for_user). */
 int skiff_config_load(struct skiff_config *cfg, const char *path, bool use_env, skiff_err *err);
@@ -64,10 +75,20 @@ int skiff_config_set_raw(struct skiff_config *cfg, const char *key, const char *
  * does not fit. Values are as loaded (expanded); booleans yes/no. */
 int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size_t n);
 
+/* Where the plugin keeps uid's running containers: plugin_runtime_path/UID.
+ * -1 when it does not fit in n (or is not set). */
+int skiff_config_plugin_runtime(const struct skiff_config *cfg, unsigned uid, char *out, size_t n);
+
 /* The block cache directory: block_cache_path, or runtime_path/blocks when
  * it is empty (the default). -1 when it does not fit in n. */
 int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n);
 
+/* The skiff.conf key that the enroot variable name (ENROOT_DATA_PATH, ...)
+ * sets, or NULL when it has none (doc/user-guide.md lists every ENROOT_*
+ * variable and what skiff does with it). ENROOT_SQUASH_OPTIONS is read
+ * apart: its -comp and -Xcompression-level set squash_compression and
+ * squash_level. */
+const char *skiff_config_enroot_var(const char *name);
 /* A size such as 500M, 20G or 1.5T (K, M, G, T: powers of 1024; an optional
  * trailing B or iB; a bare number is bytes) into *out. */
 int skiff_config_parse_size(const char *s, unsigned long long *out);

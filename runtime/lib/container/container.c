@@ -22,10 +22,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "caps.h"
 #include "clock.h"
 #include "lazy.h"
 #include "fdio.h"
+#include "fsutil.h"
 #include "fusemount.h"
 #include "idfilter.h"
 #include "mountspec.h"
@@ -263,10 +265,19 @@ int skiff_container_export(const struct skiff_config *cfg, const char *name, con
         h.state_dir = state_dir;
         if (rc == 0)
             rc = skiff_holder_setup(&h, NULL, &e);
-        char root[SKIFF_PATH_MAX + 8];
+        char root[SKIFF_PATH_MAX + 8], tmp[SKIFF_PATH_MAX + 64], mark[SKIFF_PATH_MAX + 32];
         snprintf(root, sizeof(root), "%s/root", h.stage);
+        /* The temporary image's name goes into the state directory first: if
+         * this export is killed (a cancelled step), whoever prunes the state
+         * of dead containers removes it too (runstate.c). */
+        const char *slash = strrchr(abs_out, '/');
+        if (rc == 0 && (skiff_fmt_path(tmp, sizeof(tmp), &e, "%.*s/.%s" SKIFF_EXPORT_TMP "%d", (int)(slash - abs_out),
+                                       abs_out, slash + 1, (int)getpid()) < 0 ||
+                        skiff_fmt_path(mark, sizeof(mark), &e, "%s/" SKIFF_EXPORT_MARK, state_dir) < 0 ||
+                        skiff_atomic_write(mark, tmp, strlen(tmp), 0600, SKIFF_ATOMIC_NOSYNC, &e) < 0))
+            rc = -1;
         if (rc == 0)
-            rc = skiff_squash_from_dir(cfg, root, abs_out, &e);
+            rc = skiff_squash_from_dir(cfg, root, abs_out, tmp, &e);
         skiff_fuse_stop(h.fuse);
         if (rc < 0)
             (void)skiff_write_all(p[1], &e, sizeof(e));

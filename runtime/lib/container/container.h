@@ -161,6 +161,14 @@ void skiff_container_free(struct skiff_container *c);
 int skiff_container_find(const struct skiff_config *cfg, const char *key, const char *name, const char *prefix,
                          struct skiff_container *c, skiff_err *err);
 
+/* Calls fn for each running container of the caller's in cfg->runtime_path
+ * (state key, and the container: holder, name, shared, workdir, env),
+ * sorted by key; one whose holder is gone or is not in the mount namespace
+ * its state recorded is skipped. A missing runtime_path has none. */
+int skiff_container_each(const struct skiff_config *cfg,
+                         void (*fn)(const char *key, const struct skiff_container *c, void *arg), void *arg,
+                         skiff_err *err);
+
 /* Reads the state of a running container by holder pid or state key from
  * runtime_path (for `skiff exec`): fills c (holder, workdir, env). */
 int skiff_container_load(const struct skiff_config *cfg, pid_t pid, struct skiff_container *c, skiff_err *err);

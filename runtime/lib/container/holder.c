@@ -2,7 +2,8 @@
  * namespaces (container_int.h). skiff_holder_setup is the start path in
  * order, one step per file: namespaces (ns.c), root filesystem
  * (assemble.c), image config and warming (image/imgconfig.c, fs/warm.c),
- * system and user mounts (assemble.c), hooks (hookrun.c), environment
+ * system and user mounts (assemble.c; enroot's mounts.d between them,
+ * enrootsite.c), hooks (hookrun.c, then enroot's hooks.d), environment
  * (imgcompat.c), the report and state file (runstate.c), pivot_root, the
  * command (command.c). */
 #include "container_int.h"
@@ -121,13 +122,14 @@ int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_e
         goto out;
     warm_command(o, &ic, rootfd);
     skiff_trace(o->trace, "holder: image config, warm");
-    if (skiff_assemble_system_mounts(rootfd, err) < 0) {
+    if (skiff_assemble_system_mounts(rootfd, o->unshare_flags, err) < 0) {
         skiff_err_wrap(err, "system mounts");
         goto out;
     }
     skiff_trace(o->trace, "holder: system mounts");
-    /* pyxis: with remap-root the home directory is root's, /root */
-    if (skiff_assemble_user_mounts(rootfd, o->mount_home ? h->home : NULL, o->remap_root ? "/root" : h->home, o->mounts,
+    if (skiff_enroot_mounts(h, rootfd, err) < 0)
+        goto out;
+    if (skiff_assemble_user_mounts(rootfd, o->mount_home ? h->home : NULL, o->mount_home && o->remap_root, o->mounts,
                                    err) < 0)
         goto out;
     if (skiff_env_set(&env, SKIFF_DEFAULT_PATH, err) < 0)
@@ -137,8 +139,11 @@ int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_e
             skiff_err_wrap(err, "image Env");
             goto out;
         }
+    if (skiff_enroot_environ(h, &env, err) < 0)
+        goto out;
     char notice[SKIFF_NOTICE_LEN] = "";
-    if (skiff_hooks_container(h, &env, notice, sizeof(notice), err) < 0) {
+    if (skiff_hooks_container(h, &env, notice, sizeof(notice), err) < 0 ||
+        skiff_enroot_hooks(h, rootfd, &env, notice, sizeof(notice), err) < 0) {
         h->failed_in_hooks = true;
         goto out;
     }

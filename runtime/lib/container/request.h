@@ -57,6 +57,11 @@ struct skiff_start_request {
                                     job's): a locale the image lacks becomes C.UTF-8 in the
                                     container env, unless the image sets the variable */
     const char *state_key;         /* unique key for runtime state (plugin: node.job.step); NULL = auto */
+    const char *const *enroot_env; /* with cfg->enroot_compat (enrootsite.c): the environment
+                                      enroot would have had (the CLI's own, the job's under the
+                                      plugin): ${VAR} of environ.d and mounts.d, hooks.d's
+                                      environment; and $VAR passwords of enroot's credentials
+                                      file (the plugin's helper); NULL: none */
 
     /* ---- the step around it (the plugin's helper) ---- */
     const char *cwd;          /* the step's working directory: relative paths start here */
@@ -74,6 +79,9 @@ struct skiff_start_request {
     bool no_warm;                /* do not warm the command (SKIFF_NO_WARM=1 in the CLI) */
     const char *extra_hooks_dir; /* the user's hooks, run with cfg->hooks_dir's (the CLI's
                                     $SKIFF_HOOKS_DIR; doc/hooks.md), or NULL */
+    const char *enroot_user_dir; /* the user's enroot configuration directory, whose environ.d,
+                                    mounts.d, hooks.d apply after the site's (the CLI's
+                                    enroot_config_path), or NULL (the plugin) */
     int fuse_fd;                 /* an open /dev/fuse fd (root may pass one), or -1 to open it */
     int hook_timeout_s;          /* per hook; 0 = 60 s */
     bool die_with_parent;        /* holder gets SIGKILL when the starting thread dies */
@@ -122,6 +130,7 @@ struct skiff_start_request {
     X(hook_env, LIST)                                                                                                  \
     X(locale_env, LIST)                                                                                                \
     X(state_key, STR)                                                                                                  \
+    X(enroot_env, LIST)                                                                                                \
     X(cwd, STR)                                                                                                        \
     X(node, STR)                                                                                                       \
     X(name_given, STR)                                                                                                 \

@@ -137,19 +137,18 @@ static int fetch_token(struct skiff_registry *r, struct endpoint *e, const char 
      * the endpoint's host, else only the credentials file's entry for the
      * realm's own host. */
     struct auth a = {.kind = AUTH_NONE};
-    char login[256] = "", password[256] = "";
+    struct skiff_credential realm_cred = {0};
     const char *cred_host = NULL; /* whose entry was sent */
     bool withheld = false;        /* the endpoint's were not */
     if (e->have_creds && skiff_registry_realm_same_host(e->host, realm)) {
-        a = (struct auth){.kind = AUTH_BASIC, .login = e->login, .password = e->password};
+        a = (struct auth){.kind = AUTH_BASIC, .login = e->cred.login, .password = e->cred.password};
         cred_host = e->host;
     } else {
-        int found = skiff_credentials_lookup(r->cfg->credentials_file, ru.authority, e->user, login, sizeof(login),
-                                             password, sizeof(password), err);
+        int found = skiff_credentials_find(r->cfg, ru.authority, e->user, &realm_cred, err);
         if (found < 0)
             return skiff_err_wrap(err, "credentials for token realm %s", ru.authority);
         if (found) {
-            a = (struct auth){.kind = AUTH_BASIC, .login = login, .password = password};
+            a = (struct auth){.kind = AUTH_BASIC, .login = realm_cred.login, .password = realm_cred.password};
             cred_host = ru.authority;
         }
         withheld = !found && e->have_creds;
@@ -165,7 +164,7 @@ static int fetch_token(struct skiff_registry *r, struct endpoint *e, const char 
     struct http_resp resp;
     int rv = skiff_registry_http_get(r, url, NULL, &a, &s, &resp, err);
     long status = resp.status;
-    explicit_bzero(password, sizeof(password));
+    skiff_credential_clear(&realm_cred);
     if (rv < 0) {
         free(s.buf);
         return skiff_err_wrap(err, "token for %s", e->host);
@@ -249,7 +248,7 @@ int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, cons
             a = (struct auth){.kind = AUTH_BEARER, .token = e->tok.value};
             fresh_token = true;
         } else if (!strncasecmp(r->challenge, "Basic", 5) && a.kind != AUTH_BASIC && e->have_creds) {
-            a = (struct auth){.kind = AUTH_BASIC, .login = e->login, .password = e->password};
+            a = (struct auth){.kind = AUTH_BASIC, .login = e->cred.login, .password = e->cred.password};
         } else {
             break;
         }

@@ -198,8 +198,13 @@ int skiff_registry_http_get(struct skiff_registry *r, const char *url, const str
     /* a connection that sends nothing for stall_s is as good as dropped */
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, q->stall_s > 0 ? q->stall_s : 60L);
-    if (q->timeout_ms > 0)
-        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, q->timeout_ms);
+    /* the sooner of the caller's deadline and transfer_timeout
+     * (ENROOT_TRANSFER_TIMEOUT), per request */
+    long tmo = q->timeout_ms;
+    if (r->cfg->transfer_timeout_s > 0 && (tmo <= 0 || tmo > r->cfg->transfer_timeout_s * 1000L))
+        tmo = r->cfg->transfer_timeout_s * 1000L;
+    if (tmo > 0)
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, tmo);
     if (q->stop) {
         curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, xferinfo_cb);

@@ -37,7 +37,7 @@ struct endpoint {
     char host[256];   /* HOST[:PORT] */
     char base[320];   /* scheme://host */
     const char *user; /* login the entry must have ("" = any) */
-    char login[256], password[256];
+    struct skiff_credential cred;
     bool have_creds;
     struct bearer tok;
 };

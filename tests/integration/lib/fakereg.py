@@ -17,6 +17,8 @@ usage: fakereg.py PORT LOG [options]
   --redirect-blobs URL answer blob GETs with 307 to URL + the same path
   --big-manifest N     authorised manifest GETs get N bytes (no length)
   --big-token N        the token answer is N bytes of JSON (no length)
+  --fail-blobs N       the first N blob GETs get HTTP 503 (a registry in
+                       trouble, for transfer_retries)
   --blob-fault MODE    what the first GET of each blob gets (later GETs of
                        it are served well), forwarded from --upstream:
                        429:N    N answers 429 (Retry-After: 1) in a row
@@ -55,6 +57,7 @@ ap.add_argument("--upstream")
 ap.add_argument("--redirect-blobs")
 ap.add_argument("--big-manifest", type=int, default=0)
 ap.add_argument("--big-token", type=int, default=0)
+ap.add_argument("--fail-blobs", type=int, default=0)
 ap.add_argument("--blob-fault", default="")
 ap.add_argument("--token-uses", type=int, default=0)
 ap.add_argument("--no-digest-header", action="store_true")
@@ -181,6 +184,14 @@ class H(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
+    def take_failure(self):
+        """Whether this blob GET is one of the first --fail-blobs (503)."""
+        with LOCK:
+            if A.fail_blobs <= 0:
+                return False
+            A.fail_blobs -= 1
+            return True
+
     def authorised(self):
         """Whether the request carries a good token (one use of it spent)."""
         got = self.headers.get("Authorization", "")
@@ -216,6 +227,8 @@ class H(BaseHTTPRequestHandler):
             return self.reply(200, b"{}")
         if A.big_manifest and "/manifests/" in self.path:
             return stream(self, A.big_manifest, "application/vnd.oci.image.manifest.v1+json")
+        if "/blobs/" in self.path and self.take_failure():
+            return self.reply(503, b'{"errors":[{"code":"UNAVAILABLE","message":"try later"}]}')
         if A.redirect_blobs and "/blobs/" in self.path:
             return self.reply(307, headers=[("Location", A.redirect_blobs + self.path)])
         if not A.upstream:

@@ -75,6 +75,11 @@ Test(options, mounts_errors)
     cr_assert_eq(skiff_opts_set(&o, "container-mounts", "/a:/b,,/c:/d", &err), -1);
     cr_assert(strstr(err.msg, "empty mount entry"), "%s", err.msg);
     cr_assert_eq(skiff_opts_set(&o, "container-mounts", "/a:/b,", &err), -1);
+    /* pyxis: a target that is neither absolute nor ./relative, at srun */
+    cr_assert_eq(skiff_opts_set(&o, "container-mounts", "/tmp:mnt:ro", &err), -1);
+    cr_assert(strstr(err.msg, "neither absolute nor relative"), "%s", err.msg);
+    /* umount:DST and a ./relative source are fine */
+    cr_assert_eq(skiff_opts_set(&o, "container-mounts", "umount:/root,./data:./mnt", &err), 0, "%s", err.msg);
 }
 
 Test(options, workdir_absolute_or_relative)

@@ -23,6 +23,7 @@ Test(request, round_trip)
     const char *mounts[] = {"/a:/b:ro", "tmpfs:/t", NULL};
     const char *env[] = {"KEEP", "SET=x=y", NULL};
     const char *command[] = {"python3", NULL};
+    const char *job[] = {"ENROOT_PASSWORD=tok", "HOME=/home/u", NULL};
     struct skiff_start_request in, out;
     skiff_start_request_init(&in);
     in.image = "docker://x:1";
@@ -37,7 +38,9 @@ Test(request, round_trip)
     in.use_entrypoint = false;
     in.unshare_flags = CLONE_NEWNET | CLONE_NEWUTS;
     in.timeout_s = 300;
-    in.no_warm = true; /* not on the wire */
+    in.enroot_env = job;       /* the job's, for enroot's $VAR passwords and site files */
+    in.enroot_user_dir = "/x"; /* not on the wire */
+    in.no_warm = true;         /* not on the wire */
     struct skiff_config c0;
     cr_assert_eq(skiff_config_load(&c0, "/dev/null", false, &err), 0, "%s", err.msg);
     snprintf(c0.data_path, sizeof(c0.data_path), "/d/${UID}");
@@ -59,6 +62,10 @@ Test(request, round_trip)
     cr_assert_str_eq(out.env_file, "./run.env");
     cr_assert_str_eq(out.command[0], "python3");
     cr_assert_null(out.hook_env);
+    cr_assert_str_eq(out.enroot_env[0], "ENROOT_PASSWORD=tok");
+    cr_assert_str_eq(out.enroot_env[1], "HOME=/home/u");
+    cr_assert_null(out.enroot_env[2]);
+    cr_assert_null(out.enroot_user_dir);
     cr_assert_null(out.workdir);
     cr_assert_eq(out.fuse_fd, -1);
     skiff_start_request_free(&out);
