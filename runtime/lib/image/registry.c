@@ -225,9 +225,16 @@ int skiff_registry_dup(struct skiff_registry **out, const struct skiff_registry 
         return skiff_error(err, ENOMEM, "registry");
     *d = *r;
     d->curl = curl_easy_init();
+    /* the token and credentials are the copy's own (close frees them) */
     for (int i = 0; i < d->nep; i++) {
         d->ep[i].tok.value = NULL;
-        if (r->ep[i].tok.value && !(d->ep[i].tok.value = strdup(r->ep[i].tok.value))) {
+        d->ep[i].cred = (struct skiff_credential){0};
+    }
+    for (int i = 0; i < d->nep; i++) {
+        const struct endpoint *e = &r->ep[i];
+        if ((e->tok.value && !(d->ep[i].tok.value = strdup(e->tok.value))) ||
+            (e->cred.login && !(d->ep[i].cred.login = strdup(e->cred.login))) ||
+            (e->cred.password && !(d->ep[i].cred.password = strdup(e->cred.password)))) {
             skiff_registry_close(d);
             return skiff_error(err, ENOMEM, "registry");
         }

@@ -22,6 +22,7 @@
 #include "digest.h"
 #include "ref.h"
 #include "registry.h"
+#include "registry_int.h" /* (dup_copies_the_credentials looks inside) */
 
 #define BLOB_SIZE (256u * 1024u)
 #define MAX_REQ 64
@@ -464,4 +465,34 @@ Test(download, dup_fetches_too)
     cr_assert_eq(skiff_registry_blob_range(r2, srv.digest, 0, 0, to_buf, &b, &fast, &err), 0, "%s", err.msg);
     cr_assert_eq(b.len, BLOB_SIZE);
     skiff_registry_close(r2);
+}
+
+/* A dup'ed handle has its own copy of the credentials: closing both frees
+ * each once (they were shared, and freed twice, when credentials became
+ * heap strings). */
+Test(download, dup_copies_the_credentials)
+{
+    start(F_NONE, 0, 0);
+    char path[] = "/tmp/skiff-test-creds.XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    dprintf(fd, "machine 127.0.0.1:%d login alice password s3cret\n", srv.port);
+    close(fd);
+    snprintf(cfg.credentials_file, sizeof(cfg.credentials_file), "%s", path);
+    skiff_err err;
+    struct skiff_registry *r1, *r2;
+    cr_assert_eq(skiff_registry_open(&r1, &cfg, &ref, &err), 0, "%s", err.msg);
+    unlink(path);
+    cr_assert_eq(skiff_registry_dup(&r2, r1, &err), 0, "%s", err.msg);
+    const struct endpoint *e1 = &r1->ep[r1->nep - 1], *e2 = &r2->ep[r2->nep - 1];
+    cr_assert(e1->have_creds && e2->have_creds);
+    cr_assert_str_eq(e2->cred.login, "alice");
+    cr_assert_str_eq(e2->cred.password, "s3cret");
+    cr_assert(e2->cred.login != e1->cred.login && e2->cred.password != e1->cred.password, "shared, freed twice");
+    skiff_registry_close(r2);
+    static unsigned char out[BLOB_SIZE];
+    struct buf b = {out, 0};
+    cr_assert_eq(skiff_registry_blob_range(r1, srv.digest, 0, 0, to_buf, &b, &fast, &err), 0, "%s", err.msg);
+    cr_assert_eq(b.len, BLOB_SIZE);
+    skiff_registry_close(r1);
 }
