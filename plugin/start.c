@@ -400,8 +400,8 @@ struct progress_seen {
     bool importing;      /* an import (or the wait for another's) began */
 };
 
-/* Progress of an import, live in srun (srun sets SLURMD_DEBUG=1, as pyxis
- * does, so that slurmstepd's info lines reach it). Bounded: a helper that
+/* Progress of an import, live in srun (skiff_log_step: at every Slurm
+ * version and level, as pyxis's import lines). Bounded: a helper that
  * floods records gets a download line every 10 s at most and a few hundred
  * lines in all. An import (or the wait for another node's) sets root's
  * deadline to import_timeout from its start, once, be it longer or shorter
@@ -423,7 +423,7 @@ static void show_progress(char tag, const char *text, void *ctx)
         ps->shown++;
         if (tag == SKIFF_REPLY_DOWNLOAD)
             ps->last_dl_ms = now;
-        skiff_log_info("skiff: %s", line);
+        skiff_log_step("skiff: %s", line);
     }
 }
 

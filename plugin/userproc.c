@@ -226,6 +226,17 @@ int skiff_helper_reply(struct skiff_helper_proc *hp, const double *deadline_ms, 
     return 0;
 }
 
+/* Milliseconds from now until end, rounded up: poll() with the truncated
+ * value would wake up to 1 ms before the deadline. */
+static int ms_until(double end)
+{
+    double left = end - skiff_now_ms();
+    if (left <= 0)
+        return 0;
+    int ms = (int)left;
+    return ms + (left > ms);
+}
+
 bool skiff_helper_joined(struct skiff_helper_proc *hp, int timeout_ms)
 {
     if (hp->rep < 0)
@@ -233,7 +244,7 @@ bool skiff_helper_joined(struct skiff_helper_proc *hp, int timeout_ms)
     struct pollfd p = {.fd = hp->rep, .events = POLLIN};
     double end = skiff_now_ms() + timeout_ms;
     int r;
-    while ((r = poll(&p, 1, (int)(end - skiff_now_ms() > 0 ? end - skiff_now_ms() : 0))) < 0 && errno == EINTR)
+    while ((r = poll(&p, 1, ms_until(end))) < 0 && errno == EINTR)
         ;
     char ch = 0;
     return r == 1 && (p.revents & POLLIN) && read(hp->rep, &ch, 1) == 1 && ch == SKIFF_REPLY_WAIT;
@@ -257,8 +268,7 @@ static bool exited_within(pid_t pid, int pidfd, int timeout_ms)
     if (pidfd >= 0) {
         struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
         for (;;) {
-            double left = end - skiff_now_ms();
-            int r = poll(&pfd, 1, left > 0 ? (int)left : 0);
+            int r = poll(&pfd, 1, ms_until(end));
             if (r < 0 && errno == EINTR)
                 continue;
             return r > 0;
