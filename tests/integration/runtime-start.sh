@@ -186,7 +186,7 @@ else
 fi
 check_out "..-symlink destination clamped at the root" "hostfile" st -m $W/share:/escape2/y $W/bb.sqsh cat $W/outside/y/f.txt
 t_fails_with "not a squashfs image" "not a squashfs image" st $W/bad.sqsh true
-t_fails_with "no such image or name" "neither a squashfs file nor a named container" st $W/none.sqsh true
+t_fails_with "no such image or name" "is neither a squashfs file, a lazy image nor a named container" st $W/none.sqsh true
 
 # ---- signals ----
 mkdir -p $W/share/sig && chown $TUSER: $W/share/sig
@@ -283,7 +283,7 @@ check_rc "export" 0 as_user "$SKIFF" export -o $W/share/c1.sqsh c1
 check_out "start the exported image" "persisted novi default-cmd" st $W/share/c1.sqsh sh -c 'echo $(cat /data.txt) $(test -e /bin/vi || echo novi) $(echo default-cmd)'
 check_rc "remove" 0 as_user "$SKIFF" remove c1
 check_out "list after remove" "" as_user "$SKIFF" list
-t_fails_with "start a removed name" "neither a squashfs file nor a named container" st c1 true
+t_fails_with "start a removed name" "is neither a squashfs file, a lazy image nor a named container" st c1 true
 t_check "nothing left after named containers" leftovers
 
 # ---- extraction fallback: /dev/fuse unusable for this user ----

@@ -37,6 +37,9 @@ struct skiff_lazy_build_opts {
     /* ENOTSUP when the layers are smaller than this in all (compressed):
      * image_mode=auto's lazy_min_size */
     unsigned long long min_bytes;
+    /* CLOCK_MONOTONIC ms by which its registry requests end (0: none): the
+     * resolve's, so that a lazy attempt keeps the step's import_timeout */
+    double deadline_ms;
 };
 
 /* Makes the lazy image of uri (a registry image or an OCI layout, skopeo
@@ -54,10 +57,15 @@ struct skiff_resolve_opts;
  * key, when no squashfs of it is cached: per image_mode, the lazy image
  * IMAGES/KEY.lazy of a registry image (made if missing; full import when
  * it cannot be one, or when image_mode=auto and it is smaller than
- * lazy_min_size). 1 with its path in out, 0 to import in full, -1 on
- * an error. */
-int skiff_lazy_resolve(const struct skiff_config *cfg, const char *uri, const char *images, const char *key, char *out,
-                       size_t n, const struct skiff_resolve_opts *o, skiff_err *err);
+ * lazy_min_size). uri is what progress lines show; fetch, when not NULL,
+ * is the same image pinned by the manifest digest the caller resolved (its
+ * key), so that the tag is not asked for again and a tag moved meanwhile
+ * cannot put another image under this key. 1 with its path in out, 0 to
+ * import in full, -1 on an error. *announced: o's importing was called (a
+ * full import after it does not say so again). */
+int skiff_lazy_resolve(const struct skiff_config *cfg, const char *uri, const char *fetch, const char *images,
+                       const char *key, char *out, size_t n, const struct skiff_resolve_opts *o, bool *announced,
+                       skiff_err *err);
 
 /* ---- serving (the FUSE server, fs/, and the fetcher) ---- */
 

@@ -361,7 +361,7 @@ int skiff_lazy_build(const struct skiff_config *cfg, const char *uri, const char
         return -1;
     if (ref.kind != SKIFF_REF_DOCKER && ref.kind != SKIFF_REF_OCI && ref.kind != SKIFF_REF_DIR)
         return lz_error(err, ENOTSUP, "%s: a lazy image needs a registry, an OCI layout or a skopeo dir", uri);
-    struct skiff_import_opts io = {.progress = o && o->progress};
+    struct skiff_import_opts io = {.progress = o && o->progress, .deadline_ms = o ? o->deadline_ms : 0};
     struct skiff_import_job j;
     memset(&j, 0, sizeof(j));
     j.cfg = cfg;
@@ -390,8 +390,9 @@ static unsigned long long dir_bytes(const char *dir)
     return sum;
 }
 
-int skiff_lazy_resolve(const struct skiff_config *cfg, const char *uri, const char *images, const char *key, char *out,
-                       size_t n, const struct skiff_resolve_opts *progress, skiff_err *err)
+int skiff_lazy_resolve(const struct skiff_config *cfg, const char *uri, const char *fetch, const char *images,
+                       const char *key, char *out, size_t n, const struct skiff_resolve_opts *progress, bool *announced,
+                       skiff_err *err)
 {
     if (!strcmp(cfg->image_mode, "full") || strncmp(uri, "docker://", 9) != 0)
         return 0;
@@ -402,10 +403,13 @@ int skiff_lazy_resolve(const struct skiff_config *cfg, const char *uri, const ch
         struct skiff_lazy_build_opts o = {0};
         if (!strcmp(cfg->image_mode, "auto"))
             o.min_bytes = (unsigned long long)cfg->lazy_min_mb << 20;
+        o.deadline_ms = progress ? progress->deadline_ms : 0;
         double t0 = skiff_now_ms();
-        if (progress && progress->importing)
+        if (progress && progress->importing) {
             progress->importing(progress->ctx, uri);
-        if (skiff_lazy_build(cfg, uri, dir, &o, err) < 0)
+            *announced = true;
+        }
+        if (skiff_lazy_build(cfg, fetch ? fetch : uri, dir, &o, err) < 0)
             return err->code == ENOTSUP ? 0 : -1; /* (ENOTSUP: imported in full instead) */
         if (progress && progress->imported)
             progress->imported(progress->ctx, uri, dir_bytes(dir), skiff_now_ms() - t0);

@@ -51,8 +51,9 @@ struct resolver {
     char digest[SKIFF_DIGEST_LEN]; /* registry images: the manifest's */
     const char *store;             /* system_cache_path, or NULL */
     uid_t store_owner;
-    bool to_store; /* skiff import --system: the store is where it goes */
-    bool new_tag;  /* the registry resolved the tag: noted once the image is there */
+    bool to_store;  /* skiff import --system: the store is where it goes */
+    bool new_tag;   /* the registry resolved the tag: noted once the image is there */
+    bool announced; /* o->importing was called (by a lazy attempt) */
 };
 
 /* Where an image of key is, if anywhere: 2 in the store, 1 in the user's
@@ -236,7 +237,7 @@ static int import_into(struct resolver *r, const struct skiff_cache_paths *p, sk
         io.deadline_ms = o->deadline_ms;
     }
     double t0 = skiff_now_ms();
-    if (o && o->importing)
+    if (o && o->importing && !r->announced)
         o->importing(o->ctx, r->uri);
     struct skiff_import_result res = {0};
     if (skiff_import_ref(r->cfg, &r->ref, p->sqsh, &io, true, &res, err) < 0)
@@ -335,8 +336,15 @@ static int lazy_or_full(struct resolver *r, char *out, size_t n, skiff_err *err)
     int lock = skiff_cache_import_lock(p.lock, &w, err);
     if (lock < 0)
         return skiff_err_wrap(err, "%s", r->uri);
+    /* the manifest image_key resolved, not the tag again (one request
+     * less, and the same image as the key) */
+    char pinned[sizeof(r->ref.user) + sizeof(r->ref.registry) + sizeof(r->ref.repository) + sizeof(r->ref.digest) + 16];
+    snprintf(pinned, sizeof(pinned), "docker://%s%s%s#%s@%s", r->ref.user, r->ref.user[0] ? "@" : "", r->ref.registry,
+             r->ref.repository, r->ref.digest);
     /* another process may have imported it in full meanwhile */
-    int rv = skiff_squash_is_image(p.sqsh) ? 0 : skiff_lazy_resolve(r->cfg, r->uri, images, r->key, out, n, r->o, err);
+    int rv = skiff_squash_is_image(p.sqsh) ? 0
+                                           : skiff_lazy_resolve(r->cfg, r->uri, r->ref.digest[0] ? pinned : NULL,
+                                                                images, r->key, out, n, r->o, &r->announced, err);
     if (rv < 0)
         unlink(p.lock);
     skiff_cache_import_unlock(lock);
