@@ -2,6 +2,7 @@
 # appends to the lists below; this file holds the shared flags and targets.
 #   make            build everything buildable here (CUDA parts when nvcc exists)
 #   make test       install missing packages, build, run every test (what CI runs)
+#   make test-slurm the cluster suites only, against Slurm 22.05 (host) and 24.11 (Debian 13 tree)
 #   make bench      run the benchmarks and print their tables
 #   make fuzz       run every fuzzer for FUZZ_SECONDS (default 60) and print a table
 #   make format     format the sources (.clang-format); make format-check lists what differs
@@ -77,6 +78,11 @@ include packaging.mk
 
 all: $(BINS) $(LIBEXEC) $(PLUGINS)
 
+# What the test cluster's nodes run: the plugin and the programs it execs,
+# the hooks, skiff-ddp-env, skiff-train, and the attack tests' SPANK probe
+# and FUSE server (tests/cluster/slurm-tree builds them in a Debian 13 tree).
+node: $(PLUGINS) $(LIBEXEC) $(SKIFF_DDP_ENV) $(SKIFF_TRAIN) $(SPANK_FD0_PROBE) $(FUSE_STALL)
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(PIE_CFLAGS) -MMD -MP -c $< -o $@
@@ -106,10 +112,16 @@ demo:
 unit-test: $(UNIT_TESTS)
 	tests/run-all --unit $(UNIT_TESTS)
 
-# Everything CI runs: packages, build, unit tests, integration tests.
+# Everything CI runs: packages, build, unit tests, integration tests, and the
+# cluster suites again against Debian 13's Slurm 24.11 (tests/build.mk).
 test: deps
 	$(MAKE) all $(UNIT_TESTS) $(TEST_DATA) $(TEST_PROGRAMS)
-	tests/run-all --unit $(UNIT_TESTS) --integration $(INTEGRATION_TESTS)
+	tests/run-all --unit $(UNIT_TESTS) --integration $(INTEGRATION_TESTS) --slurm-tree $(SLURM_TREE_TESTS)
+
+# Only the cluster suites, against this host's Slurm and Debian 13's.
+test-slurm: deps
+	$(MAKE) all $(TEST_DATA) $(TEST_PROGRAMS)
+	tests/run-all --integration $(SLURM_TREE_TESTS) --slurm-tree $(SLURM_TREE_TESTS)
 
 bench: deps all
 	$(if $(TEST_DATA),$(MAKE) $(TEST_DATA))
@@ -139,6 +151,6 @@ format-check:
 	fi; echo "format-check: $(words $(FORMAT_FILES)) files formatted"
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) $(BUILD)-trixie build-asan
 
-.PHONY: all deps demo unit-test test bench fuzz asan format format-check clean
+.PHONY: all node deps demo unit-test test test-slurm bench fuzz asan format format-check clean

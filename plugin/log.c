@@ -1,6 +1,6 @@
 /* The plugin's sinks: every line it gives slurmd's log (slurm_error,
- * slurm_info, slurm_verbose: in srun also its terminal) or a task's stderr
- * (srun's terminal) is formatted here and passed through the one sanitiser
+ * slurm_info, slurm_verbose: in srun also its terminal), the step's srun
+ * (slurm_spank_log) or a task's stderr (srun's terminal) is formatted here and passed through the one sanitiser
  * (common/sanitize.h) as a whole, so that no value a user wrote (an option,
  * an environment variable, anything the user-side helper answered) can
  * start a line of its own, move the cursor or reorder the text. Nothing
@@ -14,7 +14,7 @@
 #include "sanitize.h"
 #include "userproc.h"
 
-enum sink { SINK_ERROR, SINK_INFO, SINK_VERBOSE, SINK_TASK_STDERR };
+enum sink { SINK_ERROR, SINK_INFO, SINK_VERBOSE, SINK_STEP, SINK_TASK_STDERR };
 
 __attribute__((format(printf, 2, 0))) static void sink(enum sink to, const char *fmt, va_list ap)
 {
@@ -32,6 +32,11 @@ __attribute__((format(printf, 2, 0))) static void sink(enum sink to, const char 
         break;
     case SINK_VERBOSE:
         slurm_verbose("%s", line);
+        break;
+    case SINK_STEP:
+        /* slurmstepd's info lines reach srun only with SLURMD_DEBUG, which
+         * Slurm 23.02 and later refuse to users; this one always does */
+        slurm_spank_log("%s", line);
         break;
     case SINK_TASK_STDERR:
         dprintf(STDERR_FILENO, "%s\n", line);
@@ -51,6 +56,7 @@ __attribute__((format(printf, 2, 0))) static void sink(enum sink to, const char 
 SINK_FN(skiff_log_error, SINK_ERROR)
 SINK_FN(skiff_log_info, SINK_INFO)
 SINK_FN(skiff_log_verbose, SINK_VERBOSE)
+SINK_FN(skiff_log_step, SINK_STEP)
 SINK_FN(skiff_log_task, SINK_TASK_STDERR)
 
 /* userproc.c's report of a process that outlived SIGKILL */

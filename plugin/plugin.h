@@ -78,6 +78,8 @@ extern struct skiff_plugin skiff_g;
 __attribute__((format(printf, 1, 2))) void skiff_log_error(const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) void skiff_log_info(const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) void skiff_log_verbose(const char *fmt, ...);
+/* to the step's srun (and a batch job's output) on every Slurm, at any level */
+__attribute__((format(printf, 1, 2))) void skiff_log_step(const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) void skiff_log_task(const char *fmt, ...);
 /* Sends userproc.c's reports (plugin/userproc.h) to skiff_log_error. */
 void skiff_log_init(void);

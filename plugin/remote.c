@@ -713,8 +713,8 @@ int skiff_remote_user_init(spank_t sp)
     return 0;
 }
 
-/* Progress of an import, live in srun (srun sets SLURMD_DEBUG=1, as pyxis
- * does, so that slurmstepd's info lines reach it). Bounded: a helper that
+/* Progress of an import, live in srun (skiff_log_step: at every Slurm
+ * version and level, as pyxis's import lines). Bounded: a helper that
  * floods records gets a few lines shown, no more. */
 static void show_progress(char tag, const char *s, void *ctx)
 {
@@ -722,7 +722,7 @@ static void show_progress(char tag, const char *s, void *ctx)
     char line[400];
     if (*shown < 4 && skiff_progress_line(tag, s, line, sizeof(line)) == 0) {
         (*shown)++;
-        skiff_log_info("skiff: %s", line);
+        skiff_log_step("skiff: %s", line);
     }
 }
 

@@ -35,10 +35,6 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     }
     switch (spank_context()) {
     case S_CTX_LOCAL:
-        /* slurmstepd's info lines (an image being imported) reach srun at
-         * this level, as with pyxis; SLURMD_DEBUG=0 turns them off */
-        setenv("SLURMD_DEBUG", "1", 0);
-        return skiff_spank_register_options(sp);
     case S_CTX_REMOTE:
     case S_CTX_ALLOCATOR:
         return skiff_spank_register_options(sp);

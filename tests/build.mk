@@ -11,6 +11,14 @@ TEST_PROGRAMS += $(LLMC_RANDOM)
 INTEGRATION_TESTS += tests/integration/mpi-cluster.sh
 # Whole-system tests: the demo path at a smaller size (last: it uses every part).
 INTEGRATION_TESTS += tests/integration/e2e-demo.sh
+# The suites that drive Slurm itself (srun/sbatch/salloc, the plugin in every
+# SPANK context, the job epilog, PMIx and PMI-2, steps sharing an allocation)
+# run a second time against Debian 13's Slurm 24.11: tests/cluster/slurm-tree
+# makes the tree (cached) and builds the plugin in it; their lines read
+# "[24.11] ...". Not again: trainer-ddp (no Slurm) and e2e-demo (its Slurm
+# path is plugin-cluster's and hooks-cluster's; its time is training).
+SLURM_TREE_TESTS := $(addprefix tests/integration/,plugin-cluster.sh plugin-pyxis.sh plugin-attacks.sh \
+                      hooks-cluster.sh mpi-cluster.sh)
 
 # Programs the integration tests run (built by `make test`, never installed):
 # the attacker's FUSE server that never answers, and a SPANK plugin that

@@ -49,7 +49,9 @@ t_cluster() {
   export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
   T_CLUSTER_STARTED=0
   local env=$T_ROOT/tests/cluster/run/env.sh
-  if ! [ -f "$env" ] || ! (source "$env"; sinfo -h >/dev/null 2>&1); then
+  # (one of the Slurm asked for: SKIFF_SLURM_ROOT, see tests/cluster/up)
+  if ! [ -f "$env" ] ||
+     ! (source "$env"; [ "${SKIFF_CLUSTER_SLURM_ROOT:-}" = "${SKIFF_SLURM_ROOT:-}" ] && sinfo -h >/dev/null 2>&1); then
     SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD "$T_ROOT/tests/cluster/up" "$1" || { t_fail "cluster up"; return 1; }
     T_CLUSTER_STARTED=1
   fi

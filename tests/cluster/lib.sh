@@ -80,3 +80,12 @@ c_hosts_add() { # N
   c_hosts_remove
   c_hosts_lines "$1" >>/etc/hosts
 }
+
+# c_slurm_version [TREE]: the version of Slurm (e.g. 22.05.8) installed on
+# this host, or in the Debian tree TREE (scripts/make-debian-tree).
+c_slurm_version() {
+  local v
+  v=$(dpkg-query ${1:+--admindir="$1/root/var/lib/dpkg"} -W -f '${Version}' slurm-wlm 2>/dev/null)
+  v=${v#*:}
+  echo "${v%%-*}"
+}

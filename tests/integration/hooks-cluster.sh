@@ -152,7 +152,7 @@ else t_fail "job array" "$(cat "$W/out"/arr-*.txt 2>&1)"; fi
 # --- The same inside containers: the plugin calls ddp_env in task_init. -------------
 if ! srun --help 2>/dev/null | grep -q -- '--container-image'; then
   t_skip "containers: srun --container-image -N3 -n7, cyclic, concurrent steps" \
-    "the skiff plugin is not loaded on the cluster (no $BUILD/plugin/spank_skiff.so)"
+    "the skiff plugin is not loaded on the cluster (no ${SKIFF_PLUGIN:-$BUILD/plugin/spank_skiff.so})"
 elif ! command -v mksquashfs >/dev/null || [ ! -x /bin/busybox ]; then
   t_skip "containers" "needs mksquashfs and busybox-static (scripts/install-deps test)"
 else

@@ -19,7 +19,10 @@ source "$(dirname "$0")/../lib.sh"
 cd "$T_ROOT" || exit 1
 
 [ "$(id -u)" -eq 0 ] || { t_skip "mpi cluster" "needs root to start the test cluster"; t_done; }
-PLUGIN=$BUILD/plugin/spank_skiff.so
+PLUGIN=${SKIFF_PLUGIN:-$BUILD/plugin/spank_skiff.so} # tests/cluster/up loads it
+# What the nodes run is built with the cluster's plugin (for another Slurm's
+# Debian tree, in that tree: tests/cluster/slurm-tree); this host runs $BUILD's.
+NODE_BUILD=$(dirname "$(dirname "$PLUGIN")")
 [ -f "$PLUGIN" ] || { t_fail "plugin built" "$PLUGIN missing (run make)"; t_done; }
 make -s "BUILD=$BUILD" "$BUILD/bin/skiff-ddp-env" "$BUILD/bin/skiff-train" "$BUILD/hooks/10-identity" \
   "$BUILD/hooks/20-home" "$BUILD/hooks/30-shm" "$BUILD/hooks/40-gpu" "$BUILD/hooks/50-pmix" \
@@ -48,10 +51,12 @@ trap cleanup EXIT
 
 # The bundled hooks, where the test user can run them, as the admin's hooks_dir.
 mkdir "$T/hooks"
-cp "$BUILD"/hooks/[0-9][0-9]-* "$T/hooks/"
+cp "$NODE_BUILD"/hooks/[0-9][0-9]-* "$T/hooks/"
 echo "hooks_dir = $T/hooks" >"$T/skiff.conf"
 mkdir -m 777 "$T/work"
-cp "$BUILD/bin/skiff-ddp-env" "$BUILD/bin/skiff-train" examples/mpirun-train.sbatch examples/mpi-pmix.sbatch "$T/"
+cp "$NODE_BUILD/bin/skiff-ddp-env" "$NODE_BUILD/bin/skiff-train" examples/mpirun-train.sbatch examples/mpi-pmix.sbatch "$T/"
+mkdir "$T/host"
+cp "$BUILD/bin/skiff-train" "$T/host/"
 chmod -R a+rX "$T"
 echo "required $PLUGIN config=$T/skiff.conf" >"$SKIFF_PLUGSTACK"
 
@@ -167,7 +172,7 @@ else t_fail "examples/mpi-pmix.sbatch" "$(cat "$T/sbatch.err" "$T/work/pmix-exam
 
 # --- the seed's launch style: mpirun inside one allocation, no srun per rank -----------------------
 W=$T/work
-as_user "$T/skiff-train" tokenize --out "$W/lic" --val-frac 0.2 \
+as_user "$T/host/skiff-train" tokenize --out "$W/lic" --val-frac 0.2 \
   /usr/share/common-licenses/{GPL-3,Apache-2.0,MPL-2.0} >/dev/null 2>&1
 sbatch_wait -o "$W/mpirun.out" \
   --export=ALL,TRAIN=$T/skiff-train,DDP_ENV=$T/skiff-ddp-env,DATA="$W/lic_train_*.bin",OUT=$W/m4 \
@@ -183,17 +188,31 @@ first=$(sed -n '1s/.*"loss":\([0-9.]*\).*/\1/p' "$W/m4.jsonl" 2>/dev/null)
 last=$(sed -n '$s/.*"loss":\([0-9.]*\).*/\1/p' "$W/m4.jsonl" 2>/dev/null)
 # The same global batch (4 ranks x 3 = 12 sequences) in one process: the
 # parameters must agree (tolerance of tests/integration/trainer-ddp.sh).
-OMP_NUM_THREADS=1 "$T/skiff-train" train --model tiny --data "$W/lic_train_*.bin" --batch 12 --seq 32 --steps 10 \
+OMP_NUM_THREADS=1 "$T/host/skiff-train" train --model tiny --data "$W/lic_train_*.bin" --batch 12 --seq 32 --steps 10 \
   --lr 1e-3 --warmup 2 --threads 1 --quiet --ckpt-dir "$T/one.ckpt" --log "$T/one.jsonl" >/dev/null 2>&1
 if [ -n "$first" ] && [ -n "$last" ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.2) }' &&
-   cmp=$("$T/skiff-train" compare "$T/one.ckpt" "$W/m4.ckpt" --tol 5e-5 2>&1); then
+   cmp=$("$T/host/skiff-train" compare "$T/one.ckpt" "$W/m4.ckpt" --tol 5e-5 2>&1); then
   t_pass "mpirun-launched skiff-train: loss $first -> $last over 10 steps, parameters equal one process's ($cmp)"
 else t_fail "mpirun-launched training" "loss '$first' -> '$last'; ${cmp:-no compare}; $(tail -5 "$W/mpirun.out" 2>&1)"; fi
 
 # --- nothing left behind ---------------------------------------------------------------------------
-for _ in $(seq 50); do pgrep -u "$U" >/dev/null || break; sleep 0.1; done
-left=$(pgrep -a -u "$U")
+# Processes of the test user on this cluster: on its nodes (their network
+# namespaces) or a client of it (its SLURM_CONF). Other clusters on the
+# machine run jobs as the same user.
+ours() {
+  local k p
+  for k in $(seq 1 "$SKIFF_CLUSTER_NODES"); do ip netns pids "skiff${SKIFF_CLUSTER_INDEX}n$k" 2>/dev/null; done
+  for p in $(pgrep -u "$U"); do grep -qzxF "SLURM_CONF=$SLURM_CONF" "/proc/$p/environ" 2>/dev/null && echo "$p"; done
+} 2>/dev/null
+ours_left() {
+  local p
+  for p in $(ours | sort -un); do
+    [ "$(stat -c %U "/proc/$p" 2>/dev/null)" = "$U" ] && echo "$p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+  done
+}
+for _ in $(seq 50); do [ -z "$(ours_left)" ] && break; sleep 0.1; done
+left=$(ours_left)
 spool=$(ls -d "$SKIFF_CLUSTER_STATE"/spool/n*/pmix.* "$SKIFF_CLUSTER_STATE"/tmp/n*/spmix_appdir_* 2>/dev/null)
-if [ -z "$left" ] && [ -z "$spool" ]; then t_pass "no process of $U and no PMIx directory left after the steps"
+if [ -z "$left" ] && [ -z "$spool" ]; then t_pass "no process of $U on this cluster and no PMIx directory left after the steps"
 else t_fail "leftovers" "processes: $left; directories: $spool"; fi
 t_done

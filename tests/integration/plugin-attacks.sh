@@ -11,11 +11,15 @@ set -u
 source "$(dirname "$0")/../lib.sh"
 cd "$T_ROOT"
 [ "$(id -u)" -eq 0 ] || { t_skip "plugin attacks" "needs root to start the test cluster"; t_done; }
-PLUGIN=$BUILD/plugin/spank_skiff.so
-[ -f "$PLUGIN" ] && [ -x "$BUILD/plugin/skiff-helper" ] || { t_fail "plugin built" "run make"; t_done; }
-# the attacker's FUSE server and the fd 0 probe (tests/build.mk)
-FUSE_STALL=$BUILD/tests/fuse-stall FD0_PROBE=$BUILD/tests/spank_fd0_probe.so
-[ -x "$FUSE_STALL" ] && [ -f "$FD0_PROBE" ] || make -s BUILD="$BUILD" test-programs >/dev/null ||
+PLUGIN=${SKIFF_PLUGIN:-$BUILD/plugin/spank_skiff.so} # tests/cluster/up loads it
+# What the nodes run is built with the cluster's plugin (for another Slurm's
+# Debian tree, in that tree: tests/cluster/slurm-tree, `make node`).
+NODE_BUILD=$(dirname "$(dirname "$PLUGIN")")
+HELPERS=$NODE_BUILD/plugin # skiff-helper and skiff-helper-full, beside the plugin
+[ -f "$PLUGIN" ] && [ -x "$HELPERS/skiff-helper" ] || { t_fail "plugin built" "run make"; t_done; }
+# the attacker's FUSE server and the fd 0 probe (tests/build.mk), run on the nodes
+FUSE_STALL=$NODE_BUILD/tests/fuse-stall FD0_PROBE=$NODE_BUILD/tests/spank_fd0_probe.so
+[ -x "$FUSE_STALL" ] && [ -f "$FD0_PROBE" ] || make -s BUILD="$NODE_BUILD" test-programs >/dev/null ||
   { t_fail "test programs built" "make test-programs"; t_done; }
 t_private_mount_ns "plugin attacks" "$@"
 SKIFF_CLUSTER_QUIET=1 BUILD=$BUILD tests/cluster/up 2 || { t_fail "cluster up"; t_done; }
@@ -89,11 +93,11 @@ skiff_procs() {
   local p
   for p in $(node_pids "$1"); do
     [ "$(stat -c %u /proc/$p 2>/dev/null)" = "$UID_U" ] || continue
-    tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | grep -q "^$BUILD/plugin/skiff-helper" && echo "$p"
+    tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | grep -q "^$HELPERS/skiff-helper" && echo "$p"
   done
 }
 helper_of() { # N VERB: the pid of `skiff-helper VERB` (start; the others are skiff-helper-full's) on node N, waiting up to 10 s
-  local p prog=$BUILD/plugin/skiff-helper
+  local p prog=$HELPERS/skiff-helper
   [ "$2" = start ] || prog=$prog-full
   for _ in $(seq 200); do
     for p in $(node_pids "$1"); do
@@ -445,7 +449,7 @@ plugstack timeout=6
 # --- 11. log and terminal injection (issue 23, finding 2) -------------------------------------------------
 # Every way the plugin reaches slurmd's log or srun's terminal goes through
 # plugin/log.c, which sanitises the line (common/sanitize.c)
-raw=$(grep -nE 'slurm_(error|info|verbose|debug[0-9]?)\(|dprintf\(|fprintf\(stderr' plugin/*.c |
+raw=$(grep -nE 'slurm_(error|info|verbose|debug[0-9]?|spank_log)\(|dprintf\(|fprintf\(stderr' plugin/*.c |
       grep -vE '^plugin/(log|helper)\.c:')
 [ -z "$raw" ] && t_pass "11: no sink in plugin/ but plugin/log.c's (the helper's stderr is only its own)" ||
   t_fail "11: sinks that bypass the sanitiser" "$raw"

@@ -9,7 +9,7 @@ source "$(dirname "$0")/../lib.sh"
 cd "$T_ROOT"
 
 [ "$(id -u)" -eq 0 ] || { t_skip "plugin cluster" "needs root to start the test cluster"; t_done; }
-PLUGIN=$BUILD/plugin/spank_skiff.so
+PLUGIN=${SKIFF_PLUGIN:-$BUILD/plugin/spank_skiff.so} # tests/cluster/up loads it
 [ -f "$PLUGIN" ] || { t_fail "plugin built" "$PLUGIN missing (run make)"; t_done; }
 for b in mksquashfs busybox srun; do
   command -v "$b" >/dev/null || [ -x /bin/busybox ] || { t_skip "plugin cluster" "$b missing"; t_done; }
@@ -248,6 +248,15 @@ for _ in $(seq 50); do [ -d "$UHOME/.local/share/skiff/containers/$jobc" ] || br
 if [ -n "$jid" ] && ! [ -d "$UHOME/.local/share/skiff/containers/$jobc" ]; then
   t_pass "container_scope=job: named container removed at job end"
 else t_fail "container_scope=job" "job '$jid': $(ls "$UHOME/.local/share/skiff/containers" 2>/dev/null) $(head -c 300 "$T/err")"; fi
+# A salloc job has no batch step: the job epilog alone removes it (the job
+# id is printed only when the container was there during the job).
+jid=$(as_user salloc -Q -w n1 sh -c 'srun -Q --container-image='"$IMG"' --container-name=pt-job2 true &&
+  test -d "'"$UHOME"'/.local/share/skiff/containers/pt-job2.n1.job$SLURM_JOB_ID" && echo $SLURM_JOB_ID' 2>"$T/err")
+jobc="pt-job2.n1.job$jid"
+for _ in $(seq 100); do [ -d "$UHOME/.local/share/skiff/containers/$jobc" ] || break; sleep 0.1; done
+if [ -n "$jid" ] && ! [ -d "$UHOME/.local/share/skiff/containers/$jobc" ]; then
+  t_pass "container_scope=job: the job epilog removes a salloc job's named container (no batch step)"
+else t_fail "container_scope=job, salloc" "job '$jid': $(ls "$UHOME/.local/share/skiff/containers" 2>/dev/null) $(head -c 300 "$T/err")"; fi
 echo "$PLUGSTACK_ORIG" >"$SKIFF_PLUGSTACK"
 
 t_done

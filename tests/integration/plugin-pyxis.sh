@@ -17,7 +17,7 @@ source "$(dirname "$0")/../lib.sh"
 cd "$T_ROOT"
 
 [ "$(id -u)" -eq 0 ] || { t_skip "pyxis parity" "needs root to start the test cluster"; t_done; }
-PLUGIN=$BUILD/plugin/spank_skiff.so
+PLUGIN=${SKIFF_PLUGIN:-$BUILD/plugin/spank_skiff.so} # tests/cluster/up loads it
 [ -f "$PLUGIN" ] || { t_fail "plugin built" "$PLUGIN missing (run make)"; t_done; }
 
 export SKIFF_CLUSTER_INDEX=${SKIFF_CLUSTER_INDEX:-auto}
