@@ -19,6 +19,10 @@
 
 #include <atomic>
 
+extern "C" {
+#include "clock.h"
+}
+
 static std::atomic<size_t> emu_bytes{0};
 
 static void *emu_alloc(size_t n)
@@ -118,9 +122,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+// Streams are synchronous, so an event completes when it is recorded: it
+// keeps the host time of its record, and the elapsed time between two is
+// the host time the emulated work between them took (gpu_tool bench --ops
+// runs its per-op table on the emulation that way).
 cudaError_t cudaEventCreate(cudaEvent_t *e)
 {
-    *e = (cudaEvent_t)emu_alloc(8);
+    *e = (cudaEvent_t)emu_alloc(sizeof(double));
+    *(double *)*e = 0;
     return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
@@ -129,12 +138,16 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     free(e);
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+{
+    *(double *)e = skiff_now_ms();
+    return cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t)
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
-    *ms = 0.0f;
+    *ms = (float)(*(const double *)b - *(const double *)a);
     return cudaSuccess;
 }
 
@@ -234,6 +247,17 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     memset(&r[0], 0, sizeof(r[0]));
     r[0].state = CUBLAS_STATUS_SUCCESS;
     *count = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// The stand-in has one algorithm: id 0, no split-K.
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t *,
+                                                    cublasLtMatmulAlgoConfigAttributes_t a, void *buf, size_t n,
+                                                    size_t *written)
+{
+    memset(buf, 0, n);
+    if (a == CUBLASLT_ALGO_CONFIG_SPLITK_NUM && n >= sizeof(int32_t)) *(int32_t *)buf = 1;
+    *written = n;
     return CUBLAS_STATUS_SUCCESS;
 }
 
