@@ -375,13 +375,19 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
     else
         return skiff_error(err, 0, "budget: --design now|v0");
     if (!v0) {
-        size_t sm[3];
+        size_t sm[4];
         cuda_attention_smem(b.prec, (int)b.HS, sm);
-        for (int i = 0; i < b.nops; i++) {
-            if (b.ops[i].kernel && !strcmp(b.ops[i].kernel, "attention_forward_kernel")) b.ops[i].dyn_smem = sm[0];
-            if (b.ops[i].kernel && !strcmp(b.ops[i].kernel, "attention_dkdv_kernel")) b.ops[i].dyn_smem = sm[1];
-            if (b.ops[i].kernel && !strcmp(b.ops[i].kernel, "attention_dq_kernel")) b.ops[i].dyn_smem = sm[2];
-        }
+        /* the kernels the launchers pick (SKIFF_CUDA_ATTENTION): 128-row
+         * tiles by name attention128_*, with their registers and smem */
+        const char *names[3][2] = {{"attention_forward_kernel", "attention128_forward_kernel"},
+                                   {"attention_dkdv_kernel", "attention128_dkdv_kernel"},
+                                   {"attention_dq_kernel", "attention128_dq_kernel"}};
+        for (int i = 0; i < b.nops; i++)
+            for (int k = 0; k < 3; k++)
+                if (b.ops[i].kernel && !strcmp(b.ops[i].kernel, names[k][0])) {
+                    b.ops[i].kernel = names[k][sm[3] == 128];
+                    b.ops[i].dyn_smem = sm[k];
+                }
     }
     static char hs_targ[16];
     snprintf(hs_targ, sizeof hs_targ, "Li%dE", (int)b.HS);

@@ -47,12 +47,13 @@ template <typename T, int HS> struct att_cfg {
     // Width of the inner tile the backward kernels loop over: 64, or 32 for
     // HS = 128 so the accumulators fit in registers without spilling.
     static constexpr int W = HS > 64 ? 32 : 64;
-    // ptxas, left to its own heuristics, caps the fp32 (TF32) dK/dV kernel for
-    // HS = 32 at 128 registers and spills 24 bytes; a minimum-blocks hint
-    // lifts the cap (152 registers, no spill; 3 blocks per SM by registers
-    // instead of 4). 0 = no hint: the others (the hot bf16 HS = 64 one
-    // included) keep what ptxas picks by itself.
-    static constexpr int DKDV_MIN_BLOCKS = sizeof(T) == 4 && HS == 32 ? 2 : 0;
+    // Minimum-blocks hints for ptxas (0 = none: what ptxas picks by itself).
+    // The fp32 (TF32) dK/dV kernel for HS = 32, left alone, is capped at 128
+    // registers and spills 24 bytes; 2 lifts the cap (152 registers, no
+    // spill). The hot 16-bit HS = 64 one takes 172 registers by itself, so
+    // only 2 blocks (8 warps) fit an SM; 3 caps it at 168 with no spill
+    // (ptxas, sm_90), and 3 blocks fit (registers and shared memory).
+    static constexpr int DKDV_MIN_BLOCKS = sizeof(T) == 4 && HS == 32 ? 2 : sizeof(T) == 2 && HS == 64 ? 3 : 0;
     static size_t fwd_smem() { return (size_t)5 * ATT_ROWS * LD * sizeof(T); }
     static size_t dkdv_smem() { return (size_t)(2 * ATT_ROWS + 4 * W) * LD * sizeof(T) + 4 * W * sizeof(float); }
     static size_t dq_smem() { return (size_t)(2 * ATT_ROWS + 4 * W) * LD * sizeof(T); }

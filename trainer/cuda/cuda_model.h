@@ -51,9 +51,10 @@ void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec
  * (default 8192; 0 or more than N: all N). */
 int cuda_classifier_rows(int N);
 
-/* Dynamic shared memory the attention launchers request for head size hs:
- * out[0] forward, out[1] dK/dV, out[2] dQ (host only). */
-void cuda_attention_smem(int prec, int hs, size_t out[3]);
+/* Dynamic shared memory the attention launchers request for head size hs
+ * with the tiles they use now (SKIFF_CUDA_ATTENTION): out[0] forward, out[1]
+ * dK/dV, out[2] dQ; out[3] the tile height, 64 or 128 (host only). */
+void cuda_attention_smem(int prec, int hs, size_t out[4]);
 
 /* n_pad >= number of parameters (padding for ZeRO shards). */
 int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
