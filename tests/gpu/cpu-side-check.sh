@@ -43,6 +43,16 @@ if [ -x "$EMU_TOOL" ]; then
   else
     t_fail "emulated CUDA model without the fused epilogues" "$(grep -E 'FAIL|gpu_tool|separate' <<<"$out" | head)"
   fi
+  # gpu_tool bench --zero 1 --shards 2: the device's own ZeRO-1 step, its
+  # optimizer on rank 0's half of the parameters; --ops: the per-op table
+  if out=$("$EMU_TOOL" bench --model tiny --batch 2 --seq 64 --precision bf16 --steps 1 --zero 1 --shards 2 \
+    --ops "$tmp/ops.tsv" 2>&1) && [[ $out =~ zero=1\ shards=2\ .*\ params=([0-9]+)\ opt_params=([0-9]+) ]] &&
+    ((BASH_REMATCH[2] * 2 >= BASH_REMATCH[1] && BASH_REMATCH[2] * 2 - BASH_REMATCH[1] < 256)) &&
+    grep -q '^attention dkdv' "$tmp/ops.tsv" && grep -q '^qkv fwd.*BIAS algo' "$tmp/ops.tsv"; then
+    t_pass "gpu_tool bench --zero 1 --shards 2: optimizer on half the parameters (${BASH_REMATCH[2]} of ${BASH_REMATCH[1]}), per-op table with cuBLASLt notes"
+  else
+    t_fail "gpu_tool bench --zero 1 --shards 2 (emulated)" "$out $(head -5 "$tmp/ops.tsv" 2>/dev/null)"
+  fi
 else
   t_skip "emulated CUDA model" "build/emu/tests/gpu/gpu_tool is not built"
 fi
