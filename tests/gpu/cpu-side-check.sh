@@ -53,6 +53,14 @@ if [ -x "$EMU_TOOL" ]; then
   else
     t_fail "gpu_tool bench --zero 1 --shards 2 (emulated)" "$out $(head -5 "$tmp/ops.tsv" 2>/dev/null)"
   fi
+  # the analytic model calibrated by that table, and refusing one of another shape
+  if out=$("$TOOL" budget --model tiny --batch 2 --seq 64 --calibrate "$tmp/ops.tsv" 2>&1) &&
+    [[ $out =~ calibrated\ \(([0-9]+)\ measured\ ops ]] && ((BASH_REMATCH[1] >= 25)) &&
+    grep -q '^range: ' <<<"$out" && ! "$TOOL" budget --calibrate "$tmp/ops.tsv" >/dev/null 2>&1; then
+    t_pass "gpu_tool budget --calibrate: ${BASH_REMATCH[1]} ops measured, the rest estimated; a table of another shape is refused"
+  else
+    t_fail "gpu_tool budget --calibrate" "$(tail -3 <<<"$out")"
+  fi
 else
   t_skip "emulated CUDA model" "build/emu/tests/gpu/gpu_tool is not built"
 fi
