@@ -16,6 +16,9 @@
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <signal.h>
 
 #include <atomic>
 
@@ -342,15 +345,69 @@ const char *ncclGetErrorString(ncclResult_t) { return no_nccl; }
 const char *ncclGetLastError(ncclComm_t) { return ""; }
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
+    static std::atomic<unsigned> n{0};
     memset(id, 0, sizeof(*id));
+    unsigned long long key = ((unsigned long long)getpid() << 20) ^ n++;
+    memcpy(id->internal, &key, sizeof key);
     return ncclSuccess;
 }
+// A non-blocking communicator's creation, as NCCL does it across processes:
+// ncclInProgress until every rank of the id has called init (a marker file
+// per rank in /tmp, named by the id, which ncclGetUniqueId fills with its
+// pid and a counter), then ncclInvalidUsage: the collectives themselves are
+// not emulated. SKIFF_EMU_NCCL_INIT_KILL=R: rank R SIGKILLs itself in init,
+// a peer that dies after the id exchange (tests/gpu/peer-death.sh).
+struct ncclComm {
+    char mark[128], prefix[112];
+    int nranks;
+};
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int n, ncclUniqueId id, int rank, ncclConfig_t *cfg)
+{
+    const char *kill_rank = getenv("SKIFF_EMU_NCCL_INIT_KILL");
+    if (kill_rank && atoi(kill_rank) == rank) raise(SIGKILL);
+    *comm = NULL;
+    if (!cfg || cfg->blocking) return ncclInvalidUsage;
+    ncclComm *c = new ncclComm;
+    unsigned long long key;
+    memcpy(&key, id.internal, sizeof key);
+    snprintf(c->prefix, sizeof c->prefix, "/tmp/skiff-emu-nccl-%llx.", key);
+    snprintf(c->mark, sizeof c->mark, "%s%d", c->prefix, rank);
+    c->nranks = n;
+    FILE *f = fopen(c->mark, "w");
+    if (f) fclose(f);
+    *comm = c;
+    return ncclInProgress;
+}
 ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int) { return ncclInvalidUsage; }
-ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
-ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
-ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *r)
+static void emu_comm_free(ncclComm_t c)
+{
+    if (!c) return;
+    unlink(c->mark);
+    delete c;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t c)
+{
+    emu_comm_free(c);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t c)
+{
+    emu_comm_free(c);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r)
 {
     *r = ncclSuccess;
+    if (!c) return ncclSuccess;
+    for (int i = 0; i < c->nranks; i++) {
+        char p[160];
+        snprintf(p, sizeof p, "%s%d", c->prefix, i);
+        if (access(p, F_OK) != 0) {
+            *r = ncclInProgress;
+            return ncclSuccess;
+        }
+    }
+    *r = ncclInvalidUsage; // everyone joined; no emulated collectives
     return ncclSuccess;
 }
 ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)
