@@ -177,8 +177,10 @@ if [ -n "$llmc" ]; then
     -lcublas -lcublasLt $nvml -o train_gpt2cu" &&
     phase llmc-data 60 bash -c "'$TOOL' mkshard --out '$w/data/train_000000.bin' --tokens 20000000 --vocab 50257 &&
       '$TOOL' mkshard --out '$w/data/val_000000.bin' --tokens 1000000 --vocab 50257" &&
+    # -v 1000 -m 1: validation (llm.c divides by -v, so not 0) only at the
+    # first and last step, on one batch; -s 0: no sampling
     phase llmc-run 120 bash -c "cd '$w' && ./train_gpt2cu -e d12 -i 'data/train_*.bin' -j 'data/val_*.bin' -b $B -t 1024 \
-      -d $((B * 1024)) -x 30 -v 0 -s 0 -h 0 -n 0"
+      -d $((B * 1024)) -x 30 -v 1000 -m 1 -s 0 -h 0 -n 0"
   grep -E '^step +(10|20|30)/' "$out/llmc-run.log" 2>/dev/null | sed 's/^/   llm.c: /'
 fi
 
