@@ -241,13 +241,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     att_load_rows<T, HS>(Ks, LD, base + C, stride, k0, ATT128_ROWS, Tn);
     att_load_rows<T, HS>(Vs, LD, base + 2 * C, stride, k0, ATT128_ROWS, Tn);
     auto load_q = [&](int qt, int buf) {
-        att_load_rows<T, HS>(Qs + buf * W * LD, LD, base, stride, qt * W, W, Tn);
-        att_load_rows<T, HS>(dOs + buf * W * LD, LD, dbase, (size_t)C, qt * W, W, Tn);
-        for (int i = threadIdx.x; i < W; i += blockDim.x) {
-            bool in = qt * W + i < Tn;
-            Ls[buf * W + i] = in ? lse_b[qt * W + i] * ATT128_LOG2E : 0.0f;
-            Ds[buf * W + i] = in ? D_b[qt * W + i] : 0.0f;
-        }
+        att_load_q_tile<T, HS>(Qs, dOs, Ls, Ds, LD, W, qt, buf, base, stride, dbase, C, lse_b, D_b, ATT128_LOG2E, Tn);
     };
     load_q(qfirst, 0);
     cp_async_commit();

@@ -93,6 +93,22 @@ __device__ __forceinline__ void att_store_rows(T *dst, size_t stride, int r0, in
     }
 }
 
+// The dK/dV passes' query tile qt of width W into buffer buf: Q and dO rows
+// (cp.async), and per row lse * lse_mul and D (0 past the sequence end).
+template <typename T, int HS>
+__device__ __forceinline__ void att_load_q_tile(T *Qs, T *dOs, float *Ls, float *Ds, int ld, int W, int qt, int buf,
+                                                const T *qbase, size_t stride, const T *dbase, int C,
+                                                const float *lse_b, const float *D_b, float lse_mul, int Tn)
+{
+    att_load_rows<T, HS>(Qs + buf * W * ld, ld, qbase, stride, qt * W, W, Tn);
+    att_load_rows<T, HS>(dOs + buf * W * ld, ld, dbase, (size_t)C, qt * W, W, Tn);
+    for (int i = threadIdx.x; i < W; i += blockDim.x) {
+        bool in = qt * W + i < Tn;
+        Ls[buf * W + i] = in ? lse_b[qt * W + i] * lse_mul : 0.0f;
+        Ds[buf * W + i] = in ? D_b[qt * W + i] : 0.0f;
+    }
+}
+
 // Quad (4 lanes sharing g) reductions.
 __device__ __forceinline__ float quad_max(float v)
 {
@@ -278,13 +294,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, att_cfg<T, HS>::DKDV_MIN_BLOCK
     att_load_rows<T, HS>(Ks, LD, base + C, stride, k0, ATT_ROWS, Tn);
     att_load_rows<T, HS>(Vs, LD, base + 2 * C, stride, k0, ATT_ROWS, Tn);
     auto load_q = [&](int qt, int buf) {
-        att_load_rows<T, HS>(Qs + buf * W * LD, LD, base, stride, qt * W, W, Tn);
-        att_load_rows<T, HS>(dOs + buf * W * LD, LD, dbase, (size_t)C, qt * W, W, Tn);
-        for (int i = threadIdx.x; i < W; i += blockDim.x) {
-            bool in = qt * W + i < Tn;
-            Ls[buf * W + i] = in ? lse_b[qt * W + i] : 0.0f;
-            Ds[buf * W + i] = in ? D_b[qt * W + i] : 0.0f;
-        }
+        att_load_q_tile<T, HS>(Qs, dOs, Ls, Ds, LD, W, qt, buf, base, stride, dbase, C, lse_b, D_b, 1.0f, Tn);
     };
     load_q(qfirst, 0);
     cp_async_commit();
