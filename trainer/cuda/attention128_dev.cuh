@@ -53,9 +53,13 @@ __device__ __forceinline__ void att2_mma_nt(float (*acc)[NT][4], const uint32_t 
     using M = mma_ops<T>;
     constexpr int LD = att_cfg<T, HS>::LD;
     ATT_UNROLL
-    for (int i = 0; i < 2; i++) ATT_UNROLL
-    for (int j = 0; j < NT; j++) ATT_UNROLL
-    for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
+    for (int i = 0; i < 2; i++) {
+        ATT_UNROLL
+        for (int j = 0; j < NT; j++) {
+            ATT_UNROLL
+            for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
+        }
+    }
     ATT_UNROLL
     for (int kk = 0; kk < HS; kk += M::KS) {
         uint32_t sa[2][4];
@@ -109,8 +113,10 @@ __device__ __forceinline__ void att2_load_a(uint32_t (*a)[att128_cfg<T, HS>::KQ]
 {
     using M = mma_ops<T>;
     ATT_UNROLL
-    for (int i = 0; i < 2; i++) ATT_UNROLL
-    for (int kk = 0; kk < HS; kk += M::KS) M::load_a(a[i][kk / M::KS], as, att_cfg<T, HS>::LD, ar + 16 * i, kk);
+    for (int i = 0; i < 2; i++) {
+        ATT_UNROLL
+        for (int kk = 0; kk < HS; kk += M::KS) M::load_a(a[i][kk / M::KS], as, att_cfg<T, HS>::LD, ar + 16 * i, kk);
+    }
 }
 
 template <typename T, int HS>
@@ -138,9 +144,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     uint32_t qa[2][cfg::KQ][4];
     float o[2][NO][4], s[2][FW / 8][4];
     ATT_UNROLL
-    for (int i = 0; i < 2; i++) ATT_UNROLL
-    for (int j = 0; j < NO; j++) ATT_UNROLL
-    for (int c = 0; c < 4; c++) o[i][j][c] = 0.0f;
+    for (int i = 0; i < 2; i++) {
+        ATT_UNROLL
+        for (int j = 0; j < NO; j++) {
+            ATT_UNROLL
+            for (int c = 0; c < 4; c++) o[i][j][c] = 0.0f;
+        }
+    }
     // per thread: rows w0 + 16i + g and + 8, i = 0, 1 (index 2i + r)
     float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const float sl2 = scale * ATT128_LOG2E;
@@ -163,14 +173,18 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             bool mask = k0 + FW - 1 > w0 || k0 + FW > Tn;
             float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
             ATT_UNROLL
-            for (int i = 0; i < 2; i++) ATT_UNROLL
-            for (int j = 0; j < FW / 8; j++) ATT_UNROLL
-            for (int c = 0; c < 4; c++) {
-                int key = k0 + 8 * j + 2 * t + (c & 1), row = w0 + 16 * i + g + (c >> 1) * 8;
-                float v = s[i][j][c] * sl2; // log2 units
-                if (mask && (key > row || key >= Tn)) v = -INFINITY;
-                s[i][j][c] = v;
-                mx[2 * i + (c >> 1)] = fmaxf(mx[2 * i + (c >> 1)], v);
+            for (int i = 0; i < 2; i++) {
+                ATT_UNROLL
+                for (int j = 0; j < FW / 8; j++) {
+                    ATT_UNROLL
+                    for (int c = 0; c < 4; c++) {
+                        int key = k0 + 8 * j + 2 * t + (c & 1), row = w0 + 16 * i + g + (c >> 1) * 8;
+                        float v = s[i][j][c] * sl2; // log2 units
+                        if (mask && (key > row || key >= Tn)) v = -INFINITY;
+                        s[i][j][c] = v;
+                        mx[2 * i + (c >> 1)] = fmaxf(mx[2 * i + (c >> 1)], v);
+                    }
+                }
             }
             float alpha[4];
             ATT_UNROLL
@@ -182,17 +196,25 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                 l[r] *= alpha[r];
             }
             ATT_UNROLL
-            for (int i = 0; i < 2; i++) ATT_UNROLL
-            for (int j = 0; j < FW / 8; j++) ATT_UNROLL
-            for (int c = 0; c < 4; c++) {
-                float p = exp2f(s[i][j][c] - m[2 * i + (c >> 1)]);
-                s[i][j][c] = p;
-                l[2 * i + (c >> 1)] += p; // per-thread part; the quad's parts are added at the end
+            for (int i = 0; i < 2; i++) {
+                ATT_UNROLL
+                for (int j = 0; j < FW / 8; j++) {
+                    ATT_UNROLL
+                    for (int c = 0; c < 4; c++) {
+                        float p = exp2f(s[i][j][c] - m[2 * i + (c >> 1)]);
+                        s[i][j][c] = p;
+                        l[2 * i + (c >> 1)] += p; // per-thread part; the quad's parts are added at the end
+                    }
+                }
             }
             ATT_UNROLL
-            for (int i = 0; i < 2; i++) ATT_UNROLL
-            for (int j = 0; j < NO; j++) ATT_UNROLL
-            for (int c = 0; c < 4; c++) o[i][j][c] *= alpha[2 * i + (c >> 1)];
+            for (int i = 0; i < 2; i++) {
+                ATT_UNROLL
+                for (int j = 0; j < NO; j++) {
+                    ATT_UNROLL
+                    for (int c = 0; c < 4; c++) o[i][j][c] *= alpha[2 * i + (c >> 1)];
+                }
+            }
             att2_mma_pn<T, HS, FW / 8>(o, s, Vc);
         }
         __syncthreads(); // K/V buffer `cur` is free for the prefetch of kt+2
@@ -248,9 +270,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
     float dk[2][NO][4], dv[2][NO][4], p[2][NT][4], ds[2][NT][4];
     ATT_UNROLL
-    for (int i = 0; i < 2; i++) ATT_UNROLL
-    for (int j = 0; j < NO; j++) ATT_UNROLL
-    for (int c = 0; c < 4; c++) dk[i][j][c] = dv[i][j][c] = 0.0f;
+    for (int i = 0; i < 2; i++) {
+        ATT_UNROLL
+        for (int j = 0; j < NO; j++) {
+            ATT_UNROLL
+            for (int c = 0; c < 4; c++) dk[i][j][c] = dv[i][j][c] = 0.0f;
+        }
+    }
     const float sl2 = scale * ATT128_LOG2E;
 
     for (int qt = qfirst; qt < nq; qt++) {
@@ -270,15 +296,19 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             att2_mma_nt<T, HS, NT>(ds, NULL, Vs, warp * 32, dOc); // dP^T
             bool mask = q0 < kw0 + 31 || q0 + W > Tn;
             ATT_UNROLL
-            for (int i = 0; i < 2; i++) ATT_UNROLL
-            for (int j = 0; j < NT; j++) ATT_UNROLL
-            for (int c = 0; c < 4; c++) {
-                int qc = 8 * j + 2 * t + (c & 1), q = q0 + qc, key = kw0 + 16 * i + g + (c >> 1) * 8;
-                float pv = exp2f(p[i][j][c] * sl2 - Lc[qc]);
-                if (mask && (q < key || q >= Tn)) pv = 0.0f;
-                p[i][j][c] = pv;
-                // d(loss)/d(q.k) with the softmax scale folded in
-                ds[i][j][c] = pv * (ds[i][j][c] - Dc[qc]) * scale;
+            for (int i = 0; i < 2; i++) {
+                ATT_UNROLL
+                for (int j = 0; j < NT; j++) {
+                    ATT_UNROLL
+                    for (int c = 0; c < 4; c++) {
+                        int qc = 8 * j + 2 * t + (c & 1), q = q0 + qc, key = kw0 + 16 * i + g + (c >> 1) * 8;
+                        float pv = exp2f(p[i][j][c] * sl2 - Lc[qc]);
+                        if (mask && (q < key || q >= Tn)) pv = 0.0f;
+                        p[i][j][c] = pv;
+                        // d(loss)/d(q.k) with the softmax scale folded in
+                        ds[i][j][c] = pv * (ds[i][j][c] - Dc[qc]) * scale;
+                    }
+                }
             }
             att2_mma_pn<T, HS, NT>(dv, p, dOc); // dV += P^T dO
             att2_mma_pn<T, HS, NT>(dk, ds, Qc); // dK += dS^T Q
@@ -335,9 +365,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     uint32_t qa[2][cfg::KQ][4];
     float dq[2][NO][4], p[2][NT][4], ds[2][NT][4];
     ATT_UNROLL
-    for (int i = 0; i < 2; i++) ATT_UNROLL
-    for (int j = 0; j < NO; j++) ATT_UNROLL
-    for (int c = 0; c < 4; c++) dq[i][j][c] = 0.0f;
+    for (int i = 0; i < 2; i++) {
+        ATT_UNROLL
+        for (int j = 0; j < NO; j++) {
+            ATT_UNROLL
+            for (int c = 0; c < 4; c++) dq[i][j][c] = 0.0f;
+        }
+    }
     const float sl2 = scale * ATT128_LOG2E;
 
     for (int kt = 0; kt < nk; kt++) {
@@ -358,14 +392,18 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             att2_mma_nt<T, HS, NT>(ds, NULL, dOs, warp * 32, Vc); // dP
             bool mask = k0 + W - 1 > w0 || k0 + W > Tn;
             ATT_UNROLL
-            for (int i = 0; i < 2; i++) ATT_UNROLL
-            for (int j = 0; j < NT; j++) ATT_UNROLL
-            for (int c = 0; c < 4; c++) {
-                int r = 2 * i + (c >> 1), row = w0 + 16 * i + g + (c >> 1) * 8;
-                int k = k0 + 8 * j + 2 * t + (c & 1);
-                float pv = exp2f(p[i][j][c] * sl2 - L2[r]);
-                if (mask && (k > row || k >= Tn)) pv = 0.0f;
-                ds[i][j][c] = pv * (ds[i][j][c] - Dr[r]) * scale;
+            for (int i = 0; i < 2; i++) {
+                ATT_UNROLL
+                for (int j = 0; j < NT; j++) {
+                    ATT_UNROLL
+                    for (int c = 0; c < 4; c++) {
+                        int r = 2 * i + (c >> 1), row = w0 + 16 * i + g + (c >> 1) * 8;
+                        int k = k0 + 8 * j + 2 * t + (c & 1);
+                        float pv = exp2f(p[i][j][c] * sl2 - L2[r]);
+                        if (mask && (k > row || k >= Tn)) pv = 0.0f;
+                        ds[i][j][c] = pv * (ds[i][j][c] - Dr[r]) * scale;
+                    }
+                }
             }
             att2_mma_pn<T, HS, NT>(dq, ds, Kc); // dQ += dS K
         }

@@ -7,6 +7,11 @@
 #   make gpu-bench       build + tests/gpu/bench.sh (needs a GPU)
 #   make gpu-budget      per-kernel ptxas resources + analytic roofline of one
 #                        d12 step (no GPU needed; tests/gpu/budget.c)
+#   make gpu-rehearse    tests/gpu/device-run.sh in a Debian 13 tree without a
+#                        GPU (root; tests/gpu/rehearse.sh)
+#   make gpu-llmc        llm.c's CUDA trainer into build-llmc/ for device-run.sh
+# WERROR= (top Makefile), NCCL_HOME=DIR and GPU_HOST_DEPS=DIR (trainer/build.mk)
+# build on a machine without our packages, as device-run.sh does.
 ifneq ($(strip $(NVCC)),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -arch=sm_90
