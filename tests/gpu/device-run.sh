@@ -66,11 +66,11 @@ phase() {
 say "$(date -u +%FT%TZ) device-run in $root, logs in $out"
 missing=()
 NVCC=${NVCC:-$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })}
-if [ -n "$NVCC" ]; then
+if [ -n "$NVCC" ] && [ -x "$NVCC" ]; then
   CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
   say "nvcc: $NVCC ($("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))"
 else
-  missing+=("nvcc (the CUDA toolkit; set NVCC=/path/to/nvcc)")
+  missing+=("nvcc${NVCC:+ at $NVCC} (the CUDA toolkit; set NVCC=/path/to/nvcc)")
   CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 fi
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null) || gpu=""
