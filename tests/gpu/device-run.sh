@@ -167,8 +167,10 @@ if [ -n "$llmc" ]; then
   rm -rf "$w" && mkdir -p "$w/data" && cp -r "$llmc"/train_gpt2.cu "$llmc"/llmc "$w/"
   # CUDA 13 takes a cudaMemLocation where llm.c (written for CUDA 12) passes
   # cudaCpuDeviceId: the one change its copy needs to compile with nvcc 13
-  sed -i 's/cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' \
-    "$w/llmc/cuda_utils.cuh"
+  if [ "$("$NVCC" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')" -ge 13 ] 2>/dev/null; then
+    sed -i 's/cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' \
+      "$w/llmc/cuda_utils.cuh"
+  fi
   # llm.c reads GPU clocks through NVML when the toolkit has its header
   nvml=""
   [ -e "$CUDA_HOME/include/nvml.h" ] && nvml=-lnvidia-ml
