@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,16 +42,12 @@ int skiff_conf_line(char *line, char **key, char **value)
     return 1;
 }
 
-int skiff_conf_read(const char *path, const char *what, bool must_exist,
-                    int (*set)(void *ctx, const char *key, const char *value, skiff_err *err), void *ctx,
-                    skiff_err *err)
+/* The one loop over a file's lines, for a file (skiff_conf_read) and for
+ * text in memory (skiff_conf_parse). */
+static int conf_stream(FILE *f, const char *path,
+                       int (*set)(void *ctx, const char *key, const char *value, skiff_err *err), void *ctx,
+                       skiff_err *err)
 {
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        if (errno == ENOENT && !must_exist)
-            return 0;
-        return skiff_error(err, errno, "open %s%s%s", what ? what : "", what ? " " : "", path);
-    }
     /* getline, not a fixed buffer: fgets split a long line, and the part
      * past the buffer (of a comment, say) was read as a line of its own */
     char *line = NULL;
@@ -74,6 +71,33 @@ int skiff_conf_read(const char *path, const char *what, bool must_exist,
     free(line);
     fclose(f);
     return rv;
+}
+
+int skiff_conf_read(const char *path, const char *what, bool must_exist,
+                    int (*set)(void *ctx, const char *key, const char *value, skiff_err *err), void *ctx,
+                    skiff_err *err)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        if (errno == ENOENT && !must_exist)
+            return 0;
+        return skiff_error(err, errno, "open %s%s%s", what ? what : "", what ? " " : "", path);
+    }
+    return conf_stream(f, path, set, ctx, err);
+}
+
+int skiff_conf_parse(const char *text, const char *path,
+                     int (*set)(void *ctx, const char *key, const char *value, skiff_err *err), void *ctx,
+                     skiff_err *err)
+{
+    size_t len = strlen(text);
+    if (!len) /* fmemopen may refuse a buffer of size 0 */
+        return 0;
+    /* "r": the stream never writes to the buffer */
+    FILE *f = fmemopen((void *)(uintptr_t)text, len, "r");
+    if (!f)
+        return skiff_error(err, errno, "%s", path);
+    return conf_stream(f, path, set, ctx, err);
 }
 
 int skiff_parse_bool(const char *s)

@@ -4,8 +4,8 @@
  * blank lines are skipped, blanks around the key and the value are dropped,
  * a value in double quotes loses them; a line with text but no '=' is an
  * error naming the file and the line. skiff.conf (runtime/lib/config.c)
- * reads its file through it; hooks/gpu.c still has a reader of its own for
- * its gpu.conf (to fold in with that hook's rewrite).
+ * and the bundled hooks' NAME.conf knobs (hooks/lib/hookconf.c) are read
+ * through it.
  *
  * Booleans, wherever skiff reads one (skiff.conf, plugstack.conf arguments,
  * SKIFF_CONTAINER_* / PYXIS_CONTAINER_* variables, SKIFF_DDP_ENV), accept
@@ -32,6 +32,12 @@ int skiff_conf_line(char *line, char **key, char **value);
 int skiff_conf_read(const char *path, const char *what, bool must_exist,
                     int (*set)(void *ctx, const char *key, const char *value, skiff_err *err), void *ctx,
                     skiff_err *err);
+
+/* skiff_conf_read on a file's text already in memory (path names it in
+ * errors): the hooks' unit tests and fuzzers reach it without files. */
+int skiff_conf_parse(const char *text, const char *path,
+                     int (*set)(void *ctx, const char *key, const char *value, skiff_err *err), void *ctx,
+                     skiff_err *err);
 
 /* 1 for yes/true/on/y/1, 0 for no/false/off/n/0 (any case), -1 for
  * anything else, NULL included. */

@@ -80,17 +80,14 @@ int skiff_env_set(char ***v, const char *kv, skiff_err *err)
     return skiff_strv_push(v, kv, err);
 }
 
-int skiff_env_add_defaults(char ***env, const char *const *defaults, skiff_err *err)
+bool skiff_env_name_valid(const char *s, size_t n)
 {
-    for (size_t i = 0; defaults && defaults[i]; i++) {
-        const char *eq = strchr(defaults[i], '=');
-        if (!eq)
-            continue;
-        bool have = false;
-        for (size_t j = 0; *env && (*env)[j] && !have; j++)
-            have = !strncmp((*env)[j], defaults[i], (size_t)(eq - defaults[i]) + 1);
-        if (!have && skiff_strv_push(env, defaults[i], err) < 0)
-            return -1;
+    if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
+            return false;
     }
-    return 0;
+    return true;
 }

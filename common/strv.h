@@ -34,9 +34,9 @@ void skiff_strv_free(char **v);
  * without '=' or with an empty K is an error. */
 int skiff_env_set(char ***v, const char *kv, skiff_err *err);
 
-/* Appends to *env each K=V of defaults whose K it lacks (the CLI's TERM
- * and HOME). */
-int skiff_env_add_defaults(char ***env, const char *const *defaults, skiff_err *err);
+/* Whether the n bytes at s are a variable name a shell would take:
+ * letters, digits and '_', not starting with a digit. */
+bool skiff_env_name_valid(const char *s, size_t n);
 
 #ifdef __cplusplus
 }

@@ -27,7 +27,7 @@ BINS += $(SKIFF_DDP_ENV)
 # Container hooks: hooks/NAME.c -> $(BUILD)/hooks/NN-NAME. The number fixes
 # the order the runtime runs them in (lexical): identity files first, then
 # mounts, then environment.
-HOOKS_ORDER := 10-identity 20-home 30-shm 40-gpu 50-pmix 60-slurm
+HOOKS_ORDER := 10-identity 20-home 30-shm 40-gpu 45-rdma 50-pmix 60-slurm
 HOOKS_BINS := $(addprefix $(BUILD)/hooks/,$(HOOKS_ORDER))
 define hooks_rule
 $(BUILD)/hooks/$(1): $(BUILD)/hooks/$(word 2,$(subst -, ,$(1))).o $(LIBSKIFFHOOKS) $(LIBSKIFFCOMMON)

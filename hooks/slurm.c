@@ -1,7 +1,7 @@
 /* Hook "slurm": passes the step's SLURM_* variables into the container's
  * environment (SKIFF_ENV_FILE). The container is shared by all tasks of
  * the step on a node, so per-task variables (SLURM_PROCID, SLURM_LOCALID,
- * SLURM_TASK_PID, CPU binding) are left out: each task has its own already
+ * SLURM_TASK_PID, CPU binding, SLURM_STEP_GPUS) are left out: each task has its own already
  * and the per-task training variables come from ddp_env. */
 #include <stdio.h>
 #include <string.h>
@@ -10,13 +10,12 @@
 
 extern char **environ;
 
-static const char *const per_task[] = {"SLURM_PROCID=",
-                                       "SLURM_LOCALID=",
-                                       "SLURM_TASK_PID=",
-                                       "SLURM_CPU_BIND",
-                                       "SLURM_GTIDS=",
-                                       "SLURM_STEP_LAUNCHER_PORT=",
-                                       NULL};
+/* SLURM_STEP_GPUS too: with --gpus-per-task (or --gpu-bind) Slurm gives
+ * each task its own GPUs there, as in CUDA_VISIBLE_DEVICES */
+static const char *const per_task[] = {"SLURM_PROCID=",    "SLURM_LOCALID=",
+                                       "SLURM_TASK_PID=",  "SLURM_CPU_BIND",
+                                       "SLURM_GTIDS=",     "SLURM_STEP_LAUNCHER_PORT=",
+                                       "SLURM_STEP_GPUS=", NULL};
 
 int main(void)
 {

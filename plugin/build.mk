@@ -3,9 +3,9 @@
 # but Slurm's entry points local.
 # plugin/ may include common/, runtime/lib and hooks/lib.
 PLUGIN_PART_CFLAGS := -Icommon $(RUNTIME_INC) -Ihooks/lib -Iplugin $(RUNTIME_CFLAGS)
-$(BUILD)/plugin/%.o $(BUILD)/pic/plugin/%.o $(BUILD)/lean/plugin/%.o $(BUILD)/tests/unit/plugin/%.o: \
-    PART_CFLAGS := $(PLUGIN_PART_CFLAGS)
-PLUGIN_SRC := $(filter-out plugin/helper.c,$(wildcard plugin/*.c))
+$(BUILD)/plugin/%.o $(BUILD)/pic/plugin/%.o $(BUILD)/tests/unit/plugin/%.o: PART_CFLAGS := $(PLUGIN_PART_CFLAGS)
+# plugin/*.c is the plugin (root's side); plugin/helper/ the user-side helpers.
+PLUGIN_SRC := $(wildcard plugin/*.c)
 SPANK_SKIFF := $(BUILD)/plugin/spank_skiff.so
 # options.c, args.c, proto.c and userproc.c need no Slurm: unit tests link them directly.
 PLUGIN_PURE_OBJ := $(BUILD)/pic/plugin/options.o $(BUILD)/pic/plugin/args.o $(BUILD)/pic/plugin/proto.o \
@@ -49,20 +49,19 @@ cluster-down:
 MAN8 += doc/man/spank-skiff.8
 
 # skiff-helper and skiff-helper-full: the plugin's user-side half
-# (plugin/helper.c), exec'd as the job's user. In the build tree they sit
+# (plugin/helper/), exec'd as the job's user. In the build tree they sit
 # beside spank_skiff.so, where the plugin looks first; `make install` puts
-# them in LIBEXECDIR/skiff, where it looks next. The lean one starts
-# containers (every step: linked like bin/skiff, ~6 ms less to exec); the
-# full one imports images and runs the exit-time verbs.
+# them in LIBEXECDIR/skiff, where it looks next. Each has a small main file
+# over the same objects, built once: the lean one starts containers (every
+# step: linked like bin/skiff, ~6 ms less to exec); the full one imports
+# images and runs the exit-time verbs.
 SKIFF_HELPER := $(BUILD)/plugin/skiff-helper
 SKIFF_HELPER_FULL := $(BUILD)/plugin/skiff-helper-full
-$(BUILD)/lean/plugin/helper.o: plugin/helper.c
-	@mkdir -p $(@D)
-	$(CC) $(PIE_CFLAGS) -DSKIFF_HELPER_LEAN -MMD -MP -c $< -o $@
-$(SKIFF_HELPER): $(BUILD)/lean/plugin/helper.o $(BUILD)/plugin/proto.o $(LIBSKIFF) $(LIBSKIFFCOMMON)
+SKIFF_HELPER_OBJ := $(BUILD)/plugin/helper/helper.o $(BUILD)/plugin/proto.o
+$(SKIFF_HELPER): $(BUILD)/plugin/helper/skiff-helper.o $(SKIFF_HELPER_OBJ) $(LIBSKIFF) $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(SKIFF_LEAN_LIBS)
-$(SKIFF_HELPER_FULL): $(BUILD)/plugin/helper.o $(BUILD)/plugin/proto.o $(LIBSKIFF) $(LIBSKIFFCOMMON)
+$(SKIFF_HELPER_FULL): $(BUILD)/plugin/helper/skiff-helper-full.o $(SKIFF_HELPER_OBJ) $(LIBSKIFF) $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
 PLUGINS += $(SKIFF_HELPER) $(SKIFF_HELPER_FULL)

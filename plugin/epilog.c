@@ -1,6 +1,6 @@
 /* Job epilog (root, once per node at job end): with container_scope=job,
  * the job's named containers on this node are removed by the user-side
- * helper, as the user (remote.c, skiff_remove_job_containers). */
+ * helper, as the user (exit.c, skiff_remove_job_containers). */
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
@@ -11,22 +11,14 @@
 
 #include "named.h"
 #include "plugin.h"
+#include "step.h"
 #include "userproc.h"
 
-int skiff_epilog(spank_t sp, int ac, char **av)
+int skiff_epilog(spank_t sp, const struct skiff_plugin_args *args)
 {
     skiff_err err;
     skiff_err_clear(&err);
-    skiff_log_init();
-    if (!skiff_g.args_ok) {
-        /* slurmd may call the epilog without slurm_spank_init */
-        if (skiff_plugin_args_parse(&skiff_g.args, ac, av, &err) < 0) {
-            skiff_log_error("skiff: epilog: %s", err.msg);
-            return 0;
-        }
-        skiff_g.args_ok = true;
-    }
-    if (skiff_g.args.scope != SKIFF_SCOPE_JOB)
+    if (args->scope != SKIFF_SCOPE_JOB)
         return 0;
     uid_t uid;
     uint32_t jobid;
@@ -48,16 +40,12 @@ int skiff_epilog(spank_t sp, int ac, char **av)
         ngroups = 1;
     }
     char node[256];
-    if (gethostname(node, sizeof(node)) < 0)
-        snprintf(node, sizeof(node), "node");
-    char *dot = strchr(node, '.');
-    if (dot)
-        *dot = '\0';
+    skiff_named_this_node(node, sizeof(node));
     struct skiff_config cfg;
     struct skiff_user u = {
         .uid = uid, .gid = pw.pw_gid, .groups = groups, .ngroups = ngroups, .name = pw.pw_name, .home = pw.pw_dir};
-    if (skiff_load_user_config(&skiff_g.args, uid, pw.pw_name, pw.pw_dir, &cfg, &err) < 0 ||
-        skiff_remove_job_containers(&u, node, jobid, &cfg, &err) < 0)
+    if (skiff_load_user_config(args, uid, pw.pw_name, pw.pw_dir, &cfg, &err) < 0 ||
+        skiff_remove_job_containers(args, &u, node, jobid, &cfg, &err) < 0)
         skiff_log_error("skiff: epilog: job %u: %s", (unsigned)jobid, err.msg);
     return 0; /* never drain a node over a leftover directory */
 }

@@ -1,4 +1,4 @@
-/* --container-* options: parsing and validation; see options.h. */
+/* --container-* options: the table, parsing and validation; see options.h. */
 #include "options.h"
 
 #include <errno.h>
@@ -12,48 +12,227 @@
 #include "ref.h"
 #include "strv.h"
 
-static const struct {
-    const char *flag;
-    const char *env;
-} names[SKIFF_OPT_COUNT] = {
-    [SKIFF_OPT_IMAGE] = {"container-image", "IMAGE"},
-    [SKIFF_OPT_MOUNTS] = {"container-mounts", "MOUNTS"},
-    [SKIFF_OPT_WORKDIR] = {"container-workdir", "WORKDIR"},
-    [SKIFF_OPT_NAME] = {"container-name", "NAME"},
-    [SKIFF_OPT_SAVE] = {"container-save", "SAVE"},
-    [SKIFF_OPT_MOUNT_HOME] = {"container-mount-home", "MOUNT_HOME"},
-    [SKIFF_OPT_REMAP_ROOT] = {"container-remap-root", "REMAP_ROOT"},
-    [SKIFF_OPT_ENTRYPOINT] = {"container-entrypoint", "ENTRYPOINT"},
-    [SKIFF_OPT_ENTRYPOINT_LOG] = {"container-entrypoint-log", "ENTRYPOINT_LOG"},
-    [SKIFF_OPT_WRITABLE] = {"container-writable", "WRITABLE"},
-    [SKIFF_OPT_ENV] = {"container-env", "ENV"},
-    [SKIFF_OPT_UNSHARE] = {"container-unshare", "UNSHARE"},
+/* How an option's argument reaches the request. */
+enum kind {
+    STR,    /* one string field (the last value wins), after check */
+    LIST,   /* comma-separated entries, each checked, added once to a list field */
+    BOOL,   /* a flag pair: true, or false (off_flag); given both ways is an error */
+    CUSTOM, /* check sets what it sets */
 };
 
-const char *skiff_opt_flag(enum skiff_opt_id id)
+enum {
+    START_ONLY = 1 << 0,      /* shapes a container as it starts: a joining step ignores it */
+    NEEDS_CONTAINER = 1 << 1, /* refused without --container-image or --container-name */
+};
+
+struct opt {
+    const char *flag;     /* without "--" */
+    const char *env;      /* SKIFF_CONTAINER_<env>, then PYXIS_CONTAINER_<env> */
+    const char *arginfo;  /* (valued options) */
+    const char *usage;    /* srun --help's line */
+    const char *off_flag; /* BOOL: the flag for false, or NULL (none) */
+    const char *off_env;  /* BOOL: an environment fallback meaning false (READONLY) */
+    const char *off_usage;
+    enum kind kind;
+    size_t field; /* in struct skiff_start_request (NO_FIELD: only accepted) */
+    int (*check)(struct skiff_opts *o, const char *arg, skiff_err *err);
+    const char *empty; /* LIST: what an empty entry is told */
+    unsigned flags;
+};
+
+#define NO_FIELD ((size_t)-1)
+#define FIELD(f) offsetof(struct skiff_start_request, f)
+
+static int check_image(struct skiff_opts *o, const char *arg, skiff_err *err);
+static int check_mount(struct skiff_opts *o, const char *spec, skiff_err *err);
+static int check_env(struct skiff_opts *o, const char *entry, skiff_err *err);
+static int check_save(struct skiff_opts *o, const char *arg, skiff_err *err);
+static int set_name(struct skiff_opts *o, const char *arg, skiff_err *err);
+static int set_unshare(struct skiff_opts *o, const char *arg, skiff_err *err);
+
+/* Every option, in srun --help's order. */
+enum {
+    OPT_IMAGE,
+    OPT_MOUNTS,
+    OPT_WORKDIR,
+    OPT_NAME,
+    OPT_SAVE,
+    OPT_MOUNT_HOME,
+    OPT_REMAP_ROOT,
+    OPT_ENTRYPOINT,
+    OPT_ENTRYPOINT_LOG,
+    OPT_WRITABLE,
+    OPT_ENV,
+    OPT_ENV_FILE,
+    OPT_UNSHARE,
+    NOPTS
+};
+static const struct opt opts[NOPTS] = {
+    [OPT_IMAGE] = {.flag = "container-image",
+                   .env = "IMAGE",
+                   .arginfo = "[USER@][REGISTRY#]IMAGE[:TAG]|PATH",
+                   .usage = "[skiff] image for the container: a squashfs file (/path or ./path) or an image URI "
+                            "(docker://, docker-archive:, oci:, oci-archive:, dir:)",
+                   .kind = STR,
+                   .field = FIELD(image),
+                   .check = check_image},
+    [OPT_MOUNTS] = {.flag = "container-mounts",
+                    .env = "MOUNTS",
+                    .arginfo = "SRC:DST[:FLAGS][,SRC:DST...]",
+                    .usage = "[skiff] bind mount[s] inside the container; flags separated by '+', e.g. ro+rbind; "
+                             "tmpfs:DST for a tmpfs",
+                    .kind = LIST,
+                    .field = FIELD(mounts),
+                    .check = check_mount,
+                    .empty = "empty mount entry (entries are separated by single commas)",
+                    .flags = START_ONLY | NEEDS_CONTAINER},
+    [OPT_WORKDIR] = {.flag = "container-workdir",
+                     .env = "WORKDIR",
+                     .arginfo = "PATH",
+                     .usage = "[skiff] working directory inside the container",
+                     /* a relative one starts where the container starts (pyxis): the
+                      * image's WorkingDir, else / */
+                     .kind = STR,
+                     .field = FIELD(workdir),
+                     .flags = NEEDS_CONTAINER},
+    [OPT_NAME] = {.flag = "container-name",
+                  .env = "NAME",
+                  .arginfo = "NAME[:auto|create|exec|no_exec]",
+                  .usage = "[skiff] keep the container's changes under NAME and reuse them in later steps",
+                  .kind = CUSTOM,
+                  .field = FIELD(name_given),
+                  .check = set_name},
+    [OPT_SAVE] = {.flag = "container-save",
+                  .env = "SAVE",
+                  .arginfo = "PATH",
+                  .usage = "[skiff] save the container's filesystem to a squashfs file at step end",
+                  .kind = STR,
+                  .field = FIELD(save),
+                  .check = check_save,
+                  .flags = START_ONLY | NEEDS_CONTAINER},
+    [OPT_MOUNT_HOME] = {.flag = "container-mount-home",
+                        .env = "MOUNT_HOME",
+                        .usage = "[skiff] bind mount the user's home directory",
+                        .off_flag = "no-container-mount-home",
+                        .off_usage = "[skiff] do not bind mount the user's home directory",
+                        .kind = BOOL,
+                        .field = FIELD(mount_home),
+                        .flags = START_ONLY},
+    [OPT_REMAP_ROOT] = {.flag = "container-remap-root",
+                        .env = "REMAP_ROOT",
+                        .usage = "[skiff] be uid 0 inside the container (grants no privilege on the host)",
+                        .off_flag = "no-container-remap-root",
+                        .off_usage = "[skiff] keep your own uid inside the container",
+                        .kind = BOOL,
+                        .field = FIELD(remap_root),
+                        .flags = START_ONLY},
+    [OPT_ENTRYPOINT] = {.flag = "container-entrypoint",
+                        .env = "ENTRYPOINT",
+                        .usage = "[skiff] run the image's entrypoint before the command",
+                        .off_flag = "no-container-entrypoint",
+                        .off_usage = "[skiff] do not run the image's entrypoint",
+                        .kind = BOOL,
+                        .field = FIELD(use_entrypoint),
+                        .flags = START_ONLY},
+    [OPT_ENTRYPOINT_LOG] = {.flag = "container-entrypoint-log",
+                            .env = "ENTRYPOINT_LOG",
+                            .usage = "[skiff] show the entrypoint's output",
+                            /* pyxis's; the entrypoint's output is always the task's */
+                            .kind = BOOL,
+                            .field = NO_FIELD},
+    [OPT_WRITABLE] = {.flag = "container-writable",
+                      .env = "WRITABLE",
+                      .usage = "[skiff] make the container filesystem writable (default)",
+                      .off_flag = "container-readonly",
+                      .off_env = "READONLY",
+                      .off_usage = "[skiff] make the container filesystem read-only",
+                      .kind = BOOL,
+                      .field = FIELD(writable),
+                      .flags = START_ONLY},
+    [OPT_ENV] = {.flag = "container-env",
+                 .env = "ENV",
+                 .arginfo = "NAME[,NAME...]",
+                 .usage = "[skiff] keep these variables' host values over the image's (NAME=VALUE sets one)",
+                 .kind = LIST,
+                 .field = FIELD(env),
+                 .check = check_env,
+                 .empty = "empty entry (write NAME[,NAME...] or NAME=VALUE)",
+                 .flags = NEEDS_CONTAINER},
+    [OPT_ENV_FILE] = {.flag = "container-env-file",
+                      .env = "ENV_FILE",
+                      .arginfo = "PATH",
+                      .usage = "[skiff] NAME=VALUE lines for the container's environment (enroot's --env-file)",
+                      .kind = STR,
+                      .field = FIELD(env_file),
+                      .flags = START_ONLY | NEEDS_CONTAINER},
+    [OPT_UNSHARE] = {.flag = "container-unshare",
+                     .env = "UNSHARE",
+                     .arginfo = "net,ipc,uts",
+                     .usage = "[skiff] give the container its own network/IPC/hostname namespaces",
+                     .kind = CUSTOM,
+                     .field = FIELD(unshare_flags),
+                     .check = set_unshare,
+                     .flags = START_ONLY | NEEDS_CONTAINER},
+};
+_Static_assert(NOPTS <= 64, "one bit per option in skiff_opts.given");
+
+#define BIT(i) (UINT64_C(1) << (i))
+
+/* The request's field of option p, as a T. */
+#define AT(o, p, T) ((T *)(void *)((char *)&(o)->req + (p)->field))
+
+/* ---- the table as SPANK flags ---- */
+
+int skiff_opts_flag(size_t i, struct skiff_opt_flag *f)
 {
-    return (unsigned)id < SKIFF_OPT_COUNT ? names[id].flag : "?";
+    for (const struct opt *p = opts; p < opts + NOPTS; p++) {
+        if (i == 0) {
+            *f = (struct skiff_opt_flag){p->flag, p->arginfo, p->usage, p->kind != BOOL};
+            return 0;
+        }
+        i--;
+        if (p->kind == BOOL && p->off_flag) {
+            if (i == 0) {
+                *f = (struct skiff_opt_flag){p->off_flag, NULL, p->off_usage, false};
+                return 0;
+            }
+            i--;
+        }
+    }
+    return -1;
 }
 
-const char *skiff_opt_env_suffix(enum skiff_opt_id id)
-{
-    return (unsigned)id < SKIFF_OPT_COUNT ? names[id].env : "?";
-}
+/* ---- storage: the option's own strings and lists in the request ---- */
 
 void skiff_opts_init(struct skiff_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    o->mount_home = o->remap_root = o->entrypoint = o->entrypoint_log = o->writable = -1;
+    skiff_start_request_init(&o->req);
+    o->req.writable = true; /* pyxis's default */
+}
+
+/* The string and list fields hold what strdup and skiff_strv_push made;
+ * the request declares them const for its readers. */
+static char **str_slot(struct skiff_opts *o, const struct opt *p)
+{
+    return AT(o, p, char *);
+}
+
+static char ***list_slot(struct skiff_opts *o, const struct opt *p)
+{
+    return AT(o, p, char **);
 }
 
 void skiff_opts_free(struct skiff_opts *o)
 {
-    free(o->image);
-    free(o->workdir);
-    free(o->name);
-    free(o->save);
-    skiff_strv_free(o->mounts);
-    skiff_strv_free(o->env);
+    for (const struct opt *p = opts; p < opts + NOPTS; p++) {
+        if (p->field == NO_FIELD)
+            continue;
+        if (p->kind == STR || p == &opts[OPT_NAME])
+            free(*str_slot(o, p));
+        else if (p->kind == LIST)
+            skiff_strv_free(*list_slot(o, p));
+    }
     skiff_opts_init(o);
 }
 
@@ -67,19 +246,11 @@ static int set_str(char **dst, const char *arg, skiff_err *err)
     return 0;
 }
 
-/* Appends s to the NULL-terminated list unless it is there already. */
-static int add_unique(char ***v, size_t *n, const char *s, skiff_err *err)
-{
-    if (skiff_strv_contains(*v, s))
-        return 0;
-    if (skiff_strv_push(v, s, err) < 0)
-        return -1;
-    ++*n;
-    return 0;
-}
+/* ---- checks ---- */
 
-static int check_image(const char *arg, skiff_err *err)
+static int check_image(struct skiff_opts *o, const char *arg, skiff_err *err)
 {
+    (void)o;
     switch (skiff_ref_classify(arg)) {
     case SKIFF_ARG_PATH:
     case SKIFF_ARG_URI:
@@ -103,13 +274,20 @@ static int check_image(const char *arg, skiff_err *err)
                        arg);
 }
 
+/* A relative source, made absolute on the node (skiff_opts_finish). */
+static bool relative_source(const char *spec)
+{
+    return !strncmp(spec, "./", 2) || !strncmp(spec, "../", 3) || !strcmp(spec, ".") || !strncmp(spec, ".:", 2);
+}
+
 /* One SRC:DST[:FLAGS] entry; a relative source (./x) is allowed here and made
  * absolute on the node, against the step's working directory. */
-static int check_mount(const char *spec, skiff_err *err)
+static int check_mount(struct skiff_opts *o, const char *spec, skiff_err *err)
 {
+    (void)o;
     cleanup_free char *copy = NULL;
     const char *s = spec;
-    if (!strncmp(spec, "./", 2) || !strncmp(spec, "../", 3) || !strcmp(spec, ".") || !strncmp(spec, ".:", 2)) {
+    if (relative_source(spec)) {
         /* validate with a stand-in absolute source; the real one comes later */
         if (asprintf(&copy, "/%s", spec) < 0)
             return skiff_error(err, ENOMEM, "out of memory");
@@ -117,60 +295,30 @@ static int check_mount(const char *spec, skiff_err *err)
     }
     struct skiff_mount m;
     if (skiff_mountspec_parse(s, &m, err) < 0)
-        return -1;
+        return skiff_err_wrap(err, "mount '%s'", spec);
     skiff_mount_free(&m);
     return 0;
 }
 
-static int set_mounts(struct skiff_opts *o, const char *arg, skiff_err *err)
+static int check_env(struct skiff_opts *o, const char *entry, skiff_err *err)
 {
-    cleanup_free char *copy = strdup(arg);
-    if (!copy)
-        return skiff_error(err, ENOMEM, "out of memory");
-    char *save = NULL;
-    /* a trailing or doubled comma is a typo, not an empty mount */
-    if (arg[0] == ',' || arg[strlen(arg) - 1] == ',' || strstr(arg, ",,"))
-        return skiff_error(err, 0, "'%s': empty mount entry (entries are separated by single commas)", arg);
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (check_mount(tok, err) < 0)
-            return skiff_err_wrap(err, "mount '%s'", tok);
-        if (add_unique(&o->mounts, &o->nmounts, tok, err) < 0)
-            return -1;
-    }
+    (void)o;
+    const char *eq = strchr(entry, '=');
+    size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
+    if (!skiff_env_name_valid(entry, n))
+        return skiff_error(err, 0,
+                           "'%.*s' is not a variable name (letters, digits and '_', not starting with a "
+                           "digit)",
+                           (int)n, entry);
     return 0;
 }
 
-static bool env_name_valid(const char *s, size_t n)
+static int check_save(struct skiff_opts *o, const char *arg, skiff_err *err)
 {
-    if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
-            return false;
-    }
-    return true;
-}
-
-static int set_env(struct skiff_opts *o, const char *arg, skiff_err *err)
-{
-    cleanup_free char *copy = strdup(arg);
-    if (!copy)
-        return skiff_error(err, ENOMEM, "out of memory");
-    if (arg[0] == ',' || arg[strlen(arg) - 1] == ',' || strstr(arg, ",,"))
-        return skiff_error(err, 0, "'%s': empty entry (write NAME[,NAME...] or NAME=VALUE)", arg);
-    char *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        const char *eq = strchr(tok, '=');
-        size_t n = eq ? (size_t)(eq - tok) : strlen(tok);
-        if (!env_name_valid(tok, n))
-            return skiff_error(err, 0,
-                               "'%.*s' is not a variable name (letters, digits and '_', not starting with a "
-                               "digit)",
-                               (int)n, tok);
-        if (add_unique(&o->env, &o->nenv, tok, err) < 0)
-            return -1;
-    }
+    (void)o;
+    if (arg[strlen(arg) - 1] == '/')
+        return skiff_error(err, 0, "--container-save: '%s' is a directory; give a file name (e.g. %sout.sqsh)", arg,
+                           arg);
     return 0;
 }
 
@@ -193,8 +341,7 @@ static int set_unshare(struct skiff_opts *o, const char *arg, skiff_err *err)
         else
             return skiff_error(err, 0, "unknown namespace '%s' (use net, ipc, uts, or none)", tok);
     }
-    o->unshare_flags = flags;
-    o->unshare_set = true;
+    o->req.unshare_flags = flags;
     return 0;
 }
 
@@ -222,131 +369,101 @@ static int set_name(struct skiff_opts *o, const char *arg, skiff_err *err)
         return skiff_error(err, ENOMEM, "out of memory");
     if (!skiff_name_valid(name))
         return skiff_error(err, 0,
-                           "'%s' is not a valid container name (letters, digits, '.', '_', '-', at most 128, "
-                           "not starting with '.' or '-')",
+                           "'%s' is not a valid container name (letters, digits, '.', '_', '-', '+', at most 128, "
+                           "not starting with '.', '-' or '+')",
                            name);
-    free(o->name);
-    o->name = name;
+    free(*str_slot(o, &opts[OPT_NAME]));
+    *str_slot(o, &opts[OPT_NAME]) = name;
     name = NULL;
-    o->name_mode = mode;
+    o->req.name_mode = mode;
     return 0;
 }
 
-/* The flag that gives a boolean option the value val. */
-static void bool_flag(enum skiff_opt_id id, int val, char *out, size_t n)
+/* ---- setting ---- */
+
+static int set_list(struct skiff_opts *o, const struct opt *p, const char *arg, skiff_err *err)
 {
-    if (id == SKIFF_OPT_WRITABLE && !val)
-        snprintf(out, n, "--container-readonly");
+    cleanup_free char *copy = strdup(arg);
+    if (!copy)
+        return skiff_error(err, ENOMEM, "out of memory");
+    /* a trailing or doubled comma is a typo, not an empty entry */
+    if (arg[0] == ',' || arg[strlen(arg) - 1] == ',' || strstr(arg, ",,"))
+        return skiff_error(err, 0, "'%s': %s", arg, p->empty);
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (p->check(o, tok, err) < 0)
+            return -1;
+        if (!skiff_strv_contains(*list_slot(o, p), tok) && skiff_strv_push(list_slot(o, p), tok, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The flag that gives boolean option p the value on. */
+static void bool_flag(const struct opt *p, bool on, char *out, size_t n)
+{
+    if (!on && p->off_flag)
+        snprintf(out, n, "--%s", p->off_flag);
     else
-        snprintf(out, n, "--%s%s", val ? "" : "no-", skiff_opt_flag(id));
+        snprintf(out, n, "--%s%s", on ? "" : "no-", p->flag);
 }
 
 /* A boolean pair given both ways is a mistake, not "the last one wins"
  * (pyxis refuses it too). Slurm passing the same value twice is fine. */
-static int set_bool(int *dst, enum skiff_opt_id id, int val, skiff_err *err)
+static int set_bool(struct skiff_opts *o, size_t i, bool on, skiff_err *err)
 {
-    int v = val ? 1 : 0;
-    if (*dst >= 0 && *dst != v) {
+    const struct opt *p = &opts[i];
+    bool before = (o->on & BIT(i)) != 0;
+    if ((o->given & BIT(i)) && before != on) {
         char a[64], b[64];
-        bool_flag(id, *dst, a, sizeof(a));
-        bool_flag(id, v, b, sizeof(b));
+        bool_flag(p, before, a, sizeof(a));
+        bool_flag(p, on, b, sizeof(b));
         return skiff_error(err, 0, "%s and %s contradict each other: give one of them", a, b);
     }
-    *dst = v;
+    o->given |= BIT(i);
+    o->on = on ? o->on | BIT(i) : o->on & ~BIT(i);
+    if (p->field != NO_FIELD)
+        *AT(o, p, bool) = on;
     return 0;
 }
 
-int skiff_opts_set(struct skiff_opts *o, enum skiff_opt_id id, int val, const char *arg, skiff_err *err)
+static int apply(struct skiff_opts *o, size_t i, bool on, const char *arg, skiff_err *err)
 {
-    bool valued = id == SKIFF_OPT_IMAGE || id == SKIFF_OPT_MOUNTS || id == SKIFF_OPT_WORKDIR || id == SKIFF_OPT_NAME ||
-                  id == SKIFF_OPT_SAVE || id == SKIFF_OPT_ENV || id == SKIFF_OPT_UNSHARE;
-    if (valued && (!arg || !*arg))
-        return skiff_error(err, 0, "--%s needs an argument", skiff_opt_flag(id));
-    int rv = 0;
-    switch (id) {
-    case SKIFF_OPT_IMAGE:
-        rv = check_image(arg, err);
-        if (rv == 0)
-            rv = set_str(&o->image, arg, err);
+    const struct opt *p = &opts[i];
+    if (p->kind == BOOL)
+        return set_bool(o, i, on, err);
+    if (!arg || !*arg)
+        return skiff_error(err, 0, "--%s needs an argument", p->flag);
+    int rc;
+    switch (p->kind) {
+    case STR:
+        rc = p->check && p->check(o, arg, err) < 0 ? -1 : set_str(str_slot(o, p), arg, err);
         break;
-    case SKIFF_OPT_MOUNTS:
-        rv = set_mounts(o, arg, err);
-        break;
-    case SKIFF_OPT_WORKDIR:
-        /* a relative one starts where the container starts (pyxis): the
-         * image's WorkingDir, else / */
-        rv = set_str(&o->workdir, arg, err);
-        break;
-    case SKIFF_OPT_NAME:
-        rv = set_name(o, arg, err);
-        break;
-    case SKIFF_OPT_SAVE:
-        if (arg[strlen(arg) - 1] == '/')
-            return skiff_error(err, 0, "--container-save: '%s' is a directory; give a file name (e.g. %sout.sqsh)", arg,
-                               arg);
-        rv = set_str(&o->save, arg, err);
-        break;
-    case SKIFF_OPT_MOUNT_HOME:
-        return set_bool(&o->mount_home, id, val, err);
-    case SKIFF_OPT_REMAP_ROOT:
-        return set_bool(&o->remap_root, id, val, err);
-    case SKIFF_OPT_ENTRYPOINT:
-        return set_bool(&o->entrypoint, id, val, err);
-    case SKIFF_OPT_ENTRYPOINT_LOG:
-        return set_bool(&o->entrypoint_log, id, val, err);
-    case SKIFF_OPT_WRITABLE:
-        return set_bool(&o->writable, id, val, err);
-    case SKIFF_OPT_ENV:
-        rv = set_env(o, arg, err);
-        break;
-    case SKIFF_OPT_UNSHARE:
-        rv = set_unshare(o, arg, err);
+    case LIST:
+        rc = set_list(o, p, arg, err);
         break;
     default:
-        return skiff_error(err, 0, "unknown option id %d", (int)id);
+        rc = p->check(o, arg, err);
+        break;
     }
-    if (rv < 0 && valued)
-        return skiff_err_wrap(err, "--%s", skiff_opt_flag(id));
-    return rv;
+    if (rc < 0)
+        return skiff_err_wrap(err, "--%s", p->flag);
+    o->given |= BIT(i);
+    return 0;
 }
 
-bool skiff_opts_isset(const struct skiff_opts *o, enum skiff_opt_id id)
+int skiff_opts_set(struct skiff_opts *o, const char *flag, const char *arg, skiff_err *err)
 {
-    switch (id) {
-    case SKIFF_OPT_IMAGE:
-        return o->image;
-    case SKIFF_OPT_MOUNTS:
-        return o->nmounts > 0;
-    case SKIFF_OPT_WORKDIR:
-        return o->workdir;
-    case SKIFF_OPT_NAME:
-        return o->name;
-    case SKIFF_OPT_SAVE:
-        return o->save;
-    case SKIFF_OPT_MOUNT_HOME:
-        return o->mount_home >= 0;
-    case SKIFF_OPT_REMAP_ROOT:
-        return o->remap_root >= 0;
-    case SKIFF_OPT_ENTRYPOINT:
-        return o->entrypoint >= 0;
-    case SKIFF_OPT_ENTRYPOINT_LOG:
-        return o->entrypoint_log >= 0;
-    case SKIFF_OPT_WRITABLE:
-        return o->writable >= 0;
-    case SKIFF_OPT_ENV:
-        return o->nenv > 0;
-    case SKIFF_OPT_UNSHARE:
-        return o->unshare_set;
-    default:
-        return false;
+    for (size_t i = 0; i < (size_t)NOPTS; i++) {
+        if (!strcmp(flag, opts[i].flag))
+            return apply(o, i, true, arg, err);
+        if (opts[i].kind == BOOL && opts[i].off_flag && !strcmp(flag, opts[i].off_flag))
+            return apply(o, i, false, arg, err);
     }
+    return skiff_error(err, 0, "unknown option --%s", flag);
 }
 
-static bool is_bool_opt(enum skiff_opt_id id)
-{
-    return id == SKIFF_OPT_MOUNT_HOME || id == SKIFF_OPT_REMAP_ROOT || id == SKIFF_OPT_ENTRYPOINT ||
-           id == SKIFF_OPT_ENTRYPOINT_LOG || id == SKIFF_OPT_WRITABLE;
-}
+/* ---- the environment, checks, the node's part ---- */
 
 /* Looks up SKIFF_CONTAINER_<sfx>, then PYXIS_CONTAINER_<sfx>. */
 static const char *env_lookup(skiff_opts_getenv get, void *ctx, const char *sfx, char *var, size_t n)
@@ -364,25 +481,25 @@ static const char *env_lookup(skiff_opts_getenv get, void *ctx, const char *sfx,
 int skiff_opts_from_env(struct skiff_opts *o, skiff_opts_getenv get, void *ctx, skiff_err *err)
 {
     char var[64];
-    for (int i = 0; i < SKIFF_OPT_COUNT; i++) {
-        enum skiff_opt_id id = (enum skiff_opt_id)i;
-        if (skiff_opts_isset(o, id))
+    for (size_t i = 0; i < (size_t)NOPTS; i++) {
+        const struct opt *p = &opts[i];
+        if (o->given & BIT(i))
             continue;
-        const char *v = env_lookup(get, ctx, skiff_opt_env_suffix(id), var, sizeof(var));
-        int val = 1;
-        if (!v && id == SKIFF_OPT_WRITABLE) {
-            v = env_lookup(get, ctx, "READONLY", var, sizeof(var));
-            val = 0;
+        const char *v = env_lookup(get, ctx, p->env, var, sizeof(var));
+        bool on = true;
+        if (!v && p->off_env) {
+            v = env_lookup(get, ctx, p->off_env, var, sizeof(var));
+            on = false;
         }
         if (!v)
             continue;
-        if (is_bool_opt(id)) {
+        if (p->kind == BOOL) {
             int b = skiff_parse_bool(v);
             if (b < 0)
                 return skiff_error(err, 0, "%s='%s': not a boolean (use 1/0, yes/no, true/false)", var, v);
-            val = val ? b : !b;
+            on = on ? b : !b;
         }
-        if (skiff_opts_set(o, id, val, v, err) < 0)
+        if (apply(o, i, on, v, err) < 0)
             return skiff_err_wrap(err, "%s", var);
     }
     return 0;
@@ -390,25 +507,70 @@ int skiff_opts_from_env(struct skiff_opts *o, skiff_opts_getenv get, void *ctx, 
 
 bool skiff_opts_active(const struct skiff_opts *o)
 {
-    return o->image || o->name;
+    return o->req.image || o->req.name_given;
 }
 
 int skiff_opts_check(const struct skiff_opts *o, skiff_err *err)
 {
     if (!skiff_opts_active(o)) {
-        static const enum skiff_opt_id need[] = {SKIFF_OPT_MOUNTS, SKIFF_OPT_WORKDIR, SKIFF_OPT_SAVE, SKIFF_OPT_ENV,
-                                                 SKIFF_OPT_UNSHARE};
-        for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
-            if (skiff_opts_isset(o, need[i]))
-                return skiff_error(err, 0, "--%s needs --container-image (or --container-name)",
-                                   skiff_opt_flag(need[i]));
+        for (size_t i = 0; i < (size_t)NOPTS; i++)
+            if ((opts[i].flags & NEEDS_CONTAINER) && (o->given & BIT(i)))
+                return skiff_error(err, 0, "--%s needs --container-image (or --container-name)", opts[i].flag);
         return 0;
     }
-    if (o->save && o->writable == 0)
+    if (o->req.save && !o->req.writable)
         return skiff_error(err, 0,
                            "--container-save with --container-readonly: a read-only container has "
                            "nothing to save");
-    if (o->name && o->name_mode == SKIFF_NAME_CREATE && !o->image)
-        return skiff_error(err, 0, "--container-name=%s:create needs --container-image to create it from", o->name);
+    if (o->req.name_given && o->req.name_mode == SKIFF_NAME_CREATE && !o->req.image)
+        return skiff_error(err, 0, "--container-name=%s:create needs --container-image to create it from",
+                           o->req.name_given);
     return 0;
+}
+
+/* path made absolute against cwd, in place. */
+static int absolute(char **path, const char *cwd, skiff_err *err)
+{
+    char *abs;
+    if (!*path || (*path)[0] == '/')
+        return 0;
+    if (asprintf(&abs, "%s/%s", cwd, *path) < 0)
+        return skiff_error(err, ENOMEM, "out of memory");
+    free(*path);
+    *path = abs;
+    return 0;
+}
+
+int skiff_opts_finish(struct skiff_opts *o, bool execute_entrypoint, const char *cwd, skiff_err *err)
+{
+    if (!(o->given & BIT(OPT_ENTRYPOINT)))
+        o->req.use_entrypoint = execute_entrypoint;
+    if (absolute(str_slot(o, &opts[OPT_SAVE]), cwd, err) < 0)
+        return -1;
+    char **mounts = *list_slot(o, &opts[OPT_MOUNTS]);
+    for (size_t i = 0; mounts && mounts[i]; i++)
+        if (mounts[i][0] == '.' && absolute(&mounts[i], cwd, err) < 0)
+            return -1;
+    return 0;
+}
+
+int skiff_opts_add_mount(struct skiff_opts *o, const char *spec, skiff_err *err)
+{
+    return skiff_strv_push(list_slot(o, &opts[OPT_MOUNTS]), spec, err);
+}
+
+size_t skiff_opts_start_only(const struct skiff_opts *o, char *out, size_t n)
+{
+    size_t used = 0, k = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < (size_t)NOPTS; i++) {
+        if (!(opts[i].flags & START_ONLY) || !(o->given & BIT(i)))
+            continue;
+        char flag[64];
+        bool_flag(&opts[i], opts[i].kind != BOOL || (o->on & BIT(i)), flag, sizeof(flag));
+        int w = snprintf(out + used, n - used, "%s%s", k++ ? ", " : "", flag);
+        if (w > 0 && (size_t)w < n - used)
+            used += (size_t)w;
+    }
+    return k;
 }

@@ -1,79 +1,58 @@
-/* The user's --container-* options, pyxis 0.24 names and meaning.
+/* The user's --container-* options, pyxis 0.24 names and meaning. They
+ * fill a start request (runtime/lib/container/request.h) directly: the
+ * step adds who and where it runs (plugin/start.c) and sends it to the
+ * helper as it is.
  *
- * Pure parsing and validation (no Slurm calls), so every rule is unit-tested
- * (tests/unit/plugin/test_options.c). The SPANK callbacks in spank_opts.c
- * forward each option here and print the error with a "skiff: " prefix.
+ * Every option is one row of options.c's table: its flags, environment
+ * fallbacks, usage text and the request field it sets. The SPANK option
+ * table (spank_opts.c) and the environment fallbacks are made from it, so
+ * a new option is one row there (and its field in request.h).
  *
- * Slurm may call an option callback twice (command line, then the copy it
- * passes through the environment): scalars take the last value, list options
- * (mounts, env) ignore an entry they already hold. */
+ * Pure parsing and validation (no Slurm calls), so every rule is
+ * unit-tested (tests/unit/plugin/test_options.c). Slurm may call an option
+ * callback twice (command line, then the copy it passes through the
+ * environment): scalars take the last value, list options (mounts, env)
+ * ignore an entry they already hold. */
 #ifndef SKIFF_PLUGIN_OPTIONS_H
 #define SKIFF_PLUGIN_OPTIONS_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "conf.h" /* skiff_parse_bool: the boolean words */
 #include "error.h"
-
-enum skiff_name_mode {
-    SKIFF_NAME_AUTO,    /* reuse the named container, create it when missing */
-    SKIFF_NAME_CREATE,  /* start from a fresh copy of the image (an existing one is replaced) */
-    SKIFF_NAME_EXEC,    /* the named container must exist already */
-    SKIFF_NAME_NO_EXEC, /* as auto; accepted for pyxis compatibility */
-};
+#include "request.h"
 
 struct skiff_opts {
-    char *image;   /* --container-image */
-    char **mounts; /* --container-mounts, one spec each, NULL-terminated (or NULL) */
-    size_t nmounts;
-    char *workdir; /* --container-workdir */
-    char *name;    /* --container-name, without the mode */
-    enum skiff_name_mode name_mode;
-    char *save;         /* --container-save */
-    int mount_home;     /* -1 unset, 0, 1 */
-    int remap_root;     /* -1 unset, 0, 1 */
-    int entrypoint;     /* -1 unset: the plugstack's execute_entrypoint */
-    int entrypoint_log; /* -1 unset */
-    int writable;       /* -1 unset: writable (pyxis's default) */
-    char **env;         /* --container-env entries: NAME or NAME=VALUE */
-    size_t nenv;
-    int unshare_flags; /* CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS */
-    bool unshare_set;
+    /* What the options ask for. The strings and lists of the fields the
+     * options set belong to this struct (skiff_opts_free); the step sets
+     * the others (name, cwd, node, ...) with its own. */
+    struct skiff_start_request req;
+    uint64_t given; /* one bit per option of options.c's table that was given */
+    uint64_t on;    /* and for a boolean, whether it was given true */
 };
 
-/* Option ids, one per flag (the --no-/--readonly forms share the id). */
-enum skiff_opt_id {
-    SKIFF_OPT_IMAGE,
-    SKIFF_OPT_MOUNTS,
-    SKIFF_OPT_WORKDIR,
-    SKIFF_OPT_NAME,
-    SKIFF_OPT_SAVE,
-    SKIFF_OPT_MOUNT_HOME,
-    SKIFF_OPT_REMAP_ROOT,
-    SKIFF_OPT_ENTRYPOINT,
-    SKIFF_OPT_ENTRYPOINT_LOG,
-    SKIFF_OPT_WRITABLE,
-    SKIFF_OPT_ENV,
-    SKIFF_OPT_UNSHARE,
-    SKIFF_OPT_COUNT
+/* One flag of the SPANK option table: each option has one, a boolean two
+ * (--container-x and --no-container-x, or --container-readonly). */
+struct skiff_opt_flag {
+    const char *name; /* without "--" */
+    const char *arginfo;
+    const char *usage;
+    bool has_arg;
 };
 
-/* The flag's name without "--" ("container-image") and the suffix of its
- * environment fallbacks ("IMAGE": SKIFF_CONTAINER_IMAGE, PYXIS_CONTAINER_IMAGE). */
-const char *skiff_opt_flag(enum skiff_opt_id id);
-const char *skiff_opt_env_suffix(enum skiff_opt_id id);
+/* The i-th flag in *f: 0, or -1 past the last one. */
+int skiff_opts_flag(size_t i, struct skiff_opt_flag *f);
 
 void skiff_opts_init(struct skiff_opts *o);
 void skiff_opts_free(struct skiff_opts *o);
 
-/* Applies one option. For valued options arg is the argument; for boolean
- * pairs val is 1 (--container-x) or 0 (--no-container-x, --container-readonly)
- * and arg is ignored. On error err says what is wrong and what to write. */
-int skiff_opts_set(struct skiff_opts *o, enum skiff_opt_id id, int val, const char *arg, skiff_err *err);
-
-/* True when the option was given (so an environment fallback must not apply). */
-bool skiff_opts_isset(const struct skiff_opts *o, enum skiff_opt_id id);
+/* Applies one flag as srun got it: its name without "--"
+ * ("container-image", "no-container-mount-home", "container-readonly")
+ * and its argument (ignored for a boolean). On error err says what is
+ * wrong and what to write. */
+int skiff_opts_set(struct skiff_opts *o, const char *flag, const char *arg, skiff_err *err);
 
 /* Environment fallbacks: for each option not given on the command line,
  * SKIFF_CONTAINER_<X>, else PYXIS_CONTAINER_<X>. Boolean values: conf.h's words
@@ -88,5 +67,19 @@ bool skiff_opts_active(const struct skiff_opts *o);
 /* Checks combinations after all options are in (e.g. --container-save needs
  * something to save). */
 int skiff_opts_check(const struct skiff_opts *o, skiff_err *err);
+
+/* On the node, once the options are in: what was not given takes the
+ * plugstack's default (--container-entrypoint: execute_entrypoint), and
+ * the paths the user wrote relative to the step's working directory cwd
+ * (--container-save, ./SRC of --container-mounts) become absolute. */
+int skiff_opts_finish(struct skiff_opts *o, bool execute_entrypoint, const char *cwd, skiff_err *err);
+
+/* Adds one --container-mounts entry of the plugin's own (the batch
+ * script), unchecked. */
+int skiff_opts_add_mount(struct skiff_opts *o, const char *spec, skiff_err *err);
+
+/* The options given that shape a container only as it starts, as
+ * "--container-mounts, --container-readonly" in out (n bytes); their count. */
+size_t skiff_opts_start_only(const struct skiff_opts *o, char *out, size_t n);
 
 #endif

@@ -1,4 +1,5 @@
-/* See proto.h. Pure: no Slurm calls, so it is unit-tested and fuzzed. */
+/* See proto.h: the reply root reads from the helper. Pure: no Slurm calls,
+ * so it is unit-tested and fuzzed. */
 #include "proto.h"
 
 #include <errno.h>
@@ -12,7 +13,7 @@
 #include "sanitize.h"
 #include "strv.h"
 
-static const char *const phases[] = {"config", "import", "mount", "hook", "join", "env", "save"};
+const char *const skiff_reply_phases[] = {"config", "import", "mount", "hook", "join", "env", "save", NULL};
 
 static int reply_parse(const char *p, size_t len, struct skiff_reply *r, struct skiff_container *c, skiff_err *err)
 {
@@ -28,49 +29,49 @@ static int reply_parse(const char *p, size_t len, struct skiff_reply *r, struct 
             return skiff_error(err, 0, "data after the end of the answer");
         if (++count > SKIFF_REPLY_RECORDS_MAX)
             return skiff_error(err, 0, "more than %d records", SKIFF_REPLY_RECORDS_MAX);
-        if (!have_status && (tag == 'I' || tag == 'i'))
+        if (!have_status && (tag == SKIFF_REPLY_IMPORTING || tag == SKIFF_REPLY_IMPORTED))
             continue; /* progress: shown as it came (skiff_progress_line) */
-        if (!have_status && tag != 'S')
+        if (!have_status && tag != SKIFF_REPLY_STATUS)
             return skiff_error(err, 0, "the answer does not start with its status");
         switch (tag) {
-        case 'S':
+        case SKIFF_REPLY_STATUS:
             if (have_status || (strcmp(s, "0") && strcmp(s, "-1")))
                 return skiff_error(err, 0, "bad status record");
             have_status = true;
             r->status = s[0] == '0' ? 0 : -1;
             break;
-        case 'p': {
+        case SKIFF_REPLY_PHASE: {
             bool known = false;
-            for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
-                known |= !strcmp(s, phases[i]);
+            for (size_t i = 0; skiff_reply_phases[i]; i++)
+                known |= !strcmp(s, skiff_reply_phases[i]);
             snprintf(r->phase, sizeof(r->phase), "%s", known ? s : "mount");
             break;
         }
-        case 'n': {
+        case SKIFF_REPLY_ERRNO: {
             char *end;
             long v = strtol(s, &end, 10);
             r->err.code = *end || v < 0 || v > 4095 ? 0 : (int)v;
             break;
         }
-        case 'e':
+        case SKIFF_REPLY_ERROR:
             snprintf(r->err.msg, sizeof(r->err.msg), "%s", s);
             skiff_sanitize_inplace(r->err.msg, sizeof(r->err.msg));
             break;
-        case 'J':
+        case SKIFF_REPLY_JOINED:
             if (strcmp(s, "1"))
                 return skiff_error(err, 0, "bad join record");
             r->attached = true;
             break;
-        case 'U':
+        case SKIFF_REPLY_NOTICE:
             snprintf(r->notice, sizeof(r->notice), "%s", s);
             skiff_sanitize_inplace(r->notice, sizeof(r->notice));
             break;
-        case 'T':
+        case SKIFF_REPLY_TIMES:
             if (sscanf(s, "%lf %lf", &r->t_resolve_ms, &r->t_start_ms) != 2 || !(r->t_resolve_ms >= 0) ||
                 !(r->t_start_ms >= 0) || r->t_resolve_ms > 1e9 || r->t_start_ms > 1e9)
                 r->t_resolve_ms = r->t_start_ms = 0;
             break;
-        case 'Z':
+        case SKIFF_REPLY_END:
             ended = true;
             break;
         default: {
@@ -109,107 +110,6 @@ int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_er
     return rc;
 }
 
-static bool flag(const char *v)
-{
-    return v && !strcmp(v, "1");
-}
-
-/* The request is root's: parsed strictly all the same. Strings point into
- * data, which lives as long as the process. */
-int skiff_request_parse(const char *data, size_t len, struct skiff_request *q, skiff_err *err)
-{
-    memset(q, 0, sizeof(*q));
-    if (skiff_config_load(&q->cfg, "/dev/null", false, err) < 0)
-        return -1;
-    size_t off = 0;
-    char tag;
-    const char *s;
-    int more;
-    while ((more = skiff_rec_next(data, len, &off, &tag, &s)) != 0) {
-        if (more < 0)
-            return skiff_error(err, 0, "truncated request");
-        const char *eq = strchr(s, '=');
-        char key[64];
-        if ((tag == 'c' || tag == 'o') && (!eq || (size_t)(eq - s) >= sizeof(key)))
-            return skiff_error(err, 0, "bad request record");
-        if (eq && (size_t)(eq - s) < sizeof(key)) {
-            memcpy(key, s, (size_t)(eq - s));
-            key[eq - s] = '\0';
-        }
-        switch (tag) {
-        case 'c':
-            if (skiff_config_set_raw(&q->cfg, key, eq + 1, err) < 0)
-                return -1;
-            break;
-        case 'm':
-            if (q->nmounts >= SKIFF_REQUEST_LIST_MAX)
-                return skiff_error(err, 0, "too many mounts");
-            q->mounts[q->nmounts++] = s;
-            break;
-        case 'h':
-            if (q->nhook_env >= SKIFF_REQUEST_LIST_MAX)
-                return skiff_error(err, 0, "too many hook variables");
-            q->hook_env[q->nhook_env++] = s;
-            break;
-        case 'l':
-            if (q->nlocale_env >= sizeof(q->locale_env) / sizeof(q->locale_env[0]) - 1)
-                return skiff_error(err, 0, "too many locale variables");
-            q->locale_env[q->nlocale_env++] = s;
-            break;
-        case 'o': {
-            const char *v = eq + 1;
-            static const struct {
-                const char *key;
-                size_t off;
-            } strs[] = {
-                {SKIFF_REQ_CWD, offsetof(struct skiff_request, cwd)},
-                {SKIFF_REQ_NODE, offsetof(struct skiff_request, node)},
-                {SKIFF_REQ_IMAGE, offsetof(struct skiff_request, image)},
-                {SKIFF_REQ_NAME, offsetof(struct skiff_request, name)},
-                {SKIFF_REQ_NAMED, offsetof(struct skiff_request, named)},
-                {SKIFF_REQ_NAME_MODE, offsetof(struct skiff_request, name_mode)},
-                {SKIFF_REQ_IMPORTER, offsetof(struct skiff_request, importer)},
-                {SKIFF_REQ_WORKDIR, offsetof(struct skiff_request, workdir)},
-                {SKIFF_REQ_COMMAND, offsetof(struct skiff_request, command)},
-                {SKIFF_REQ_STATE_KEY, offsetof(struct skiff_request, state_key)},
-                {SKIFF_REQ_SAVE, offsetof(struct skiff_request, save)},
-                {SKIFF_REQ_SUFFIX, offsetof(struct skiff_request, suffix)},
-            };
-            bool done = false;
-            for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]) && !done; i++)
-                if (!strcmp(key, strs[i].key)) {
-                    *(const char **)(void *)((char *)q + strs[i].off) = v;
-                    done = true;
-                }
-            if (done)
-                break;
-            if (!strcmp(key, SKIFF_REQ_TEMP))
-                q->temp = flag(v);
-            else if (!strcmp(key, SKIFF_REQ_WRITABLE))
-                q->writable = flag(v);
-            else if (!strcmp(key, SKIFF_REQ_REMAP_ROOT))
-                q->remap_root = flag(v);
-            else if (!strcmp(key, SKIFF_REQ_MOUNT_HOME))
-                q->mount_home = flag(v);
-            else if (!strcmp(key, SKIFF_REQ_ENTRYPOINT))
-                q->entrypoint = flag(v);
-            else if (!strcmp(key, SKIFF_REQ_UNSHARE))
-                q->unshare = atoi(v);
-            else if (!strcmp(key, SKIFF_REQ_TIMEOUT)) {
-                q->timeout_s = atoi(v);
-                if (q->timeout_s < 0 || q->timeout_s > 86400)
-                    return skiff_error(err, 0, "bad timeout '%s'", v);
-            } else
-                return skiff_error(err, 0, "unknown request key '%s'", key);
-            break;
-        }
-        default:
-            return skiff_error(err, 0, "unknown request record 0x%02x", (unsigned char)tag);
-        }
-    }
-    return 0;
-}
-
 void skiff_reply_free(struct skiff_reply *r)
 {
     skiff_strv_free(r->env);
@@ -221,13 +121,13 @@ void skiff_reply_free(struct skiff_reply *r)
 int skiff_progress_line(char tag, const char *s, char *out, size_t n)
 {
     char uri[300];
-    if (tag == 'I') {
+    if (tag == SKIFF_REPLY_IMPORTING) {
         snprintf(uri, sizeof(uri), "%s", s);
         skiff_sanitize_inplace(uri, sizeof(uri));
         snprintf(out, n, "importing %s \u2026", uri);
         return 0;
     }
-    if (tag != 'i')
+    if (tag != SKIFF_REPLY_IMPORTED)
         return -1;
     unsigned long long bytes, ms;
     int used = 0;

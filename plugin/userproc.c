@@ -125,7 +125,7 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
     pid_t parent = getpid();
     /* Signals stay blocked across the fork, until the child has set its
      * dispositions: Slurm's step signals (SIGTERM at the job's end, scancel
-     * --signal) are ignored from the first instruction on (helper.c says
+     * --signal) are ignored from the first instruction on (helper/helper.c says
      * why), everything else is back to its default. */
     sigset_t all, old;
     sigfillset(&all);
@@ -198,8 +198,8 @@ int skiff_helper_reply(struct skiff_helper_proc *hp, double deadline_ms, int tim
     double left = deadline_ms - skiff_now_ms();
     /* (rep stays open until skiff_helper_finish: a start helper's word
      * after its answer, skiff_helper_joined) */
-    int rc = skiff_rec_read_fd_cb(hp->rep, SKIFF_REPLY_MAX, left > 0 ? (int)left : 0, 'Z', seen, ctx, &data, &len,
-                                  &timed_out, err);
+    int rc = skiff_rec_read_fd_cb(hp->rep, SKIFF_REPLY_MAX, left > 0 ? (int)left : 0, SKIFF_REPLY_END, seen, ctx, &data,
+                                  &len, &timed_out, err);
     if (rc < 0) {
         if (timed_out)
             return skiff_error(err, 0,
@@ -224,6 +224,17 @@ int skiff_helper_reply(struct skiff_helper_proc *hp, double deadline_ms, int tim
     return 0;
 }
 
+/* Milliseconds from now until end, rounded up: poll() with the truncated
+ * value would wake up to 1 ms before the deadline. */
+static int ms_until(double end)
+{
+    double left = end - skiff_now_ms();
+    if (left <= 0)
+        return 0;
+    int ms = (int)left;
+    return ms + (left > ms);
+}
+
 bool skiff_helper_joined(struct skiff_helper_proc *hp, int timeout_ms)
 {
     if (hp->rep < 0)
@@ -231,10 +242,10 @@ bool skiff_helper_joined(struct skiff_helper_proc *hp, int timeout_ms)
     struct pollfd p = {.fd = hp->rep, .events = POLLIN};
     double end = skiff_now_ms() + timeout_ms;
     int r;
-    while ((r = poll(&p, 1, (int)(end - skiff_now_ms() > 0 ? end - skiff_now_ms() : 0))) < 0 && errno == EINTR)
+    while ((r = poll(&p, 1, ms_until(end))) < 0 && errno == EINTR)
         ;
     char ch = 0;
-    return r == 1 && (p.revents & POLLIN) && read(hp->rep, &ch, 1) == 1 && ch == 'w';
+    return r == 1 && (p.revents & POLLIN) && read(hp->rep, &ch, 1) == 1 && ch == SKIFF_REPLY_WAIT;
 }
 
 /* ---- waiting for a child, always bounded ------------------------------------ */
@@ -255,8 +266,7 @@ static bool exited_within(pid_t pid, int pidfd, int timeout_ms)
     if (pidfd >= 0) {
         struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
         for (;;) {
-            double left = end - skiff_now_ms();
-            int r = poll(&pfd, 1, left > 0 ? (int)left : 0);
+            int r = poll(&pfd, 1, ms_until(end));
             if (r < 0 && errno == EINTR)
                 continue;
             return r > 0;

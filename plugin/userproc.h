@@ -82,7 +82,7 @@ int skiff_helper_reply(struct skiff_helper_proc *hp, double deadline_ms, int tim
                        void *ctx, struct skiff_reply *r, skiff_err *err);
 
 /* After the control pipe of a start helper closed: whether it says that
- * steps joined its container ('w' on the reply pipe, within timeout_ms; it
+ * steps joined its container (SKIFF_REPLY_WAIT on the reply pipe, within timeout_ms; it
  * then stops the container only when they are done, so the caller waits
  * for it with skiff_helper_finish before Slurm kills the step's
  * processes). Reads one byte at most. */

@@ -58,6 +58,18 @@ $(SKIFF_IMPORT_CLI): $(BUILD)/runtime/cli/skiff-import.o $(SKIFF_CLI_OBJ) $(LIBS
 
 BINS += $(SKIFF_CLI) $(SKIFF_IMPORT_CLI)
 
+# skiff-enroot: enroot's command line (runtime/cli/enroot/, enroot.h) over
+# the CLI's shared pieces and libskiff, linked whole (it imports too).
+# Packages install it as skiff-enroot; `enroot` is the admin's choice
+# (packaging.mk, doc/admin-guide.md).
+SKIFF_ENROOT_CLI := $(BUILD)/bin/skiff-enroot
+SKIFF_ENROOT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard runtime/cli/enroot/*.c))
+$(BUILD)/runtime/cli/enroot/%.o: PART_CFLAGS := $(RUNTIME_PART_CFLAGS) -Iruntime/cli
+$(SKIFF_ENROOT_CLI): $(SKIFF_ENROOT_OBJ) $(SKIFF_CLI_OBJ) $(LIBSKIFF) $(LIBSKIFFCOMMON)
+	@mkdir -p $(@D)
+	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
+BINS += $(SKIFF_ENROOT_CLI)
+
 # Criterion unit tests: tests/unit/runtime/test_*.c, each linked with libskiff.
 RUNTIME_UNIT := $(patsubst tests/unit/runtime/%.c,$(BUILD)/tests/unit/runtime/%,$(wildcard tests/unit/runtime/test_*.c))
 $(BUILD)/tests/unit/runtime/%: $(BUILD)/tests/unit/runtime/%.o $(LIBSKIFF) $(LIBSKIFFCOMMON)
@@ -68,7 +80,7 @@ $(BUILD)/tests/unit/runtime/test_cli: $(BUILD)/tests/unit/runtime/test_cli.o $(S
 	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS) -lcriterion
 UNIT_TESTS += $(RUNTIME_UNIT)
 
-INTEGRATION_TESTS += tests/integration/runtime-import.sh tests/integration/runtime-cli.sh
+INTEGRATION_TESTS += tests/integration/runtime-import.sh tests/integration/runtime-cli.sh tests/integration/enroot-cli.sh
 BENCHES += tests/bench/import.sh
 
 # Container half: integration suite, start benchmark, man page.
@@ -86,4 +98,4 @@ $(XATTR_PROBE): tests/integration/xattr-probe.c
 	$(test_static_program)
 TEST_PROGRAMS += $(RUNTIME_PLUGIN_SIM) $(XATTR_PROBE)
 BENCHES += tests/bench/start.sh
-MAN1 += doc/man/skiff.1 doc/man/skiff-import.1
+MAN1 += doc/man/skiff.1 doc/man/skiff-import.1 doc/man/skiff-enroot.1

@@ -60,6 +60,25 @@ t_cluster() {
   T_PLUGSTACK_ORIG=$(cat "$SKIFF_PLUGSTACK")
 }
 
+# t_cluster_procs [-n K] [REGEX]: "PID ARGS" of each process of the test
+# user in this cluster's nodes (node K's only with -n; their network
+# namespaces), those whose arguments match REGEX if given. Other clusters on
+# the machine run jobs as the same user: what a test left behind is looked
+# for here, never among all of the user's processes.
+t_cluster_procs() {
+  local nodes k p args user=${SKIFF_TEST_USER:-skifftest}
+  nodes=$(seq 1 "${SKIFF_CLUSTER_NODES:-0}")
+  if [ "${1:-}" = -n ]; then nodes=$2; shift 2; fi
+  for k in $nodes; do
+    for p in $(ip netns pids "skiff${SKIFF_CLUSTER_INDEX}n$k" 2>/dev/null); do
+      [ "$(stat -c %U "/proc/$p" 2>/dev/null)" = "$user" ] || continue
+      args=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)
+      [ -z "${1:-}" ] || grep -qE -- "$1" <<<"$args" || continue
+      echo "$p $args"
+    done
+  done
+}
+
 # t_cluster_done: plugstack.conf as t_cluster found it; the cluster down if
 # t_cluster started it.
 t_cluster_done() {
@@ -82,6 +101,30 @@ t_private_mount_ns() {
     t_skip "$name" "this checkout's test cluster is up outside a private mount namespace (tests/cluster/down first)"
     t_done
   fi
+}
+
+# t_hook_run T USER HOOK [VAR=VALUE...]: runs HOOK (an absolute path) as the
+# runtime does (argv = its path, env -i with the ABI variables and VAR=VALUE,
+# as USER) against a fresh scratch container: T/root (with $IMAGE_ENV, K=V
+# lines, as the image's environment, /.skiff/environment), T/state, and the
+# files T/env and T/fstab it writes its lines to.
+t_hook_run() {
+  local t=$1 user=$2 hook=$3; shift 3
+  rm -rf "$t/root" "$t/state" "$t/env" "$t/fstab"
+  mkdir -p "$t/root/etc" "$t/state"; : >"$t/env"; : >"$t/fstab"
+  if [ -n "${IMAGE_ENV:-}" ]; then mkdir "$t/root/.skiff"; printf '%s\n' "$IMAGE_ENV" >"$t/root/.skiff/environment"; fi
+  chown -R "$user:" "$t/root" "$t/state" "$t/env" "$t/fstab"
+  runuser -u "$user" -- env -i PATH=/usr/bin:/bin SKIFF_ROOTFS="$t/root" SKIFF_STATE_DIR="$t/state" \
+    SKIFF_ENV_FILE="$t/env" SKIFF_MOUNTS_FILE="$t/fstab" SKIFF_UID="$(id -u "$user")" "$@" "$hook"
+}
+
+# t_wait_job ID: waits (up to 2 minutes) until Slurm job ID has left the queue.
+t_wait_job() {
+  for _ in $(seq 600); do
+    [ -z "$(squeue -h -j "$1" 2>/dev/null)" ] && return 0
+    sleep 0.2
+  done
+  return 1
 }
 
 # ---- a real registry -------------------------------------------------------

@@ -1,9 +1,11 @@
 /* See hookutil.h. */
 #include "hookutil.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,64 @@ int skiff_hook_setenv(const char *name, const char *value, skiff_err *err)
     return append_line("SKIFF_ENV_FILE", line, err);
 }
 
+int skiff_hook_bind_dev(const char *dev_root, const char *name, bool required, skiff_err *err)
+{
+    char src[4096 + 64], dst[160];
+    if (snprintf(src, sizeof(src), "%s/%s", dev_root, name) >= (int)sizeof(src) ||
+        snprintf(dst, sizeof(dst), "/dev/%s", name) >= (int)sizeof(dst))
+        return skiff_error(err, ENAMETOOLONG, "device %.100s", name);
+    struct stat st;
+    if (stat(src, &st) < 0) {
+        if (errno == ENOENT && !required)
+            return 0;
+        return skiff_error(err, errno, "device %s", src);
+    }
+    if (!S_ISCHR(st.st_mode))
+        return skiff_error(err, 0, "%s is not a character device", src);
+    return skiff_hook_mount(src, dst, "none", "rw,bind,x-create=file", err) < 0 ? -1 : 1;
+}
+
+int skiff_hook_main(int argc, char **argv, const char *name, int (*run)(const char *self, skiff_err *err))
+{
+    skiff_err err = {0};
+    if (argc < 1 || !argv[0] || argv[0][0] != '/') {
+        fprintf(stderr, "skiff hook %s: run by the skiff runtime, which gives the hook's absolute path\n", name);
+        return 1;
+    }
+    if (run(argv[0], &err) < 0) {
+        fprintf(stderr, "skiff hook %s: %s\n", name, err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+bool skiff_hook_reporting(void)
+{
+    const char *path = getenv("SKIFF_REPORT_FILE");
+    return path && *path;
+}
+
+void skiff_hook_report(const char *kind, const char *fmt, ...)
+{
+    const char *path = getenv("SKIFF_REPORT_FILE");
+    if (!path || !*path)
+        return;
+    char line[2048];
+    int o = snprintf(line, sizeof(line), "%s: ", kind);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + o, sizeof(line) - (size_t)o - 1, fmt, ap);
+    va_end(ap);
+    for (char *c = line; *c; c++)
+        if (*c == '\n')
+            *c = ' ';
+    size_t len = strlen(line);
+    line[len++] = '\n';
+    cleanup_close int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0 && write(fd, line, len) < 0)
+        return;
+}
+
 int skiff_hook_mount(const char *src, const char *dst, const char *type, const char *opts, skiff_err *err)
 {
     const char *f[] = {src, dst, type, opts};
@@ -61,6 +121,42 @@ int skiff_hook_mount(const char *src, const char *dst, const char *type, const c
         return skiff_error(err, ENOMEM, "mount line");
     snprintf(line, n, "%s %s %s %s\n", src, dst, type, opts);
     return append_line("SKIFF_MOUNTS_FILE", line, err);
+}
+
+/* Hex digits and dashes, at least one. */
+static size_t hexdash(const char *p, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (isxdigit((unsigned char)p[i]) || p[i] == '-'))
+        i++;
+    return i;
+}
+
+/* A GPU or MIG UUID as NVIDIA spells them: GPU-<hex and dashes>,
+ * MIG-<hex and dashes>, or the older MIG-GPU-<hex and dashes>/GI/CI. */
+static bool uuid_token(const char *p, size_t len)
+{
+    if (len >= SKIFF_GPU_UUID_MAX || len < 5)
+        return false;
+    if (!strncmp(p, "GPU-", 4))
+        return hexdash(p + 4, len - 4) == len - 4;
+    if (strncmp(p, "MIG-", 4))
+        return false;
+    if (len > 8 && !strncmp(p + 4, "GPU-", 4)) {
+        size_t h = hexdash(p + 8, len - 8), i = 8 + h, slashes = 0;
+        if (!h)
+            return false;
+        while (i < len && p[i] == '/' && slashes < 2) {
+            size_t d = ++i;
+            while (i < len && isdigit((unsigned char)p[i]))
+                i++;
+            if (i == d)
+                return false;
+            slashes++;
+        }
+        return i == len && slashes == 2;
+    }
+    return hexdash(p + 4, len - 4) == len - 4;
 }
 
 int skiff_gpu_parse(const char *s, struct skiff_gpu_set *set, skiff_err *err)
@@ -81,59 +177,176 @@ int skiff_gpu_parse(const char *s, struct skiff_gpu_set *set, skiff_err *err)
     set->kind = SKIFF_GPU_LIST;
     const char *p = s;
     for (;;) {
+        size_t tok = strcspn(p, ",");
+        const char *next;
         if (!strncmp(p, "GPU-", 4) || !strncmp(p, "MIG-", 4)) {
-            set->kind = SKIFF_GPU_ALL;
-            set->n = 0;
-            return 0;
-        }
-        char *end;
-        if (*p < '0' || *p > '9')
-            return skiff_error(err, 0, "GPU list '%.60s': expected a device number at '%.20s'", s, p);
-        errno = 0;
-        unsigned long lo = strtoul(p, &end, 10), hi = lo;
-        if (*end == '-') {
-            p = end + 1;
+            if (!uuid_token(p, tok))
+                return skiff_error(err, 0, "GPU list '%.60s': bad GPU or MIG UUID at '%.40s'", s, p);
+            if (set->nuuid >= SKIFF_GPU_MAX)
+                return skiff_error(err, 0, "GPU list '%.60s': more than %d UUIDs", s, SKIFF_GPU_MAX);
+            memcpy(set->uuid[set->nuuid], p, tok);
+            set->uuid[set->nuuid++][tok] = '\0';
+            next = p + tok;
+        } else {
+            char *end;
             if (*p < '0' || *p > '9')
-                return skiff_error(err, 0, "GPU list '%.60s': bad range", s);
-            hi = strtoul(p, &end, 10);
+                return skiff_error(err, 0, "GPU list '%.60s': expected a device number or a GPU-/MIG- UUID at '%.20s'",
+                                   s, p);
+            errno = 0;
+            unsigned long lo = strtoul(p, &end, 10), hi = lo;
+            if (*end == '-') {
+                p = end + 1;
+                if (*p < '0' || *p > '9')
+                    return skiff_error(err, 0, "GPU list '%.60s': bad range", s);
+                hi = strtoul(p, &end, 10);
+            }
+            if (errno || hi < lo || hi >= 4096)
+                return skiff_error(err, 0, "GPU list '%.60s': bad device number or range", s);
+            for (unsigned long v = lo; v <= hi; v++) {
+                if (set->n >= SKIFF_GPU_MAX)
+                    return skiff_error(err, 0, "GPU list '%.60s': more than %d devices", s, SKIFF_GPU_MAX);
+                int dup = 0;
+                for (size_t k = 0; k < set->n; k++)
+                    dup |= set->idx[k] == v;
+                if (!dup)
+                    set->idx[set->n++] = (unsigned)v;
+            }
+            next = end;
         }
-        if (errno || hi < lo || hi >= 4096)
-            return skiff_error(err, 0, "GPU list '%.60s': bad device number or range", s);
-        for (unsigned long v = lo; v <= hi; v++) {
-            if (set->n >= SKIFF_GPU_MAX)
-                return skiff_error(err, 0, "GPU list '%.60s': more than %d devices", s, SKIFF_GPU_MAX);
-            int dup = 0;
-            for (size_t k = 0; k < set->n; k++)
-                dup |= set->idx[k] == v;
-            if (!dup)
-                set->idx[set->n++] = (unsigned)v;
-        }
-        if (*end == '\0')
+        if (*next == '\0')
             break;
-        if (*end != ',')
-            return skiff_error(err, 0, "GPU list '%.60s': unexpected '%c'", s, *end);
-        p = end + 1;
+        if (*next != ',')
+            return skiff_error(err, 0, "GPU list '%.60s': unexpected '%c'", s, *next);
+        p = next + 1;
     }
     return 0;
 }
 
-int skiff_gpu_select(const char *(*get)(void *, const char *), void *ctx, struct skiff_gpu_set *set, skiff_err *err)
+/* A copy of get(name) into buf, or NULL when unset. */
+static const char *get_copy(const char *(*get)(void *, const char *), void *ctx, const char *name, char *buf, size_t n)
 {
-    static const char *const vars[] = {"NVIDIA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
-                                       "CUDA_VISIBLE_DEVICES"};
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-        const char *v = get(ctx, vars[i]);
-        if (!v)
-            continue;
-        if (skiff_gpu_parse(v, set, err) < 0)
-            return skiff_err_wrap(err, "%s", vars[i]);
-        set->from = vars[i];
+    const char *v = get ? get(ctx, name) : NULL;
+    if (!v)
+        return NULL;
+    snprintf(buf, n, "%s", v);
+    return buf;
+}
+
+static int take(const char *v, const char *from, struct skiff_gpu_set *set, skiff_err *err)
+{
+    if (skiff_gpu_parse(v, set, err) < 0)
+        return skiff_err_wrap(err, "%s", from);
+    set->from = from;
+    return 0;
+}
+
+/* Whether CUDA_VISIBLE_DEVICES lists the same host devices as set, in
+ * order: Slurm then gives host numbers (it gives 0.. when it constrains
+ * devices with cgroups, and those need no renumbering). */
+static bool same_devices(const char *cvd, const struct skiff_gpu_set *set)
+{
+    static struct skiff_gpu_set c;
+    skiff_err ignore;
+    if (skiff_gpu_parse(cvd, &c, &ignore) < 0 || c.kind != SKIFF_GPU_LIST || c.nuuid || c.n != set->n)
+        return false;
+    return !memcmp(c.idx, set->idx, set->n * sizeof(set->idx[0]));
+}
+
+int skiff_gpu_select(const char *(*get)(void *, const char *), void *ctx,
+                     const char *(*image_get)(void *, const char *), void *image_ctx, struct skiff_gpu_set *set,
+                     skiff_err *err)
+{
+    static char v[8192], alloc[8192], cvd[8192];
+    const char *alloc_from = "SLURM_STEP_GPUS";
+    bool have_alloc = get_copy(get, ctx, alloc_from, alloc, sizeof(alloc));
+    if (!have_alloc) {
+        alloc_from = "SLURM_JOB_GPUS";
+        have_alloc = get_copy(get, ctx, alloc_from, alloc, sizeof(alloc));
+    }
+    bool have_cvd = get_copy(get, ctx, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd));
+    if (get_copy(get, ctx, "NVIDIA_VISIBLE_DEVICES", v, sizeof(v)))
+        return take(v, "NVIDIA_VISIBLE_DEVICES", set, err);
+    if (get_copy(image_get, image_ctx, "NVIDIA_VISIBLE_DEVICES", v, sizeof(v))) {
+        if (take(v, "the image's NVIDIA_VISIBLE_DEVICES", set, err) < 0)
+            return -1;
+        if (set->kind != SKIFF_GPU_ALL || !have_alloc)
+            return 0;
+        /* "all" within Slurm's allocation */
+    }
+    if (have_alloc) {
+        if (take(alloc, alloc_from, set, err) < 0)
+            return -1;
+        set->renumber = set->kind == SKIFF_GPU_LIST && !set->nuuid && (!have_cvd || same_devices(cvd, set));
+        return 0;
+    }
+    if (have_cvd) {
+        if (take(cvd, "CUDA_VISIBLE_DEVICES", set, err) < 0)
+            return -1;
+        set->renumber = set->kind == SKIFF_GPU_LIST && !set->nuuid;
         return 0;
     }
     memset(set, 0, sizeof(*set));
     set->kind = SKIFF_GPU_NONE;
     set->from = "default";
     return 0;
+}
+
+int skiff_gpu_renumber(const char *cvd, const char *minors, char *out, size_t n, skiff_err *err)
+{
+    unsigned m[SKIFF_GPU_MAX];
+    size_t nm = 0;
+    for (const char *p = minors;;) {
+        char *end;
+        if (*p < '0' || *p > '9' || nm >= SKIFF_GPU_MAX)
+            return skiff_error(err, 0, "SKIFF_GPU_MINORS '%.60s': expected up to %d device numbers", minors,
+                               SKIFF_GPU_MAX);
+        errno = 0;
+        unsigned long v = strtoul(p, &end, 10);
+        if (errno || v >= 4096 || (*end && *end != ','))
+            return skiff_error(err, 0, "SKIFF_GPU_MINORS '%.60s': bad device number", minors);
+        m[nm++] = (unsigned)v;
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    size_t o = 0;
+    int changed = 0;
+    for (const char *p = cvd;;) {
+        size_t tok = strcspn(p, ",");
+        char num[16];
+        const char *w = p;
+        size_t wl = tok;
+        if (tok && tok < 5 && strspn(p, "0123456789") == tok) {
+            unsigned long v = strtoul(p, NULL, 10);
+            for (size_t i = 0; i < nm; i++)
+                if (m[i] == v) {
+                    wl = (size_t)snprintf(num, sizeof(num), "%zu", i);
+                    w = num;
+                    changed |= wl != tok || memcmp(num, p, tok);
+                    break;
+                }
+        }
+        if (o + wl + 2 > n)
+            return skiff_error(err, 0, "CUDA_VISIBLE_DEVICES '%.60s': too long", cvd);
+        memcpy(out + o, w, wl);
+        o += wl;
+        if (!p[tok])
+            break;
+        out[o++] = ',';
+        p += tok + 1;
+    }
+    out[o] = '\0';
+    return changed;
+}
+
+int skiff_gpu_task_cvd(const char *(*get)(void *, const char *), void *ctx, char *out, size_t n, skiff_err *err)
+{
+    char minors[1024], cvd[4096];
+    if (!get_copy(get, ctx, "SKIFF_GPU_MINORS", minors, sizeof(minors)) ||
+        !get_copy(get, ctx, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd)) || !*minors || !*cvd)
+        return 0;
+    int r = skiff_gpu_renumber(cvd, minors, out, n, err);
+    return r < 0 ? skiff_err_wrap(err, "renumbering CUDA_VISIBLE_DEVICES for the container") : r;
 }
 
 /* glibc's cache format (elf/cache.c, "new" format): a header, nlibs
@@ -152,8 +365,29 @@ static uint32_t rd32(const unsigned char *p)
     return v;
 }
 
+unsigned skiff_ldcache_native_abi(void)
+{
+#if defined(__x86_64__)
+    return SKIFF_LDCACHE_X8664 | SKIFF_LDCACHE_ELF_LIBC6;
+#elif defined(__aarch64__)
+    return SKIFF_LDCACHE_AARCH64 | SKIFF_LDCACHE_ELF_LIBC6;
+#else
+    return UINT32_MAX;
+#endif
+}
+
+unsigned skiff_ldcache_compat32_abi(void)
+{
+#if defined(__x86_64__)
+    return SKIFF_LDCACHE_ELF_LIBC6;
+#else
+    return UINT32_MAX;
+#endif
+}
+
 int skiff_ldcache_find(const char *path, const char *const *prefixes,
-                       int (*cb)(void *ctx, const char *name, const char *path), void *ctx, skiff_err *err)
+                       int (*cb)(void *ctx, const char *name, const char *path, unsigned flags), void *ctx,
+                       skiff_err *err)
 {
     size_t len;
     cleanup_free char *data = skiff_read_file(path, 0, 64u << 20, &len, err);
@@ -177,7 +411,7 @@ int skiff_ldcache_find(const char *path, const char *const *prefixes,
         return skiff_error(err, 0, "%s: entry table beyond the end of the file", path);
     for (uint32_t i = 0; i < nlibs; i++) {
         const unsigned char *e = u + base + LDC_HDR + (size_t)i * LDC_ENTRY;
-        uint32_t key = rd32(e + 4), value = rd32(e + 8);
+        uint32_t flags = rd32(e), key = rd32(e + 4), value = rd32(e + 8);
         /* string offsets count from the new-format header */
         if ((uint64_t)key + base >= len || (uint64_t)value + base >= len)
             return skiff_error(err, 0, "%s: entry %u points beyond the file", path, i);
@@ -186,7 +420,7 @@ int skiff_ldcache_find(const char *path, const char *const *prefixes,
             return skiff_error(err, 0, "%s: unterminated string in entry %u", path, i);
         for (size_t k = 0; prefixes[k]; k++)
             if (!strncmp(name, prefixes[k], strlen(prefixes[k]))) {
-                if (cb(ctx, name, lib) < 0)
+                if (cb(ctx, name, lib, flags) < 0)
                     return -1;
                 break;
             }

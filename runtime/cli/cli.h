@@ -8,6 +8,7 @@
 #define SKIFF_CLI_H
 
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "config.h"
 #include "error.h"
@@ -22,11 +23,29 @@ int cmd_exec(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 
 struct skiff_container;
+struct skiff_start_request;
 /* start.c: runs user_argv in the container whose namespaces join_pid
- * holds (setns join: skiff exec), forwarding signals; returns the exit
- * status (128+N for signal N). skiff start has the holder start its
- * command instead (opts.spawn). */
-int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid);
+ * holds (setns join: skiff exec), its env plus extra_env (K=V, or NULL),
+ * forwarding signals; returns the exit status (128+N for signal N). skiff
+ * start has the holder start its command instead (opts.spawn). */
+int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid, const char *const *extra_env);
+
+/* start.c: the start request every CLI start begins from (dies with us,
+ * SKIFF_TRACE, SKIFF_NO_WARM, SKIFF_HOOK_TIMEOUT, the user's
+ * SKIFF_HOOKS_DIR). */
+void cli_start_request_init(struct skiff_start_request *o);
+
+/* start.c: starts the container o describes (image or name, mounts, env,
+ * command set by the caller), the holder spawning the command; waits for
+ * it, forwarding signals, stops the container. Returns the command's exit
+ * status (1 when the start failed, after "skiff: MESSAGE"). shown_name
+ * names the container in the notice for a busy named one (NULL: o->name). */
+int cli_start(const struct skiff_config *cfg, struct skiff_start_request *o, const char *shown_name);
+
+/* exec.c: runs argv in the running container that process pid is in (a
+ * CLI's, or a step's under plugin_runtime_path), with extra_env added;
+ * returns its exit status. */
+int cli_exec(const struct skiff_config *cfg, pid_t pid, char *const *argv, const char *const *extra_env);
 int cmd_resolve(int argc, char **argv);
 
 /* The whole CLI after main(): `skiff --help`, the verb table's --help, and
@@ -55,6 +74,21 @@ int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((forma
 /* After getopt printed its own message ("skiff VERB: unrecognized option
  * '--x'"): VERB's synopsis to stderr; returns 2. */
 int cli_bad_option(const char *verb);
+
+/* A front end's usage functions (the skiff CLI's above, skiff-enroot's). */
+struct cli_front {
+    void (*usage)(const char *verb, FILE *out);
+    int (*usage_error)(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    int (*bad_option)(const char *verb);
+};
+
+/* import.c: import's command line, the same for `skiff import` and `enroot
+ * import` ([-o FILE] [-a ARCH] [-f] URI): fills *output and o's arch and
+ * force, returns the URI; or NULL with *rc the exit status (0 after
+ * --help, 2 after a usage error said through f). */
+struct skiff_import_opts;
+const char *cli_import_args(int argc, char **argv, const struct cli_front *f, struct skiff_import_opts *o,
+                            const char **output, int *rc);
 
 /* Parses the shape "VERB -C VALUE ARG" (create -n NAME IMAGE, export -o OUT
  * NAME): the one required option named long_name/short_opt and one operand

@@ -15,7 +15,7 @@ int cmd_create(int argc, char **argv)
     struct skiff_config cfg;
     if (cli_load_config(&cfg) < 0)
         return 1;
-    if (skiff_named_create(&cfg, name, image, false, &err) < 0)
+    if (skiff_named_create(&cfg, name, image, NULL, false, &err) < 0)
         return cli_fail("create", &err);
     return 0;
 }

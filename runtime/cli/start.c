@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "clock.h"
 #include "container.h"
+#include "env.h"
 #include "mountspec.h"
 #include "named.h"
 
@@ -102,7 +103,19 @@ static void default_env(bool remap_root, char *term, size_t tn, char *home, size
     out[n] = NULL;
 }
 
-int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid)
+void cli_start_request_init(struct skiff_start_request *o)
+{
+    skiff_start_request_init(o);
+    o->die_with_parent = true;
+    o->trace = getenv("SKIFF_TRACE") != NULL;
+    o->no_warm = getenv("SKIFF_NO_WARM") != NULL;
+    if (getenv("SKIFF_HOOK_TIMEOUT"))
+        o->hook_timeout_s = atoi(getenv("SKIFF_HOOK_TIMEOUT"));
+    o->extra_hooks_dir = getenv("SKIFF_HOOKS_DIR"); /* the user's, with the admin's hooks_dir */
+    skiff_trace(o->trace, "cli: main");
+}
+
+int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid, const char *const *extra_env)
 {
     skiff_err err;
     skiff_err_clear(&err);
@@ -110,8 +123,12 @@ int cli_run_in(struct skiff_container *c, char *const *user_argv, int join_pid)
     char term[256], home[SKIFF_PATH_MAX + 8];
     const char *defaults[3];
     default_env(false, term, sizeof(term), home, sizeof(home), defaults);
-    if (skiff_container_argv(c, false, user_argv, &argv, &err) < 0 || skiff_container_env(c, &envp, &err) < 0 ||
-        skiff_env_add_defaults(&envp, defaults, &err) < 0) {
+    /* enroot exec -e K=V: over the container's own (env.h's rule) */
+    struct skiff_start_request extra;
+    skiff_start_request_init(&extra);
+    extra.env = extra_env;
+    if (skiff_container_argv(c, false, user_argv, &argv, &err) < 0 ||
+        skiff_env_compose(defaults, (const char *const *)c->env, extra_env ? &extra : NULL, &envp, &err) < 0) {
         skiff_strv_free(argv);
         skiff_strv_free(envp);
         return cli_fail("exec", &err);
@@ -166,15 +183,8 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     size_t nm = 0, ne = 0;
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
-    o.die_with_parent = true;
-    o.trace = getenv("SKIFF_TRACE") != NULL;
-    o.no_warm = getenv("SKIFF_NO_WARM") != NULL;
-    if (getenv("SKIFF_HOOK_TIMEOUT"))
-        o.hook_timeout_s = atoi(getenv("SKIFF_HOOK_TIMEOUT"));
-    o.extra_hooks_dir = getenv("SKIFF_HOOKS_DIR"); /* the user's, with the admin's hooks_dir */
-    skiff_trace(o.trace, "cli: main");
+    struct skiff_start_request o;
+    cli_start_request_init(&o);
     int ch;
     optind = 0; /* glibc: a full restart, whatever a parse before left */
     while ((ch = getopt_long(argc, argv, "+m:e:w:h", longopts, NULL)) != -1) {
@@ -232,21 +242,31 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
     }
     o.mounts = mounts;
     o.env = env;
-    o.command = argv + optind;
+    o.command = (const char *const *)(argv + optind);
+    return cli_start(&cfg, &o, o.name);
+}
+
+int cli_start(const struct skiff_config *cfg, struct skiff_start_request *o, const char *shown_name)
+{
+    /* enroot_compat: enroot's environment is ours, and the user's enroot
+     * configuration adds to the site's */
+    extern char **environ;
+    o->enroot_env = (const char *const *)environ;
+    o->enroot_user_dir = cfg->enroot_config_path;
     /* the holder starts the command (no join) */
     char term[256], home[SKIFF_PATH_MAX + 8];
     const char *defaults[3];
-    default_env(o.remap_root, term, sizeof(term), home, sizeof(home), defaults);
-    o.spawn = true;
-    o.default_env = defaults;
+    default_env(o->remap_root, term, sizeof(term), home, sizeof(home), defaults);
+    o->spawn = true;
+    o->default_env = defaults;
     /* the container's orphans (and the FUSE server, once the holder is
      * gone) become our children: stop kills and reaps them, no /proc scan */
-    o.subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
+    o->subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
     install_forwarding();
     skiff_err err;
     skiff_err_clear(&err);
     struct skiff_container c;
-    if (skiff_container_start(&cfg, &o, &c, &err) < 0) {
+    if (skiff_container_start(cfg, o, &c, &err) < 0) {
         fprintf(stderr, "skiff: %s\n", err.msg);
         return 1;
     }
@@ -254,11 +274,11 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
         fprintf(stderr,
                 "skiff: container '%s' is in use: this one starts from its files, but its own changes will "
                 "not be kept\n",
-                o.name);
+                shown_name ? shown_name : o->name);
     int rc = wait_command(c.command, &c.holder);
-    skiff_trace(o.trace, "cli: command exited");
+    skiff_trace(o->trace, "cli: command exited");
     skiff_container_stop(&c, &err);
-    skiff_trace(o.trace, "cli: stopped");
+    skiff_trace(o->trace, "cli: stopped");
     return rc;
 }
 

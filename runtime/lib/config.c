@@ -131,6 +131,20 @@ static const struct key {
     {"squash_level", K_INT, F(squash_level), "0"},
     {"allow_http", K_BOOL, F(allow_http), "no"},
     {"connect_timeout", K_INT, F(connect_timeout_s), "30"},
+    {"transfer_timeout", K_INT, F(transfer_timeout_s), "0"},
+    {"transfer_retries", K_INT, F(transfer_retries), "0"},
+    {"max_processors", K_INT, F(max_processors), "0"},
+    /* enroot's site configuration (environ.d, mounts.d, hooks.d), applied
+     * only where the admin turns it on (container/enrootsite.h) */
+    /* the plugin's runtime base (plugstack.conf's runtime_path): where
+     * `skiff exec` and `enroot list -f` / `enroot exec` find the containers
+     * steps run, in BASE/UID */
+    {"plugin_runtime_path", K_PATH, F(plugin_runtime_path), "/run/skiff"},
+    {"enroot_compat", K_BOOL, F(enroot_compat), "no"},
+    {"enroot_sysconf_path", K_PATH, F(enroot_sysconf_path), "/etc/enroot"},
+    /* enroot's ${XDG_CONFIG_HOME}/enroot: its .credentials file is read
+     * for a host skiff's own credentials_file has no entry for */
+    {"enroot_config_path", K_PATH, F(enroot_config_path), "${HOME}/.config/enroot"},
 };
 #undef F
 
@@ -167,6 +181,12 @@ int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size
         break;
     }
     return w < 0 || (size_t)w >= n ? -1 : 1;
+}
+
+int skiff_config_plugin_runtime(const struct skiff_config *cfg, unsigned uid, char *out, size_t n)
+{
+    int w = snprintf(out, n, "%s/%u", cfg->plugin_runtime_path, uid);
+    return w < 0 || (size_t)w >= n || !cfg->plugin_runtime_path[0] ? -1 : 0;
 }
 
 int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n)
@@ -235,6 +255,67 @@ static int config_set(struct skiff_config *cfg, const char *key, const char *val
     return skiff_error(err, 0, "%s: internal error", key);
 }
 
+/* enroot's variables that name a skiff.conf key (the rest are the enroot
+ * front end's start defaults, or have no skiff meaning: doc/user-guide.md). */
+static const struct {
+    const char *var, *key;
+} enroot_vars[] = {
+    {"ENROOT_DATA_PATH", "data_path"},
+    {"ENROOT_CACHE_PATH", "cache_path"},
+    {"ENROOT_RUNTIME_PATH", "runtime_path"},
+    {"ENROOT_TEMP_PATH", "temp_path"},
+    {"ENROOT_CONFIG_PATH", "enroot_config_path"},
+    {"ENROOT_SYSCONF_PATH", "enroot_sysconf_path"},
+    {"ENROOT_CONNECT_TIMEOUT", "connect_timeout"},
+    {"ENROOT_TRANSFER_TIMEOUT", "transfer_timeout"},
+    {"ENROOT_TRANSFER_RETRIES", "transfer_retries"},
+    {"ENROOT_MAX_PROCESSORS", "max_processors"},
+    {"ENROOT_ALLOW_HTTP", "allow_http"},
+};
+
+const char *skiff_config_enroot_var(const char *name)
+{
+    for (size_t i = 0; i < sizeof(enroot_vars) / sizeof(enroot_vars[0]); i++)
+        if (!strcmp(enroot_vars[i].var, name))
+            return enroot_vars[i].key;
+    return NULL;
+}
+
+/* ENROOT_SQUASH_OPTIONS: mksquashfs options as enroot passes them. skiff
+ * runs mksquashfs with its own argv, so only what maps onto skiff.conf is
+ * taken: -comp and -Xcompression-level; the rest (-noD, -no-duplicates,
+ * ...) is ignored. */
+static int enroot_squash_options(struct skiff_config *cfg, const char *v, skiff_err *err)
+{
+    cleanup_free char *copy = strdup(v);
+    if (!copy)
+        return skiff_error(err, ENOMEM, "ENROOT_SQUASH_OPTIONS");
+    char *save = NULL;
+    for (char *t = strtok_r(copy, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+        const char *key = !strcmp(t, "-comp")                 ? "squash_compression"
+                          : !strcmp(t, "-Xcompression-level") ? "squash_level"
+                                                              : NULL;
+        char *val = key ? strtok_r(NULL, " \t", &save) : NULL;
+        if (key && (!val || skiff_config_set(cfg, key, val, err) < 0))
+            return val ? -1 : skiff_error(err, 0, "%s needs a value", t);
+    }
+    return 0;
+}
+
+/* The ENROOT_* layer: below skiff.conf and SKIFF_*, above the defaults. */
+static int load_enroot_env(struct skiff_config *cfg, skiff_err *err)
+{
+    for (size_t i = 0; i < sizeof(enroot_vars) / sizeof(enroot_vars[0]); i++) {
+        const char *v = getenv(enroot_vars[i].var);
+        if (v && *v && skiff_config_set(cfg, enroot_vars[i].key, v, err) < 0)
+            return skiff_err_wrap(err, "environment %s", enroot_vars[i].var);
+    }
+    const char *sq = getenv("ENROOT_SQUASH_OPTIONS");
+    if (sq && enroot_squash_options(cfg, sq, err) < 0)
+        return skiff_err_wrap(err, "environment ENROOT_SQUASH_OPTIONS");
+    return 0;
+}
+
 static int set_from_file(void *cfg, const char *key, const char *value, skiff_err *err)
 {
     return skiff_config_set(cfg, key, value, err);
@@ -246,6 +327,8 @@ int skiff_config_load(struct skiff_config *cfg, const char *path, bool use_env, 
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
         if (skiff_config_set(cfg, keys[i].name, keys[i].def, err) < 0)
             return -1;
+    if (use_env && load_enroot_env(cfg, err) < 0)
+        return -1;
     bool must_exist = path != NULL;
     if (!path && use_env && getenv("SKIFF_CONFIG")) {
         path = getenv("SKIFF_CONFIG");

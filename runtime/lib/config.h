@@ -11,6 +11,9 @@
 
 #define SKIFF_CONFIG_DEFAULT_PATH "/etc/skiff/skiff.conf"
 #define SKIFF_PATH_MAX 4096
+/* The enroot release whose command line, configuration and hook contract
+ * skiff follows (skiff-enroot, enroot_compat): its ENROOT_VERSION. */
+#define SKIFF_ENROOT_COMPAT_VERSION "3.5.0"
 
 struct skiff_config {
     char data_path[SKIFF_PATH_MAX];        /* named containers, per user */
@@ -27,11 +30,20 @@ struct skiff_config {
     int squash_level;                      /* 0 = skiff's default: zstd level 1 (fast), others their own */
     bool allow_http;                       /* plain http for non-loopback registries */
     int connect_timeout_s;
+    int transfer_timeout_s;                   /* per registry request; 0 = none */
+    int transfer_retries;                     /* tries again of a registry GET that may pass */
+    int max_processors;                       /* mksquashfs -processors; 0 = every CPU */
+    char plugin_runtime_path[SKIFF_PATH_MAX]; /* the plugin's runtime base (plugstack's runtime_path) */
+    bool enroot_compat;                       /* apply enroot's site configuration (container/enrootsite.c) */
+    char enroot_sysconf_path[SKIFF_PATH_MAX]; /* enroot's system configuration (/etc/enroot) */
+    char enroot_config_path[SKIFF_PATH_MAX];  /* enroot's per-user configuration (its .credentials) */
 };
 
-/* Fills cfg with defaults, then the file at path (NULL: $SKIFF_CONFIG or the
- * default path; a missing default file is not an error, a missing explicit one
- * is), then SKIFF_* environment overrides when use_env is true. Paths may use
+/* Fills cfg with defaults, then (when use_env is true) the ENROOT_*
+ * variables that have a skiff meaning (skiff_config_enroot_var), then the
+ * file at path (NULL: $SKIFF_CONFIG or the default path; a missing default
+ * file is not an error, a missing explicit one is), then SKIFF_* environment
+ * overrides when use_env is true: skiff's own settings win. Paths may use
  * ${HOME}, ${UID}, ${USER} and ${XDG_RUNTIME_DIR}; they are expanded for the
  * calling process's user (or the user named with skiff_config_for_user). */
 int skiff_config_load(struct skiff_config *cfg, const char *path, bool use_env, skiff_err *err);
@@ -48,9 +60,20 @@ int skiff_config_set_raw(struct skiff_config *cfg, const char *key, const char *
  * does not fit. Values are as loaded (expanded); booleans yes/no. */
 int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size_t n);
 
+/* Where the plugin keeps uid's running containers: plugin_runtime_path/UID.
+ * -1 when it does not fit in n (or is not set). */
+int skiff_config_plugin_runtime(const struct skiff_config *cfg, unsigned uid, char *out, size_t n);
+
 /* The block cache directory: block_cache_path, or runtime_path/blocks when
  * it is empty (the default). -1 when it does not fit in n. */
 int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n);
+
+/* The skiff.conf key that the enroot variable name (ENROOT_DATA_PATH, ...)
+ * sets, or NULL when it has none (doc/user-guide.md lists every ENROOT_*
+ * variable and what skiff does with it). ENROOT_SQUASH_OPTIONS is read
+ * apart: its -comp and -Xcompression-level set squash_compression and
+ * squash_level. */
+const char *skiff_config_enroot_var(const char *name);
 
 /* Sets the user whose ${HOME}/${UID}/${USER} expand in later load/set calls
  * (the plugin runs as root for a job user). uid (unsigned)-1 = calling user. */

@@ -1,6 +1,6 @@
 /* Tagged records: the wire format between a container's holder and its
  * starter, the state file `skiff exec` reads, and the request/reply between
- * the SPANK plugin (root) and its user-side helper (plugin/helper.c).
+ * the SPANK plugin (root) and its user-side helper (plugin/helper/).
  *
  * A record is one tag byte followed by a NUL-terminated string. A buffer of
  * records has no header: it ends where the data ends. Readers bound what

@@ -6,7 +6,9 @@
 # Needs root (to create the test user skifftest and chmod 0666 /dev/fuse).
 # SKIFF_BENCH_BASE=DIR (another checkout's build directory, e.g. main's):
 # also prints paired A/B ratios of its bin/skiff against this build's
-# (tests/bench/abpairs.py: alternating runs, so load changes hit both alike).
+# (tests/bench/abpairs.py: alternating runs, so load changes hit both alike),
+# the last row with each build's bundled hooks (SKIFF_HOOKS_DIR; on a node
+# without GPUs or RDMA devices, such as this one, they find nothing to do).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -117,6 +119,11 @@ PY
 if [ -n "${SKIFF_BENCH_BASE:-}" ]; then
   [ -x "$SKIFF_BENCH_BASE/bin/skiff" ] || { echo "bench start: $SKIFF_BENCH_BASE/bin/skiff not built"; exit 1; }
   cp "$SKIFF_BENCH_BASE/bin/skiff" $W/skiff-base && chmod 755 $W/skiff-base
+  # each build's bundled hooks (a node without GPUs or RDMA devices, as here):
+  # what they cost at every start
+  mkdir -p $W/hooks-base $W/hooks-this
+  cp "$SKIFF_BENCH_BASE"/hooks/[0-9][0-9]-* $W/hooks-base/ && cp "$BUILD"/hooks/[0-9][0-9]-* $W/hooks-this/ &&
+    chmod -R a+rX $W/hooks-base $W/hooks-this || { echo "bench start: hooks of both builds are needed (make)"; exit 1; }
   echo
   echo "A/B: $SKIFF_BENCH_BASE/bin/skiff (base) against $SKIFF (this), load $(cut -d' ' -f1 /proc/loadavg)"
   echo
@@ -124,5 +131,8 @@ if [ -n "${SKIFF_BENCH_BASE:-}" ]; then
      --row "skiff start zstd.sqsh /bin/true" "$W/skiff-base start $W/zstd.sqsh /bin/true" "$W/skiff start $W/zstd.sqsh /bin/true" \
      --row "skiff start none.sqsh /bin/true" "$W/skiff-base start $W/none.sqsh /bin/true" "$W/skiff start $W/none.sqsh /bin/true" \
      --row "skiff start --rw zstd.sqsh /bin/true" "$W/skiff-base start --rw $W/zstd.sqsh /bin/true" \
-       "$W/skiff start --rw $W/zstd.sqsh /bin/true") || exit 1
+       "$W/skiff start --rw $W/zstd.sqsh /bin/true" \
+     --row "skiff start zstd.sqsh /bin/true, each build's bundled hooks" \
+       "SKIFF_HOOKS_DIR=$W/hooks-base $W/skiff-base start $W/zstd.sqsh /bin/true" \
+       "SKIFF_HOOKS_DIR=$W/hooks-this $W/skiff start $W/zstd.sqsh /bin/true") || exit 1
 fi

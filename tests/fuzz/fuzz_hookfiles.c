@@ -11,7 +11,7 @@
  * it fails with a message; whatever a helper accepted is read back by the
  * runtime exactly (a variable with its value, a mount with its fields) or
  * refused with a message, never silently dropped or changed. */
-#include "../../runtime/lib/container/hookrun.c" /* read_env_file is static */
+#include "../../runtime/lib/container/hookrun.c" /* skiff_hooks_read_env, with the file's statics */
 
 #include "fuzzlib.h"
 #include "hookutil.h"
@@ -76,8 +76,8 @@ static void read_back(const uint8_t *data, size_t size)
     fuzz_write(0, "hook.env", data, size);
     char **env = base_env(), **want = base_env();
     skiff_err err = {0};
-    int rc = read_env_file(envfile, &env, &err);
-    fuzz_check_failure(rc, &err, "read_env_file");
+    int rc = skiff_hooks_read_env(envfile, &env, &err);
+    fuzz_check_failure(rc, &err, "skiff_hooks_read_env");
     int mrc = model_env(data, size, &want);
     FUZZ_CHECK(rc == mrc, "the reader says %d (%s), the model %d", rc, rc ? err.msg : "", mrc);
     if (rc == 0)
@@ -128,7 +128,7 @@ static void written_by_hooks(char *text)
     /* the runtime's side */
     char **env = base_env();
     skiff_err err = {0};
-    int rc = read_env_file(envfile, &env, &err);
+    int rc = skiff_hooks_read_env(envfile, &env, &err);
     FUZZ_CHECK(rc == 0, "the env file the helpers wrote does not read: %s", err.msg);
     same_env(env, want);
     skiff_strv_free(env);

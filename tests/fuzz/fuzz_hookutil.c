@@ -1,5 +1,5 @@
 /* What the bundled hooks parse (hooks/lib/hookutil.c): GPU visibility lists
- * from the job's environment (byte 0 = 0 mod 3), the image's /etc/passwd
+ * from the job's environment, numbers and GPU-/MIG- UUIDs (byte 0 = 0 mod 3), the image's /etc/passwd
  * and /etc/group merged with the user's entry (1 mod 3: "NAME:ID\n" then the
  * file), and a glibc ld.so.cache (2 mod 3: the file).
  * Properties: a failure says why; a GPU list has at most 64 distinct
@@ -27,6 +27,14 @@ static void gpu(const char *s)
         return;
     FUZZ_CHECK(set.kind == SKIFF_GPU_LIST || set.n == 0, "'%s': kind %d with %zu devices", s, (int)set.kind, set.n);
     FUZZ_CHECK(set.n <= SKIFF_GPU_MAX, "'%s': %zu devices", s, set.n);
+    FUZZ_CHECK(set.kind == SKIFF_GPU_LIST || set.nuuid == 0, "'%s': kind %d with UUIDs", s, (int)set.kind);
+    for (size_t i = 0; i < set.nuuid; i++) {
+        const char *u = set.uuid[i];
+        FUZZ_CHECK((!strncmp(u, "GPU-", 4) || !strncmp(u, "MIG-", 4)) && strlen(u) < SKIFF_GPU_UUID_MAX &&
+                       !strchr(u, ','),
+                   "'%s': UUID '%s'", s, u);
+        FUZZ_CHECK(strstr(s, u) != NULL, "'%s': UUID '%s' is not from the list", s, u);
+    }
     for (size_t i = 0; i < set.n; i++) {
         FUZZ_CHECK(set.idx[i] < 4096, "'%s': device %u", s, set.idx[i]);
         for (size_t k = 0; k < i; k++)
@@ -93,8 +101,9 @@ static void identity(char *s)
     free(out);
 }
 
-static int on_lib(void *ctx, const char *name, const char *path)
+static int on_lib(void *ctx, const char *name, const char *path, unsigned flags)
 {
+    (void)flags;
     const char *const *prefixes = ctx;
     bool match = false;
     for (size_t i = 0; prefixes[i]; i++)

@@ -1,7 +1,7 @@
 /* What the SPANK plugin parses from users and admins (plugin/args.c,
  * plugin/options.c): plugstack.conf arguments (byte 0 even), the user's
  * --container-* options as srun hands them over (byte 0 = 1 mod 4: one
- * option a line, "<id><0|1><argument>"), and their SKIFF_/PYXIS_CONTAINER_*
+ * flag a line, "<flag index><any byte><argument>"), and their SKIFF_/PYXIS_CONTAINER_*
  * environment fallbacks (byte 0 = 3 mod 4: NAME=VALUE lines).
  * Properties: a failure says why (plugstack errors name plugstack.conf, an
  * environment error names the variable); accepted arguments hold what
@@ -45,15 +45,24 @@ static void plugstack(char *s)
     FUZZ_CHECK(a.scope == SKIFF_SCOPE_GLOBAL || a.scope == SKIFF_SCOPE_JOB, "scope %d", (int)a.scope);
 }
 
+static size_t count(const char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    return n;
+}
+
 static void check_valid(const struct skiff_opts *o)
 {
-    if (o->image) {
-        enum skiff_ref_class c = skiff_ref_classify(o->image);
+    const struct skiff_start_request *r = &o->req;
+    if (r->image) {
+        enum skiff_ref_class c = skiff_ref_classify(r->image);
         FUZZ_CHECK(c == SKIFF_ARG_PATH || c == SKIFF_ARG_URI || c == SKIFF_ARG_BARE, "image '%s' kept (class %d)",
-                   o->image, (int)c);
+                   r->image, (int)c);
     }
-    for (size_t i = 0; i < o->nmounts; i++) {
-        const char *m = o->mounts[i];
+    for (size_t i = 0; i < count(r->mounts); i++) {
+        const char *m = r->mounts[i];
         char buf[8192];
         /* a relative source is made absolute on the node, as options.c checks it */
         snprintf(buf, sizeof(buf), "%s%s", m[0] == '.' ? "/" : "", m);
@@ -62,16 +71,16 @@ static void check_valid(const struct skiff_opts *o)
         FUZZ_CHECK(skiff_mountspec_parse(buf, &mt, &err) == 0, "mount '%s' kept: %s", m, err.msg);
         skiff_mount_free(&mt);
         for (size_t j = 0; j < i; j++)
-            FUZZ_CHECK(strcmp(o->mounts[j], m), "mount '%s' twice", m);
+            FUZZ_CHECK(strcmp(r->mounts[j], m), "mount '%s' twice", m);
     }
-    FUZZ_CHECK(!o->mounts || !o->mounts[o->nmounts], "mount list not terminated");
-    FUZZ_CHECK(!o->name || skiff_name_valid(o->name), "name '%s' kept", o->name);
+    FUZZ_CHECK(!r->name_given || skiff_name_valid(r->name_given), "name '%s' kept", r->name_given);
+    FUZZ_CHECK(r->name_mode >= SKIFF_NAME_AUTO && r->name_mode <= SKIFF_NAME_NO_EXEC, "name mode %d", r->name_mode);
     /* relative is pyxis's: it starts at the image's WorkingDir, resolved
      * inside the root (skiff_root_path) */
-    FUZZ_CHECK(!o->workdir || o->workdir[0], "empty workdir kept");
-    FUZZ_CHECK(!o->save || (o->save[0] && o->save[strlen(o->save) - 1] != '/'), "save '%s' kept", o->save);
-    for (size_t i = 0; i < o->nenv; i++) {
-        const char *e = o->env[i];
+    FUZZ_CHECK(!r->workdir || r->workdir[0], "empty workdir kept");
+    FUZZ_CHECK(!r->save || (r->save[0] && r->save[strlen(r->save) - 1] != '/'), "save '%s' kept", r->save);
+    for (size_t i = 0; i < count(r->env); i++) {
+        const char *e = r->env[i];
         size_t n = strcspn(e, "=");
         FUZZ_CHECK(n > 0 && !(e[0] >= '0' && e[0] <= '9') &&
                        strspn(e, "_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") == n,
@@ -86,33 +95,44 @@ static bool same_str(const char *a, const char *b)
     return (!a && !b) || (a && b && !strcmp(a, b));
 }
 
+static bool same_list(const char *const *a, const char *const *b)
+{
+    if (count(a) != count(b))
+        return false;
+    for (size_t i = 0; i < count(a); i++)
+        if (strcmp(a[i], b[i]))
+            return false;
+    return true;
+}
+
 static void same_opts(const struct skiff_opts *a, const struct skiff_opts *b)
 {
-    FUZZ_CHECK(same_str(a->image, b->image) && same_str(a->workdir, b->workdir) && same_str(a->name, b->name) &&
-                   same_str(a->save, b->save),
+    const struct skiff_start_request *x = &a->req, *y = &b->req;
+    FUZZ_CHECK(same_str(x->image, y->image) && same_str(x->workdir, y->workdir) &&
+                   same_str(x->name_given, y->name_given) && same_str(x->save, y->save),
                "strings differ after applying the options twice");
-    FUZZ_CHECK(a->name_mode == b->name_mode && a->mount_home == b->mount_home && a->remap_root == b->remap_root &&
-                   a->entrypoint == b->entrypoint && a->entrypoint_log == b->entrypoint_log &&
-                   a->writable == b->writable && a->unshare_flags == b->unshare_flags &&
-                   a->unshare_set == b->unshare_set,
+    FUZZ_CHECK(x->name_mode == y->name_mode && x->mount_home == y->mount_home && x->remap_root == y->remap_root &&
+                   x->use_entrypoint == y->use_entrypoint && x->writable == y->writable &&
+                   x->unshare_flags == y->unshare_flags && a->given == b->given && a->on == b->on,
                "scalars differ after applying the options twice");
-    FUZZ_CHECK(a->nmounts == b->nmounts && a->nenv == b->nenv, "lists differ after applying the options twice");
-    for (size_t i = 0; i < a->nmounts; i++)
-        FUZZ_CHECK(!strcmp(a->mounts[i], b->mounts[i]), "mount %zu differs", i);
-    for (size_t i = 0; i < a->nenv; i++)
-        FUZZ_CHECK(!strcmp(a->env[i], b->env[i]), "env %zu differs", i);
+    FUZZ_CHECK(same_list(x->mounts, y->mounts) && same_list(x->env, y->env),
+               "lists differ after applying the options twice");
 }
 
 /* Applies each line; 0, or -1 at the first error (with a message). */
 static int apply_lines(struct skiff_opts *o, char *s)
 {
+    size_t nflags = 0;
+    struct skiff_opt_flag f;
+    while (skiff_opts_flag(nflags, &f) == 0)
+        nflags++;
     char *save = NULL;
     for (char *l = strtok_r(s, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
         if (strlen(l) < 2)
             continue;
-        enum skiff_opt_id id = (enum skiff_opt_id)((unsigned char)l[0] % SKIFF_OPT_COUNT);
+        skiff_opts_flag((unsigned char)l[0] % nflags, &f);
         skiff_err err = {0};
-        int rc = skiff_opts_set(o, id, l[1] & 1, l + 2, &err);
+        int rc = skiff_opts_set(o, f.name, l + 2, &err);
         fuzz_check_failure(rc, &err, "skiff_opts_set");
         if (rc < 0)
             return -1;

@@ -1,14 +1,15 @@
 /* Tagged records (runtime/lib/records.c) and what is built on them: the
  * holder's report and state file (skiff_state_parse, runtime/lib/container/runstate.c),
  * the user-side helper's reply that root reads in slurmstepd and the request
- * root writes for it (plugin/proto.c). Every input goes through all of them,
+ * root writes for it (runtime/lib/container/request.c). Every input goes through all of them,
  * and through skiff_rec_read_fd from a pipe.
  * Properties: walking the records never leaves the buffer, and writing them
  * again with skiff_rec_put gives back the same bytes; a failure says why;
  * a parsed state has no negative pid; an accepted reply holds only what
  * proto.h allows (status 0/-1, a known phase on failure, a positive holder
  * pid, an absolute workdir, K=V environment, messages the sanitiser would leave as they are); an
- * accepted request has absolute config paths and bounded lists; the reader
+ * accepted request has absolute config paths, bounded lists, strings in
+ * the data, scalars in range, and reads back the same once written again; the reader
  * returns a prefix of what was written, never more than its bound, and
  * stops early only after a complete end record. */
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 #include "fuzzlib.h"
 #include "proto.h"
 #include "records.h"
+#include "request.h"
 #include "sanitize.h"
 
 static void walk(const char *p, size_t len)
@@ -103,27 +105,49 @@ static void reply(const char *p, size_t len)
     skiff_reply_free(&r);
 }
 
+/* Whether s points into p[0..len). */
+static bool inside(const char *s, const char *p, size_t len)
+{
+    return s >= p && s < p + len;
+}
+
 static void request(const char *p, size_t len)
 {
-    static struct skiff_request q; /* large: kept off the stack */
+    static struct skiff_config cfg, cfg2; /* large: kept off the stack */
+    struct skiff_start_request q, q2;
     skiff_err err = {0};
-    int rc = skiff_request_parse(p, len, &q, &err);
-    fuzz_check_failure(rc, &err, "skiff_request_parse");
+    int rc = skiff_start_request_decode(p, len, &cfg, &q, &err);
+    fuzz_check_failure(rc, &err, "skiff_start_request_decode");
     if (rc == 0) {
-        FUZZ_CHECK(q.nmounts <= SKIFF_REQUEST_LIST_MAX && q.nhook_env <= SKIFF_REQUEST_LIST_MAX &&
-                       q.nlocale_env < sizeof(q.locale_env) / sizeof(q.locale_env[0]) && !q.locale_env[q.nlocale_env],
-                   "lists too long");
-        for (size_t i = 0; i < q.nlocale_env; i++)
-            FUZZ_CHECK(q.locale_env[i] > p && q.locale_env[i] < p + len, "locale entry %zu outside the data", i);
-        const char *paths[] = {q.cfg.data_path,        q.cfg.cache_path, q.cfg.runtime_path,    q.cfg.temp_path,
-                               q.cfg.block_cache_path, q.cfg.hooks_dir,  q.cfg.credentials_file};
+        const char *const *lists[] = {q.mounts, q.env, q.command, q.hook_env, q.locale_env};
+        for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++) {
+            size_t n = 0;
+            for (; lists[l] && lists[l][n]; n++)
+                FUZZ_CHECK(inside(lists[l][n], p, len), "list %zu entry %zu outside the data", l, n);
+            FUZZ_CHECK(n <= SKIFF_REQUEST_LIST_MAX, "list %zu has %zu entries", l, n);
+        }
+        const char *paths[] = {cfg.data_path,        cfg.cache_path, cfg.runtime_path,    cfg.temp_path,
+                               cfg.block_cache_path, cfg.hooks_dir,  cfg.credentials_file};
         for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
             FUZZ_CHECK(!paths[i][0] || paths[i][0] == '/', "config path '%s'", paths[i]);
-        const char *strs[] = {q.cwd,      q.node,    q.image,   q.name,      q.named, q.name_mode,
-                              q.importer, q.workdir, q.command, q.state_key, q.save,  q.suffix};
+        const char *strs[] = {q.image, q.name,       q.workdir,  q.state_key, q.cwd,
+                              q.node,  q.name_given, q.importer, q.save,      q.sweep_suffix};
         for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
-            FUZZ_CHECK(!strs[i] || (strs[i] > p && strs[i] < p + len), "request string %zu outside the data", i);
+            FUZZ_CHECK(!strs[i] || inside(strs[i], p, len), "request string %zu outside the data", i);
+        FUZZ_CHECK(q.name_mode >= 0 && q.name_mode <= SKIFF_NAME_NO_EXEC && q.timeout_s >= 0 &&
+                       q.timeout_s <= SKIFF_REQUEST_TIMEOUT_MAX && q.unshare_flags >= 0,
+                   "scalars out of range");
+        /* what it reads, written again, reads back the same */
+        struct skiff_recbuf b1 = {0}, b2 = {0};
+        FUZZ_CHECK(skiff_start_request_encode(&cfg, &q, &b1, &err) == 0, "encode: %s", err.msg);
+        FUZZ_CHECK(skiff_start_request_decode(b1.p, b1.len, &cfg2, &q2, &err) == 0, "decode again: %s", err.msg);
+        FUZZ_CHECK(skiff_start_request_encode(&cfg2, &q2, &b2, &err) == 0, "encode again: %s", err.msg);
+        FUZZ_CHECK(b1.len == b2.len && !memcmp(b1.p, b2.p, b1.len), "encode(decode(encode(q))) differs");
+        skiff_start_request_free(&q2);
+        skiff_recbuf_free(&b1);
+        skiff_recbuf_free(&b2);
     }
+    skiff_start_request_free(&q);
 }
 
 static void reader(const uint8_t *data, size_t size)

@@ -98,17 +98,20 @@ static void credentials(char *text)
         *user++ = '\0';
     const char *file = nl + 1;
     const char *path = fuzz_write(0, "credentials", file, strlen(file));
-    char login[256], password[256];
+    struct skiff_credential c = {0};
     skiff_err err = {0};
-    int rc = skiff_credentials_lookup(path, text, user, login, sizeof(login), password, sizeof(password), &err);
+    /* both formats: skiff's, and enroot's ('$' passwords substituted) */
+    bool enroot = (text[0] & 1) != 0;
+    int rc = skiff_credentials_lookup(path, text, user, enroot, &c, &err);
     fuzz_check_failure(rc, &err, "skiff_credentials_lookup");
     if (rc == 1) {
-        FUZZ_CHECK(login[0] && password[0], "empty login or password found");
-        FUZZ_CHECK(strlen(login) < 255 ? token_in(file, login) : true, "login '%s' is not in the file", login);
-        FUZZ_CHECK(strlen(password) < 255 ? token_in(file, password) : true, "password not in the file");
-        FUZZ_CHECK(!user || !*user || !strcmp(user, login), "login '%s' found for user '%s'", login, user);
+        FUZZ_CHECK(c.login[0] && c.password, "empty login found");
+        FUZZ_CHECK(token_in(file, c.login), "login '%s' is not in the file", c.login);
+        FUZZ_CHECK(enroot || token_in(file, c.password), "password not in the file");
+        FUZZ_CHECK(!user || !*user || !strcmp(user, c.login), "login '%s' found for user '%s'", c.login, user);
         FUZZ_CHECK(strstr(file, "machine") || strstr(file, "default"), "credentials without an entry");
     }
+    skiff_credential_clear(&c);
 }
 
 static void answer(const uint8_t *data, size_t size)

@@ -35,39 +35,42 @@ rm "$T/broken/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.580.00.00"
 mkdir "$T/hooks" "$T/hooks-broken"
 cp "$H"/[0-9][0-9]-* "$T/hooks/"
 cp "$H/40-gpu" "$T/hooks-broken/"
-printf 'dev_root = %s\ndriver_root = %s\n' "$F/dev" "$F/driver" >"$T/hooks/40-gpu.conf"
+printf 'dev_root = %s\ndriver_root = %s\ndriver_proc = %s\n' "$F/dev" "$F/driver" "$F/proc/driver/nvidia" \
+  >"$T/hooks/40-gpu.conf"
 printf '# a driver with a library missing\ndev_root = %s\ndriver_root = %s\n' "$F/dev" "$T/broken" \
   >"$T/hooks-broken/40-gpu.conf"
 chmod -R a+rX "$T"
 
 # --- 1. the hook alone ----------------------------------------------------------------------
-setup() {
-  rm -rf "$T/root" "$T/state" "$T/env" "$T/fstab"
-  mkdir -p "$T/root/etc" "$T/state"; : >"$T/env"; : >"$T/fstab"
-  chown -R "$USR:" "$T/root" "$T/state" "$T/env" "$T/fstab"
-}
-# gpu DIR [VAR=VALUE...]: runs DIR/40-gpu as the runtime does
+# gpu DIR [VAR=VALUE...]: runs DIR/40-gpu as the runtime does (IMAGE_ENV: the
+# image's environment)
 gpu() {
   local dir=$1; shift
-  setup
-  runuser -u "$USR" -- env -i PATH=/usr/bin:/bin SKIFF_ROOTFS="$T/root" SKIFF_STATE_DIR="$T/state" \
-    SKIFF_ENV_FILE="$T/env" SKIFF_MOUNTS_FILE="$T/fstab" SKIFF_UID="$(id -u "$USR")" "$@" "$dir/40-gpu"
+  t_hook_run "$T" "$USR" "$dir/40-gpu" "$@"
 }
 # the mount targets the hook wrote, sorted, on one line
 targets() { awk '{print $2}' "$T/fstab" | sort | tr '\n' ' '; }
 L=/usr/lib/x86_64-linux-gnu
 DRIVER="/usr/bin/nvidia-smi $L/libcuda.so $L/libcuda.so.1 $L/libnvidia-ml.so $L/libnvidia-ml.so.1 $L/libnvidia-ptxjitcompiler.so $L/libnvidia-ptxjitcompiler.so.1"
-CTL="/dev/nvidia-caps/nvidia-cap1 /dev/nvidia-uvm /dev/nvidia-uvm-tools"
+CTL="/dev/gdrdrv /dev/nvidia-uvm /dev/nvidia-uvm-tools"
+IMEX=/dev/nvidia-caps-imex-channels/channel0
 want_set() { tr ' ' '\n' <<<"$*" | grep . | sort | tr '\n' ' '; }
 
 for v in CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES SLURM_STEP_GPUS; do
-  want=$(want_set "$CTL /dev/nvidia1 /dev/nvidiactl $DRIVER")
-  if gpu "$T/hooks" "$v=1" && [ "$(targets)" = "$want" ] && [ ! -s "$T/env" ] &&
+  want=$(want_set "$CTL $IMEX /dev/nvidia1 /dev/nvidiactl $DRIVER")
+  menv=SKIFF_GPU_MINORS=1 # host numbers: each task's CUDA_VISIBLE_DEVICES is renumbered
+  [ $v = NVIDIA_VISIBLE_DEVICES ] && menv=""
+  if gpu "$T/hooks" "$v=1" && [ "$(targets)" = "$want" ] && [ "$(cat "$T/env")" = "$menv" ] &&
      grep -qx "$F/driver$L/libcuda.so.580.00.00 $L/libcuda.so.1 none ro,bind,x-create=file" "$T/fstab" &&
      grep -qx "$F/dev/nvidia1 /dev/nvidia1 none rw,bind,x-create=file" "$T/fstab"; then
     t_pass "$v=1: nvidia1 and the control devices (not nvidia0), the driver's libraries at their cache paths, nvidia-smi"
   else t_fail "$v=1" "$(cat "$T/fstab")"; fi
 done
+if gpu "$T/hooks" SLURM_STEP_GPUS=1 CUDA_VISIBLE_DEVICES=1 && grep -qx 'SKIFF_GPU_MINORS=1' "$T/env" &&
+   gpu "$T/hooks" SLURM_STEP_GPUS=1 CUDA_VISIBLE_DEVICES=0 && [ ! -s "$T/env" ] &&
+   gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=1 CUDA_VISIBLE_DEVICES=0 && [ ! -s "$T/env" ]; then
+  t_pass "Slurm's host GPU numbers (CUDA_VISIBLE_DEVICES = SLURM_STEP_GPUS) are renumbered in the tasks (SKIFF_GPU_MINORS); Slurm's own numbering (cgroups) and NVIDIA_VISIBLE_DEVICES' are not"
+else t_fail "renumbering map" "$(cat "$T/env")"; fi
 if gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=0 CUDA_VISIBLE_DEVICES=1 && grep -q ' /dev/nvidia0 ' "$T/fstab" &&
    ! grep -q ' /dev/nvidia1 ' "$T/fstab"; then
   t_pass "NVIDIA_VISIBLE_DEVICES wins over CUDA_VISIBLE_DEVICES"
@@ -81,9 +84,65 @@ if gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=none && [ "$(targets)" = "$(want_set "$
   t_pass "NVIDIA_VISIBLE_DEVICES=none: the driver without a GPU"
 else t_fail "none" "$(cat "$T/fstab")"; fi
 if gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=all &&
-   [ "$(targets)" = "$(want_set "$CTL /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl $DRIVER")" ]; then
+   [ "$(targets)" = "$(want_set "$CTL $IMEX /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl $DRIVER")" ]; then
   t_pass "NVIDIA_VISIBLE_DEVICES=all: both GPUs"
 else t_fail "all" "$(cat "$T/fstab")"; fi
+
+# --- as enroot's 98-nvidia decides, with NVIDIA's container variables ---------------------------
+NGC='NVIDIA_VISIBLE_DEVICES=all
+NVIDIA_DRIVER_CAPABILITIES=compute,utility'
+if IMAGE_ENV=$NGC gpu "$T/hooks" SLURM_JOB_ID=7 &&
+   [ "$(targets)" = "$(want_set "$CTL $IMEX /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl $DRIVER")" ]; then
+  t_pass "an NGC-style image (its own NVIDIA_VISIBLE_DEVICES=all) in a job that asked Slurm for no GPU (--exclusive): every GPU, as enroot gives"
+else t_fail "image's NVIDIA_VISIBLE_DEVICES=all" "$(cat "$T/fstab")"; fi
+if IMAGE_ENV=$NGC gpu "$T/hooks" SLURM_STEP_GPUS=1 CUDA_VISIBLE_DEVICES=1 && grep -q ' /dev/nvidia1 ' "$T/fstab" &&
+   ! grep -q ' /dev/nvidia0 ' "$T/fstab" && grep -qx 'SKIFF_GPU_MINORS=1' "$T/env"; then
+  t_pass "the image's all within Slurm's allocation: only the step's GPU (as a device cgroup leaves an enroot container)"
+else t_fail "image all narrowed" "$(cat "$T/fstab" "$T/env")"; fi
+if IMAGE_ENV=$NGC gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=void SLURM_STEP_GPUS=1 && [ ! -s "$T/fstab" ] &&
+   IMAGE_ENV='NVIDIA_VISIBLE_DEVICES=void' gpu "$T/hooks" SLURM_STEP_GPUS=1 && [ ! -s "$T/fstab" ]; then
+  t_pass "the job's NVIDIA_VISIBLE_DEVICES wins over the image's; an image's void gets nothing"
+else t_fail "job over image" "$(cat "$T/fstab")"; fi
+if gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=1 NVIDIA_DRIVER_CAPABILITIES=utility &&
+   [ "$(targets)" = "$(want_set "$IMEX /dev/nvidia1 /dev/nvidiactl /usr/bin/nvidia-smi $L/libnvidia-ml.so $L/libnvidia-ml.so.1")" ] &&
+   IMAGE_ENV='NVIDIA_DRIVER_CAPABILITIES=compute' gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=1 &&
+   [ "$(targets)" = "$(want_set "$CTL $IMEX /dev/nvidia1 /dev/nvidiactl $L/libcuda.so $L/libcuda.so.1 $L/libnvidia-ptxjitcompiler.so $L/libnvidia-ptxjitcompiler.so.1")" ]; then
+  t_pass "NVIDIA_DRIVER_CAPABILITIES: utility gives NVML and nvidia-smi only; the image's compute gives libcuda, the JIT, uvm and gdrdrv, no nvidia-smi"
+else t_fail "driver capabilities" "$(cat "$T/fstab")"; fi
+t_fails_with "an unknown driver capability is an error naming it" "unknown NVIDIA driver capability 'opengl'" \
+  gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=1 NVIDIA_DRIVER_CAPABILITIES=compute,opengl
+if gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=GPU-5a1e0001-0000-4000-8000-000000000001 && grep -q ' /dev/nvidia1 ' "$T/fstab" &&
+   ! grep -q ' /dev/nvidia0 ' "$T/fstab"; then
+  t_pass "a GPU UUID selects its device, mapped through /proc/driver/nvidia/gpus/*/information"
+else t_fail "GPU UUID" "$(cat "$T/fstab")"; fi
+MIGSET="$CTL $IMEX /dev/nvidia1 /dev/nvidia-caps/nvidia-cap12 /dev/nvidia-caps/nvidia-cap13 /dev/nvidiactl $DRIVER"
+for m in "MIG-5a1e0002-0000-4000-8000-000000000002 (NVML of the driver, then /proc)" \
+         "MIG-GPU-5a1e0001-0000-4000-8000-000000000001/1/0 (/proc alone)"; do
+  if gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES="${m%% *}" && [ "$(targets)" = "$(want_set "$MIGSET")" ]; then
+    t_pass "MIG device $m: its parent GPU's node and its GPU and compute instances' nvidia-caps only"
+  else t_fail "MIG ${m%% *}" "$(cat "$T/fstab")"; fi
+done
+if gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=0 NVIDIA_MIG_MONITOR_DEVICES=all && grep -q ' /dev/nvidia-caps/nvidia-cap2 ' "$T/fstab" &&
+   ! grep -q 'nvidia-cap1 ' "$T/fstab"; then
+  t_pass "NVIDIA_MIG_MONITOR_DEVICES=all adds the MIG monitor capability, not the config one"
+else t_fail "MIG monitor" "$(cat "$T/fstab")"; fi
+t_fails_with "a MIG UUID the driver does not know is an error naming it" \
+  "MIG device MIG-0000dead: no MIG device of this node has that UUID" gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=MIG-0000dead
+if gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=1 NVIDIA_IMEX_CHANNELS=none && ! grep -q imex "$T/fstab"; then
+  t_pass "NVIDIA_IMEX_CHANNELS=none: no IMEX channel"
+else t_fail "IMEX none" "$(cat "$T/fstab")"; fi
+REQ='NVIDIA_REQUIRE_CUDA=cuda>=13.1 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=535,driver<536'
+IMAGE_ENV=$REQ t_fails_with "the image's NVIDIA_REQUIRE_CUDA above the driver's CUDA 13.0 fails the start, saying what to do" \
+  "the image's NVIDIA_REQUIRE_CUDA='cuda>=13.1 .*' is not met on GPU 1: cuda>=13.1 \\(this node: cuda 13.0\\).*NVIDIA_DISABLE_REQUIRE=1" \
+  gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=1
+if IMAGE_ENV="$REQ" gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=1 NVIDIA_DISABLE_REQUIRE=1 &&
+   IMAGE_ENV='NVIDIA_REQUIRE_CUDA=cuda>=12.0 brand=tesla,driver>=470,driver<471' gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=1 &&
+   gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=1 NVIDIA_REQUIRE_DRIVER='driver>=580' NVIDIA_REQUIRE_ARCH='arch>=9.0'; then
+  t_pass "NVIDIA_DISABLE_REQUIRE=1 starts it anyway; cuda>=12.0, driver>=580 and arch>=9.0 (NVML's compute capability) are met"
+else t_fail "requirements met" "$(cat "$T/fstab")"; fi
+t_fails_with "a GPU's arch below the image's requirement (NVML's answer) fails the start" \
+  "the job's NVIDIA_REQUIRE_ARCH='arch>=10.0' is not met on GPU 0: arch>=10.0 \(this node: arch 9.0\)" \
+  gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=0 NVIDIA_REQUIRE_ARCH='arch>=10.0'
 t_fails_with "a listed GPU without its device node is an error naming the node" \
   "NVIDIA_VISIBLE_DEVICES lists GPU 3: device $F/dev/nvidia3" gpu "$T/hooks" NVIDIA_VISIBLE_DEVICES=3
 t_fails_with "a library in the driver's cache whose file is gone is an error naming it" \
@@ -143,7 +202,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi | sed "s/^/S /"; true'
 host_node() { stat -c "%t:%T %a" "$F/dev/$1"; }
 visible_ok() { # OUT NODES: the step ran on NODES nodes and each saw only nvidia1 and the control devices
   local out=$1 n=$2
-  [ "$(grep -c '^D .* nvidia-caps nvidia-uvm nvidia-uvm-tools nvidia1 nvidiactl $' <<<"$out")" = "$n" ] &&
+  [ "$(grep -c '^D .* nvidia-caps-imex-channels nvidia-uvm nvidia-uvm-tools nvidia1 nvidiactl $' <<<"$out")" = "$n" ] &&
   [ "$(grep -c "^N .* /dev/nvidia1 $(host_node nvidia1)$" <<<"$out")" = "$n" ] &&
   [ "$(grep -c "^N .* /dev/nvidiactl $(host_node nvidiactl)$" <<<"$out")" = "$n" ] &&
   [ "$(grep -c "^N .* /dev/nvidia-uvm $(host_node nvidia-uvm)$" <<<"$out")" = "$n" ] &&
@@ -193,7 +252,9 @@ t_fails_with "on the cluster: a missing driver library fails the step with a mes
   step CUDA_VISIBLE_DEVICES=1 -- -N1 true
 echo "required $BUILD/plugin/spank_skiff.so config=$T/skiff.conf" >"$SKIFF_PLUGSTACK"
 
-for _ in $(seq 50); do pgrep -u "$U" >/dev/null || break; sleep 0.1; done
-if [ -z "$(pgrep -a -u "$U")" ]; then t_pass "no process of $U left after the steps"
-else t_fail "leftover processes" "$(pgrep -a -u "$U")"; fi
+# (other clusters run jobs as the same user: only this cluster's nodes count)
+for _ in $(seq 50); do [ -z "$(t_cluster_procs)" ] && break; sleep 0.1; done
+left=$(t_cluster_procs)
+if [ -z "$left" ]; then t_pass "no process of $U left in the cluster's nodes after the steps"
+else t_fail "leftover processes" "$left"; fi
 t_done

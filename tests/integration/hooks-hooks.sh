@@ -7,7 +7,7 @@
 source "$(dirname "$0")/../lib.sh"
 cd "$T_ROOT" || exit 1
 H=$BUILD/hooks
-make -s "BUILD=$BUILD" "$H/10-identity" "$H/20-home" "$H/30-shm" "$H/40-gpu" "$H/50-pmix" "$H/60-slurm" \
+make -s "BUILD=$BUILD" "$H/10-identity" "$H/20-home" "$H/30-shm" "$H/40-gpu" "$H/45-rdma" "$H/50-pmix" "$H/60-slurm" \
   >/dev/null || { t_fail "build hooks"; t_done; }
 
 W=$(mktemp -d /tmp/skiff-hooktest.XXXXXX)
@@ -110,6 +110,15 @@ else
   else t_fail "gpu without GPUs" "$(cat "$W/fstab")"; fi
 fi
 
+# --- rdma ------------------------------------------------------------------------------------
+setup
+if [ -d /sys/class/infiniband ] || [ -d /sys/class/cxi ]; then
+  t_skip "rdma: no RDMA device on this host, nothing to do" "this host has RDMA devices"
+elif out=$(hook 45-rdma MELLANOX_VISIBLE_DEVICES=all SLURM_STEP_NUM_NODES=2 2>&1) && [ -z "$out" ] &&
+     [ ! -s "$W/fstab" ] && [ ! -s "$W/env" ]; then
+  t_pass "rdma: no RDMA device on this host, nothing to do (and nothing said)"
+else t_fail "rdma without devices" "$out $(cat "$W/fstab")"; fi
+
 # --- pmix -------------------------------------------------------------------------------------
 setup
 mkdir -p "$W/pmix.77.0"; chown "$USR:" "$W/pmix.77.0"
@@ -155,7 +164,7 @@ fi
 D=$W/destdir
 if make -s "BUILD=$BUILD" install DESTDIR="$D" PREFIX=/usr/local >/dev/null 2>&1 &&
    [ -x "$D/usr/local/bin/skiff-ddp-env" ] &&
-   [ "$(ls "$D/usr/local/libexec/skiff/hooks" | tr '\n' ' ')" = "10-identity 20-home 30-shm 40-gpu 50-pmix 60-slurm " ]; then
+   [ "$(ls "$D/usr/local/libexec/skiff/hooks" | tr '\n' ' ')" = "10-identity 20-home 30-shm 40-gpu 45-rdma 50-pmix 60-slurm " ]; then
   t_pass "make install puts skiff-ddp-env in bin and the hooks, in order, in libexec/skiff/hooks"
 else t_fail "install layout" "$(ls -R "$D" 2>&1 | head -20)"; fi
 t_done

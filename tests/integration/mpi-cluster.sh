@@ -67,12 +67,7 @@ mpi_srun() { as_user srun -Q --kill-on-bad-exit=1 "$@"; }
 sbatch_wait() {
   local id
   id=$(as_user sbatch --parsable "$@" 2>"$T/sbatch.err") || return 1
-  id=${id%%;*}
-  for _ in $(seq 600); do
-    [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && return 0
-    sleep 0.2
-  done
-  return 1
+  t_wait_job "${id%%;*}"
 }
 
 # --- PMIx without containers: every node makes its own client directory --------------------------
@@ -196,22 +191,9 @@ if [ -n "$first" ] && [ -n "$last" ] && awk -v a="$first" -v b="$last" 'BEGIN { 
 else t_fail "mpirun-launched training" "loss '$first' -> '$last'; ${cmp:-no compare}; $(tail -5 "$W/mpirun.out" 2>&1)"; fi
 
 # --- nothing left behind ---------------------------------------------------------------------------
-# Processes of the test user on this cluster: on its nodes (their network
-# namespaces) or a client of it (its SLURM_CONF). Other clusters on the
-# machine run jobs as the same user.
-ours() {
-  local k p
-  for k in $(seq 1 "$SKIFF_CLUSTER_NODES"); do ip netns pids "skiff${SKIFF_CLUSTER_INDEX}n$k" 2>/dev/null; done
-  for p in $(pgrep -u "$U"); do grep -qzxF "SLURM_CONF=$SLURM_CONF" "/proc/$p/environ" 2>/dev/null && echo "$p"; done
-} 2>/dev/null
-ours_left() {
-  local p
-  for p in $(ours | sort -un); do
-    [ "$(stat -c %U "/proc/$p" 2>/dev/null)" = "$U" ] && echo "$p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
-  done
-}
-for _ in $(seq 50); do [ -z "$(ours_left)" ] && break; sleep 0.1; done
-left=$(ours_left)
+# (other clusters run jobs as the same user: only this cluster's nodes count)
+for _ in $(seq 50); do [ -z "$(t_cluster_procs)" ] && break; sleep 0.1; done
+left=$(t_cluster_procs)
 spool=$(ls -d "$SKIFF_CLUSTER_STATE"/spool/n*/pmix.* "$SKIFF_CLUSTER_STATE"/tmp/n*/spmix_appdir_* 2>/dev/null)
 if [ -z "$left" ] && [ -z "$spool" ]; then t_pass "no process of $U on this cluster and no PMIx directory left after the steps"
 else t_fail "leftovers" "processes: $left; directories: $spool"; fi

@@ -19,7 +19,7 @@ done
 [ -x /bin/busybox ] || { t_skip "package install" "busybox-static missing"; t_done; }
 git rev-parse --git-dir >/dev/null 2>&1 || { t_skip "package install" "not a git checkout (make dist packs tracked files)"; t_done; }
 # Never replace or purge a skiff an admin installed on this machine.
-if dpkg-query -W -f='${db:Status-Status}' skiff skiff-train 2>/dev/null | grep -qv '^not-installed$'; then
+if dpkg-query -W -f='${db:Status-Status}' skiff skiff-train skiff-enroot-compat 2>/dev/null | grep -qv '^not-installed$'; then
   t_skip "package install" "a skiff package is already installed here; the test would replace and purge it"; t_done
 fi
 
@@ -30,7 +30,7 @@ chmod 755 "$T"
 installed=0 clustered=0
 cleanup() {
   [ "$clustered" = 1 ] && t_cluster_done
-  [ "$installed" = 1 ] && dpkg_run --purge skiff-train skiff >/dev/null 2>&1
+  [ "$installed" = 1 ] && dpkg_run --purge skiff-enroot-compat skiff-train skiff >/dev/null 2>&1
   rm -rf "$T"
 }
 trap cleanup EXIT
@@ -67,12 +67,13 @@ tree_after=$(git status --porcelain=v1 --ignored --untracked-files=all | grep -v
 
 DEB=$T/build/deb/skiff_${VERSION}-1_${ARCH}.deb
 TRAIN_DEB=$T/build/deb/skiff-train_${VERSION}-1_${ARCH}.deb
+COMPAT_DEB=$T/build/deb/skiff-enroot-compat_${VERSION}-1_all.deb
 # The package holds what `make install` installs, plus the conffile and docs:
 # dh_missing --fail-missing (debian/rules) fails the build on anything left
 # out. Here: the layout an admin relies on.
 plugin=$(dpkg-deb -c "$DEB" | awk '{print $6}' | sed -n 's|^\./\(.*/slurm-wlm/spank_skiff\.so\)$|/\1|p')
 files=$(dpkg-deb -c "$DEB" | awk '{print $6}')
-want="./usr/bin/skiff ./usr/bin/skiff-import ./usr/libexec/skiff/skiff-helper ./usr/libexec/skiff/skiff-helper-full
+want="./usr/bin/skiff ./usr/bin/skiff-import ./usr/bin/skiff-enroot ./usr/libexec/skiff/skiff-helper ./usr/libexec/skiff/skiff-helper-full
 ./usr/libexec/skiff/hooks/10-identity ./usr/libexec/skiff/hooks/60-slurm ./etc/skiff/skiff.conf
 ./usr/share/skiff/plugstack.conf ./usr/share/man/man8/spank-skiff.8.gz"
 missing=$(for f in $want; do grep -qxF "$f" <<<"$files" || echo "$f"; done)
@@ -108,7 +109,24 @@ else t_fail "dpkg -i" "$(tail -5 "$T/install.log")"; t_done; fi
 [ "$(slurm_etc)" = "$etc_before" ] && t_pass "installing changes nothing under /etc/slurm (the plugin is not enabled)" ||
   t_fail "/etc/slurm changed by the install"
 [ "$(skiff version 2>&1)" = "skiff $VERSION" ] && [ "$(skiff-train --version 2>&1)" = "skiff-train $VERSION" ] &&
-  t_pass "the installed skiff and skiff-train run" || t_fail "installed CLIs" "$(skiff version 2>&1; skiff-train --version 2>&1)"
+  [ "$(skiff-enroot version 2>&1)" = 3.5.0 ] &&
+  t_pass "the installed skiff, skiff-enroot and skiff-train run" ||
+  t_fail "installed CLIs" "$(skiff version 2>&1; skiff-enroot version 2>&1; skiff-train --version 2>&1)"
+# `enroot` is the admin's choice: skiff-enroot-compat, an alternatives link
+# (which would leave a real /usr/bin/enroot alone: not tried where one is)
+if [ -e /usr/bin/enroot ] || [ -L /usr/bin/enroot ]; then
+  t_skip "skiff-enroot-compat" "/usr/bin/enroot exists on this machine"
+elif ! [ -f "$COMPAT_DEB" ]; then
+  t_fail "skiff-enroot-compat built" "$(ls "$T/build/deb")"
+elif [ -n "$(dpkg-deb -c "$COMPAT_DEB" | awk '$6 !~ /^\.\/usr\/share\/(doc|lintian)\// && $1 !~ /^d/')" ]; then
+  t_fail "skiff-enroot-compat ships no file of its own" "$(dpkg-deb -c "$COMPAT_DEB")"
+elif ! [ -e /usr/bin/enroot ] && dpkg_run -i "$COMPAT_DEB" >"$T/compat.log" 2>&1 &&
+     [ "$(readlink /usr/bin/enroot)" = /etc/alternatives/enroot ] && [ "$(enroot version 2>&1)" = 3.5.0 ]; then
+  t_pass "skiff-enroot-compat: enroot is skiff-enroot through update-alternatives"
+  dpkg_run --purge skiff-enroot-compat >/dev/null 2>&1
+  [ -e /usr/bin/enroot ] || [ -L /usr/bin/enroot ] && t_fail "purging skiff-enroot-compat removes the enroot link" ||
+    t_pass "purging skiff-enroot-compat removes the enroot link"
+else t_fail "skiff-enroot-compat" "$(tail -5 "$T/compat.log" 2>/dev/null; ls -l /usr/bin/enroot 2>&1)"; fi
 if dpkg-query -W -f='${Conffiles}' skiff | grep -q ' /etc/skiff/skiff.conf ' &&
    ! grep -Eq '^[[:space:]]*[a-z_]+[[:space:]]*=' /etc/skiff/skiff.conf; then
   t_pass "/etc/skiff/skiff.conf is a conffile with every setting commented out"

@@ -69,8 +69,11 @@ stall() {
   for _ in $(seq 100); do grep -q ready "$out" && return 0; sleep 0.05; done
   echo "fuse-stall did not mount $d: $(cat "$out")"; return 1
 }
-# processes of the user in uninterruptible sleep
-d_state() { ps -u "$U" -o pid=,stat=,wchan:32=,args= | awk '$2 ~ /^D/'; }
+# processes of the user in uninterruptible sleep, in this cluster's nodes
+# (other clusters on the machine run the same user's jobs, and this test)
+d_state() {
+  t_cluster_procs | while read -r p _; do ps -o pid=,stat=,wchan:32=,args= -p "$p"; done | awk '$2 ~ /^D/'
+}
 cleanup() {
   unstall
   for p in "${victims[@]}"; do kill -KILL "$p" 2>/dev/null; done

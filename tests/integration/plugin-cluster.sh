@@ -104,6 +104,13 @@ out_is "env: --container-env=NAME keeps the host's value" "host image" \
   as_user env SHARED=host srun -Q -n1 --container-image="$IMG" --container-env=SHARED sh -c 'echo $SHARED $IMGVAR'
 out_is "env: --container-env=NAME=VALUE sets it" "set" \
   srun1 --container-image="$IMG" --container-env=NEWVAR=set sh -c 'echo $NEWVAR'
+printf '# run settings\nFROM_FILE=1\nIMGVAR=file\n' >"$W/run.env"; printf 'OK=1\nnot an assignment\n' >"$W/bad.env"
+out_is "env: --container-env-file (relative to the step's directory) over the image's" "1 file" \
+  srun1 --container-image="$IMG" --container-env-file=./run.env sh -c 'echo $FROM_FILE $IMGVAR'
+out_is "env: --container-env over --container-env-file" "flag" \
+  srun1 --container-image="$IMG" --container-env-file=./run.env --container-env=IMGVAR=flag sh -c 'echo $IMGVAR'
+t_fails_with "env: a bad --container-env-file names the file and line" "bad.env, line 2: 'not an assignment' is not NAME=VALUE" \
+  srun1 --container-image="$IMG" --container-env-file=./bad.env true
 out_is "env: user's RANK wins over the training env" 7 \
   as_user env RANK=7 srun -Q -n1 --container-image="$IMG" sh -c 'echo $RANK'
 out_is "env: ddp_env=0 in plugstack.conf turns the training env off" "unset" \
@@ -182,8 +189,7 @@ state_before=$(ls -A "/run/skiff/$(id -u "$U")" 2>/dev/null | grep -E '^n2\.' ||
   srun -Q -n1 -w n2 --container-image="$IMG" --container-mounts="$T/mdir:/data" sleep 300 >/dev/null 2>&1) &
 spid=$!
 # other clusters may run jobs as the same user: look only at node n2's netns
-node_procs() { for p in $(ip netns pids "${SKIFF_CLUSTER_NS_PREFIX:-skiff${SKIFF_CLUSTER_INDEX}n}2" 2>/dev/null); do
-  [ "$(stat -c %U /proc/$p 2>/dev/null)" = "$U" ] && echo "$p $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)"; done; }
+node_procs() { t_cluster_procs -n 2; }
 for _ in $(seq 200); do node_procs | grep -q ' sleep 300 $' && break; sleep 0.05; done
 holder_seen=$(node_procs | wc -l)
 kill -INT $spid; sleep 0.3; kill -INT $spid 2>/dev/null

@@ -124,8 +124,10 @@ if wait_for "$T/ctl/a-job"; then
     t_pass "attach: --container-name=NAME joins the running container (its tmpfs, its UTS namespace, cwd /, its env)" ||
     t_fail "attach: joins the running container" "got '$out' / $(head -c 300 "$T/err")"
   # start-only flags: the mount is not made, the running container stays
-  # writable, and the warning names each flag
-  out=$(srun1 --container-name=px-dbg --container-mounts="$T/ctl:/mnt2" --container-readonly --container-unshare=ipc \
+  # writable, and the warning names each flag (--container-unshare=uts:
+  # the container has its own UTS namespace; one it lacks is an error,
+  # plugin-enroot.sh)
+  out=$(srun1 --container-name=px-dbg --container-mounts="$T/ctl:/mnt2" --container-readonly --container-unshare=uts \
         sh -c 'test -d /mnt2 && echo mounted || echo not-mounted; touch /px-b-wrote && echo wrote' 2>&1)
   grep -q "joining the running container 'px-dbg': ignoring --container-mounts, --container-readonly, --container-unshare" <<<"$out" &&
     grep -qx not-mounted <<<"$out" && grep -qx wrote <<<"$out" &&
@@ -276,8 +278,9 @@ if [ -n "$DEB" ]; then
     t_pass "remap-root: dpkg -i of a package with root-owned files and a postinst running chown/chgrp" ||
     t_fail "remap-root: dpkg -i" "$(tail -c 800 <<<"$out")"
   echo home >"$UHOME/px-home-marker"; chown "$U:" "$UHOME/px-home-marker"
-  out_is "remap-root: --container-mount-home mounts the home directory at /root, HOME=/root" "/root home" \
-    srun1 --container-image="$DEB" --container-mount-home --container-remap-root sh -c 'echo $HOME $(cat /root/px-home-marker)'
+  out_is "remap-root: --container-mount-home: the home at its own path, /root a private tmpfs, HOME=/root (pyxis)" \
+    "/root home tmpfs" srun1 --container-image="$DEB" --container-mount-home --container-remap-root \
+    sh -c "echo \$HOME \$(cat $UHOME/px-home-marker) \$(findmnt -n -o FSTYPE /root)"
 else
   t_skip "remap-root cases" "no Debian image"
 fi

@@ -28,6 +28,7 @@ cat >"$SKIFF_CONFIG" <<EOF2
 cache_path = $W/cache
 temp_path = $W/tmp
 credentials_file = $W/credentials
+enroot_config_path = $W/enroot
 EOF2
 mkdir -p "$W/tmp" "$W/out"
 cd "$W/out" || exit 1
@@ -233,6 +234,8 @@ PC=$(registry_free_port)
 fake_start redirecting "$PC" --bearer "http://127.0.0.1:$PC/token" --token tok-c --upstream "$R" --redirect-blobs "http://localhost:$PS" || SEC_OK=0
 PE=$(registry_free_port); fake_start big-manifest "$PE" --big-manifest $((5 << 20)) || SEC_OK=0
 PF=$(registry_free_port); fake_start big-token "$PF" --bearer "http://127.0.0.1:$PF/token" --big-token $((2 << 20)) || SEC_OK=0
+PG=$(registry_free_port); fake_start flaky-once "$PG" --upstream "$R" --fail-blobs 1 || SEC_OK=0
+PH=$(registry_free_port); fake_start flaky-twice "$PH" --upstream "$R" --fail-blobs 2 || SEC_OK=0
 if [ $SEC_OK = 1 ]; then
   flog() { cat "$W/fake-$1.log"; }
   # (a) the mirror asks for a bearer token at its own realm; the credentials
@@ -297,6 +300,17 @@ if [ $SEC_OK = 1 ]; then
   expect_fail "token answer over 1 MiB" "GET http://127\.0\.0\.1:$PF/token\?.*: the answer is larger than 1 MiB, the limit for a token server's answer; refused" \
     docker://127.0.0.1:$PF#big:1
   rm -f "$W/credentials"
+  # (d) a registry in trouble (HTTP 503 for its first blob GETs): no retry by
+  # default; ENROOT_TRANSFER_RETRIES (transfer_retries) tries again
+  SKIFF_CACHE_PATH=$W/cache-g expect_fail "a blob answered 503, no retries: fails" \
+    "blob sha256:[0-9a-f]* on 127\.0\.0\.1:$PG: HTTP 503" docker://127.0.0.1:$PG#busybox:v2s2
+  t_check "ENROOT_TRANSFER_RETRIES=2: two 503s for a blob, then the image" \
+    env ENROOT_TRANSFER_RETRIES=2 SKIFF_CACHE_PATH=$W/cache-h "$SKIFF" import -o retried.sqsh docker://127.0.0.1:$PH#busybox:v2s2
+  check_busybox retried retried.sqsh
+  first=$(grep -m1 -o '/v2/busybox/blobs/sha256:[0-9a-f]*' "$W/fake-flaky-twice.log")
+  [ -n "$first" ] && [ "$(grep -c "\"$first\"" "$W/fake-flaky-twice.log")" = 3 ] &&
+    t_pass "the blob was asked for three times (two retries)" ||
+    t_fail "the blob was asked for three times" "$(flog flaky-twice)"
 else
   t_fail "start the fake registries (fakereg.py)"
 fi
@@ -349,18 +363,32 @@ fi
 if command -v openssl >/dev/null &&
    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$W/tok.key" -out "$W/tok.crt" -days 2 -subj /CN=skiff-test >/dev/null 2>&1; then
   TP=$(registry_free_port)
-  /usr/bin/python3 "$T_ROOT/tests/integration/lib/tokenserver.py" "$TP" "$W/tok.key" "$W/tok.crt" skiff-registry alice:t0ken-pw &
+  # a 3000-byte password: registry tokens (ECR, ACR) are 1-4 KB
+  LONGPW=t0ken-$(head -c 2250 /dev/urandom | base64 -w0 | tr -d '/+=' | head -c 2994)
+  /usr/bin/python3 "$T_ROOT/tests/integration/lib/tokenserver.py" "$TP" "$W/tok.key" "$W/tok.crt" skiff-registry "alice:$LONGPW" &
   TOKPID=$!
   for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$TP/" && break; sleep 0.1; done
   if registry_start "$W/reg-token" token "http://127.0.0.1:$TP/token" skiff-registry "$W/tok.crt"; then
     RT=127.0.0.1:$REG_PORT
-    skopeo copy -q --dest-tls-verify=false --dest-creds alice:t0ken-pw --format oci oci:"$W/layout":busybox docker://$RT/private:1 >/dev/null \
+    skopeo copy -q --dest-tls-verify=false --dest-creds "alice:$LONGPW" --format oci oci:"$W/layout":busybox docker://$RT/private:1 >/dev/null \
       || t_fail "push to the token registry"
     : >"$W/credentials"
     expect_fail "bearer registry without credentials" "token server .* refused \(HTTP 401\)" docker://$RT#private:1
-    printf 'machine %s login alice password t0ken-pw\n' "$RT" >"$W/credentials"
-    t_check "bearer token from the realm with netrc credentials" "$SKIFF" import -o token.sqsh docker://$RT#private:1
+    printf 'machine %s login alice password %s\n' "$RT" "$LONGPW" >"$W/credentials"
+    t_check "bearer token from the realm with netrc credentials (a ${#LONGPW}-byte password, whole)" \
+      "$SKIFF" import -o token.sqsh docker://$RT#private:1
     check_busybox bearer token.sqsh
+    # enroot's credentials file, for a host skiff's has no entry for; its
+    # password from the job's environment ($ENROOT_PASSWORD, JAX-Toolbox's way)
+    : >"$W/credentials"
+    mkdir -p "$W/enroot" && printf 'machine %s login alice password $ENROOT_PASSWORD\n' "$RT" >"$W/enroot/.credentials"
+    ENROOT_PASSWORD=$LONGPW t_check "enroot's .credentials when skiff's has no entry, \$ENROOT_PASSWORD substituted" \
+      "$SKIFF" import -o token-enroot.sqsh docker://$RT#private:1
+    expect_fail "enroot's \$ENROOT_PASSWORD unset: named" "ENROOT_PASSWORD, which is not set" docker://$RT#private:1
+    printf 'machine %s login alice password $(cat /tmp/pw)\n' "$RT" >"$W/enroot/.credentials"
+    expect_fail "enroot's command substitution is refused" "command substitution, which skiff does not run" \
+      docker://$RT#private:1
+    rm -rf "$W/enroot"
     registry_stop
   else
     t_fail "start the token registry"

@@ -41,8 +41,8 @@ int main(int argc, char **argv)
         perror("exec");
         return 1;
     }
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
     o.image = argv[3];
     o.state_key = argv[4];
     const char *hook_env[] = {"SLURM_JOB_ID=42", NULL};

@@ -112,7 +112,7 @@ check_rc "root is read-only by default" 1 st $W/bb.sqsh sh -c 'echo x > /newfile
 check_out "--rw root is writable (overlay)" "x" st --rw $W/bb.sqsh sh -c 'echo x > /newfile && cat /newfile'
 check_out "--rw changes do not persist" "gone" st $W/bb.sqsh sh -c 'test -e /newfile || echo gone'
 check_out "/tmp is a writable tmpfs" "tmpfs ok" st $W/bb.sqsh sh -c 'echo ok > /tmp/t && echo "$(awk "\$2==\"/tmp\"{print \$3}" /proc/mounts) $(cat /tmp/t)"'
-check_out "minimal /dev" "full null ptmx pts random shm tty urandom zero" \
+check_out "minimal /dev" "full mqueue null ptmx pts random shm tty urandom zero" \
   st $W/bb.sqsh sh -c 'ls /dev | grep -v -e ^fd -e ^std | tr "\n" " " | sed "s/ $//"'
 check_out "/dev/null and /dev/zero work" "5" st $W/bb.sqsh sh -c 'echo x > /dev/null && head -c 5 /dev/zero | wc -c'
 check_out "host hostname and /etc/hosts" "$(hostname) $(md5sum </etc/hosts)" st $W/bb.sqsh sh -c 'echo "$(hostname) $(md5sum </etc/hosts)"'
@@ -151,8 +151,9 @@ check_out "no WorkingDir means /" "/" st --no-entrypoint $W/ep.sqsh pwd
 # ---- mounts ----
 check_out "--mount-home: the home directory at its own path" "$(getent passwd $TUSER | cut -d: -f6) 1" \
   st --mount-home $W/bb.sqsh sh -c "d=$(getent passwd $TUSER | cut -d: -f6); echo \$d \$(grep -c \" \$d \" /proc/mounts)"
-check_out "--mount-home --remap-root: the home directory at /root, HOME=/root (pyxis)" "/root 1" \
-  st --mount-home --remap-root $W/bb.sqsh sh -c 'echo $HOME $(grep -c " /root " /proc/mounts)'
+check_out "--mount-home --remap-root: the home at its own path, /root a private tmpfs, HOME=/root (pyxis)" \
+  "/root tmpfs 1" st --mount-home --remap-root $W/bb.sqsh sh -c \
+  "echo \$HOME \$(awk '\$2 == \"/root\" {print \$3}' /proc/mounts) \$(grep -c ' $(getent passwd $TUSER | cut -d: -f6) ' /proc/mounts)"
 check_out "bind a file" "hostfile" st -m $W/share/f.txt:/etc/f.txt $W/bb.sqsh cat /etc/f.txt
 check_out "bind a dir, writable" "hostfile w" st -m $W/share:/mnt/share $W/bb.sqsh sh -c 'echo w > /mnt/share/w && cat /mnt/share/f.txt /mnt/share/w | tr "\n" " " | sed "s/ $//"'
 check_rc "ro mount enforced" 1 st -m $W/share:/mnt/share:ro $W/bb.sqsh sh -c 'echo x > /mnt/share/x'
@@ -161,7 +162,17 @@ check_out "x-create=dir" "yes" st -m $W/share/f.txt:/made/here:x-create=file+ro 
 check_out "a bound character device stays usable (gpu hook binds)" "ok" st --rw -m /dev/null:/devnull:x-create=file $W/bb.sqsh sh -c 'echo x > /devnull && echo ok'
 t_fails_with "missing source is a clear error" "source path does not exist: $W/nope" st -m $W/nope:/x $W/bb.sqsh true
 t_fails_with "bad mount flag is a clear error" "unknown mount flag 'bogus'" st -m $W/share:/x:bogus $W/bb.sqsh true
-check_out "a relative destination starts at the root" "hostfile" st -m $W/share:mnt/rel $W/bb.sqsh cat /mnt/rel/f.txt
+check_out "a relative destination (./) starts at the root" "hostfile" st -m $W/share:./mnt/rel $W/bb.sqsh cat /mnt/rel/f.txt
+t_fails_with "a destination neither absolute nor ./relative is refused (pyxis)" "neither absolute nor relative: write /mnt" \
+  st -m $W/share:mnt $W/bb.sqsh true
+check_out "umount:DST takes a default mount away (pyxis)" "0" st -m umount:/tmp $W/bb.sqsh sh -c 'grep -c " /tmp " /proc/mounts'
+check_out "umount:DST after --mount-home takes the home away" "0" \
+  st --mount-home -m umount:$(getent passwd $TUSER | cut -d: -f6) $W/bb.sqsh sh -c "grep -c ' $(getent passwd $TUSER | cut -d: -f6) ' /proc/mounts"
+t_fails_with "umount:DST where nothing is mounted is an error" "umount /etc: nothing is mounted there" \
+  st -m umount:/etc $W/bb.sqsh true
+check_rc "umount:DST:nofail where nothing is mounted" 0 st -m umount:/etc:nofail $W/bb.sqsh true
+check_out "/dev/mqueue exists (pyxis), /dev/shm is the host's" "d $(stat -c %d /dev/shm)" \
+  st $W/bb.sqsh sh -c 'echo $(stat -c %F /dev/mqueue | cut -c1) $(stat -c %d /dev/shm)'
 t_fails_with "a destination whose '..' leaves the root is refused (EXDEV)" "Invalid cross-device link" \
   st -m $W/share:../x $W/bb.sqsh true
 # escape attempts: symlinks in the image used as mount destinations
@@ -187,18 +198,21 @@ cpid=$(cat $W/share/sig/pid 2>/dev/null)
 check_out "exec into a running container" "image /work 1" as_user "$SKIFF" exec "$cpid" sh -c 'echo $OVER $(pwd) $(ls /sig | grep -c pid)'
 t_fails_with "exec into a non-container pid" "not in a skiff container|is it running, and yours" as_user "$SKIFF" exec $$ true
 # a process that joined with skiff exec and outlives the command goes at stop
-as_user "$SKIFF" exec "$cpid" sh -c 'sleep 314 & echo $! >/sig/joined' >/dev/null 2>&1
+# (sleeps of durations no other run of this test uses: other checkouts run it
+# at the same time as the same user)
+SLP=1$$
+as_user "$SKIFF" exec "$cpid" sh -c "sleep ${SLP}4 & echo \$! >/sig/joined" >/dev/null 2>&1
 kill -TERM "$(pgrep -o -u $TUSER -f "$SKIFF start -m $W/share/sig")"
 wait $spid; rc=$?
 if [ "$rc" -eq 3 ] && [ "$(cat $W/share/sig/out 2>/dev/null)" = term ]; then t_pass "TERM forwarded to the command"
 else t_fail "TERM forwarded to the command" "rc=$rc out=$(cat $W/share/sig/out 2>&1)"; fi
-if [ -s $W/share/sig/joined ] && ! pgrep -u $TUSER -f 'sleep 314' | xargs -r ps -o stat= -p 2>/dev/null | grep -qv '^Z'; then
+if [ -s $W/share/sig/joined ] && ! pgrep -u $TUSER -f "^sleep ${SLP}4\$" | xargs -r ps -o stat= -p 2>/dev/null | grep -qv '^Z'; then
   t_pass "a process joined with skiff exec is killed at stop"
-else t_fail "a process joined with skiff exec is killed at stop" "$(pgrep -a -u $TUSER -f 'sleep 314')"; fi
-st $W/bb.sqsh sh -c 'sleep 313 & exit 0' >/dev/null 2>&1
-st $W/bb.sqsh sh -c '(sh -c "sleep 315 &" &) ; sleep 0.1; exit 0' >/dev/null 2>&1
+else t_fail "a process joined with skiff exec is killed at stop" "$(pgrep -a -u $TUSER -f "^sleep ${SLP}4\$")"; fi
+st $W/bb.sqsh sh -c "sleep ${SLP}3 & exit 0" >/dev/null 2>&1
+st $W/bb.sqsh sh -c "(sh -c 'sleep ${SLP}5 &' &) ; sleep 0.1; exit 0" >/dev/null 2>&1
 # (a killed orphan may stay a zombie until this machine's init reaps it: not running)
-if pgrep -u $TUSER -f 'sleep 31[35]' | xargs -r ps -o stat= -p 2>/dev/null | grep -qv '^Z'; then t_fail "background processes (also double-forked) killed at exit"; else t_pass "background processes (also double-forked) killed at exit"; fi
+if pgrep -u $TUSER -f "^sleep ${SLP}[35]\$" | xargs -r ps -o stat= -p 2>/dev/null | grep -qv '^Z'; then t_fail "background processes (also double-forked) killed at exit"; else t_pass "background processes (also double-forked) killed at exit"; fi
 t_check "nothing mounted or left after signals" leftovers
 
 # ---- hooks ----

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -160,7 +161,26 @@ static int tmpfs_at(int rootfd, const char *dst, const char *data, unsigned long
     return 0;
 }
 
-int skiff_assemble_system_mounts(int rootfd, skiff_err *err)
+/* /dev/shm and /dev/mqueue: the host's, or with a private IPC namespace
+ * (--container-unshare=ipc) the container's own, a tmpfs and an mqueue
+ * instance of that namespace (pyxis gives both). Without one, /dev/mqueue
+ * is the host's if it has one, else an empty directory: an mqueue instance
+ * may be mounted only by the owner of the IPC namespace. */
+static int ipc_mounts(int rootfd, bool own_ipc, skiff_err *err)
+{
+    if (own_ipc ? tmpfs_at(rootfd, "/dev/shm", "mode=1777", MS_NOEXEC, err) < 0
+                : bind_at(rootfd, "/dev/shm", "/dev/shm", SKIFF_BIND_NOEXEC, err) < 0)
+        return -1;
+    struct stat st;
+    if (!own_ipc && stat("/dev/mqueue", &st) == 0 && S_ISDIR(st.st_mode))
+        return bind_at(rootfd, "/dev/mqueue", "/dev/mqueue", SKIFF_BIND_NOEXEC, err);
+    cleanup_close int t = skiff_root_mkdirs(rootfd, "/dev/mqueue", 0755, err);
+    if (t < 0 || (own_ipc && skiff_mount_fs("mqueue", "mqueue", t, MS_NOEXEC, NULL, err) < 0))
+        return skiff_err_wrap(err, "mount /dev/mqueue");
+    return 0;
+}
+
+int skiff_assemble_system_mounts(int rootfd, int unshare_flags, skiff_err *err)
 {
     if (bind_at(rootfd, "/proc", "/proc", SKIFF_BIND_REC | SKIFF_BIND_NOEXEC, err) < 0 ||
         bind_at(rootfd, "/sys", "/sys", SKIFF_BIND_REC | SKIFF_BIND_RO | SKIFF_BIND_NOEXEC, err) < 0 ||
@@ -174,7 +194,7 @@ int skiff_assemble_system_mounts(int rootfd, skiff_err *err)
             return -1;
     }
     if (bind_at(rootfd, "/dev/pts", "/dev/pts", SKIFF_BIND_DEV | SKIFF_BIND_NOEXEC, err) < 0 ||
-        bind_at(rootfd, "/dev/shm", "/dev/shm", SKIFF_BIND_NOEXEC, err) < 0)
+        ipc_mounts(rootfd, unshare_flags & CLONE_NEWIPC, err) < 0)
         return -1;
     cleanup_close int devfd = skiff_root_open(rootfd, "/dev", O_PATH | O_DIRECTORY, err);
     if (devfd < 0)
@@ -217,10 +237,11 @@ static int apply_spec_list(int rootfd, const char *const *specs, skiff_err *err)
     return 0;
 }
 
-int skiff_assemble_user_mounts(int rootfd, const char *home, const char *home_dst, const char *const *specs,
-                               skiff_err *err)
+int skiff_assemble_user_mounts(int rootfd, const char *home, bool root_tmpfs, const char *const *specs, skiff_err *err)
 {
-    if (home && bind_at(rootfd, home, home_dst, SKIFF_BIND_REC, err) < 0)
+    if (home && bind_at(rootfd, home, home, SKIFF_BIND_REC, err) < 0)
         return skiff_err_wrap(err, "home directory");
+    if (root_tmpfs && tmpfs_at(rootfd, "/root", "mode=0700", 0, err) < 0)
+        return skiff_err_wrap(err, "root's home directory");
     return apply_spec_list(rootfd, specs, err);
 }

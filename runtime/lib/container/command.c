@@ -16,7 +16,7 @@
 #include "caps.h"
 #include "idfilter.h"
 
-int skiff_command_argv(char *const *entrypoint, char *const *cmd, bool use_entrypoint, char *const *user_argv,
+int skiff_command_argv(char *const *entrypoint, char *const *cmd, bool use_entrypoint, const char *const *user_argv,
                        char ***argvp, skiff_err *err)
 {
     char **v = calloc(1, sizeof(char *));
@@ -27,9 +27,11 @@ int skiff_command_argv(char *const *entrypoint, char *const *cmd, bool use_entry
         for (size_t i = 0; entrypoint && entrypoint[i]; i++)
             if (skiff_strv_push(&v, entrypoint[i], err) < 0)
                 goto fail;
-    char *const *rest = have_user ? user_argv : cmd;
-    for (size_t i = 0; rest && rest[i]; i++)
-        if (skiff_strv_push(&v, rest[i], err) < 0)
+    for (size_t i = 0; have_user && user_argv[i]; i++)
+        if (skiff_strv_push(&v, user_argv[i], err) < 0)
+            goto fail;
+    for (size_t i = 0; !have_user && cmd && cmd[i]; i++)
+        if (skiff_strv_push(&v, cmd[i], err) < 0)
             goto fail;
     if (!v[0]) {
         skiff_error(err, 0, "no command given and the image defines no Entrypoint or Cmd");
@@ -45,7 +47,7 @@ fail:
 int skiff_container_argv(const struct skiff_container *c, bool use_entrypoint, char *const *user_argv, char ***argvp,
                          skiff_err *err)
 {
-    return skiff_command_argv(c->entrypoint, c->cmd, use_entrypoint, user_argv, argvp, err);
+    return skiff_command_argv(c->entrypoint, c->cmd, use_entrypoint, (const char *const *)user_argv, argvp, err);
 }
 
 /* Writes "skiff: start: WHAT: strerror(e)" to stderr with write(2) alone. */

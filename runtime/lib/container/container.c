@@ -22,9 +22,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "caps.h"
 #include "clock.h"
 #include "fdio.h"
+#include "fsutil.h"
 #include "fusemount.h"
 #include "idfilter.h"
 #include "mountspec.h"
@@ -32,14 +34,7 @@
 #include "ns.h"
 #include "squash.h"
 
-void skiff_start_opts_init(struct skiff_start_opts *opts)
-{
-    memset(opts, 0, sizeof(*opts));
-    opts->fuse_fd = -1;
-    opts->use_entrypoint = true;
-}
-
-static int resolve_image(const struct skiff_config *cfg, const struct skiff_start_opts *o, struct skiff_holder *h,
+static int resolve_image(const struct skiff_config *cfg, const struct skiff_start_request *o, struct skiff_holder *h,
                          skiff_err *err)
 {
     h->writable = o->writable;
@@ -116,35 +111,36 @@ out:
     return rv;
 }
 
-int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_opts *opts,
+int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_request *req,
                           struct skiff_container *c, skiff_err *err)
 {
     memset(c, 0, sizeof(*c));
     c->server_pidfd = -1;
-    struct skiff_holder h = {.cfg = cfg, .o = opts, .named = {.users = -1, .lock = -1}};
-    if (resolve_image(cfg, opts, &h, err) < 0)
+    struct skiff_holder h = {.cfg = cfg, .o = req, .named = {.users = -1, .lock = -1}};
+    if (resolve_image(cfg, req, &h, err) < 0)
         return skiff_err_wrap(err, "start");
     /* validate mount specs before forking: a typo gets its message at once */
-    for (size_t i = 0; opts->mounts && opts->mounts[i]; i++) {
+    for (size_t i = 0; req->mounts && req->mounts[i]; i++) {
         struct skiff_mount m;
-        if (skiff_mountspec_parse(opts->mounts[i], &m, err) < 0)
+        if (skiff_mountspec_parse(req->mounts[i], &m, err) < 0)
             return skiff_err_wrap(err, "start");
         skiff_mount_free(&m);
     }
-    for (size_t i = 0; opts->env && opts->env[i]; i++)
-        if (!strchr(opts->env[i], '=') || opts->env[i][0] == '=')
-            return skiff_error(err, 0, "start: environment entry '%s' is not KEY=VALUE", opts->env[i]);
+    /* NAME=VALUE, or a bare NAME: the caller's value (env.h) */
+    for (size_t i = 0; req->env && req->env[i]; i++)
+        if (req->env[i][0] == '=' || !req->env[i][0])
+            return skiff_error(err, 0, "start: environment entry '%s' is not KEY=VALUE or NAME", req->env[i]);
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return skiff_error(err, errno, "start: pipe");
-    if (opts->state_key && opts->state_key[0] && skiff_state_dir_for(cfg, opts->state_key, 0, c->state_dir, err) < 0) {
+    if (req->state_key && req->state_key[0] && skiff_state_dir_for(cfg, req->state_key, 0, c->state_dir, err) < 0) {
         close(p[0]);
         close(p[1]);
         return skiff_err_wrap(err, "start");
     }
     pid_t parent = getpid();
     h.caller = parent;
-    skiff_trace(opts->trace, "start: fork holder");
+    skiff_trace(req->trace, "start: fork holder");
     pid_t pid = fork();
     if (pid < 0) {
         close(p[0]);
@@ -153,7 +149,7 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
     }
     if (pid == 0) {
         close(p[0]);
-        if (opts->die_with_parent) {
+        if (req->die_with_parent) {
             prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
             if (getppid() != parent)
                 _exit(1);
@@ -170,10 +166,10 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
     if (!c->state_dir[0])
         skiff_state_dir_for(cfg, NULL, pid, c->state_dir, err);
     c->owns_state = true;
-    c->trace = opts->trace;
+    c->trace = req->trace;
     int rc = read_reply(p[0], pid, c, err);
     close(p[0]);
-    skiff_trace(opts->trace, "start: holder ready");
+    skiff_trace(req->trace, "start: holder ready");
     if (rc < 0) {
         skiff_state_remove(c->state_dir);
         skiff_strv_free(c->env);
@@ -194,7 +190,7 @@ int skiff_container_start(const struct skiff_config *cfg, const struct skiff_sta
         close(c->server_pidfd); /* (not the server: it has died, its pid is reused) */
         c->server_pidfd = -1;
     }
-    c->subreaper = opts->subreaper;
+    c->subreaper = req->subreaper;
     if (c->subreaper) {
         char nsp[64];
         struct stat ns;
@@ -229,8 +225,8 @@ int skiff_container_env(const struct skiff_container *c, char ***envp, skiff_err
 
 int skiff_container_export(const struct skiff_config *cfg, const char *name, const char *out_path, skiff_err *err)
 {
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
     o.name = name;
     struct skiff_holder h = {.cfg = cfg, .o = &o, .rootfs_only = true, .named = {.users = -1, .lock = -1}};
     if (resolve_image(cfg, &o, &h, err) < 0)
@@ -259,10 +255,19 @@ int skiff_container_export(const struct skiff_config *cfg, const char *name, con
         h.state_dir = state_dir;
         if (rc == 0)
             rc = skiff_holder_setup(&h, NULL, &e);
-        char root[SKIFF_PATH_MAX + 8];
+        char root[SKIFF_PATH_MAX + 8], tmp[SKIFF_PATH_MAX + 64], mark[SKIFF_PATH_MAX + 32];
         snprintf(root, sizeof(root), "%s/root", h.stage);
+        /* The temporary image's name goes into the state directory first: if
+         * this export is killed (a cancelled step), whoever prunes the state
+         * of dead containers removes it too (runstate.c). */
+        const char *slash = strrchr(abs_out, '/');
+        if (rc == 0 && (skiff_fmt_path(tmp, sizeof(tmp), &e, "%.*s/.%s" SKIFF_EXPORT_TMP "%d", (int)(slash - abs_out),
+                                       abs_out, slash + 1, (int)getpid()) < 0 ||
+                        skiff_fmt_path(mark, sizeof(mark), &e, "%s/" SKIFF_EXPORT_MARK, state_dir) < 0 ||
+                        skiff_atomic_write(mark, tmp, strlen(tmp), 0600, SKIFF_ATOMIC_NOSYNC, &e) < 0))
+            rc = -1;
         if (rc == 0)
-            rc = skiff_squash_from_dir(cfg, root, abs_out, &e);
+            rc = skiff_squash_from_dir(cfg, root, abs_out, tmp, &e);
         skiff_fuse_stop(h.fuse);
         if (rc < 0)
             (void)skiff_write_all(p[1], &e, sizeof(e));

@@ -2,8 +2,8 @@
  *
  * One implementation shared by the `skiff` CLI and the SPANK plugin.
  *
- *   skiff_container_start()  forks a "holder": it (optionally) drops to the
- *       given uid/gid/groups, unshares user + mount (+ opts->unshare_flags)
+ *   skiff_container_start()  starts what a request (request.h) asks for:
+ *       it forks a "holder", which unshares user + mount (+ req->unshare_flags)
  *       namespaces, mounts the squashfs image (in-process FUSE server, or
  *       extraction into a tmpfs as the fallback), overlays a tmpfs upper when
  *       writable, mounts /proc /dev /sys /tmp, hosts/resolv.conf/hostname and
@@ -14,8 +14,9 @@
  *       setns into the holder's namespaces, chroot to the container root,
  *       chdir workdir, drop capabilities and set no_new_privs. After it
  *       returns the caller execs the command (argv, env of its choice).
- *   skiff_container_env()    the container environment (image Env, then
- *       hook env files, then opts->env: later wins), K=V strings.
+ *   skiff_container_env()    the container's own environment (image Env,
+ *       hook env files, the locale fallback, then req->env: later wins),
+ *       K=V strings; a command's is skiff_env_compose's (env.h).
  *   skiff_container_stop()   kills the holder and whatever else runs in the
  *       container, reaps the holder, waits until its FUSE server is gone (so
  *       nothing stays mounted or running) and removes the state directory.
@@ -31,51 +32,11 @@
 
 #include "config.h"
 #include "error.h"
+#include "request.h"
 #include "strv.h"
 
-struct skiff_start_opts {
-    const char *image;             /* squashfs path (NULL when name is an existing container) */
-    const char *name;              /* named container (persistent upper), or NULL */
-    const char *const *mounts;     /* pyxis-style specs "SRC:DST[:FLAGS]", NULL-terminated, or NULL */
-    const char *const *env;        /* extra K=V (win over image and hook env), or NULL */
-    const char *workdir;           /* NULL: the image's WorkingDir, else "/" */
-    bool writable;                 /* overlay over a tmpfs upper (implied by name) */
-    bool remap_root;               /* map the user to uid/gid 0 in the container */
-    bool mount_home;               /* bind the user's home directory (from passwd) */
-    bool use_entrypoint;           /* skiff_container_argv: prepend the image's Entrypoint */
-    char *const *command;          /* the command the caller will run (NULL: the image's); only
-                                      used to warm its executable while setting up (warm.h) */
-    bool no_warm;                  /* do not warm it (diagnostics: SKIFF_NO_WARM=1 in the CLI) */
-    int unshare_flags;             /* extra namespaces: CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS */
-    const char *const *hook_env;   /* K=V passed to hooks (the plugin passes SLURM_*), or NULL */
-    const char *const *locale_env; /* the caller's LANG / LC_* as K=V (the plugin passes the
-                                    job's): a locale the image lacks becomes C.UTF-8 in the
-                                    container env, unless the image sets the variable */
-    const char *extra_hooks_dir;   /* the user's hooks, run with cfg->hooks_dir's (the CLI's
-                                      $SKIFF_HOOKS_DIR; doc/hooks.md), or NULL */
-    const char *state_key;         /* unique key for runtime state (plugin: node.job.step); NULL = auto */
-    int fuse_fd;                   /* an open /dev/fuse fd (root may pass one), or -1 to open it */
-    int hook_timeout_s;            /* per hook; 0 = 60 s */
-    bool die_with_parent;          /* holder gets SIGKILL when the starting thread dies (CLI) */
-    bool trace;                    /* print phase timestamps (CLOCK_MONOTONIC ms) to stderr */
-    /* The holder starts the command itself (Entrypoint/Cmd/command as
-     * skiff_container_argv chooses, the container env plus default_env's
-     * entries for keys it lacks) as a child of the caller (CLONE_PARENT),
-     * with the caller's stdio and signal mask: already in the namespaces, it
-     * needs no join. Its pid is c->command; the caller waits for it. The CLI
-     * uses this; the plugin joins per task instead. */
-    bool spawn;
-    const char *const *default_env;
-    /* The caller is a child subreaper (PR_SET_CHILD_SUBREAPER) whose only
-     * children are this container's processes: the container's orphans and
-     * the holder's FUSE server come to it, so stop kills and reaps its
-     * children instead of scanning /proc for the container's mount namespace
-     * (which it still does when `skiff exec` joined, see mark_joined). */
-    bool subreaper;
-};
-
-/* Default options: everything off, fuse_fd = -1, use_entrypoint = true. */
-void skiff_start_opts_init(struct skiff_start_opts *opts);
+/* The most of what hooks say to the user that a container keeps. */
+#define SKIFF_NOTICE_LEN 512
 
 /* Where a failed start failed (the plugin names it: "skiff: hook: ..."). */
 enum skiff_start_failure {
@@ -85,7 +46,7 @@ enum skiff_start_failure {
 
 struct skiff_container {
     pid_t holder;                   /* the parked process holding the namespaces; 0 = none */
-    pid_t command;                  /* the command started with opts->spawn (our child); 0 = none */
+    pid_t command;                  /* the command started with req->spawn (our child); 0 = none */
     pid_t server;                   /* the holder's FUSE server; 0 = none (extracted image) */
     int server_pidfd;               /* a pidfd of it (start only), or -1 */
     char state_dir[SKIFF_PATH_MAX]; /* runtime_path/KEY */
@@ -102,9 +63,11 @@ struct skiff_container {
     char name[256];                        /* the named container it runs, or "" */
     bool shared;                           /* a second instance of a named container in use: its
                                               changes are not kept (named.h, skiff_named_use) */
+    char notice[SKIFF_NOTICE_LEN];         /* what the hooks told the user at the start (their
+                                              stderr when they succeeded), one line, or "" */
 };
 
-int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_opts *opts,
+int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_request *req,
                           struct skiff_container *c, skiff_err *err);
 
 /* How a process joins a container. */
@@ -179,6 +142,14 @@ void skiff_container_free(struct skiff_container *c);
  * 1 found, 0 none, -1 error. */
 int skiff_container_find(const struct skiff_config *cfg, const char *key, const char *name, const char *prefix,
                          struct skiff_container *c, skiff_err *err);
+
+/* Calls fn for each running container of the caller's in cfg->runtime_path
+ * (state key, and the container: holder, name, shared, workdir, env),
+ * sorted by key; one whose holder is gone or is not in the mount namespace
+ * its state recorded is skipped. A missing runtime_path has none. */
+int skiff_container_each(const struct skiff_config *cfg,
+                         void (*fn)(const char *key, const struct skiff_container *c, void *arg), void *arg,
+                         skiff_err *err);
 
 /* Reads the state of a running container by holder pid or state key from
  * runtime_path (for `skiff exec`): fills c (holder, workdir, env). */

@@ -2,7 +2,8 @@
  * namespaces (container_int.h). skiff_holder_setup is the start path in
  * order, one step per file: namespaces (ns.c), root filesystem
  * (assemble.c), image config and warming (image/imgconfig.c, fs/warm.c),
- * system and user mounts (assemble.c), hooks (hookrun.c), environment
+ * system and user mounts (assemble.c; enroot's mounts.d between them,
+ * enrootsite.c), hooks (hookrun.c, then enroot's hooks.d), environment
  * (imgcompat.c), the report and state file (runstate.c), pivot_root, the
  * command (command.c). */
 #include "container_int.h"
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "env.h"
 #include "fdio.h"
 #include "fusemount.h"
 #include "imgconfig.h"
@@ -43,7 +45,7 @@ static const char *path_in(const char *const *env, const char *found)
 /* The working directory: --workdir (a relative one from where the
  * container starts, pyxis's rule; ".." never leaves the root), else the
  * image's WorkingDir, else /. */
-static int workdir_of(const struct skiff_start_opts *o, const struct skiff_image_config *ic, char *out, size_t n,
+static int workdir_of(const struct skiff_start_request *o, const struct skiff_image_config *ic, char *out, size_t n,
                       skiff_err *err)
 {
     const char *base = ic->workdir[0] == '/' ? ic->workdir : "/";
@@ -58,7 +60,7 @@ static int workdir_of(const struct skiff_start_opts *o, const struct skiff_image
 /* Starts warming the executable the caller will run (see warm.h): the same
  * choice of argv[0] as skiff_container_argv, the PATH the command will get
  * (hooks aside), the working directory it will start in. */
-static void warm_command(const struct skiff_start_opts *o, const struct skiff_image_config *ic, int rootfd)
+static void warm_command(const struct skiff_start_request *o, const struct skiff_image_config *ic, int rootfd)
 {
     char **argv = NULL;
     skiff_err e;
@@ -73,7 +75,7 @@ static void warm_command(const struct skiff_start_opts *o, const struct skiff_im
 
 int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_err *err)
 {
-    const struct skiff_start_opts *o = h->o;
+    const struct skiff_start_request *o = h->o;
     char mnt[SKIFF_PATH_MAX + 8];
     if (skiff_state_private_dir(h->cfg->runtime_path, err) < 0 || skiff_state_private_dir(h->state_dir, err) < 0)
         return -1;
@@ -119,13 +121,14 @@ int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_e
         goto out;
     warm_command(o, &ic, rootfd);
     skiff_trace(o->trace, "holder: image config, warm");
-    if (skiff_assemble_system_mounts(rootfd, err) < 0) {
+    if (skiff_assemble_system_mounts(rootfd, o->unshare_flags, err) < 0) {
         skiff_err_wrap(err, "system mounts");
         goto out;
     }
     skiff_trace(o->trace, "holder: system mounts");
-    /* pyxis: with remap-root the home directory is root's, /root */
-    if (skiff_assemble_user_mounts(rootfd, o->mount_home ? h->home : NULL, o->remap_root ? "/root" : h->home, o->mounts,
+    if (skiff_enroot_mounts(h, rootfd, err) < 0)
+        goto out;
+    if (skiff_assemble_user_mounts(rootfd, o->mount_home ? h->home : NULL, o->mount_home && o->remap_root, o->mounts,
                                    err) < 0)
         goto out;
     if (skiff_env_set(&env, SKIFF_DEFAULT_PATH, err) < 0)
@@ -135,16 +138,25 @@ int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_e
             skiff_err_wrap(err, "image Env");
             goto out;
         }
-    if (skiff_hooks_container(h, &env, err) < 0) {
+    if (skiff_enroot_environ(h, &env, err) < 0)
+        goto out;
+    char notice[SKIFF_NOTICE_LEN] = "";
+    if (skiff_hooks_container(h, &env, notice, sizeof(notice), err) < 0 ||
+        skiff_enroot_hooks(h, rootfd, &env, notice, sizeof(notice), err) < 0) {
         h->failed_in_hooks = true;
         goto out;
     }
     skiff_trace(o->trace, "holder: hooks");
     if (skiff_compat_env(rootfd, o, &env, err) < 0)
         goto out;
-    for (size_t i = 0; o->env && o->env[i]; i++)
-        if (skiff_env_set(&env, o->env[i], err) < 0)
+    {
+        /* the user's entries over the container's own (env.h) */
+        char **own = env;
+        int rc = skiff_env_compose(NULL, (const char *const *)own, o, &env, err);
+        skiff_strv_free(own);
+        if (rc < 0)
             goto out;
+    }
     char wd[SKIFF_PATH_MAX];
     if (workdir_of(o, &ic, wd, sizeof(wd), err) < 0) {
         skiff_err_wrap(err, "working directory");
@@ -173,6 +185,7 @@ int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_e
             (h->fuse && skiff_rec_putf(out, 'F', err, "%d", (int)skiff_fuse_server_pid(h->fuse)) < 0) ||
             (o->name && skiff_rec_put(out, 'N', o->name, err) < 0) ||
             (o->name && !h->named.writer && skiff_rec_put(out, 'R', "1", err) < 0) ||
+            (notice[0] && skiff_rec_put(out, 'U', notice, err) < 0) ||
             (stat("/proc/self/ns/mnt", &mns) == 0 &&
              skiff_rec_putf(out, 'M', err, "%llu:%llu", (unsigned long long)mns.st_dev,
                             (unsigned long long)mns.st_ino) < 0))
@@ -194,11 +207,15 @@ int skiff_holder_setup(struct skiff_holder *h, struct skiff_recbuf *out, skiff_e
         char **argv = NULL;
         char num[16];
         pid_t cmd;
-        if (skiff_env_add_defaults(&env, o->default_env, err) < 0 ||
-            skiff_command_argv(ic.entrypoint, ic.cmd, o->use_entrypoint, o->command, &argv, err) < 0)
+        char **cenv = NULL;
+        if (skiff_env_compose(o->default_env, (const char *const *)env, NULL, &cenv, err) < 0 ||
+            skiff_command_argv(ic.entrypoint, ic.cmd, o->use_entrypoint, o->command, &argv, err) < 0) {
+            skiff_strv_free(cenv);
             goto out;
-        cmd = skiff_command_spawn(h, argv, env, wd, err);
+        }
+        cmd = skiff_command_spawn(h, argv, cenv, wd, err);
         skiff_strv_free(argv);
+        skiff_strv_free(cenv);
         if (cmd < 0)
             goto out;
         snprintf(num, sizeof(num), "%d", (int)cmd);

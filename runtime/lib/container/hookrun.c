@@ -34,7 +34,13 @@ static int cmp_hook(const void *a, const void *b)
     return c ? c : (x->dir > y->dir) - (x->dir < y->dir);
 }
 
-static int collect(const char *dir, size_t dir_index, struct hook **list, size_t *n, skiff_err *err)
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a > b && !strcmp(s + a - b, suffix);
+}
+
+static int collect(const char *dir, size_t dir_index, const char *suffix, struct hook **list, size_t *n, skiff_err *err)
 {
     DIR *d = opendir(dir);
     if (!d) {
@@ -45,7 +51,7 @@ static int collect(const char *dir, size_t dir_index, struct hook **list, size_t
     struct dirent *e;
     int rv = 0;
     while ((e = readdir(d))) {
-        if (e->d_name[0] == '.')
+        if (e->d_name[0] == '.' || (suffix && !ends_with(e->d_name, suffix)))
             continue;
         struct stat st;
         if (fstatat(dirfd(d), e->d_name, &st, 0) < 0 || !S_ISREG(st.st_mode) ||
@@ -67,12 +73,35 @@ static int collect(const char *dir, size_t dir_index, struct hook **list, size_t
     return rv;
 }
 
-int skiff_hooks_run(const char *const *dirs, const char *const *envp, int timeout_ms, skiff_err *err)
+/* Appends "hook NAME: TEXT" to notice, TEXT's lines joined with "; ". */
+static void add_notice(char *notice, size_t n, const char *name, const char *text)
+{
+    size_t o = strlen(notice);
+    if (o + 1 >= n)
+        return;
+    int w = snprintf(notice + o, n - o, "%shook %s: ", o ? "; " : "", name);
+    if (w < 0 || (size_t)w >= n - o)
+        return;
+    o += (size_t)w;
+    for (const char *p = text; *p && o + 1 < n; p++) {
+        if (*p == '\n') {
+            if (o + 3 >= n)
+                break;
+            notice[o++] = ';';
+            notice[o++] = ' ';
+        } else
+            notice[o++] = *p;
+    }
+    notice[o] = '\0';
+}
+
+int skiff_hooks_run(const char *const *dirs, const char *suffix, const char *const *envp, int timeout_ms, char *notice,
+                    size_t n_notice, skiff_err *err)
 {
     struct hook *list = NULL;
     size_t n = 0;
     for (size_t i = 0; dirs && dirs[i]; i++)
-        if (dirs[i][0] && collect(dirs[i], i, &list, &n, err) < 0) {
+        if (dirs[i][0] && collect(dirs[i], i, suffix, &list, &n, err) < 0) {
             free(list);
             return -1;
         }
@@ -93,8 +122,11 @@ int skiff_hooks_run(const char *const *dirs, const char *const *envp, int timeou
                              r.err_tail);
             break;
         }
-        if (r.err_tail[0]) /* a successful hook's warnings still reach the user */
+        if (r.err_tail[0]) { /* a successful hook's warnings still reach the user */
             fprintf(stderr, "skiff: hook %s: %s\n", list[i].name, r.err_tail);
+            if (notice && n_notice)
+                add_notice(notice, n_notice, list[i].name, r.err_tail);
+        }
     }
     free(list);
     return rv;
@@ -102,7 +134,7 @@ int skiff_hooks_run(const char *const *dirs, const char *const *envp, int timeou
 
 /* ---- the hook ABI of a container start ---- */
 
-static int apply_fstab_file(int rootfd, const char *path, skiff_err *err)
+int skiff_hooks_apply_fstab(int rootfd, const char *path, const char *what, skiff_err *err)
 {
     FILE *f = fopen(path, "re");
     if (!f)
@@ -113,7 +145,7 @@ static int apply_fstab_file(int rootfd, const char *path, skiff_err *err)
     while (getline(&line, &cap, f) > 0) {
         struct skiff_mount m;
         if (skiff_mountspec_parse_fstab(line, &m, err) < 0) {
-            rv = skiff_err_wrap(err, "hook mounts file");
+            rv = skiff_err_wrap(err, "%s", what);
             break;
         }
         if (!m.dst)
@@ -121,7 +153,7 @@ static int apply_fstab_file(int rootfd, const char *path, skiff_err *err)
         rv = skiff_mount_apply(rootfd, &m, err);
         skiff_mount_free(&m);
         if (rv < 0) {
-            skiff_err_wrap(err, "hook mounts file");
+            skiff_err_wrap(err, "%s", what);
             break;
         }
     }
@@ -130,7 +162,7 @@ static int apply_fstab_file(int rootfd, const char *path, skiff_err *err)
     return rv;
 }
 
-static int read_env_file(const char *path, char ***env, skiff_err *err)
+int skiff_hooks_read_env(const char *path, char ***env, skiff_err *err)
 {
     FILE *f = fopen(path, "re");
     if (!f)
@@ -154,7 +186,7 @@ static int read_env_file(const char *path, char ***env, skiff_err *err)
     return rv;
 }
 
-int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *err)
+int skiff_hooks_container(const struct skiff_holder *h, char ***env, char *notice, size_t n_notice, skiff_err *err)
 {
     /* the admin's directory, then the user's extra one: both run (the same
      * directory named twice, once). The library reads no environment: the
@@ -207,14 +239,15 @@ int skiff_hooks_container(const struct skiff_holder *h, char ***env, skiff_err *
             goto out;
 #undef ADD
     int timeout_ms = (h->o->hook_timeout_s > 0 ? h->o->hook_timeout_s : 60) * 1000;
-    if (skiff_hooks_run(dirs, (const char *const *)henv, timeout_ms, err) < 0)
+    if (skiff_hooks_run(dirs, NULL, (const char *const *)henv, timeout_ms, notice, n_notice, err) < 0)
         goto out;
     rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (rootfd < 0) {
         skiff_error(err, errno, "open %s", root);
         goto out;
     }
-    if (read_env_file(envfile, env, err) < 0 || apply_fstab_file(rootfd, mounts, err) < 0)
+    if (skiff_hooks_read_env(envfile, env, err) < 0 ||
+        skiff_hooks_apply_fstab(rootfd, mounts, "hook mounts file", err) < 0)
         goto out;
     rv = 0;
 out:

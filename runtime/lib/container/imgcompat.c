@@ -16,7 +16,11 @@
  *    directories and the names in its locale-archive. Loading the locale
  *    with newlocale() would use this process's C library and its own
  *    compiled-in data, not the image's; the archive's name table is read
- *    here instead (glibc's locarchive.h layout, every offset checked). */
+ *    here instead (glibc's locarchive.h layout, every offset checked).
+ *  - an environment file (enroot's start --env-file, the plugin's
+ *    --container-env-file): NAME=VALUE lines over everything above, read
+ *    by the holder as the user before pivot_root, so the path is the
+ *    host's (relative: from where the start runs). */
 #include "container_int.h"
 
 #include <ctype.h>
@@ -28,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fsutil.h"
 #include "rootfs.h"
 
 #define APT_CONF_NAME ".skiff-apt.conf"
@@ -182,12 +187,43 @@ static int locale_fallback(int rootfd, const char *const *host, char ***env, ski
     return 0;
 }
 
-int skiff_compat_env(int rootfd, const struct skiff_start_opts *o, char ***env, skiff_err *err)
+/* NAME=VALUE lines (the value verbatim to the line's end), blank lines and
+ * # comments; at most 1 MiB. Anything else names the file and line. */
+static int env_file(const char *path, char ***env, skiff_err *err)
+{
+    size_t len = 0;
+    cleanup_free char *text = skiff_read_file(path, 0, 1u << 20, &len, err);
+    if (!text)
+        return skiff_err_wrap(err, "environment file %s", path);
+    if (memchr(text, '\0', len))
+        return skiff_error(err, 0, "environment file %s: not a text file", path);
+    size_t line = 0;
+    for (char *l = text, *next; l; l = next) {
+        next = strchr(l, '\n');
+        if (next)
+            *next++ = '\0';
+        line++;
+        l[strcspn(l, "\r")] = '\0';
+        const char *p = l + strspn(l, " \t");
+        if (!*p || *p == '#')
+            continue;
+        const char *eq = strchr(p, '=');
+        if (!eq || !skiff_env_name_valid(p, (size_t)(eq - p)))
+            return skiff_error(err, 0, "environment file %s, line %zu: '%.64s' is not NAME=VALUE", path, line, p);
+        if (skiff_env_set(env, p, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int skiff_compat_env(int rootfd, const struct skiff_start_request *o, char ***env, skiff_err *err)
 {
     if (o->remap_root && apt_config(rootfd, env, err) < 0)
         return -1;
     /* pyxis: with --container-remap-root the home directory is root's */
     if (o->remap_root && o->mount_home && skiff_env_set(env, "HOME=/root", err) < 0)
         return -1;
-    return locale_fallback(rootfd, o->locale_env, env, err);
+    if (locale_fallback(rootfd, o->locale_env, env, err) < 0)
+        return -1;
+    return o->env_file ? env_file(o->env_file, env, err) : 0;
 }

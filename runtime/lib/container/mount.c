@@ -126,6 +126,27 @@ int skiff_mount_setattr(int target_fd, unsigned flags, skiff_err *err)
     return 0;
 }
 
+/* umount:DST: detaches the mount on dst (inside the root), found through
+ * an O_PATH fd of it, so no path is looked up twice. */
+static int detach(int rootfd, const struct skiff_mount *m, const char *dst, skiff_err *err)
+{
+    cleanup_close int t = skiff_root_open(rootfd, dst, O_PATH, err);
+    if (t < 0) {
+        if (err->code == ENOENT && m->nofail)
+            return 0;
+        return skiff_err_wrap(err, "umount %s", m->dst);
+    }
+    char p[64];
+    fd_path(p, sizeof(p), t);
+    if (umount2(p, MNT_DETACH) == 0)
+        return 0;
+    if (errno == EINVAL && m->nofail)
+        return 0;
+    if (errno == EINVAL)
+        return skiff_error(err, 0, "umount %s: nothing is mounted there (add nofail to allow that)", m->dst);
+    return skiff_error(err, errno, "umount %s", m->dst);
+}
+
 int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err)
 {
     bool dir = true, chardev = false;
@@ -133,7 +154,11 @@ int skiff_mount_apply(int rootfd, const struct skiff_mount *m, skiff_err *err)
     char dst[PATH_MAX];
     if (skiff_root_path("/", m->dst, false, dst, sizeof(dst), err) < 0)
         return skiff_err_wrap(err, "mount %s", m->dst);
+    if (m->detach)
+        return detach(rootfd, m, dst, err);
     if (!m->tmpfs) {
+        if (stat(m->src, &st) < 0 && errno == ENOENT && m->nofail)
+            return 0;
         if (stat(m->src, &st) < 0 && errno == ENOENT)
             return skiff_error(err, 0, "mount %s: source path does not exist: %s", m->dst, m->src);
         if (stat(m->src, &st) < 0)

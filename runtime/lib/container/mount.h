@@ -34,7 +34,8 @@ int skiff_mount_fs(const char *fstype, const char *source, int target_fd, unsign
  * target_fd; on its submounts too with SKIFF_BIND_REC. */
 int skiff_mount_setattr(int target_fd, unsigned flags, skiff_err *err);
 
-/* Applies one user mount (bind or tmpfs) inside the root at rootfd, creating
+/* Applies one user mount (bind or tmpfs, or the unmount of umount:DST)
+ * inside the root at rootfd, creating
  * the destination as m->create says, with m's flags and propagation (a
  * tmpfs gets each option through fsconfig, so a bad one is named). Errors
  * name the spec: a missing source "source path does not exist: SRC", a

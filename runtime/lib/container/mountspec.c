@@ -63,8 +63,12 @@ static int apply_flag(struct skiff_mount *m, const char *f, skiff_err *err)
         m->noexec = true;
     else if (!strcmp(f, "exec"))
         m->noexec = false;
-    else if (!strcmp(f, "nosuid") || !strcmp(f, "nodev") || !strcmp(f, "defaults"))
-        ; /* always on / default */
+    else if (!strcmp(f, "nosuid") || !strcmp(f, "nodev") || !strcmp(f, "defaults") || !strcmp(f, "silent"))
+        ; /* always on / default / nothing to say */
+    else if (!strcmp(f, "nofail"))
+        m->nofail = true;
+    else if (!strcmp(f, "x-detach"))
+        m->detach = true;
     else if (!strcmp(f, "suid") || !strcmp(f, "dev"))
         return skiff_error(err, 0, "mount flag '%s' is not allowed (every mount is nosuid,nodev)", f);
     else if (!strcmp(f, "x-create=dir"))
@@ -85,7 +89,7 @@ static int apply_flag(struct skiff_mount *m, const char *f, skiff_err *err)
         return skiff_error(err, 0,
                            "unknown mount flag '%s' (accepted: ro, rw, bind, rbind, noexec, exec, private, "
                            "rprivate, slave, rslave, shared, rshared, unbindable, runbindable, "
-                           "x-create=dir|file|auto)",
+                           "x-create=dir|file|auto, nofail)",
                            f);
     return 0;
 }
@@ -138,8 +142,9 @@ int skiff_mountspec_parse(const char *spec, struct skiff_mount *m, skiff_err *er
     }
     if (!strcmp(parts[0], "tmpfs"))
         m->tmpfs = true;
-    if (m->tmpfs && n < 2) {
-        skiff_error(err, 0, "tmpfs needs a destination (tmpfs:DST)");
+    m->detach = !strcmp(parts[0], "umount");
+    if ((m->tmpfs || m->detach) && n < 2) {
+        skiff_error(err, 0, "%s needs a destination (%s:DST)", parts[0], parts[0]);
         goto fail;
     }
     if (n >= 2 && !*parts[1]) {
@@ -147,15 +152,28 @@ int skiff_mountspec_parse(const char *spec, struct skiff_mount *m, skiff_err *er
         goto fail;
     }
     const char *dst = n >= 2 ? parts[1] : parts[0];
-    if (!m->tmpfs && check_path("mount source", parts[0], false, err) < 0)
+    bool bind = !m->tmpfs && !m->detach;
+    if (bind && check_path("mount source", parts[0], false, err) < 0)
         goto fail;
     if (check_path("mount destination", dst, true, err) < 0)
         goto fail;
+    if (dst[0] != '/' && dst[0] != '.') {
+        /* pyxis's rule: "mnt" is a typo for "/mnt" as often as for "./mnt" */
+        skiff_error(err, 0,
+                    "mount destination '%s' is neither absolute nor relative: write /%s, or ./%s for a path "
+                    "from the container's root",
+                    dst, dst, dst);
+        goto fail;
+    }
     if (n == 3 && apply_flags(m, parts[2], "+,", err) < 0)
         goto fail;
-    m->src = m->tmpfs ? NULL : strdup(parts[0]);
+    if (m->detach && (m->tmpfs || m->readonly || m->recursive || m->data)) {
+        skiff_error(err, 0, "umount:DST takes no mount flags but nofail");
+        goto fail;
+    }
+    m->src = bind ? strdup(parts[0]) : NULL;
     m->dst = strdup(dst);
-    if ((!m->tmpfs && !m->src) || !m->dst) {
+    if ((bind && !m->src) || !m->dst) {
         skiff_error(err, ENOMEM, "mount spec");
         goto fail;
     }
@@ -180,25 +198,28 @@ int skiff_mountspec_parse_fstab(const char *line, struct skiff_mount *m, skiff_e
         f[n++] = t;
     if (n == 0 || f[0][0] == '#')
         return 0;
-    if (n < 3) {
-        skiff_error(err, 0, "expected 'SRC DST TYPE [OPTIONS]'");
+    if (n < 2) {
+        skiff_error(err, 0, "expected 'SRC DST [TYPE [OPTIONS]]'");
         goto fail;
     }
-    if (!strcmp(f[2], "tmpfs"))
+    /* enroot's short forms: "tmpfs /tmp", "/x /x" (a bind) */
+    const char *type = n >= 3 ? f[2] : !strcmp(f[0], "tmpfs") ? "tmpfs" : "none";
+    if (!strcmp(type, "tmpfs"))
         m->tmpfs = true;
-    else if (strcmp(f[2], "none") && strcmp(f[2], "bind")) {
-        skiff_error(err, 0, "unsupported type '%s' (use none/bind or tmpfs)", f[2]);
+    else if (strcmp(type, "none") && strcmp(type, "bind")) {
+        skiff_error(err, 0, "unsupported type '%s' (use none/bind or tmpfs)", type);
         goto fail;
     }
-    if (!m->tmpfs && check_path("mount source", f[0], false, err) < 0)
+    if (n >= 4 && apply_flags(m, f[3], ",", err) < 0)
+        goto fail;
+    bool bind = !m->tmpfs && !m->detach;
+    if (bind && check_path("mount source", f[0], false, err) < 0)
         goto fail;
     if (check_path("mount destination", f[1], true, err) < 0)
         goto fail;
-    if (n >= 4 && apply_flags(m, f[3], ",", err) < 0)
-        goto fail;
-    m->src = m->tmpfs ? NULL : strdup(f[0]);
+    m->src = bind ? strdup(f[0]) : NULL;
     m->dst = strdup(f[1]);
-    if ((!m->tmpfs && !m->src) || !m->dst) {
+    if ((bind && !m->src) || !m->dst) {
         skiff_error(err, ENOMEM, "fstab line");
         goto fail;
     }

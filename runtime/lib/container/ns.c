@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/nsfs.h>
+#include <net/if.h>
 #include <poll.h>
 #include <signal.h>
 #include <grp.h>
@@ -16,6 +17,7 @@
 #include <sys/mount.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,6 +53,26 @@ static int write_file(const char *path, const char *buf, skiff_err *err)
     return 0;
 }
 
+/* A new network namespace has only "lo", and it is down: 127.0.0.1 is then
+ * unreachable ("Network is unreachable"), where under pyxis a closed port
+ * is refused and a service of the container's own can listen there. The
+ * holder owns the namespace (through its user namespace): it may. */
+static int loopback_up(skiff_err *err)
+{
+    cleanup_close int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return skiff_error(err, errno, "loopback: socket");
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+        return skiff_error(err, errno, "loopback: read the flags of lo");
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+        return skiff_error(err, errno, "loopback: bring lo up");
+    return 0;
+}
+
 int skiff_ns_create(int extra_flags, bool remap_root, skiff_err *err)
 {
     uid_t uid = geteuid();
@@ -73,6 +95,8 @@ int skiff_ns_create(int extra_flags, bool remap_root, skiff_err *err)
         return -1;
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
         return skiff_error(err, errno, "make mounts private");
+    if ((extra_flags & CLONE_NEWNET) && loopback_up(err) < 0)
+        return -1;
     return 0;
 }
 
@@ -203,4 +227,27 @@ bool skiff_ns_owned_by(int mntns_fd, uid_t uid)
         ms.st_dev == self.st_dev)
         ok = false;
     return ok;
+}
+
+int skiff_ns_check_unshared(pid_t pid, int flags, skiff_err *err)
+{
+    static const struct {
+        int flag;
+        const char *ns, *what, *opt;
+    } kinds[] = {{CLONE_NEWUTS, "uts", "UTS", "uts"},
+                 {CLONE_NEWIPC, "ipc", "IPC", "ipc"},
+                 {CLONE_NEWNET, "net", "network", "net"}};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        if (!(flags & kinds[i].flag))
+            continue;
+        int same = same_ns(pid, kinds[i].ns);
+        if (same < 0)
+            return skiff_error(err, errno, "read the namespaces of container process %d", (int)pid);
+        if (same)
+            return skiff_error(err, 0,
+                               "--container-unshare=%s: the running container is not in a separate %s namespace "
+                               "(it was started without --container-unshare=%s)",
+                               kinds[i].opt, kinds[i].what, kinds[i].opt);
+    }
+    return 0;
 }

@@ -39,7 +39,8 @@
  * the state file, the plugin helper's answer to root); and, in the holder's
  * report and the state file only, 'X' the spawned command's pid, 'F' the
  * FUSE server's, 'N' the named container it runs, 'R' (it is a reader
- * instance of it, named.h) and 'M' "DEV:INO" of its mount namespace. */
+ * instance of it, named.h), 'M' "DEV:INO" of its mount namespace and 'U'
+ * what its hooks told the user. */
 
 int skiff_container_encode(const struct skiff_container *c, struct skiff_recbuf *b, skiff_err *err)
 {
@@ -104,10 +105,12 @@ int skiff_state_parse(const char *p, size_t len, struct skiff_container *c, skif
             *(tag == 'X' ? &c->command : &c->server) = pid;
             continue;
         }
-        if (tag == 'N' || tag == 'R' || tag == 'M') {
+        if (tag == 'N' || tag == 'R' || tag == 'M' || tag == 'U') {
             unsigned long long dev, ino;
             if (tag == 'N')
                 snprintf(c->name, sizeof(c->name), "%s", s);
+            else if (tag == 'U')
+                snprintf(c->notice, sizeof(c->notice), "%s", s);
             else if (tag == 'R')
                 c->shared = true;
             else if (sscanf(s, "%llu:%llu", &dev, &ino) == 2) {
@@ -169,11 +172,26 @@ int skiff_state_write(const char *state_dir, const struct skiff_recbuf *rec, ski
 /* Removes the state dir and whatever hooks left in it (they may use
  * SKIFF_STATE_DIR as scratch). Every caller runs as the state's owner (the
  * plugin starts containers from its user-side helper, never as root). */
+/* A killed export's partial image, named in its state (container_int.h):
+ * removed when the name is one an export makes (.NAME.tmp.export-PID). */
+static void remove_export_tmp(const char *state_dir)
+{
+    char mark[SKIFF_PATH_MAX + 32];
+    skiff_err e;
+    if (skiff_fmt_path(mark, sizeof(mark), &e, "%s/" SKIFF_EXPORT_MARK, state_dir) < 0)
+        return;
+    cleanup_free char *tmp = skiff_read_file(mark, O_NOFOLLOW, SKIFF_PATH_MAX + 64, NULL, &e);
+    const char *base = tmp ? strrchr(tmp, '/') : NULL;
+    if (base && tmp[0] == '/' && base[1] == '.' && strstr(base, SKIFF_EXPORT_TMP))
+        unlink(tmp);
+}
+
 void skiff_state_remove(const char *state_dir)
 {
     struct stat st;
     if (lstat(state_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
         return;
+    remove_export_tmp(state_dir);
     skiff_err e;
     skiff_remove_tree(state_dir, &e);
 }
@@ -482,4 +500,44 @@ int skiff_container_find(const struct skiff_config *cfg, const char *key, const 
     }
     closedir(d);
     return found;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int skiff_container_each(const struct skiff_config *cfg,
+                         void (*fn)(const char *key, const struct skiff_container *c, void *arg), void *arg,
+                         skiff_err *err)
+{
+    DIR *d = opendir(cfg->runtime_path);
+    if (!d)
+        return errno == ENOENT ? 0 : skiff_error(err, errno, "open %s", cfg->runtime_path);
+    char **keys = NULL;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!skiff_name_valid(e->d_name))
+            continue;
+        char **nk = realloc(keys, (n + 1) * sizeof(*keys));
+        if (!nk)
+            break;
+        keys = nk;
+        if ((keys[n] = strdup(e->d_name)))
+            n++;
+    }
+    closedir(d);
+    if (n > 1)
+        qsort(keys, n, sizeof(*keys), cmp_key);
+    for (size_t i = 0; i < n; i++) {
+        struct skiff_container c;
+        if (load_live(cfg, keys[i], &c)) {
+            fn(keys[i], &c, arg);
+            skiff_container_free(&c);
+        }
+        free(keys[i]);
+    }
+    free(keys);
+    return 0;
 }

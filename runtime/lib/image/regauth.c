@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Extracts key="value" from a WWW-Authenticate challenge. */
@@ -137,19 +138,18 @@ static int fetch_token(struct skiff_registry *r, struct endpoint *e, const char 
      * the endpoint's host, else only the credentials file's entry for the
      * realm's own host. */
     struct auth a = {.kind = AUTH_NONE};
-    char login[256] = "", password[256] = "";
+    struct skiff_credential realm_cred = {0};
     const char *cred_host = NULL; /* whose entry was sent */
     bool withheld = false;        /* the endpoint's were not */
     if (e->have_creds && skiff_registry_realm_same_host(e->host, realm)) {
-        a = (struct auth){.kind = AUTH_BASIC, .login = e->login, .password = e->password};
+        a = (struct auth){.kind = AUTH_BASIC, .login = e->cred.login, .password = e->cred.password};
         cred_host = e->host;
     } else {
-        int found = skiff_credentials_lookup(r->cfg->credentials_file, ru.authority, e->user, login, sizeof(login),
-                                             password, sizeof(password), err);
+        int found = skiff_credentials_find(r->cfg, ru.authority, e->user, &realm_cred, err);
         if (found < 0)
             return skiff_err_wrap(err, "credentials for token realm %s", ru.authority);
         if (found) {
-            a = (struct auth){.kind = AUTH_BASIC, .login = login, .password = password};
+            a = (struct auth){.kind = AUTH_BASIC, .login = realm_cred.login, .password = realm_cred.password};
             cred_host = ru.authority;
         }
         withheld = !found && e->have_creds;
@@ -164,7 +164,7 @@ static int fetch_token(struct skiff_registry *r, struct endpoint *e, const char 
     struct sink s = {.fd = -1, .max = TOKEN_MAX, .what = "a token server's answer"};
     long status = 0;
     int rv = skiff_registry_http_get(r, url, NULL, &a, &s, &status, err);
-    explicit_bzero(password, sizeof(password));
+    skiff_credential_clear(&realm_cred);
     if (rv < 0) {
         free(s.buf);
         return skiff_err_wrap(err, "token for %s", e->host);
@@ -226,8 +226,8 @@ static bool token_matches(const struct bearer *tok, const char *challenge)
            (!scope[0] || !strcmp(scope, tok->scope));
 }
 
-int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept,
-                              struct sink *s, long *status, skiff_err *err)
+static int authed_get_once(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept,
+                           struct sink *s, long *status, skiff_err *err)
 {
     struct auth a = {.kind = AUTH_NONE};
     if (e->tok.value)
@@ -255,7 +255,7 @@ int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, cons
             a = (struct auth){.kind = AUTH_BEARER, .token = e->tok.value};
             fresh_token = true;
         } else if (!strncasecmp(r->challenge, "Basic", 5) && a.kind != AUTH_BASIC && e->have_creds) {
-            a = (struct auth){.kind = AUTH_BASIC, .login = e->login, .password = e->password};
+            a = (struct auth){.kind = AUTH_BASIC, .login = e->cred.login, .password = e->cred.password};
         } else {
             break;
         }
@@ -271,4 +271,64 @@ int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, cons
                            "password PASS' to the credentials file (credentials_file)",
                            url, e->host);
     return 0;
+}
+
+/* Whether an answer is one curl --retry tries again: the server's trouble,
+ * not the request's. */
+static bool status_may_pass(long status)
+{
+    return status == 408 || status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
+}
+
+/* Empties the sink for a try from the start: the file back to where the GET
+ * began, a blob's hash begun again, an answer in memory dropped. */
+static int sink_restart(struct sink *s, off_t start, size_t len, skiff_err *err)
+{
+    s->len = len;
+    if (s->fd < 0)
+        return 0;
+    if (ftruncate(s->fd, start) < 0 || lseek(s->fd, start, SEEK_SET) < 0)
+        return skiff_error(err, errno, "truncate");
+    s->written = 0;
+    if (s->hash) {
+        skiff_sha256_abort(s->hash);
+        if (skiff_sha256_init(s->hash, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Waits before try number attempt + 2: 1, 2, 4 ... seconds, at most 30, in
+ * tenths, asking the caller's progress function whether to give up. */
+static int retry_wait(struct sink *s, int attempt, skiff_err *err)
+{
+    int tenths = 10 * (attempt < 5 ? 1 << attempt : 30);
+    if (tenths > 300)
+        tenths = 300;
+    for (int i = 0; i < tenths; i++) {
+        if (s->progress && s->progress(s->progress_ctx, 0) != 0) {
+            s->write_errno = ECANCELED;
+            return skiff_error(err, ECANCELED, "registry request");
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+    }
+    return 0;
+}
+
+/* transfer_retries (ENROOT_TRANSFER_RETRIES): a GET that failed in a way that
+ * may pass (no connection, a timeout, a cut transfer; HTTP 408, 429, 500,
+ * 502, 503, 504) is tried again from the start, up to that many times. */
+int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept,
+                              struct sink *s, long *status, skiff_err *err)
+{
+    off_t start = s->fd >= 0 ? lseek(s->fd, 0, SEEK_CUR) : 0;
+    size_t len = s->len;
+    for (int attempt = 0;; attempt++) {
+        int rv = authed_get_once(r, e, url, accept, s, status, err);
+        bool again = rv < 0 ? s->may_pass : status_may_pass(*status);
+        if (!again || attempt >= r->cfg->transfer_retries)
+            return rv;
+        if (retry_wait(s, attempt, err) < 0 || sink_restart(s, start, len, err) < 0)
+            return -1;
+    }
 }

@@ -106,6 +106,7 @@ int skiff_registry_http_get(struct skiff_registry *r, const char *url, const cha
 {
     CURL *c = r->curl;
     curl_easy_reset(c);
+    s->may_pass = false;
     struct curl_slist *h = NULL;
     if (accept)
         h = curl_slist_append(h, accept);
@@ -121,6 +122,8 @@ int skiff_registry_http_get(struct skiff_registry *r, const char *url, const cha
     /* Blob redirects go to storage hosts: https only unless http was allowed. */
     curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, r->cfg->allow_http ? "http,https" : "https");
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)(r->cfg->connect_timeout_s ? r->cfg->connect_timeout_s : 30));
+    if (r->cfg->transfer_timeout_s > 0)
+        curl_easy_setopt(c, CURLOPT_TIMEOUT, (long)r->cfg->transfer_timeout_s);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -151,6 +154,10 @@ int skiff_registry_http_get(struct skiff_registry *r, const char *url, const cha
                                s->max >> 20, s->what ? s->what : "it");
         if (s->write_errno)
             return skiff_error(err, s->write_errno, "GET %s", url);
+        /* what curl --retry (enroot's ENROOT_TRANSFER_RETRIES) tries again,
+         * and a refused connection or a cut transfer as well */
+        s->may_pass = rc == CURLE_COULDNT_CONNECT || rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_PARTIAL_FILE ||
+                      rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR || rc == CURLE_GOT_NOTHING;
         return skiff_error(err, rc == CURLE_COULDNT_CONNECT ? ECONNREFUSED : 0, "GET %s: %s", url,
                            ebuf[0] ? ebuf : curl_easy_strerror(rc));
     }

@@ -64,8 +64,7 @@ int skiff_registry_open(struct skiff_registry **out, const struct skiff_config *
         snprintf(e->base, sizeof(e->base), "%s://%s", skiff_registry_plain_http_ok(cfg, hosts[i]) ? "http" : "https",
                  hosts[i]);
         e->user = users[i];
-        int found = skiff_credentials_lookup(cfg->credentials_file, cred_hosts[i], e->user, e->login, sizeof(e->login),
-                                             e->password, sizeof(e->password), err);
+        int found = skiff_credentials_find(cfg, cred_hosts[i], e->user, &e->cred, err);
         if (found < 0) {
             skiff_registry_close(r);
             return skiff_err_wrap(err, "credentials for %s", cred_hosts[i]);
@@ -89,7 +88,7 @@ void skiff_registry_close(struct skiff_registry *r)
         curl_easy_cleanup(r->curl);
     for (int i = 0; i < r->nep; i++) {
         skiff_registry_drop_token(&r->ep[i].tok);
-        explicit_bzero(r->ep[i].password, sizeof(r->ep[i].password));
+        skiff_credential_clear(&r->ep[i].cred);
     }
     free(r);
 }

@@ -43,12 +43,33 @@ int skiff_registry_blob(struct skiff_registry *r, const char *digest, int fd, sk
 int skiff_registry_blob_progress(struct skiff_registry *r, const char *digest, int fd,
                                  int (*progress)(void *ctx, unsigned long long bytes), void *ctx, skiff_err *err);
 
+/* A login and password, each as long as the file has it (on the heap;
+ * skiff_credential_clear wipes the password and frees both). */
+struct skiff_credential {
+    char *login, *password;
+};
+void skiff_credential_clear(struct skiff_credential *c);
+
 /* Looks up login and password for host in the netrc-style file at path
- * ("machine HOST login USER password PASS", "default ..."); when user is
- * non-empty only an entry with that login matches. Returns 1 when found, 0
- * when not (a missing file is not an error), -1 on error. */
-int skiff_credentials_lookup(const char *path, const char *host, const char *user, char *login, size_t ln,
-                             char *password, size_t pn, skiff_err *err);
+ * ("machine HOST[:PORT] login USER password PASS", "default ..."; an entry
+ * without a port is for every port of that host); when user is non-empty
+ * only an entry with that login matches. With enroot, the file is enroot's
+ * and a password starting with '$' is substituted from the environment
+ * ($NAME, ${NAME}; command substitution is refused: credentials.c).
+ * Returns 1 when found (out filled), 0 when not (a missing or unreadable
+ * file is not an error), -1 on error. */
+int skiff_credentials_lookup(const char *path, const char *host, const char *user, bool enroot,
+                             struct skiff_credential *out, skiff_err *err);
+
+/* host's entry in cfg->credentials_file, else in enroot's
+ * cfg->enroot_config_path/.credentials. 1 found, 0 none, -1 error. */
+int skiff_credentials_find(const struct skiff_config *cfg, const char *host, const char *user,
+                           struct skiff_credential *out, skiff_err *err);
+
+/* The environment a '$' password in enroot's file is substituted from:
+ * envp (K=V, NULL-terminated; it must outlive the lookups), or NULL for the
+ * process's own (the CLI). The plugin's helper passes the job's. */
+void skiff_credentials_env(const char *const *envp);
 
 /* Whether a token server at the URL realm may get the credentials held for
  * endpoint (HOST[:PORT]): its host is the endpoint's (any port), or it is

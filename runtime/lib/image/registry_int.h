@@ -36,7 +36,7 @@ struct endpoint {
     char host[256];   /* HOST[:PORT] */
     char base[320];   /* scheme://host */
     const char *user; /* login the entry must have ("" = any) */
-    char login[256], password[256];
+    struct skiff_credential cred;
     bool have_creds;
     struct bearer tok;
 };
@@ -62,6 +62,7 @@ struct sink {
     int fd;
     struct skiff_sha256 *hash;
     int write_errno;
+    bool may_pass; /* the GET failed in a way a later try may not (regauth.c's retries) */
     CURL *curl;
     unsigned long long written;
     int (*progress)(void *ctx, unsigned long long bytes);

@@ -96,6 +96,12 @@ int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const ch
     }
     if (geteuid() != 0)
         argv[a++] = "-all-root";
+    char procs[16];
+    if (cfg->max_processors > 0) {
+        snprintf(procs, sizeof(procs), "%d", cfg->max_processors);
+        argv[a++] = "-processors";
+        argv[a++] = procs;
+    }
     argv[a] = NULL;
 
     int pfd[2];
@@ -176,11 +182,12 @@ int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const ch
     return 0;
 }
 
-int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const char *out_path, skiff_err *err)
+int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const char *out_path, const char *tmp,
+                          skiff_err *err)
 {
     /* mksquashfs writes the temporary file by its name */
     struct skiff_atomic out;
-    if (skiff_atomic_begin(&out, out_path, NULL, 0600, SKIFF_ATOMIC_NOSYNC, err) < 0)
+    if (skiff_atomic_begin(&out, out_path, tmp, 0600, SKIFF_ATOMIC_NOSYNC, err) < 0)
         return skiff_err_wrap(err, "squash %s", out_path);
     close(out.fd);
     out.fd = -1;

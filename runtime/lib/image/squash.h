@@ -13,11 +13,13 @@
 #include "config.h"
 #include "error.h"
 
-/* Builds out_path from the tree at dir (atomic: temp + rename). An existing
- * out_path is replaced; callers that must not overwrite check first. When the
- * caller is not root, every file in the image is owned by root (uid 0), as
- * unprivileged containers map the user to root anyway. */
-int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const char *out_path, skiff_err *err);
+/* Builds out_path from the tree at dir (atomic: the temporary file tmp,
+ * or a unique name beside out_path when tmp is NULL, then a rename). An
+ * existing out_path is replaced; callers that must not overwrite check
+ * first. When the caller is not root, every file in the image is owned by
+ * root (uid 0), as unprivileged containers map the user to root anyway. */
+int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const char *out_path, const char *tmp,
+                          skiff_err *err);
 
 /* Same, but writes exactly to tmp_path (no rename): for callers that publish
  * the file themselves (the image cache). */

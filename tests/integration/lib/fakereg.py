@@ -13,6 +13,8 @@ usage: fakereg.py PORT LOG [options]
   --redirect-blobs URL answer blob GETs with 307 to URL + the same path
   --big-manifest N     authorised manifest GETs get N bytes (no length)
   --big-token N        the token answer is N bytes of JSON (no length)
+  --fail-blobs N       the first N blob GETs get HTTP 503 (a registry in
+                       trouble, for transfer_retries)
 """
 import argparse
 import http.client
@@ -28,6 +30,7 @@ ap.add_argument("--upstream")
 ap.add_argument("--redirect-blobs")
 ap.add_argument("--big-manifest", type=int, default=0)
 ap.add_argument("--big-token", type=int, default=0)
+ap.add_argument("--fail-blobs", type=int, default=0)
 A = ap.parse_args()
 
 
@@ -82,6 +85,9 @@ class H(BaseHTTPRequestHandler):
             return self.reply(200, b"{}")
         if A.big_manifest and "/manifests/" in self.path:
             return stream(self, A.big_manifest, "application/vnd.oci.image.manifest.v1+json")
+        if A.fail_blobs > 0 and "/blobs/" in self.path:
+            A.fail_blobs -= 1
+            return self.reply(503, b'{"errors":[{"code":"UNAVAILABLE","message":"try later"}]}')
         if A.redirect_blobs and "/blobs/" in self.path:
             return self.reply(307, headers=[("Location", A.redirect_blobs + self.path)])
         if not A.upstream:

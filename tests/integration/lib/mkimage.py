@@ -10,6 +10,8 @@ Each recipe adds one tag to the OCI layout LAYOUT (created if missing):
                a setuid-root file, a hardlink, a fifo, a char device
   busybox-node busybox plus an empty /etc/hostname (the mount target the
                plugin binds the node's over), tagged "busybox"
+  busybox-ep   busybox-node whose Entrypoint runs its arguments ("$@"), as
+               NVIDIA's images' entrypoint script does, tagged "busybox-ep"
   multilayer   three layers: whiteouts (.wh.x), an opaque dir (.wh..wh..opq),
                a hardlink, symlinks, a file replaced by a directory
   zstd         busybox with zstd-compressed layers
@@ -166,6 +168,10 @@ def recipe(lay, name):
         lay.tag(name, image(lay, [busybox_tar()]))
     elif name == "busybox-node":
         lay.tag("busybox", image(lay, [busybox_tar(lambda t: t.add("etc/hostname", data=b""))]))
+    elif name == "busybox-ep":
+        lay.tag(name, image(lay, [busybox_tar(lambda t: t.add("etc/hostname", data=b""))],
+                            config_extra={"Entrypoint": ["/bin/sh", "-c", 'export ENTRYPOINT_RAN=yes; exec "$@"', "entrypoint"],
+                                          "Cmd": ["/bin/sh"]}))
     elif name == "zstd":
         lay.tag(name, image(lay, [busybox_tar()], how="zstd"))
     elif name == "multilayer":

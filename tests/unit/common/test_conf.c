@@ -71,3 +71,17 @@ Test(conf, a_file_is_read_in_order_and_errors_name_the_line)
     cr_assert_eq(skiff_conf_read(path, "config", true, collect, got, &err), -1);
     cr_assert(strstr(err.msg, "open config /tmp/skiff-conf-"), "%s", err.msg);
 }
+
+Test(conf, text_in_memory_reads_as_a_file_does)
+{
+    char got[256] = "";
+    skiff_err err;
+    cr_assert_eq(skiff_conf_parse("# header\na = 1\n\nb = \"two words\"\r\nc=3", "/etc/x.conf", collect, got, &err), 0,
+                 "%s", err.msg);
+    cr_assert_str_eq(got, "a=1;b=two words;c=3;", "a last line without a newline counts");
+    cr_assert_eq(skiff_conf_parse("", "/etc/x.conf", collect, got, &err), 0, "empty text: no pairs");
+    cr_assert_eq(skiff_conf_parse("a = 1\nbad = y\n", "/etc/x.conf", collect, got, &err), -1);
+    cr_assert_str_eq(err.msg, "/etc/x.conf:2: bad: 'y' refused");
+    cr_assert_eq(skiff_conf_parse("\n\nnonsense\n", "/etc/x.conf", collect, got, &err), -1);
+    cr_assert_str_eq(err.msg, "/etc/x.conf:3: expected 'key = value'");
+}

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "hookutil.h"
+#include "tenv.h"
 
 Test(gpu, parse_table)
 {
@@ -17,10 +18,19 @@ Test(gpu, parse_table)
         enum skiff_gpu_vis kind;
         const char *idx;
     } c[] = {
-        {"0", SKIFF_GPU_LIST, "0"},         {"0,2", SKIFF_GPU_LIST, "0 2"},     {"0-3", SKIFF_GPU_LIST, "0 1 2 3"},
-        {"1,3-4", SKIFF_GPU_LIST, "1 3 4"}, {"2,2", SKIFF_GPU_LIST, "2"},       {"all", SKIFF_GPU_ALL, ""},
-        {"none", SKIFF_GPU_DRIVER, ""},     {"void", SKIFF_GPU_NONE, ""},       {"", SKIFF_GPU_NONE, ""},
-        {"NoDevFiles", SKIFF_GPU_NONE, ""}, {"GPU-8a3f-11", SKIFF_GPU_ALL, ""}, {"MIG-abc", SKIFF_GPU_ALL, ""},
+        {"0", SKIFF_GPU_LIST, "0"},
+        {"0,2", SKIFF_GPU_LIST, "0 2"},
+        {"0-3", SKIFF_GPU_LIST, "0 1 2 3"},
+        {"1,3-4", SKIFF_GPU_LIST, "1 3 4"},
+        {"2,2", SKIFF_GPU_LIST, "2"},
+        {"all", SKIFF_GPU_ALL, ""},
+        {"none", SKIFF_GPU_DRIVER, ""},
+        {"void", SKIFF_GPU_NONE, ""},
+        {"", SKIFF_GPU_NONE, ""},
+        {"NoDevFiles", SKIFF_GPU_NONE, ""},
+        {"GPU-8a3f-11", SKIFF_GPU_LIST, ""},
+        {"MIG-abc", SKIFF_GPU_LIST, ""},
+        {"0,GPU-8a3f-11,2", SKIFF_GPU_LIST, "0 2"},
     };
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         struct skiff_gpu_set s;
@@ -32,7 +42,9 @@ Test(gpu, parse_table)
             snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%u", k ? " " : "", s.idx[k]);
         cr_expect_str_eq(got, c[i].idx, "'%s'", c[i].in);
     }
-    const char *bad[] = {"x", "1,", "3-1", "1-", "0-100", "1;2", "99999"};
+    const char *bad[] = {"x",     "1,",      "3-1",  "1-",           "0-100",          "1;2",
+                         "99999", "GPU-xyz", "GPU-", "MIG-GPU-ab/1", "MIG-GPU-ab/1/x", "GPU-ab/1",
+                         "gpu-1", "MIG-a b"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct skiff_gpu_set s;
         skiff_err err = {0};
@@ -41,16 +53,18 @@ Test(gpu, parse_table)
     }
 }
 
-static const char *tget(void *ctx, const char *name)
+Test(gpu, uuids_kept_as_given)
 {
-    const char *const *env = ctx;
-    size_t n = strlen(name);
-    for (size_t i = 0; env[i]; i++)
-        if (!strncmp(env[i], name, n) && env[i][n] == '=')
-            return env[i] + n + 1;
-    return NULL;
+    struct skiff_gpu_set s;
+    skiff_err err = {0};
+    cr_assert_eq(skiff_gpu_parse("GPU-5a1e-01,MIG-GPU-5a1e-01/1/0,MIG-77ab,3", &s, &err), 0, "%s", err.msg);
+    cr_expect_eq(s.kind, SKIFF_GPU_LIST);
+    cr_assert_eq(s.nuuid, 3);
+    cr_expect_str_eq(s.uuid[0], "GPU-5a1e-01");
+    cr_expect_str_eq(s.uuid[1], "MIG-GPU-5a1e-01/1/0");
+    cr_expect_str_eq(s.uuid[2], "MIG-77ab");
+    cr_expect(s.n == 1 && s.idx[0] == 3);
 }
-#define CTX(p) ((void *)(uintptr_t)(p))
 
 Test(gpu, precedence)
 {
@@ -60,18 +74,84 @@ Test(gpu, precedence)
     const char *e4[] = {NULL};
     struct skiff_gpu_set s;
     skiff_err err = {0};
-    cr_assert_eq(skiff_gpu_select(tget, CTX(e1), &s, &err), 0);
+    cr_assert_eq(skiff_gpu_select(tget, CTX(e1), NULL, NULL, &s, &err), 0);
     cr_expect_str_eq(s.from, "SLURM_STEP_GPUS");
     cr_expect_eq(s.n, 2);
-    cr_assert_eq(skiff_gpu_select(tget, CTX(e2), &s, &err), 0);
+    cr_expect(!s.renumber, "CUDA_VISIBLE_DEVICES=0 is not the step's 2,3: Slurm numbered them (cgroups)");
+    cr_assert_eq(skiff_gpu_select(tget, CTX(e2), NULL, NULL, &s, &err), 0);
     cr_expect_eq(s.kind, SKIFF_GPU_DRIVER);
-    cr_assert_eq(skiff_gpu_select(tget, CTX(e3), &s, &err), 0);
+    cr_assert_eq(skiff_gpu_select(tget, CTX(e3), NULL, NULL, &s, &err), 0);
     cr_expect_eq(s.idx[0], 1);
-    cr_assert_eq(skiff_gpu_select(tget, CTX(e4), &s, &err), 0);
+    cr_expect(s.renumber, "a host number from CUDA_VISIBLE_DEVICES alone is renumbered");
+    cr_assert_eq(skiff_gpu_select(tget, CTX(e4), NULL, NULL, &s, &err), 0);
     cr_expect_eq(s.kind, SKIFF_GPU_NONE, "no GPU variable: no GPU");
     const char *e5[] = {"SLURM_STEP_GPUS=zz", NULL};
-    cr_expect_eq(skiff_gpu_select(tget, CTX(e5), &s, &err), -1);
+    cr_expect_eq(skiff_gpu_select(tget, CTX(e5), NULL, NULL, &s, &err), -1);
     cr_expect(strstr(err.msg, "SLURM_STEP_GPUS") != NULL, "%s", err.msg);
+    const char *e6[] = {"SLURM_STEP_GPUS=1,3", "CUDA_VISIBLE_DEVICES=1,3", NULL};
+    cr_assert_eq(skiff_gpu_select(tget, CTX(e6), NULL, NULL, &s, &err), 0);
+    cr_expect(s.renumber, "Slurm without cgroups gives host numbers: renumbered");
+}
+
+/* enroot's 98-nvidia: the job's NVIDIA_VISIBLE_DEVICES, else the image's;
+ * skiff then Slurm's allocation, which also narrows an image's "all". */
+Test(gpu, image_environment)
+{
+    const char *ngc[] = {"NVIDIA_VISIBLE_DEVICES=all", NULL};
+    const char *novar[] = {NULL};
+    const char *exclusive[] = {"SLURM_JOB_ID=7", NULL};
+    const char *alloc[] = {"SLURM_STEP_GPUS=1", "CUDA_VISIBLE_DEVICES=1", NULL};
+    const char *job_none[] = {"NVIDIA_VISIBLE_DEVICES=void", "SLURM_STEP_GPUS=1", NULL};
+    const char *image_void[] = {"NVIDIA_VISIBLE_DEVICES=void", NULL};
+    struct skiff_gpu_set s;
+    skiff_err err = {0};
+    /* --exclusive without --gpus, an NGC image: every GPU (the MLPerf case) */
+    cr_assert_eq(skiff_gpu_select(tget, CTX(exclusive), tget, CTX(ngc), &s, &err), 0);
+    cr_expect_eq(s.kind, SKIFF_GPU_ALL);
+    cr_expect_str_eq(s.from, "the image's NVIDIA_VISIBLE_DEVICES");
+    /* the image's all within Slurm's allocation */
+    cr_assert_eq(skiff_gpu_select(tget, CTX(alloc), tget, CTX(ngc), &s, &err), 0);
+    cr_expect(s.kind == SKIFF_GPU_LIST && s.n == 1 && s.idx[0] == 1);
+    cr_expect_str_eq(s.from, "SLURM_STEP_GPUS");
+    cr_expect(s.renumber);
+    /* the job's own value wins over the image's and Slurm's */
+    cr_assert_eq(skiff_gpu_select(tget, CTX(job_none), tget, CTX(ngc), &s, &err), 0);
+    cr_expect_eq(s.kind, SKIFF_GPU_NONE);
+    /* an image that says void gets nothing, as under enroot */
+    cr_assert_eq(skiff_gpu_select(tget, CTX(alloc), tget, CTX(image_void), &s, &err), 0);
+    cr_expect_eq(s.kind, SKIFF_GPU_NONE);
+    /* no variable anywhere: nothing */
+    cr_assert_eq(skiff_gpu_select(tget, CTX(exclusive), tget, CTX(novar), &s, &err), 0);
+    cr_expect_eq(s.kind, SKIFF_GPU_NONE);
+}
+
+Test(gpu, renumber)
+{
+    struct {
+        const char *cvd, *minors, *want;
+        int changed;
+    } c[] = {
+        {"1", "1", "0", 1},       {"3", "1,3", "1", 1}, {"1,3", "1,3", "0,1", 1},
+        {"0,1", "0,1", "0,1", 0}, {"5", "1,3", "5", 0}, {"GPU-ab,3", "1,3", "GPU-ab,1", 1},
+        {"3,1", "1,3", "1,0", 1}, {"", "1", "", 0},     {"12", "2,12", "1", 1},
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        char out[64];
+        skiff_err err = {0};
+        int r = skiff_gpu_renumber(c[i].cvd, c[i].minors, out, sizeof(out), &err);
+        cr_expect_eq(r, c[i].changed, "'%s' in %s: %d (%s)", c[i].cvd, c[i].minors, r, err.msg);
+        cr_expect_str_eq(out, c[i].want, "'%s' in %s", c[i].cvd, c[i].minors);
+    }
+    char out[4];
+    skiff_err err = {0};
+    cr_expect_eq(skiff_gpu_renumber("1", "x", out, sizeof(out), &err), -1);
+    cr_expect_eq(skiff_gpu_renumber("1,1,1,1", "1", out, sizeof(out), &err), -1, "no room is an error");
+    const char *task[] = {"SKIFF_GPU_MINORS=2,3", "CUDA_VISIBLE_DEVICES=3", NULL};
+    char cvd[16];
+    cr_expect_eq(skiff_gpu_task_cvd(tget, CTX(task), cvd, sizeof(cvd), &err), 1);
+    cr_expect_str_eq(cvd, "1");
+    const char *plain[] = {"CUDA_VISIBLE_DEVICES=3", NULL};
+    cr_expect_eq(skiff_gpu_task_cvd(tget, CTX(plain), cvd, sizeof(cvd), &err), 0, "no map: nothing to do");
 }
 
 struct found {
@@ -79,10 +159,10 @@ struct found {
     char path[512];
 };
 
-static int on_lib(void *ctx, const char *name, const char *path)
+static int on_lib(void *ctx, const char *name, const char *path, unsigned flags)
 {
     struct found *f = ctx;
-    if (!strcmp(name, "libc.so.6")) {
+    if (!strcmp(name, "libc.so.6") && (flags & 0xffffu) == skiff_ldcache_native_abi()) {
         f->libc = 1;
         snprintf(f->path, sizeof(f->path), "%s", path);
     }

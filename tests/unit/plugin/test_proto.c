@@ -113,35 +113,6 @@ Test(proto, the_record_count_is_bounded)
     skiff_reply_free(&r);
 }
 
-Test(proto, a_request_parses_strictly)
-{
-    struct skiff_recbuf b = {0};
-    static struct skiff_request q;
-    cr_assert_eq(skiff_rec_put(&b, 'c', "data_path=/d/${UID}", &err), 0);
-    cr_assert_eq(skiff_rec_put(&b, 'o', "image=docker://x:1", &err), 0);
-    cr_assert_eq(skiff_rec_put(&b, 'o', "writable=1", &err), 0);
-    cr_assert_eq(skiff_rec_put(&b, 'o', "unshare=1073741824", &err), 0);
-    cr_assert_eq(skiff_rec_put(&b, 'm', "/a:/b:ro", &err), 0);
-    cr_assert_eq(skiff_rec_put(&b, 'h', "SLURM_JOB_ID=7", &err), 0);
-    cr_assert_eq(skiff_request_parse(b.p, b.len, &q, &err), 0, "%s", err.msg);
-    cr_assert_str_eq(q.cfg.data_path, "/d/${UID}"); /* as root expanded it: not again */
-    cr_assert_str_eq(q.image, "docker://x:1");
-    cr_assert(q.writable && !q.remap_root);
-    cr_assert_eq(q.unshare, 1073741824);
-    cr_assert_eq(q.nmounts, 1);
-    cr_assert_str_eq(q.hook_env[0], "SLURM_JOB_ID=7");
-    cr_assert_eq(skiff_rec_put(&b, 'o', "bogus=1", &err), 0);
-    cr_assert_eq(skiff_request_parse(b.p, b.len, &q, &err), -1);
-    cr_assert(strstr(err.msg, "unknown request key 'bogus'"), "%s", err.msg);
-    b.len = 0;
-    cr_assert_eq(skiff_rec_put(&b, 'c', "no_such_key=1", &err), 0);
-    cr_assert_eq(skiff_request_parse(b.p, b.len, &q, &err), -1);
-    b.len = 0;
-    cr_assert_eq(skiff_rec_put(&b, 'x', "y", &err), 0);
-    cr_assert_eq(skiff_request_parse(b.p, b.len, &q, &err), -1);
-    skiff_recbuf_free(&b);
-}
-
 Test(proto, attach_notice_and_progress)
 {
     /* progress records may come before the status, nowhere else */
@@ -172,36 +143,4 @@ Test(proto, progress_lines_are_bounded_and_sanitised)
     longuri[sizeof(longuri) - 1] = '\0';
     cr_assert_eq(skiff_progress_line('I', longuri, line, sizeof(line)), 0);
     cr_assert_lt(strlen(line), sizeof(line));
-}
-
-Test(proto, request_locale_records)
-{
-    struct skiff_recbuf b = {0};
-    cr_assert_eq(skiff_rec_put(&b, 'l', "LANG=en_US.UTF-8", &err), 0);
-    cr_assert_eq(skiff_rec_put(&b, 'l', "LC_ALL=de_DE.UTF-8", &err), 0);
-    struct skiff_request *q = calloc(1, sizeof(*q));
-    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), 0, "%s", err.msg);
-    cr_assert_eq(q->nlocale_env, 2);
-    cr_assert_str_eq(q->locale_env[1], "LC_ALL=de_DE.UTF-8");
-    cr_assert_null(q->locale_env[2]);
-    free(q);
-    skiff_recbuf_free(&b);
-}
-
-Test(proto, request_timeout_is_bounded)
-{
-    struct skiff_recbuf b = {0};
-    struct skiff_request *q = calloc(1, sizeof(*q));
-    cr_assert_eq(skiff_rec_put(&b, 'o', "timeout=300", &err), 0);
-    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), 0, "%s", err.msg);
-    cr_assert_eq(q->timeout_s, 300);
-    b.len = 0;
-    cr_assert_eq(skiff_rec_put(&b, 'o', "timeout=-1", &err), 0);
-    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), -1);
-    cr_assert(strstr(err.msg, "bad timeout '-1'"), "%s", err.msg);
-    b.len = 0;
-    cr_assert_eq(skiff_rec_put(&b, 'o', "timeout=86401", &err), 0);
-    cr_assert_eq(skiff_request_parse(b.p, b.len, q, &err), -1);
-    free(q);
-    skiff_recbuf_free(&b);
 }

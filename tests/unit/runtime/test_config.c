@@ -188,3 +188,55 @@ Test(config, paths_are_absolute_once_expanded)
     cr_assert(strstr(err.msg, ":1: temp_path: '${UID}' is not an absolute path once expanded"), "%s", err.msg);
     skiff_config_for_user((unsigned)-1, NULL, NULL);
 }
+
+/* ENROOT_* variables with a skiff meaning set skiff's keys, below
+ * skiff.conf and SKIFF_* (skiff's own settings win); with use_env false
+ * (the plugin, whose environment is slurmd's) none is read. */
+Test(config, enroot_variables_under_skiffs_own)
+{
+    write_conf("cache_path = /from/skiff.conf\n");
+    setenv("ENROOT_CACHE_PATH", "/from/enroot/cache", 1);
+    setenv("ENROOT_DATA_PATH", "/from/enroot/data", 1);
+    setenv("ENROOT_CONFIG_PATH", "/from/enroot/config", 1);
+    setenv("ENROOT_CONNECT_TIMEOUT", "7", 1);
+    setenv("ENROOT_TRANSFER_TIMEOUT", "600", 1);
+    setenv("ENROOT_TRANSFER_RETRIES", "4", 1);
+    setenv("ENROOT_MAX_PROCESSORS", "3", 1);
+    setenv("ENROOT_ALLOW_HTTP", "y", 1);
+    setenv("ENROOT_SQUASH_OPTIONS", "-comp gzip -noD -Xcompression-level 4", 1);
+    setenv("ENROOT_GZIP_PROGRAM", "pigz", 1); /* no skiff meaning: ignored */
+    setenv("SKIFF_DATA_PATH", "/from/skiff/env", 1);
+    struct skiff_config cfg;
+    skiff_err err;
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, true, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(cfg.cache_path, "/from/skiff.conf");
+    cr_assert_str_eq(cfg.data_path, "/from/skiff/env");
+    cr_assert_str_eq(cfg.enroot_config_path, "/from/enroot/config");
+    cr_assert_eq(cfg.connect_timeout_s, 7);
+    cr_assert_eq(cfg.transfer_timeout_s, 600);
+    cr_assert_eq(cfg.transfer_retries, 4);
+    cr_assert_eq(cfg.max_processors, 3);
+    cr_assert(cfg.allow_http);
+    cr_assert_str_eq(cfg.squash_compression, "gzip");
+    cr_assert_eq(cfg.squash_level, 4);
+    unsetenv("SKIFF_DATA_PATH");
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, true, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(cfg.data_path, "/from/enroot/data");
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, false, &err), 0, "%s", err.msg);
+    cr_assert_str_neq(cfg.data_path, "/from/enroot/data");
+    cr_assert_eq(cfg.connect_timeout_s, 30);
+    cr_assert_eq(cfg.transfer_retries, 0);
+    /* a bad value names the variable */
+    setenv("ENROOT_MAX_PROCESSORS", "many", 1);
+    cr_assert_eq(skiff_config_load(&cfg, tmpconf, true, &err), -1);
+    cr_assert(strstr(err.msg, "ENROOT_MAX_PROCESSORS"), "%s", err.msg);
+    cr_assert_str_eq(skiff_config_enroot_var("ENROOT_RUNTIME_PATH"), "runtime_path");
+    cr_assert_null(skiff_config_enroot_var("ENROOT_GZIP_PROGRAM"));
+    static const char *const vars[] = {"ENROOT_CACHE_PATH",      "ENROOT_DATA_PATH",        "ENROOT_CONFIG_PATH",
+                                       "ENROOT_CONNECT_TIMEOUT", "ENROOT_TRANSFER_TIMEOUT", "ENROOT_MAX_PROCESSORS",
+                                       "ENROOT_ALLOW_HTTP",      "ENROOT_SQUASH_OPTIONS",   "ENROOT_GZIP_PROGRAM",
+                                       "ENROOT_TRANSFER_RETRIES"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        unsetenv(vars[i]);
+    unlink(tmpconf);
+}

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "container.h"
+#include "container_int.h"
 #include "records.h"
 
 static int decode_all(const struct skiff_recbuf *b, struct skiff_container *c, skiff_err *err)
@@ -72,4 +73,19 @@ Test(container_records, decode_is_strict)
     cr_assert_eq(skiff_container_decode(&c, 'X', "5", &err), 0);
     cr_assert_eq(skiff_container_decode(&c, 'H', "99", &err), 1);
     cr_assert_eq(c.holder, 99);
+}
+
+/* The holder's report and the state file carry what the hooks told the user
+ * ('U'), which the plugin's helper passes on to srun. */
+Test(container_records, state_keeps_the_hooks_notice)
+{
+    struct skiff_recbuf b = {0};
+    skiff_err err;
+    cr_assert_eq(skiff_rec_put(&b, 'H', "77", &err), 0);
+    cr_assert_eq(skiff_rec_put(&b, 'U', "hook 45-rdma: this 2-node step's container has no RDMA device", &err), 0);
+    struct skiff_container c = {.server_pidfd = -1};
+    cr_assert_eq(skiff_state_parse(b.p, b.len, &c, &err), 0, "%s", err.msg);
+    cr_expect_eq(c.holder, 77);
+    cr_expect_str_eq(c.notice, "hook 45-rdma: this 2-node step's container has no RDMA device");
+    skiff_recbuf_free(&b);
 }

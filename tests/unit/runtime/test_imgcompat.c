@@ -1,5 +1,5 @@
 /* The container environment's adjustments (runtime/lib/container/imgcompat.c): apt
- * under remap-root, HOME=/root, the host's locale. */
+ * under remap-root, HOME=/root, the host's locale, an environment file. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -51,8 +51,8 @@ static const char *get(char **env, const char *key)
 
 Test(imgcompat, apt_and_home_under_remap_root, .init = setup, .fini = teardown)
 {
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
     o.remap_root = true;
     o.mount_home = true;
     char **env = NULL;
@@ -89,8 +89,8 @@ Test(imgcompat, host_locale_falls_back_when_missing, .init = setup, .fini = tear
                           "LC_NUMERIC=/x/y",
                           "LC_MESSAGES=fr_FR.UTF-8",
                           NULL};
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
     o.locale_env = host;
     char **env = NULL;
     skiff_err err = {0};
@@ -112,13 +112,47 @@ Test(imgcompat, locale_archive_names, .init = setup, .fini = teardown)
     if (system(cmd) != 0)
         cr_skip_test("localedef cannot build en_US.UTF-8 here");
     const char *host[] = {"LANG=en_US.UTF-8", "LC_ALL=en_GB.UTF-8", NULL};
-    struct skiff_start_opts o;
-    skiff_start_opts_init(&o);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
     o.locale_env = host;
     char **env = NULL;
     skiff_err err = {0};
     cr_assert_eq(skiff_compat_env(rootfd, &o, &env, &err), 0, "%s", err.msg);
     cr_assert_null(get(env, "LANG"), "en_US.utf8 is in the image's locale-archive");
     cr_assert_str_eq(get(env, "LC_ALL"), "C.UTF-8");
+    skiff_strv_free(env);
+}
+
+Test(imgcompat, an_environment_file_over_the_adjustments, .init = setup, .fini = teardown)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/run.env", root);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("# settings\n\nFROM_FILE=1\r\n  INDENTED=a b=c \nLANG=en_US.UTF-8\n", f);
+    fclose(f);
+    struct skiff_start_request o;
+    skiff_start_request_init(&o);
+    const char *host[] = {"LANG=fr_FR.UTF-8", NULL};
+    o.locale_env = host;
+    o.env_file = path;
+    char **env = NULL;
+    skiff_err err = {0};
+    cr_assert_eq(skiff_compat_env(rootfd, &o, &env, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(get(env, "FROM_FILE"), "1");
+    cr_assert_str_eq(get(env, "INDENTED"), "a b=c ");
+    cr_assert_str_eq(get(env, "LANG"), "en_US.UTF-8"); /* the file's, over the locale fallback */
+    skiff_strv_free(env);
+    env = NULL;
+    f = fopen(path, "w");
+    fputs("OK=1\n\nnot an assignment\n", f);
+    fclose(f);
+    cr_assert_eq(skiff_compat_env(rootfd, &o, &env, &err), -1);
+    cr_assert(strstr(err.msg, "line 3: 'not an assignment' is not NAME=VALUE"), "%s", err.msg);
+    skiff_strv_free(env);
+    env = NULL;
+    snprintf(path, sizeof(path), "%s/missing.env", root);
+    cr_assert_eq(skiff_compat_env(rootfd, &o, &env, &err), -1);
+    cr_assert(strstr(err.msg, "environment file"), "%s", err.msg);
     skiff_strv_free(env);
 }

@@ -22,7 +22,6 @@
 #include "fdio.h"
 #include "fsutil.h"
 #include "layer.h"
-#include "registry.h"
 
 static char dir[256], root[300], tarpath[300];
 static int rootfd = -1;
@@ -249,50 +248,4 @@ Test(layer, not_a_tar, .init = setup, .fini = teardown)
     fclose(f);
     skiff_err err;
     cr_assert_eq(apply(&err, NULL), -1);
-}
-
-Test(credentials, netrc_lookup, .init = setup, .fini = teardown)
-{
-    char p[400];
-    snprintf(p, sizeof(p), "%s/creds", dir);
-    FILE *f = fopen(p, "w");
-    fputs("machine nvcr.io login $oauthtoken password tok1\n"
-          "machine reg:5000\n  login alice\n  password pw-a\n"
-          "machine reg:5000 login bob password pw-b\n"
-          "default login anon password anonpw\n",
-          f);
-    fclose(f);
-    char l[64], pw[64];
-    skiff_err err;
-    cr_assert_eq(skiff_credentials_lookup(p, "nvcr.io", "", l, sizeof(l), pw, sizeof(pw), &err), 1);
-    cr_assert_str_eq(l, "$oauthtoken");
-    cr_assert_str_eq(pw, "tok1");
-    cr_assert_eq(skiff_credentials_lookup(p, "reg:5000", "", l, sizeof(l), pw, sizeof(pw), &err), 1);
-    cr_assert_str_eq(l, "alice");
-    cr_assert_eq(skiff_credentials_lookup(p, "reg:5000", "bob", l, sizeof(l), pw, sizeof(pw), &err), 1);
-    cr_assert_str_eq(pw, "pw-b");
-    cr_assert_eq(skiff_credentials_lookup(p, "other.io", "", l, sizeof(l), pw, sizeof(pw), &err), 1);
-    cr_assert_str_eq(l, "anon");
-    cr_assert_eq(skiff_credentials_lookup(p, "reg:5000", "carol", l, sizeof(l), pw, sizeof(pw), &err), 0);
-    cr_assert_eq(skiff_credentials_lookup("/nonexistent/creds", "x", "", l, sizeof(l), pw, sizeof(pw), &err), 0);
-}
-
-/* Found by tests/fuzz/fuzz_registry.c: a credentials file ending in
- * "login" (or "password") without its value made the lookup call
- * strcmp(NULL, ...): skiff import died with SIGSEGV. */
-Test(credentials, netrc_keyword_at_the_end, .init = setup, .fini = teardown)
-{
-    char p[400];
-    snprintf(p, sizeof(p), "%s/creds", dir);
-    static const char *const files[] = {"machine reg login alice password pw\nmachine other login",
-                                        "machine reg login alice password", "login"};
-    for (size_t i = 0; i < 3; i++) {
-        FILE *f = fopen(p, "w");
-        fputs(files[i], f);
-        fclose(f);
-        char l[64], pw[64];
-        skiff_err err;
-        int rc = skiff_credentials_lookup(p, "reg", "", l, sizeof(l), pw, sizeof(pw), &err);
-        cr_assert_eq(rc, i == 0 ? 1 : 0, "'%s': %d", files[i], rc);
-    }
 }

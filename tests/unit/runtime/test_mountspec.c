@@ -70,8 +70,21 @@ Test(mountspec, relative_and_dotdot_destinations_wait_for_the_mount)
     cr_assert_eq(skiff_mountspec_parse("/home:../home", &m, &err), 0, "%s", err.msg);
     cr_assert_str_eq(m.dst, "../home");
     skiff_mount_free(&m);
-    cr_assert_eq(skiff_mountspec_parse("/x:rel/dir", &m, &err), 0, "%s", err.msg);
+    cr_assert_eq(skiff_mountspec_parse("/x:./rel/dir", &m, &err), 0, "%s", err.msg);
     skiff_mount_free(&m);
+}
+
+/* pyxis refuses a target that is neither absolute nor ./relative: "mnt" in
+ * --container-mounts=/tmp:mnt:ro was mounted at /mnt before */
+Test(mountspec, bare_relative_destination_is_refused)
+{
+    struct skiff_mount m;
+    skiff_err err = {0};
+    cr_assert_eq(skiff_mountspec_parse("/tmp:mnt:ro", &m, &err), -1);
+    cr_assert(strstr(err.msg, "neither absolute nor relative") && strstr(err.msg, "/mnt") && strstr(err.msg, "./mnt"),
+              "%s", err.msg);
+    cr_assert_eq(err.code, 0);
+    cr_assert_eq(skiff_mountspec_parse("tmpfs:scratch", &m, &err), -1);
 }
 
 Test(mountspec, pyxis_flags_plus_separated)
@@ -158,5 +171,43 @@ Test(mountspec, fstab_lines)
     skiff_mount_free(&m);
     cr_assert_eq(skiff_mountspec_parse_fstab("/a /b ext4 ro", &m, &err), -1);
     cr_assert(strstr(err.msg, "unsupported type 'ext4'"), "%s", err.msg);
-    cr_assert_eq(skiff_mountspec_parse_fstab("/a /b", &m, &err), -1);
+    cr_assert_eq(skiff_mountspec_parse_fstab("/a", &m, &err), -1);
+    /* enroot's short forms, its relative targets and its options */
+    cr_assert_eq(skiff_mountspec_parse_fstab("/a b", &m, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(m.src, "/a");
+    cr_assert_str_eq(m.dst, "b");
+    cr_assert_not(m.tmpfs);
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse_fstab("tmpfs /scratch", &m, &err), 0, "%s", err.msg);
+    cr_assert(m.tmpfs);
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse_fstab("/lustre /lustre none x-create=dir,bind,nofail,silent", &m, &err), 0, "%s",
+                 err.msg);
+    cr_assert(m.nofail);
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse_fstab("none /tmp none x-detach,nofail,silent", &m, &err), 0, "%s", err.msg);
+    cr_assert(m.detach);
+    cr_assert_null(m.src);
+    cr_assert_str_eq(m.dst, "/tmp");
+    skiff_mount_free(&m);
+}
+
+/* pyxis: umount:DST takes away what the image or a default mount put there */
+Test(mountspec, umount)
+{
+    struct skiff_mount m;
+    skiff_err err = {0};
+    cr_assert_eq(skiff_mountspec_parse("umount:/root", &m, &err), 0, "%s", err.msg);
+    cr_assert(m.detach);
+    cr_assert_null(m.src);
+    cr_assert_str_eq(m.dst, "/root");
+    cr_assert_not(m.nofail);
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse("umount:/x:nofail", &m, &err), 0, "%s", err.msg);
+    cr_assert(m.nofail);
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse("umount", &m, &err), -1);
+    cr_assert(strstr(err.msg, "umount:DST"), "%s", err.msg);
+    cr_assert_eq(skiff_mountspec_parse("umount:/x:ro", &m, &err), -1);
+    cr_assert(strstr(err.msg, "no mount flags"), "%s", err.msg);
 }
