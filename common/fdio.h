@@ -6,6 +6,7 @@
 #define SKIFF_FDIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "error.h"
 
@@ -19,6 +20,11 @@ int skiff_write_all(int fd, const void *buf, size_t n);
 /* Reads exactly n bytes, retrying on EINTR. 0, or -1 with errno set
  * (EPROTO when the other end closed before n bytes came). */
 int skiff_read_all(int fd, void *buf, size_t n);
+
+/* The same at offset off of a file (pread/pwrite): 0, or -1 with errno
+ * set (EPROTO: the file ends before n bytes). */
+int skiff_read_all_at(int fd, void *buf, size_t n, uint64_t off);
+int skiff_write_all_at(int fd, const void *buf, size_t n, uint64_t off);
 
 /* Reads the whole of fd, a regular file of at most max bytes (named path in
  * errors), into a new NUL-terminated buffer; its length in *len if len. NULL

@@ -39,6 +39,7 @@ int skiff_plugin_args_parse(struct skiff_plugin_args *a, int ac, char **av, skif
     a->ddp_env = true;
     snprintf(a->runtime_path, sizeof(a->runtime_path), "%s", SKIFF_PLUGIN_RUNTIME_DEFAULT);
     a->timeout_s = SKIFF_PLUGIN_TIMEOUT_DEFAULT;
+    a->import_timeout_s = SKIFF_PLUGIN_IMPORT_TIMEOUT_DEFAULT;
     for (int i = 0; i < ac; i++) {
         const char *arg = av[i];
         const char *eq = strchr(arg, '=');
@@ -80,13 +81,13 @@ int skiff_plugin_args_parse(struct skiff_plugin_args *a, int ac, char **av, skif
             rv = boolean(&a->ddp_env, key, val, err);
         else if (!strcmp(key, "helper"))
             rv = abs_path(a->helper, sizeof(a->helper), key, val, err);
-        else if (!strcmp(key, "timeout")) {
+        else if (!strcmp(key, "timeout") || !strcmp(key, "import_timeout")) {
             char *end;
             errno = 0;
             long v = strtol(val, &end, 10);
             if (errno || end == val || *end || v < 1 || v > 86400)
-                return skiff_error(err, 0, "plugstack.conf: timeout=%s: give whole seconds from 1 to 86400", val);
-            a->timeout_s = (int)v;
+                return skiff_error(err, 0, "plugstack.conf: %s=%s: give whole seconds from 1 to 86400", key, val);
+            *(key[0] == 't' ? &a->timeout_s : &a->import_timeout_s) = (int)v;
         } else if (!strcmp(key, "use_squashfuse") || !strcmp(key, "use_enroot_load")) {
             /* pyxis's enroot knobs: skiff always mounts with its own FUSE
              * server and never runs enroot; accepted so a pyxis line works. */
@@ -100,7 +101,7 @@ int skiff_plugin_args_parse(struct skiff_plugin_args *a, int ac, char **av, skif
             return skiff_error(err, 0,
                                "plugstack.conf: unknown argument '%s' (known: runtime_path, block_cache_path, "
                                "execute_entrypoint, container_scope, sbatch_support, importer, config, "
-                               "default_registry, ddp_env, helper, timeout)",
+                               "default_registry, ddp_env, helper, timeout, import_timeout)",
                                arg);
         if (rv < 0)
             return -1;

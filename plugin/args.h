@@ -15,9 +15,12 @@
 /* Containers' runtime state: a root-owned base the plugin creates, with one
  * directory per user in it (never a name users could take first). */
 #define SKIFF_PLUGIN_RUNTIME_DEFAULT "/run/skiff"
-/* How long root waits for the user-side helper: an import of a large image
- * included. */
+/* How long root waits for the user-side helper to start a container; an
+ * import (or the wait for another node's import of the same image) gets
+ * import_timeout on top: a first pull of a 20 GB image takes many minutes
+ * and must not fail the step. */
 #define SKIFF_PLUGIN_TIMEOUT_DEFAULT 300
+#define SKIFF_PLUGIN_IMPORT_TIMEOUT_DEFAULT 3600
 
 enum skiff_scope { SKIFF_SCOPE_GLOBAL, SKIFF_SCOPE_JOB };
 
@@ -33,6 +36,7 @@ struct skiff_plugin_args {
     bool ddp_env;                          /* per-task torchrun env, default true */
     char helper[SKIFF_PATH_MAX];           /* "" = beside spank_skiff.so, else LIBEXECDIR/skiff */
     int timeout_s;                         /* the longest root waits for the user-side helper */
+    int import_timeout_s;                  /* ... plus this while it imports an image (or waits for another's import) */
     char ignored[256];                     /* pyxis arguments accepted and ignored, for a log line */
 };
 

@@ -29,7 +29,7 @@ static int reply_parse(const char *p, size_t len, struct skiff_reply *r, struct 
             return skiff_error(err, 0, "data after the end of the answer");
         if (++count > SKIFF_REPLY_RECORDS_MAX)
             return skiff_error(err, 0, "more than %d records", SKIFF_REPLY_RECORDS_MAX);
-        if (!have_status && (tag == SKIFF_REPLY_IMPORTING || tag == SKIFF_REPLY_IMPORTED))
+        if (!have_status && skiff_progress_tag(tag))
             continue; /* progress: shown as it came (skiff_progress_line) */
         if (!have_status && tag != SKIFF_REPLY_STATUS)
             return skiff_error(err, 0, "the answer does not start with its status");
@@ -118,6 +118,20 @@ void skiff_reply_free(struct skiff_reply *r)
     r->env = r->entrypoint = r->cmd = NULL;
 }
 
+bool skiff_progress_tag(char tag)
+{
+    return tag == SKIFF_REPLY_IMPORTING || tag == SKIFF_REPLY_IMPORTED || tag == SKIFF_REPLY_DOWNLOAD ||
+           tag == SKIFF_REPLY_RETRY || tag == SKIFF_REPLY_WAITING || tag == SKIFF_REPLY_LAZY;
+}
+
+static void fmt_bytes(unsigned long long b, char *out, size_t n)
+{
+    if (b >= 1000ull * 1000 * 1000)
+        snprintf(out, n, "%.2f GB", (double)b / 1e9);
+    else
+        snprintf(out, n, "%.1f MB", (double)b / 1e6);
+}
+
 int skiff_progress_line(char tag, const char *s, char *out, size_t n)
 {
     char uri[300];
@@ -125,6 +139,55 @@ int skiff_progress_line(char tag, const char *s, char *out, size_t n)
         snprintf(uri, sizeof(uri), "%s", s);
         skiff_sanitize_inplace(uri, sizeof(uri));
         snprintf(out, n, "importing %s \u2026", uri);
+        return 0;
+    }
+    if (tag == SKIFF_REPLY_LAZY) {
+        unsigned long long fetched, total;
+        int used = 0;
+        if (sscanf(s, "%llu %llu %n", &fetched, &total, &used) != 2 || used <= 0 || !s[used])
+            return -1;
+        snprintf(uri, sizeof(uri), "%s", s + used);
+        skiff_sanitize_inplace(uri, sizeof(uri));
+        snprintf(out, n, "lazy start of %s: fetched %.1f of %.0f MB (the rest as it is read)", uri,
+                 (double)fetched / (1 << 20), (double)total / (1 << 20));
+        return 0;
+    }
+    if (tag == SKIFF_REPLY_RETRY) {
+        snprintf(uri, sizeof(uri), "%s", s);
+        skiff_sanitize_inplace(uri, sizeof(uri));
+        snprintf(out, n, "import: %s", uri);
+        return 0;
+    }
+    if (tag == SKIFF_REPLY_DOWNLOAD) {
+        unsigned long long done, total;
+        double rate;
+        unsigned ld, lt;
+        if (sscanf(s, "%llu %llu %lf %u %u", &done, &total, &rate, &ld, &lt) != 5 || !(rate >= 0) || rate > 1e13 ||
+            done > total || ld > lt)
+            return -1;
+        char d[32], t[32], eta[48] = "";
+        fmt_bytes(done, d, sizeof(d));
+        fmt_bytes(total, t, sizeof(t));
+        double left = rate > 0 ? (double)(total - done) / rate : 0;
+        if (rate > 0 && done < total)
+            snprintf(eta, sizeof(eta), left >= 90 ? ", %.0f min left" : ", %.0f s left", left >= 90 ? left / 60 : left);
+        snprintf(out, n, "downloading %s of %s (%u of %u layers), %.1f MB/s%s", d, t, ld, lt, rate / 1e6, eta);
+        return 0;
+    }
+    if (tag == SKIFF_REPLY_WAITING) {
+        unsigned long secs;
+        int used = 0;
+        if (sscanf(s, "%lu\t%n", &secs, &used) != 1 || used <= 0 || secs > 86400ul * 365)
+            return -1;
+        const char *who = s + used, *tab = strchr(who, '\t');
+        if (!tab)
+            return -1;
+        char w[128];
+        snprintf(w, sizeof(w), "%.*s", (int)(tab - who < 127 ? tab - who : 127), who);
+        skiff_sanitize_inplace(w, sizeof(w));
+        snprintf(uri, sizeof(uri), "%s", tab + 1);
+        skiff_sanitize_inplace(uri, sizeof(uri));
+        snprintf(out, n, "waiting for the import of %s by %s (running for %lu s)", uri, w, secs);
         return 0;
     }
     if (tag != SKIFF_REPLY_IMPORTED)

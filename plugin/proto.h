@@ -14,7 +14,12 @@
  *
  * Reply records (enum skiff_reply_tag), in this order:
  *   progress, while an import runs (start and resolve), before the status:
- *            IMPORTING URI, IMPORTED "BYTES MS URI"
+ *            IMPORTING URI, IMPORTED "BYTES MS URI", DOWNLOAD "DONE TOTAL RATE
+ *            LAYERS_DONE LAYERS" (its downloads: bytes, bytes/s), RETRY a
+ *            download retried (one line), WAITING "SECONDS\tWHO\tURI" (waiting
+ *            for WHO's import of the same image, running that long); after a
+ *            lazy image's start: LAZY "FETCHED TOTAL URI", FETCHED of its TOTAL
+ *            compressed bytes there on this node
  *   STATUS "0" or "-1"
  *   failure: PHASE (one of skiff_reply_phases: config, import, mount, hook,
  *            join, env, save), ERRNO, ERROR message
@@ -43,6 +48,8 @@
 #define SKIFF_HELPER_REQ_FD 3
 #define SKIFF_HELPER_REP_FD 4
 #define SKIFF_HELPER_CTL_FD 5
+/* skiff-helper-full fetch: the channel to a lazy image's FUSE server */
+#define SKIFF_HELPER_LAZY_FD 6
 
 /* Bounds on what root accepts from the helper. */
 #define SKIFF_REPLY_MAX (4u << 20)
@@ -52,6 +59,10 @@
 enum skiff_reply_tag {
     SKIFF_REPLY_IMPORTING = 'I', /* URI: an import started */
     SKIFF_REPLY_IMPORTED = 'i',  /* "BYTES MS URI": it ended */
+    SKIFF_REPLY_DOWNLOAD = 'd',  /* "DONE TOTAL RATE LAYERS_DONE LAYERS": its downloads so far */
+    SKIFF_REPLY_RETRY = 'r',     /* a download retried, or another warning (one line) */
+    SKIFF_REPLY_WAITING = 'q',   /* "SECONDS\tWHO\tURI": waiting for another's import */
+    SKIFF_REPLY_LAZY = 'L',      /* "FETCHED TOTAL URI": a lazy image's bytes on this node */
     SKIFF_REPLY_STATUS = 'S',    /* "0" or "-1" */
     SKIFF_REPLY_PHASE = 'p',     /* where it failed: one of skiff_reply_phases */
     SKIFF_REPLY_ERRNO = 'n',     /* the failure's errno, decimal */
@@ -89,8 +100,14 @@ struct skiff_reply {
 int skiff_reply_parse(const char *p, size_t len, struct skiff_reply *r, skiff_err *err);
 void skiff_reply_free(struct skiff_reply *r);
 
-/* The line root shows for a progress record (IMPORTING or IMPORTED), made
- * sanitised and bounded: "importing URI …" / "imported URI (N MB, T s)".
+/* Whether tag is a progress record (see above). */
+bool skiff_progress_tag(char tag);
+
+/* The line root shows for a progress record (see above), made sanitised
+ * and bounded: "importing URI …", "imported URI (N MB, T s)",
+ * "downloading 1.2 of 5.0 GB (2 of 9 layers), 180.0 MB/s, 18 s left",
+ * "waiting for the import of URI by WHO (running for N s)", a retry's line,
+ * "lazy start of URI: fetched X of Y MB (the rest as it is read)".
  * 0 with the line in out, -1 for any other record or a malformed one. */
 int skiff_progress_line(char tag, const char *s, char *out, size_t n);
 

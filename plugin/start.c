@@ -106,6 +106,7 @@ static int fill_request(struct step *s, spank_t sp, skiff_err *err)
     r->temp_name = s->temp_named;
     r->importer = s->args->importer[0] ? s->args->importer : NULL;
     r->timeout_s = s->args->timeout_s;
+    r->import_timeout_s = s->args->import_timeout_s;
     return 0;
 }
 
@@ -390,15 +391,38 @@ static void take_reply(struct step *s, struct skiff_reply *r)
     s->t_start_ms = r->t_start_ms;
 }
 
+/* What root saw of an import while it waited for the helper's answer. */
+struct progress_seen {
+    const struct step *s;
+    int shown;           /* lines shown */
+    double last_dl_ms;   /* when a download line was last shown */
+    double *deadline_ms; /* root's deadline for the answer, moved by an import */
+    bool importing;      /* an import (or the wait for another's) began */
+};
+
 /* Progress of an import, live in srun (skiff_log_step: at every Slurm
  * version and level, as pyxis's import lines). Bounded: a helper that
- * floods records gets a few lines shown, no more. */
-static void show_progress(char tag, const char *s, void *ctx)
+ * floods records gets a download line every 10 s at most and a few hundred
+ * lines in all. An import (or the wait for another node's) sets root's
+ * deadline to import_timeout from its start, once, be it longer or shorter
+ * than timeout=; its end gives the rest of the start timeout= again. */
+static void show_progress(char tag, const char *text, void *ctx)
 {
-    int *shown = ctx;
+    struct progress_seen *ps = ctx;
+    double now = skiff_now_ms();
+    if ((tag == SKIFF_REPLY_IMPORTING || tag == SKIFF_REPLY_WAITING) && !ps->importing) {
+        ps->importing = true;
+        *ps->deadline_ms = now + ps->s->args->import_timeout_s * 1000.0;
+    } else if (tag == SKIFF_REPLY_IMPORTED && ps->importing) {
+        *ps->deadline_ms = now + ps->s->args->timeout_s * 1000.0;
+    }
+    if (tag == SKIFF_REPLY_DOWNLOAD && ps->last_dl_ms > 0 && now - ps->last_dl_ms < 10000)
+        return;
     char line[400];
-    if (*shown < 4 && skiff_progress_line(tag, s, line, sizeof(line)) == 0) {
-        (*shown)++;
+    if (ps->shown < 400 && skiff_progress_line(tag, text, line, sizeof(line)) == 0) {
+        ps->shown++;
+        if (tag == SKIFF_REPLY_DOWNLOAD)
+            ps->last_dl_ms = now;
         skiff_log_step("skiff: %s", line);
     }
 }
@@ -421,14 +445,20 @@ int skiff_step_user_init(struct step *s, spank_t sp)
         skiff_error(&err, 0, "the container helper was not started");
         return skiff_step_fail(s, "mount", &err);
     }
-    /* one deadline for all of user_init, a second helper included */
+    /* one deadline for all of user_init, a second helper included; an
+     * import moves it (show_progress) */
     double deadline = t0 + s->args->timeout_s * 1000.0;
     int mnt;
     for (;;) {
         struct skiff_reply r;
-        int shown = 0;
-        int rc = skiff_helper_reply(&s->starter, deadline, s->args->timeout_s, show_progress, &shown, &r, &err);
+        struct progress_seen seen = {.s = s, .deadline_ms = &deadline};
+        int rc = skiff_helper_reply(&s->starter, &deadline, s->args->timeout_s, show_progress, &seen, &r, &err);
         s->t_wait_ms = skiff_now_ms() - t0;
+        if (rc < 0 && err.code == ETIMEDOUT && seen.importing)
+            skiff_error(&err, ETIMEDOUT,
+                        "the image's import did not end within import_timeout=%d s (plugstack.conf; the rest of "
+                        "the start has timeout=%d s)",
+                        s->args->import_timeout_s, s->args->timeout_s);
         if (rc < 0) {
             skiff_reply_free(&r);
             /* no answer in time, or none root takes: it is killed now, not

@@ -188,21 +188,23 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
     return 0;
 }
 
-int skiff_helper_reply(struct skiff_helper_proc *hp, double deadline_ms, int timeout_s, skiff_rec_seen_fn seen,
+int skiff_helper_reply(struct skiff_helper_proc *hp, const double *deadline_ms, int timeout_s, skiff_rec_seen_fn seen,
                        void *ctx, struct skiff_reply *r, skiff_err *err)
 {
     memset(r, 0, sizeof(*r));
     char *data = NULL;
     size_t len = 0;
     bool timed_out = false;
-    double left = deadline_ms - skiff_now_ms();
+    /* at least a moment (a deadline already past is no deadline to the reader) */
+    double now = skiff_now_ms(), until = *deadline_ms;
+    const double *dl = until > now ? deadline_ms : &(double){now + 1};
     /* (rep stays open until skiff_helper_finish: a start helper's word
      * after its answer, skiff_helper_joined) */
-    int rc = skiff_rec_read_fd_cb(hp->rep, SKIFF_REPLY_MAX, left > 0 ? (int)left : 0, SKIFF_REPLY_END, seen, ctx, &data,
-                                  &len, &timed_out, err);
+    int rc =
+        skiff_rec_read_fd_until(hp->rep, SKIFF_REPLY_MAX, dl, SKIFF_REPLY_END, seen, ctx, &data, &len, &timed_out, err);
     if (rc < 0) {
         if (timed_out)
-            return skiff_error(err, 0,
+            return skiff_error(err, ETIMEDOUT,
                                "no answer from the user-side helper within %d s (plugstack.conf timeout=%d; a "
                                "large import may need more)",
                                timeout_s, timeout_s);
@@ -450,7 +452,8 @@ int skiff_helper_call(const char *program, const char *verb, const struct skiff_
     if (skiff_helper_spawn(program, verb, u, req, NULL, false, &hp, err) < 0)
         return -1;
     struct skiff_reply r;
-    int rc = skiff_helper_reply(&hp, skiff_now_ms() + timeout_s * 1000.0, timeout_s, NULL, NULL, &r, err);
+    double deadline = skiff_now_ms() + timeout_s * 1000.0;
+    int rc = skiff_helper_reply(&hp, &deadline, timeout_s, NULL, NULL, &r, err);
     if (rc == 0 && r.status < 0) {
         *err = r.err;
         rc = -1;

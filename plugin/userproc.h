@@ -73,12 +73,12 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
                        const struct skiff_recbuf *req, const char *const *env, bool control,
                        struct skiff_helper_proc *hp, skiff_err *err);
 
-/* Reads and parses the helper's answer, until deadline_ms (skiff_now_ms's
- * clock; timeout_s is the plugstack setting the error names); seen (or
- * NULL) gets each record as it arrives (progress, proto.h). On a timeout
- * or a malformed answer err says so. Free r with skiff_reply_free in every
- * case. */
-int skiff_helper_reply(struct skiff_helper_proc *hp, double deadline_ms, int timeout_s, skiff_rec_seen_fn seen,
+/* Reads and parses the helper's answer, until *deadline_ms (skiff_now_ms's
+ * clock; seen may move it; timeout_s is the plugstack setting the error
+ * names); seen (or NULL) gets each record as it arrives (progress,
+ * proto.h). On a timeout (err->code ETIMEDOUT) or a malformed answer err
+ * says so. Free r with skiff_reply_free in every case. */
+int skiff_helper_reply(struct skiff_helper_proc *hp, const double *deadline_ms, int timeout_s, skiff_rec_seen_fn seen,
                        void *ctx, struct skiff_reply *r, skiff_err *err);
 
 /* After the control pipe of a start helper closed: whether it says that

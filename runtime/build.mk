@@ -47,7 +47,7 @@ SKIFF_LEAN_LIBS := -lsquashfuse_ll -lsquashfuse $(shell pkg-config --libs fuse3 
                    -lz -llzma -llz4 -lzstd -llzo2
 SKIFF_CLI_MAINS := runtime/cli/skiff.c runtime/cli/skiff-import.c
 SKIFF_CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(SKIFF_CLI_MAINS),$(wildcard runtime/cli/*.c)))
-SKIFF_IMPORT_VERBS_OBJ := $(BUILD)/runtime/cli/import.o $(BUILD)/runtime/cli/resolve.o
+SKIFF_IMPORT_VERBS_OBJ := $(BUILD)/runtime/cli/import.o $(BUILD)/runtime/cli/resolve.o $(BUILD)/runtime/cli/fetch.o
 $(SKIFF_CLI): $(BUILD)/runtime/cli/skiff.o $(filter-out $(SKIFF_IMPORT_VERBS_OBJ),$(SKIFF_CLI_OBJ)) \
     $(LIBSKIFF) $(LIBSKIFFCOMMON)
 	@mkdir -p $(@D)
@@ -97,5 +97,25 @@ $(RUNTIME_PLUGIN_SIM): $(BUILD)/tests/integration/runtime-plugin-sim.o $(LIBSKIF
 $(XATTR_PROBE): tests/integration/xattr-probe.c
 	$(test_static_program)
 TEST_PROGRAMS += $(RUNTIME_PLUGIN_SIM) $(XATTR_PROBE)
-BENCHES += tests/bench/start.sh
+# lazy images (runtime-lazy.sh, tests/bench/lazy.sh): an image served on a
+# directory by skiff's FUSE server, plain or lazy, while a command runs
+LAZY_SERVE := $(BUILD)/tests/lazy-serve
+$(BUILD)/tests/integration/lazy-serve.o: PART_CFLAGS := $(RUNTIME_PART_CFLAGS)
+$(LAZY_SERVE): $(BUILD)/tests/integration/lazy-serve.o $(LIBSKIFF) $(LIBSKIFFCOMMON)
+	@mkdir -p $(@D)
+	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
+TEST_PROGRAMS += $(LAZY_SERVE)
+INTEGRATION_TESTS += tests/integration/runtime-lazy.sh
+# Images at cluster scale (issue 26): registry requests, failures of real
+# networks (tests/integration/lib/fakereg.py), the cache's lifecycle, the
+# site's store; and a program that holds an image as a running container
+# does (64 of them at once).
+INTEGRATION_TESTS += tests/integration/image-scale.sh
+IMAGE_HOLDER := $(BUILD)/tests/image-holder
+$(BUILD)/tests/integration/image-holder.o: PART_CFLAGS := $(RUNTIME_PART_CFLAGS)
+$(IMAGE_HOLDER): $(BUILD)/tests/integration/image-holder.o $(LIBSKIFF) $(LIBSKIFFCOMMON)
+	@mkdir -p $(@D)
+	$(CC) $(EXE_LDFLAGS) -o $@ $^ $(RUNTIME_LIBS)
+TEST_PROGRAMS += $(IMAGE_HOLDER)
+BENCHES += tests/bench/start.sh tests/bench/scale.sh tests/bench/lazy.sh
 MAN1 += doc/man/skiff.1 doc/man/skiff-import.1 doc/man/skiff-enroot.1

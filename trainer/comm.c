@@ -57,10 +57,32 @@ int tr_comm_start_group(struct tr_comm *c, int op, void *const *bufs, const size
     if (!c->ops->start_group) return skiff_error(err, 0, "the %s backend has no grouped collectives", c->ops->name);
     return c->ops->start_group(c, op, bufs, ns, count, t, req, err);
 }
+int tr_sendrecv(struct tr_comm *c, const void *sbuf, size_t sbytes, int to, void *rbuf, size_t rbytes, int from,
+                skiff_err *err)
+{
+    if (!c->ops->sendrecv)
+        return skiff_error(err, ENOTSUP, "the %s backend has no point-to-point operations", c->ops->name);
+    return c->ops->sendrecv(c, sbuf, sbytes, to, rbuf, rbytes, from, err);
+}
+int tr_send(struct tr_comm *c, const void *buf, size_t bytes, int to, skiff_err *err)
+{
+    return tr_sendrecv(c, buf, bytes, to, NULL, 0, -1, err);
+}
+int tr_recv(struct tr_comm *c, void *buf, size_t bytes, int from, skiff_err *err)
+{
+    return tr_sendrecv(c, NULL, 0, -1, buf, bytes, from, err);
+}
 
 /* ---- TCP ring --------------------------------------------------------------- */
 
-enum { OP_ALLREDUCE = TR_COMM_ALLREDUCE, OP_RS = TR_COMM_REDUCE_SCATTER, OP_AG, OP_BCAST, OP_BARRIER };
+enum {
+    OP_ALLREDUCE = TR_COMM_ALLREDUCE,
+    OP_RS = TR_COMM_REDUCE_SCATTER,
+    OP_AG = TR_COMM_ALL_GATHER,
+    OP_BCAST,
+    OP_BARRIER,
+    OP_SENDRECV
+};
 
 struct tr_comm_req {
     int op;
@@ -68,6 +90,11 @@ struct tr_comm_req {
     size_t n;   /* elements, or bytes for broadcast */
     size_t esz; /* bytes per element (all-gather moves any type) */
     int root;
+    /* sendrecv: n bytes of sbuf to `to`; rn bytes into rbuf from `from` */
+    const void *sbuf;
+    void *rbuf;
+    size_t rn;
+    int to, from;
     int done, rc;
     skiff_err err;
     struct tr_comm_req *next;
@@ -75,8 +102,8 @@ struct tr_comm_req {
 
 struct tcp {
     struct tr_comm *c;
-    int left_fd, right_fd; /* receive from rank-1, send to rank+1 */
-    char left_name[32], right_name[32];
+    int left_fd, right_fd;              /* the ring: receive from rank-1, send to rank+1 */
+    char left_name[32], right_name[32]; /* the neighbours' world ranks, for errors */
     pthread_t thread;
     int have_thread;
     pthread_mutex_t mu;
@@ -89,10 +116,11 @@ struct tcp {
     size_t tmp_cap;
 };
 
-/* Sends slen bytes to the right while receiving rlen bytes from the left,
- * both at once (a ring where everyone sent first would deadlock once
- * the socket buffers fill). */
-static int xfer(struct tcp *t, const void *sbuf, size_t slen, void *rbuf, size_t rlen, skiff_err *err)
+/* Sends slen bytes on sfd while receiving rlen bytes on rfd, both at once
+ * (a ring where everyone sent first would deadlock once the socket buffers
+ * fill). sname and rname name the peers in errors. */
+static int xfer_fd(struct tcp *t, int sfd, const char *sname, const void *sbuf, size_t slen, int rfd, const char *rname,
+                   void *rbuf, size_t rlen, skiff_err *err)
 {
     const char *sp = sbuf;
     char *rp = rbuf;
@@ -102,11 +130,11 @@ static int xfer(struct tcp *t, const void *sbuf, size_t slen, void *rbuf, size_t
         int np = 0, si = -1, ri = -1;
         if (slen) {
             si = np;
-            p[np++] = (struct pollfd){.fd = t->right_fd, .events = POLLOUT};
+            p[np++] = (struct pollfd){.fd = sfd, .events = POLLOUT};
         }
         if (rlen) {
             ri = np;
-            p[np++] = (struct pollfd){.fd = t->left_fd, .events = POLLIN};
+            p[np++] = (struct pollfd){.fd = rfd, .events = POLLIN};
         }
         int r = poll(p, (nfds_t)np, tmo);
         if (r < 0) {
@@ -118,24 +146,23 @@ static int xfer(struct tcp *t, const void *sbuf, size_t slen, void *rbuf, size_t
                 return skiff_error(err, ETIMEDOUT,
                                    "%s sent nothing for %.1f s (stuck or dead? --timeout sets "
                                    "the limit)",
-                                   t->left_name, tmo / 1000.0);
-            return skiff_error(err, ETIMEDOUT, "%s accepted nothing for %.1f s (stuck or dead?)", t->right_name,
-                               tmo / 1000.0);
+                                   rname, tmo / 1000.0);
+            return skiff_error(err, ETIMEDOUT, "%s accepted nothing for %.1f s (stuck or dead?)", sname, tmo / 1000.0);
         }
         if (si >= 0 && p[si].revents) {
-            ssize_t n = send(t->right_fd, sp, slen, MSG_NOSIGNAL | MSG_DONTWAIT);
+            ssize_t n = send(sfd, sp, slen, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (n < 0 && errno != EAGAIN && errno != EINTR)
-                return skiff_error(err, errno, "sending to %s (did it exit?)", t->right_name);
+                return skiff_error(err, errno, "sending to %s (did it exit?)", sname);
             if (n > 0) {
                 sp += n;
                 slen -= (size_t)n;
             }
         }
         if (ri >= 0 && p[ri].revents) {
-            ssize_t n = recv(t->left_fd, rp, rlen, MSG_DONTWAIT);
-            if (n == 0) return skiff_error(err, ECONNRESET, "%s closed the connection (did it exit?)", t->left_name);
+            ssize_t n = recv(rfd, rp, rlen, MSG_DONTWAIT);
+            if (n == 0) return skiff_error(err, ECONNRESET, "%s closed the connection (did it exit?)", rname);
             if (n < 0 && errno != EAGAIN && errno != EINTR)
-                return skiff_error(err, errno, "receiving from %s (did it exit?)", t->left_name);
+                return skiff_error(err, errno, "receiving from %s (did it exit?)", rname);
             if (n > 0) {
                 rp += n;
                 rlen -= (size_t)n;
@@ -143,6 +170,12 @@ static int xfer(struct tcp *t, const void *sbuf, size_t slen, void *rbuf, size_t
         }
     }
     return 0;
+}
+
+/* The ring's step: send to the right while receiving from the left. */
+static int xfer(struct tcp *t, const void *sbuf, size_t slen, void *rbuf, size_t rlen, skiff_err *err)
+{
+    return xfer_fd(t, t->right_fd, t->right_name, sbuf, slen, t->left_fd, t->left_name, rbuf, rlen, err);
 }
 
 static size_t chunk_off(size_t n, int P, int c) { return (size_t)((__uint128_t)n * (unsigned)c / (unsigned)P); }
@@ -226,6 +259,32 @@ static int ring_broadcast(struct tcp *t, char *buf, size_t bytes, int root, skif
     return 0;
 }
 
+/* Point to point over the ring's connections, which are two-way: to rank+1
+ * on the right connection, to rank-1 back over the left one; from rank-1 on
+ * the left, from rank+1 back over the right. With two ranks both neighbours
+ * are the same rank and each direction keeps its own connection (0's right
+ * is 1's left, 1's right is 0's left), so messages never cross. The ranks
+ * were checked by tcp_sendrecv (neighbours only). */
+static int ring_sendrecv(struct tcp *t, struct tr_comm_req *q)
+{
+    int P = t->c->world, r = t->c->rank;
+    int sfd = -1, rfd = -1;
+    const char *sname = "", *rname = "";
+    if (q->n) {
+        int fwd = q->to == mod(r + 1, P);
+        sfd = fwd ? t->right_fd : t->left_fd;
+        sname = fwd ? t->right_name : t->left_name;
+    }
+    if (q->rn) {
+        int fwd = q->from == mod(r - 1, P);
+        rfd = fwd ? t->left_fd : t->right_fd;
+        rname = fwd ? t->left_name : t->right_name;
+    }
+    if (xfer_fd(t, sfd, sname, q->sbuf, q->n, rfd, rname, q->rbuf, q->rn, &q->err) < 0) return -1;
+    t->c->stats.bytes_sent += q->n;
+    return 0;
+}
+
 /* P-1 rounds of passing a byte to the right: after round k we know rank r-k
  * has arrived, so after P-1 rounds everyone has. */
 static int ring_barrier(struct tcp *t, skiff_err *err)
@@ -249,6 +308,7 @@ static int run_op(struct tcp *t, struct tr_comm_req *q)
     case OP_RS: rc = ring_reduce_scatter(t, q->buf, q->n, &q->err); break;
     case OP_AG: rc = ring_all_gather(t, q->buf, q->n, q->esz, &q->err); break;
     case OP_BCAST: rc = ring_broadcast(t, q->buf, q->n, q->root, &q->err); break;
+    case OP_SENDRECV: rc = ring_sendrecv(t, q); break;
     default: rc = ring_barrier(t, &q->err); break;
     }
     t->c->stats.busy_s += skiff_now_s() - t0;
@@ -288,17 +348,9 @@ static void *comm_main(void *arg)
     return NULL;
 }
 
-static int tcp_enqueue(struct tr_comm *c, int op, void *buf, size_t n, size_t esz, int root, struct tr_comm_req **out,
-                       skiff_err *err)
+/* Hands q to the comm thread (issue order). */
+static void tcp_push(struct tcp *t, struct tr_comm_req *q)
 {
-    struct tcp *t = c->impl;
-    struct tr_comm_req *q = calloc(1, sizeof *q);
-    if (!q) return skiff_error(err, ENOMEM, "comm request");
-    q->op = op;
-    q->buf = buf;
-    q->n = n;
-    q->esz = esz;
-    q->root = root;
     pthread_mutex_lock(&t->mu);
     if (t->tail)
         t->tail->next = q;
@@ -307,6 +359,19 @@ static int tcp_enqueue(struct tr_comm *c, int op, void *buf, size_t n, size_t es
     t->tail = q;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
+}
+
+static int tcp_enqueue(struct tr_comm *c, int op, void *buf, size_t n, size_t esz, int root, struct tr_comm_req **out,
+                       skiff_err *err)
+{
+    struct tr_comm_req *q = calloc(1, sizeof *q);
+    if (!q) return skiff_error(err, ENOMEM, "comm request");
+    q->op = op;
+    q->buf = buf;
+    q->n = n;
+    q->esz = esz;
+    q->root = root;
+    tcp_push(c->impl, q);
     *out = q;
     return 0;
 }
@@ -376,10 +441,39 @@ static int tcp_barrier(struct tr_comm *c, skiff_err *err) { return tcp_sync(c, O
 static int tcp_start(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype d, struct tr_comm_req **req,
                      skiff_err *err)
 {
-    if (check_f32(d, err) < 0) return -1;
-    if (op != OP_ALLREDUCE && op != OP_RS) return skiff_error(err, 0, "async op %d", op);
-    if (op == OP_RS && check_div(c, n, err) < 0) return -1;
-    return tcp_enqueue(c, op, buf, n, 4, 0, req, err);
+    if (op != OP_ALLREDUCE && op != OP_RS && op != OP_AG) return skiff_error(err, 0, "async op %d", op);
+    if (op != OP_AG && check_f32(d, err) < 0) return -1;
+    if (op != OP_ALLREDUCE && check_div(c, n, err) < 0) return -1;
+    return tcp_enqueue(c, op, buf, n, tr_dtype_size(d), 0, req, err);
+}
+
+/* Whether peer (a group rank, -1 for none) is one this rank exchanges with
+ * directly; a usage error here is the caller's, so it is reported before the
+ * request reaches the comm thread (whose errors fail the whole ring). */
+static int check_peer(struct tr_comm *c, int peer, const char *what, skiff_err *err)
+{
+    int P = c->world, r = c->rank;
+    if (peer < 0) return 0;
+    if (P > 1 && (peer == mod(r + 1, P) || peer == mod(r - 1, P))) return 0;
+    return skiff_error(err, EINVAL, "%s rank %d of a group of %d from rank %d: only ring neighbours (rank +-1) %s",
+                       what, peer, P, r, P > 1 ? "exchange directly" : "exist, and a group of 1 has none");
+}
+
+static int tcp_sendrecv(struct tr_comm *c, const void *sbuf, size_t sbytes, int to, void *rbuf, size_t rbytes, int from,
+                        skiff_err *err)
+{
+    if (check_peer(c, to, "send to", err) < 0 || check_peer(c, from, "receive from", err) < 0) return -1;
+    struct tr_comm_req *q = calloc(1, sizeof *q);
+    if (!q) return skiff_error(err, ENOMEM, "comm request");
+    q->op = OP_SENDRECV;
+    q->sbuf = sbuf;
+    q->n = to >= 0 ? sbytes : 0;
+    q->to = to;
+    q->rbuf = rbuf;
+    q->rn = from >= 0 ? rbytes : 0;
+    q->from = from;
+    tcp_push(c->impl, q);
+    return tcp_wait(c, q, err);
 }
 
 static void tcp_destroy(struct tr_comm *c)
@@ -413,43 +507,50 @@ static const struct tr_comm_ops tcp_ops = {
     .start = tcp_start,
     .wait = tcp_wait,
     .destroy = tcp_destroy,
+    .start_group = NULL,
+    .sendrecv = tcp_sendrecv,
 };
 
-static int ring_connect(struct tcp *t, struct tr_store *store, skiff_err *err)
+/* Connects this member to the next one (rank+1) and accepts the previous
+ * one; addresses go through the store under "NAME/R". */
+static int ring_connect(struct tcp *t, struct tr_store *store, const char *name, const int *members, skiff_err *err)
 {
     struct tr_comm *c = t->c;
     int P = c->world, r = c->rank, left = mod(r - 1, P), right = mod(r + 1, P);
     int port = 0;
     cleanup_close int lfd = net_listen(tr_store_local_addr(store), 0, &port, err);
-    if (lfd < 0) return skiff_err_wrap(err, "ring: listening for rank %d", left);
-    char key[64], val[128];
-    snprintf(key, sizeof key, "ring/%d", r);
+    if (lfd < 0) return skiff_err_wrap(err, "%s: listening for rank %d", name, members[left]);
+    char key[96], val[128];
+    snprintf(key, sizeof key, "%s/%d", name, r);
     snprintf(val, sizeof val, "%d %s", port, tr_store_local_addr(store));
     if (tr_store_set(store, key, val, strlen(val), err) < 0) return -1;
-    snprintf(key, sizeof key, "ring/%d", right);
+    snprintf(key, sizeof key, "%s/%d", name, right);
     cleanup_free char *rv = NULL;
     if (tr_store_get(store, key, (void **)&rv, NULL, err) < 0)
-        return skiff_err_wrap(err, "ring: address of rank %d", right);
+        return skiff_err_wrap(err, "%s: address of rank %d", name, members[right]);
     int rport = 0;
     char host[100] = "";
     if (sscanf(rv, "%d %99s", &rport, host) != 2)
-        return skiff_error(err, EPROTO, "ring: bad address '%s' from rank %d", rv, right);
+        return skiff_error(err, EPROTO, "%s: bad address '%s' from rank %d", name, rv, members[right]);
     t->right_fd = net_connect_retry(host, rport, c->timeout_ms, err);
-    if (t->right_fd < 0) return skiff_err_wrap(err, "ring: connecting to rank %d", right);
+    if (t->right_fd < 0) return skiff_err_wrap(err, "%s: connecting to rank %d", name, members[right]);
     int32_t me = r, who = -1;
     if (net_send_all(t->right_fd, &me, sizeof me, c->timeout_ms, t->right_name, err) < 0) return -1;
     t->left_fd = net_accept(lfd, c->timeout_ms, err);
-    if (t->left_fd < 0) return skiff_err_wrap(err, "ring: waiting for rank %d to connect", left);
+    if (t->left_fd < 0) return skiff_err_wrap(err, "%s: waiting for rank %d to connect", name, members[left]);
     if (net_recv_all(t->left_fd, &who, sizeof who, c->timeout_ms, t->left_name, err) < 0) return -1;
-    if (who != left) return skiff_error(err, EPROTO, "ring: expected rank %d to connect, got rank %d", left, (int)who);
+    if (who != left)
+        return skiff_error(err, EPROTO, "%s: expected rank %d to connect, got member %d of the group", name,
+                           members[left], (int)who);
     net_tune(t->left_fd, 1);
     net_tune(t->right_fd, 1);
     return 0;
 }
 
-int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_rank, int timeout_ms,
-                       struct tr_comm **out, skiff_err *err)
+int tr_comm_tcp_create_group(struct tr_store *store, const char *name, const int *members, int n, int me,
+                             int local_rank, int timeout_ms, struct tr_comm **out, skiff_err *err)
 {
+    if (n < 1 || me < 0 || me >= n) return skiff_error(err, 0, "comm group %s: member %d of %d", name, me, n);
     struct tr_comm *c = calloc(1, sizeof *c);
     struct tcp *t = calloc(1, sizeof *t);
     if (!c || !t) {
@@ -458,8 +559,8 @@ int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_ra
         return skiff_error(err, ENOMEM, "allocating comm");
     }
     c->ops = &tcp_ops; /* one rank: every collective is a local no-op in the same code */
-    c->rank = rank;
-    c->world = world;
+    c->rank = me;
+    c->world = n;
     c->local_rank = local_rank;
     c->timeout_ms = timeout_ms;
     c->impl = t;
@@ -467,16 +568,16 @@ int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_ra
     t->left_fd = t->right_fd = -1;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
-    snprintf(t->left_name, sizeof t->left_name, "rank %d", mod(rank - 1, world));
-    snprintf(t->right_name, sizeof t->right_name, "rank %d", mod(rank + 1, world));
-    if (world > 1) {
+    snprintf(t->left_name, sizeof t->left_name, "rank %d", members[mod(me - 1, n)]);
+    snprintf(t->right_name, sizeof t->right_name, "rank %d", members[mod(me + 1, n)]);
+    if (n > 1) {
         if (!store) {
             tr_comm_destroy(c);
-            return skiff_error(err, 0, "comm: world %d needs a store", world);
+            return skiff_error(err, 0, "comm: world %d needs a store", n);
         }
-        if (ring_connect(t, store, err) < 0) {
+        if (ring_connect(t, store, name, members, err) < 0) {
             tr_comm_destroy(c);
-            return skiff_err_wrap(err, "rank %d", rank);
+            return skiff_err_wrap(err, "rank %d", members[me]);
         }
     }
     if (pthread_create(&t->thread, NULL, comm_main, t) != 0) {
@@ -486,4 +587,16 @@ int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_ra
     t->have_thread = 1;
     *out = c;
     return 0;
+}
+
+int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_rank, int timeout_ms,
+                       struct tr_comm **out, skiff_err *err)
+{
+    if (world < 1 || rank < 0 || rank >= world) return skiff_error(err, 0, "comm: rank %d of %d", rank, world);
+    int *all = malloc((size_t)world * sizeof *all);
+    if (!all) return skiff_error(err, ENOMEM, "allocating comm");
+    for (int i = 0; i < world; i++) all[i] = i;
+    int rc = tr_comm_tcp_create_group(store, "ring", all, world, rank, local_rank, timeout_ms, out, err);
+    free(all);
+    return rc;
 }

@@ -40,8 +40,9 @@ struct tr_comm_ops {
     int (*all_gather)(struct tr_comm *c, void *buf, size_t n, enum tr_dtype t, skiff_err *err);
     int (*broadcast)(struct tr_comm *c, void *buf, size_t bytes, int root, skiff_err *err);
     int (*barrier)(struct tr_comm *c, skiff_err *err);
-    /* Starts an all-reduce (op 0) or reduce-scatter (op 1) of buf and returns at
-     * once; *req must later be passed to wait exactly once. */
+    /* Starts an all-reduce (op 0), reduce-scatter (op 1) or all-gather (op 2)
+     * of buf and returns at once; *req must later be passed to wait exactly
+     * once. */
     int (*start)(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dtype t, struct tr_comm_req **req,
                  skiff_err *err);
     int (*wait)(struct tr_comm *c, struct tr_comm_req *req, skiff_err *err);
@@ -52,10 +53,21 @@ struct tr_comm_ops {
      * ncclGroupStart/End; host-staged moves them as one buffer. */
     int (*start_group)(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count, enum tr_dtype t,
                        struct tr_comm_req **req, skiff_err *err);
+    /* Point to point with a neighbour in the group's ring (rank +- 1): sends
+     * sbytes of sbuf to rank `to` while receiving rbytes into rbuf from rank
+     * `from`, both at once, so two pipeline stages that exchange in both
+     * directions (1F1B's send-forward-receive-backward) never wait for each
+     * other. Either half may be absent (to or from -1). The receiver's
+     * rbytes must equal the sender's sbytes (a stream, as NCCL's send/recv);
+     * any other peer is refused (EINVAL) before anything moves, and leaves
+     * the group usable. A NULL member: the backend has none (ENOTSUP). */
+    int (*sendrecv)(struct tr_comm *c, const void *sbuf, size_t sbytes, int to, void *rbuf, size_t rbytes, int from,
+                    skiff_err *err);
 };
 
 #define TR_COMM_ALLREDUCE 0
 #define TR_COMM_REDUCE_SCATTER 1
+#define TR_COMM_ALL_GATHER 2
 
 struct tr_comm_stats {
     double busy_s;       /* seconds the backend spent moving/reducing data */
@@ -85,6 +97,11 @@ void tr_comm_destroy(struct tr_comm *c); /* frees c too; NULL is fine */
 /* ENOTSUP when the backend has no start_group. */
 int tr_comm_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count, enum tr_dtype t,
                         struct tr_comm_req **req, skiff_err *err);
+/* sendrecv, and its halves. */
+int tr_sendrecv(struct tr_comm *c, const void *sbuf, size_t sbytes, int to, void *rbuf, size_t rbytes, int from,
+                skiff_err *err);
+int tr_send(struct tr_comm *c, const void *buf, size_t bytes, int to, skiff_err *err);
+int tr_recv(struct tr_comm *c, void *buf, size_t bytes, int from, skiff_err *err);
 
 struct tr_store;
 
@@ -97,5 +114,15 @@ struct tr_store;
  * kernel, and publishes it under "ring/RANK". */
 int tr_comm_tcp_create(struct tr_store *store, int rank, int world, int local_rank, int timeout_ms,
                        struct tr_comm **out, skiff_err *err);
+
+/* A sub-communicator (a process group, as torch.distributed.new_group):
+ * the n ranks members[] of the world, in that order, with a ring of their
+ * own; this process is members[me]. Inside it ranks count from 0 (c->rank =
+ * me, c->world = n); errors name the peers by their world rank. `name`
+ * keys the ring's addresses in the store ("tp/0/1") and must be the same on
+ * every member and unique among the groups. Every rank creates its groups
+ * in the same order, so no creation waits on a peer busy with another. */
+int tr_comm_tcp_create_group(struct tr_store *store, const char *name, const int *members, int n, int me,
+                             int local_rank, int timeout_ms, struct tr_comm **out, skiff_err *err);
 
 #endif

@@ -168,7 +168,7 @@ struct cpu_device {
     const struct train_opts *o;
     const struct train_plan *plan; /* padding, ZeRO shard */
     struct gpt2 model;
-    float *m, *v, *decay; /* optimizer state for [opt_off, +opt_len); decay mask (n_pad) */
+    float *m, *v, *decay; /* optimizer state and weight-decay mask for [opt_off, +opt_len) */
     float *gshard;        /* ZeRO-2: this rank's accumulated gradient shard */
     struct ddp ddp;
     double loss_sum; /* forward: losses since take_loss */
@@ -187,6 +187,7 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     if (tr_comm_tcp_create(dist->store, dist->rank, dist->world, dist->local_rank, o->timeout_ms, &d->comm, err) < 0)
         return -1;
     if (gpt2_create(&c->model, &o->cfg, o->batch, o->seq, err) < 0) return -1;
+    if (o->recompute && gpt2_recompute(&c->model, err) < 0) return -1;
     size_t n = c->model.num_params;
     float *p = realloc(c->model.params, pl->n_pad * sizeof(float));
     if (p) c->model.params = p;
@@ -197,10 +198,15 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     memset(c->model.grads, 0, pl->n_pad * sizeof(float));
     c->m = calloc(pl->opt_len, sizeof(float));
     c->v = calloc(pl->opt_len, sizeof(float));
-    c->decay = calloc(pl->n_pad, sizeof(float));
+    c->decay = calloc(pl->opt_len, sizeof(float));
     if (o->zero == 2) c->gshard = calloc(pl->opt_len, sizeof(float));
     if (!c->m || !c->v || !c->decay || (o->zero == 2 && !c->gshard)) return skiff_error(err, ENOMEM, "optimizer state");
-    gpt2_decay_mask(&o->cfg, c->decay);
+    /* the mask of the optimizer's range only (ZeRO: 1/world of it) */
+    float *mask = calloc(pl->n_pad, sizeof(float));
+    if (!mask) return skiff_error(err, ENOMEM, "weight-decay mask");
+    gpt2_decay_mask(&o->cfg, mask);
+    memcpy(c->decay, mask + pl->opt_off, pl->opt_len * sizeof(float));
+    free(mask);
     if (o->zero == 0 && pl->world > 1) {
         c->ddp.comm = d->comm;
         c->ddp.grads = c->model.grads;
@@ -297,7 +303,7 @@ static int cpu_step(struct train_device *d, int step, float lr, struct train_bat
     float gscale = train_clip_scale(o, norm);
     /* AdamW's step counter leaves out the steps a CUDA fp16 run skipped
      * before this checkpoint (none on the CPU) */
-    adamw(model->params + pl->opt_off, gopt, cd->m, cd->v, cd->decay + pl->opt_off, pl->opt_len, lr, o,
+    adamw(model->params + pl->opt_off, gopt, cd->m, cd->v, cd->decay, pl->opt_len, lr, o,
           step + 1 - (int)d->amp.skipped, gscale);
     if (o->zero) {
         double w0 = skiff_now_s();
@@ -330,11 +336,23 @@ static int cpu_take_loss(struct train_device *d, double *sum, skiff_err *err)
     return 0;
 }
 
+/* What this rank holds, by kind (ZeRO shards what it shards; the rest is on
+ * every rank): the parameters, the gradient (with ZeRO-2 its accumulated
+ * shard too; with DDP the bucket staging), AdamW's m and v for the
+ * optimizer range and the weight-decay mask, the activations and their
+ * gradients (what --recompute changes). */
 static void cpu_describe(struct train_device *d, char *buf, size_t len)
 {
-    (void)d;
+    struct cpu_device *c = d->impl;
+    const struct train_plan *pl = c->plan;
     int n = omp_get_max_threads();
-    snprintf(buf, len, "cpu (%d thread%s)", n, n == 1 ? "" : "s");
+    double f = (double)sizeof(float) / (1 << 20);
+    double grads = (double)pl->n_pad + (c->gshard ? (double)pl->opt_len : 0) + (c->ddp.stage ? (double)pl->n_pad : 0);
+    snprintf(buf, len,
+             "cpu (%d thread%s), per rank: params %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, "
+             "activations %.1f MiB%s",
+             n, n == 1 ? "" : "s", (double)pl->n_pad * f, grads * f, 3.0 * (double)pl->opt_len * f,
+             2.0 * (double)c->model.num_acts * f, c->model.recompute ? " (recomputed per block)" : "");
 }
 
 const struct train_device_ops train_cpu_device = {

@@ -176,9 +176,14 @@ struct acts {
     float *p[A_NUM];
 };
 
-static void act_sizes(const struct gpt2_config *c, int B, int T, size_t s[A_NUM])
+/* The activations of a (B,T) pass. The tensors of one block (LN1 up to
+ * FCPROJ, contiguous) have one slot per layer, or with recompute one slot
+ * that every layer reuses: the backward recomputes a block's forward from its
+ * input (the residual stream, RESIDUAL3 of the layer below, kept for every
+ * layer) just before differentiating it. */
+static void act_sizes(const struct gpt2_config *c, int B, int T, int recompute, size_t s[A_NUM])
 {
-    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
+    size_t L = recompute ? 1 : c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
     s[A_ENCODED] = BT * C;
     s[A_LN1] = L * BT * C;
@@ -196,7 +201,7 @@ static void act_sizes(const struct gpt2_config *c, int B, int T, size_t s[A_NUM]
     s[A_FCH] = L * BT * 4 * C;
     s[A_FCH_GELU] = L * BT * 4 * C;
     s[A_FCPROJ] = L * BT * C;
-    s[A_RESIDUAL3] = L * BT * C;
+    s[A_RESIDUAL3] = (size_t)c->num_layers * BT * C;
     s[A_LNF] = BT * C;
     s[A_LNF_MEAN] = BT;
     s[A_LNF_RSTD] = BT;
@@ -208,11 +213,19 @@ static void act_sizes(const struct gpt2_config *c, int B, int T, size_t s[A_NUM]
 static void act_views(const struct gpt2 *m, float *base, struct acts *a)
 {
     size_t s[A_NUM];
-    act_sizes(&m->cfg, m->B, m->T, s);
+    act_sizes(&m->cfg, m->B, m->T, m->recompute, s);
     for (int i = 0; i < A_NUM; i++) {
         a->p[i] = base;
         base += s[i];
     }
+}
+
+size_t gpt2_num_acts(const struct gpt2_config *cfg, int B, int T, int recompute)
+{
+    size_t s[A_NUM], n = 0;
+    act_sizes(cfg, B, T, recompute, s);
+    for (int i = 0; i < A_NUM; i++) n += s[i];
+    return n;
 }
 
 int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, skiff_err *err)
@@ -225,10 +238,7 @@ int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, ski
     m->B = B;
     m->T = T;
     m->num_params = gpt2_param_layout(cfg, m->param_sizes, m->param_offsets);
-    size_t s[A_NUM];
-    act_sizes(cfg, B, T, s);
-    m->num_acts = 0;
-    for (int i = 0; i < A_NUM; i++) m->num_acts += s[i];
+    m->num_acts = gpt2_num_acts(cfg, B, T, 0);
     m->params = calloc(m->num_params, sizeof(float));
     m->grads = calloc(m->num_params, sizeof(float));
     m->acts = calloc(m->num_acts, sizeof(float));
@@ -245,6 +255,28 @@ int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, ski
     act_views(m, m->acts, &a);
     m->probs_out = a.p[A_PROBS];
     m->mean_loss = -1.0f;
+    return 0;
+}
+
+int gpt2_recompute(struct gpt2 *m, skiff_err *err)
+{
+    if (m->recompute) return 0;
+    size_t n = gpt2_num_acts(&m->cfg, m->B, m->T, 1);
+    float *a = calloc(n, sizeof(float)), *d = calloc(n, sizeof(float));
+    if (!a || !d) {
+        free(a);
+        free(d);
+        return skiff_error(err, ENOMEM, "allocating activations (%zu floats)", n);
+    }
+    free(m->acts);
+    free(m->dacts);
+    m->acts = a;
+    m->dacts = d;
+    m->num_acts = n;
+    m->recompute = 1;
+    struct acts v;
+    act_views(m, m->acts, &v);
+    m->probs_out = v.p[A_PROBS];
     return 0;
 }
 
@@ -270,10 +302,43 @@ void gpt2_zero_grad(struct gpt2 *m) { m->grads_cleared = 1; }
 #define PARAM(m, i) ((m)->params + (m)->param_offsets[i])
 #define GRAD(m, i) ((m)->grads + (m)->param_offsets[i])
 
+/* Transformer block l's forward, from its input (the embeddings or the
+ * residual stream of block l-1) to RESIDUAL3 of l. */
+static void block_forward(struct gpt2 *m, const struct acts *a, int l)
+{
+    int B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, BT = B * T;
+    /* bc: this layer's slot of the block's tensors; rc: its residual stream */
+    size_t bc = (size_t)(m->recompute ? 0 : l) * BT * C, rc = (size_t)l * BT * C, lbt = bc / C;
+    const float *residual = l == 0 ? a->p[A_ENCODED] : a->p[A_RESIDUAL3] + rc - (size_t)BT * C;
+    float *ln1 = a->p[A_LN1] + bc, *qkv = a->p[A_QKV] + 3 * bc, *atty = a->p[A_ATTY] + bc;
+    float *preatt = a->p[A_PREATT] + lbt * NH * T;
+    float *att = a->p[A_ATT] + lbt * NH * T;
+    float *attproj = a->p[A_ATTPROJ] + bc, *res2 = a->p[A_RESIDUAL2] + bc;
+    float *ln2 = a->p[A_LN2] + bc, *fch = a->p[A_FCH] + 4 * bc;
+    float *fchg = a->p[A_FCH_GELU] + 4 * bc, *fcproj = a->p[A_FCPROJ] + bc;
+    float *res3 = a->p[A_RESIDUAL3] + rc;
+    layernorm_forward(ln1, a->p[A_LN1_MEAN] + lbt, a->p[A_LN1_RSTD] + lbt, residual, PARAM(m, GPT2_LN1W) + l * C,
+                      PARAM(m, GPT2_LN1B) + l * C, BT, C);
+    matmul_forward(qkv, ln1, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C, PARAM(m, GPT2_QKVB) + (size_t)l * 3 * C, BT,
+                   C, 3 * C);
+    attention_forward(atty, preatt, att, qkv, B, T, C, NH);
+    matmul_forward(attproj, atty, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C, PARAM(m, GPT2_ATTPROJB) + (size_t)l * C,
+                   BT, C, C);
+    residual_forward(res2, residual, attproj, (size_t)BT * C);
+    layernorm_forward(ln2, a->p[A_LN2_MEAN] + lbt, a->p[A_LN2_RSTD] + lbt, res2, PARAM(m, GPT2_LN2W) + l * C,
+                      PARAM(m, GPT2_LN2B) + l * C, BT, C);
+    matmul_forward(fch, ln2, PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C, PARAM(m, GPT2_FCB) + (size_t)l * 4 * C, BT, C,
+                   4 * C);
+    gelu_forward(fchg, fch, (size_t)BT * 4 * C);
+    matmul_forward(fcproj, fchg, PARAM(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C, PARAM(m, GPT2_FCPROJB) + (size_t)l * C,
+                   BT, 4 * C, C);
+    residual_forward(res3, res2, fcproj, (size_t)BT * C);
+}
+
 float gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets)
 {
     const struct gpt2_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->channels, L = c->num_layers, NH = c->num_heads;
+    int B = m->B, T = m->T, C = c->channels, L = c->num_layers;
     int V = c->vocab_size, Vp = c->padded_vocab_size, BT = B * T;
     struct acts a;
     act_views(m, m->acts, &a);
@@ -281,33 +346,7 @@ float gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets)
     m->targets = targets;
 
     encoder_forward(a.p[A_ENCODED], inputs, PARAM(m, GPT2_WTE), PARAM(m, GPT2_WPE), B, T, C);
-    for (int l = 0; l < L; l++) {
-        size_t bc = (size_t)l * BT * C;
-        const float *residual = l == 0 ? a.p[A_ENCODED] : a.p[A_RESIDUAL3] + bc - (size_t)BT * C;
-        float *ln1 = a.p[A_LN1] + bc, *qkv = a.p[A_QKV] + 3 * bc, *atty = a.p[A_ATTY] + bc;
-        float *preatt = a.p[A_PREATT] + (size_t)l * B * NH * T * T;
-        float *att = a.p[A_ATT] + (size_t)l * B * NH * T * T;
-        float *attproj = a.p[A_ATTPROJ] + bc, *res2 = a.p[A_RESIDUAL2] + bc;
-        float *ln2 = a.p[A_LN2] + bc, *fch = a.p[A_FCH] + 4 * bc;
-        float *fchg = a.p[A_FCH_GELU] + 4 * bc, *fcproj = a.p[A_FCPROJ] + bc;
-        float *res3 = a.p[A_RESIDUAL3] + bc;
-        layernorm_forward(ln1, a.p[A_LN1_MEAN] + (size_t)l * BT, a.p[A_LN1_RSTD] + (size_t)l * BT, residual,
-                          PARAM(m, GPT2_LN1W) + l * C, PARAM(m, GPT2_LN1B) + l * C, BT, C);
-        matmul_forward(qkv, ln1, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C, PARAM(m, GPT2_QKVB) + (size_t)l * 3 * C,
-                       BT, C, 3 * C);
-        attention_forward(atty, preatt, att, qkv, B, T, C, NH);
-        matmul_forward(attproj, atty, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C,
-                       PARAM(m, GPT2_ATTPROJB) + (size_t)l * C, BT, C, C);
-        residual_forward(res2, residual, attproj, (size_t)BT * C);
-        layernorm_forward(ln2, a.p[A_LN2_MEAN] + (size_t)l * BT, a.p[A_LN2_RSTD] + (size_t)l * BT, res2,
-                          PARAM(m, GPT2_LN2W) + l * C, PARAM(m, GPT2_LN2B) + l * C, BT, C);
-        matmul_forward(fch, ln2, PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C, PARAM(m, GPT2_FCB) + (size_t)l * 4 * C, BT,
-                       C, 4 * C);
-        gelu_forward(fchg, fch, (size_t)BT * 4 * C);
-        matmul_forward(fcproj, fchg, PARAM(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
-                       PARAM(m, GPT2_FCPROJB) + (size_t)l * C, BT, 4 * C, C);
-        residual_forward(res3, res2, fcproj, (size_t)BT * C);
-    }
+    for (int l = 0; l < L; l++) block_forward(m, &a, l);
     const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
     layernorm_forward(a.p[A_LNF], a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], last, PARAM(m, GPT2_LNFW), PARAM(m, GPT2_LNFB), BT,
                       C);
@@ -373,12 +412,20 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
     ready(m, GPT2_LNFB, -1);
 
     for (int l = L - 1; l >= 0; l--) {
-        size_t bc = (size_t)l * BT * C;
-        const float *residual = l == 0 ? a.p[A_ENCODED] : a.p[A_RESIDUAL3] + bc - (size_t)BT * C;
-        float *dresidual = l == 0 ? d.p[A_ENCODED] : d.p[A_RESIDUAL3] + bc - (size_t)BT * C;
-        size_t att_off = (size_t)l * B * NH * T * T;
+        /* bc: the layer's slot of the block's tensors (0 with recompute, whose
+         * forward is redone here into that slot, the same bits as before);
+         * rc: its residual stream */
+        size_t bc = (size_t)(m->recompute ? 0 : l) * BT * C, rc = (size_t)l * BT * C, lbt = bc / C;
+        if (m->recompute && l < L - 1) { /* the slot still holds L-1's from the forward */
+            block_forward(m, &a, l);
+            /* the slot's gradients start from zero for every layer */
+            zero_floats(d.p[A_LN1], (size_t)(d.p[A_RESIDUAL3] - d.p[A_LN1]));
+        }
+        const float *residual = l == 0 ? a.p[A_ENCODED] : a.p[A_RESIDUAL3] + rc - (size_t)BT * C;
+        float *dresidual = l == 0 ? d.p[A_ENCODED] : d.p[A_RESIDUAL3] + rc - (size_t)BT * C;
+        size_t att_off = lbt * NH * T;
         /* dres3 flows into res2 and fcproj */
-        residual_backward(d.p[A_RESIDUAL2] + bc, d.p[A_FCPROJ] + bc, d.p[A_RESIDUAL3] + bc, (size_t)BT * C);
+        residual_backward(d.p[A_RESIDUAL2] + bc, d.p[A_FCPROJ] + bc, d.p[A_RESIDUAL3] + rc, (size_t)BT * C);
         matmul_backward(d.p[A_FCH_GELU] + 4 * bc, GRAD(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
                         GRAD(m, GPT2_FCPROJB) + (size_t)l * C, d.p[A_FCPROJ] + bc, a.p[A_FCH_GELU] + 4 * bc,
                         PARAM(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C, BT, 4 * C, C, ow);
@@ -391,8 +438,8 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
         ready(m, GPT2_FCB, l);
         ready(m, GPT2_FCW, l);
         layernorm_backward(d.p[A_RESIDUAL2] + bc, GRAD(m, GPT2_LN2W) + l * C, GRAD(m, GPT2_LN2B) + l * C,
-                           d.p[A_LN2] + bc, a.p[A_RESIDUAL2] + bc, PARAM(m, GPT2_LN2W) + l * C,
-                           a.p[A_LN2_MEAN] + (size_t)l * BT, a.p[A_LN2_RSTD] + (size_t)l * BT, BT, C);
+                           d.p[A_LN2] + bc, a.p[A_RESIDUAL2] + bc, PARAM(m, GPT2_LN2W) + l * C, a.p[A_LN2_MEAN] + lbt,
+                           a.p[A_LN2_RSTD] + lbt, BT, C);
         ready(m, GPT2_LN2B, l);
         ready(m, GPT2_LN2W, l);
         residual_backward(dresidual, d.p[A_ATTPROJ] + bc, d.p[A_RESIDUAL2] + bc, (size_t)BT * C);
@@ -409,8 +456,7 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
         ready(m, GPT2_QKVB, l);
         ready(m, GPT2_QKVW, l);
         layernorm_backward(dresidual, GRAD(m, GPT2_LN1W) + l * C, GRAD(m, GPT2_LN1B) + l * C, d.p[A_LN1] + bc, residual,
-                           PARAM(m, GPT2_LN1W) + l * C, a.p[A_LN1_MEAN] + (size_t)l * BT,
-                           a.p[A_LN1_RSTD] + (size_t)l * BT, BT, C);
+                           PARAM(m, GPT2_LN1W) + l * C, a.p[A_LN1_MEAN] + lbt, a.p[A_LN1_RSTD] + lbt, BT, C);
         ready(m, GPT2_LN1B, l);
         ready(m, GPT2_LN1W, l);
     }

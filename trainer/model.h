@@ -101,6 +101,7 @@ struct gpt2 {
     float *grads;      /* num_params floats, accumulated by gpt2_backward */
     int grads_cleared; /* gpt2_zero_grad was called: the next backward writes
                         * grads instead of adding to them (see gpt2_zero_grad) */
+    int recompute;     /* gpt2_recompute: one block's activations, redone in backward */
     float *acts;       /* activations for (B,T) */
     float *dacts;      /* their gradients */
     size_t num_acts;
@@ -119,6 +120,19 @@ struct gpt2 {
 /* Allocates the buffers (params zeroed). */
 int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, skiff_err *err);
 void gpt2_destroy(struct gpt2 *m);
+
+/* Floats of activations (and as many of their gradients) a (B,T) pass keeps,
+ * with or without activation recomputation. */
+size_t gpt2_num_acts(const struct gpt2_config *cfg, int B, int T, int recompute);
+
+/* Activation recomputation (checkpointing each block, as torch.utils.checkpoint
+ * or Megatron's --recompute-granularity full): the activations inside a
+ * transformer block are kept for one block only; the backward redoes each
+ * block's forward from its input (the residual stream, kept for every block)
+ * before differentiating it. About one forward more per step, the same bits
+ * (the forward is deterministic), activation memory from ~L blocks to one
+ * plus the residual stream. Reallocates m's activations. */
+int gpt2_recompute(struct gpt2 *m, skiff_err *err);
 
 /* inputs, targets: (B,T) token ids (targets may be NULL: then no loss).
  * Returns the mean cross-entropy loss over B*T, or -1 when targets is NULL. */

@@ -83,7 +83,8 @@ enum {
     O_BETA1,
     O_BETA2,
     O_EPS,
-    O_ORDER
+    O_ORDER,
+    O_RECOMPUTE
 };
 
 int train_opt_error(int c, char **argv, skiff_err *err)
@@ -150,6 +151,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
                                        {"threads", 1, 0, O_THREADS},
                                        {"timeout", 1, 0, O_TIMEOUT},
                                        {"quiet", 0, 0, O_QUIET},
+                                       {"recompute", 0, 0, O_RECOMPUTE},
                                        {"init-from", 1, 0, O_INIT_FROM},
                                        {"beta1", 1, 0, O_BETA1},
                                        {"beta2", 1, 0, O_BETA2},
@@ -228,6 +230,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
             o->timeout_ms = (int)(d * 1000);
             break;
         case O_QUIET: o->quiet = 1; break;
+        case O_RECOMPUTE: o->recompute = 1; break;
         case O_INIT_FROM: o->init_from = optarg; break;
         case O_BETA1:
             rc = train_parse_double("--beta1", optarg, 0, &d, err);
@@ -267,6 +270,10 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
     if (!o->precision) o->precision = o->device == TRAIN_DEVICE_CPU ? "fp32" : "bf16";
     if (o->device == TRAIN_DEVICE_CPU && strcmp(o->precision, "fp32"))
         return skiff_error(err, 0, "--precision %s: the CPU path trains in fp32 only", o->precision);
+    if (o->recompute && o->device == TRAIN_DEVICE_CUDA)
+        return skiff_error(err, 0,
+                           "--recompute: the CPU device only so far; on CUDA leave it out (every block's "
+                           "activations are kept) or lower --batch");
     if (o->warmup < 0) o->warmup = o->steps / 10;
     return 0;
 }

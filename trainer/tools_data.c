@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bpe.h"
 #include "clock.h"
@@ -59,6 +61,54 @@ static int mkdir_parents(const char *path, skiff_err *err)
 
 /* ---- tokenize ---------------------------------------------------------------- */
 
+/* The name part of a path: "a/b.txt" -> "b.txt", "a/b/" -> "b". */
+static void base_name(const char *path, char *out, size_t len)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t s = n;
+    while (s > 0 && path[s - 1] != '/') s--;
+    snprintf(out, len, "%.*s", (int)(n - s), path + s);
+}
+
+/* --out names a directory (it ends in '/' or is one): the shards go into it,
+ * named after what was tokenized: the one input file (without its last
+ * extension), or the directory the inputs share ("fortunes" for
+ * /usr/share/games/fortunes/{art,science}), or "tokens" when they share
+ * none. Anything else is a prefix, as before. */
+static int out_prefix(const char *out, char **files, int nfiles, char *prefix, size_t len, skiff_err *err)
+{
+    struct stat st;
+    size_t ol = strlen(out);
+    int is_dir = ol && (out[ol - 1] == '/' || (stat(out, &st) == 0 && S_ISDIR(st.st_mode)));
+    if (!is_dir) return skiff_fmt_path(prefix, len, err, "%s", out);
+    char name[256] = "", dir[4096];
+    if (nfiles == 1) {
+        base_name(files[0], name, sizeof name);
+        char *dot = strrchr(name, '.');
+        if (dot && dot != name) *dot = '\0';
+    } else {
+        /* the directory of the first file, if every file is directly in it */
+        const char *slash = strrchr(files[0], '/');
+        size_t dl = slash ? (size_t)(slash - files[0]) : 0;
+        int shared = 1;
+        for (int i = 1; i < nfiles && shared; i++) {
+            const char *s2 = strrchr(files[i], '/');
+            shared = (s2 ? (size_t)(s2 - files[i]) : 0) == dl && !strncmp(files[i], files[0], dl);
+        }
+        if (shared && dl > 0) {
+            snprintf(dir, sizeof dir, "%.*s", (int)dl, files[0]);
+            base_name(dir, name, sizeof name);
+        } else if (shared) {
+            char cwd[4096];
+            if (getcwd(cwd, sizeof cwd)) base_name(cwd, name, sizeof name);
+        }
+    }
+    if (!name[0] || !strcmp(name, "/") || !strcmp(name, ".") || !strcmp(name, ".."))
+        snprintf(name, sizeof name, "tokens");
+    return skiff_fmt_path(prefix, len, err, "%.*s/%s", (int)(out[ol - 1] == '/' ? ol - 1 : ol), out, name);
+}
+
 struct tokbuf {
     uint16_t *t;
     size_t n, cap;
@@ -84,7 +134,7 @@ static int flush_shards(const char *prefix, const char *split, const uint16_t *t
     int nshards = 0;
     for (size_t off = 0; off < n; off += per) {
         size_t len = n - off < per ? n - off : per;
-        char path[4096];
+        char path[4096 + 32]; /* prefix: at most 4095 */
         snprintf(path, sizeof path, "%s_%s_%06d.bin", prefix, split, nshards);
         if (data_write_shard(path, t + off, len, err) < 0) return -1;
         printf("%s: %zu tokens\n", path, len);
@@ -171,6 +221,9 @@ int tool_tokenize(int argc, char **argv, skiff_err *err)
     if (!prefix) return USAGE("--out PREFIX is required");
     if (!tokenizer_name_ok(tokname)) return USAGE(TOKENIZER_NAME_ERROR, tokname);
     if (optind >= argc) return USAGE("give at least one text FILE");
+    char out_path[4096];
+    if (out_prefix(prefix, argv + optind, argc - optind, out_path, sizeof out_path, err) < 0) return 1;
+    prefix = out_path;
     struct tokenize_run r = {0};
     struct tokbuf tr = {0}, va = {0};
     int rc = 1;

@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +14,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "clock.h"
 #include "container.h"
 #include "fdio.h"
+#include "lazy.h"
 #include "named.h"
 #include "ns.h"
 #include "proto.h"
@@ -61,6 +65,32 @@ int skiff_helper_answer(int rc, const char *phase, const skiff_err *e)
 
 /* ---- start ---- */
 
+/* The shared lock on a cached image that this step uses, held until the
+ * helper exits with the step: pruning the cache never removes it. */
+static int image_hold = -1;
+
+/* An image reference resolved through the caches, then held; resolved
+ * again if a prune removed it before the hold (skiff_cache_hold). */
+static int resolve_held(const struct skiff_helper_program *program, const struct skiff_config *cfg,
+                        const struct skiff_start_request *q, char *out, size_t n, skiff_err *err)
+{
+    for (int tries = 0;; tries++) {
+        if (program->resolve_image(cfg, q, out, n, err) < 0)
+            return -1;
+        if (q->importer && q->importer[0])
+            return 0; /* pyxis's importer contract: its file, not the cache's */
+        if (skiff_lazy_is_image(out))
+            return 0; /* a lazy image (a directory): the cache's pruning leaves those alone */
+        int fd = skiff_cache_hold(out, err);
+        if (fd >= 0) {
+            image_hold = fd;
+            return 0;
+        }
+        if (err->code != ENOENT || tries == 2)
+            return -1;
+    }
+}
+
 /* The image to start, or "" for an existing named container. */
 static int prepare(const struct skiff_helper_program *program, const struct skiff_config *cfg,
                    const struct skiff_start_request *q, char *image, size_t n, skiff_err *err)
@@ -86,7 +116,7 @@ static int prepare(const struct skiff_helper_program *program, const struct skif
     /* a squashfs path needs no importer: checked here, without an exec */
     int rc = !(q->importer && q->importer[0]) && skiff_ref_classify(q->image) == SKIFF_ARG_PATH
                  ? skiff_squash_resolve_path(q->image, image, n, err)
-                 : program->resolve_image(cfg, q, image, n, err);
+                 : resolve_held(program, cfg, q, image, n, err);
     if (rc < 0)
         return -1;
     if (q->name && skiff_named_create(cfg, q->name, image, q->node, true, err) < 0)
@@ -217,6 +247,38 @@ static int answer_attach(const struct skiff_start_request *q, struct skiff_conta
     return rc; /* nothing of ours runs: the step that started it stops it */
 }
 
+/* The lazy image's fetcher: skiff-helper-full fetch DIR, with the request
+ * again on fd 3 (its configuration) and the channel on fd 6. */
+static int start_fetcher(const struct skiff_config *cfg, struct skiff_start_request *so, struct skiff_lazy_run *run,
+                         skiff_err *err)
+{
+    char self[PATH_MAX], full[PATH_MAX + 8];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len <= 0)
+        return skiff_error(err, errno, "find skiff-helper-full");
+    self[len] = '\0';
+    snprintf(full, sizeof(full), "%s%s", self, strstr(self, "-full") ? "" : "-full");
+    if (lseek(SKIFF_HELPER_REQ_FD, 0, SEEK_SET) < 0)
+        return skiff_error(err, errno, "lazy image: the request");
+    const int keep[] = {SKIFF_HELPER_REQ_FD};
+    return skiff_lazy_run_begin(cfg, so, full, "fetch", SKIFF_HELPER_LAZY_FD, keep, 1, run, err);
+}
+
+/* LAZY "FETCHED TOTAL IMAGE": what the start read of a lazy image so far
+ * (root shows it in srun as "fetched X of Y MB"). */
+static void lazy_progress(const struct skiff_start_request *q, const struct lz_image *im)
+{
+    uint64_t fetched, total;
+    uint32_t present;
+    skiff_lazy_counters(im, &fetched, &total, &present);
+    struct skiff_recbuf b = {0};
+    skiff_err ignore;
+    if (skiff_rec_putf(&b, SKIFF_REPLY_LAZY, &ignore, "%llu %llu %s", (unsigned long long)fetched,
+                       (unsigned long long)total, q->image ? q->image : "") == 0)
+        (void)skiff_write_all(SKIFF_HELPER_REP_FD, b.p, b.len);
+    skiff_recbuf_free(&b);
+}
+
 static int verb_start(const struct skiff_helper_program *program, const struct skiff_config *cfg,
                       const struct skiff_start_request *q)
 {
@@ -266,12 +328,23 @@ static int verb_start(const struct skiff_helper_program *program, const struct s
     so.image = image[0] ? image : NULL;
     /* when this process dies, even by SIGKILL, the holder and every mount go */
     so.die_with_parent = true;
+    /* a lazy image: its span fetcher (skiff-helper-full fetch), outside the
+     * container's namespaces */
+    struct skiff_lazy_run lazy;
+    if (start_fetcher(cfg, &so, &lazy, &err) < 0) {
+        put_failure(&b, "mount", &err);
+        answer(&b);
+        return 1;
+    }
     struct skiff_container c;
     if (skiff_container_start(cfg, &so, &c, &err) < 0) {
+        skiff_lazy_run_end(&lazy);
         put_failure(&b, c.failed_phase == SKIFF_START_FAILED_HOOKS ? "hook" : "mount", &err);
         answer(&b);
         return 1;
     }
+    if (lazy.im)
+        lazy_progress(q, lazy.im);
     double t2 = skiff_now_ms();
     skiff_err ignore;
     int bad = skiff_rec_put(&b, SKIFF_REPLY_STATUS, "0", &ignore) < 0 ||
@@ -295,6 +368,7 @@ static int verb_start(const struct skiff_helper_program *program, const struct s
     }
     skiff_recbuf_free(&b);
     skiff_container_stop(&c, &err);
+    skiff_lazy_run_end(&lazy);
     return 0;
 }
 
@@ -303,7 +377,11 @@ int skiff_helper_main(int argc, char **argv, const struct skiff_helper_program *
     /* its channels are there, or it was not started by the plugin */
     struct stat st;
     bool resolve = argc == 2 && !strcmp(argv[1], "resolve");
-    if (argc != 2 || fstat(SKIFF_HELPER_REQ_FD, &st) < 0 || (!resolve && fstat(SKIFF_HELPER_REP_FD, &st) < 0)) {
+    /* fetch DIR: a lazy image's span fetcher (start_fetcher), channel on fd 6 */
+    bool fetch = argc == 3 && !strcmp(argv[1], "fetch") && p->fetch;
+    if ((argc != 2 && !fetch) || fstat(SKIFF_HELPER_REQ_FD, &st) < 0 ||
+        (!resolve && !fetch && fstat(SKIFF_HELPER_REP_FD, &st) < 0) ||
+        (fetch && fstat(SKIFF_HELPER_LAZY_FD, &st) < 0)) {
         fprintf(stderr, "skiff-helper: run by spank_skiff.so only (see doc/SECURITY.md)\n");
         return 2;
     }
@@ -332,11 +410,11 @@ int skiff_helper_main(int argc, char **argv, const struct skiff_helper_program *
     const struct skiff_start_request *q = &req;
     size_t len = 0;
     char *data = skiff_read_fd_small(SKIFF_HELPER_REQ_FD, "request", SKIFF_REQUEST_MAX, &len, &err);
-    if (!p->keep_request)
-        close(SKIFF_HELPER_REQ_FD);
+    if (!p->keep_request && !start)
+        close(SKIFF_HELPER_REQ_FD); /* (a start hands it to a lazy image's fetcher) */
     /* (data lives as long as the process: the request points into it) */
     if (!data || skiff_start_request_decode(data, len, &config, &req, &err) < 0) {
-        if (resolve) {
+        if (resolve || fetch) {
             fprintf(stderr, "%s", err.msg);
             return 1;
         }
@@ -353,6 +431,8 @@ int skiff_helper_main(int argc, char **argv, const struct skiff_helper_program *
         }
         return skiff_helper_answer(-1, start ? "import" : "save", &err);
     }
+    if (fetch) /* (its stderr is the helper's: /dev/null; the FUSE server tells the reader) */
+        return p->fetch(cfg, argv[2]);
     if (start)
         return verb_start(p, cfg, q);
     return p->verb(verb, cfg, q);

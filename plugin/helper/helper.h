@@ -20,7 +20,11 @@
  *            (container_scope=job: the job's, at its end)
  *   release  `IMPORTER release` (pyxis's importer contract)
  *   resolve  (full only) print the squashfs path of the request's image:
- *            the cache, an import, or importer= (run by the lean start)
+ *            the cache, an import, or importer= (run by the lean start);
+ *            or a lazy image's directory (image_mode, lazy.h)
+ *   fetch DIR (full only) a lazy image's span fetcher (run by the start,
+ *            before the container's namespaces; its channel to the FUSE
+ *            server on fd 6)
  *
  * They are not commands for people: they refuse to run without their
  * channels. */
@@ -46,6 +50,9 @@ struct skiff_helper_program {
     /* Every verb but start: the program's exit status. resolve answers on
      * stdout and stderr, the others on the reply pipe (skiff_helper_answer). */
     int (*verb)(const char *verb, const struct skiff_config *cfg, const struct skiff_start_request *q);
+    /* `fetch DIR`: the span fetcher of the lazy image at dir (lazy.h), or
+     * NULL; the program's exit status. */
+    int (*fetch)(const struct skiff_config *cfg, const char *dir);
 };
 
 /* The main of both programs: the channels, signals, the request, the

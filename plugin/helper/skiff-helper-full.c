@@ -1,6 +1,7 @@
 /* skiff-helper-full: the importing helper (helper.h): resolve (an image
  * reference, or importer=) for the lean start, and the exit-time verbs. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -8,10 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "container.h"
 #include "fdio.h"
 #include "helper.h"
 #include "image.h"
+#include "lazy.h"
 #include "named.h"
 #include "proto.h"
 #include "records.h"
@@ -71,14 +74,55 @@ static void on_imported(void *ctx, const char *uri, unsigned long long bytes, do
     progress_put(SKIFF_REPLY_IMPORTED, line);
 }
 
+static void on_download(void *ctx, const struct skiff_import_progress *p)
+{
+    (void)ctx;
+    char line[128];
+    snprintf(line, sizeof(line), "%llu %llu %.0f %u %u", p->done, p->total, p->rate, p->layers_done, p->layers);
+    progress_put(SKIFF_REPLY_DOWNLOAD, line);
+}
+
+static void on_waiting(void *ctx, const char *uri, const char *who, double running_s)
+{
+    (void)ctx;
+    char line[SKIFF_PATH_MAX];
+    snprintf(line, sizeof(line), "%.0f\t%s\t%s", running_s, who, uri);
+    progress_put(SKIFF_REPLY_WAITING, line);
+}
+
+static void on_warn(void *ctx, const char *msg)
+{
+    (void)ctx;
+    progress_put(SKIFF_REPLY_RETRY, msg);
+}
+
 static int resolve_image(const struct skiff_config *cfg, const struct skiff_start_request *q, char *out, size_t n,
                          skiff_err *err)
 {
-    static const struct skiff_resolve_progress progress = {.importing = on_importing, .imported = on_imported};
     /* enroot's credentials file: $VAR passwords from the job's environment */
     skiff_credentials_env(q->enroot_env);
-    return q->importer && q->importer[0] ? run_importer(q, out, n, err)
-                                         : skiff_image_resolve(cfg, q->image, out, n, &progress, err);
+    if (q->importer && q->importer[0])
+        return run_importer(q, out, n, err);
+    /* a little before root's own deadline, so that this process's message
+     * (what it waited for) is the one the user sees, and this process
+     * removes what it began (root's deadline kills it) */
+    double limit_s = q->import_timeout_s - (q->import_timeout_s >= 8 ? 2 : q->import_timeout_s / 4.0);
+    double deadline_ms = limit_s > 0 ? skiff_now_ms() + limit_s * 1000 : 0;
+    struct skiff_resolve_opts o = {.importing = on_importing,
+                                   .imported = on_imported,
+                                   .waiting = on_waiting,
+                                   .on_progress = on_download,
+                                   .warn = on_warn,
+                                   .progress_every_s = 5,
+                                   .deadline_ms = deadline_ms,
+                                   .keep = skiff_named_keeps_image,
+                                   .keep_ctx = (void *)(uintptr_t)cfg};
+    if (skiff_image_resolve(cfg, q->image, out, n, &o, err) == 0)
+        return 0;
+    if (deadline_ms > 0 && skiff_now_ms() >= deadline_ms - 1000)
+        skiff_err_wrap(err, "the image's import did not end within import_timeout=%d s (plugstack.conf)",
+                       q->import_timeout_s);
+    return -1;
 }
 struct sweep {
     const struct skiff_config *cfg;
@@ -165,8 +209,16 @@ static int verb(const char *name, const struct skiff_config *cfg, const struct s
     return skiff_helper_answer(rc, phase, &err);
 }
 
+/* fetch DIR: a lazy image's span fetcher (helper.c's start_fetcher). */
+static int fetch(const struct skiff_config *cfg, const char *dir)
+{
+    skiff_err err;
+    skiff_err_clear(&err);
+    return skiff_lazy_fetch_main(cfg, dir, SKIFF_HELPER_LAZY_FD, &err) < 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
-    static const struct skiff_helper_program full = {.resolve_image = resolve_image, .verb = verb};
+    static const struct skiff_helper_program full = {.resolve_image = resolve_image, .verb = verb, .fetch = fetch};
     return skiff_helper_main(argc, argv, &full);
 }

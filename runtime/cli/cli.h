@@ -21,6 +21,7 @@ int cmd_remove(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_exec(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 struct skiff_container;
 struct skiff_start_request;
@@ -47,6 +48,7 @@ int cli_start(const struct skiff_config *cfg, struct skiff_start_request *o, con
  * returns its exit status. */
 int cli_exec(const struct skiff_config *cfg, pid_t pid, char *const *argv, const char *const *extra_env);
 int cmd_resolve(int argc, char **argv);
+int cmd_fetch(int argc, char **argv);
 
 /* The whole CLI after main(): `skiff --help`, the verb table's --help, and
  * dispatch to cmd_VERB. Returns the exit status. */
@@ -58,6 +60,10 @@ const char *cli_verb_name(size_t i);
 /* Loads the configuration the CLI uses (file + SKIFF_* env); on failure prints
  * "skiff: MESSAGE" and returns -1. */
 int cli_load_config(struct skiff_config *cfg);
+
+/* The path of the program called name beside this one (bin/skiff-import
+ * beside bin/skiff) into out: 0, or -1. */
+int cli_sibling(const char *name, char *out, size_t n);
 
 /* Prints "skiff: VERB: MESSAGE" to stderr; returns 1 (the runtime-failure
  * exit status) so a verb can `return cli_fail("import", &err);`. */
@@ -85,10 +91,12 @@ struct cli_front {
 /* import.c: import's command line, the same for `skiff import` and `enroot
  * import` ([-o FILE] [-a ARCH] [-f] URI): fills *output and o's arch and
  * force, returns the URI; or NULL with *rc the exit status (0 after
- * --help, 2 after a usage error said through f). */
+ * --help, 2 after a usage error said through f). system: where --system
+ * (skiff's store) is noted, lazy: where --lazy (a lazy image, lazy.h) is;
+ * either NULL for a front end that has none. */
 struct skiff_import_opts;
 const char *cli_import_args(int argc, char **argv, const struct cli_front *f, struct skiff_import_opts *o,
-                            const char **output, int *rc);
+                            const char **output, bool *system, bool *lazy, int *rc);
 
 /* Parses the shape "VERB -C VALUE ARG" (create -n NAME IMAGE, export -o OUT
  * NAME): the one required option named long_name/short_opt and one operand

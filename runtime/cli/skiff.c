@@ -7,9 +7,9 @@
  *
  * bin/skiff is linked without the import verbs' libraries (libcurl,
  * libarchive, libcrypto and their dependencies: 37 more shared objects,
- * ~4 ms to load and relocate on every `skiff start`). `skiff import` and
- * `skiff resolve` run bin/skiff-import from the same directory, with the
- * same arguments. */
+ * ~4 ms to load and relocate on every `skiff start`). `skiff import`,
+ * `skiff resolve` and `skiff fetch` run bin/skiff-import from the same
+ * directory, with the same arguments. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -54,6 +54,12 @@ int cmd_import(int argc, char **argv)
 int cmd_resolve(int argc, char **argv)
 {
     static char verb[] = "resolve";
+    return exec_full(verb, argc, argv);
+}
+
+int cmd_fetch(int argc, char **argv)
+{
+    static char verb[] = "fetch";
     return exec_full(verb, argc, argv);
 }
 

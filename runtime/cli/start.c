@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "clock.h"
 #include "container.h"
+#include "lazy.h"
 #include "env.h"
 #include "mountspec.h"
 #include "named.h"
@@ -231,12 +232,14 @@ static int start_with(int argc, char **argv, const char **mounts, const char **e
     skiff_container_prune(&cfg);
     const char *target = argv[optind++];
     struct stat st;
-    if (stat(target, &st) == 0 && S_ISREG(st.st_mode))
+    if (stat(target, &st) == 0 && (S_ISREG(st.st_mode) || (S_ISDIR(st.st_mode) && skiff_lazy_is_image(target))))
         o.image = target;
     else if (!strchr(target, '/') && skiff_named_exists(&cfg, target))
         o.name = target;
     else {
-        fprintf(stderr, "skiff: start: '%s' is neither a squashfs file nor a named container (see 'skiff list')\n",
+        fprintf(stderr,
+                "skiff: start: '%s' is neither a squashfs file, a lazy image nor a named container (see 'skiff "
+                "list')\n",
                 target);
         return 1;
     }
@@ -265,8 +268,17 @@ int cli_start(const struct skiff_config *cfg, struct skiff_start_request *o, con
     install_forwarding();
     skiff_err err;
     skiff_err_clear(&err);
+    /* a lazy image: its span fetcher is bin/skiff-import fetch, beside us */
+    struct skiff_lazy_run lazy;
+    char fetcher[SKIFF_PATH_MAX];
+    if (cli_sibling("skiff-import", fetcher, sizeof(fetcher)) < 0 ||
+        skiff_lazy_run_begin(cfg, o, fetcher, "fetch", 3, NULL, 0, &lazy, &err) < 0) {
+        fprintf(stderr, "skiff: %s\n", err.msg[0] ? err.msg : "start: cannot find skiff-import");
+        return 1;
+    }
     struct skiff_container c;
     if (skiff_container_start(cfg, o, &c, &err) < 0) {
+        skiff_lazy_run_end(&lazy);
         fprintf(stderr, "skiff: %s\n", err.msg);
         return 1;
     }
@@ -278,6 +290,7 @@ int cli_start(const struct skiff_config *cfg, struct skiff_start_request *o, con
     int rc = wait_command(c.command, &c.holder);
     skiff_trace(o->trace, "cli: command exited");
     skiff_container_stop(&c, &err);
+    skiff_lazy_run_end(&lazy);
     skiff_trace(o->trace, "cli: stopped");
     return rc;
 }

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -23,14 +24,19 @@ static const struct verb {
 } verbs[] = {
     {"import", cmd_import,
      "import an image (docker://, docker-archive:, oci:, oci-archive:, dir:) into a squashfs file",
-     "skiff import [-o FILE.sqsh] [-a ARCH] [-f] URI",
+     "skiff import [-o FILE.sqsh] [-a ARCH] [-f] [--lazy] URI | skiff import --system URI",
      "  URI: docker://[USER@][REGISTRY#]IMAGE[:TAG|@sha256:DIGEST]\n"
      "       docker-archive:PATH.tar  oci:DIR[:TAG]  oci-archive:PATH.tar[:TAG]  dir:PATH\n"
      "  -o, --output FILE  output file (default: IMAGE+TAG.sqsh in the current directory)\n"
      "  -a, --arch ARCH    platform to pick from a multi-arch image (amd64, arm64, ...)\n"
-     "  -f, --force        replace an existing output file\n"},
+     "  -f, --force        replace an existing output file\n"
+     "      --lazy         write a lazy image (a directory, default IMAGE+TAG.lazy): the index of\n"
+     "                     each gzip layer and the tree's metadata; skiff start then fetches file\n"
+     "                     data as it is read (docker://, oci:, dir: sources; doc/lazy.md)\n"
+     "      --system       into the site's image store (system_cache_path), where every user's\n"
+     "                     --container-image=URI finds it; for the store's owner\n"},
     {"start", cmd_start, "run a command in a container from a squashfs image or a named container",
-     "skiff start [OPTIONS] IMAGE.sqsh|NAME [CMD [ARG...]]",
+     "skiff start [OPTIONS] IMAGE.sqsh|IMAGE.lazy|NAME [CMD [ARG...]]",
      "  -m, --mount SRC:DST[:FLAGS]  bind mount (flags: ro, rw, rbind, x-create=dir|file, noexec;\n"
      "                               SRC 'tmpfs' for a tmpfs); repeatable\n"
      "  -e, --env KEY=VALUE          set an environment variable; repeatable\n"
@@ -56,6 +62,17 @@ static const struct verb {
      "resolve --container-image's argument (importing into the cache) and print the squashfs path",
      "skiff resolve IMAGE",
      "  IMAGE: ./file.sqsh, /abs/file.sqsh, docker://..., oci:..., or a bare name (ubuntu:22.04)\n"},
+    {"fetch", cmd_fetch, "serve a lazy image's file data to its container (run by skiff start)",
+     "skiff fetch LAZY-IMAGE-DIR", NULL},
+    {"cache", cmd_cache, "list the image cache, or prune it (never an image in use)",
+     "skiff cache list [--system] | skiff cache prune [--older-than D] [--max-size S] [--all] [--dry-run] [--system]",
+     "  list               images (size, last used, in use, the references that resolve to them), layer blobs\n"
+     "  prune              with no option: what nothing uses (blobs no image names, leftovers)\n"
+     "  --older-than D     images unused for D (30d, 12h, 90m), and their layer blobs\n"
+     "  --max-size S       shrink to S (500G, 20G): layer blobs first, then least recently used images\n"
+     "  --all              every image not in use\n"
+     "  --dry-run          say what would go, remove nothing\n"
+     "  --system           the site's store (system_cache_path) instead of your cache\n"},
     {"version", cmd_version, "print the version", "skiff version", NULL},
     {"help", cmd_help, "print this list, or a command's usage", "skiff help [COMMAND]", NULL},
 };
@@ -153,6 +170,20 @@ int cli_load_config(struct skiff_config *cfg)
         fprintf(stderr, "skiff: configuration: %s\n", err.msg);
         return -1;
     }
+    return 0;
+}
+
+int cli_sibling(const char *name, char *out, size_t n)
+{
+    ssize_t len = readlink("/proc/self/exe", out, n - 1);
+    if (len <= 0)
+        return -1;
+    out[len] = '\0';
+    char *slash = strrchr(out, '/');
+    size_t dir = slash ? (size_t)(slash - out) + 1 : 0;
+    if (dir + strlen(name) >= n)
+        return -1;
+    strcpy(out + dir, name);
     return 0;
 }
 

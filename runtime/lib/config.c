@@ -101,7 +101,7 @@ static int expand(char *dst, size_t size, const char *key, const char *src, skif
 #define SKIFF_HOOKS_DIR_DEFAULT "/usr/local/libexec/skiff/hooks"
 #endif
 
-enum kind { K_PATH, K_STR, K_BOOL, K_INT, K_COMP };
+enum kind { K_PATH, K_STR, K_BOOL, K_INT, K_COMP, K_SIZE, K_IMAGE_MODE };
 
 #define F(field) offsetof(struct skiff_config, field), sizeof(((struct skiff_config *)0)->field)
 static const struct key {
@@ -132,7 +132,6 @@ static const struct key {
     {"allow_http", K_BOOL, F(allow_http), "no"},
     {"connect_timeout", K_INT, F(connect_timeout_s), "30"},
     {"transfer_timeout", K_INT, F(transfer_timeout_s), "0"},
-    {"transfer_retries", K_INT, F(transfer_retries), "0"},
     {"max_processors", K_INT, F(max_processors), "0"},
     /* enroot's site configuration (environ.d, mounts.d, hooks.d), applied
      * only where the admin turns it on (container/enrootsite.h) */
@@ -145,10 +144,28 @@ static const struct key {
     /* enroot's ${XDG_CONFIG_HOME}/enroot: its .credentials file is read
      * for a host skiff's own credentials_file has no entry for */
     {"enroot_config_path", K_PATH, F(enroot_config_path), "${HOME}/.config/enroot"},
+    /* images at cluster scale (doc/admin-guide.md) */
+    {"tag_ttl", K_INT, F(tag_ttl_s), "0"},
+    {"max_connections", K_INT, F(max_connections), "4"},
+    {"transfer_retries", K_INT, F(transfer_retries), "5"},
+    {"stall_timeout", K_INT, F(stall_timeout_s), "60"},
+    {"cache_max_size", K_SIZE, F(cache_max_size), "0"},
+    {"system_cache_path", K_PATH, F(system_cache_path), ""},
+    /* lazy images (lazy.h, doc/lazy.md) */
+    {"image_mode", K_IMAGE_MODE, F(image_mode), "auto"},
+    {"lazy_min_size", K_INT, F(lazy_min_mb), "1024"},
+    /* "" = cache_path/lazy-data: the per-node data files */
+    {"lazy_path", K_PATH, F(lazy_path), ""},
+    {"lazy_timeout", K_INT, F(lazy_timeout_s), "60"},
+    {"lazy_parallel", K_INT, F(lazy_parallel), "4"},
+    {"lazy_complete", K_BOOL, F(lazy_complete), "no"},
+    {"lazy_complete_rate", K_INT, F(lazy_complete_mbps), "0"},
+    {"lazy_span_store", K_PATH, F(lazy_span_store), ""},
 };
 #undef F
 
 static const char *const compressors[] = {"zstd", "gzip", "lz4", "xz", "lzo", "none"};
+static const char *const image_modes[] = {"auto", "lazy", "full"};
 
 static int config_set(struct skiff_config *cfg, const char *key, const char *value, bool raw, skiff_err *err);
 
@@ -176,11 +193,21 @@ int skiff_config_entry(const struct skiff_config *cfg, size_t i, char *out, size
     case K_INT:
         w = snprintf(out, n, "%s=%d", k->name, *(const int *)src);
         break;
+    case K_SIZE:
+        w = snprintf(out, n, "%s=%llu", k->name, *(const unsigned long long *)src);
+        break;
     default:
         w = snprintf(out, n, "%s=%s", k->name, src);
         break;
     }
     return w < 0 || (size_t)w >= n ? -1 : 1;
+}
+
+int skiff_config_lazy_path(const struct skiff_config *cfg, char *out, size_t n)
+{
+    int w =
+        cfg->lazy_path[0] ? snprintf(out, n, "%s", cfg->lazy_path) : snprintf(out, n, "%s/lazy-data", cfg->cache_path);
+    return w < 0 || (size_t)w >= n ? -1 : 0;
 }
 
 int skiff_config_plugin_runtime(const struct skiff_config *cfg, unsigned uid, char *out, size_t n)
@@ -194,6 +221,32 @@ int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n
     int w = cfg->block_cache_path[0] ? snprintf(out, n, "%s", cfg->block_cache_path)
                                      : snprintf(out, n, "%s/blocks", cfg->runtime_path);
     return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+int skiff_config_parse_size(const char *s, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0) || (s[0] < '0' || s[0] > '9'))
+        return -1;
+    static const char units[] = "KMGT";
+    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (*end && !u)
+        return -1;
+    if (u) {
+        for (const char *p = units; p <= u; p++)
+            v *= 1024;
+        end++;
+        if (*end == 'i' || *end == 'I')
+            end++;
+    }
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end || v > 9.2e18)
+        return -1;
+    *out = (unsigned long long)v;
+    return 0;
 }
 
 static int config_set(struct skiff_config *cfg, const char *key, const char *value, bool raw, skiff_err *err)
@@ -235,6 +288,13 @@ static int config_set(struct skiff_config *cfg, const char *key, const char *val
                 return 0;
             }
         return skiff_error(err, 0, "%s: unknown compressor '%s' (use zstd, gzip, lz4, xz, lzo or none)", key, value);
+    case K_IMAGE_MODE:
+        for (size_t i = 0; i < sizeof(image_modes) / sizeof(image_modes[0]); i++)
+            if (!strcmp(value, image_modes[i])) {
+                strcpy(dst, value);
+                return 0;
+            }
+        return skiff_error(err, 0, "%s: unknown mode '%s' (use auto, lazy or full)", key, value);
     case K_BOOL: {
         int b = skiff_parse_bool(value);
         if (b < 0)
@@ -251,6 +311,11 @@ static int config_set(struct skiff_config *cfg, const char *key, const char *val
         *(int *)dst = (int)v;
         return 0;
     }
+    case K_SIZE:
+        if (skiff_config_parse_size(value, (unsigned long long *)dst) < 0)
+            return skiff_error(err, 0, "%s: '%s' is not a size (a number of bytes, or with K, M, G or T: 500G)", key,
+                               value);
+        return 0;
     }
     return skiff_error(err, 0, "%s: internal error", key);
 }

@@ -31,12 +31,27 @@ struct skiff_config {
     bool allow_http;                       /* plain http for non-loopback registries */
     int connect_timeout_s;
     int transfer_timeout_s;                   /* per registry request; 0 = none */
-    int transfer_retries;                     /* tries again of a registry GET that may pass */
     int max_processors;                       /* mksquashfs -processors; 0 = every CPU */
     char plugin_runtime_path[SKIFF_PATH_MAX]; /* the plugin's runtime base (plugstack's runtime_path) */
     bool enroot_compat;                       /* apply enroot's site configuration (container/enrootsite.c) */
     char enroot_sysconf_path[SKIFF_PATH_MAX]; /* enroot's system configuration (/etc/enroot) */
     char enroot_config_path[SKIFF_PATH_MAX];  /* enroot's per-user configuration (its .credentials) */
+    /* images at cluster scale (doc/admin-guide.md, "Images on a large cluster") */
+    int tag_ttl_s;                          /* a tag resolved this recently is not asked again; 0 = always ask */
+    int max_connections;                    /* blobs downloaded at once per import */
+    int transfer_retries;                   /* tries after the first on a transient failure (ENROOT_TRANSFER_RETRIES) */
+    int stall_timeout_s;                    /* no byte for this long: the connection counts as dropped */
+    unsigned long long cache_max_size;      /* bytes the image cache may hold (LRU after an import); 0 = no limit */
+    char system_cache_path[SKIFF_PATH_MAX]; /* the site's read-only image store, asked first; "" = none */
+    /* lazy images (runtime/lib/image/lazy.h) */
+    char image_mode[8];                   /* auto (default), lazy, full */
+    int lazy_min_mb;                      /* auto: lazy only for images of at least this many MB compressed */
+    char lazy_path[SKIFF_PATH_MAX];       /* the data files; "" = cache_path/lazy-data */
+    int lazy_timeout_s;                   /* a read waits at most this long for its data, then EIO */
+    int lazy_parallel;                    /* Range requests in flight per fetcher */
+    bool lazy_complete;                   /* fetch the rest in the background */
+    int lazy_complete_mbps;               /* ... at most this fast (MB/s; 0 = no limit) */
+    char lazy_span_store[SKIFF_PATH_MAX]; /* a shared span store (digest-named), or "" */
 };
 
 /* Fills cfg with defaults, then (when use_env is true) the ENROOT_*
@@ -74,6 +89,12 @@ int skiff_config_block_cache(const struct skiff_config *cfg, char *out, size_t n
  * apart: its -comp and -Xcompression-level set squash_compression and
  * squash_level. */
 const char *skiff_config_enroot_var(const char *name);
+/* A size such as 500M, 20G or 1.5T (K, M, G, T: powers of 1024; an optional
+ * trailing B or iB; a bare number is bytes) into *out. */
+int skiff_config_parse_size(const char *s, unsigned long long *out);
+/* The directory of the lazy images' data files: lazy_path, or
+ * cache_path/lazy-data when it is empty. -1 when it does not fit. */
+int skiff_config_lazy_path(const struct skiff_config *cfg, char *out, size_t n);
 
 /* Sets the user whose ${HOME}/${UID}/${USER} expand in later load/set calls
  * (the plugin runs as root for a job user). uid (unsigned)-1 = calling user. */

@@ -88,6 +88,13 @@ int skiff_rec_read_fd(int fd, size_t max, int timeout_ms, char end, char **out, 
 int skiff_rec_read_fd_cb(int fd, size_t max, int timeout_ms, char end, skiff_rec_seen_fn seen, void *ctx, char **out,
                          size_t *len, bool *timed_out, skiff_err *err)
 {
+    double deadline = timeout_ms > 0 ? skiff_now_ms() + timeout_ms : 0;
+    return skiff_rec_read_fd_until(fd, max, &deadline, end, seen, ctx, out, len, timed_out, err);
+}
+
+int skiff_rec_read_fd_until(int fd, size_t max, const double *deadline_ms, char end, skiff_rec_seen_fn seen, void *ctx,
+                            char **out, size_t *len, bool *timed_out, skiff_err *err)
+{
     size_t scanned = 0; /* records before this offset were passed to seen */
     *out = NULL;
     *len = 0;
@@ -95,16 +102,17 @@ int skiff_rec_read_fd_cb(int fd, size_t max, int timeout_ms, char end, skiff_rec
         *timed_out = false;
     size_t cap = 0, n = 0;
     char *data = NULL;
-    double deadline = timeout_ms > 0 ? skiff_now_ms() + timeout_ms : 0;
+    double t0 = skiff_now_ms();
     for (;;) {
         int wait = -1;
+        double deadline = *deadline_ms;
         if (deadline) {
             double left = deadline - skiff_now_ms();
             if (left <= 0) {
                 free(data);
                 if (timed_out)
                     *timed_out = true;
-                return skiff_error(err, ETIMEDOUT, "no complete answer within %d s", timeout_ms / 1000);
+                return skiff_error(err, ETIMEDOUT, "no complete answer within %.0f s", (deadline - t0) / 1000);
             }
             wait = left > INT_MAX ? INT_MAX : (int)left + 1;
         }

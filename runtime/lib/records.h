@@ -44,6 +44,12 @@ typedef void (*skiff_rec_seen_fn)(char tag, const char *s, void *ctx);
 int skiff_rec_read_fd_cb(int fd, size_t max, int timeout_ms, char end, skiff_rec_seen_fn seen, void *ctx, char **out,
                          size_t *len, bool *timed_out, skiff_err *err);
 
+/* skiff_rec_read_fd_cb until *deadline_ms (skiff_now_ms's clock; 0: none),
+ * which seen may move while it reads (an answer that says it imports an
+ * image gets longer). */
+int skiff_rec_read_fd_until(int fd, size_t max, const double *deadline_ms, char end, skiff_rec_seen_fn seen, void *ctx,
+                            char **out, size_t *len, bool *timed_out, skiff_err *err);
+
 /* Parses a decimal pid ("123"): > 0, or -1 for anything else. */
 int skiff_rec_pid(const char *s);
 

@@ -11,7 +11,13 @@
 #   exposed  = wait / step time: what communication (and waiting for the
 #              slowest peer) adds to a step, the DDP overhead on top of compute
 #   vs 1 rank = tokens/s relative to one rank doing the whole global batch
+#   RSS MiB   = rank 0's peak resident memory (/usr/bin/time): what a rank
+#              holds under each layout, the same run
 # Prints a markdown table. Env: STEPS (default 12), MODEL (mini), SEQ (128).
+# A second table: activation recomputation (--recompute) against keeping the
+# activations, one rank, the same run otherwise (mini, 8 x 256 tokens, where
+# attention's T x T activations dominate): tokens/s, peak RSS
+# (/usr/bin/time), activation memory (the run's first line), as ratios.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TRAIN=${SKIFF_TRAIN:-$ROOT/build/bin/skiff-train}
@@ -26,8 +32,10 @@ run() { # run NAME P BUCKET_MB [args]
   local name=$1 P=$2 mb=$3; shift 3
   local port=$((20000 + (RANDOM * 7 + $$) % 30000)) pids=() r rc=0
   for ((r = 0; r < P; r++)); do
+    local timed=()
+    [ $r = 0 ] && timed=(/usr/bin/time -f %M -o "$W/$name.rss")
     RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      "$TRAIN" train --model "$MODEL" --data "$W/lic_train_*.bin" --seq "$SEQ" \
+      "${timed[@]}" "$TRAIN" train --model "$MODEL" --data "$W/lic_train_*.bin" --seq "$SEQ" \
       --batch $((GLOBAL / P)) --steps "$STEPS" --bucket-mb "$mb" --quiet \
       --log "$W/$name.jsonl" "$@" &
     pids+=($!)
@@ -39,8 +47,8 @@ run() { # run NAME P BUCKET_MB [args]
 # mean of a field over steps 3..N
 field() { tail -n +3 "$W/$1.jsonl" | awk -v k="\"$2\":" '{ v = 0; i = index($0, k); if (i) v = substr($0, i + length(k)) + 0; s += v } END { printf "%.1f", s / NR }'; }
 
-echo "| ranks | micro-batch | buckets | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | exposed | vs 1 rank |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| ranks | micro-batch | buckets | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | exposed | vs 1 rank | RSS MiB |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 base=""
 row() { # row NAME P DESC
   local name=$1 P=$2 desc=$3
@@ -51,12 +59,39 @@ row() { # row NAME P DESC
   exposed=$(awk -v m="$ms" -v w="$wait" 'BEGIN { printf "%.1f%%", 100 * w / m }')
   [ -z "$base" ] && base=$tps
   rel=$(awk -v a="$tps" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
-  echo "| $P | $((GLOBAL / P)) x $SEQ | $desc | $tps | $ms | $comm | $wait | $hidden | $exposed | $rel |"
+  echo "| $P | $((GLOBAL / P)) x $SEQ | $desc | $tps | $ms | $comm | $wait | $hidden | $exposed | $rel | $(($(cat "$W/$name.rss") / 1024)) |"
 }
 run p1 1 25 && row p1 1 "-"
 run p2 2 25 && row p2 2 "25 MiB (one bucket)"
 run p2s 2 0.5 && row p2s 2 "0.5 MiB"
 run p4 4 0.5 && row p4 4 "0.5 MiB"
 run p2z 2 25 --zero 1 && row p2z 2 "ZeRO-1 (no overlap)"
+run p2z2 2 25 --zero 2 && row p2z2 2 "ZeRO-2 (no overlap)"
 echo
 echo "model $MODEL, $STEPS steps (means of steps 3..$STEPS), global batch $GLOBAL x $SEQ tokens, $(getconf _NPROCESSORS_ONLN) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+RSTEPS=6
+recompute_run() { # NAME [args]: fills $W/NAME.jsonl, .rss (KiB), .acts (MiB)
+  local name=$1; shift
+  /usr/bin/time -f %M -o "$W/$name.rss" "$TRAIN" train --model mini --data "$W/lic_train_*.bin" --seq 256 \
+    --batch 8 --steps $RSTEPS --log "$W/$name.jsonl" "$@" >"$W/$name.out" || return 1
+  sed -n 's/.*activations \([0-9.]*\) MiB.*/\1/p' "$W/$name.out" >"$W/$name.acts"
+}
+echo
+echo "| mini, 1 rank, 8 x 256 | tokens/s | peak RSS MiB | activations MiB | losses |"
+echo "|---|---|---|---|---|"
+if recompute_run keep && recompute_run rec --recompute; then
+  same=$(cmp -s <(sed 's/"tokens_per_s".*//' "$W/keep.jsonl") <(sed 's/"tokens_per_s".*//' "$W/rec.jsonl") &&
+    echo "the same bits" || echo DIFFER)
+  for n in keep rec; do
+    echo "| $([ $n = rec ] && echo --recompute || echo "activations kept") | $(field $n tokens_per_s) |" \
+      "$(($(cat "$W/$n.rss") / 1024)) | $(cat "$W/$n.acts") | $same |"
+  done
+  awk -v a="$(field rec tokens_per_s)" -v b="$(field keep tokens_per_s)" -v r="$(cat "$W/rec.rss")" \
+    -v k="$(cat "$W/keep.rss")" 'BEGIN { printf "| --recompute / kept | %.2fx | %.2fx | | |\n", a / b, r / k }'
+else
+  echo "bench: the --recompute runs failed" >&2
+  exit 1
+fi
+echo
+echo "means of steps 3..$RSTEPS, one OpenMP thread, load average $(cut -d' ' -f1-3 /proc/loadavg)"

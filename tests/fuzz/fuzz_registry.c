@@ -1,6 +1,8 @@
 /* What a registry (or a token server) answers and what skiff reads of it
  * (runtime/lib/image/registry.c, reghttp.c, regauth.c, credentials.c):
- * WWW-Authenticate challenges as libcurl hands over header lines, the
+ * WWW-Authenticate challenges as libcurl hands over header lines (and
+ * the others the client acts on: Docker-Content-Digest, Retry-After,
+ * Content-Range, Content-Length), the
  * realm URL that decides who gets credentials, a
  * token server's JSON, registry error JSON, and the netrc-style credentials
  * file. The parsers are static: this file includes those files.
@@ -28,7 +30,9 @@ static bool piece_of(const char *part, const char *whole)
 static void headers(char *text)
 {
     char challenge[1024] = "";
-    struct hdrs h = {.challenge = challenge, .chsize = sizeof(challenge)};
+    struct http_resp resp;
+    memset(&resp, 0, sizeof(resp));
+    struct hdrs h = {.challenge = challenge, .chsize = sizeof(challenge), .resp = &resp};
     char *save = NULL;
     for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
         size_t n = strlen(l);
@@ -38,6 +42,12 @@ static void headers(char *text)
         FUZZ_CHECK(header_cb(line, 1, n + 2, &h) == n + 2, "header_cb did not take the line");
         free(line);
         FUZZ_CHECK(strlen(challenge) < sizeof(challenge), "challenge overflows");
+        /* what the transfers act on: a digest is a sha256 digest or nothing,
+         * a Retry-After a time to wait, never a negative one */
+        FUZZ_CHECK(!resp.digest[0] || skiff_ref_valid_digest(resp.digest), "bad Docker-Content-Digest kept: %s",
+                   resp.digest);
+        FUZZ_CHECK(resp.retry_after_s == -1 || resp.retry_after_s >= 0, "negative Retry-After");
+        FUZZ_CHECK(resp.length >= -1, "negative Content-Length");
     }
     char realm[1024], service[256], scope[640];
     challenge_param(challenge, "realm", realm, sizeof(realm));
@@ -116,7 +126,7 @@ static void credentials(char *text)
 
 static void answer(const uint8_t *data, size_t size)
 {
-    struct sink s = {.fd = -1, .max = 1 << 20};
+    struct sink s = {.max = 1 << 20};
     s.buf = malloc(size + 1);
     memcpy(s.buf, data, size);
     s.buf[size] = '\0';

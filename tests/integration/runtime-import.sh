@@ -300,15 +300,16 @@ if [ $SEC_OK = 1 ]; then
   expect_fail "token answer over 1 MiB" "GET http://127\.0\.0\.1:$PF/token\?.*: the answer is larger than 1 MiB, the limit for a token server's answer; refused" \
     docker://127.0.0.1:$PF#big:1
   rm -f "$W/credentials"
-  # (d) a registry in trouble (HTTP 503 for its first blob GETs): no retry by
-  # default; ENROOT_TRANSFER_RETRIES (transfer_retries) tries again
-  SKIFF_CACHE_PATH=$W/cache-g expect_fail "a blob answered 503, no retries: fails" \
+  # (d) a registry in trouble (HTTP 503 for its first blob GETs): with
+  # ENROOT_TRANSFER_RETRIES=0 no retry (skiff's own default is 5, tested in
+  # image-scale.sh); =2 (transfer_retries) tries again
+  ENROOT_TRANSFER_RETRIES=0 SKIFF_CACHE_PATH=$W/cache-g expect_fail "a blob answered 503, ENROOT_TRANSFER_RETRIES=0: fails" \
     "blob sha256:[0-9a-f]* on 127\.0\.0\.1:$PG: HTTP 503" docker://127.0.0.1:$PG#busybox:v2s2
   t_check "ENROOT_TRANSFER_RETRIES=2: two 503s for a blob, then the image" \
     env ENROOT_TRANSFER_RETRIES=2 SKIFF_CACHE_PATH=$W/cache-h "$SKIFF" import -o retried.sqsh docker://127.0.0.1:$PH#busybox:v2s2
   check_busybox retried retried.sqsh
   first=$(grep -m1 -o '/v2/busybox/blobs/sha256:[0-9a-f]*' "$W/fake-flaky-twice.log")
-  [ -n "$first" ] && [ "$(grep -c "\"$first\"" "$W/fake-flaky-twice.log")" = 3 ] &&
+  [ -n "$first" ] && [ "$(grep '"begin"' "$W/fake-flaky-twice.log" | grep -c "\"$first\"")" = 3 ] &&
     t_pass "the blob was asked for three times (two retries)" ||
     t_fail "the blob was asked for three times" "$(flog flaky-twice)"
 else

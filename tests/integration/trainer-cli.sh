@@ -74,6 +74,10 @@ fi
 t_fails_with "no subcommand: usage, exit 2" "usage: skiff-train" "$TRAIN"
 t_fails_with "unknown subcommand: exit 2" "unknown subcommand 'fly'" "$TRAIN" fly
 
+# --recompute is refused where it does not exist yet
+t_fails_with "--recompute on CUDA is refused with a way out" "--recompute: the CPU device only so far" \
+  "$TRAIN" train --model tiny --data x --batch 1 --seq 8 --steps 1 --device cuda --recompute
+
 # ---- tokenize: one 3 MB file, an output directory that does not exist ------------
 for i in $(seq 1 65); do cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0; done >"$TDIR/one.txt"
 size=$(stat -c %s "$TDIR/one.txt")
@@ -90,5 +94,17 @@ if awk -v t="$tr" -v v="$va" 'BEGIN { f = (v - 1) / (t + v - 1); exit !(f > 0.09
   t_pass "split by tokens: $tr train, $va val tokens"
 else
   t_fail "split by tokens" "$tr train, $va val"
+fi
+
+# ---- tokenize --out DIR: into the directory, named after the input ----------------
+mkdir -p "$TDIR/outdir"
+L=/usr/share/common-licenses
+if "$TRAIN" tokenize --out "$TDIR/outdir" "$L/GPL-3" >/dev/null 2>&1 &&
+   "$TRAIN" tokenize --out "$TDIR/newdir/" "$L/GPL-3" "$L/Apache-2.0" >/dev/null 2>&1 &&
+   [ -s "$TDIR/outdir/GPL-3_train_000000.bin" ] && [ -s "$TDIR/newdir/common-licenses_train_000000.bin" ] &&
+   [ -z "$(ls "$TDIR" | grep -E '^(outdir|newdir)_')" ]; then
+  t_pass "tokenize --out DIR and DIR/ write into the directory (GPL-3_train_*, common-licenses_train_*)"
+else
+  t_fail "tokenize --out DIR writes into the directory" "$(ls -R "$TDIR/outdir" "$TDIR/newdir" 2>&1 | tr '\n' ' ')"
 fi
 t_done

@@ -57,6 +57,33 @@ done
 if run z2k 2 3 --zero 2 --grad-accum 2; then same "--zero 2 with accumulation equals 1 process (tol $TOL)" p1 z2k $TOL
 else t_fail "--zero 2 --grad-accum 2 runs"; fi
 
+# --recompute redoes each block's forward in the backward: the same bits, on
+# one process and under ZeRO-2 with accumulation over the ring (the header
+# line reports the smaller activation memory)
+if run p1r 1 12 --recompute; then same "--recompute equals keeping the activations bit for bit (1 process)" p1 p1r 0
+else t_fail "--recompute runs"; fi
+if run z2kr 2 3 --zero 2 --grad-accum 2 --recompute; then
+  same "--recompute equals keeping the activations bit for bit (P=2, --zero 2, --grad-accum 2)" z2k z2kr 0
+else t_fail "--recompute P=2 runs"; fi
+
+acts() { "$TRAIN" train --model tiny --data "$D" --seq 64 --batch 4 --steps 1 "$@" | sed -n 's/.*activations \([0-9.]*\) MiB.*/\1/p'; }
+a0=$(acts) a1=$(acts --recompute)
+if [ -n "$a0" ] && [ -n "$a1" ] && awk -v a="$a0" -v b="$a1" 'BEGIN { exit !(b < a / 1.5) }'; then
+  t_pass "--recompute: activations $a1 MiB instead of $a0 MiB (tiny, B 4, T 64)"
+else t_fail "--recompute reports less activation memory" "'$a0' vs '$a1'"; fi
+
+# the memory each rank holds, as the run's first line reports it: ZeRO-1
+# halves the optimizer state (AdamW's m, v and the decay mask) on 2 ranks and
+# drops DDP's bucket staging; the parameters stay whole
+mem() { t_ddp 2 "$TRAIN" train --model mini --data "$D" --seq 32 --batch 2 --steps 1 "$@" | grep -o 'per rank: .*'; }
+m0=$(mem --zero 0) m1=$(mem --zero 1)
+opt() { sed -n 's/.*optimizer \([0-9.]*\) MiB.*/\1/p' <<<"$1"; }
+par() { sed -n 's/.*params \([0-9.]*\) MiB.*/\1/p' <<<"$1"; }
+if [ -n "$(opt "$m0")" ] && awk -v a="$(opt "$m0")" -v b="$(opt "$m1")" -v p="$(par "$m0")" -v q="$(par "$m1")" \
+  'BEGIN { exit !(b > 0 && a / b > 1.9 && a / b < 2.1 && a / p > 2.9 && a / p < 3.1 && p == q) }'; then
+  t_pass "memory per rank reported: --zero 0: $m0; --zero 1: $m1"
+else t_fail "memory per rank reported" "zero 0: '$m0'; zero 1: '$m1'"; fi
+
 if run k4 1 3 --grad-accum 4; then same "--grad-accum 4 equals a 4x batch (tol $TOL)" p1 k4 $TOL
 else t_fail "--grad-accum 4 runs"; fi
 

@@ -33,6 +33,7 @@ resume_case() {
 resume_case single 1 --batch 4 --grad-accum 2
 resume_case zero1 2 --batch 2 --zero 1
 resume_case ddp 2 --batch 2 --bucket-mb 0.05
+resume_case recompute 1 --batch 4 --recompute
 
 out=$("$TRAIN" train "${COMMON[@]}" --batch 4 --grad-accum 2 --ckpt-dir "$TDIR/single-part" --resume 2>&1) &&
   grep -q "nothing left to do" <<<"$out" && cmp -s "$TDIR/single-full/rank-0.ckpt" "$TDIR/single-part/rank-0.ckpt" &&

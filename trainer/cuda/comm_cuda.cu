@@ -276,9 +276,10 @@ static void nccl_destroy(struct tr_comm *c)
     free(c);
 }
 
+/* sendrecv (the last member): not on CUDA yet (issue 29); tr_sendrecv says so */
 static const struct tr_comm_ops nccl_ops = {
-    "nccl",       nccl_allreduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
-    nccl_barrier, nccl_start,     nccl_wait,           nccl_destroy,    nccl_start_group,
+    "nccl",     nccl_allreduce, nccl_reduce_scatter, nccl_all_gather,  nccl_broadcast, nccl_barrier,
+    nccl_start, nccl_wait,      nccl_destroy,        nccl_start_group, NULL,
 };
 
 int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local_rank, int timeout_ms,
@@ -527,9 +528,11 @@ static void staged_destroy(struct tr_comm *c)
     free(c);
 }
 
+/* sendrecv (the last member): not on CUDA yet (issue 29); tr_sendrecv says so */
 static const struct tr_comm_ops staged_ops = {
     "host-staged",  staged_allreduce, staged_reduce_scatter, staged_all_gather, staged_broadcast,
     staged_barrier, staged_start,     staged_wait,           staged_destroy,    staged_start_group,
+    NULL,
 };
 
 int cuda_comm_staged_create(struct tr_comm *host, cudaStream_t compute, struct tr_comm **out, skiff_err *err)
@@ -582,9 +585,10 @@ static void single_destroy(struct tr_comm *c)
     free(c);
 }
 
+/* sendrecv (the last member): not on CUDA yet (issue 29); tr_sendrecv says so */
 static const struct tr_comm_ops single_ops = {
-    "single",       single_op,    single_op,   single_op,      single_bcast,
-    single_barrier, single_start, single_wait, single_destroy, single_start_group,
+    "single",     single_op,   single_op,      single_op,          single_bcast, single_barrier,
+    single_start, single_wait, single_destroy, single_start_group, NULL,
 };
 
 int cuda_comm_single_create(cudaStream_t compute, int timeout_ms, struct tr_comm **out, skiff_err *err)

@@ -22,7 +22,7 @@ int enroot_import(int argc, char **argv)
     struct skiff_import_opts o = {
         .progress = isatty(2) == 1, .warn = warn, .force = enroot_env_true("ENROOT_FORCE_OVERRIDE")};
     int rc;
-    const char *uri = cli_import_args(argc, argv, &enroot_front, &o, &output, &rc);
+    const char *uri = cli_import_args(argc, argv, &enroot_front, &o, &output, NULL, NULL, &rc);
     if (!uri)
         return rc;
     if (!strncmp(uri, "dockerd://", 10) || !strncmp(uri, "podman://", 9))

@@ -89,7 +89,12 @@ int skiff_assemble_root(struct skiff_holder *h, skiff_err *err)
         fo.cache_dirfd = open_block_cache_dir(cache_dir);
         fo.cache_bytes = (uint64_t)h->cfg->block_cache_mb << 20;
     }
+    fo.lazy = h->o->lazy;
+    fo.lazy_chan = h->o->lazy_chan;
+    fo.lazy_timeout_s = h->cfg->lazy_timeout_s;
     h->fuse = skiff_fuse_mount_squashfs(h->image, lowerfd, &fo, err);
+    if (h->o->lazy && h->o->lazy_chan >= 0)
+        close(h->o->lazy_chan); /* the server's copy must be the last but the fetcher's */
     if (fo.cache_dirfd >= 0)
         close(fo.cache_dirfd);
     if (h->fuse && h->o->fuse_fd >= 0)
@@ -98,6 +103,8 @@ int skiff_assemble_root(struct skiff_holder *h, skiff_err *err)
         int e = err->code;
         if (e != EACCES && e != EPERM && e != ENODEV && e != ENOENT && e != ENXIO)
             return skiff_err_wrap(err, "image %s", h->image);
+        if (h->o->lazy)
+            return skiff_err_wrap(err, "a lazy image needs FUSE (set image_mode=full to import images in full)");
         /* FUSE unusable here: extract into the staging tmpfs instead */
         skiff_err fe = *err;
         skiff_err_clear(err);

@@ -25,6 +25,7 @@
 #include "atomicfile.h"
 #include "caps.h"
 #include "clock.h"
+#include "lazy.h"
 #include "fdio.h"
 #include "fsutil.h"
 #include "fusemount.h"
@@ -57,6 +58,15 @@ static int resolve_image(const struct skiff_config *cfg, const struct skiff_star
     }
     if (!h->image[0])
         return skiff_error(err, 0, "no image given");
+    if (skiff_lazy_is_image(h->image)) {
+        /* served from its skeleton, with its fetcher (skiff_lazy_run_begin) */
+        if (!o->lazy)
+            return skiff_error(err, 0, "%s is a lazy image: it starts only with its span fetcher (skiff start, srun)",
+                               h->image);
+        char skel[SKIFF_PATH_MAX];
+        skiff_lazy_skeleton(o->lazy, skel, sizeof(skel));
+        snprintf(h->image, sizeof(h->image), "%s", skel);
+    }
     /* a FIFO (or a device) as the image would hold the start until its
      * deadline: refused now, with its name */
     int fd = skiff_open_regular(h->image, 0, err);

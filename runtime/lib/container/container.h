@@ -70,6 +70,24 @@ struct skiff_container {
 int skiff_container_start(const struct skiff_config *cfg, const struct skiff_start_request *req,
                           struct skiff_container *c, skiff_err *err);
 
+/* A start of a lazy image (image/lazy.h) needs its span fetcher, started
+ * by the front end before the container's namespaces are made. When the
+ * image of o (o->image, or o->name's) is a lazy image, this opens it,
+ * execs `PROGRAM VERB DIR` (the front end's program that runs
+ * skiff_lazy_fetch_main, with the channel as fd chan_fd and the nkeep fds
+ * of keep kept) and sets o->lazy and o->lazy_chan; otherwise it does
+ * nothing. After the container stopped (or failed to start),
+ * skiff_lazy_run_end kills and reaps the fetcher and closes the image. */
+struct skiff_lazy_run {
+    struct lz_image *im;
+    int chan;
+    pid_t fetcher;
+};
+int skiff_lazy_run_begin(const struct skiff_config *cfg, struct skiff_start_request *o, const char *program,
+                         const char *verb, int chan_fd, const int *keep, size_t nkeep, struct skiff_lazy_run *run,
+                         skiff_err *err);
+void skiff_lazy_run_end(struct skiff_lazy_run *run);
+
 /* How a process joins a container. */
 enum skiff_join_flag {
     /* keep the capabilities of the container's user namespace (the SPANK

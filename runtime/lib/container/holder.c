@@ -27,6 +27,7 @@
 #include "fdio.h"
 #include "fusemount.h"
 #include "imgconfig.h"
+#include "lazy.h"
 #include "mount.h"
 #include "named.h"
 #include "ns.h"
@@ -245,15 +246,15 @@ static void null_stdio(bool all)
     close(null);
 }
 
-/* Keeps fds 0-2 (stdin and stdout to /dev/null unless keep_stdio), keep1
- * and keep2; closes the rest so the holder holds none of the caller's
- * sockets or pipes. */
-static void close_stray_fds(int keep1, int keep2, bool keep_stdio)
+/* Keeps fds 0-2 (stdin and stdout to /dev/null unless keep_stdio), wfd,
+ * /dev/fuse and a lazy image's data file and fetcher channel; closes the
+ * rest so the holder holds none of the caller's sockets or pipes. */
+static void close_stray_fds(const struct skiff_holder *h, int wfd)
 {
-    if (!keep_stdio)
+    if (!h->o->spawn)
         null_stdio(false);
-    const int keep[] = {keep1, keep2};
-    skiff_close_fds_except(keep, 2);
+    const int keep[] = {wfd, h->o->fuse_fd, h->o->lazy ? skiff_lazy_data_fd(h->o->lazy) : -1, h->o->lazy_chan};
+    skiff_close_fds_except(keep, 4);
 }
 
 void skiff_holder_main(struct skiff_holder *h, int wfd)
@@ -265,7 +266,7 @@ void skiff_holder_main(struct skiff_holder *h, int wfd)
     sigprocmask(SIG_SETMASK, &all, &h->caller_mask);
     prctl(PR_SET_NAME, "skiff-holder", 0, 0, 0);
     /* the spawned command gets the caller's stdio and signal mask */
-    close_stray_fds(wfd, h->o->fuse_fd, h->o->spawn);
+    close_stray_fds(h, wfd);
     skiff_err err;
     skiff_err_clear(&err);
     struct skiff_recbuf out = {0};

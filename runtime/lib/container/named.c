@@ -289,6 +289,25 @@ int skiff_named_list(const struct skiff_config *cfg, void (*fn)(const char *name
     return 0;
 }
 
+struct image_match {
+    const char *path;
+    bool found;
+};
+
+static void image_matches(const char *name, const char *image, void *arg)
+{
+    (void)name;
+    struct image_match *m = arg;
+    m->found |= image && !strcmp(image, m->path);
+}
+
+bool skiff_named_keeps_image(void *ctx, const char *path)
+{
+    struct image_match m = {.path = path};
+    skiff_err ignore;
+    return skiff_named_list(ctx, image_matches, &m, &ignore) == 0 && m.found;
+}
+
 /* NAME/FILE opened for flock, created if missing. */
 static int lock_file(const char *dir, const char *file, skiff_err *err)
 {

@@ -69,6 +69,11 @@ int skiff_named_from_enroot(const struct skiff_config *cfg, const char *ename, c
 int skiff_named_list(const struct skiff_config *cfg, void (*fn)(const char *name, const char *image, void *arg),
                      void *arg, skiff_err *err);
 
+/* Whether a named container keeps the image at path (ctx: the struct
+ * skiff_config): the `keep` of cache pruning, which leaves such images
+ * alone. A containers directory that cannot be read keeps nothing. */
+bool skiff_named_keeps_image(void *ctx, const char *path);
+
 /* How one running container uses NAME, held for its life by two flocks in
  * NAME/: "users" (shared by every instance, exclusive for a removal) and
  * "lock" (exclusive: the writer). The first instance (nobody else using

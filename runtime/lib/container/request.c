@@ -38,6 +38,7 @@ void skiff_start_request_init(struct skiff_start_request *r)
 {
     memset(r, 0, sizeof(*r));
     r->fuse_fd = -1;
+    r->lazy_chan = -1;
     r->use_entrypoint = true;
 }
 
@@ -213,6 +214,9 @@ int skiff_start_request_decode(const char *data, size_t len, struct skiff_config
                            (unsigned)r->unshare_flags);
     if (r->timeout_s > SKIFF_REQUEST_TIMEOUT_MAX)
         return skiff_error(err, 0, "request: timeout_s %d is over %d", r->timeout_s, SKIFF_REQUEST_TIMEOUT_MAX);
+    if (r->import_timeout_s > SKIFF_REQUEST_TIMEOUT_MAX)
+        return skiff_error(err, 0, "request: import_timeout_s %d is over %d", r->import_timeout_s,
+                           SKIFF_REQUEST_TIMEOUT_MAX);
     return 0;
 }
 

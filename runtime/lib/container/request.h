@@ -24,6 +24,8 @@
 #include "error.h"
 #include "records.h"
 
+struct lz_image;
+
 /* --container-name's modes (pyxis 0.24). */
 enum skiff_name_mode {
     SKIFF_NAME_AUTO,    /* reuse the named container, create it when missing */
@@ -69,6 +71,7 @@ struct skiff_start_request {
     const char *importer;     /* the plugstack's importer program, or NULL */
     bool temp_name;           /* name exists only to keep the upper for --container-save */
     int timeout_s;            /* root's deadline for the helper, seconds (0: none given) */
+    int import_timeout_s;     /* ... and for an image's import (or the wait for another's), seconds (0: none) */
     const char *save;         /* --container-save: the squashfs file to write (absolute) */
     const char *sweep_suffix; /* sweep: remove the named containers whose name ends in it */
 
@@ -97,6 +100,12 @@ struct skiff_start_request {
      * children instead of scanning /proc for the container's mount namespace
      * (which it still does when `skiff exec` joined, see mark_joined). */
     bool subreaper;
+    /* A lazy image (image/lazy.h): image (or the named container's) is a
+     * lazy image's directory, lazy the image opened for serving, lazy_chan
+     * the channel to its fetcher (container.h's skiff_lazy_run_begin sets
+     * both). */
+    struct lz_image *lazy;
+    int lazy_chan;
 
     void *decoded; /* the lists skiff_start_request_decode allocated (skiff_start_request_free) */
 };
@@ -129,6 +138,7 @@ struct skiff_start_request {
     X(importer, STR)                                                                                                   \
     X(temp_name, BOOL)                                                                                                 \
     X(timeout_s, INT)                                                                                                  \
+    X(import_timeout_s, INT)                                                                                           \
     X(save, STR)                                                                                                       \
     X(sweep_suffix, STR)
 
@@ -142,9 +152,9 @@ enum skiff_request_tag {
  * trusts nothing it cannot check). */
 #define SKIFF_REQUEST_MAX (16u << 20)   /* bytes */
 #define SKIFF_REQUEST_LIST_MAX 4096     /* entries per list */
-#define SKIFF_REQUEST_TIMEOUT_MAX 86400 /* timeout_s */
+#define SKIFF_REQUEST_TIMEOUT_MAX 86400 /* timeout_s, import_timeout_s */
 
-/* Defaults: everything off, fuse_fd = -1, use_entrypoint = true. */
+/* Defaults: everything off, fuse_fd = lazy_chan = -1, use_entrypoint = true. */
 void skiff_start_request_init(struct skiff_start_request *r);
 
 /* Appends cfg (when not NULL: every entry of skiff_config_entry) and every
@@ -156,7 +166,7 @@ int skiff_start_request_encode(const struct skiff_config *cfg, const struct skif
 /* Reads what encode wrote: cfg over skiff_config_load's defaults, r over
  * skiff_start_request_init's. Strict: an unknown tag or key, a field given
  * twice, a malformed BOOL or INT, a list longer than SKIFF_REQUEST_LIST_MAX,
- * a name_mode, unshare_flags or timeout_s out of range are errors. Strings
+ * a name_mode, unshare_flags, timeout_s or import_timeout_s out of range are errors. Strings
  * point into data, which must outlive r; free r with
  * skiff_start_request_free whatever this returns. */
 int skiff_start_request_decode(const char *data, size_t len, struct skiff_config *cfg, struct skiff_start_request *r,

@@ -60,6 +60,8 @@ struct skiff_fuse {
     int cache_dirfd;
     uint64_t cache_bytes;
     struct skiff_blockcache *bc;
+    /* a lazy image: its reads (lazyread.c); NULL for a plain one */
+    struct skiff_lazy_srv *lazy_srv;
 };
 
 /* ---- sqfsreader.c ---- */
@@ -111,6 +113,24 @@ void skiff_fuse_cache_serve(struct skiff_fuse *f);
 
 /* Opens the block cache of the served mount, once (any thread, any read). */
 void skiff_fuse_cache_open_once(void);
+
+/* ---- lazyread.c ---- */
+
+/* Serving a lazy image (lazy.h) on f: im's data file, spans asked for on
+ * chan (the fetcher's channel; f's from now), a read waiting at most
+ * timeout_s. */
+int skiff_lazy_serve_init(struct skiff_fuse *f, struct lz_image *im, int chan, int timeout_s, skiff_err *err);
+/* Undoes skiff_lazy_serve_init (a mount that failed). */
+void skiff_lazy_serve_free(struct skiff_fuse *f);
+/* In the serving process, before it serves: the thread that hears the
+ * fetcher and answers the reads that wait. */
+void skiff_lazy_serve_start(struct skiff_fuse *f);
+/* The fds the serving process keeps for it: 0 the channel, 1 the data
+ * file; -1 when f is not lazy. */
+int skiff_lazy_serve_fd(const struct skiff_fuse *f, int which);
+/* op_read of a lazy image. */
+void skiff_lazy_read(struct skiff_fuse *f, fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                     struct fuse_file_info *fi);
 
 /* ---- fuseops.c ---- */
 

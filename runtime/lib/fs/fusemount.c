@@ -44,11 +44,13 @@
  * EOF, a lock) is closed. */
 static void keep_only_server_fds(const struct skiff_fuse *f)
 {
-    int keep[3 + MAX_DATA_READERS];
+    int keep[5 + MAX_DATA_READERS];
     size_t n = 0;
     keep[n++] = f->fd;
     keep[n++] = f->meta.ll.fs.fd;
     keep[n++] = f->cache_dirfd;
+    keep[n++] = skiff_lazy_serve_fd(f, 0);
+    keep[n++] = skiff_lazy_serve_fd(f, 1);
     for (unsigned i = 0; i < f->ndata; i++)
         keep[n++] = f->data[i].ll.fs.fd;
     skiff_close_fds_except(keep, n);
@@ -131,6 +133,17 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, c
         if (skiff_reader_open(&f->data[i], image, true, err) < 0)
             goto fail;
     f->no_xattrs = (uint64_t)f->meta.ll.fs.sb.xattr_id_table_start == UINT64_MAX; /* SQUASHFS_INVALID_BLK */
+    if (o->lazy) {
+        int chan = fcntl(o->lazy_chan, F_DUPFD_CLOEXEC, 3);
+        if (chan < 0) {
+            skiff_error(err, errno, "lazy image: the fetcher's channel");
+            goto fail;
+        }
+        if (skiff_lazy_serve_init(f, o->lazy, chan, o->lazy_timeout_s, err) < 0) {
+            close(chan);
+            goto fail;
+        }
+    }
     char target[64], opts[160];
     snprintf(target, sizeof(target), "/proc/self/fd/%d", target_fd);
     snprintf(opts, sizeof(opts), "fd=%d,rootmode=40000,user_id=%u,group_id=%u,default_permissions", f->fd,
@@ -175,6 +188,7 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, c
                 f->cache_dirfd = fcntl(o->cache_dirfd, F_DUPFD_CLOEXEC, 3);
             skiff_fuse_cache_serve(f);
             keep_only_server_fds(f);
+            skiff_lazy_serve_start(f);
             /* squashfuse allocates a block-sized buffer (128 KiB) per block
              * it reads, and we one per request: at glibc's default threshold
              * each is a fresh mmap, page-faulted in 4 KiB at a time and
@@ -194,6 +208,9 @@ struct skiff_fuse *skiff_fuse_mount_squashfs(const char *image, int target_fd, c
     f->fd = -1;
     for (unsigned i = 0; i < f->ndata; i++)
         skiff_reader_close(&f->data[i]);
+    /* (the channel too: when the server dies, the fetcher sees it) */
+    if (f->lazy_srv)
+        close(skiff_lazy_serve_fd(f, 0));
     return f;
 fail_mounted:
     umount2(target, MNT_DETACH);
@@ -205,6 +222,7 @@ fail:
     skiff_reader_close(&f->meta);
     for (unsigned i = 0; i < f->ndata; i++)
         skiff_reader_close(&f->data[i]);
+    skiff_lazy_serve_free(f);
     free(f);
     return NULL;
 }

@@ -13,6 +13,7 @@
 #include "error.h"
 
 struct skiff_fuse;
+struct lz_image;
 
 struct skiff_fuse_opts {
     int devfuse_fd; /* an open /dev/fuse, or -1 to open it here */
@@ -22,6 +23,13 @@ struct skiff_fuse_opts {
      * or -1 for none; and its size per image */
     int cache_dirfd;
     uint64_t cache_bytes;
+    /* a lazy image (lazy.h): image is its skeleton, file data comes from
+     * its data file, missing spans are asked of the fetcher on lazy_chan
+     * (the server keeps a copy; the caller closes its own), a read waits
+     * at most lazy_timeout_s; NULL for a plain image */
+    struct lz_image *lazy;
+    int lazy_chan;
+    int lazy_timeout_s;
 };
 
 /* Opens the image, mounts it read-only (nosuid, nodev) on the directory open

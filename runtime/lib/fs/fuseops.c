@@ -182,6 +182,10 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
     struct skiff_fuse *f = fs_of(req);
+    if (f->lazy_srv) {
+        skiff_lazy_read(f, req, ino, size, off, fi);
+        return;
+    }
     skiff_fuse_cache_open_once();
     struct skiff_fuse_reply rp;
     if (skiff_fuse_reply_init(&rp, size, f->meta.ll.fs.sb.block_size) < 0) {

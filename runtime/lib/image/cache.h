@@ -1,14 +1,30 @@
-/* cache: the per-user cache under cfg->cache_path.
- *   blobs/sha256/<hex>      compressed layer blobs from registries, by digest
- *   images/<key>.sqsh       images imported for the SPANK plugin
- *   images/<key>.lock       flock(2) lock serialising imports of one key
- * Directories are created 0700: the cache is private to its user. */
+/* cache: the image cache, per user under cfg->cache_path, and the site's
+ * read-only store under cfg->system_cache_path (store.h), both laid out
+ * alike:
+ *   blobs/sha256/<hex>   compressed layer blobs from registries, by digest
+ *   images/<key>.sqsh    an image, published by rename; readers hold a
+ *                        shared flock(2) on it while they use it, pruning
+ *                        takes an exclusive one (never waiting) to remove it
+ *   images/<key>.lock    flock serialising imports of one key; while an
+ *                        import runs it names the importer (HOST pid PID
+ *                        since EPOCH), for those who wait
+ *   images/<key>.info    key = value: the reference imported, its digest,
+ *                        the layers it was made of; its mtime is when the
+ *                        image was last used (what prune goes by)
+ *   tags/<refkey>        key = value: a reference's last resolution (its
+ *                        manifest digest, the image key, when): tag_ttl and
+ *                        the offline fallback read it
+ * The user's directories are created 0700 (private); the store's 0755. */
 #ifndef SKIFF_CACHE_H
 #define SKIFF_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include "config.h"
+#include "digest.h"
 #include "error.h"
 
 /* mkdir -p of cache_path/sub (0700). */
@@ -20,5 +36,118 @@ int skiff_cache_blob_path(const struct skiff_config *cfg, const char *digest, ch
 /* Takes an exclusive flock on path (created 0600); returns the fd, which
  * releases the lock when closed. */
 int skiff_cache_lock(const char *path, skiff_err *err);
+
+/* Whether k is an image key (64 lower-case hex digits). */
+bool skiff_cache_valid_key(const char *k);
+
+/* The files of image key under root (a cache or the store). */
+struct skiff_cache_paths {
+    char sqsh[SKIFF_PATH_MAX + 96], lock[SKIFF_PATH_MAX + 96], info[SKIFF_PATH_MAX + 96];
+};
+int skiff_cache_paths(const char *root, const char *key, struct skiff_cache_paths *p, skiff_err *err);
+
+/* Opens the image at sqsh and takes a shared lock on it for as long as
+ * the fd is open (pruning leaves it alone), checking that it is still the
+ * file at sqsh once locked (a prune may have removed it meanwhile):
+ * the fd, or -1 with err->code ENOENT when it is not there. */
+int skiff_cache_hold(const char *sqsh, skiff_err *err);
+
+/* Waiting for another process's import of the same image. */
+struct skiff_cache_wait {
+    double deadline_ms; /* skiff_now_ms() at which it gives up (ETIMEDOUT); 0: none */
+    /* told once the lock is found taken: who holds it and since when */
+    void (*waiting)(void *ctx, const char *who, double running_s);
+    void *ctx;
+};
+
+/* Takes the import lock at path (exclusive), waiting as w says while
+ * another process holds it, then writes who this process is into it.
+ * Returns the fd; skiff_cache_import_unlock gives it back. */
+int skiff_cache_import_lock(const char *path, const struct skiff_cache_wait *w, skiff_err *err);
+void skiff_cache_import_unlock(int fd);
+
+/* A reference's last resolution (tags/<refkey>). */
+struct skiff_cache_tag {
+    char ref[2048];                /* canonical reference */
+    char digest[SKIFF_DIGEST_LEN]; /* its manifest digest */
+    char key[80];                  /* the image's key */
+    time_t resolved;               /* when the registry said so */
+};
+
+/* 1 with *t filled, 0 when there is none (or it does not parse). */
+int skiff_cache_tag_read(const char *root, const char *refkey, struct skiff_cache_tag *t);
+int skiff_cache_tag_write(const char *root, const char *refkey, const struct skiff_cache_tag *t, mode_t mode,
+                          skiff_err *err);
+
+/* What an image was made from (images/<key>.info). */
+struct skiff_cache_info {
+    char ref[2048];                /* the reference imported */
+    char digest[SKIFF_DIGEST_LEN]; /* its manifest digest, "" for local sources */
+    time_t imported;
+    char *layers; /* blob digests, space-separated (malloc'd), or NULL */
+};
+
+int skiff_cache_info_write(const char *path, const struct skiff_cache_info *in, mode_t mode, skiff_err *err);
+int skiff_cache_info_read(const char *path, struct skiff_cache_info *in); /* 1, or 0 when there is none */
+void skiff_cache_info_free(struct skiff_cache_info *in);
+
+/* Marks image key used now (its info file's mtime; nothing when the
+ * cache is not writable, as the store is to its users). */
+void skiff_cache_touch(const char *root, const char *key);
+
+/* ---- listing and pruning ------------------------------------------------ */
+
+struct skiff_cache_entry {
+    char key[80];
+    char path[SKIFF_PATH_MAX + 96];
+    unsigned long long size; /* the image */
+    time_t last_used;        /* the info file's mtime, else the image's */
+    struct skiff_cache_info info;
+    char *tags;  /* references whose last resolution is this image, ", "-separated (malloc'd) */
+    bool in_use; /* a process holds it (shared lock) or imports it */
+};
+
+struct skiff_cache_listing {
+    struct skiff_cache_entry *images;
+    size_t nimages;
+    unsigned long long images_bytes;
+    unsigned long long blobs_bytes; /* all of blobs/ */
+    size_t nblobs;
+};
+
+/* The images under root, most recently used first. */
+int skiff_cache_list(const char *root, struct skiff_cache_listing *out, skiff_err *err);
+void skiff_cache_listing_free(struct skiff_cache_listing *l);
+
+struct skiff_prune_opts {
+    bool all;            /* every image not in use */
+    double older_than_s; /* images (and unreferenced blobs) unused this long; < 0: not asked */
+    bool max_size_set;   /* shrink the cache (images + blobs) to max_size bytes, least recently used first */
+    unsigned long long max_size;
+    bool dry_run; /* say, do not remove */
+    /* images to leave although nobody holds them now (a named container's
+     * image: the CLI and the plugin's helper know them); NULL: none */
+    bool (*keep)(void *ctx, const char *sqsh_path);
+    void *keep_ctx;
+    /* told for each image or blob removed (or that would be, dry_run):
+     * what (a path), its size, why ("unused for 3 d", "over the size", ...) */
+    void (*removed)(void *ctx, const char *what, unsigned long long bytes, const char *why);
+    void *ctx;
+};
+
+struct skiff_prune_result {
+    unsigned images, blobs, in_use; /* removed, and images kept because they are in use */
+    unsigned long long freed, left; /* bytes freed; bytes the cache holds after */
+};
+
+/* Removes from the cache at root what o asks, never an image in use (a
+ * shared lock held by a running container, or an import running). Blobs
+ * are only a download cache (a container needs its image, not them): the
+ * blobs no image names go first, then, when the size is still over, those
+ * of the least recently used images, before any image. With no option,
+ * only what nothing uses goes: blobs no image names, leftover temporary
+ * files, records pointing nowhere. */
+int skiff_cache_prune(const char *root, const struct skiff_prune_opts *o, struct skiff_prune_result *res,
+                      skiff_err *err);
 
 #endif

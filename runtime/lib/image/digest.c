@@ -25,16 +25,22 @@ void skiff_sha256_update(struct skiff_sha256 *h, const void *data, size_t len)
         EVP_DigestUpdate(h->ctx, data, len);
 }
 
+int skiff_sha256_final_raw(struct skiff_sha256 *h, unsigned char out[32])
+{
+    unsigned int n = 0;
+    int ok = h->ctx && EVP_DigestFinal_ex(h->ctx, out, &n) == 1 && n == 32;
+    EVP_MD_CTX_free(h->ctx);
+    h->ctx = NULL;
+    return ok ? 0 : -1;
+}
+
 void skiff_sha256_final(struct skiff_sha256 *h, char out[SKIFF_DIGEST_LEN])
 {
     unsigned char md[32];
-    unsigned int n = 0;
+    unsigned int n = 32;
     out[0] = '\0';
-    if (!h->ctx)
+    if (skiff_sha256_final_raw(h, md) < 0)
         return;
-    EVP_DigestFinal_ex(h->ctx, md, &n);
-    EVP_MD_CTX_free(h->ctx);
-    h->ctx = NULL;
     int off = snprintf(out, SKIFF_DIGEST_LEN, "sha256:");
     for (unsigned i = 0; i < n && i < 32; i++)
         off += snprintf(out + off, (size_t)(SKIFF_DIGEST_LEN - off), "%02x", md[i]);

@@ -17,6 +17,9 @@ int skiff_sha256_init(struct skiff_sha256 *h, skiff_err *err);
 void skiff_sha256_update(struct skiff_sha256 *h, const void *data, size_t len);
 /* Writes "sha256:<hex>" to out and frees the context. */
 void skiff_sha256_final(struct skiff_sha256 *h, char out[SKIFF_DIGEST_LEN]);
+/* The 32 bytes of the digest into out and frees the context; -1 when
+ * there was none. */
+int skiff_sha256_final_raw(struct skiff_sha256 *h, unsigned char out[32]);
 /* Frees the context without a result (error paths); safe twice. */
 void skiff_sha256_abort(struct skiff_sha256 *h);
 

@@ -1,5 +1,6 @@
-/* Image import and resolve; see image.h. The sources are read in source.c,
- * the layers downloaded and applied in fetch.c (import_int.h). */
+/* Image import; see image.h. The sources are read in source.c, the
+ * layers downloaded and applied in fetch.c (import_int.h); resolving
+ * --container-image through the caches is resolve.c's. */
 #include "image.h"
 #include "import_int.h"
 
@@ -21,12 +22,13 @@
 #include "fdio.h"
 #include "fsutil.h"
 #include "imgconfig.h"
+#include "lazy.h"
 #include "registry.h"
 #include "squash.h"
 
 /* ---- import ----------------------------------------------------------- */
 
-static void job_free(struct skiff_import_job *j, bool failed)
+void skiff_import_job_free(struct skiff_import_job *j, bool failed)
 {
     skiff_fetch_stop(j);
     if (j->srcfd >= 0)
@@ -200,8 +202,8 @@ static int import_to(struct skiff_import_job *j, const char *tmp_out, skiff_err 
     return 0;
 }
 
-static int import_ref(const struct skiff_config *cfg, const struct skiff_ref *ref, const char *out_path,
-                      const struct skiff_import_opts *o, bool force, char *manifest_digest, skiff_err *err)
+int skiff_import_ref(const struct skiff_config *cfg, const struct skiff_ref *ref, const char *out_path,
+                     const struct skiff_import_opts *o, bool force, struct skiff_import_result *res, skiff_err *err)
 {
     struct skiff_import_job j;
     memset(&j, 0, sizeof(j));
@@ -225,9 +227,22 @@ static int import_ref(const struct skiff_config *cfg, const struct skiff_ref *re
         rv = err->code == EEXIST ? skiff_error(err, 0, "%s exists (use -f to replace it)", out_path) : -1;
     if (rv < 0)
         skiff_atomic_abort(&out);
-    if (rv == 0 && manifest_digest)
-        snprintf(manifest_digest, SKIFF_DIGEST_LEN, "%s", j.manifest_digest);
-    job_free(&j, rv < 0);
+    if (rv == 0 && res) {
+        memset(res, 0, sizeof(*res));
+        snprintf(res->manifest_digest, sizeof(res->manifest_digest), "%s", j.manifest_digest);
+        for (size_t i = 0; i <= j.nlayers; i++) {
+            const char *d = i < j.nlayers ? j.layers[i].digest : j.config_digest;
+            if (j.ref.kind != SKIFF_REF_DOCKER || !d[0])
+                continue;
+            size_t have = res->layers ? strlen(res->layers) : 0;
+            char *nl = realloc(res->layers, have + strlen(d) + 2);
+            if (!nl)
+                break; /* a shorter list only lets prune take more blobs */
+            snprintf(nl + have, strlen(d) + 2, "%s%s", have ? " " : "", d);
+            res->layers = nl;
+        }
+    }
+    skiff_import_job_free(&j, rv < 0);
     return rv;
 }
 
@@ -246,150 +261,9 @@ int skiff_image_import(const struct skiff_config *cfg, const char *uri, const ch
     bool force = o && o->force;
     if (!force && access(out_path, F_OK) == 0)
         return skiff_error(err, 0, "%s exists (use -f to replace it)", out_path);
-    if (import_ref(cfg, &ref, out_path, o, force, NULL, err) < 0)
+    if (skiff_import_ref(cfg, &ref, out_path, o, force, NULL, err) < 0)
         return skiff_err_wrap(err, "%s", uri);
     if (out && snprintf(out, outsz, "%s", out_path) >= (int)outsz)
         return skiff_error(err, ENAMETOOLONG, "output path");
-    return 0;
-}
-
-/* ---- resolve (SPANK plugin) ------------------------------------------- */
-
-static int key_hex(const char *text, char *out, skiff_err *err)
-{
-    char d[SKIFF_DIGEST_LEN];
-    if (skiff_digest_buf(text, strlen(text), d, err) < 0)
-        return -1;
-    snprintf(out, 65, "%s", d + 7);
-    return 0;
-}
-
-int skiff_image_resolve(const struct skiff_config *cfg, const char *image_arg, char *sqsh_path, size_t n,
-                        const struct skiff_resolve_progress *progress, skiff_err *err)
-{
-    char uri[2048];
-    switch (skiff_ref_classify(image_arg)) {
-    case SKIFF_ARG_PATH:
-        return skiff_squash_resolve_path(image_arg, sqsh_path, n, err);
-    case SKIFF_ARG_SQSH_NAME:
-        if (access(image_arg, F_OK) == 0)
-            return skiff_error(err, 0, "'%s' looks like a file name: a local file needs a path with '/' (write ./%s)",
-                               image_arg, image_arg);
-        return skiff_error(err, 0,
-                           "no such file ./%s; a local file needs a path with '/' (./%s or an absolute path), an image "
-                           "needs docker://IMAGE[:TAG]",
-                           image_arg, image_arg);
-    case SKIFF_ARG_INVALID:
-        return skiff_error(err, 0,
-                           "'%s' is neither a file path (start it with / or ./) nor an image reference "
-                           "(docker://[REGISTRY#]IMAGE[:TAG], oci:DIR, docker-archive:FILE, ...)",
-                           image_arg ? image_arg : "");
-    case SKIFF_ARG_BARE:
-        snprintf(uri, sizeof(uri), "docker://%s", image_arg);
-        break;
-    case SKIFF_ARG_URI:
-        snprintf(uri, sizeof(uri), "%s", image_arg);
-        break;
-    }
-    struct skiff_ref ref;
-    if (skiff_ref_parse(uri, cfg->default_registry, &ref, err) < 0)
-        return -1;
-    char canon[2048], arch[80];
-    if (skiff_ref_canonical(&ref, canon, sizeof(canon), err) < 0)
-        return -1;
-    skiff_source_host_arch(arch, sizeof(arch));
-    char images[SKIFF_PATH_MAX];
-    if (skiff_cache_dir(cfg, "images", images, sizeof(images), err) < 0)
-        return -1;
-
-    /* Cache key. Registry: the manifest digest. For a tag that costs one
-     * manifest GET (cheap next to an import), so a moved tag is noticed; when
-     * the registry cannot be reached, the last image imported for the same
-     * reference is used. Local sources: path + inode + mtime + size. */
-    char keytext[4096], key[65], refkey[65];
-    snprintf(keytext, sizeof(keytext), "ref|%s|%s", canon, arch);
-    if (key_hex(keytext, refkey, err) < 0)
-        return -1;
-    char refpath[SKIFF_PATH_MAX + 80];
-    snprintf(refpath, sizeof(refpath), "%s/ref-%s.sqsh", images, refkey);
-    if (ref.kind == SKIFF_REF_DOCKER) {
-        if (!ref.digest[0]) {
-            struct skiff_registry *reg = NULL;
-            cleanup_free char *body = NULL;
-            size_t len;
-            char mt[128], d[SKIFF_DIGEST_LEN];
-            int rv = skiff_registry_open(&reg, cfg, &ref, err);
-            if (rv == 0)
-                rv = skiff_registry_manifest(reg, ref.tag, &body, &len, mt, sizeof(mt), d, err);
-            skiff_registry_close(reg);
-            if (rv < 0) {
-                if (skiff_squash_is_image(refpath)) {
-                    snprintf(sqsh_path, n, "%s", refpath);
-                    return 0;
-                }
-                return skiff_err_wrap(err, "%s", uri);
-            }
-            snprintf(ref.digest, sizeof(ref.digest), "%s", d); /* pin what we saw */
-        }
-        snprintf(keytext, sizeof(keytext), "digest|%s|%s|%s", ref.registry, ref.digest, arch);
-    } else {
-        char real[PATH_MAX];
-        struct stat st;
-        if (!realpath(ref.path, real) || stat(real, &st) < 0)
-            return skiff_error(err, errno, "%s", uri);
-        bool archive = ref.kind == SKIFF_REF_DOCKER_ARCHIVE || ref.kind == SKIFF_REF_OCI_ARCHIVE;
-        /* a FIFO would hold the import (and the step) until its deadline */
-        if (archive ? !S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode))
-            return skiff_error(err, 0, "%s: %s is not a %s", uri, real, archive ? "regular file" : "directory");
-        if (S_ISDIR(st.st_mode)) {
-            char idx[PATH_MAX + 16];
-            snprintf(idx, sizeof(idx), "%s/%s", real, ref.kind == SKIFF_REF_OCI ? "index.json" : "manifest.json");
-            if (stat(idx, &st) < 0)
-                return skiff_error(err, errno, "%s: %s", uri, idx);
-        }
-        skiff_fmt_path(keytext, sizeof(keytext), err, "local|%d|%s|%s|%lu|%lu|%lld|%lld.%09ld|%s", (int)ref.kind, real,
-                       ref.tag, (unsigned long)st.st_dev, (unsigned long)st.st_ino, (long long)st.st_size,
-                       (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, arch);
-    }
-    if (key_hex(keytext, key, err) < 0)
-        return -1;
-    char path[SKIFF_PATH_MAX + 80], lockp[SKIFF_PATH_MAX + 80];
-    snprintf(path, sizeof(path), "%s/%s.sqsh", images, key);
-    snprintf(lockp, sizeof(lockp), "%s/%s.lock", images, key);
-    cleanup_close int lock = skiff_cache_lock(lockp, err);
-    if (lock < 0)
-        return -1;
-    if (!skiff_squash_is_image(path)) {
-        struct skiff_import_opts o = {.force = true};
-        double t0 = skiff_now_ms();
-        if (progress && progress->importing)
-            progress->importing(progress->ctx, uri);
-        if (import_ref(cfg, &ref, path, &o, true, NULL, err) < 0) {
-            /* Waiters holding this inode's lock still serialise correctly: they
-             * re-check for the image and publish by rename. */
-            unlink(lockp);
-            return skiff_err_wrap(err, "import %s", uri);
-        }
-        struct stat ist;
-        if (progress && progress->imported)
-            progress->imported(progress->ctx, uri, stat(path, &ist) == 0 ? (unsigned long long)ist.st_size : 0,
-                               skiff_now_ms() - t0);
-    }
-    if (ref.kind == SKIFF_REF_DOCKER) {
-        /* ref-<key>.sqsh: a hard link to the last image of this reference, for
-         * when the registry is unreachable later. */
-        char tmp[SKIFF_PATH_MAX + 100];
-        snprintf(tmp, sizeof(tmp), "%s.tmp.%d", refpath, (int)getpid());
-        unlink(tmp);
-        /* rename() of two links to one inode does nothing: unlink tmp after. */
-        if (link(path, tmp) == 0) {
-            if (rename(tmp, refpath) < 0) {
-                /* best effort: only the offline fallback is lost */
-            }
-            unlink(tmp);
-        }
-    }
-    if (snprintf(sqsh_path, n, "%s", path) >= (int)n)
-        return skiff_error(err, ENAMETOOLONG, "%s", path);
     return 0;
 }

@@ -97,40 +97,36 @@ static int write_file_at(int dirfd, const char *name, const char *data, size_t l
     return 0;
 }
 
-int skiff_imgconfig_write(int rootfd, json_t *image_config, void (*warn)(void *ctx, const char *msg), void *warn_ctx,
-                          skiff_err *err)
+int skiff_imgconfig_render(json_t *image_config, void (*warn)(void *ctx, const char *msg), void *warn_ctx,
+                           char **config, size_t *config_len, char **env, size_t *env_len, skiff_err *err)
 {
-    if (skiff_remove_tree_at(rootfd, ".skiff", err) < 0)
-        return -1;
-    if (mkdirat(rootfd, ".skiff", 0755) < 0)
-        return skiff_error(err, errno, "mkdir /.skiff");
-    cleanup_close int dfd = openat(rootfd, ".skiff", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0)
-        return skiff_error(err, errno, "open /.skiff");
-    if (fchmod(dfd, 0755) < 0)
-        return skiff_error(err, errno, "chmod /.skiff");
+    *config = *env = NULL;
     json_t *c = json_object_get(image_config, "config");
     json_t *empty = NULL;
     if (!json_is_object(c))
         c = empty = json_object();
     cleanup_free char *text = json_dumps(c, JSON_INDENT(2));
-    json_decref(empty);
-    if (!text)
+    if (!text) {
+        json_decref(empty);
         return skiff_error(err, ENOMEM, "config.json");
+    }
     size_t tl = strlen(text);
-    text[tl] = '\0';
-    cleanup_free char *withnl = malloc(tl + 2);
-    if (!withnl)
+    char *withnl = malloc(tl + 2);
+    if (!withnl) {
+        json_decref(empty);
         return skiff_error(err, ENOMEM, "config.json");
+    }
     memcpy(withnl, text, tl);
     withnl[tl] = '\n';
-    if (write_file_at(dfd, "config.json", withnl, tl + 1, err) < 0)
-        return -1;
-    char *env = NULL;
-    size_t envlen = 0;
-    FILE *m = open_memstream(&env, &envlen);
-    if (!m)
+    withnl[tl + 1] = '\0';
+    char *e = NULL;
+    size_t elen = 0;
+    FILE *m = open_memstream(&e, &elen);
+    if (!m) {
+        json_decref(empty);
+        free(withnl);
         return skiff_error(err, ENOMEM, "environment");
+    }
     json_t *arr = json_object_get(c, "Env");
     size_t i;
     json_t *v;
@@ -150,8 +146,36 @@ int skiff_imgconfig_write(int rootfd, json_t *image_config, void (*warn)(void *c
         }
         fprintf(m, "%s\n", s);
     }
-    fclose(m);
-    int rv = write_file_at(dfd, "environment", env ? env : "", envlen, err);
-    free(env);
-    return rv;
+    json_decref(empty);
+    if (fclose(m) != 0 || !e) {
+        free(e);
+        free(withnl);
+        return skiff_error(err, ENOMEM, "environment");
+    }
+    *config = withnl;
+    *config_len = tl + 1;
+    *env = e;
+    *env_len = elen;
+    return 0;
+}
+
+int skiff_imgconfig_write(int rootfd, json_t *image_config, void (*warn)(void *ctx, const char *msg), void *warn_ctx,
+                          skiff_err *err)
+{
+    cleanup_free char *config = NULL, *env = NULL;
+    size_t config_len, env_len;
+    if (skiff_imgconfig_render(image_config, warn, warn_ctx, &config, &config_len, &env, &env_len, err) < 0)
+        return -1;
+    if (skiff_remove_tree_at(rootfd, ".skiff", err) < 0)
+        return -1;
+    if (mkdirat(rootfd, ".skiff", 0755) < 0)
+        return skiff_error(err, errno, "mkdir /.skiff");
+    cleanup_close int dfd = openat(rootfd, ".skiff", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return skiff_error(err, errno, "open /.skiff");
+    if (fchmod(dfd, 0755) < 0)
+        return skiff_error(err, errno, "chmod /.skiff");
+    if (write_file_at(dfd, "config.json", config, config_len, err) < 0)
+        return -1;
+    return write_file_at(dfd, "environment", env, env_len, err);
 }

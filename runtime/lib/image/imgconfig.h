@@ -36,4 +36,10 @@ void skiff_imgconfig_free(struct skiff_image_config *ic);
 int skiff_imgconfig_write(int rootfd, struct json_t *image_config, void (*warn)(void *ctx, const char *msg),
                           void *warn_ctx, skiff_err *err);
 
+/* What skiff_imgconfig_write writes, in memory: config.json's text and
+ * environment's (malloc'ed; free both, also after a failure). A lazy
+ * image's skeleton holds the same files (lazybuild.c). */
+int skiff_imgconfig_render(struct json_t *image_config, void (*warn)(void *ctx, const char *msg), void *warn_ctx,
+                           char **config, size_t *config_len, char **env, size_t *env_len, skiff_err *err);
+
 #endif

@@ -1,9 +1,10 @@
-/* Private to image import (image.c, source.c, fetch.c), whose API is
- * image.h: the state of one import, shared by its steps. image.c runs an
- * import (scratch tree, squashfs, publishing) and resolves plugin images;
+/* Private to image import (image.c, source.c, fetch.c, resolve.c), whose
+ * API is image.h: the state of one import, shared by its steps. image.c
+ * runs an import (scratch tree, squashfs, publishing); resolve.c finds or
+ * imports plugin images through the caches;
  * source.c plans the layers and the image config from the source (registry,
  * OCI layout, skopeo dir, docker and OCI archives); fetch.c downloads
- * registry layers while it applies them. */
+ * registry layers, several at once, while it applies them in order. */
 #ifndef SKIFF_IMPORT_INT_H
 #define SKIFF_IMPORT_INT_H
 
@@ -36,6 +37,7 @@ struct skiff_import_layer {
     bool remote;                   /* set while planning: downloaded by the fetcher */
     int state;                     /* BLOB_* (guarded by job.mu once it runs) */
     unsigned long long avail;      /* bytes written so far */
+    unsigned long long counted;    /* of them, counted in the job's progress */
     struct skiff_atomic dl;        /* the download, under its temporary name */
     char error[SKIFF_ERR_MSG_MAX]; /* why the download failed */
 };
@@ -55,16 +57,40 @@ struct skiff_import_job {
     struct skiff_import_layer *layers;
     size_t nlayers;
     char manifest_digest[SKIFF_DIGEST_LEN];
+    char config_digest[SKIFF_DIGEST_LEN]; /* the image config's blob */
     /* Blobs this import put in the cache: removed again if it fails, so a
      * refused image leaves nothing behind. */
     char **fetched;
     size_t nfetched;
-    /* the download thread */
+    /* the download threads (at most cfg->max_connections), each with a
+     * registry handle of its own, taking pending layers in order */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    pthread_t fetch_tid;
+    pthread_t *fetch_tids;
+    unsigned nfetchers, fetchers_left;
+    size_t fetch_next; /* the next layer a thread may take */
     bool fetching, fetch_abort, fetch_over;
+    /* progress of the downloads (under mu) */
+    unsigned long long dl_total, dl_base; /* bytes to download; of them done in finished layers */
+    unsigned dl_layers, dl_layers_done;
+    double dl_t0, dl_last_report;
 };
+
+/* ---- image.c ---- */
+
+/* Frees what j holds: the download thread stopped, the registry closed,
+ * the scratch dir removed; when failed, the blobs it put in the cache too. */
+void skiff_import_job_free(struct skiff_import_job *j, bool failed);
+
+/* What an import was made of, for the cache's records. */
+struct skiff_import_result {
+    char manifest_digest[SKIFF_DIGEST_LEN];
+    char *layers; /* the registry blobs it used, space-separated (malloc'd), or NULL */
+};
+
+/* Imports ref into out_path (temp + rename; force: replace it). */
+int skiff_import_ref(const struct skiff_config *cfg, const struct skiff_ref *ref, const char *out_path,
+                     const struct skiff_import_opts *o, bool force, struct skiff_import_result *res, skiff_err *err);
 
 /* ---- source.c ---- */
 
@@ -88,10 +114,11 @@ int skiff_source_plan(struct skiff_import_job *j, skiff_err *err);
 /* ---- fetch.c ---- */
 
 /* Applies j's layers in order onto rootfd; registry layers not in the
- * cache are downloaded by a thread meanwhile and applied as they arrive. */
+ * cache are downloaded meanwhile (up to cfg->max_connections at once,
+ * retried and resumed: registry.h) and applied as they arrive. */
 int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, skiff_err *err);
 
-/* Stops and joins the download thread, if it runs. */
+/* Stops and joins the download threads, if they run. */
 void skiff_fetch_stop(struct skiff_import_job *j);
 
 #endif

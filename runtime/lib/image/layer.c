@@ -88,12 +88,11 @@ static int open_dir_beneath(int rootfd, const char *path, bool create, const cha
         if (fd == -ENOSYS)
             openat2_state = -1;
         else if (fd == -ELOOP || fd == -EXDEV)
-            return skiff_error(err, 0, "entry '%s' would be written through a symlink in '%s'; refusing the layer",
-                               entry, path);
+            return skiff_layer_err_through_symlink(err, entry, path);
         else if (fd != -ENOENT && fd != -ENOTDIR)
             return skiff_error(err, -fd, "entry '%s': open '%s'", entry, path);
         if (fd == -ENOENT && !create)
-            return skiff_error(err, 0, "entry '%s': '%s' does not exist", entry, path);
+            return skiff_layer_err_missing(err, entry, path);
     }
     /* Component walk with O_NOFOLLOW; used to create missing directories and
      * where openat2 is missing (Linux < 5.6). */
@@ -119,27 +118,13 @@ static int open_dir_beneath(int rootfd, const char *path, bool create, const cha
             bool link = fstatat(fd, c, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
             close(fd);
             if (link || e == ELOOP)
-                return skiff_error(err, 0, "entry '%s' would be written through a symlink in '%s'; refusing the layer",
-                                   entry, path);
+                return skiff_layer_err_through_symlink(err, entry, path);
             return skiff_error(err, e, "entry '%s': open '%s'", entry, path);
         }
         close(fd);
         fd = next;
     }
     return fd;
-}
-
-static void split(char *path, const char **parent, const char **base)
-{
-    char *slash = strrchr(path, '/');
-    if (slash) {
-        *slash = '\0';
-        *parent = path;
-        *base = slash + 1;
-    } else {
-        *parent = "";
-        *base = path;
-    }
 }
 
 /* Makes room for a new entry called base: removes what is there, unless it
@@ -190,28 +175,139 @@ static int write_data(struct archive *a, int fd, const char *entry, skiff_err *e
     return 0;
 }
 
-static int apply_entry(struct archive *a, struct archive_entry *e, int rootfd, unsigned flags,
-                       struct skiff_layer_stats *st, skiff_err *err)
-{
-    const char *raw = archive_entry_pathname(e);
-    if (!raw)
-        return skiff_error(err, 0, "entry without a name");
-    char path[4096];
-    if (normalise(raw, path, sizeof(path), err) < 0)
-        return -1;
-    if (!path[0])
-        return 0; /* the root itself: its mode stays 0755 */
-    char pathcopy[4096];
-    memcpy(pathcopy, path, sizeof(pathcopy));
-    const char *parent, *base;
-    split(pathcopy, &parent, &base);
-    mode_t type = archive_entry_filetype(e);
+/* ---- the policy: what becomes of an entry (layer_int.h) ---------------- */
 
-    if ((flags & SKIFF_LAYER_WHITEOUTS) && !strncmp(base, ".wh.", 4)) {
-        cleanup_close int pfd = open_dir_beneath(rootfd, parent, true, raw, err);
+int skiff_layer_err_through_symlink(skiff_err *err, const char *entry, const char *path)
+{
+    return skiff_error(err, 0, "entry '%s' would be written through a symlink in '%s'; refusing the layer", entry,
+                       path);
+}
+
+int skiff_layer_err_missing(skiff_err *err, const char *entry, const char *path)
+{
+    return skiff_error(err, 0, "entry '%s': '%s' does not exist", entry, path);
+}
+
+int skiff_layer_err_link_target(skiff_err *err, int errnum, const char *entry, const char *target)
+{
+    return skiff_error(err, errnum, "hardlink '%s' -> '%s' (the target must be in the image)", entry, target);
+}
+
+int skiff_layer_err_link_dir(skiff_err *err, const char *entry, const char *target)
+{
+    return skiff_error(err, 0, "hardlink '%s' -> directory '%s'; refusing the layer", entry, target);
+}
+
+static void split_parent(struct skiff_entry_plan *p)
+{
+    char *slash = strrchr(p->path, '/');
+    if (slash) {
+        memcpy(p->parent, p->path, (size_t)(slash - p->path));
+        p->parent[slash - p->path] = '\0';
+        p->base = slash + 1;
+    } else {
+        p->parent[0] = '\0';
+        p->base = p->path;
+    }
+}
+
+int skiff_layer_plan_entry(struct archive_entry *e, unsigned flags, struct skiff_entry_plan *p, skiff_err *err)
+{
+    p->raw = archive_entry_pathname(e);
+    if (!p->raw)
+        return skiff_error(err, 0, "entry without a name");
+    if (normalise(p->raw, p->path, sizeof(p->path), err) < 0)
+        return -1;
+    p->victim = NULL;
+    p->link_raw = NULL;
+    p->target[0] = '\0';
+    p->setid_stripped = false;
+    p->xattrs = 0;
+    if (!p->path[0]) {
+        p->kind = SKIFF_ENTRY_ROOT; /* the root itself: its mode stays 0755 */
+        return 0;
+    }
+    split_parent(p);
+    mode_t type = archive_entry_filetype(e);
+    if ((flags & SKIFF_LAYER_WHITEOUTS) && !strncmp(p->base, ".wh.", 4)) {
+        if (!strcmp(p->base, ".wh..wh..opq")) {
+            p->kind = SKIFF_ENTRY_OPAQUE;
+            return 0;
+        }
+        p->victim = p->base + 4;
+        if (!*p->victim || !strcmp(p->victim, ".") || !strcmp(p->victim, ".."))
+            return skiff_error(err, 0, "bad whiteout entry '%s'", p->raw);
+        p->kind = SKIFF_ENTRY_WHITEOUT;
+        return 0;
+    }
+    const char *hardlink = archive_entry_hardlink(e);
+    if (type == AE_IFCHR || type == AE_IFBLK || type == AE_IFSOCK ||
+        (!hardlink && type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK && type != AE_IFIFO)) {
+        p->kind = SKIFF_ENTRY_SKIPPED;
+        return 0;
+    }
+    p->mode = archive_entry_perm(e) & 07777;
+    if (type != AE_IFDIR && (p->mode & (S_ISUID | S_ISGID))) {
+        p->mode &= ~(mode_t)(S_ISUID | S_ISGID);
+        p->setid_stripped = true;
+    }
+    if (archive_entry_xattr_count(e) > 0)
+        p->xattrs = (unsigned long)archive_entry_xattr_count(e);
+    p->uid = (uid_t)archive_entry_uid(e);
+    p->gid = (gid_t)archive_entry_gid(e);
+    p->mtime = archive_entry_mtime(e);
+    p->size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
+    if (hardlink) {
+        p->link_raw = hardlink;
+        if (normalise(hardlink, p->target, sizeof(p->target), err) < 0)
+            return skiff_err_wrap(err, "hardlink '%s'", p->raw);
+        if (!p->target[0])
+            return skiff_error(err, 0, "hardlink '%s' points at the image root; refusing the layer", p->raw);
+        p->kind = SKIFF_ENTRY_HARDLINK;
+        return 0;
+    }
+    switch (type) {
+    case AE_IFDIR:
+        p->kind = SKIFF_ENTRY_DIR;
+        break;
+    case AE_IFREG:
+        p->kind = SKIFF_ENTRY_REG;
+        break;
+    case AE_IFLNK: {
+        const char *target = archive_entry_symlink(e);
+        if (!target)
+            return skiff_error(err, 0, "symlink '%s' without a target", p->raw);
+        if (strlen(target) >= sizeof(p->target))
+            return skiff_error(err, ENAMETOOLONG, "symlink '%s'", p->raw);
+        strcpy(p->target, target);
+        p->kind = SKIFF_ENTRY_SYMLINK;
+        break;
+    }
+    default:
+        p->kind = SKIFF_ENTRY_FIFO;
+        break;
+    }
+    return 0;
+}
+
+/* ---- the plan carried out on a real tree ------------------------------- */
+
+static int carry_out(struct archive *a, const struct skiff_entry_plan *p, int rootfd, unsigned flags,
+                     struct skiff_layer_stats *st, skiff_err *err)
+{
+    const char *raw = p->raw, *base = p->base;
+    switch (p->kind) {
+    case SKIFF_ENTRY_ROOT:
+        return 0;
+    case SKIFF_ENTRY_SKIPPED:
+        st->devices_skipped++;
+        return 0;
+    case SKIFF_ENTRY_OPAQUE:
+    case SKIFF_ENTRY_WHITEOUT: {
+        cleanup_close int pfd = open_dir_beneath(rootfd, p->parent, true, raw, err);
         if (pfd < 0)
             return -1;
-        if (!strcmp(base, ".wh..wh..opq")) {
+        if (p->kind == SKIFF_ENTRY_OPAQUE) {
             int dfd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
             if (dfd < 0)
                 return skiff_error(err, errno, "entry '%s'", raw);
@@ -219,74 +315,61 @@ static int apply_entry(struct archive *a, struct archive_entry *e, int rootfd, u
             close(dfd);
             return rv < 0 ? skiff_err_wrap(err, "opaque whiteout '%s'", raw) : 0;
         }
-        const char *victim = base + 4;
-        if (!*victim || !strcmp(victim, ".") || !strcmp(victim, ".."))
-            return skiff_error(err, 0, "bad whiteout entry '%s'", raw);
-        if (skiff_remove_tree_at(pfd, victim, err) < 0)
+        if (skiff_remove_tree_at(pfd, p->victim, err) < 0)
             return skiff_err_wrap(err, "whiteout '%s'", raw);
         return 0;
     }
-
-    const char *hardlink = archive_entry_hardlink(e);
-    if (type == AE_IFCHR || type == AE_IFBLK || type == AE_IFSOCK) {
-        st->devices_skipped++;
-        return 0;
-    }
-    if (!hardlink && type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK && type != AE_IFIFO) {
-        st->devices_skipped++;
-        return 0;
+    default:
+        break;
     }
 
-    cleanup_close int pfd = open_dir_beneath(rootfd, parent, true, raw, err);
+    cleanup_close int pfd = open_dir_beneath(rootfd, p->parent, true, raw, err);
     if (pfd < 0)
         return -1;
-
-    mode_t mode = archive_entry_perm(e) & 07777;
-    if (type != AE_IFDIR && (mode & (S_ISUID | S_ISGID))) {
-        mode &= ~(mode_t)(S_ISUID | S_ISGID);
+    mode_t mode = p->mode;
+    if (p->setid_stripped)
         st->setid_stripped++;
-    }
-    if (archive_entry_xattr_count(e) > 0)
-        st->xattrs_dropped += (unsigned long)archive_entry_xattr_count(e);
+    st->xattrs_dropped += p->xattrs;
     bool owners = (flags & SKIFF_LAYER_OWNERS) && geteuid() == 0;
-    uid_t uid = (uid_t)archive_entry_uid(e);
-    gid_t gid = (gid_t)archive_entry_gid(e);
-    struct timespec times[2] = {{.tv_sec = archive_entry_mtime(e), .tv_nsec = 0},
-                                {.tv_sec = archive_entry_mtime(e), .tv_nsec = 0}};
+    uid_t uid = p->uid;
+    gid_t gid = p->gid;
+    struct timespec times[2] = {{.tv_sec = p->mtime, .tv_nsec = 0}, {.tv_sec = p->mtime, .tv_nsec = 0}};
 
-    if (hardlink) {
-        char target[4096];
-        if (normalise(hardlink, target, sizeof(target), err) < 0)
-            return skiff_err_wrap(err, "hardlink '%s'", raw);
-        if (!target[0])
-            return skiff_error(err, 0, "hardlink '%s' points at the image root; refusing the layer", raw);
-        char tcopy[4096];
-        memcpy(tcopy, target, sizeof(tcopy));
-        const char *tparent, *tbase;
-        split(tcopy, &tparent, &tbase);
+    if (p->kind == SKIFF_ENTRY_HARDLINK) {
+        char tparent[SKIFF_ENTRY_PATH_MAX];
+        const char *tbase;
+        const char *slash = strrchr(p->target, '/');
+        if (slash) {
+            memcpy(tparent, p->target, (size_t)(slash - p->target));
+            tparent[slash - p->target] = '\0';
+            tbase = slash + 1;
+        } else {
+            tparent[0] = '\0';
+            tbase = p->target;
+        }
         cleanup_close int tfd = open_dir_beneath(rootfd, tparent, false, raw, err);
         if (tfd < 0)
-            return skiff_err_wrap(err, "hardlink '%s' -> '%s'", raw, hardlink);
+            return skiff_err_wrap(err, "hardlink '%s' -> '%s'", raw, p->link_raw);
         struct stat tst;
         if (fstatat(tfd, tbase, &tst, AT_SYMLINK_NOFOLLOW) < 0)
-            return skiff_error(err, errno, "hardlink '%s' -> '%s' (the target must be in the image)", raw, hardlink);
+            return skiff_layer_err_link_target(err, errno, raw, p->link_raw);
         if (S_ISDIR(tst.st_mode))
-            return skiff_error(err, 0, "hardlink '%s' -> directory '%s'; refusing the layer", raw, hardlink);
-        if (!strcmp(target, path))
+            return skiff_layer_err_link_dir(err, raw, p->link_raw);
+        if (!strcmp(p->target, p->path))
             return 0;
         if (make_room(pfd, base, false, err) < 0)
             return -1;
         if (linkat(tfd, tbase, pfd, base, 0) < 0)
-            return skiff_error(err, errno, "hardlink '%s' -> '%s'", raw, hardlink);
+            return skiff_error(err, errno, "hardlink '%s' -> '%s'", raw, p->link_raw);
         st->entries++;
         return 0;
     }
 
-    int room = make_room(pfd, base, type == AE_IFDIR, err);
+    int room = make_room(pfd, base, p->kind == SKIFF_ENTRY_DIR, err);
     if (room < 0)
         return -1;
-    switch (type) {
-    case AE_IFDIR: {
+    switch (p->kind) {
+    case SKIFF_ENTRY_DIR: {
         if (!room && mkdirat(pfd, base, 0700) < 0)
             return skiff_error(err, errno, "entry '%s': mkdir", raw);
         /* As a user, keep u+rwx so later entries can go in; root needs no such help. */
@@ -307,13 +390,13 @@ static int apply_entry(struct archive *a, struct archive_entry *e, int rootfd, u
         close(dfd);
         break;
     }
-    case AE_IFREG: {
+    case SKIFF_ENTRY_REG: {
         cleanup_close int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
             return skiff_error(err, errno, "entry '%s': create", raw);
         if (write_data(a, fd, raw, err) < 0)
             return -1;
-        if (archive_entry_size_is_set(e) && ftruncate(fd, archive_entry_size(e)) < 0)
+        if (p->size >= 0 && ftruncate(fd, p->size) < 0)
             return skiff_error(err, errno, "entry '%s': truncate", raw);
         if (owners && fchown(fd, uid, gid) < 0)
             return skiff_error(err, errno, "entry '%s': chown", raw);
@@ -323,20 +406,16 @@ static int apply_entry(struct archive *a, struct archive_entry *e, int rootfd, u
         futimens(fd, times);
         break;
     }
-    case AE_IFLNK: {
-        const char *target = archive_entry_symlink(e);
-        if (!target)
-            return skiff_error(err, 0, "symlink '%s' without a target", raw);
+    case SKIFF_ENTRY_SYMLINK:
         /* The target is stored as is: nothing here ever follows it, and inside the
          * container it resolves within the container's root. */
-        if (symlinkat(target, pfd, base) < 0)
+        if (symlinkat(p->target, pfd, base) < 0)
             return skiff_error(err, errno, "entry '%s': symlink", raw);
         if (owners && fchownat(pfd, base, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
             return skiff_error(err, errno, "entry '%s': chown", raw);
         utimensat(pfd, base, times, AT_SYMLINK_NOFOLLOW);
         break;
-    }
-    case AE_IFIFO:
+    case SKIFF_ENTRY_FIFO:
         if (mknodat(pfd, base, S_IFIFO | (mode & 0777), 0) < 0)
             return skiff_error(err, errno, "entry '%s': mkfifo", raw);
         if (owners && fchownat(pfd, base, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
@@ -347,6 +426,19 @@ static int apply_entry(struct archive *a, struct archive_entry *e, int rootfd, u
     }
     st->entries++;
     return 0;
+}
+
+static int apply_entry(struct archive *a, struct archive_entry *e, int rootfd, unsigned flags,
+                       struct skiff_layer_stats *st, skiff_err *err)
+{
+    struct skiff_entry_plan *p = malloc(sizeof(*p));
+    if (!p)
+        return skiff_error(err, ENOMEM, "layer entry");
+    int rv = skiff_layer_plan_entry(e, flags, p, err);
+    if (rv == 0)
+        rv = carry_out(a, p, rootfd, flags, st, err);
+    free(p);
+    return rv;
 }
 
 int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags, struct skiff_layer_stats *st,

@@ -6,8 +6,12 @@
 
 #include <stdbool.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "digest.h"
+#include "error.h"
+
+struct archive_entry;
 
 #define READ_CHUNK (1 << 20)
 
@@ -36,6 +40,55 @@ struct skiff_layer_decoder {
     bool digest_checked;
     char got[SKIFF_DIGEST_LEN];
 };
+
+/* What the extraction policy makes of one tar entry, before anything is
+ * written: the one place that decides which entries are refused, skipped
+ * or changed. layer.c carries a plan out on a real tree; the lazy index
+ * (lazyindex.c) records it and lazytree.c carries it out on a tree in
+ * memory, so both apply the same policy. */
+enum skiff_entry_kind {
+    SKIFF_ENTRY_ROOT,     /* the root itself ("./"): nothing to do, its mode stays */
+    SKIFF_ENTRY_SKIPPED,  /* a device node, socket or unknown type: counted, not made */
+    SKIFF_ENTRY_WHITEOUT, /* .wh.NAME: NAME goes */
+    SKIFF_ENTRY_OPAQUE,   /* .wh..wh..opq: the directory is emptied */
+    SKIFF_ENTRY_HARDLINK, /* a link to target (normalised, not the root) */
+    SKIFF_ENTRY_DIR,
+    SKIFF_ENTRY_REG,
+    SKIFF_ENTRY_SYMLINK, /* target as given: it resolves inside the container */
+    SKIFF_ENTRY_FIFO,
+};
+
+#define SKIFF_ENTRY_PATH_MAX 4096
+
+struct skiff_entry_plan {
+    enum skiff_entry_kind kind;
+    const char *raw;                   /* the name as the tar has it, for messages */
+    char path[SKIFF_ENTRY_PATH_MAX];   /* normalised: no leading '/', no "." or "" components */
+    char parent[SKIFF_ENTRY_PATH_MAX]; /* path's directory ("" for the root) */
+    const char *base;                  /* path's last component (into path) */
+    const char *victim;                /* WHITEOUT: the name that goes (into path) */
+    char target[SKIFF_ENTRY_PATH_MAX]; /* HARDLINK: normalised target; SYMLINK: as given */
+    const char *link_raw;              /* HARDLINK: the target as the tar has it */
+    mode_t mode;                       /* permission bits; set-id gone unless a directory */
+    bool setid_stripped;
+    unsigned long xattrs; /* extended attributes the entry had (all dropped) */
+    uid_t uid;            /* the entry's own ids (applied only with SKIFF_LAYER_OWNERS, as root) */
+    gid_t gid;
+    time_t mtime;
+    long long size; /* REG: the file's size */
+};
+
+/* Plans entry e of a layer applied with flags (layer.h): fills p, or fails
+ * (err) for an entry that refuses the whole layer ('..', a bad whiteout or
+ * hardlink name). */
+int skiff_layer_plan_entry(struct archive_entry *e, unsigned flags, struct skiff_entry_plan *p, skiff_err *err);
+
+/* The messages of the checks that depend on the tree an entry goes into,
+ * the same whichever tree carries the plan out. */
+int skiff_layer_err_through_symlink(skiff_err *err, const char *entry, const char *path);
+int skiff_layer_err_missing(skiff_err *err, const char *entry, const char *path);
+int skiff_layer_err_link_target(skiff_err *err, int errnum, const char *entry, const char *target);
+int skiff_layer_err_link_dir(skiff_err *err, const char *entry, const char *target);
 
 /* The decoder thread (pthread_create with a struct skiff_layer_decoder):
  * reads the blob to its end, decompresses it onto d->sock (then shuts it

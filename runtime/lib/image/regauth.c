@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
 /* Extracts key="value" from a WWW-Authenticate challenge. */
@@ -161,9 +160,10 @@ static int fetch_token(struct skiff_registry *r, struct endpoint *e, const char 
              esc ? esc : "");
     curl_free(es);
     curl_free(esc);
-    struct sink s = {.fd = -1, .max = TOKEN_MAX, .what = "a token server's answer"};
-    long status = 0;
-    int rv = skiff_registry_http_get(r, url, NULL, &a, &s, &status, err);
+    struct sink s = {.max = TOKEN_MAX, .what = "a token server's answer"};
+    struct http_resp resp;
+    int rv = skiff_registry_http_get(r, url, NULL, &a, &s, &resp, err);
+    long status = resp.status;
     skiff_credential_clear(&realm_cred);
     if (rv < 0) {
         free(s.buf);
@@ -226,26 +226,19 @@ static bool token_matches(const struct bearer *tok, const char *challenge)
            (!scope[0] || !strcmp(scope, tok->scope));
 }
 
-static int authed_get_once(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept,
-                           struct sink *s, long *status, skiff_err *err)
+int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, const char *url, const struct http_req *q,
+                              struct sink *s, struct http_resp *resp, skiff_err *err)
 {
     struct auth a = {.kind = AUTH_NONE};
     if (e->tok.value)
         a = (struct auth){.kind = AUTH_BEARER, .token = e->tok.value};
     bool fresh_token = false; /* a cached token may have expired: renew it once */
     for (int attempt = 0; attempt < 3; attempt++) {
-        off_t start = s->fd >= 0 ? lseek(s->fd, 0, SEEK_CUR) : 0;
-        if (skiff_registry_http_get(r, url, accept, &a, s, status, err) < 0)
+        if (skiff_registry_http_get(r, url, q, &a, s, resp, err) < 0)
             return -1;
-        if (*status != 401)
+        if (resp->status != 401)
             return 0;
-        /* Throw away the 401 body. */
-        if (s->fd >= 0) {
-            if (ftruncate(s->fd, start) < 0 || lseek(s->fd, start, SEEK_SET) < 0)
-                return skiff_error(err, errno, "truncate");
-        } else {
-            s->len = 0;
-        }
+        s->len = 0; /* the 401's body (a callback never gets one) */
         if (!strncasecmp(r->challenge, "Bearer", 6) && !fresh_token) {
             /* A token for another realm, service or scope is of no use here. */
             if (!token_matches(&e->tok, r->challenge))
@@ -260,75 +253,15 @@ static int authed_get_once(struct skiff_registry *r, struct endpoint *e, const c
             break;
         }
     }
-    if (*status == 401 && e->have_creds)
+    if (resp->status == 401 && e->have_creds)
         return skiff_error(err, 0,
                            "%s: authentication required (HTTP 401): the credentials for %s "
                            "in the credentials file were refused",
                            url, e->host);
-    if (*status == 401)
+    if (resp->status == 401)
         return skiff_error(err, 0,
                            "%s: authentication required (HTTP 401): add 'machine %s login USER "
                            "password PASS' to the credentials file (credentials_file)",
                            url, e->host);
     return 0;
-}
-
-/* Whether an answer is one curl --retry tries again: the server's trouble,
- * not the request's. */
-static bool status_may_pass(long status)
-{
-    return status == 408 || status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
-}
-
-/* Empties the sink for a try from the start: the file back to where the GET
- * began, a blob's hash begun again, an answer in memory dropped. */
-static int sink_restart(struct sink *s, off_t start, size_t len, skiff_err *err)
-{
-    s->len = len;
-    if (s->fd < 0)
-        return 0;
-    if (ftruncate(s->fd, start) < 0 || lseek(s->fd, start, SEEK_SET) < 0)
-        return skiff_error(err, errno, "truncate");
-    s->written = 0;
-    if (s->hash) {
-        skiff_sha256_abort(s->hash);
-        if (skiff_sha256_init(s->hash, err) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* Waits before try number attempt + 2: 1, 2, 4 ... seconds, at most 30, in
- * tenths, asking the caller's progress function whether to give up. */
-static int retry_wait(struct sink *s, int attempt, skiff_err *err)
-{
-    int tenths = 10 * (attempt < 5 ? 1 << attempt : 30);
-    if (tenths > 300)
-        tenths = 300;
-    for (int i = 0; i < tenths; i++) {
-        if (s->progress && s->progress(s->progress_ctx, 0) != 0) {
-            s->write_errno = ECANCELED;
-            return skiff_error(err, ECANCELED, "registry request");
-        }
-        nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
-    }
-    return 0;
-}
-
-/* transfer_retries (ENROOT_TRANSFER_RETRIES): a GET that failed in a way that
- * may pass (no connection, a timeout, a cut transfer; HTTP 408, 429, 500,
- * 502, 503, 504) is tried again from the start, up to that many times. */
-int skiff_registry_authed_get(struct skiff_registry *r, struct endpoint *e, const char *url, const char *accept,
-                              struct sink *s, long *status, skiff_err *err)
-{
-    off_t start = s->fd >= 0 ? lseek(s->fd, 0, SEEK_CUR) : 0;
-    size_t len = s->len;
-    for (int attempt = 0;; attempt++) {
-        int rv = authed_get_once(r, e, url, accept, s, status, err);
-        bool again = rv < 0 ? s->may_pass : status_may_pass(*status);
-        if (!again || attempt >= r->cfg->transfer_retries)
-            return rv;
-        if (retry_wait(s, attempt, err) < 0 || sink_restart(s, start, len, err) < 0)
-            return -1;
-    }
 }

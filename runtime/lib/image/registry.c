@@ -1,6 +1,7 @@
 /* The registry API (registry.h): endpoints (a mirror first, then the
- * image's registry), manifests and blobs; the auth is regauth.c, one GET
- * reghttp.c, the credentials file credentials.c (registry_int.h). */
+ * image's registry), manifests (GET, and HEAD for a tag's digest); blobs
+ * are download.c's, the auth regauth.c's, one request reghttp.c's, the
+ * credentials file credentials.c's (registry_int.h). */
 #include "registry_int.h"
 
 #include <errno.h>
@@ -93,6 +94,32 @@ void skiff_registry_close(struct skiff_registry *r)
     free(r);
 }
 
+/* One endpoint's GET (or HEAD) of a manifest, retried on transient
+ * failures: 0 with an answer in resp (any status), -1 when none came. */
+static int manifest_request(struct skiff_registry *r, struct endpoint *e, const char *url, bool head,
+                            const struct skiff_fetch_opts *o, struct sink *s, struct http_resp *resp, skiff_err *err)
+{
+    struct retry rt;
+    skiff_retry_init(&rt, r->cfg, o ? o : &r->defaults);
+    for (;;) {
+        struct http_req q = {.accept = accept_manifests, .head = head};
+        skiff_retry_req(&rt, &q);
+        s->len = 0;
+        int rc = skiff_registry_authed_get(r, e, url, &q, s, resp, err);
+        if (rc == 0 && !skiff_http_transient(resp))
+            return 0;
+        if (rc == 0) {
+            char detail[512];
+            registry_error_text(s, detail, sizeof(detail));
+            skiff_error(err, 0, "%s %s: HTTP %ld%s", head ? "HEAD" : "GET", url, resp->status, detail);
+        } else if (!skiff_http_transient(resp) || err->code == ECANCELED) {
+            return -1;
+        }
+        if (skiff_retry_pause(&rt, "manifest", resp, err) < 0)
+            return rc == 0 ? 0 : -1; /* no try left: the last answer stands */
+    }
+}
+
 int skiff_registry_manifest(struct skiff_registry *r, const char *reference, char **body, size_t *len, char *media_type,
                             size_t mtlen, char digest[SKIFF_DIGEST_LEN], skiff_err *err)
 {
@@ -101,23 +128,24 @@ int skiff_registry_manifest(struct skiff_registry *r, const char *reference, cha
     for (int i = 0; i < r->nep; i++) {
         char url[2048];
         snprintf(url, sizeof(url), "%s/v2/%s/manifests/%s", r->ep[i].base, r->ref->repository, reference);
-        struct sink s = {.fd = -1, .max = MANIFEST_MAX, .what = "a manifest"};
-        long status = 0;
+        struct sink s = {.max = MANIFEST_MAX, .what = "a manifest"};
+        struct http_resp resp;
         skiff_err e;
         skiff_err_clear(&e);
-        if (skiff_registry_authed_get(r, &r->ep[i], url, accept_manifests, &s, &status, &e) < 0) {
+        if (manifest_request(r, &r->ep[i], url, false, NULL, &s, &resp, &e) < 0) {
             free(s.buf);
             if (!first.msg[0])
                 first = e;
             *err = e;
             continue; /* next endpoint (the mirror may be down) */
         }
+        long status = resp.status;
         if (status != 200) {
             char detail[512];
             registry_error_text(&s, detail, sizeof(detail));
             free(s.buf);
             if (status == 404)
-                skiff_error(&e, 0, "manifest %s:%s not found on %s (HTTP 404%s); check the image name and tag",
+                skiff_error(&e, ENOENT, "manifest %s:%s not found on %s (HTTP 404%s); check the image name and tag",
                             r->ref->repository, reference, r->ep[i].host, detail);
             else
                 skiff_error(&e, 0, "manifest %s:%s on %s: HTTP %ld%s", r->ref->repository, reference, r->ep[i].host,
@@ -153,47 +181,68 @@ int skiff_registry_manifest(struct skiff_registry *r, const char *reference, cha
     return -1;
 }
 
-int skiff_registry_blob(struct skiff_registry *r, const char *digest, int fd, skiff_err *err)
+int skiff_registry_manifest_digest(struct skiff_registry *r, const char *reference, char digest[SKIFF_DIGEST_LEN],
+                                   const struct skiff_fetch_opts *o, skiff_err *err)
 {
-    return skiff_registry_blob_progress(r, digest, fd, NULL, NULL, err);
-}
-
-int skiff_registry_blob_progress(struct skiff_registry *r, const char *digest, int fd,
-                                 int (*progress)(void *ctx, unsigned long long bytes), void *ctx, skiff_err *err)
-{
-    for (int k = 0; k < r->nep; k++) {
-        int i = (r->cur + k) % r->nep;
+    for (int i = 0; i < r->nep; i++) {
         char url[2048];
-        snprintf(url, sizeof(url), "%s/v2/%s/blobs/%s", r->ep[i].base, r->ref->repository, digest);
-        if (ftruncate(fd, 0) < 0 || lseek(fd, 0, SEEK_SET) < 0)
-            return skiff_error(err, errno, "truncate blob file");
-        struct skiff_sha256 h;
-        if (skiff_sha256_init(&h, err) < 0)
-            return -1;
-        /* A retry (next endpoint) rewrites the file from the start; the bytes
-         * are the same, as blobs are content-addressed. */
-        if (progress && progress(ctx, 0) != 0) {
-            skiff_sha256_abort(&h);
-            return skiff_error(err, ECANCELED, "blob %s", digest);
-        }
-        struct sink s = {.fd = fd, .hash = &h, .curl = r->curl, .progress = progress, .progress_ctx = ctx};
-        long status = 0;
-        if (skiff_registry_authed_get(r, &r->ep[i], url, NULL, &s, &status, err) < 0) {
-            skiff_sha256_abort(&h);
-            if (s.write_errno == ECANCELED)
-                return -1;
+        snprintf(url, sizeof(url), "%s/v2/%s/manifests/%s", r->ep[i].base, r->ref->repository, reference);
+        struct sink s = {.max = MANIFEST_MAX, .what = "a manifest"};
+        struct http_resp resp;
+        skiff_err_clear(err);
+        int rc = manifest_request(r, &r->ep[i], url, true, o, &s, &resp, err);
+        free(s.buf);
+        if (rc < 0)
+            continue; /* next endpoint (the mirror may be down) */
+        if (resp.status == 404) {
+            skiff_error(err, ENOENT, "manifest %s:%s not found on %s (HTTP 404); check the image name and tag",
+                        r->ref->repository, reference, r->ep[i].host);
             continue;
         }
-        if (status != 200) {
-            skiff_sha256_abort(&h);
-            skiff_error(err, status == 404 ? ENOENT : 0, "blob %s on %s: HTTP %ld", digest, r->ep[i].host, status);
+        if (resp.status != 200) {
+            skiff_error(err, 0, "manifest %s:%s on %s: HTTP %ld", r->ref->repository, reference, r->ep[i].host,
+                        resp.status);
             continue;
         }
-        char got[SKIFF_DIGEST_LEN];
-        skiff_sha256_final(&h, got);
-        if (strcmp(got, digest) != 0)
-            return skiff_error(err, 0, "blob %s from %s: digest mismatch (got %s)", digest, r->ep[i].host, got);
-        return 0;
+        r->cur = i;
+        if (!resp.digest[0])
+            return 0;
+        snprintf(digest, SKIFF_DIGEST_LEN, "%s", resp.digest);
+        return 1;
     }
     return -1;
+}
+
+void skiff_registry_set_defaults(struct skiff_registry *r, const struct skiff_fetch_opts *o)
+{
+    r->defaults = o ? *o : (struct skiff_fetch_opts){0};
+}
+
+int skiff_registry_dup(struct skiff_registry **out, const struct skiff_registry *r, skiff_err *err)
+{
+    struct skiff_registry *d = calloc(1, sizeof(*d));
+    if (!d)
+        return skiff_error(err, ENOMEM, "registry");
+    *d = *r;
+    d->curl = curl_easy_init();
+    /* the token and credentials are the copy's own (close frees them) */
+    for (int i = 0; i < d->nep; i++) {
+        d->ep[i].tok.value = NULL;
+        d->ep[i].cred = (struct skiff_credential){0};
+    }
+    for (int i = 0; i < d->nep; i++) {
+        const struct endpoint *e = &r->ep[i];
+        if ((e->tok.value && !(d->ep[i].tok.value = strdup(e->tok.value))) ||
+            (e->cred.login && !(d->ep[i].cred.login = strdup(e->cred.login))) ||
+            (e->cred.password && !(d->ep[i].cred.password = strdup(e->cred.password)))) {
+            skiff_registry_close(d);
+            return skiff_error(err, ENOMEM, "registry");
+        }
+    }
+    if (!d->curl) {
+        skiff_registry_close(d);
+        return skiff_error(err, ENOMEM, "curl_easy_init");
+    }
+    *out = d;
+    return 0;
 }

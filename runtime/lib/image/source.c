@@ -179,6 +179,7 @@ static int use_manifest(struct skiff_import_job *j, json_t *man, blob_fn blob, s
         return skiff_error(err, 0, "manifest without config or layers");
     if (!skiff_ref_valid_digest(cdig))
         return skiff_error(err, 0, "config digest '%s' is not sha256", cdig);
+    snprintf(j->config_digest, sizeof(j->config_digest), "%s", cdig);
     struct skiff_import_layer cl;
     memset(&cl, 0, sizeof(cl));
     if (blob(j, cdig, false, &cl, err) < 0)
@@ -259,6 +260,8 @@ static int plan_registry(struct skiff_import_job *j, skiff_err *err)
 {
     if (skiff_registry_open(&j->reg, j->cfg, &j->ref, err) < 0)
         return -1;
+    if (j->o && j->o->deadline_ms > 0)
+        skiff_registry_set_defaults(j->reg, &(struct skiff_fetch_opts){.deadline_ms = j->o->deadline_ms});
     const char *reference = j->ref.digest[0] ? j->ref.digest : j->ref.tag;
     char mt[128], digest[SKIFF_DIGEST_LEN];
     cleanup_free char *body = NULL;

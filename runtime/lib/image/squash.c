@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "atomicfile.h"
+#include "lazy.h"
 #include "spawn.h"
 
 /* Why mksquashfs and not libsquashfs: applying the layers needs a real tree
@@ -211,6 +212,12 @@ int skiff_squash_resolve_path(const char *arg, char *sqsh_path, size_t n, skiff_
     struct stat st;
     if (stat(real, &st) < 0)
         return skiff_error(err, errno, "container image %s", arg);
+    if (S_ISDIR(st.st_mode) && skiff_lazy_is_image(real)) {
+        /* a lazy image (lazy.h): its directory */
+        if (snprintf(sqsh_path, n, "%s", real) >= (int)n)
+            return skiff_error(err, ENAMETOOLONG, "%s", real);
+        return 0;
+    }
     if (!S_ISREG(st.st_mode))
         return skiff_error(err, 0, "container image %s is not a regular file (want a squashfs image)", arg);
     if (!skiff_squash_is_image(real))
@@ -228,6 +235,29 @@ int skiff_squash_check(const char *image, skiff_err *err)
         return skiff_error(err, errno, "open image %s", image);
     if (pread(fd, magic, 4, 0) != 4 || memcmp(magic, "hsqs", 4) != 0)
         return skiff_error(err, 0, "%s is not a squashfs image (import it first: skiff import)", image);
+    return 0;
+}
+
+int skiff_squash_check_fd(int fd, const char *name, skiff_err *err)
+{
+    unsigned char sb[96];
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return skiff_error(err, errno, "%s", name);
+    if (pread(fd, sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) || memcmp(sb, "hsqs", 4) != 0)
+        return skiff_error(err, 0, "%s is not a squashfs image", name);
+    /* little-endian fields of the superblock (squashfs 4.0) */
+    unsigned block_size = (unsigned)sb[12] | (unsigned)sb[13] << 8 | (unsigned)sb[14] << 16 | (unsigned)sb[15] << 24;
+    unsigned major = (unsigned)sb[28] | (unsigned)sb[29] << 8;
+    unsigned long long used = 0;
+    for (int i = 7; i >= 0; i--)
+        used = used << 8 | sb[40 + i];
+    if (major != 4 || block_size < 4096 || block_size > (1u << 20) || (block_size & (block_size - 1)))
+        return skiff_error(err, 0, "%s: not a squashfs 4.0 superblock (version %u, block size %u)", name, major,
+                           block_size);
+    if (used > (unsigned long long)st.st_size)
+        return skiff_error(err, 0, "%s is cut short: %llu bytes of the %llu its superblock says it uses", name,
+                           (unsigned long long)st.st_size, used);
     return 0;
 }
 

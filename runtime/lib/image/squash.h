@@ -34,6 +34,12 @@ int skiff_squash_check(const char *image, skiff_err *err);
  * unavailable (container/assemble.c). */
 int skiff_squash_extract(const char *image, const char *dir, skiff_err *err);
 
+/* 0 when the open file fd (named name in errors) is a whole squashfs 4.0
+ * image: its superblock (magic, version, block size) makes sense and the
+ * bytes it says it uses are all there (a file cut short by a copy or a
+ * full disk is refused); else -1 with err saying what is wrong. */
+int skiff_squash_check_fd(int fd, const char *name, skiff_err *err);
+
 /* True when the file at path starts with the squashfs magic ("hsqs"). */
 bool skiff_squash_is_image(const char *path);
 

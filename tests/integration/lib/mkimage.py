@@ -21,6 +21,13 @@ Each recipe adds one tag to the OCI layout LAYOUT (created if missing):
   evil-hardlink a hardlink to ../../etc/passwd
   truncated    a gzip layer cut in the middle (digest matches the cut blob)
   multimember  busybox in a gzip layer of two concatenated members (valid gzip)
+  lazy-smoke   busybox-node plus a layer with /payload/random: $LAZY_PAYLOAD_MB
+               (default 64) MB of random bytes, for the lazy start's tests
+  longnames    four layers: pax (long and non-ASCII names, a long symlink
+               target), GNU (long names and link targets), files of 0-513
+               bytes and of 10 MB random and 70 MB repetitive data (they
+               cross the lazy index's checkpoints), hardlinks across layers
+               and one whose first name is replaced
   badcrc       a gzip layer whose CRC is wrong (digest matches the bad blob)
   baddigest    a layer whose blob does not match its digest
 Written for tests only: tar entries are built with Python's tarfile so the
@@ -71,9 +78,9 @@ class Layout:
 
 
 class Tar:
-    def __init__(self):
+    def __init__(self, fmt=tarfile.PAX_FORMAT):
         self.buf = io.BytesIO()
-        self.tf = tarfile.open(fileobj=self.buf, mode="w", format=tarfile.PAX_FORMAT)
+        self.tf = tarfile.open(fileobj=self.buf, mode="w", format=fmt)
 
     def add(self, name, kind="file", data=b"", mode=0o644, link="", uid=0, gid=0, dev=(0, 0)):
         ti = tarfile.TarInfo(name)
@@ -163,8 +170,42 @@ def busybox_tar(extra=None):
     return t.bytes()
 
 
+def longnames_layers():
+    long_dir = "d" * 120 + "/" + "e" * 90
+    l1 = Tar()
+    l1.add(long_dir + "/", "dir")
+    l1.add(long_dir + "/" + "f" * 150, data=b"a file with a name over 255 bytes of path\n")
+    l1.add("unicode-\u00e9t\u00e9-\u6587\u4ef6", data="caf\u00e9\n".encode())
+    l1.add("long-link", "symlink", link="/" + "t" * 300)
+    for n in (0, 1, 511, 512, 513):
+        l1.add("size-%d" % n, data=bytes((i * 7) & 0xFF for i in range(n)))
+    l1.add("random-10m", data=os.urandom(10 << 20))
+    l1.add("keep", data=b"first version\n")
+    l2 = Tar(tarfile.GNU_FORMAT)
+    l2.add("gnu/", "dir")
+    l2.add("gnu/" + "g" * 200, data=b"gnu long name\n")
+    l2.add("gnu/hard-" + "h" * 150, "hardlink", link="gnu/" + "g" * 200)
+    l2.add("gnu/to-layer1", "hardlink", link="random-10m")
+    l2.add("gnu/sym", "symlink", link="../" + "s" * 250)
+    l2.add("keep-link", "hardlink", link="keep")
+    l3 = Tar()
+    l3.add("keep", data=b"second version: keep-link keeps the first\n")
+    l3.add("text-70m", data=b"".join(b"line %08d of a repetitive file\n" % i for i in range(70 << 15)))
+    l4 = Tar()
+    l4.add("after-big", data=b"after the big file\n", mode=0o640, uid=1234, gid=5678)
+    return [l1.bytes(), l2.bytes(), l3.bytes(), l4.bytes()]
+
+
 def recipe(lay, name):
-    if name == "busybox":
+    if name == "lazy-smoke":
+        p = Tar()
+        p.add("payload/", "dir")
+        p.add("payload/random", data=os.urandom(int(os.environ.get("LAZY_PAYLOAD_MB", "64")) << 20))
+        p.add("payload/small", data=b"a small file after the payload\n")
+        lay.tag(name, image(lay, [busybox_tar(lambda t: t.add("etc/hostname", data=b"")), p.bytes()]))
+    elif name == "longnames":
+        lay.tag(name, image(lay, [busybox_tar()] + longnames_layers()))
+    elif name == "busybox":
         lay.tag(name, image(lay, [busybox_tar()]))
     elif name == "busybox-node":
         lay.tag("busybox", image(lay, [busybox_tar(lambda t: t.add("etc/hostname", data=b""))]))

@@ -144,3 +144,16 @@ Test(proto, progress_lines_are_bounded_and_sanitised)
     cr_assert_eq(skiff_progress_line('I', longuri, line, sizeof(line)), 0);
     cr_assert_lt(strlen(line), sizeof(line));
 }
+
+Test(proto, a_lazy_start_line)
+{
+    char line[400];
+    /* a progress record before the status, like an import's */
+    cr_assert_eq(PARSE("L:2097152 68157440 docker://r#lazy/smoke:1", "S:0", "H:5", "Z:"), 0, "%s", err.msg);
+    cr_assert_eq(skiff_progress_line('L', "2097152 68157440 docker://r#lazy/smoke:1", line, sizeof(line)), 0);
+    cr_assert_str_eq(line, "lazy start of docker://r#lazy/smoke:1: fetched 2.0 of 65 MB (the rest as it is read)");
+    cr_assert_eq(skiff_progress_line('L', "0 1048576 oci:/l\x1b[2J", line, sizeof(line)), 0);
+    cr_assert_str_eq(line, "lazy start of oci:/l\\x1b[2J: fetched 0.0 of 1 MB (the rest as it is read)");
+    cr_assert_eq(skiff_progress_line('L', "1 2", line, sizeof(line)), -1, "no image");
+    cr_assert_eq(skiff_progress_line('L', "x 2 docker://r#i", line, sizeof(line)), -1);
+}

@@ -211,6 +211,161 @@ Test(comm, async_in_issue_order)
     cr_assert_eq(ctx[2].out[1], 3.0f);
 }
 
+/* Sub-communicators (process groups): world 4 split two ways, {0,1} {2,3}
+ * and {0,2} {1,3}; each group sums only its members, ranks count from 0
+ * inside it, and the world ring still works afterwards. */
+static int body_groups(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
+{
+    (void)c;
+    struct tr_store *s = NULL;
+    if (tr_store_open("127.0.0.1", r->port, 0, 10000, &s, err) < 0)
+        return -1;
+    int half[2] = {r->rank / 2 * 2, r->rank / 2 * 2 + 1}, stride[2] = {r->rank % 2, r->rank % 2 + 2};
+    char hn[32], sn[32];
+    snprintf(hn, sizeof hn, "half/%d", r->rank / 2);
+    snprintf(sn, sizeof sn, "stride/%d", r->rank % 2);
+    struct tr_comm *h = NULL, *st = NULL;
+    int rc = -1;
+    if (tr_comm_tcp_create_group(s, hn, half, 2, r->rank % 2, 0, 10000, &h, err) == 0 &&
+        tr_comm_tcp_create_group(s, sn, stride, 2, r->rank / 2, 0, 10000, &st, err) == 0) {
+        float a = (float)(1 << r->rank), b = a;
+        rc = tr_allreduce_sum(h, &a, 1, TR_F32, err) == 0 && tr_allreduce_sum(st, &b, 1, TR_F32, err) == 0 ? 0 : -1;
+        r->out[0] = a;
+        r->out[1] = b;
+        r->out[2] = (float)h->rank;
+        r->out[3] = (float)st->world;
+        if (rc == 0)
+            rc = tr_barrier(h, err);
+    }
+    tr_comm_destroy(st);
+    tr_comm_destroy(h);
+    tr_store_close(s);
+    return rc;
+}
+
+Test(comm, groups_reduce_over_their_members_only)
+{
+    struct rank_ctx ctx[4];
+    run_ranks(4, body_groups, ctx);
+    for (int k = 0; k < 4; k++) {
+        float half = (float)(3 << (k / 2 * 2)), stride = (float)(5 << (k % 2));
+        cr_assert_eq(ctx[k].out[0], half, "rank %d: half-group sum %g", k, ctx[k].out[0]);
+        cr_assert_eq(ctx[k].out[1], stride, "rank %d: stride-group sum %g", k, ctx[k].out[1]);
+        cr_assert_eq(ctx[k].out[2], (float)(k % 2));
+        cr_assert_eq(ctx[k].out[3], 2.0f);
+    }
+}
+
+/* Point to point: a shift right and a shift left on the world ring, then
+ * (world 2) both ranks sending 8 MiB to each other at once, which would
+ * deadlock if a rank sent before it received. A non-neighbour is refused
+ * with a message and leaves the ring usable. */
+enum { BIG = 8 << 20 };
+
+static int body_p2p(struct rank_ctx *r, struct tr_comm *c, skiff_err *err)
+{
+    int P = c->world, me = c->rank, right = (me + 1) % P, left = (me + P - 1) % P;
+    float s = (float)me, got_l = -1, got_r = -1;
+    if (tr_sendrecv(c, &s, 4, right, &got_l, 4, left, err) < 0 || tr_send(c, &s, 4, left, err) < 0 ||
+        tr_recv(c, &got_r, 4, right, err) < 0)
+        return -1;
+    r->out[0] = got_l;
+    r->out[1] = got_r;
+    unsigned char *out = malloc(BIG), *in = malloc(BIG);
+    for (size_t i = 0; i < BIG; i++)
+        out[i] = (unsigned char)(i * 13 + (size_t)me);
+    int rc = tr_sendrecv(c, out, BIG, right, in, BIG, left, err);
+    size_t bad = 0;
+    for (size_t i = 0; rc == 0 && i < BIG; i++)
+        bad += in[i] != (unsigned char)(i * 13 + (size_t)left);
+    free(out);
+    free(in);
+    r->out[2] = (float)bad;
+    if (rc < 0)
+        return -1;
+    skiff_err e;
+    if (P > 3 && tr_send(c, &s, 4, (me + 2) % P, &e) == 0)
+        return skiff_error(err, 0, "a send to a non-neighbour was accepted");
+    if (P > 3 && !strstr(e.msg, "only ring neighbours"))
+        return skiff_error(err, 0, "unclear error: %s", e.msg);
+    return 0;
+}
+
+Test(comm, sendrecv_between_ring_neighbours)
+{
+    int worlds[] = {2, 4};
+    for (int w = 0; w < 2; w++) {
+        int P = worlds[w];
+        struct rank_ctx ctx[4];
+        run_ranks(P, body_p2p, ctx);
+        for (int k = 0; k < P; k++) {
+            cr_assert_eq(ctx[k].out[0], (float)((k + P - 1) % P), "world %d rank %d from the left", P, k);
+            cr_assert_eq(ctx[k].out[1], (float)((k + 1) % P), "world %d rank %d from the right", P, k);
+            cr_assert_eq(ctx[k].out[2], 0.0f, "world %d rank %d: %g bytes wrong", P, k, ctx[k].out[2]);
+        }
+    }
+}
+
+/* A group's dead or silent peer is named by its world rank: the group {0, 2}
+ * of world 3, where rank 2 leaves without sending (rank 0's receive fails at
+ * once) or stays and sends nothing (it fails after a 0.5 s timeout), naming rank 2, not "member 1". */
+struct peer_case {
+    struct rank_ctx r;
+    int silent;
+};
+
+static void *quiet_peer_rank(void *p)
+{
+    struct peer_case *pc = p;
+    struct rank_ctx *r = &pc->r;
+    struct tr_store *s = NULL;
+    struct tr_comm *g = NULL;
+    int members[2] = {0, 2};
+    r->rc = -1;
+    if (tr_store_open("127.0.0.1", r->port, r->rank == 0, 10000, &s, &r->err) < 0)
+        return NULL;
+    if (tr_comm_tcp_create_group(s, "pair", members, 2, r->rank / 2, 0, 10000, &g, &r->err) == 0) {
+        float x;
+        g->timeout_ms = 500; /* connecting may be slow on a loaded machine; the receive is not */
+        if (r->rank == 0)
+            r->rc = tr_recv(g, &x, sizeof x, 1, &r->err);
+        else if (pc->silent)
+            r->rc = usleep(1500 * 1000); /* alive, says nothing */
+        else
+            r->rc = 0; /* leaves: its sockets close */
+    }
+    tr_comm_destroy(g);
+    if (r->rank == 0)
+        sleep(1); /* the store outlives the others' use of it */
+    tr_store_close(s);
+    return NULL;
+}
+
+static void peer_case(int silent, const char *want)
+{
+    struct peer_case pc[3];
+    pthread_t th[3];
+    for (int r = 0; r < 3; r += 2) {
+        pc[r] = (struct peer_case){.r = {.rank = r, .world = 3, .port = test_port()}, .silent = silent};
+        pthread_create(&th[r], NULL, quiet_peer_rank, &pc[r]);
+    }
+    for (int r = 0; r < 3; r += 2)
+        pthread_join(th[r], NULL);
+    cr_assert_eq(pc[2].r.rc, 0, "%s", pc[2].r.err.msg);
+    cr_assert_eq(pc[0].r.rc, -1);
+    cr_assert(strstr(pc[0].r.err.msg, want), "%s", pc[0].r.err.msg);
+}
+
+Test(comm, dead_group_peer_is_named_by_world_rank)
+{
+    peer_case(0, "rank 2 closed the connection");
+}
+
+Test(comm, silent_group_peer_times_out_named_by_world_rank)
+{
+    peer_case(1, "rank 2 sent nothing for 0.5 s");
+}
+
 Test(store, rendezvous_timeout_names_missing_rank)
 {
     struct tr_store *s;

@@ -1,0 +1,325 @@
+#!/bin/bash
+# Lazy images (runtime/lib/image/lazy.h, doc/lazy.md), without Slurm:
+#  - the differential test (issue 27, A8): every import fixture is imported
+#    in full and made a lazy image; both are served by skiff's FUSE server
+#    (BUILD/tests/lazy-serve) and listed (tests/integration/lib/treelist.py:
+#    names, types, modes, owners, link counts, sizes, sha256 of every file,
+#    symlink targets, file mtimes, xattrs): the lists must be the same, as
+#    root and as a user; the hostile fixtures are refused by both;
+#  - what a lazy image must never do: serve bytes that are not the layer's
+#    (a corrupted blob, a planted span in the shared span store), leave a
+#    read waiting past lazy_timeout or a killed reader unkillable, go on
+#    silently when its fetcher dies or its disk is full;
+#  - a registry image started lazily (Range requests), and the fallbacks.
+# Fixtures: tests/integration/lib/mkimage.py; registry: Debian's.
+set -u
+source "$(dirname "$0")/../lib.sh"
+SKIFF=$BUILD/bin/skiff
+MKIMAGE=$T_ROOT/tests/integration/lib/mkimage.py
+TREELIST=$T_ROOT/tests/integration/lib/treelist.py
+
+for tool in unsquashfs mksquashfs zstd python3; do
+  command -v "$tool" >/dev/null || { t_skip "runtime-lazy" "$tool is not installed (scripts/install-deps test)"; t_done; }
+done
+[ -x "$SKIFF" ] || { t_fail "skiff binary" "$SKIFF missing: run make"; t_done; }
+t_program lazy-serve "lazy images: the serving driver" || t_done
+SERVE=$BUILD/tests/lazy-serve
+
+W=$(mktemp -d /tmp/skiff-lazy-test.XXXXXX)
+chmod 755 "$W"
+cleanup() {
+  registry_stop
+  [ -n "${STOPPED:-}" ] && kill -CONT "$STOPPED" 2>/dev/null
+  rm -rf "$W"
+}
+trap cleanup EXIT
+conf() {  # DIR: a config of the user's own under DIR
+  cat >"$1/skiff.conf" <<EOF2
+cache_path = $1/cache
+temp_path = $1/tmp
+lazy_timeout = ${LAZY_TIMEOUT:-20}
+EOF2
+  mkdir -p "$1/tmp" "$1/mnt"
+}
+mkdir -p "$W/root"
+conf "$W/root"
+export SKIFF_CONFIG=$W/root/skiff.conf
+
+GOOD="busybox multilayer multimember longnames"
+BAD="evil-dotdot evil-symlink evil-hardlink truncated badcrc baddigest"
+"$MKIMAGE" "$W/layout" $GOOD $BAD zstd >/dev/null || { t_fail "build test images"; t_done; }
+chmod -R a+rX "$W/layout"
+
+# ---- A8: the differential test ---------------------------------------------
+# as_user CMD...: CMD as the test user when there is one (else root), with
+# its own config under $W/user
+TUSER=${SKIFF_TEST_USER:-skifftest}
+if id "$TUSER" >/dev/null 2>&1 && [ -r /dev/fuse ] && [ -w /dev/fuse ]; then
+  mkdir -p "$W/user" && conf "$W/user" && chown -R "$TUSER" "$W/user"
+  as_user() { runuser -u "$TUSER" -- env SKIFF_CONFIG="$W/user/skiff.conf" "$@"; }
+  WHO="root $TUSER"
+else
+  WHO=root
+  t_skip "A8 as a user" "no user $TUSER, or /dev/fuse is not open to users (tests/cluster/up makes it 0666)"
+fi
+run_as() { if [ "$1" = root ]; then shift; "$@"; else shift; as_user "$@"; fi; }
+home_of() { [ "$1" = root ] && echo "$W/root" || echo "$W/user"; }
+
+for who in $WHO; do
+  H=$(home_of "$who")
+  for img in $GOOD; do
+    run_as "$who" "$SKIFF" import -o "$H/$img.sqsh" "oci:$W/layout:$img" >"$H/$img.full.log" 2>&1 \
+      || { t_fail "A8 $who $img: full import" "$(cat "$H/$img.full.log")"; continue; }
+    run_as "$who" "$SKIFF" import --lazy -o "$H/$img.lazy" "oci:$W/layout:$img" >"$H/$img.lazy.log" 2>&1 \
+      || { t_fail "A8 $who $img: lazy image" "$(cat "$H/$img.lazy.log")"; continue; }
+    for k in sqsh lazy; do
+      run_as "$who" "$SERVE" "$H/$img.$k" "$H/mnt" python3 "$TREELIST" "$H/mnt" >"$H/$img.$k.list" 2>"$H/$img.$k.err" \
+        || t_fail "A8 $who $img: serve the $k image" "$(cat "$H/$img.$k.err")"
+    done
+    if [ -s "$H/$img.sqsh.list" ] && diff -u "$H/$img.sqsh.list" "$H/$img.lazy.list" >"$H/$img.diff"; then
+      t_pass "A8 $who $img: the lazy tree is the imported tree ($(wc -l <"$H/$img.lazy.list") entries)"
+    else
+      t_fail "A8 $who $img: the lazy tree is the imported tree" "$(head -20 "$H/$img.diff")"
+    fi
+  done
+  # the hostile and broken layers: refused by both, lazily with the same reason
+  for img in $BAD; do
+    full=$(run_as "$who" "$SKIFF" import -o "$H/bad.sqsh" "oci:$W/layout:$img" 2>&1) && full=
+    lazy=$(run_as "$who" "$SKIFF" import --lazy -o "$H/bad.lazy" "oci:$W/layout:$img" 2>&1) && lazy=
+    reason() { sed -E 's/.*: (entry|hardlink|digest mismatch|the layer)/\1/; s/ \(truncated or corrupt layer\)//' <<<"$1"; }
+    if [ -z "$full" ] || [ -z "$lazy" ]; then
+      t_fail "A8 $who $img: refused by both" "full: ${full:-imported}; lazy: ${lazy:-made}"
+    elif [ -e "$H/bad.lazy" ] || ls -a "$H" | grep -q '\.tmp\.' || find "$H/cache" -name '*.tmp*' | grep -q .; then
+      t_fail "A8 $who $img: nothing left behind" "$(ls -a "$H"; find "$H/cache" -name '*.tmp*')"
+    else
+      case $img in
+        truncated | badcrc) t_pass "A8 $who $img: refused by both (lazy: $(reason "$lazy"))" ;;
+        *) [ "$(reason "$full")" = "$(reason "$lazy")" ] && t_pass "A8 $who $img: refused by both, for the same reason" \
+             || t_fail "A8 $who $img: refused by both, for the same reason" "full: $full; lazy: $lazy" ;;
+      esac
+    fi
+  done
+done
+t_fails_with "a zstd layer: no lazy image, and what to do" "not gzip-compressed; import it without --lazy" \
+  "$SKIFF" import --lazy -o "$W/root/z.lazy" "oci:$W/layout:zstd"
+[ ! -e "$W/root/z.lazy" ] && t_pass "zstd: nothing left behind" || t_fail "zstd: nothing left behind"
+
+# ---- the cache's modes --------------------------------------------------------
+if [ "$WHO" != root ]; then
+  bad=$(find "$W/user/cache" \( -type d ! -perm 700 \) -o \( -name '*.idx' ! -perm 600 \) -o \( -name '*.data' ! -perm 600 \) -o \( -name '*.map' ! -perm 600 \) | head -3)
+  [ -z "$bad" ] && t_pass "lazy index and data are the user's alone (0700 dirs, 0600 files)" \
+    || t_fail "lazy index and data are the user's alone" "$(ls -ld $bad)"
+  [ "$(find "$W/user/cache" ! -user "$TUSER" | head -1)" = "" ] && t_pass "every lazy file is the user's" \
+    || t_fail "every lazy file is the user's" "$(find "$W/user/cache" ! -user "$TUSER" | head -3)"
+fi
+
+# ---- what a lazy image never does -----------------------------------------------
+H=$W/root
+L=$H/longnames.lazy
+reset_data() { rm -rf "$H/cache/lazy-data"; }
+blob_of() {  # the blob of the longnames layer that holds random-10m
+  python3 - "$L/plan" <<'EOF2'
+import json, sys
+print(json.load(open(sys.argv[1]))["layers"][1]["blob"])
+EOF2
+}
+BLOB=$(blob_of)
+want=$(grep '^random-10m ' "$H/longnames.sqsh.list" | awk '{print $7}')
+read_file() {  # FILE: sha256 of FILE in the lazy image, its stderr in $H/read.err
+  "$SERVE" "$L" "$H/mnt" sh -c "sha256sum $H/mnt/$1 | cut -d' ' -f1" 2>"$H/read.err"
+}
+
+# a corrupted blob: EIO with a message, never its bytes
+cp "$BLOB" "$H/blob.orig"
+python3 -c "
+import sys; f=open(sys.argv[1],'r+b'); f.seek(5<<20); b=f.read(1); f.seek(5<<20); f.write(bytes([b[0]^0x55]))" "$BLOB"
+reset_data
+got=$(read_file random-10m)
+if [ "$got" = "$want" ]; then t_fail "corrupt bytes never reach a reader" "the read succeeded"
+elif grep -q "skiff: lazy image: a read failed (EIO): .*not what the index recorded" "$H/read.err"; then
+  t_pass "corrupt bytes never reach a reader: EIO and a message"
+else t_fail "corrupt bytes never reach a reader: EIO and a message" "$(cat "$H/read.err")"; fi
+cp "$H/blob.orig" "$BLOB"
+reset_data
+[ "$(read_file random-10m)" = "$want" ] && t_pass "the same read once the blob is right" \
+  || t_fail "the same read once the blob is right" "$(cat "$H/read.err")"
+
+# the shared span store: spans left there are used only when they are the span
+STORE=$W/store
+mkdir -p "$STORE" && chmod 1777 "$STORE"
+echo "lazy_span_store = $STORE" >>"$H/skiff.conf"
+reset_data
+read_file random-10m >/dev/null
+n=$(ls "$STORE" | wc -l)
+[ "$n" -gt 0 ] && t_pass "span store: fetched spans are kept ($n)" || t_fail "span store: fetched spans are kept"
+for s in "$STORE"/*; do printf 'planted' >"$s"; done
+mv "$BLOB" "$H/blob.away"  # the source must not be needed for a good store
+reset_data
+got=$(read_file random-10m)
+mv "$H/blob.away" "$BLOB"
+[ "$got" != "$want" ] && t_pass "span store: a planted span is rejected (not served)" \
+  || t_fail "span store: a planted span is rejected (not served)" "served"
+reset_data
+[ "$(read_file random-10m)" = "$want" ] && t_pass "span store: a planted span is fetched again from the source" \
+  || t_fail "span store: a planted span is fetched again from the source" "$(cat "$H/read.err")"
+sed -i '/lazy_span_store/d' "$H/skiff.conf"
+
+# the fetcher killed: EIO, with a message, at once
+reset_data
+out=$("$SERVE" "$L" "$H/mnt" sh -c '
+  for p in $(ps -o pid= --ppid $PPID); do [ "$(cat /proc/$p/comm)" = skiff-import ] && kill -9 $p; done
+  sleep 0.2; t0=$(date +%s%N); cat '"$H/mnt"'/random-10m >/dev/null; rc=$?
+  echo "rc=$rc ms=$(( ($(date +%s%N) - t0) / 1000000 ))"' 2>&1)
+grep -q "rc=1" <<<"$out" && grep -q "span fetcher is gone" <<<"$out" && [ "$(sed -n 's/.*ms=//p' <<<"$out")" -lt 2000 ] \
+  && t_pass "fetcher killed: EIO at once, with a message" || t_fail "fetcher killed: EIO at once, with a message" "$out"
+
+# a fetcher that never answers: EIO within lazy_timeout; a killed reader ends
+# at once (its read is interrupted), nothing stays in D state
+sed -i 's/^lazy_timeout.*/lazy_timeout = 3/' "$H/skiff.conf"
+reset_data
+out=$("$SERVE" "$L" "$H/mnt" sh -c '
+  for p in $(ps -o pid= --ppid $PPID); do [ "$(cat /proc/$p/comm)" = skiff-import ] && kill -STOP $p && echo stopped=$p; done
+  t0=$(date +%s%N); cat '"$H/mnt"'/random-10m >/dev/null; rc=$?
+  echo "rc=$rc ms=$(( ($(date +%s%N) - t0) / 1000000 ))"
+  cat '"$H/mnt"'/text-70m >/dev/null & r=$!; sleep 0.5; t0=$(date +%s%N); kill -9 $r; wait $r
+  echo "killed_ms=$(( ($(date +%s%N) - t0) / 1000000 ))"
+  ps -eo stat=,comm= | awk '\''$1 ~ /^D/'\'' | grep -c . | sed "s/^/dstate=/"' 2>&1)
+STOPPED=$(sed -n 's/.*stopped=//p' <<<"$out")
+ms=$(sed -n 's/.*rc=1 ms=//p' <<<"$out")
+[ -n "$ms" ] && [ "$ms" -ge 2500 ] && [ "$ms" -lt 6000 ] && grep -q "did not come within lazy_timeout=3 s" <<<"$out" \
+  && t_pass "no answer: EIO within lazy_timeout (${ms} ms of 3 s), with a message" \
+  || t_fail "no answer: EIO within lazy_timeout, with a message" "$out"
+km=$(sed -n 's/.*killed_ms=//p' <<<"$out")
+[ -n "$km" ] && [ "$km" -lt 1000 ] && t_pass "a reader waiting for data dies at once by SIGKILL (${km} ms)" \
+  || t_fail "a reader waiting for data dies at once by SIGKILL" "$out"
+grep -q "dstate=0" <<<"$out" && t_pass "nothing in D state" || t_fail "nothing in D state" "$out"
+sed -i 's/^lazy_timeout.*/lazy_timeout = 20/' "$H/skiff.conf"
+
+# the data file's disk full: a clear error (EIO and why), never wrong data
+if mkdir -p "$H/small" && mount -t tmpfs -o size=2m tmpfs "$H/small" 2>/dev/null; then
+  echo "lazy_path = $H/small/data" >>"$H/skiff.conf"
+  got=$(read_file random-10m)
+  [ "$got" != "$want" ] && grep -q "disk is full" "$H/read.err" && t_pass "data disk full: EIO and why" \
+    || t_fail "data disk full: EIO and why" "$(cat "$H/read.err")"
+  sed -i '/^lazy_path/d' "$H/skiff.conf"
+  umount "$H/small"
+else
+  t_skip "data disk full" "cannot mount a small tmpfs here"
+fi
+
+# prefetch: what a start read is recorded for the next one
+reset_data
+"$SERVE" "$L" "$H/mnt" sh -c "cat $H/mnt/after-big >/dev/null" 2>/dev/null
+[ -s "$L/prefetch" ] && t_pass "the spans a start read are recorded ($(wc -l <"$L/prefetch"))" \
+  || t_fail "the spans a start read are recorded"
+
+# ---- a registry image, lazily ---------------------------------------------------
+FAKEPIDS=""
+fake_start() {  # PORT ARGS...: tests/integration/lib/fakereg.py in front of the registry
+  local port=$1; shift
+  python3 "$T_ROOT/tests/integration/lib/fakereg.py" "$port" "$W/fake-$port.log" --upstream "127.0.0.1:$REG_PORT" "$@" &
+  FAKEPIDS="$FAKEPIDS $!"
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/v2/" && return 0; sleep 0.05; done
+  return 1
+}
+fake_stop() { local p; for p in $FAKEPIDS; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; FAKEPIDS=""; }
+trap 'fake_stop; cleanup' EXIT
+if ! command -v docker-registry >/dev/null || ! command -v skopeo >/dev/null; then
+  t_skip "registry images" "docker-registry or skopeo is not installed (scripts/install-deps test)"; t_done
+fi
+registry_start "$W/reg" && skopeo copy -q --dest-tls-verify=false --format oci "oci:$W/layout:longnames" \
+  "docker://127.0.0.1:$REG_PORT/lazy/longnames:1" >/dev/null || { t_fail "registry with the test image"; t_done; }
+R=$W/reg-user
+mkdir -p "$R" && conf "$R"
+echo "image_mode = lazy" >>"$R/skiff.conf"
+export SKIFF_CONFIG=$R/skiff.conf
+ref=docker://127.0.0.1:$REG_PORT/lazy/longnames:1
+D=$("$SKIFF" resolve "$ref" 2>"$R/err")
+if [ "${D%.lazy}" != "$D" ]; then
+  t_pass "image_mode=lazy: resolve makes a lazy image of a registry image"
+  "$SERVE" "$D" "$R/mnt" python3 "$TREELIST" "$R/mnt" >"$R/list" 2>"$R/serve.err"
+  diff -q "$R/list" "$H/longnames.sqsh.list" >/dev/null && t_pass "A8 registry: the lazy tree is the imported tree" \
+    || t_fail "A8 registry: the lazy tree is the imported tree" "$(diff "$R/list" "$H/longnames.sqsh.list" | head -5; tail -3 "$R/serve.err")"
+else
+  t_fail "image_mode=lazy: resolve makes a lazy image of a registry image" "$D $(cat "$R/err")"
+fi
+D2=$("$SKIFF" resolve "$ref" 2>/dev/null)
+[ "$D2" = "$D" ] && t_pass "resolve again: the same lazy image, no second index pass" || t_fail "resolve again" "$D2"
+sed -i 's/^image_mode.*/image_mode = auto/' "$R/skiff.conf"
+rm -rf "$R/cache/images"
+D3=$("$SKIFF" resolve "$ref" 2>/dev/null)
+case $D3 in *.sqsh) t_pass "image_mode=auto: a small image is imported in full (lazy_min_size)" ;;
+  *) t_fail "image_mode=auto: a small image is imported in full" "$D3" ;; esac
+sed -i 's/^image_mode.*/image_mode = lazy/' "$R/skiff.conf"
+
+P1=$(registry_free_port)
+if fake_start "$P1" --ignore-range; then
+  rm -rf "$R/cache/images"
+  D=$("$SKIFF" resolve "docker://127.0.0.1:$P1/lazy/longnames:1" 2>"$R/err")
+  case $D in *.sqsh) t_pass "a proxy that ignores Range: imported in full instead" ;;
+    *) t_fail "a proxy that ignores Range: imported in full instead" "$D $(cat "$R/err")" ;; esac
+  t_fails_with "a proxy that ignores Range: --lazy says why" "ignores Range requests; import it without --lazy" \
+    "$SKIFF" import --lazy -o "$R/ir.lazy" "docker://127.0.0.1:$P1/lazy/longnames:1"
+fi
+P2=$(registry_free_port)
+if fake_start "$P2" --corrupt-ranges; then
+  rm -rf "$R/cache/images" "$R/cache/lazy-data"
+  D=$("$SKIFF" resolve "docker://127.0.0.1:$P2/lazy/longnames:1" 2>"$R/err")
+  out=$("$SERVE" "$D" "$R/mnt" sh -c "cat $R/mnt/random-10m | sha256sum" 2>&1)
+  grep -q "$want" <<<"$out" && t_fail "corrupt bytes from the registry never reach a task" "served" || {
+    grep -q "not what the index recorded" <<<"$out" && t_pass "corrupt bytes from the registry never reach a task (EIO, and why)" \
+      || t_fail "corrupt bytes from the registry never reach a task" "$out"; }
+fi
+P3=$(registry_free_port)
+if fake_start "$P3" --bearer "http://127.0.0.1:$P3/token" --token-uses 3; then
+  rm -rf "$R/cache/images" "$R/cache/lazy-data"
+  D=$("$SKIFF" resolve "docker://127.0.0.1:$P3/lazy/longnames:1" 2>"$R/err")
+  got=$("$SERVE" "$D" "$R/mnt" sh -c "cat $R/mnt/random-10m $R/mnt/text-70m | sha256sum" 2>"$R/err2")
+  exp=$("$SERVE" "$H/longnames.sqsh" "$H/mnt" sh -c "cat $H/mnt/random-10m $H/mnt/text-70m | sha256sum")
+  ntok=$(grep -c '"event": "begin", "method": "GET", "path": "/token' "$W/fake-$P3.log")
+  [ "$got" = "$exp" ] && [ "$ntok" -ge 3 ] && t_pass "a token that expires mid-run is renewed ($ntok tokens)" \
+    || t_fail "a token that expires mid-run is renewed" "$(cat "$R/err" "$R/err2")"
+fi
+fake_stop
+
+# lazy_complete: the rest comes in the background; once the map says every
+# span is there, a stopped registry changes nothing (the whole tree is read)
+echo "lazy_complete = yes" >>"$R/skiff.conf"
+rm -rf "$R/cache/lazy-data"
+D=$("$SKIFF" resolve "$ref" 2>/dev/null)
+complete='import glob, struct, sys
+for m in glob.glob(sys.argv[1] + "/*.map"):
+    h = open(m, "rb").read(80)
+    n, present, done = struct.unpack_from("<I", h, 12)[0], *struct.unpack_from("<II", h, 72)
+    sys.exit(0 if n and present == n and done else 1)
+sys.exit(1)'
+"$SERVE" "$D" "$R/mnt" sh -c "
+  cat $R/mnt/after-big >/dev/null
+  for i in \$(seq 600); do python3 -c '$complete' $R/cache/lazy-data && break; sleep 0.1; done
+  python3 -c '$complete' $R/cache/lazy-data && echo complete=yes
+  kill -STOP $REG_PID
+  python3 $TREELIST $R/mnt >$R/complete.list
+  kill -CONT $REG_PID" >"$R/complete.out" 2>&1
+kill -CONT "$REG_PID" 2>/dev/null
+grep -q complete=yes "$R/complete.out" && diff -q "$R/complete.list" "$H/longnames.sqsh.list" >/dev/null \
+  && t_pass "lazy_complete: every span fetched in the background; then the registry stopped changes nothing" \
+  || t_fail "lazy_complete: every span fetched in the background; then the registry stopped changes nothing" \
+    "$(head -c 600 "$R/complete.out")"
+sed -i '/^lazy_complete/d' "$R/skiff.conf"
+
+# the registry gone mid-run: what was fetched is served, the rest is EIO
+# within lazy_timeout with a message
+sed -i 's/^lazy_timeout.*/lazy_timeout = 4/' "$R/skiff.conf"
+rm -rf "$R/cache/lazy-data"
+D=$("$SKIFF" resolve "$ref" 2>/dev/null)
+out=$("$SERVE" "$D" "$R/mnt" sh -c "
+  cat $R/mnt/after-big >/dev/null && echo first=ok
+  kill $REG_PID; t0=\$(date +%s%N); cat $R/mnt/random-10m >/dev/null; rc=\$?
+  echo rc=\$rc ms=\$(( (\$(date +%s%N) - t0) / 1000000 ))
+  cat $R/mnt/after-big >/dev/null && echo again=ok" 2>&1)
+ms=$(sed -n 's/.*rc=1 ms=//p' <<<"$out")
+grep -q first=ok <<<"$out" && [ -n "$ms" ] && [ "$ms" -lt 7000 ] && grep -q "a read failed (EIO)" <<<"$out" \
+  && grep -q again=ok <<<"$out" && t_pass "registry killed mid-run: EIO within lazy_timeout (${ms} ms of 4 s), with a message; fetched data still served" \
+  || t_fail "registry killed mid-run: EIO within lazy_timeout, with a message" "$out"
+
+t_done

@@ -1,0 +1,59 @@
+#!/bin/bash
+# skiff-train's parallel layouts under `srun --container-image` on the local
+# cluster, each task's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+# MASTER_PORT set by skiff's hook: 2 nodes x 2 tasks with --zero 1
+# --recompute, and 2 nodes x 1 task with --zero 2 --grad-accum 2, each against
+# one process on the same global batch (24 x 64 tokens, 12 steps; tolerance
+# 5e-5 as in trainer-ddp.sh); the 4 ranks with --recompute equal them without
+# it bit for bit. The image is the demo's: busybox and a CPU-only skiff-train.
+source "$(dirname "$0")/../lib.sh"
+[ "$(id -u)" -eq 0 ] || { t_skip "skiff-train layouts on the cluster" "needs root for the local cluster"; t_done; }
+cd "$T_ROOT" || exit 1
+# the demo's CPU-only build (the image then carries no CUDA libraries), with
+# BUILD spelled relative to the tree as the demo spells it
+cpu_build=$(realpath -m --relative-to="$T_ROOT" "$BUILD/cpu")
+make -s -j2 BUILD="$cpu_build" NVCC= "$cpu_build/bin/skiff-train" >/dev/null ||
+  { t_fail "build a CPU-only skiff-train"; t_done; }
+t_cluster 2 || t_done
+W=$(mktemp -d /var/tmp/skiff-trainer-cluster.XXXXXX)
+trap 'rm -rf "$W"; t_cluster_done' EXIT
+mkdir -p "$W/home"
+chown -R "$SKIFF_TEST_USER:" "$W"
+chmod 755 "$W"
+as_user() { (cd "$W" && runuser -u "$SKIFF_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" HOME="$W/home" "$@"); }
+"$T_ROOT/scripts/make-trainer-rootfs" "$W/rootfs" "$T_ROOT/$cpu_build/bin/skiff-train" &&
+  as_user "$BUILD/bin/skiff" import -o "$W/trainer.sqsh" "dir:$W/rootfs" >/dev/null 2>&1 &&
+  as_user "$BUILD/bin/skiff-train" tokenize --out "$W/data/lic" --val-frac 0 \
+    /usr/share/common-licenses/{GPL-3,Apache-2.0} >/dev/null ||
+  { t_fail "trainer image and corpus"; t_done; }
+
+S() { as_user srun -Q --kill-on-bad-exit=1 --container-image="$W/trainer.sqsh" --container-mounts="$W:/demo" \
+  --container-workdir=/demo "$@"; }
+A=(skiff-train train --model tiny --data '/demo/data/lic_train_*.bin' --seq 64 --steps 12 --lr 1e-3 --threads 1
+  --quiet --timeout 60)
+strip() { sed 's/"tokens_per_s".*//' "$W/$1.jsonl"; }
+S -N 1 -n 1 "${A[@]}" --batch 24 --log /demo/p1.jsonl || t_fail "one process in a container"
+
+layout() { # NAME DESCRIPTION SRUN-ARGS... -- TRAIN-ARGS...
+  local name=$1 desc=$2 sargs=()
+  shift 2
+  while [ "$1" != -- ]; do sargs+=("$1"); shift; done
+  shift
+  if ! S "${sargs[@]}" "${A[@]}" "$@" --log "/demo/$name.jsonl"; then t_fail "$desc runs"; return 1; fi
+  if t_close_losses "$W/p1.jsonl" "$W/$name.jsonl" 5e-5; then
+    t_pass "$desc: 12 losses within 5e-5 of one process ($(t_losses "$W/$name.jsonl" | sed -n '1p;$p' | paste -sd' ' | sed 's/ / -> /'))"
+  else
+    t_fail "$desc equals one process" "$(paste -d' ' <(t_losses "$W/p1.jsonl") <(t_losses "$W/$name.jsonl") | tr '\n' ';')"
+  fi
+}
+layout z1r "2 nodes x 2 tasks, --zero 1 --recompute" -N 2 --ntasks-per-node=2 -- --batch 6 --zero 1 --recompute
+layout z2k "2 nodes x 1 task, --zero 2 --grad-accum 2" -N 2 --ntasks-per-node=1 -- --batch 6 --zero 2 --grad-accum 2
+if S -N 2 --ntasks-per-node=2 "${A[@]}" --batch 6 --zero 1 --log /demo/z1.jsonl && [ -s "$W/z1.jsonl" ] &&
+  cmp -s <(strip z1) <(strip z1r); then
+  t_pass "4 ranks --zero 1: --recompute equals keeping the activations bit for bit"
+else
+  t_fail "4 ranks --zero 1: --recompute equals keeping the activations" "$(diff <(strip z1) <(strip z1r) | head -3)"
+fi
+left=$(t_cluster_procs skiff-train)
+[ -z "$left" ] && t_pass "no trainer process left on the nodes" || t_fail "no trainer process left on the nodes" "$left"
+t_done
