@@ -25,7 +25,11 @@ struct ckpt_header {
     int32_t cfg[6]; /* maxT V Vp L NH C */
     int32_t world, rank, zero, step;
     uint64_t data_pos, rng, num_params, opt_off, opt_len;
-    char pad[256 - 8 - 4 - 4 - 24 - 16 - 40];
+    /* struct train_amp_state; zeros in files of builds before it existed */
+    double loss_scale;
+    int32_t scale_good, skipped_run;
+    int64_t skipped;
+    char pad[256 - 8 - 4 - 4 - 24 - 16 - 40 - 24];
 };
 _Static_assert(sizeof(struct ckpt_header) == 256, "checkpoint header is 256 bytes");
 
@@ -90,6 +94,10 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
     h.opt_off = c->opt_off;
     h.opt_len = c->opt_len;
     h.has_params = c->params != NULL;
+    h.loss_scale = c->amp.loss_scale;
+    h.scale_good = c->amp.scale_good;
+    h.skipped_run = c->amp.skipped_run;
+    h.skipped = c->amp.skipped;
     struct ckpt_write w = {c, &h};
     return skiff_atomic_write_file(path, tmp, fill_ckpt, &w, err) < 0 ? skiff_err_wrap(err, "checkpoint") : 0;
 }
@@ -109,6 +117,10 @@ static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_er
     if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 2 || h->step < 0)
         return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, zero %d, step %d", path, h->world,
                            h->rank, h->zero, h->step);
+    if (!(h->loss_scale >= 0 && h->loss_scale < 1e38) || h->scale_good < 0 || h->skipped_run < 0 || h->skipped < 0 ||
+        h->skipped > h->step)
+        return skiff_error(err, 0, "%s: corrupt checkpoint: loss scale %g, %lld of %d steps skipped", path,
+                           h->loss_scale, (long long)h->skipped, h->step);
     struct gpt2_config cfg = {h->cfg[0], h->cfg[1], h->cfg[2], h->cfg[3], h->cfg[4], h->cfg[5]};
     if (gpt2_config_check(&cfg, err) < 0) /* (bounded: the layout below cannot overflow) */
         return skiff_err_wrap(err, "%s", path);
@@ -143,6 +155,7 @@ int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err)
     out->opt_off = h.opt_off;
     out->opt_len = h.opt_len;
     out->params = out->m = out->v = NULL;
+    out->amp = (struct train_amp_state){h.loss_scale, h.scale_good, h.skipped_run, h.skipped};
     return 0; /* (read_header checked the config) */
 }
 
@@ -195,5 +208,6 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
     w->step = h.step;
     w->data_pos = h.data_pos;
     w->rng = h.rng;
+    w->amp = (struct train_amp_state){h.loss_scale, h.scale_good, h.skipped_run, h.skipped};
     return 0;
 }

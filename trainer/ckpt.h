@@ -16,6 +16,19 @@
  * rank 0 and nothing elsewhere with --zero 0, its shard with ZeRO), the step
  * and the data position. Loading refuses another model config, world size,
  * ZeRO stage or parameter count with a message that says what differs. */
+/* Mixed-precision state a resume needs to continue bit for bit: fp16's
+ * dynamic loss scaling (the CUDA device's). All zero when a run never
+ * scaled its loss (bf16, fp32, the CPU) or in a file of an older build:
+ * loss_scale 0 means "start afresh". */
+struct train_amp_state {
+    double loss_scale;   /* the scale of the next step, or 0 */
+    int32_t scale_good;  /* finite steps since the scale last changed */
+    int32_t skipped_run; /* overflowed (skipped) steps in a row */
+    int64_t skipped;     /* skipped steps in all: AdamW's step counter is
+                          * (steps done - skipped), as with PyTorch's
+                          * GradScaler, which skips optimizer.step() */
+};
+
 struct train_ckpt {
     struct gpt2_config cfg;
     int world, rank, zero;
@@ -26,11 +39,13 @@ struct train_ckpt {
     size_t opt_off, opt_len; /* optimizer range in this file */
     float *params;           /* num_params (rank 0 file) or NULL */
     float *m, *v;            /* opt_len each, or NULL when opt_len == 0 */
+    struct train_amp_state amp;
 };
 int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err);
 /* Reads DIR/rank-R.ckpt (R = want->rank) and checks it against *want (cfg,
  * world, zero, num_params, opt_off, opt_len). Copies into want->params (when
- * non-NULL and the file has them), want->m, want->v; fills step/data_pos/rng. */
+ * non-NULL and the file has them), want->m, want->v; fills step/data_pos/rng
+ * and amp. */
 int train_ckpt_load(const char *dir, struct train_ckpt *want, skiff_err *err);
 /* Reads only the header of DIR/rank-R.ckpt (R = out->rank) into *out (cfg,
  * world, zero, step, num_params, opt_off, opt_len; no buffers). */

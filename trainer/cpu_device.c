@@ -301,7 +301,10 @@ static int cpu_step(struct train_device *d, int step, float lr, struct train_bat
     }
     float norm = (float)sqrt(norm2);
     float gscale = train_clip_scale(o, norm);
-    adamw(model->params + pl->opt_off, gopt, cd->m, cd->v, cd->decay, pl->opt_len, lr, o, step + 1, gscale);
+    /* AdamW's step counter leaves out the steps a CUDA fp16 run skipped
+     * before this checkpoint (none on the CPU) */
+    adamw(model->params + pl->opt_off, gopt, cd->m, cd->v, cd->decay, pl->opt_len, lr, o,
+          step + 1 - (int)d->amp.skipped, gscale);
     if (o->zero) {
         double w0 = skiff_now_s();
         if (tr_all_gather(c, model->params, pl->n_pad, TR_F32, err) < 0) return -1;

@@ -103,7 +103,12 @@ struct train_device {
     float *m, *v;         /* host: AdamW state of this rank's optimizer range */
     int host_memory;      /* device memory is host memory: collectives take host buffers */
     float *rank_slots;    /* device memory for one float per rank (train_device_mean) */
-    void *impl;           /* the device's own state */
+    /* Mixed-precision state (fp16 loss scaling, steps skipped on overflow):
+     * kept up to date by step, written into checkpoints by the loop, and
+     * filled by the loop from the checkpoint on --resume before upload.
+     * AdamW's step counter is (steps done - amp.skipped) on every device. */
+    struct train_amp_state amp;
+    void *impl; /* the device's own state */
 };
 
 /* The devices. CUDA's exists only in a build with nvcc (SKIFF_HAVE_CUDA). */

@@ -74,6 +74,7 @@ int train_resume_load(struct train_plan *p, const struct train_opts *o, float *p
     train_plan_ckpt(p, o, 0, params, m, v, &c);
     if (train_ckpt_load(o->ckpt_dir, &c, err) < 0) return -1;
     p->start = c.step;
+    p->amp = c.amp;
     p->end = o->steps;
     if (o->stop_after && p->start + o->stop_after < p->end) p->end = p->start + o->stop_after;
     return 0;

@@ -17,10 +17,11 @@
 
 struct train_plan {
     int world, rank;
-    size_t num_params;       /* real parameter count */
-    size_t n_pad;            /* padded to a multiple of world (ZeRO shards) */
-    size_t opt_off, opt_len; /* the range this rank's optimizer steps */
-    int start, end;          /* this run does optimizer steps [start, end) */
+    size_t num_params;          /* real parameter count */
+    size_t n_pad;               /* padded to a multiple of world (ZeRO shards) */
+    size_t opt_off, opt_len;    /* the range this rank's optimizer steps */
+    int start, end;             /* this run does optimizer steps [start, end) */
+    struct train_amp_state amp; /* with --resume: the checkpoint's (else zeros) */
 };
 
 /* ZeRO 0: every rank steps the whole (padded) buffer; ZeRO 1/2: rank r owns
@@ -47,7 +48,7 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
 
 /* --resume, first half: reads this rank's checkpoint (parameters into params
  * on rank 0, optimizer state into m and v where this rank's file has it) and
- * sets p->start and p->end. Then the caller shares the state (ZeRO 0 with
+ * sets p->start, p->end and p->amp. Then the caller shares the state (ZeRO 0 with
  * several ranks: rank 0 broadcasts m and v) and computes the mean of p->start
  * over ranks for train_resume_agree. */
 int train_resume_load(struct train_plan *p, const struct train_opts *o, float *params, float *m, float *v,

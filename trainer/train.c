@@ -51,6 +51,7 @@ static int load_state(struct run *r, skiff_err *err)
     if (train_init_params(o, pl->rank, d->params, err) < 0) return -1;
     if (o->resume) {
         if (train_resume_load(pl, o, d->params, d->m, d->v, err) < 0) return -1;
+        d->amp = pl->amp; /* the fp16 loss scale and skipped steps, for the device's upload */
         if (train_resume_shares_opt(pl, o) && (train_device_broadcast(d, d->m, pl->n_pad, err) < 0 ||
                                                train_device_broadcast(d, d->v, pl->n_pad, err) < 0))
             return skiff_err_wrap(err, "sharing optimizer state");
@@ -131,6 +132,7 @@ static int save(struct run *r, int step, skiff_err *err)
     if (d->ops->download && d->ops->download(d, err) < 0) return -1;
     struct train_ckpt c;
     train_plan_ckpt(&r->plan, r->o, step, d->params, d->m, d->v, &c);
+    c.amp = d->amp;
     if (train_ckpt_save(r->o->ckpt_dir, &c, err) < 0) return -1;
     /* every rank's file is complete before anyone reports the step saved */
     return tr_barrier(d->comm, err);

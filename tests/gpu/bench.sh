@@ -6,7 +6,9 @@
 # FLOPs per token = 6N + 6*L*C*T (N = parameters incl. the padded vocab rows).
 # Rows: the model step alone (gpu_tool bench: forward, backward, AdamW on
 # synthetic tokens) and skiff-train end to end (data loader, logging), each
-# with --zero 0 and --zero 1 (one rank: ZeRO-1 adds the gather/cast path).
+# with --zero 0 and --zero 1 (gpu_tool bench: rank 0's step of an 8-GPU
+# ZeRO-1 run, its optimizer on 1/8 of the parameters; skiff-train: one rank,
+# where ZeRO-1 adds the gather/cast path).
 # Needs one GPU; about 2-3 minutes on an H100. `make gpu-bench` runs it.
 set -u
 BUILD=${BUILD:-$(cd "$(dirname "$0")/../.." && pwd)/build}

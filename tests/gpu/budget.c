@@ -20,7 +20,15 @@
  * separate GELU-backward and bias-gradient kernels), so the two can be
  * compared. --check FILE fails (exit 1) when a kernel of the step spills or
  * when the estimate or the floor exceeds the baseline in FILE by more than
- * 0.5%; --write-baseline FILE records the current figures. */
+ * 0.5%; --write-baseline FILE records the current figures.
+ *
+ * The estimate is also printed as a range: every assumed efficiency 25%
+ * lower and 4 us per launch, to every one 15% higher (at most the peak) and
+ * 1 us per launch, with the assumptions listed. --calibrate FILE reads the
+ * per-op GPU times `gpu_tool bench --ops FILE` measured (same model, batch,
+ * sequence and precision) and prints, beside the estimate, a calibrated
+ * step: the measured time of every op the table has, the estimate of the
+ * rest, with the efficiency each measured op reached. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -54,6 +62,7 @@ struct op {
     int calls; /* per step */
     enum kind kind;
     size_t dyn_smem;
+    double measured_s; /* per step, from --calibrate; < 0: not measured */
 };
 
 struct ptx {
@@ -80,6 +89,7 @@ static struct op *add(struct budget *b, const char *name, const char *kernel, co
     memset(o, 0, sizeof *o);
     snprintf(o->name, sizeof o->name, "%s", name);
     o->kernel = kernel, o->targ = targ, o->bytes = bytes, o->flops = flops, o->calls = calls, o->kind = kind;
+    o->measured_s = -1;
     return o;
 }
 
@@ -266,6 +276,24 @@ struct totals {
     int launches, spills, missing;
 };
 
+/* Estimated seconds per step of op o, its efficiencies scaled by `scale`
+ * (at most 1), `gap` seconds per launch. */
+static double op_est(const struct op *o, double scale, double gap)
+{
+    if (!strcmp(o->name, "host drain before AdamW (bubble)")) return 50e-6; /* a round trip, assumed */
+    double bytes = o->bytes * o->calls, flops = o->flops * o->calls;
+    double eb = bytes / (H100_BW * fmin(1.0, eff[o->kind].bw * scale));
+    double ef = flops / (H100_PEAK * fmin(1.0, eff[o->kind].flops * scale));
+    return (eb > ef ? eb : ef) + o->calls * gap;
+}
+
+static double step_est(const struct budget *b, double scale, double gap)
+{
+    double s = 0;
+    for (int i = 0; i < b->nops; i++) s += op_est(&b->ops[i], scale, gap);
+    return s;
+}
+
 static void print_table(struct budget *b, struct totals *t, int quiet)
 {
     memset(t, 0, sizeof *t);
@@ -277,9 +305,7 @@ static void print_table(struct budget *b, struct totals *t, int quiet)
         struct op *o = &b->ops[i];
         double bytes = o->bytes * o->calls, flops = o->flops * o->calls;
         double tb = bytes / H100_BW, tf = flops / H100_PEAK;
-        double eb = bytes / (H100_BW * eff[o->kind].bw), ef = flops / (H100_PEAK * eff[o->kind].flops);
-        double est = (eb > ef ? eb : ef) + o->calls * LAUNCH_GAP_S;
-        if (!strcmp(o->name, "host drain before AdamW (bubble)")) est = 50e-6; /* a round trip, assumed */
+        double est = op_est(o, 1.0, LAUNCH_GAP_S);
         t->floor_s += tb > tf ? tb : tf;
         t->est_s += est;
         t->bytes += bytes;
@@ -305,6 +331,114 @@ static void print_table(struct budget *b, struct totals *t, int quiet)
     }
 }
 
+/* The name gpu_tool bench --ops gives op o (trainer/cuda/prof.cuh): the
+ * model's name up to " (", or one of these. */
+static void prof_key(const struct op *o, char *k, size_t n)
+{
+    static const char *alias[][2] = {
+        {"attention D = rowsum(dO*O)", "attention rowdot"},
+        {"attention dK,dV", "attention dkdv"},
+        {"attention dQ (own pass)", "attention dq"},
+        {"layernorm bwd, one pass", "layernorm bwd"},
+        {"bias gradient += (BGRADB output)", "bias grad"},
+        {"embedding bwd wte (segments)", "embedding bwd"},
+        {"AdamW (per tensor)", "adamw"},
+    };
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+        if (!strcmp(o->name, alias[i][0])) {
+            snprintf(k, n, "%s", alias[i][1]);
+            return;
+        }
+    snprintf(k, n, "%.*s", (int)strcspn(o->name, "("), o->name);
+    size_t l = strlen(k);
+    while (l && k[l - 1] == ' ') k[--l] = 0;
+}
+
+/* Reads the per-op table of `gpu_tool bench --ops`: its header must name
+ * the same model, batch, sequence and precision. Sets measured_s of the ops
+ * it has; *other_s: measured time of rows the model has no op for. */
+static int read_ops(struct budget *b, const char *path, const char *model, int B, int T, const char *prec,
+                    double *other_s, int *matched, skiff_err *err)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp) return skiff_error(err, errno, "budget: --calibrate %s", path);
+    char line[512], want[160];
+    snprintf(want, sizeof want, "--model %s --batch %d --seq %d --precision %s ", model, B, T, prec);
+    *other_s = 0, *matched = 0;
+    int header = 0;
+    while (fgets(line, sizeof line, fp)) {
+        if (line[0] == '#') {
+            if (strstr(line, "# gpu_tool bench ")) header = strstr(line, want) != NULL;
+            continue;
+        }
+        char *tab1 = strchr(line, '\t'), *tab2 = tab1 ? strchr(tab1 + 1, '\t') : NULL;
+        double ms;
+        if (!tab2) continue;
+        *tab1 = 0;
+        char *end;
+        ms = strtod(tab2 + 1, &end);
+        if (end == tab2 + 1) continue;
+        int found = 0;
+        for (int i = 0; i < b->nops; i++) {
+            char k[64];
+            prof_key(&b->ops[i], k, sizeof k);
+            if (strcmp(k, line)) continue;
+            /* ops the model splits (two layernorm forwards) share the time by
+             * their estimates: the first takes it all, then it is split below */
+            if (!found)
+                b->ops[i].measured_s = ms / 1e3;
+            else
+                b->ops[i].measured_s = -2; /* sharer */
+            found = 1;
+        }
+        if (found)
+            (*matched)++;
+        else
+            *other_s += ms / 1e3;
+    }
+    fclose(fp);
+    if (!header)
+        return skiff_error(err, 0,
+                           "budget: %s is not a table of gpu_tool bench %s(run budget with the bench's --model, "
+                           "--batch, --seq and --precision)",
+                           path, want);
+    return 0;
+}
+
+/* The calibrated step: measured op times (split among the model's ops that
+ * share a profiler name, in proportion to their estimates), the estimate of
+ * the ops the table lacks, plus the table's rows the model has no op for. */
+static double print_calibrated(struct budget *b, double other_s, int quiet)
+{
+    double total = other_s;
+    if (!quiet)
+        printf("\n| op | est. ms | measured ms | measured / est. | reached of the roofline |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < b->nops; i++) {
+        struct op *o = &b->ops[i];
+        if (o->measured_s == -2) continue;
+        if (o->measured_s < 0) {
+            total += op_est(o, 1.0, LAUNCH_GAP_S);
+            continue;
+        }
+        /* the group: o and the sharers after it */
+        char k[64], k2[64];
+        prof_key(o, k, sizeof k);
+        double est = 0, floor = 0;
+        for (int j = i; j < b->nops; j++) {
+            prof_key(&b->ops[j], k2, sizeof k2);
+            if (strcmp(k, k2)) continue;
+            est += op_est(&b->ops[j], 1.0, LAUNCH_GAP_S);
+            double tb = b->ops[j].bytes * b->ops[j].calls / H100_BW, tf = b->ops[j].flops * b->ops[j].calls / H100_PEAK;
+            floor += tb > tf ? tb : tf;
+        }
+        total += o->measured_s;
+        if (!quiet)
+            printf("| %s | %.3f | %.3f | %.2f | %.0f%% |\n", k, est * 1e3, o->measured_s * 1e3, o->measured_s / est,
+                   100 * floor / o->measured_s);
+    }
+    return total;
+}
+
 static int parse_num(const char *s, double *out)
 {
     char *end;
@@ -316,7 +450,8 @@ static int parse_num(const char *s, double *out)
 int cmd_budget(int argc, char **argv, skiff_err *err);
 int cmd_budget(int argc, char **argv, skiff_err *err)
 {
-    const char *model = "d12", *prec_s = "bf16", *design = "now", *ptxas_dir = NULL, *check = NULL, *write = NULL;
+    const char *model = "d12", *prec_s = "bf16", *design = "now", *ptxas_dir = NULL, *check = NULL, *write = NULL,
+               *calibrate = NULL;
     int B = 64, T = 1024, quiet = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -342,6 +477,8 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
             check = v;
         else if (!strcmp(a, "--write-baseline"))
             write = v;
+        else if (!strcmp(a, "--calibrate"))
+            calibrate = v;
         else
             return skiff_error(err, 0, "budget: unknown option %s", a);
     }
@@ -375,13 +512,19 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
     else
         return skiff_error(err, 0, "budget: --design now|v0");
     if (!v0) {
-        size_t sm[3];
+        size_t sm[4];
         cuda_attention_smem(b.prec, (int)b.HS, sm);
-        for (int i = 0; i < b.nops; i++) {
-            if (b.ops[i].kernel && !strcmp(b.ops[i].kernel, "attention_forward_kernel")) b.ops[i].dyn_smem = sm[0];
-            if (b.ops[i].kernel && !strcmp(b.ops[i].kernel, "attention_dkdv_kernel")) b.ops[i].dyn_smem = sm[1];
-            if (b.ops[i].kernel && !strcmp(b.ops[i].kernel, "attention_dq_kernel")) b.ops[i].dyn_smem = sm[2];
-        }
+        /* the kernels the launchers pick (SKIFF_CUDA_ATTENTION): 128-row
+         * tiles by name attention128_*, with their registers and smem */
+        const char *names[3][2] = {{"attention_forward_kernel", "attention128_forward_kernel"},
+                                   {"attention_dkdv_kernel", "attention128_dkdv_kernel"},
+                                   {"attention_dq_kernel", "attention128_dq_kernel"}};
+        for (int i = 0; i < b.nops; i++)
+            for (int k = 0; k < 3; k++)
+                if (b.ops[i].kernel && !strcmp(b.ops[i].kernel, names[k][0])) {
+                    b.ops[i].kernel = names[k][sm[3] == 128];
+                    b.ops[i].dyn_smem = sm[k];
+                }
     }
     static char hs_targ[16];
     snprintf(hs_targ, sizeof hs_targ, "Li%dE", (int)b.HS);
@@ -392,6 +535,10 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
     snprintf(nv_targ, sizeof nv_targ, "Li%dE", (int)ceil(b.C / (16 / b.e) / 32));
     for (int i = 0; i < b.nops; i++)
         if (b.ops[i].kernel && strstr(b.ops[i].kernel, "_vec_kernel")) b.ops[i].targ = nv_targ;
+
+    double other = 0;
+    int matched = 0;
+    if (calibrate && read_ops(&b, calibrate, model, B, T, prec_s, &other, &matched, err) < 0) return -1;
 
     struct cuda_mem_plan mp;
     cuda_gpt2_memory_plan(&cfg, B, T, b.prec, np, np, &mp);
@@ -407,6 +554,25 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
     printf("roofline floor: %.2f ms/step = %.0f tokens/s\n", t.floor_s * 1e3, tokens / t.floor_s);
     printf("estimate (assumed efficiencies, %.0f us per launch): %.2f ms/step = %.0f tokens/s\n", LAUNCH_GAP_S * 1e6,
            t.est_s * 1e3, tokens / t.est_s);
+    double lo = step_est(&b, 0.75, 4e-6), hi = step_est(&b, 1.15, 1e-6);
+    printf("range: %.0f to %.0f tokens/s (%.2f to %.2f ms/step)\n", tokens / lo, tokens / hi, lo * 1e3, hi * 1e3);
+    if (!quiet) {
+        printf("  assumptions: one H100 SXM at %.2f TB/s and %.0f TFLOP/s bf16 dense; per kind of kernel the "
+               "fraction of those it reaches:",
+               H100_BW / 1e12, H100_PEAK / 1e12);
+        for (int k = 0; k < NKIND; k++)
+            printf("%s %s %.0f%% of FLOP/s, %.0f%% of bandwidth", k ? ";" : "", eff[k].name, 100 * eff[k].flops,
+                   100 * eff[k].bw);
+        printf("; %.0f us between dependent launches. The range: those fractions 25%% lower and 4 us, to 15%% "
+               "higher (at most 100%%) and 1 us\n",
+               LAUNCH_GAP_S * 1e6);
+    }
+    if (calibrate) {
+        double cal = print_calibrated(&b, other, quiet);
+        printf("%scalibrated (%d measured ops from %s, the estimate for the rest): %.2f ms/step = %.0f tokens/s "
+               "(estimate %.0f)\n",
+               quiet ? "" : "\n", matched, calibrate, cal * 1e3, tokens / cal, tokens / t.est_s);
+    }
     printf("device memory allocated by the model: %.2f GiB (params %.2f, grads %.2f, optimizer %.2f, activations "
            "%.2f, logits %.2f, backward %.2f, scratch %.2f, other %.3f)%s\n",
            mp.total / 1073741824.0, mp.params / 1073741824.0, mp.grads / 1073741824.0, mp.optimizer / 1073741824.0,

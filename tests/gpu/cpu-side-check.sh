@@ -43,6 +43,24 @@ if [ -x "$EMU_TOOL" ]; then
   else
     t_fail "emulated CUDA model without the fused epilogues" "$(grep -E 'FAIL|gpu_tool|separate' <<<"$out" | head)"
   fi
+  # gpu_tool bench --zero 1 --shards 2: the device's own ZeRO-1 step, its
+  # optimizer on rank 0's half of the parameters; --ops: the per-op table
+  if out=$("$EMU_TOOL" bench --model tiny --batch 2 --seq 64 --precision bf16 --steps 1 --zero 1 --shards 2 \
+    --ops "$tmp/ops.tsv" 2>&1) && [[ $out =~ zero=1\ shards=2\ .*\ params=([0-9]+)\ opt_params=([0-9]+) ]] &&
+    ((BASH_REMATCH[2] * 2 >= BASH_REMATCH[1] && BASH_REMATCH[2] * 2 - BASH_REMATCH[1] < 256)) &&
+    grep -q '^attention dkdv' "$tmp/ops.tsv" && grep -q '^qkv fwd.*BIAS algo' "$tmp/ops.tsv"; then
+    t_pass "gpu_tool bench --zero 1 --shards 2: optimizer on half the parameters (${BASH_REMATCH[2]} of ${BASH_REMATCH[1]}), per-op table with cuBLASLt notes"
+  else
+    t_fail "gpu_tool bench --zero 1 --shards 2 (emulated)" "$out $(head -5 "$tmp/ops.tsv" 2>/dev/null)"
+  fi
+  # the analytic model calibrated by that table, and refusing one of another shape
+  if out=$("$TOOL" budget --model tiny --batch 2 --seq 64 --calibrate "$tmp/ops.tsv" 2>&1) &&
+    [[ $out =~ calibrated\ \(([0-9]+)\ measured\ ops ]] && ((BASH_REMATCH[1] >= 25)) &&
+    grep -q '^range: ' <<<"$out" && ! "$TOOL" budget --calibrate "$tmp/ops.tsv" >/dev/null 2>&1; then
+    t_pass "gpu_tool budget --calibrate: ${BASH_REMATCH[1]} ops measured, the rest estimated; a table of another shape is refused"
+  else
+    t_fail "gpu_tool budget --calibrate" "$(tail -3 <<<"$out")"
+  fi
 else
   t_skip "emulated CUDA model" "build/emu/tests/gpu/gpu_tool is not built"
 fi
@@ -88,6 +106,24 @@ if [ -x "$EMU_ST" ]; then
     'fp16: 3 steps in a row overflowed.*use --precision bf16' \
     env SKIFF_TRAIN_INJECT_OVERFLOW_STEP=1+ SKIFF_TRAIN_MAX_SKIPPED=3 \
     "$EMU_ST" train --model tiny --data "$tmp/train_*.bin" --batch 1 --seq 16 --device cuda --precision fp16 --steps 10
+  # fp16 save -> resume is bit-identical across a skipped step: the loss
+  # scale, its good-step count and the skipped count (AdamW's step counter
+  # leaves skipped steps out) travel in the checkpoint
+  HARGS=(train --model tiny --data "$tmp/train_*.bin" --batch 1 --seq 16 --device cuda --precision fp16 --steps 5
+    --quiet)
+  export SKIFF_TRAIN_INJECT_OVERFLOW_STEP=2 SKIFF_TRAIN_SCALE_WINDOW=2
+  "$EMU_ST" "${HARGS[@]}" --log "$tmp/h.jsonl" >"$tmp/h.out" 2>&1 &&
+    "$EMU_ST" "${HARGS[@]}" --stop-after 3 --ckpt-dir "$tmp/hc" >/dev/null 2>&1 &&
+    "$EMU_ST" "${HARGS[@]}" --resume --ckpt-dir "$tmp/hc" --log "$tmp/hr.jsonl" >"$tmp/hr.out" 2>&1
+  hrc=$?
+  unset SKIFF_TRAIN_INJECT_OVERFLOW_STEP SKIFF_TRAIN_SCALE_WINDOW
+  href=$(xloss "$tmp/h.jsonl") hres=$(xloss "$tmp/hr.jsonl")
+  if [ "$hrc" -eq 0 ] && [ -n "$hres" ] && [ "$(awk '{ print $4, $5 }' <<<"$href")" = "$(awk '{ print $1, $2 }' <<<"$hres")" ]; then
+    t_pass "CUDA fp16: resume after a skipped step continues bit for bit (steps 4-5: $hres)"
+  else
+    t_fail "CUDA fp16: resume after a skipped step continues bit for bit" \
+      "exit $hrc; uninterrupted: $href resumed: $hres; $(tail -2 "$tmp/hr.out" | tr '\n' ' ')"
+  fi
   # ZeRO-1/2 gather the updated bf16 weights (not the fp32 master): two ranks
   # (host-staged) with --zero 1 and 2 follow --zero 0 (same global batch)
   run2() {  # run2 ZERO OUT

@@ -4,8 +4,15 @@
  *       batch: probabilities, loss, every parameter gradient (relative L2 per
  *       tensor), one AdamW step, and bit-reproducibility of a second backward.
  *   gpu_tool gemm [--size N] [--iters K]    bf16 cuBLASLt GEMM peak, TFLOP/s
- *   gpu_tool bench --model NAME --seq T --precision P [--batch B|auto] [--zero 0|1]
- *       [--steps N]   training-step throughput on synthetic tokens, MFU, memory
+ *   gpu_tool bench --model NAME --seq T --precision P [--batch B|auto] [--zero 0|1|2]
+ *       [--shards P] [--steps N] [--ops FILE]
+ *       the CUDA device's training step (trainer/device.h, as `skiff-train
+ *       train` runs it) on synthetic tokens: throughput, MFU, memory. --zero
+ *       1/2 with --shards P (default 8): rank 0's step of a P-GPU ZeRO run
+ *       (optimizer on 1/P of the parameters; the collectives are not
+ *       measured on one GPU). --ops FILE: per-op GPU times of 3 more steps
+ *       (CUDA events; trainer/cuda/prof.cuh), the table `budget --calibrate`
+ *       reads
  *   gpu_tool mkshard --out FILE --tokens N --vocab V [--text]
  *       writes an llm.c shard: uniform random tokens, or (--text, V = 256)
  *       byte text from a fixed set of sentences, which a model learns quickly
@@ -23,6 +30,7 @@
 
 #include "clock.h"
 #include "cuda_model.h"
+#include "device.h"
 #include "error.h"
 #include "model.h"
 #include "data.h"
@@ -37,7 +45,7 @@ static uint64_t lcg(uint64_t *s)
 
 struct args {
     const char *model, *precision, *out;
-    int batch, seq, zero, steps, size, iters, text;
+    int batch, seq, zero, shards, steps, size, iters, text;
     long tokens;
     int vocab;
     uint64_t seed;
@@ -45,11 +53,11 @@ struct args {
 
 static int parse(int argc, char **argv, struct args *a, skiff_err *err)
 {
-    static const struct option opts[] = {{"model", 1, 0, 'm'},     {"batch", 1, 0, 'b'},  {"seq", 1, 0, 't'},
-                                         {"precision", 1, 0, 'p'}, {"seed", 1, 0, 's'},   {"zero", 1, 0, 'z'},
-                                         {"steps", 1, 0, 'n'},     {"size", 1, 0, 'N'},   {"iters", 1, 0, 'i'},
-                                         {"out", 1, 0, 'o'},       {"tokens", 1, 0, 'k'}, {"vocab", 1, 0, 'v'},
-                                         {"text", 0, 0, 'x'},      {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"model", 1, 0, 'm'}, {"batch", 1, 0, 'b'},  {"seq", 1, 0, 't'},    {"precision", 1, 0, 'p'},
+        {"seed", 1, 0, 's'},  {"zero", 1, 0, 'z'},   {"steps", 1, 0, 'n'},  {"size", 1, 0, 'N'},
+        {"iters", 1, 0, 'i'}, {"out", 1, 0, 'o'},    {"tokens", 1, 0, 'k'}, {"vocab", 1, 0, 'v'},
+        {"text", 0, 0, 'x'},  {"shards", 1, 0, 'S'}, {"ops", 1, 0, 'O'},    {0, 0, 0, 0}};
     memset(a, 0, sizeof(*a));
     a->model = "tiny", a->precision = "bf16", a->batch = 4, a->seq = 64, a->steps = 20;
     a->size = 8192, a->iters = 50, a->seed = 1337, a->vocab = 256;
@@ -70,6 +78,8 @@ static int parse(int argc, char **argv, struct args *a, skiff_err *err)
         case 'k': a->tokens = atol(optarg); break;
         case 'v': a->vocab = atoi(optarg); break;
         case 'x': a->text = 1; break;
+        case 'S': a->shards = atoi(optarg); break;
+        case 'O': a->out = optarg; break;
         default: return skiff_error(err, EINVAL, "unknown option (see the comment at the top of gpu_tool.c)");
         }
     }
@@ -238,88 +248,138 @@ static int cmd_gemm(struct args *a, skiff_err *err)
     return 0;
 }
 
-/* One training step as the CUDA device runs it on one rank (no data loading). */
-static int bench_step(struct cuda_gpt2 *m, const int *in, const int *tg, int N, int zero, float *dscal_unused,
-                      double *loss, skiff_err *err)
+/* Synthetic micro-batches for the device's step: the same tokens every
+ * step (the model's speed does not depend on them). */
+struct bench_batches {
+    struct train_batches b; /* first: the device sees this */
+    const int *in, *tg;
+    size_t n;
+};
+
+static int bench_load(struct train_batches *b, int k, skiff_err *err)
 {
-    (void)dscal_unused;
-    float *g = cuda_gpt2_grads(m);
-    if (cuda_gpt2_zero_grad(m, err) < 0 || cuda_gpt2_forward(m, in, tg, 1.0f / N, err) < 0 ||
-        cuda_gpt2_backward(m, NULL, NULL, err) < 0)
-        return -1;
-    /* ZeRO on one rank: the shard is everything and the gather a no-op */
-    (void)zero;
-    if (cuda_gpt2_adamw(m, g, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, NULL, 0, 1, 1, err) < 0) return -1;
-    return cuda_gpt2_take_loss(m, loss, err);
+    (void)k, (void)err;
+    struct bench_batches *bb = (struct bench_batches *)b;
+    memcpy(b->inputs, bb->in, bb->n * sizeof(int));
+    memcpy(b->targets, bb->tg, bb->n * sizeof(int));
+    return 0;
+}
+
+/* The CUDA device of the training loop (trainer/device.h) on one GPU, for
+ * batch B: the same step as `skiff-train train` (micro-step, backward,
+ * ZeRO stage, norm, AdamW, one host wait), without the data loader. With
+ * shards > 1 the optimizer owns rank 0's 1/shards of the parameters, as in
+ * a ZeRO run over `shards` GPUs; the collectives, which need those GPUs,
+ * are the single-rank no-ops. */
+static int bench_open(struct train_device *d, struct train_opts *o, struct train_plan *pl, struct train_dist *dist,
+                      int shards, const float *init, size_t n, skiff_err *err)
+{
+    memset(d, 0, sizeof *d);
+    train_plan_init(pl, o, n, shards, 0);
+    *dist = (struct train_dist){.rank = 0, .world = 1, .local_rank = 0};
+    if (train_device_open(d, &train_cuda_device, o, pl, dist, err) < 0) return -1;
+    memcpy(d->params, init, n * sizeof(float));
+    return d->ops->upload(d, 0, err);
 }
 
 static int cmd_bench(struct args *a, skiff_err *err)
 {
-    struct gpt2_config cfg;
+    struct train_opts o;
+    train_opts_defaults(&o);
+    o.model = a->model, o.precision = a->precision, o.seq = a->seq, o.zero = a->zero, o.grad_accum = 1;
+    o.steps = 1 << 30, o.warmup = 0, o.quiet = 1;
     int prec;
     char gpu[256];
-    if (gpt2_config_preset(a->model, &cfg, err) < 0 || cuda_precision_parse(a->precision, &prec, err) < 0 ||
+    if (gpt2_config_preset(a->model, &o.cfg, err) < 0 || cuda_precision_parse(a->precision, &prec, err) < 0 ||
         cuda_select_device(0, gpu, sizeof gpu, err) < 0)
         return -1;
-    size_t n = gpt2_param_layout(&cfg, NULL, NULL);
+    if (a->zero < 0 || a->zero > 2) return skiff_error(err, EINVAL, "bench: --zero 0, 1 or 2");
+    /* ZeRO without a shard count: rank 0 of 8 (one node of 8 GPUs) */
+    int shards = a->shards ? a->shards : a->zero ? 8 : 1;
+    if (!a->zero && shards != 1) return skiff_error(err, EINVAL, "bench: --shards needs --zero 1 or 2");
+    size_t n = gpt2_param_layout(&o.cfg, NULL, NULL);
     int T = a->seq;
     int tries[] = {64, 48, 32, 24, 16, 8, 4, 2, 1};
     int ntries = a->batch ? 1 : (int)(sizeof tries / sizeof tries[0]);
-    struct cuda_gpt2 *m = NULL;
-    int *in = NULL, *tg = NULL, B = 0;
-    double loss = 0;
+    struct train_device d;
+    struct train_plan pl;
+    struct train_dist dist;
+    struct train_step_stats st;
+    struct bench_batches bb;
+    int *in = NULL, *tg = NULL, *bin = NULL, *btg = NULL, B = 0, rc = -1, opened = 0;
     float *host = calloc(n, sizeof(float));
     if (!host) return skiff_error(err, ENOMEM, "params");
-    gpt2_init_params(&cfg, host, a->seed);
+    gpt2_init_params(&o.cfg, host, a->seed);
     for (int t = 0; t < ntries; t++) {
         B = a->batch ? a->batch : tries[t];
-        int N = B * T;
-        free(in);
-        free(tg);
-        in = malloc(N * sizeof(int));
-        tg = malloc(N * sizeof(int));
-        if (!in || !tg) {
-            free(host);
-            return skiff_error(err, ENOMEM, "tokens");
+        o.batch = B;
+        size_t N = (size_t)B * T;
+        free(in), free(tg), free(bin), free(btg);
+        in = malloc(N * sizeof(int)), tg = malloc(N * sizeof(int));
+        bin = malloc(N * sizeof(int)), btg = malloc(N * sizeof(int));
+        if (!in || !tg || !bin || !btg) {
+            skiff_error(err, ENOMEM, "tokens");
+            goto out;
         }
         uint64_t s = a->seed;
-        for (int i = 0; i < N; i++) in[i] = (int)(lcg(&s) % cfg.vocab_size), tg[i] = (int)(lcg(&s) % cfg.vocab_size);
+        for (size_t i = 0; i < N; i++)
+            in[i] = (int)(lcg(&s) % o.cfg.vocab_size), tg[i] = (int)(lcg(&s) % o.cfg.vocab_size);
+        bb = (struct bench_batches){{1, bin, btg, bench_load}, in, tg, N};
         skiff_err e2;
-        if (cuda_gpt2_create(&m, &cfg, B, T, prec, n, 0, n, &e2) == 0 && cuda_gpt2_set_params(m, host, &e2) == 0 &&
-            bench_step(m, in, tg, N, a->zero, NULL, &loss, &e2) == 0)
+        /* the first step allocates what a step needs beyond the model */
+        if (bench_open(&d, &o, &pl, &dist, shards, host, n, &e2) == 0 &&
+            d.ops->step(&d, 0, 6e-4f, &bb.b, &st, &e2) == 0) {
+            opened = 1;
             break;
+        }
         fprintf(stderr, "bench: batch %d does not fit or failed: %s\n", B, e2.msg);
-        cuda_gpt2_destroy(m);
-        m = NULL;
+        train_device_close(&d);
         if (a->batch || t == ntries - 1) {
             *err = e2;
-            free(host);
-            free(in);
-            free(tg);
-            return -1;
+            goto out;
         }
     }
-    free(host);
-    int N = B * T, rc = -1;
-    for (int i = 0; i < 2; i++) /* warm-up beyond the first step */
-        if (bench_step(m, in, tg, N, a->zero, NULL, &loss, err) < 0) goto out;
+    int N = B * T;
+    for (int i = 1; i < 3; i++) /* warm-up beyond the first step */
+        if (d.ops->step(&d, i, 6e-4f, &bb.b, &st, err) < 0) goto out;
     double t0 = skiff_now_s();
     for (int i = 0; i < a->steps; i++)
-        if (bench_step(m, in, tg, N, a->zero, NULL, &loss, err) < 0) goto out;
+        if (d.ops->step(&d, 3 + i, 6e-4f, &bb.b, &st, err) < 0) goto out;
     double dt = (skiff_now_s() - t0) / a->steps;
     size_t used = 0, total = 0;
     if (cuda_mem_info(&used, &total, err) < 0) goto out;
-    double flops_tok = 6.0 * n + 6.0 * cfg.num_layers * cfg.channels * T;
+    double flops_tok = 6.0 * n + 6.0 * o.cfg.num_layers * o.cfg.channels * T;
     double tps = N / dt;
-    printf("bench: device=\"%s\" model=%s precision=%s zero=%d batch=%d seq=%d params=%zu step_ms=%.2f "
+    /* what the model allocates (cuda_gpt2_create checks it equals the plan) */
+    struct cuda_mem_plan mp;
+    cuda_gpt2_memory_plan(&o.cfg, B, T, prec, pl.n_pad, pl.opt_len, &mp);
+    printf("bench: device=\"%s\" model=%s precision=%s zero=%d shards=%d batch=%d seq=%d params=%zu opt_params=%zu "
+           "step_ms=%.2f "
            "tokens_per_s=%.0f tflops=%.1f model_gib=%.2f device_used_gib=%.2f loss=%.4f\n",
-           gpu, a->model, a->precision, a->zero, B, T, n, dt * 1000, tps, tps * flops_tok / 1e12,
-           cuda_gpt2_bytes(m) / 1073741824.0, used / 1073741824.0, loss);
-    rc = isfinite(loss) ? 0 : skiff_error(err, ERANGE, "loss is %f", loss);
+           gpu, a->model, a->precision, a->zero, shards, B, T, n, pl.opt_len, dt * 1000, tps, tps * flops_tok / 1e12,
+           mp.total / 1073741824.0, used / 1073741824.0, st.loss);
+    /* per-op GPU times over a few more steps, after the timed ones */
+    if (a->out) {
+        FILE *fp = fopen(a->out, "w");
+        if (!fp) {
+            skiff_error(err, errno, "bench: --ops %s", a->out);
+            goto out;
+        }
+        int np = 3;
+        fprintf(fp,
+                "# gpu_tool bench --model %s --batch %d --seq %d --precision %s --zero %d (shards %d) on %s; "
+                "%.2f ms/step unprofiled\n",
+                a->model, B, T, a->precision, a->zero, shards, gpu, dt * 1000);
+        int prc = cuda_prof_start(err);
+        for (int i = 0; prc == 0 && i < np; i++) prc = d.ops->step(&d, 3 + a->steps + i, 6e-4f, &bb.b, &st, err);
+        if (prc == 0) prc = cuda_prof_report(fp, np, err);
+        if (fclose(fp) != 0 && prc == 0) prc = skiff_error(err, errno, "bench: writing %s", a->out);
+        if (prc < 0) goto out;
+    }
+    rc = isfinite(st.loss) ? 0 : skiff_error(err, ERANGE, "loss is %f", st.loss);
 out:
-    cuda_gpt2_destroy(m);
-    free(in);
-    free(tg);
+    if (opened) train_device_close(&d);
+    free(host), free(in), free(tg), free(bin), free(btg);
     return rc;
 }
 

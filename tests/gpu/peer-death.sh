@@ -5,7 +5,8 @@
 # the middle of training. Rank 0 must exit non-zero, name rank 1, and do so
 # within the timeout plus one step. Runs on the CPU emulation
 # (build/emu/bin/skiff-train) in `make test`; tests/gpu/run-tests.sh runs it
-# against the real binary on a GPU (SKIFF_PEER_TEST_BIN).
+# against the real binary on a GPU (SKIFF_PEER_TEST_BIN). Last, a peer that
+# dies inside NCCL's communicator creation (emulation only).
 source "$(dirname "$0")/../lib.sh"
 ST=${SKIFF_PEER_TEST_BIN:-$BUILD/emu/bin/skiff-train}
 TOOL=$BUILD/tests/gpu/gpu_tool
@@ -75,4 +76,43 @@ peer_case() {
 }
 peer_case KILL
 peer_case STOP
+
+# NCCL's communicator creation with a peer that dies after the id exchange
+# (the emulation's NCCL: rank 1 SIGKILLs itself inside init; rank 0's
+# non-blocking init must give up at --timeout and abort, not hang)
+init_case() {
+  local port=$((20000 + RANDOM % 20000)) t0 t1 rc r
+  pids=()
+  t0=$(date +%s.%N)
+  for r in 0 1; do
+    SKIFF_TRAIN_COMM=nccl SKIFF_EMU_NCCL_INIT_KILL=1 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ST" train --model tiny --data "$tmp/train_*.bin" --batch 1 --seq 16 \
+      --steps 2 --device cuda --precision fp32 --timeout "$TIMEOUT" --log "$tmp/init.jsonl" >"$tmp/init.r$r" 2>&1 &
+    pids+=($!)
+  done
+  disown "${pids[1]}"
+  local n=0 limit=$((TIMEOUT * 3 + 120))
+  while kill -0 "${pids[0]}" 2>/dev/null && [ "$n" -lt $((limit * 10)) ]; do sleep 0.1; n=$((n + 1)); done
+  t1=$(date +%s.%N)
+  local name="NCCL init with a peer killed after the id exchange: rank 0 aborts the communicator at --timeout $TIMEOUT s"
+  if kill -0 "${pids[0]}" 2>/dev/null; then
+    t_fail "$name" "rank 0 still in init after $limit s (a hang)"
+    return
+  fi
+  wait "${pids[0]}"; rc=$?
+  local msg dt
+  msg=$(grep -m1 'NCCL communicator of 2 ranks was not ready within --timeout' "$tmp/init.r0")
+  dt=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  if [ "$rc" -ne 0 ] && [ -n "$msg" ] && awk -v d="$dt" -v l="$((TIMEOUT * 2 + 60))" 'BEGIN { exit !(d <= l) }' &&
+    ! ls /tmp/skiff-emu-nccl-* 2>/dev/null | grep -q .; then
+    t_pass "$name: exit $rc after ${dt} s: $msg"
+  else
+    t_fail "$name" "exit $rc after ${dt} s: $(tail -2 "$tmp/init.r0" | tr '\n' ' ')"
+  fi
+}
+if [ -n "${SKIFF_PEER_TEST_BIN:-}" ]; then
+  t_skip "NCCL init with a killed peer" "needs the emulation's NCCL (SKIFF_EMU_NCCL_INIT_KILL)"
+else
+  init_case
+fi
 t_done

@@ -1,6 +1,14 @@
-// Causal flash attention: launchers (kernels in attention_dev.cuh).
+// Causal flash attention: launchers (kernels in attention_dev.cuh, 64-row
+// tiles, and attention128_dev.cuh, 128-row tiles). Which tiles run:
+// SKIFF_CUDA_ATTENTION=64 or 128 (default 128 where att128_fits, else 64);
+// both give the CPU reference's results on the emulation, and a GPU run can
+// time one against the other.
+#include <stdlib.h>
+#include <string.h>
+
 #include "attention.cuh"
-#include "attention_dev.cuh"
+#include "attention128_dev.cuh"
+#include "prof.cuh"
 
 extern "C" {
 #include "cuda_model.h"
@@ -12,17 +20,42 @@ size_t k_attention_scratch_floats(int B, int Tn, int C, int NH)
     return (size_t)B * NH * Tn; // D = rowsum(dO * O)
 }
 
+// The tile height the launchers use for (T, HS): 128 unless
+// SKIFF_CUDA_ATTENTION=64 or the 128-row kernels are not built for it.
+template <typename T, int HS> static int att_rows()
+{
+    if (!att128_cfg<T, HS>::fits) return ATT_ROWS;
+    const char *v = getenv("SKIFF_CUDA_ATTENTION");
+    return v && !strcmp(v, "64") ? ATT_ROWS : ATT128_ROWS;
+}
+
+// Launches `kernel` (dynamic shared memory sm) as one profiled op.
+#define ATT_LAUNCH(key, kernel, grid, sm, s, ...)                                                                      \
+    do {                                                                                                               \
+        CUDA_CHECK(cudaFuncSetAttribute((const void *)&kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)); \
+        TRY(cuda_prof_begin(s, key));                                                                                  \
+        LAUNCH((kernel), grid, ATT_WARPS * 32, sm, s, __VA_ARGS__);                                                    \
+        CUDA_CHECK_LAUNCH();                                                                                           \
+        TRY(cuda_prof_end(s));                                                                                         \
+    } while (0)
+
 template <typename T, int HS>
 static int attention_forward_hs(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH, cudaStream_t s,
                                 skiff_err *err)
 {
-    size_t sm = att_cfg<T, HS>::fwd_smem();
-    CUDA_CHECK(cudaFuncSetAttribute((const void *)&attention_forward_kernel<T, HS>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    float scale = 1.0f / sqrtf((float)HS);
+    if constexpr (att128_cfg<T, HS>::fits) {
+        if (att_rows<T, HS>() == ATT128_ROWS) {
+            dim3 grid(ceil_div(Tn, ATT128_ROWS), NH, B);
+            size_t sm = att128_cfg<T, HS>::fwd_smem();
+            ATT_LAUNCH("attention fwd", (attention128_forward_kernel<T, HS>), grid, sm, s, out, lse, qkv, Tn, C, NH,
+                       scale);
+            return 0;
+        }
+    }
     dim3 grid(ceil_div(Tn, ATT_ROWS), NH, B);
-    LAUNCH((attention_forward_kernel<T, HS>), grid, ATT_WARPS * 32, sm, s, out, lse, qkv, Tn, C, NH,
-           1.0f / sqrtf((float)HS));
-    CUDA_CHECK_LAUNCH();
+    size_t sm = att_cfg<T, HS>::fwd_smem();
+    ATT_LAUNCH("attention fwd", (attention_forward_kernel<T, HS>), grid, sm, s, out, lse, qkv, Tn, C, NH, scale);
     return 0;
 }
 
@@ -30,22 +63,30 @@ template <typename T, int HS>
 static int attention_backward_hs(T *dqkv, float *D, const T *dout, const T *qkv, const T *out, const float *lse, int B,
                                  int Tn, int C, int NH, cudaStream_t s, skiff_err *err)
 {
-    typedef att_cfg<T, HS> cfg;
     size_t rows = (size_t)B * Tn * NH, lanes = rows * (HS * sizeof(T) / 16);
+    TRY(cuda_prof_begin(s, "attention rowdot"));
     LAUNCH((attention_rowdot_kernel<T, HS>), ceil_div(lanes, 256), 256, 0, s, D, dout, out, B, Tn, C, NH);
     CUDA_CHECK_LAUNCH();
+    TRY(cuda_prof_end(s));
     float scale = 1.0f / sqrtf((float)HS);
+    if constexpr (att128_cfg<T, HS>::fits) {
+        if (att_rows<T, HS>() == ATT128_ROWS) {
+            typedef att128_cfg<T, HS> cfg;
+            dim3 grid(ceil_div(Tn, ATT128_ROWS), NH, B);
+            size_t sm1 = cfg::dkdv_smem(), sm2 = cfg::dq_smem();
+            ATT_LAUNCH("attention dkdv", (attention128_dkdv_kernel<T, HS>), grid, sm1, s, dqkv, dout, qkv, lse, D, Tn,
+                       C, NH, scale);
+            ATT_LAUNCH("attention dq", (attention128_dq_kernel<T, HS>), grid, sm2, s, dqkv, dout, qkv, lse, D, Tn, C,
+                       NH, scale);
+            return 0;
+        }
+    }
+    typedef att_cfg<T, HS> cfg;
     dim3 grid(ceil_div(Tn, ATT_ROWS), NH, B);
-    size_t sm = cfg::dkdv_smem();
-    CUDA_CHECK(cudaFuncSetAttribute((const void *)&attention_dkdv_kernel<T, HS>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    LAUNCH((attention_dkdv_kernel<T, HS>), grid, ATT_WARPS * 32, sm, s, dqkv, dout, qkv, lse, D, Tn, C, NH, scale);
-    CUDA_CHECK_LAUNCH();
-    sm = cfg::dq_smem();
-    CUDA_CHECK(cudaFuncSetAttribute((const void *)&attention_dq_kernel<T, HS>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    LAUNCH((attention_dq_kernel<T, HS>), grid, ATT_WARPS * 32, sm, s, dqkv, dout, qkv, lse, D, Tn, C, NH, scale);
-    CUDA_CHECK_LAUNCH();
+    size_t sm1 = cfg::dkdv_smem(), sm2 = cfg::dq_smem();
+    ATT_LAUNCH("attention dkdv", (attention_dkdv_kernel<T, HS>), grid, sm1, s, dqkv, dout, qkv, lse, D, Tn, C, NH,
+               scale);
+    ATT_LAUNCH("attention dq", (attention_dq_kernel<T, HS>), grid, sm2, s, dqkv, dout, qkv, lse, D, Tn, C, NH, scale);
     return 0;
 }
 
@@ -87,26 +128,28 @@ int k_attention_backward(T *dqkv, float *scratch, const T *dout, const T *qkv, c
     }
 }
 
-template <typename T> static void smem_of(int hs, size_t out[3])
+template <typename T, int HS> static void smem_hs(size_t out[4])
+{
+    typedef att_cfg<T, HS> c64;
+    typedef att128_cfg<T, HS> c128;
+    int r = att_rows<T, HS>();
+    out[0] = r == ATT128_ROWS ? c128::fwd_smem() : c64::fwd_smem();
+    out[1] = r == ATT128_ROWS ? c128::dkdv_smem() : c64::dkdv_smem();
+    out[2] = r == ATT128_ROWS ? c128::dq_smem() : c64::dq_smem();
+    out[3] = (size_t)r;
+}
+
+template <typename T> static void smem_of(int hs, size_t out[4])
 {
     switch (hs) {
-    case 16:
-        out[0] = att_cfg<T, 16>::fwd_smem(), out[1] = att_cfg<T, 16>::dkdv_smem(), out[2] = att_cfg<T, 16>::dq_smem();
-        break;
-    case 32:
-        out[0] = att_cfg<T, 32>::fwd_smem(), out[1] = att_cfg<T, 32>::dkdv_smem(), out[2] = att_cfg<T, 32>::dq_smem();
-        break;
-    case 64:
-        out[0] = att_cfg<T, 64>::fwd_smem(), out[1] = att_cfg<T, 64>::dkdv_smem(), out[2] = att_cfg<T, 64>::dq_smem();
-        break;
-    default:
-        out[0] = att_cfg<T, 128>::fwd_smem(), out[1] = att_cfg<T, 128>::dkdv_smem(),
-        out[2] = att_cfg<T, 128>::dq_smem();
-        break;
+    case 16: smem_hs<T, 16>(out); break;
+    case 32: smem_hs<T, 32>(out); break;
+    case 64: smem_hs<T, 64>(out); break;
+    default: smem_hs<T, 128>(out); break;
     }
 }
 
-extern "C" void cuda_attention_smem(int prec, int hs, size_t out[3])
+extern "C" void cuda_attention_smem(int prec, int hs, size_t out[4])
 {
     if (prec == SKIFF_CUDA_FP32)
         smem_of<float>(hs, out);

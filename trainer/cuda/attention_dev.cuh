@@ -47,12 +47,13 @@ template <typename T, int HS> struct att_cfg {
     // Width of the inner tile the backward kernels loop over: 64, or 32 for
     // HS = 128 so the accumulators fit in registers without spilling.
     static constexpr int W = HS > 64 ? 32 : 64;
-    // ptxas, left to its own heuristics, caps the fp32 (TF32) dK/dV kernel for
-    // HS = 32 at 128 registers and spills 24 bytes; a minimum-blocks hint
-    // lifts the cap (152 registers, no spill; 3 blocks per SM by registers
-    // instead of 4). 0 = no hint: the others (the hot bf16 HS = 64 one
-    // included) keep what ptxas picks by itself.
-    static constexpr int DKDV_MIN_BLOCKS = sizeof(T) == 4 && HS == 32 ? 2 : 0;
+    // Minimum-blocks hints for ptxas (0 = none: what ptxas picks by itself).
+    // The fp32 (TF32) dK/dV kernel for HS = 32, left alone, is capped at 128
+    // registers and spills 24 bytes; 2 lifts the cap (152 registers, no
+    // spill). The hot 16-bit HS = 64 one takes 172 registers by itself, so
+    // only 2 blocks (8 warps) fit an SM; 3 caps it at 168 with no spill
+    // (ptxas, sm_90), and 3 blocks fit (registers and shared memory).
+    static constexpr int DKDV_MIN_BLOCKS = sizeof(T) == 4 && HS == 32 ? 2 : sizeof(T) == 2 && HS == 64 ? 3 : 0;
     static size_t fwd_smem() { return (size_t)5 * ATT_ROWS * LD * sizeof(T); }
     static size_t dkdv_smem() { return (size_t)(2 * ATT_ROWS + 4 * W) * LD * sizeof(T) + 4 * W * sizeof(float); }
     static size_t dq_smem() { return (size_t)(2 * ATT_ROWS + 4 * W) * LD * sizeof(T); }
@@ -89,6 +90,22 @@ __device__ __forceinline__ void att_store_rows(T *dst, size_t stride, int r0, in
         if (r0 + r < Tn)
             *reinterpret_cast<int4 *>(dst + (size_t)(r0 + r) * stride + c) =
                 *reinterpret_cast<const int4 *>(stage + r * LD + c);
+    }
+}
+
+// The dK/dV passes' query tile qt of width W into buffer buf: Q and dO rows
+// (cp.async), and per row lse * lse_mul and D (0 past the sequence end).
+template <typename T, int HS>
+__device__ __forceinline__ void att_load_q_tile(T *Qs, T *dOs, float *Ls, float *Ds, int ld, int W, int qt, int buf,
+                                                const T *qbase, size_t stride, const T *dbase, int C,
+                                                const float *lse_b, const float *D_b, float lse_mul, int Tn)
+{
+    att_load_rows<T, HS>(Qs + buf * W * ld, ld, qbase, stride, qt * W, W, Tn);
+    att_load_rows<T, HS>(dOs + buf * W * ld, ld, dbase, (size_t)C, qt * W, W, Tn);
+    for (int i = threadIdx.x; i < W; i += blockDim.x) {
+        bool in = qt * W + i < Tn;
+        Ls[buf * W + i] = in ? lse_b[qt * W + i] * lse_mul : 0.0f;
+        Ds[buf * W + i] = in ? D_b[qt * W + i] : 0.0f;
     }
 }
 
@@ -277,13 +294,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, att_cfg<T, HS>::DKDV_MIN_BLOCK
     att_load_rows<T, HS>(Ks, LD, base + C, stride, k0, ATT_ROWS, Tn);
     att_load_rows<T, HS>(Vs, LD, base + 2 * C, stride, k0, ATT_ROWS, Tn);
     auto load_q = [&](int qt, int buf) {
-        att_load_rows<T, HS>(Qs + buf * W * LD, LD, base, stride, qt * W, W, Tn);
-        att_load_rows<T, HS>(dOs + buf * W * LD, LD, dbase, (size_t)C, qt * W, W, Tn);
-        for (int i = threadIdx.x; i < W; i += blockDim.x) {
-            bool in = qt * W + i < Tn;
-            Ls[buf * W + i] = in ? lse_b[qt * W + i] : 0.0f;
-            Ds[buf * W + i] = in ? D_b[qt * W + i] : 0.0f;
-        }
+        att_load_q_tile<T, HS>(Qs, dOs, Ls, Ds, LD, W, qt, buf, base, stride, dbase, C, lse_b, D_b, 1.0f, Tn);
     };
     load_q(qfirst, 0);
     cp_async_commit();

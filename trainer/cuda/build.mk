@@ -7,21 +7,34 @@
 #   make gpu-bench       build + tests/gpu/bench.sh (needs a GPU)
 #   make gpu-budget      per-kernel ptxas resources + analytic roofline of one
 #                        d12 step (no GPU needed; tests/gpu/budget.c)
+#   make gpu-rehearse    tests/gpu/device-run.sh in a Debian 13 tree without a
+#                        GPU (root; tests/gpu/rehearse.sh)
+#   make gpu-llmc        llm.c's CUDA trainer into build-llmc/ for device-run.sh
+# WERROR= (top Makefile), NCCL_HOME=DIR and GPU_HOST_DEPS=DIR (trainer/build.mk)
+# build on a machine without our packages, as device-run.sh does.
 ifneq ($(strip $(NVCC)),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -arch=sm_90
+# NCCL: the toolkit's (or the system's) by default; NCCL_HOME=DIR takes
+# DIR/include and DIR/lib instead, the layout of the pip wheel
+# nvidia-nccl-cu13 (site-packages/nvidia/nccl), which ships libnccl.so.2
+# and no libnccl.so: hence -l:libnccl.so.2, which every layout has.
+NCCL_HOME ?=
+NCCL_INC := $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
+# Its -L and runpath go first, so they win over a toolkit that has one too.
+NCCL_LDIR := $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib)
 # Host-side warnings are errors as for the C code; -fPIE because skiff-train
 # links as a PIE; hardening flags as far as the host compiler takes them.
 NVCC_FLAGS := -O3 $(CUDA_ARCH) -std=c++17 -lineinfo \
-  -Xcompiler -Wall,-Wextra,-Werror,-fPIE,-fstack-protector-strong,-fstack-clash-protection,-fcf-protection \
-  -Xcompiler -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE -Icommon -Itrainer -Itrainer/cuda
+  -Xcompiler -Wall,-Wextra$(if $(WERROR),$(comma)$(WERROR)),-fPIE,-fstack-protector-strong,-fstack-clash-protection,-fcf-protection \
+  -Xcompiler -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE -Icommon -Itrainer -Itrainer/cuda $(NCCL_INC)
 CUDA_SRC := $(wildcard trainer/cuda/*.cu)
 TRAINER_CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.o,$(CUDA_SRC))
 # The runpath finds CUDA where the runfile installs it (no ld.so.conf entry);
 # packages set CUDA_RPATH= and depend on CUDA's packages, which add one.
 CUDA_RPATH ?= -Wl,-rpath,$(CUDA_HOME)/lib64
-TRAINER_CUDA_LIBS := -L$(CUDA_HOME)/lib64 $(CUDA_RPATH) -lcudart -lcublasLt -lcublas -lnccl -lstdc++
-TRAINER_CUDA_CFLAGS := -DSKIFF_HAVE_CUDA -I$(CUDA_HOME)/include
+TRAINER_CUDA_LIBS := $(NCCL_LDIR) -L$(CUDA_HOME)/lib64 $(CUDA_RPATH) -lcudart -lcublasLt -lcublas -l:libnccl.so.2 -lstdc++
+TRAINER_CUDA_CFLAGS := -DSKIFF_HAVE_CUDA -I$(CUDA_HOME)/include $(NCCL_INC)
 
 # ptxas reports registers, spills and shared memory per kernel: kept in
 # OBJ.ptxas for `make gpu-budget` (other compiler output still goes to stderr).
@@ -86,6 +99,19 @@ all: $(GPU_TOOL) $(KERNEL_EMU) $(EMU_GPU_TOOL) $(EMU_SKIFF_TRAIN)
 # no kernel of the d12 step spills, the modeled step time does not regress.
 INTEGRATION_TESTS += tests/gpu/cpu-side-check.sh tests/gpu/budget-check.sh tests/gpu/peer-death.sh
 
+# tests/gpu/device-run.sh rehearsed without a GPU: in a Debian 13 tree
+# (newer gcc) without jansson, utf8proc or NCCL packages, NCCL in the pip
+# wheel's layout; it must pass preflight and build and stop at "no GPU".
+gpu-rehearse:
+	tests/gpu/rehearse.sh
+
+# llm.c's CUDA trainer (the anchor checkout) copied into build-llmc/ (ignored
+# by git) for device-run.sh's side-by-side phase on a GPU machine.
+LLMC_DIR ?= ../shared/anchors/llm.c
+gpu-llmc:
+	@[ -e $(LLMC_DIR)/train_gpt2.cu ] || { echo "gpu-llmc: no llm.c checkout at LLMC_DIR=$(LLMC_DIR)" >&2; exit 1; }
+	rm -rf build-llmc && mkdir -p build-llmc && cp -r $(LLMC_DIR)/train_gpt2.cu $(LLMC_DIR)/llmc $(LLMC_DIR)/LICENSE build-llmc/
+
 gpu-test: $(BUILD)/bin/skiff-train $(GPU_TOOL)
 	tests/gpu/run-tests.sh
 
@@ -97,8 +123,8 @@ gpu-bench: $(BUILD)/bin/skiff-train $(GPU_TOOL)
 gpu-budget: $(GPU_TOOL)
 	$(GPU_TOOL) budget --ptxas-dir $(BUILD)/trainer/cuda --check tests/gpu/budget-baseline.txt
 else
-gpu-test gpu-bench gpu-budget cuda-emu cuda-emu-test:
+gpu-test gpu-bench gpu-budget cuda-emu cuda-emu-test gpu-rehearse gpu-llmc:
 	@echo "$@: nvcc not found (set NVCC=/path/to/nvcc); the CUDA path is not built" >&2; exit 1
 endif
 
-.PHONY: gpu-test gpu-bench gpu-budget cuda-emu cuda-emu-test
+.PHONY: gpu-test gpu-bench gpu-budget cuda-emu cuda-emu-test gpu-rehearse gpu-llmc

@@ -2,6 +2,7 @@
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm_cuda.cuh"
@@ -15,6 +16,35 @@
     } while (0)
 
 static size_t bytes_of(enum tr_dtype t) { return tr_dtype_size(t); }
+
+// The communicator is non-blocking (ncclConfig_t.blocking = 0), so that its
+// creation can be bounded: NCCL then returns ncclInProgress from a call that
+// still connects (init, a first collective, ncclGroupEnd) and the caller
+// polls the communicator's state. Returns that state once it settles, or
+// ncclInProgress when timeout_ms passed first.
+static ncclResult_t nccl_settle(ncclComm_t comm, ncclResult_t r, int timeout_ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (r == ncclInProgress) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000.0 + (t.tv_nsec - t0.tv_nsec) / 1e6 > timeout_ms) return ncclInProgress;
+        usleep(500);
+        ncclResult_t a = ncclCommGetAsyncError(comm, &r);
+        if (a != ncclSuccess) return a;
+    }
+    return r;
+}
+
+// NCCL_CHECK for a call on communicator im->comm: settled first.
+#define NCCL_COMM_CHECK(c, im, call)                                                                                   \
+    do {                                                                                                               \
+        ncclResult_t r_ = nccl_settle((im)->comm, (call), (c)->timeout_ms);                                            \
+        if (r_ != ncclSuccess)                                                                                         \
+            return skiff_error(err, 0, "%s:%d: %s: %s%s%s", __FILE__, __LINE__, #call,                                 \
+                               r_ == ncclInProgress ? "not done within --timeout" : ncclGetErrorString(r_),            \
+                               ncclGetLastError(NULL)[0] ? ": " : "", ncclGetLastError(NULL));                         \
+    } while (0)
 
 // First member of every backend's impl, so cuda_comm_sync works on any of them.
 struct dev_base {
@@ -125,16 +155,18 @@ static int nccl_issue(struct tr_comm *c, int op, void *buf, size_t n, enum tr_dt
     char *b = (char *)buf;
     switch (op) {
     case TR_COMM_ALLREDUCE:
-        NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, im->comm, im->side));
+        NCCL_COMM_CHECK(c, im, ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, im->comm, im->side));
         c->stats.bytes_sent += 2 * (c->world - 1) * n * bytes_of(t) / c->world;
         break;
     case TR_COMM_REDUCE_SCATTER: // in place: rank r keeps shard r
-        NCCL_CHECK(ncclReduceScatter(buf, b + c->rank * shard * bytes_of(t), shard, nccl_type(t), ncclSum, im->comm,
-                                     im->side));
+        NCCL_COMM_CHECK(c, im,
+                        ncclReduceScatter(buf, b + c->rank * shard * bytes_of(t), shard, nccl_type(t), ncclSum,
+                                          im->comm, im->side));
         c->stats.bytes_sent += (c->world - 1) * shard * bytes_of(t);
         break;
     default: // 2: all-gather, in place
-        NCCL_CHECK(ncclAllGather(b + c->rank * shard * bytes_of(t), buf, shard, nccl_type(t), im->comm, im->side));
+        NCCL_COMM_CHECK(c, im,
+                        ncclAllGather(b + c->rank * shard * bytes_of(t), buf, shard, nccl_type(t), im->comm, im->side));
         c->stats.bytes_sent += (c->world - 1) * shard * bytes_of(t);
         break;
     }
@@ -167,7 +199,7 @@ static int nccl_broadcast(struct tr_comm *c, void *buf, size_t bytes, int root, 
     struct nccl_impl *im = (struct nccl_impl *)c->impl;
     TRY(nccl_alive(c, im, err));
     TRY(handoff(im, err));
-    NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclChar, root, im->comm, im->side));
+    NCCL_COMM_CHECK(c, im, ncclBroadcast(buf, buf, bytes, ncclChar, root, im->comm, im->side));
     c->stats.ops++;
     return handback(im, err);
 }
@@ -198,8 +230,10 @@ static int nccl_start_group(struct tr_comm *c, int op, void *const *bufs, const 
     for (int i = 0; i < count && rc == 0; i++) rc = nccl_issue(c, op, bufs[i], ns[i], t, err);
     ncclResult_t ge = ncclGroupEnd(); // closes the group on failure too
     if (rc < 0) return rc;
+    ge = nccl_settle(im->comm, ge, c->timeout_ms);
     if (ge != ncclSuccess)
-        return skiff_error(err, 0, "%s:%d: ncclGroupEnd: %s", __FILE__, __LINE__, ncclGetErrorString(ge));
+        return skiff_error(err, 0, "%s:%d: ncclGroupEnd: %s", __FILE__, __LINE__,
+                           ge == ncclInProgress ? "not done within --timeout" : ncclGetErrorString(ge));
     struct tr_comm_req *r = NULL;
     TRY(req_get(im, &r, err));
     cudaError_t e = cudaEventRecord(r->done, im->side);
@@ -290,10 +324,22 @@ int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local
         nccl_destroy(c);
         return -1;
     }
-    ncclResult_t nr = ncclCommInitRank(&im->comm, world, id, rank);
+    // Non-blocking, so a peer that dies after the id exchange costs rank 0
+    // the timeout, not a hang in ncclCommInitRank: the communicator is
+    // aborted and the error says what happened.
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t nr = ncclCommInitRankConfig(&im->comm, world, id, rank, &cfg);
+    if (im->comm) nr = nccl_settle(im->comm, nr, timeout_ms);
     if (nr != ncclSuccess) {
+        if (im->comm) ncclCommAbort(im->comm);
         im->comm = NULL;
         nccl_destroy(c);
+        if (nr == ncclInProgress)
+            return skiff_error(err, ETIMEDOUT,
+                               "the NCCL communicator of %d ranks was not ready within --timeout %.1f s (a "
+                               "peer rank died or stopped after the id exchange); communicator aborted",
+                               world, timeout_ms / 1000.0);
         return skiff_error(err, 0,
                            "%s:%d: ncclCommInitRank(rank %d of %d): %s %s (two ranks on one GPU? "
                            "set SKIFF_TRAIN_COMM=host-staged)",

@@ -26,17 +26,21 @@ extern "C" {
 #include "device.h"
 }
 
-// fp16 dynamic loss scaling: the scale never drops below SCALE_FLOOR, and
-// after SKIFF_TRAIN_MAX_SKIPPED (default 30) skipped steps in a row the run
-// stops with an error: then the forward pass itself overflows and no scale
-// can help.
+// fp16 dynamic loss scaling, as PyTorch's GradScaler does it: the scale
+// halves on a step whose gradient overflowed (the step is skipped: no AdamW
+// update, and AdamW's step counter does not advance), never below
+// SCALE_FLOOR, and doubles after `window` finite steps. After `max_skipped`
+// (SKIFF_TRAIN_MAX_SKIPPED, default 30) skipped steps in a row the run stops
+// with an error: then the forward pass itself overflows and no scale can
+// help. The state (scale, finite steps since the last change, skipped steps
+// in a row and in all) is the loop's train_device.amp, so checkpoints carry
+// it and an fp16 resume continues bit for bit.
 #define SCALE_START 65536.0
 #define SCALE_FLOOR 1.0
 
 struct scaler {
     int fp16;
-    double scale;
-    int window, good, skipped, max_skipped;
+    int window, max_skipped;
 };
 
 struct cuda_device {
@@ -60,7 +64,11 @@ struct cuda_device {
     struct tr_comm_req **reqs;
     size_t nreqs, reqs_cap;
     struct scaler sc;
+    struct train_amp_state *amp; // the loop's train_device.amp
 };
+
+// The loss scale of the next step: 1 unless fp16.
+static double loss_scale(const struct cuda_device *cd) { return cd->sc.fp16 ? cd->amp->loss_scale : 1.0; }
 
 static size_t nscal(int P) { return 2 + 2 * (size_t)P; }
 
@@ -159,7 +167,8 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     d->v = cd->hv;
     d->rank_slots = cd->dscal + 2;
     cd->sc.fp16 = cd->prec == SKIFF_CUDA_FP16;
-    cd->sc.scale = cd->sc.fp16 ? SCALE_START : 1.0;
+    cd->amp = &d->amp;
+    if (cd->sc.fp16) d->amp.loss_scale = SCALE_START;
     cd->sc.window = env_int("SKIFF_TRAIN_SCALE_WINDOW", 1000);
     cd->sc.max_skipped = env_int("SKIFF_TRAIN_MAX_SKIPPED", 30);
     return 0;
@@ -191,6 +200,16 @@ static void cuda_close(struct train_device *d)
 static int cuda_upload(struct train_device *d, int with_opt, skiff_err *err)
 {
     struct cuda_device *cd = (struct cuda_device *)d->impl;
+    // A resumed run's scaler state is the checkpoint's: a file without one
+    // (bf16, fp32, the CPU, an older build) starts the fp16 scale afresh;
+    // bf16 and fp32 keep only the count of skipped steps (AdamW's counter).
+    if (cd->sc.fp16 && !(d->amp.loss_scale >= SCALE_FLOOR)) {
+        d->amp.loss_scale = SCALE_START;
+        d->amp.scale_good = d->amp.skipped_run = 0;
+    } else if (!cd->sc.fp16) {
+        d->amp.loss_scale = 0;
+        d->amp.scale_good = d->amp.skipped_run = 0;
+    }
     if (with_opt) TRY(cuda_gpt2_set_opt_state(cd->m, cd->hm, cd->hv, err));
     return cuda_gpt2_set_params(cd->m, cd->hparams, err);
 }
@@ -246,26 +265,29 @@ static int inject_overflow(int step1)
 
 // After the step's one drain: what the device did with the norm, the same
 // decision on the host (same float arithmetic), and the next loss scale.
-static int scaler_update(struct scaler *sc, const struct cuda_device *cd, int step1, float norm, skiff_err *err)
+static int scaler_update(const struct scaler *sc, struct train_amp_state *a, const struct cuda_device *cd, int step1,
+                         float norm, skiff_err *err)
 {
     if (isfinite(norm)) {
-        sc->skipped = 0;
-        if (sc->fp16 && ++sc->good >= sc->window) {
-            sc->scale *= 2;
-            sc->good = 0;
-            if (cd->rank == 0) printf("fp16: step %d: loss scale now %g\n", step1, sc->scale);
+        a->skipped_run = 0;
+        if (sc->fp16 && ++a->scale_good >= sc->window) {
+            a->loss_scale *= 2;
+            a->scale_good = 0;
+            if (cd->rank == 0) printf("fp16: step %d: loss scale now %g\n", step1, a->loss_scale);
         }
         return 0;
     }
     if (!sc->fp16) return skiff_error(err, 0, "step %d: gradient norm is %f (loss diverged); lower --lr", step1, norm);
-    sc->good = 0;
-    if (sc->scale > SCALE_FLOOR) sc->scale /= 2;
-    if (cd->rank == 0) printf("fp16: step %d: gradient overflow, step skipped, loss scale now %g\n", step1, sc->scale);
-    if (++sc->skipped >= sc->max_skipped)
+    a->scale_good = 0;
+    a->skipped++;
+    if (a->loss_scale > SCALE_FLOOR) a->loss_scale /= 2;
+    if (cd->rank == 0)
+        printf("fp16: step %d: gradient overflow, step skipped, loss scale now %g\n", step1, a->loss_scale);
+    if (++a->skipped_run >= sc->max_skipped)
         return skiff_error(err, 0,
                            "fp16: %d steps in a row overflowed (last: step %d, loss scale %g): the "
                            "forward pass itself overflows in fp16; use --precision bf16 or a lower --lr",
-                           sc->skipped, step1, sc->scale);
+                           a->skipped_run, step1, a->loss_scale);
     return 0;
 }
 
@@ -273,8 +295,7 @@ static int scaler_update(struct scaler *sc, const struct cuda_device *cd, int st
 // for the ZeRO stage, norm, AdamW (clipping and the overflow skip on the
 // device), the ZeRO gather of the updated weights and the per-rank
 // loss/norm slots, then waits once and reads them.
-static int finish_step(struct cuda_device *cd, int step, float lr, const struct scaler *sc, float *norm, double *loss,
-                       skiff_err *err)
+static int finish_step(struct cuda_device *cd, int step, float lr, float *norm, double *loss, skiff_err *err)
 {
     const struct train_opts *o = cd->o;
     const struct train_plan *pl = cd->plan;
@@ -295,9 +316,12 @@ static int finish_step(struct cuda_device *cd, int step, float lr, const struct 
         TRY(cuda_gpt2_sum_strided(cd->m, norm2, slots, P, 2, err));
     else
         CUDA_CHECK(cudaMemcpyAsync(norm2, ss, sizeof(float), cudaMemcpyDeviceToDevice, cd->s));
-    float inv = (float)(1.0 / sc->scale);
-    TRY(cuda_gpt2_adamw(cd->m, gopt, lr, o->beta1, o->beta2, o->eps, o->weight_decay, inv, norm2, o->grad_clip,
-                        step + 1, 1, err));
+    float inv = (float)(1.0 / loss_scale(cd));
+    // AdamW's step counter: the steps that updated (a skipped fp16 step does
+    // not count; if this one overflows the device skips it whatever t is).
+    int t = step + 1 - (int)cd->amp->skipped;
+    TRY(cuda_gpt2_adamw(cd->m, gopt, lr, o->beta1, o->beta2, o->eps, o->weight_decay, inv, norm2, o->grad_clip, t, 1,
+                        err));
     // ZeRO: each rank updated its shard of the fp32 master and of the stored
     // weights; gather the stored (bf16/fp16) weights, half the bytes of fp32.
     if (o->zero && P > 1) TRY(tr_all_gather(c, cuda_gpt2_params(cd->m), pl->n_pad, cd->pdtype, err));
@@ -325,7 +349,7 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
     if (o->zero == 2) CUDA_CHECK(cudaMemsetAsync(cd->gshard, 0, pl->opt_len * sizeof(float), cd->s));
     for (int k = 0; k < K; k++) {
         TRY(b->load(b, k, err));
-        float dloss = (float)(cd->sc.scale / ((double)o->batch * o->seq * K * P));
+        float dloss = (float)(loss_scale(cd) / ((double)o->batch * o->seq * K * P));
         TRY(cuda_gpt2_forward(cd->m, b->inputs, b->targets, dloss, err));
         int last = k == K - 1, ddp = ddp_step && last; // no_sync on earlier micro-steps
         cd->nreqs = 0;
@@ -342,9 +366,9 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
         }
     }
     float norm = 0.0f;
-    TRY(finish_step(cd, step, lr, &cd->sc, &norm, &st->loss, err));
+    TRY(finish_step(cd, step, lr, &norm, &st->loss, err));
     if (ddp_step) CUDA_CHECK(cudaEventElapsedTime(&wait_ms, cd->ev0, cd->ev1));
-    TRY(scaler_update(&cd->sc, cd, step + 1, norm, err));
+    TRY(scaler_update(&cd->sc, cd->amp, cd, step + 1, norm, err));
     st->grad_norm = norm;
     st->wait_ms = wait_ms;
     return 0;

@@ -16,6 +16,7 @@
 #include "global_norm.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
+#include "prof.cuh"
 
 extern "C" {
 #include "cuda_model.h"
@@ -30,11 +31,14 @@ struct cuda_gpt2 {
     size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
     cudaStream_t stream;
     struct mm_ctx mm;
-    // cuBLASLt epilogues: GELU_AUX_BIAS on fc forward, DGELU on the fcproj
-    // data gradient, BGRADB for bias gradients (SKIFF_CUDA_FUSED_EPILOGUES=0
-    // turns all of them off: own GELU, GELU' and column-sum kernels)
-    int fuse;
-    size_t elem; // bytes per storage element
+    // cuBLASLt epilogues, each on unless SKIFF_CUDA_EPILOGUES leaves it out:
+    // GELU_AUX_BIAS on fc forward (else the own GELU kernel), DGELU on the
+    // fcproj data gradient (else the own GELU' kernel), BGRADB for bias
+    // gradients (else the own column sums)
+    int fuse_gelu, fuse_dgelu, fuse_bgradb;
+    int crows;     // rows of the classifier's chunks (cuda_classifier_rows)
+    int have_dlnf; // the last forward did the classifier's backward (dloss != 0)
+    size_t elem;   // bytes per storage element
 
     void *params;          // storage type, n_pad
     float *grads;          // n_pad
@@ -211,12 +215,53 @@ extern "C" void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int 
     // per layer: ln1, qkv, atty, res2, ln2, fch, fchg, res3 + LayerNorm
     // statistics and the attention log-sum-exp; then encoded and lnf
     p->activations = L * (16 * NC * e + 4 * N * f + N * cfg->num_heads * f) + 2 * NC * e + 2 * N * f;
-    p->logits = N * cfg->padded_vocab_size * e;
+    p->logits = (size_t)cuda_classifier_rows((int)N) * cfg->padded_vocab_size * e;
     p->backward = NC * e /* forward scratch */ + (1 + 1 + 3 + 4) * NC * e /* dres, d_c, d_3c, d_4c */;
     p->scratch = scratch_floats(B, T, (int)C, cfg->num_heads) * f + 4 * C * f /* BGRADB output */;
     p->misc = N * f + 4 * f /* losses */ + 2 * N * sizeof(int) + k_encoder_csr_ints((int)N) * sizeof(int);
     p->total = p->workspace + p->params + p->grads + p->optimizer + p->activations + p->logits + p->backward +
                p->scratch + p->misc;
+}
+
+// SKIFF_CUDA_EPILOGUES: which fused cuBLASLt epilogues to use, a comma list
+// of gelu, dgelu, bgradb, or "none"; unset: all three. An A/B switch for the
+// GPU run (does BGRADB into fp32 pick a split-K kernel? is the fused GELU
+// faster than the own kernel?). SKIFF_CUDA_FUSED_EPILOGUES=0 is "none".
+static int epilogues_from_env(struct cuda_gpt2 *m, skiff_err *err)
+{
+    const char *fe = getenv("SKIFF_CUDA_FUSED_EPILOGUES"), *list = getenv("SKIFF_CUDA_EPILOGUES");
+    int all = !(fe && !strcmp(fe, "0"));
+    m->fuse_gelu = m->fuse_dgelu = m->fuse_bgradb = all;
+    if (!list || !all) return 0;
+    m->fuse_gelu = m->fuse_dgelu = m->fuse_bgradb = 0;
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(t, "gelu"))
+            m->fuse_gelu = 1;
+        else if (!strcmp(t, "dgelu"))
+            m->fuse_dgelu = 1;
+        else if (!strcmp(t, "bgradb"))
+            m->fuse_bgradb = 1;
+        else if (strcmp(t, "none"))
+            return skiff_error(err, 0, "SKIFF_CUDA_EPILOGUES='%s': '%s' is not one of gelu, dgelu, bgradb, none", list,
+                               t);
+    }
+    return 0;
+}
+
+// The classifier (logits, softmax + cross-entropy, and in training its
+// data and weight gradients) runs over chunks of this many rows, so only a
+// chunk of the (B*T, Vp) logits exists: SKIFF_CUDA_CLASSIFIER_ROWS, default
+// 8192; 0 = all rows at once (the former layout). A smaller chunk saves
+// memory but accumulates wte's fp32 gradient once more per chunk (Vp*C*8
+// bytes of traffic each: 0.31 GB at d12), so the default is set by memory.
+extern "C" int cuda_classifier_rows(int N)
+{
+    const char *v = getenv("SKIFF_CUDA_CLASSIFIER_ROWS");
+    long r = v && *v ? strtol(v, NULL, 10) : 8192;
+    if (r <= 0 || r > N) r = N;
+    return (int)r;
 }
 
 static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
@@ -240,8 +285,8 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
                            m->nparams);
     m->n_pad = n_pad, m->opt_off = opt_off, m->opt_len = opt_len;
     m->elem = prec == SKIFF_CUDA_FP32 ? 4 : 2;
-    const char *fe = getenv("SKIFF_CUDA_FUSED_EPILOGUES");
-    m->fuse = !(fe && !strcmp(fe, "0"));
+    TRY(epilogues_from_env(m, err));
+    m->crows = cuda_classifier_rows(B * T);
     CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
     m->wait = default_wait;
     CUDA_CHECK(cudaMallocHost((void **)&m->bounce, BOUNCE_BYTES));
@@ -281,7 +326,7 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     DALLOC(m->lnf, N * C * e);
     DALLOC(m->lnf_mean, N * sizeof(float));
     DALLOC(m->lnf_rstd, N * sizeof(float));
-    DALLOC(m->logits, N * m->Vp * e);
+    DALLOC(m->logits, (size_t)m->crows * m->Vp * e); // one chunk of rows
     DALLOC(m->losses, N * sizeof(float));
     DALLOC(m->loss_acc, 4 * sizeof(float));
     CUDA_CHECK(cudaMemsetAsync(m->loss_acc, 0, 4 * sizeof(float), m->stream));
@@ -400,47 +445,83 @@ static float *G(struct cuda_gpt2 *m, int i, int l)
     return m->grads + m->offs[i] + (size_t)l * per;
 }
 
+// The classifier over rows [r0, r0+R) of lnf, through the chunk buffer:
+// logits = lnf W_te^T; with targets the losses of those rows; in training
+// (dloss != 0) the chunk is overwritten by dlogits, and its data gradient
+// (dlnf rows, into d_c, which the backward starts from) and its share of
+// wte's gradient follow at once, so the chunk buffer is free for the next.
+template <typename T> static int classifier_chunk(struct cuda_gpt2 *m, int r0, int R, float dloss, skiff_err *err)
+{
+    cudaStream_t s = m->stream;
+    size_t C = m->C;
+    T *lg = (T *)m->logits, *x = (T *)m->lnf + r0 * C;
+    PROF(s, "classifier fwd", mm_forward<T>(&m->mm, lg, NULL, x, P<T>(m, GPT2_WTE, 0), NULL, R, m->C, m->Vp, s, err));
+    if (!m->have_targets) return 0;
+    PROF(s, "softmax + cross-entropy",
+         k_fused_classifier<T>(lg, m->losses + r0, m->d_targets + r0, dloss, R, m->V, m->Vp, s, err));
+    if (dloss == 0.0f) return 0;
+    int unused;
+    PROF(s, "classifier dgrad",
+         mm_backward_data<T>(&m->mm, (T *)m->d_c + r0 * C, lg, P<T>(m, GPT2_WTE, 0), NULL, R, m->C, m->Vp, s, &unused,
+                             err));
+    PROF(s, "classifier wgrad",
+         mm_backward_weight<T>(&m->mm, G(m, GPT2_WTE, 0), NULL, x, lg, R, m->C, m->Vp, s, &unused, err));
+    return 0;
+}
+
 template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, skiff_err *err)
 {
     int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NH;
     cudaStream_t s = m->stream;
     T *enc = (T *)m->encoded;
-    TRY(k_encoder_forward<T>(enc, m->d_tokens, P<T>(m, GPT2_WTE, 0), P<T>(m, GPT2_WPE, 0), B, Tn, C, s, err));
-    TRY(k_residual_layernorm_forward<T>(enc, (T *)m->ln1[0], m->ln1_mean[0], m->ln1_rstd[0], enc, NULL,
-                                        P<T>(m, GPT2_LN1W, 0), P<T>(m, GPT2_LN1B, 0), N, C, s, err));
+    PROF(s, "embedding fwd",
+         k_encoder_forward<T>(enc, m->d_tokens, P<T>(m, GPT2_WTE, 0), P<T>(m, GPT2_WPE, 0), B, Tn, C, s, err));
+    PROF(s, "layernorm fwd",
+         k_residual_layernorm_forward<T>(enc, (T *)m->ln1[0], m->ln1_mean[0], m->ln1_rstd[0], enc, NULL,
+                                         P<T>(m, GPT2_LN1W, 0), P<T>(m, GPT2_LN1B, 0), N, C, s, err));
     for (int l = 0; l < L; l++) {
         T *res_in = l == 0 ? enc : (T *)m->res3[l - 1];
         T *scr = (T *)m->scratch;
-        TRY(mm_forward<T>(&m->mm, (T *)m->qkv[l], NULL, (T *)m->ln1[l], P<T>(m, GPT2_QKVW, l), P<T>(m, GPT2_QKVB, l), N,
-                          C, 3 * C, s, err));
+        PROF(s, "qkv fwd",
+             mm_forward<T>(&m->mm, (T *)m->qkv[l], NULL, (T *)m->ln1[l], P<T>(m, GPT2_QKVW, l), P<T>(m, GPT2_QKVB, l),
+                           N, C, 3 * C, s, err));
         TRY(k_attention_forward<T>((T *)m->atty[l], m->lse[l], (T *)m->qkv[l], B, Tn, C, NH, s, err));
-        TRY(mm_forward<T>(&m->mm, scr, NULL, (T *)m->atty[l], P<T>(m, GPT2_ATTPROJW, l), P<T>(m, GPT2_ATTPROJB, l), N,
-                          C, C, s, err));
-        TRY(k_residual_layernorm_forward<T>((T *)m->res2[l], (T *)m->ln2[l], m->ln2_mean[l], m->ln2_rstd[l], res_in,
-                                            scr, P<T>(m, GPT2_LN2W, l), P<T>(m, GPT2_LN2B, l), N, C, s, err));
-        if (m->fuse) {
-            TRY(mm_forward<T>(&m->mm, (T *)m->fchg[l], (T *)m->fch[l], (T *)m->ln2[l], P<T>(m, GPT2_FCW, l),
-                              P<T>(m, GPT2_FCB, l), N, C, 4 * C, s, err));
+        PROF(s, "attproj fwd",
+             mm_forward<T>(&m->mm, scr, NULL, (T *)m->atty[l], P<T>(m, GPT2_ATTPROJW, l), P<T>(m, GPT2_ATTPROJB, l), N,
+                           C, C, s, err));
+        PROF(s, "residual + layernorm fwd",
+             k_residual_layernorm_forward<T>((T *)m->res2[l], (T *)m->ln2[l], m->ln2_mean[l], m->ln2_rstd[l], res_in,
+                                             scr, P<T>(m, GPT2_LN2W, l), P<T>(m, GPT2_LN2B, l), N, C, s, err));
+        if (m->fuse_gelu) {
+            PROF(s, "fc fwd",
+                 mm_forward<T>(&m->mm, (T *)m->fchg[l], (T *)m->fch[l], (T *)m->ln2[l], P<T>(m, GPT2_FCW, l),
+                               P<T>(m, GPT2_FCB, l), N, C, 4 * C, s, err));
         } else {
-            TRY(mm_forward<T>(&m->mm, (T *)m->fch[l], NULL, (T *)m->ln2[l], P<T>(m, GPT2_FCW, l), P<T>(m, GPT2_FCB, l),
-                              N, C, 4 * C, s, err));
-            TRY(k_gelu_forward<T>((T *)m->fchg[l], (T *)m->fch[l], (size_t)N * 4 * C, s, err));
+            PROF(s, "fc fwd",
+                 mm_forward<T>(&m->mm, (T *)m->fch[l], NULL, (T *)m->ln2[l], P<T>(m, GPT2_FCW, l), P<T>(m, GPT2_FCB, l),
+                               N, C, 4 * C, s, err));
+            PROF(s, "gelu fwd", k_gelu_forward<T>((T *)m->fchg[l], (T *)m->fch[l], (size_t)N * 4 * C, s, err));
         }
-        TRY(mm_forward<T>(&m->mm, scr, NULL, (T *)m->fchg[l], P<T>(m, GPT2_FCPROJW, l), P<T>(m, GPT2_FCPROJB, l), N,
-                          4 * C, C, s, err));
+        PROF(s, "fcproj fwd",
+             mm_forward<T>(&m->mm, scr, NULL, (T *)m->fchg[l], P<T>(m, GPT2_FCPROJW, l), P<T>(m, GPT2_FCPROJB, l), N,
+                           4 * C, C, s, err));
         // residual add fused with the next LayerNorm (ln1 of l+1, or lnf)
         int last = l == L - 1;
-        TRY(k_residual_layernorm_forward<T>((T *)m->res3[l], last ? (T *)m->lnf : (T *)m->ln1[l + 1],
-                                            last ? m->lnf_mean : m->ln1_mean[l + 1],
-                                            last ? m->lnf_rstd : m->ln1_rstd[l + 1], (T *)m->res2[l], scr,
-                                            last ? P<T>(m, GPT2_LNFW, 0) : P<T>(m, GPT2_LN1W, l + 1),
-                                            last ? P<T>(m, GPT2_LNFB, 0) : P<T>(m, GPT2_LN1B, l + 1), N, C, s, err));
+        PROF(s, "residual + layernorm fwd",
+             k_residual_layernorm_forward<T>((T *)m->res3[l], last ? (T *)m->lnf : (T *)m->ln1[l + 1],
+                                             last ? m->lnf_mean : m->ln1_mean[l + 1],
+                                             last ? m->lnf_rstd : m->ln1_rstd[l + 1], (T *)m->res2[l], scr,
+                                             last ? P<T>(m, GPT2_LNFW, 0) : P<T>(m, GPT2_LN1W, l + 1),
+                                             last ? P<T>(m, GPT2_LNFB, 0) : P<T>(m, GPT2_LN1B, l + 1), N, C, s, err));
     }
-    TRY(mm_forward<T>(&m->mm, (T *)m->logits, NULL, (T *)m->lnf, P<T>(m, GPT2_WTE, 0), NULL, N, C, m->Vp, s, err));
-    if (m->have_targets) {
-        TRY(k_fused_classifier<T>((T *)m->logits, m->losses, m->d_targets, dloss, N, m->V, m->Vp, s, err));
-        TRY(k_mean(m->loss_acc, m->losses, N, s, err));
-    }
+    // Without targets there is nothing to compute from the logits here
+    // (cuda_gpt2_get_logits computes them when asked).
+    m->have_dlnf = 0;
+    if (!m->have_targets) return 0;
+    for (int r0 = 0; r0 < N; r0 += m->crows)
+        TRY(classifier_chunk<T>(m, r0, N - r0 < m->crows ? N - r0 : m->crows, dloss, err));
+    m->have_dlnf = dloss != 0.0f;
+    PROF(s, "loss mean", k_mean(m->loss_acc, m->losses, N, s, err));
     return 0;
 }
 
@@ -490,18 +571,29 @@ extern "C" int cuda_gpt2_take_loss_dev(struct cuda_gpt2 *m, float *dev, skiff_er
     return 0;
 }
 
+template <typename T> static int get_logits_t(struct cuda_gpt2 *m, float *host, float *tmp, skiff_err *err)
+{
+    int N = m->B * m->T;
+    size_t Vp = m->Vp, C = m->C;
+    for (int r0 = 0; r0 < N; r0 += m->crows) {
+        int R = N - r0 < m->crows ? N - r0 : m->crows;
+        TRY(mm_forward<T>(&m->mm, (T *)m->logits, NULL, (T *)m->lnf + r0 * C, P<T>(m, GPT2_WTE, 0), NULL, R, m->C,
+                          m->Vp, m->stream, err));
+        TRY(k_cast_to_f32<T>(tmp, (T *)m->logits, R * Vp, m->stream, err));
+        TRY(cuda_gpt2_d2h(m, host + r0 * Vp, tmp, R * Vp * sizeof(float), err));
+    }
+    return 0;
+}
+
+// The logits of the last forward's lnf, computed again chunk by chunk (the
+// forward keeps none).
 extern "C" int cuda_gpt2_get_logits(struct cuda_gpt2 *m, float *host, skiff_err *err)
 {
-    size_t n = (size_t)m->B * m->T * m->Vp;
     float *tmp;
-    CUDA_CHECK(cudaMallocAsync((void **)&tmp, n * sizeof(float), m->stream));
-    int rc = 0;
-    switch (m->prec) {
-    case SKIFF_CUDA_FP32: rc = k_cast_to_f32<float>(tmp, (float *)m->logits, n, m->stream, err); break;
-    case SKIFF_CUDA_BF16: rc = k_cast_to_f32<bf16>(tmp, (bf16 *)m->logits, n, m->stream, err); break;
-    default: rc = k_cast_to_f32<fp16>(tmp, (fp16 *)m->logits, n, m->stream, err); break;
-    }
-    if (rc == 0) rc = cuda_gpt2_d2h(m, host, tmp, n * sizeof(float), err);
+    CUDA_CHECK(cudaMallocAsync((void **)&tmp, (size_t)m->crows * m->Vp * sizeof(float), m->stream));
+    int rc = m->prec == SKIFF_CUDA_FP32   ? get_logits_t<float>(m, host, tmp, err)
+             : m->prec == SKIFF_CUDA_BF16 ? get_logits_t<bf16>(m, host, tmp, err)
+                                          : get_logits_t<fp16>(m, host, tmp, err);
     cudaFreeAsync(tmp, m->stream);
     return rc;
 }
@@ -537,70 +629,85 @@ static int bias_grad(struct cuda_gpt2 *m, float *g, int fused, const T *dout, in
     return k_bias_backward<T>(g, m->fscratch, dout, N, OC, m->stream, err);
 }
 
+// Profile keys of one linear layer's backward: weight gradient, bias
+// gradient (BGRADB's output added, or the own column sums), data gradient.
+struct lin_keys {
+    const char *wgrad, *bias, *dgrad;
+};
+static const struct lin_keys K_FCPROJ = {"fcproj wgrad", "bias grad", "fcproj dgrad"},
+                             K_FC = {"fc wgrad", "bias grad", "fc dgrad"},
+                             K_ATTPROJ = {"attproj wgrad", "bias grad", "attproj dgrad"},
+                             K_QKV = {"qkv wgrad", "bias grad", "qkv dgrad"};
+
 // One linear layer y = x W^T + b backwards: dx (unless NULL) = dy W, with
 // GELU' of gelu_pre applied when given; dW += x^T dy; db += colsum(dy).
 template <typename T>
-static int linear_backward(struct cuda_gpt2 *m, T *dx, const T *gelu_pre, int wi, int bi, int l, const T *x,
-                           const T *dy, int N, int IC, int OC, skiff_err *err)
+static int linear_backward(struct cuda_gpt2 *m, const struct lin_keys *k, T *dx, const T *gelu_pre, int wi, int bi,
+                           int l, const T *x, const T *dy, int N, int IC, int OC, skiff_err *err)
 {
     struct mm_ctx *mm = &m->mm;
     cudaStream_t s = m->stream;
     int fused_w = 0, fused_d = 0;
-    float *db = m->fuse ? m->dbias : NULL;
-    TRY(mm_backward_weight<T>(mm, G(m, wi, l), db, x, dy, N, IC, OC, s, &fused_w, err));
-    TRY(bias_grad<T>(m, G(m, bi, l), fused_w, dy, N, OC, err));
+    float *db = m->fuse_bgradb ? m->dbias : NULL;
+    PROF(s, k->wgrad, mm_backward_weight<T>(mm, G(m, wi, l), db, x, dy, N, IC, OC, s, &fused_w, err));
+    PROF(s, k->bias, bias_grad<T>(m, G(m, bi, l), fused_w, dy, N, OC, err));
     if (!dx) return 0;
-    TRY(mm_backward_data<T>(mm, dx, dy, P<T>(m, wi, l), m->fuse ? gelu_pre : NULL, N, IC, OC, s, &fused_d, err));
-    if (gelu_pre && !fused_d) TRY(k_gelu_backward<T>(dx, gelu_pre, (size_t)N * IC, s, err));
+    PROF(s, k->dgrad,
+         mm_backward_data<T>(mm, dx, dy, P<T>(m, wi, l), m->fuse_dgelu ? gelu_pre : NULL, N, IC, OC, s, &fused_d, err));
+    if (gelu_pre && !fused_d) PROF(s, "gelu bwd", k_gelu_backward<T>(dx, gelu_pre, (size_t)N * IC, s, err));
     return 0;
 }
 
+// The classifier's gradients were done chunk by chunk in the forward
+// (classifier_chunk): dlnf is in d_c, wte's share in its gradient.
 template <typename T> static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err)
 {
     int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NH;
     cudaStream_t s = m->stream;
-    struct mm_ctx *mm = &m->mm;
     T *dres = (T *)m->dres, *dc = (T *)m->d_c, *d3 = (T *)m->d_3c, *d4 = (T *)m->d_4c;
-    T *dlogits = (T *)m->logits;
     float *fs = m->fscratch;
-    int unused;
+    TRY(cuda_prof_begin(s, "zero dresidual"));
     CUDA_CHECK(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(T), s));
-    // classifier (wte is tied: its gradient also gets the embedding's below)
-    TRY(mm_backward_data<T>(mm, dc, dlogits, P<T>(m, GPT2_WTE, 0), NULL, N, C, m->Vp, s, &unused, err));
-    TRY(mm_backward_weight<T>(mm, G(m, GPT2_WTE, 0), NULL, (T *)m->lnf, dlogits, N, C, m->Vp, s, &unused, err));
-    TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LNFW, 0), G(m, GPT2_LNFB, 0), fs, dc, (T *)m->res3[L - 1],
-                                P<T>(m, GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N, C, s, err));
+    TRY(cuda_prof_end(s));
+    PROF(s, "layernorm bwd",
+         k_layernorm_backward<T>(dres, G(m, GPT2_LNFW, 0), G(m, GPT2_LNFB, 0), fs, dc, (T *)m->res3[L - 1],
+                                 P<T>(m, GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N, C, s, err));
     for (int l = L - 1; l >= 0; l--) {
         T *res_in = l == 0 ? (T *)m->encoded : (T *)m->res3[l - 1];
         // MLP: fcproj (+ GELU'), fc, ln2
-        TRY(linear_backward<T>(m, d4, (T *)m->fch[l], GPT2_FCPROJW, GPT2_FCPROJB, l, (T *)m->fchg[l], dres, N, 4 * C, C,
-                               err));
-        TRY(linear_backward<T>(m, dc, NULL, GPT2_FCW, GPT2_FCB, l, (T *)m->ln2[l], d4, N, C, 4 * C, err));
-        TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LN2W, l), G(m, GPT2_LN2B, l), fs, dc, (T *)m->res2[l],
-                                    P<T>(m, GPT2_LN2W, l), m->ln2_mean[l], m->ln2_rstd[l], N, C, s, err));
+        TRY(linear_backward<T>(m, &K_FCPROJ, d4, (T *)m->fch[l], GPT2_FCPROJW, GPT2_FCPROJB, l, (T *)m->fchg[l], dres,
+                               N, 4 * C, C, err));
+        TRY(linear_backward<T>(m, &K_FC, dc, NULL, GPT2_FCW, GPT2_FCB, l, (T *)m->ln2[l], d4, N, C, 4 * C, err));
+        PROF(s, "layernorm bwd",
+             k_layernorm_backward<T>(dres, G(m, GPT2_LN2W, l), G(m, GPT2_LN2B, l), fs, dc, (T *)m->res2[l],
+                                     P<T>(m, GPT2_LN2W, l), m->ln2_mean[l], m->ln2_rstd[l], N, C, s, err));
         // attention: attproj, attention, qkv, ln1
-        TRY(linear_backward<T>(m, dc, NULL, GPT2_ATTPROJW, GPT2_ATTPROJB, l, (T *)m->atty[l], dres, N, C, C, err));
+        TRY(linear_backward<T>(m, &K_ATTPROJ, dc, NULL, GPT2_ATTPROJW, GPT2_ATTPROJB, l, (T *)m->atty[l], dres, N, C, C,
+                               err));
         TRY(k_attention_backward<T>(d3, fs, dc, (T *)m->qkv[l], (T *)m->atty[l], m->lse[l], B, Tn, C, NH, s, err));
-        TRY(linear_backward<T>(m, dc, NULL, GPT2_QKVW, GPT2_QKVB, l, (T *)m->ln1[l], d3, N, C, 3 * C, err));
-        TRY(k_layernorm_backward<T>(dres, G(m, GPT2_LN1W, l), G(m, GPT2_LN1B, l), fs, dc, res_in, P<T>(m, GPT2_LN1W, l),
-                                    m->ln1_mean[l], m->ln1_rstd[l], N, C, s, err));
+        TRY(linear_backward<T>(m, &K_QKV, dc, NULL, GPT2_QKVW, GPT2_QKVB, l, (T *)m->ln1[l], d3, N, C, 3 * C, err));
+        PROF(s, "layernorm bwd",
+             k_layernorm_backward<T>(dres, G(m, GPT2_LN1W, l), G(m, GPT2_LN1B, l), fs, dc, res_in,
+                                     P<T>(m, GPT2_LN1W, l), m->ln1_mean[l], m->ln1_rstd[l], N, C, s, err));
         if (ready) TRY(ready(ctx, m, l, err));
     }
-    TRY(k_encoder_backward<T>(G(m, GPT2_WTE, 0), G(m, GPT2_WPE, 0), fs, dres, m->d_csr, m->nseg, m->nbig, B, Tn, C, s,
-                              err));
+    PROF(s, "embedding bwd",
+         k_encoder_backward<T>(G(m, GPT2_WTE, 0), G(m, GPT2_WPE, 0), fs, dres, m->d_csr, m->nseg, m->nbig, B, Tn, C, s,
+                               err));
     if (ready) TRY(ready(ctx, m, -1, err));
     return 0;
 }
 
 extern "C" int cuda_gpt2_zero_grad(struct cuda_gpt2 *m, skiff_err *err)
 {
+    TRY(cuda_prof_begin(m->stream, "zero grads"));
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_pad * sizeof(float), m->stream));
-    return 0;
+    return cuda_prof_end(m->stream);
 }
 
 extern "C" int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err)
 {
-    if (!m->have_targets) return skiff_error(err, 0, "backward needs a forward with targets");
+    if (!m->have_dlnf) return skiff_error(err, 0, "backward needs a forward with targets and dloss != 0");
     switch (m->prec) {
     case SKIFF_CUDA_FP32: return backward_t<float>(m, ready, ctx, err);
     case SKIFF_CUDA_BF16: return backward_t<bf16>(m, ready, ctx, err);
@@ -616,7 +723,8 @@ extern "C" int cuda_gpt2_get_grads(struct cuda_gpt2 *m, float *host, skiff_err *
 // ---------------------------------------------------------------- optimizer
 extern "C" int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size_t n, skiff_err *err)
 {
-    return k_norm_squared(dev_out, m->fscratch, grad, n, m->stream, err);
+    PROF(m->stream, "grad norm", k_norm_squared(dev_out, m->fscratch, grad, n, m->stream, err));
+    return 0;
 }
 
 template <typename T>
@@ -634,8 +742,9 @@ static int adamw_t(struct cuda_gpt2 *m, const float *grad, float lr, float b1, f
         if (a >= b) continue;
         float w = i < GPT2_NUM_PARAM_TENSORS && gpt2_param_decays(i) ? wd : 0.0f;
         size_t k = a - lo;
-        TRY(k_adamw<T>(m->master + k, upd ? (T *)m->params + a : NULL, grad + k, m->m + k, m->v + k, b - a, lr, b1, b2,
-                       eps, w, gs, norm2, clip, bc1, bc2, m->stream, err));
+        PROF(m->stream, "adamw",
+             k_adamw<T>(m->master + k, upd ? (T *)m->params + a : NULL, grad + k, m->m + k, m->v + k, b - a, lr, b1, b2,
+                        eps, w, gs, norm2, clip, bc1, bc2, m->stream, err));
     }
     return 0;
 }

@@ -11,6 +11,7 @@
 #define SKIFF_CUDA_MODEL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "error.h"
 #include "model.h"
@@ -36,7 +37,7 @@ struct cuda_mem_plan {
     size_t grads;       /* fp32, n_pad */
     size_t optimizer;   /* fp32 master, m, v for the optimizer's range */
     size_t activations; /* kept for backward: 16 (B,T,C) tensors per layer + statistics */
-    size_t logits;      /* (B,T,Vp), overwritten by their gradient */
+    size_t logits;      /* one chunk of the classifier: (cuda_classifier_rows, Vp) */
     size_t backward;    /* gradient buffers of one layer + a forward scratch */
     size_t scratch;     /* reductions, attention D, embedding partials, bias gradients */
     size_t misc;        /* token ids, targets, token index, losses */
@@ -46,9 +47,14 @@ struct cuda_mem_plan {
 void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad, size_t opt_len,
                            struct cuda_mem_plan *p);
 
-/* Dynamic shared memory the attention launchers request for head size hs:
- * out[0] forward, out[1] dK/dV, out[2] dQ (host only). */
-void cuda_attention_smem(int prec, int hs, size_t out[3]);
+/* Rows of a classifier chunk for N = B*T rows: SKIFF_CUDA_CLASSIFIER_ROWS
+ * (default 8192; 0 or more than N: all N). */
+int cuda_classifier_rows(int N);
+
+/* Dynamic shared memory the attention launchers request for head size hs
+ * with the tiles they use now (SKIFF_CUDA_ATTENTION): out[0] forward, out[1]
+ * dK/dV, out[2] dQ; out[3] the tile height, 64 or 128 (host only). */
+void cuda_attention_smem(int prec, int hs, size_t out[4]);
 
 /* n_pad >= number of parameters (padding for ZeRO shards). */
 int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
@@ -85,17 +91,20 @@ int cuda_gpt2_master_to(struct cuda_gpt2 *m, float *dev, skiff_err *err);
 int cuda_gpt2_get_opt_state(struct cuda_gpt2 *m, float *host_m, float *host_v, skiff_err *err);
 int cuda_gpt2_set_opt_state(struct cuda_gpt2 *m, const float *host_m, const float *host_v, skiff_err *err);
 
-/* Forward on host token ids (B*T each; targets may be NULL: no loss). With
- * dloss != 0 the classifier leaves dlogits = dloss * d(sum of losses)/dlogits
- * in place for cuda_gpt2_backward; with dloss == 0 the logits stay readable.
- * The mean loss of this batch is added to a device accumulator
+/* Forward on host token ids (B*T each; targets may be NULL: no loss). The
+ * classifier runs over chunks of rows (cuda_classifier_rows): with dloss != 0
+ * it also does its own backward for dloss * d(sum of losses)/dlogits, chunk
+ * by chunk (the data gradient kept for cuda_gpt2_backward, wte's gradient
+ * added to the gradient buffer), so no (B*T, Vp) logits buffer exists. The
+ * mean loss of this batch is added to a device accumulator
  * (cuda_gpt2_take_loss). */
 int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const int *targets, float dloss, skiff_err *err);
 /* Host copy of the mean-loss accumulator (waits for the stream), then zeroes it. */
 int cuda_gpt2_take_loss(struct cuda_gpt2 *m, double *sum, skiff_err *err);
 /* The same into one device float, queued (no wait). */
 int cuda_gpt2_take_loss_dev(struct cuda_gpt2 *m, float *dev, skiff_err *err);
-/* (B*T, Vp) logits as fp32 on the host; valid after a forward with dloss == 0. */
+/* (B*T, Vp) logits of the last forward as fp32 on the host (computed again
+ * from its final LayerNorm output, chunk by chunk). */
 int cuda_gpt2_get_logits(struct cuda_gpt2 *m, float *host, skiff_err *err);
 
 /* Called during backward each time layer `layer`'s gradients are final
@@ -133,6 +142,11 @@ int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skiff_err *err)
 
 /* bf16 cuBLASLt GEMM (m x n x k) timed over iters runs: TFLOP/s. */
 int cuda_gemm_bench(int m, int n, int k, int iters, double *tflops, skiff_err *err);
+/* Per-op GPU times (prof.cuh): start records every op of the calls that
+ * follow; report stops, waits for them (polled) and writes one line per op
+ * (key, calls and ms per step over `steps` steps, GEMM notes) to out. */
+int cuda_prof_start(skiff_err *err);
+int cuda_prof_report(FILE *out, int steps, skiff_err *err);
 /* Device memory in use (all processes) and total, from cudaMemGetInfo. */
 int cuda_mem_info(size_t *used, size_t *total, skiff_err *err);
 /* Host-only helper (for tests): see k_encoder_csr in encoder.cuh. */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "matmul.cuh"
+#include "prof.cuh"
 
 #define MAX_PLANS 128
 
@@ -18,7 +19,37 @@ struct mm_plan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
+    char note[112]; // shape, epilogue and the algorithm chosen, for the per-op profile
 };
+
+static const char *epilogue_name(int e)
+{
+    switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "none";
+    case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+    case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+    default: return "other";
+    }
+}
+
+// What the heuristic picked: algorithm id, tile, split-K (and its reduction
+// scheme), stages; e.g. whether BGRADB into fp32 takes a split-K kernel.
+static void describe_plan(struct mm_plan *p)
+{
+    int32_t id = -1, splitk = 1;
+    uint32_t tile = 0, red = 0, stages = 0;
+    size_t w;
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof(splitk), &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof(red), &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &w);
+    snprintf(p->note, sizeof(p->note), "%dx%dx%d %s%s algo %d tile %u splitK %d red %u stages %u", p->key.m, p->key.n,
+             p->key.k, epilogue_name(p->key.epilogue), p->key.accumulate ? " +=" : "", (int)id, tile, (int)splitk, red,
+             stages);
+}
 
 static int align_of(const void *p)
 {
@@ -118,6 +149,7 @@ static int make_plan(struct mm_ctx *c, const struct mm_key *k, const void *bias,
             err->code = ENOTSUP; // the caller may fall back to separate kernels
         } else {
             p->algo = res.algo;
+            describe_plan(p);
         }
     }
     cublasLtMatmulPreferenceDestroy(pref);
@@ -154,6 +186,7 @@ static int lt_matmul(struct mm_ctx *c, void *d, const void *a, const void *b, in
         CUBLAS_CHECK(
             cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    cuda_prof_note("%s", p->note);
     CUBLAS_CHECK(cublasLtMatmul(c->lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d, p->ld, &p->algo,
                                 c->workspace, c->workspace_size, s));
     return 0;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "adamw.cuh"
-#include "attention_dev.cuh"
+#include "attention128_dev.cuh"
 #include "classifier.cuh"
 #include "colsum.cuh"
 #include "elementwise.cuh"
@@ -72,7 +72,10 @@ static double relerr(const std::vector<float> &a, const std::vector<float> &b, d
 }
 
 // ---------------------------------------------------------------- attention
-template <typename T, int HS> static void test_attention(int B, int Tn, int NH, double tol, const char *tname)
+// ROWS = 64: the 64-row kernels (attention_dev.cuh); 128: the 128-row ones
+// (attention128_dev.cuh), both against the same reference.
+template <typename T, int HS, int ROWS = 64>
+static void test_attention(int B, int Tn, int NH, double tol, const char *tname)
 {
     int C = NH * HS;
     size_t nq = (size_t)B * Tn * 3 * C, no = (size_t)B * Tn * C;
@@ -84,17 +87,27 @@ template <typename T, int HS> static void test_attention(int B, int Tn, int NH, 
 
     std::vector<T> out(no), dqkv(nq);
     std::vector<float> lse((size_t)B * NH * Tn), Dv((size_t)B * NH * Tn);
-    int ntile = (Tn + ATT_ROWS - 1) / ATT_ROWS;
+    int ntile = (Tn + ROWS - 1) / ROWS;
     float scale = 1.0f / sqrtf((float)HS);
     T *o = out.data(), *dq = dqkv.data();
     const T *q = qkv_t.data(), *d = dout_t.data();
     float *l = lse.data(), *D = Dv.data();
     dim3 grid(ntile, NH, B), block(ATT_WARPS * 32);
-    emu_launch(grid, block, [=] { attention_forward_kernel<T, HS>(o, l, q, Tn, C, NH, scale); });
     size_t lanes = (size_t)B * Tn * NH * (HS * sizeof(T) / 16);
-    emu_launch(dim3((lanes + 255) / 256), dim3(256), [=] { attention_rowdot_kernel<T, HS>(D, d, o, B, Tn, C, NH); });
-    emu_launch(grid, block, [=] { attention_dkdv_kernel<T, HS>(dq, d, q, l, D, Tn, C, NH, scale); });
-    emu_launch(grid, block, [=] { attention_dq_kernel<T, HS>(dq, d, q, l, D, Tn, C, NH, scale); });
+    if constexpr (ROWS == 128) {
+        static_assert(att128_cfg<T, HS>::fits, "no 128-row kernels for this type and head size");
+        emu_launch(grid, block, [=] { attention128_forward_kernel<T, HS>(o, l, q, Tn, C, NH, scale); });
+        emu_launch(dim3((lanes + 255) / 256), dim3(256),
+                   [=] { attention_rowdot_kernel<T, HS>(D, d, o, B, Tn, C, NH); });
+        emu_launch(grid, block, [=] { attention128_dkdv_kernel<T, HS>(dq, d, q, l, D, Tn, C, NH, scale); });
+        emu_launch(grid, block, [=] { attention128_dq_kernel<T, HS>(dq, d, q, l, D, Tn, C, NH, scale); });
+    } else {
+        emu_launch(grid, block, [=] { attention_forward_kernel<T, HS>(o, l, q, Tn, C, NH, scale); });
+        emu_launch(dim3((lanes + 255) / 256), dim3(256),
+                   [=] { attention_rowdot_kernel<T, HS>(D, d, o, B, Tn, C, NH); });
+        emu_launch(grid, block, [=] { attention_dkdv_kernel<T, HS>(dq, d, q, l, D, Tn, C, NH, scale); });
+        emu_launch(grid, block, [=] { attention_dq_kernel<T, HS>(dq, d, q, l, D, Tn, C, NH, scale); });
+    }
 
     std::vector<float> ro(no), pre((size_t)B * NH * Tn * Tn), att(pre.size()), rd(nq, 0.0f), dpre(pre.size(), 0.0f),
         datt(pre.size(), 0.0f);
@@ -111,11 +124,13 @@ template <typename T, int HS> static void test_attention(int B, int Tn, int NH, 
         rl[r] = (float)(mx + log(s));
     }
     char name[160];
-    snprintf(name, sizeof name, "attention forward %s HS=%d B=%d T=%d NH=%d", tname, HS, B, Tn, NH);
+    snprintf(name, sizeof name, "attention (%d-row tiles) forward %s HS=%d B=%d T=%d NH=%d", ROWS, tname, HS, B, Tn,
+             NH);
     report(name, relerr(to_f32(out), ro), tol);
-    snprintf(name, sizeof name, "attention log-sum-exp %s HS=%d T=%d", tname, HS, Tn);
+    snprintf(name, sizeof name, "attention (%d-row tiles) log-sum-exp %s HS=%d T=%d", ROWS, tname, HS, Tn);
     report(name, relerr(lse, rl), tol);
-    snprintf(name, sizeof name, "attention backward dq,dk,dv %s HS=%d B=%d T=%d NH=%d", tname, HS, B, Tn, NH);
+    snprintf(name, sizeof name, "attention (%d-row tiles) backward dq,dk,dv %s HS=%d B=%d T=%d NH=%d", ROWS, tname, HS,
+             B, Tn, NH);
     report(name, relerr(to_f32(dqkv), rd), 2 * tol);
 }
 
@@ -373,6 +388,14 @@ int main()
     test_attention<bf16, 128>(1, 130, 1, 3e-2, "bf16");       // 3 tiles, 2 rows in the last
     test_attention<float, 128>(1, 100, 1, 5e-3, "fp32/TF32"); // W = 32 inner tiles, partial
     test_attention<fp16, 64>(1, 128, 1, 1e-2, "fp16");
+    // 128-row tiles: two tiles with a partial second one (warps whose rows
+    // are past a key tile skip it), a single partial tile, fp32/TF32
+    test_attention<bf16, 64, 128>(1, 200, 2, 3e-2, "bf16");
+    test_attention<fp16, 64, 128>(1, 128, 1, 1e-2, "fp16");
+    test_attention<bf16, 32, 128>(2, 40, 1, 3e-2, "bf16");
+    test_attention<bf16, 16, 128>(1, 256, 2, 3e-2, "bf16");
+    test_attention<float, 32, 128>(1, 150, 1, 5e-3, "fp32/TF32");
+    test_attention<float, 16, 128>(1, 96, 2, 5e-3, "fp32/TF32");
     test_layernorm<float, 0>(40, 96, 1e-5, "fp32");
     test_layernorm<bf16, 0>(300, 64, 2e-2, "bf16");
     test_layernorm<float, 1>(40, 96, 1e-5, "fp32");   // 24 vectors: lanes 24..31 idle

@@ -16,8 +16,15 @@
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <signal.h>
 
 #include <atomic>
+
+extern "C" {
+#include "clock.h"
+}
 
 static std::atomic<size_t> emu_bytes{0};
 
@@ -118,9 +125,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+// Streams are synchronous, so an event completes when it is recorded: it
+// keeps the host time of its record, and the elapsed time between two is
+// the host time the emulated work between them took (gpu_tool bench --ops
+// runs its per-op table on the emulation that way).
 cudaError_t cudaEventCreate(cudaEvent_t *e)
 {
-    *e = (cudaEvent_t)emu_alloc(8);
+    *e = (cudaEvent_t)emu_alloc(sizeof(double));
+    *(double *)*e = 0;
     return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
@@ -129,12 +141,16 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     free(e);
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+{
+    *(double *)e = skiff_now_ms();
+    return cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t)
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
-    *ms = 0.0f;
+    *ms = (float)(*(const double *)b - *(const double *)a);
     return cudaSuccess;
 }
 
@@ -237,6 +253,17 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// The stand-in has one algorithm: id 0, no split-K.
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t *,
+                                                    cublasLtMatmulAlgoConfigAttributes_t a, void *buf, size_t n,
+                                                    size_t *written)
+{
+    memset(buf, 0, n);
+    if (a == CUBLASLT_ALGO_CONFIG_SPLITK_NUM && n >= sizeof(int32_t)) *(int32_t *)buf = 1;
+    *written = n;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 static float ld_el(const void *p, cudaDataType t, size_t i)
 {
     switch (t) {
@@ -318,15 +345,69 @@ const char *ncclGetErrorString(ncclResult_t) { return no_nccl; }
 const char *ncclGetLastError(ncclComm_t) { return ""; }
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
+    static std::atomic<unsigned> n{0};
     memset(id, 0, sizeof(*id));
+    unsigned long long key = ((unsigned long long)getpid() << 20) ^ n++;
+    memcpy(id->internal, &key, sizeof key);
     return ncclSuccess;
 }
+// A non-blocking communicator's creation, as NCCL does it across processes:
+// ncclInProgress until every rank of the id has called init (a marker file
+// per rank in /tmp, named by the id, which ncclGetUniqueId fills with its
+// pid and a counter), then ncclInvalidUsage: the collectives themselves are
+// not emulated. SKIFF_EMU_NCCL_INIT_KILL=R: rank R SIGKILLs itself in init,
+// a peer that dies after the id exchange (tests/gpu/peer-death.sh).
+struct ncclComm {
+    char mark[128], prefix[112];
+    int nranks;
+};
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int n, ncclUniqueId id, int rank, ncclConfig_t *cfg)
+{
+    const char *kill_rank = getenv("SKIFF_EMU_NCCL_INIT_KILL");
+    if (kill_rank && atoi(kill_rank) == rank) raise(SIGKILL);
+    *comm = NULL;
+    if (!cfg || cfg->blocking) return ncclInvalidUsage;
+    ncclComm *c = new ncclComm;
+    unsigned long long key;
+    memcpy(&key, id.internal, sizeof key);
+    snprintf(c->prefix, sizeof c->prefix, "/tmp/skiff-emu-nccl-%llx.", key);
+    snprintf(c->mark, sizeof c->mark, "%s%d", c->prefix, rank);
+    c->nranks = n;
+    FILE *f = fopen(c->mark, "w");
+    if (f) fclose(f);
+    *comm = c;
+    return ncclInProgress;
+}
 ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int) { return ncclInvalidUsage; }
-ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
-ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
-ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *r)
+static void emu_comm_free(ncclComm_t c)
+{
+    if (!c) return;
+    unlink(c->mark);
+    delete c;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t c)
+{
+    emu_comm_free(c);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t c)
+{
+    emu_comm_free(c);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r)
 {
     *r = ncclSuccess;
+    if (!c) return ncclSuccess;
+    for (int i = 0; i < c->nranks; i++) {
+        char p[160];
+        snprintf(p, sizeof p, "%s%d", c->prefix, i);
+        if (access(p, F_OK) != 0) {
+            *r = ncclInProgress;
+            return ncclSuccess;
+        }
+    }
+    *r = ncclInvalidUsage; // everyone joined; no emulated collectives
     return ncclSuccess;
 }
 ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)

@@ -154,3 +154,32 @@ Test(policy, resuming_a_finished_run_is_not_an_error)
     cr_assert_float_eq(params[5], 5.0f, 0);
     free(params), free(m), free(v);
 }
+
+/* fp16's loss-scaling state travels with the checkpoint (a resume continues
+ * bit for bit) and a file of an older build, with zeros there, reads as
+ * "start afresh"; an impossible count is a corrupt file. */
+Test(policy, checkpoint_carries_the_loss_scaling_state)
+{
+    struct train_opts o = opts(0, 10);
+    size_t n = gpt2_param_layout(&o.cfg, NULL, NULL);
+    struct train_plan p;
+    train_plan_init(&p, &o, n, 1, 0);
+    float *params = calloc(p.n_pad, 4), *m = calloc(p.opt_len, 4), *v = calloc(p.opt_len, 4);
+    struct train_ckpt c;
+    train_plan_ckpt(&p, &o, 7, params, m, v, &c);
+    cr_assert_eq(c.amp.loss_scale, 0.0, "a plain record has no loss scale");
+    c.amp = (struct train_amp_state){.loss_scale = 16384, .scale_good = 3, .skipped_run = 1, .skipped = 2};
+    skiff_err err;
+    cr_assert_eq(train_ckpt_save(o.ckpt_dir, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(train_resume_load(&p, &o, params, m, v, &err), 0, "%s", err.msg);
+    cr_assert_eq(p.start, 7);
+    cr_assert_eq(p.amp.loss_scale, 16384.0);
+    cr_assert_eq(p.amp.scale_good, 3);
+    cr_assert_eq(p.amp.skipped_run, 1);
+    cr_assert_eq(p.amp.skipped, 2);
+    c.amp.skipped = 8; /* more skipped steps than steps */
+    cr_assert_eq(train_ckpt_save(o.ckpt_dir, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(train_resume_load(&p, &o, params, m, v, &err), -1);
+    cr_assert(strstr(err.msg, "corrupt checkpoint: loss scale"), "%s", err.msg);
+    free(params), free(m), free(v);
+}
