@@ -29,7 +29,8 @@ struct ckpt_header {
     double loss_scale;
     int32_t scale_good, skipped_run;
     int64_t skipped;
-    char pad[256 - 8 - 4 - 4 - 24 - 16 - 40 - 24];
+    int32_t tp; /* --tp; 0 (read as 1) in files of builds before it existed */
+    char pad[256 - 8 - 4 - 4 - 24 - 16 - 40 - 24 - 4];
 };
 _Static_assert(sizeof(struct ckpt_header) == 256, "checkpoint header is 256 bytes");
 
@@ -98,6 +99,7 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
     h.scale_good = c->amp.scale_good;
     h.skipped_run = c->amp.skipped_run;
     h.skipped = c->amp.skipped;
+    h.tp = c->tp > 1 ? c->tp : 1;
     struct ckpt_write w = {c, &h};
     return skiff_atomic_write_file(path, tmp, fill_ckpt, &w, err) < 0 ? skiff_err_wrap(err, "checkpoint") : 0;
 }
@@ -114,9 +116,11 @@ static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_er
         return skiff_error(err, 0, "%s: not a skiff-train checkpoint", path);
     if (h->version != CKPT_VERSION)
         return skiff_error(err, 0, "%s: checkpoint version %d, this build reads %d", path, h->version, CKPT_VERSION);
-    if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 2 || h->step < 0)
-        return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, zero %d, step %d", path, h->world,
-                           h->rank, h->zero, h->step);
+    if (h->tp == 0) h->tp = 1;
+    if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 2 || h->step < 0 ||
+        h->tp < 1 || h->world % h->tp)
+        return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, tp %d, zero %d, step %d", path,
+                           h->world, h->rank, h->tp, h->zero, h->step);
     if (!(h->loss_scale >= 0 && h->loss_scale < 1e38) || h->scale_good < 0 || h->skipped_run < 0 || h->skipped < 0 ||
         h->skipped > h->step)
         return skiff_error(err, 0, "%s: corrupt checkpoint: loss scale %g, %lld of %d steps skipped", path,
@@ -147,6 +151,7 @@ int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err)
     if (read_header(fd, path, &h, err) < 0) return -1;
     out->cfg = (struct gpt2_config){h.cfg[0], h.cfg[1], h.cfg[2], h.cfg[3], h.cfg[4], h.cfg[5]};
     out->world = h.world;
+    out->tp = h.tp;
     out->zero = h.zero;
     out->step = h.step;
     out->data_pos = h.data_pos;
@@ -184,6 +189,11 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
                            "%s: saved with WORLD_SIZE=%d, this run has %d; resume "
                            "with the same number of ranks",
                            path, h.world, w->world);
+    if (h.tp != (w->tp > 1 ? w->tp : 1))
+        return skiff_error(err, 0,
+                           "%s: saved with --tp %d, this run uses --tp %d; resume with the same --tp (the "
+                           "weights alone move to another layout: export --llmc, then --init-from)",
+                           path, h.tp, w->tp > 1 ? w->tp : 1);
     if (h.zero != w->zero)
         return skiff_error(err, 0, "%s: saved with --zero %d, this run uses --zero %d", path, h.zero, w->zero);
     if (h.num_params != w->num_params || h.opt_off != w->opt_off || h.opt_len != w->opt_len)

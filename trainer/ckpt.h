@@ -15,7 +15,10 @@
  * and v for [opt_off, opt_off+opt_len) of the parameter buffer: everything on
  * rank 0 and nothing elsewhere with --zero 0, its shard with ZeRO), the step
  * and the data position. Loading refuses another model config, world size,
- * ZeRO stage or parameter count with a message that says what differs. */
+ * --tp, ZeRO stage or parameter count with a message that says what differs.
+ * With --tp, R is the process's RANK, the optimizer range is in its local
+ * buffer (gpt2_param_layout_tp) and rank 0's parameters are the whole
+ * model's, gathered from the tensor-parallel ranks. */
 /* Mixed-precision state a resume needs to continue bit for bit: fp16's
  * dynamic loss scaling (the CUDA device's). All zero when a run never
  * scaled its loss (bf16, fp32, the CPU) or in a file of an older build:
@@ -32,6 +35,7 @@ struct train_amp_state {
 struct train_ckpt {
     struct gpt2_config cfg;
     int world, rank, zero;
+    int tp;                  /* --tp of the run (1: none); world = data-parallel ranks x tp */
     int step;                /* optimizer steps done */
     uint64_t data_pos;       /* next global train window */
     uint64_t rng;            /* spare RNG state (sampling etc.) */

@@ -9,20 +9,36 @@
 void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params, int world, int rank)
 {
     memset(p, 0, sizeof *p);
-    p->world = world;
-    p->rank = rank;
+    p->tp = o->tp;
+    p->tp_rank = rank % o->tp;
+    p->world = world / o->tp;
+    p->rank = rank / o->tp;
+    world = p->world;
+    rank = p->rank;
     p->num_params = num_params;
     p->n_pad = (num_params + (size_t)world - 1) / (size_t)world * (size_t)world;
+    size_t local = gpt2_param_layout_tp(&o->cfg, o->tp, NULL, NULL);
+    p->n_dev = o->tp == 1 ? p->n_pad : (local + (size_t)world - 1) / (size_t)world * (size_t)world;
     if (o->zero) {
-        p->opt_len = p->n_pad / (size_t)world;
+        p->opt_len = p->n_dev / (size_t)world;
         p->opt_off = (size_t)rank * p->opt_len;
     } else {
         p->opt_off = 0;
-        p->opt_len = p->n_pad;
+        p->opt_len = p->n_dev;
     }
     p->start = 0;
     p->end = o->steps;
     if (o->stop_after && o->stop_after < p->end) p->end = o->stop_after;
+}
+
+int train_plan_check(const struct train_opts *o, int world, skiff_err *err)
+{
+    if (world % o->tp)
+        return skiff_error(err, 0,
+                           "--tp %d must divide WORLD_SIZE=%d (the data-parallel size is WORLD_SIZE / --tp); "
+                           "start a multiple of %d ranks",
+                           o->tp, world, o->tp);
+    return 0;
 }
 
 uint64_t train_plan_window(const struct train_plan *p, const struct train_opts *o, int step, int k)
@@ -53,8 +69,10 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
     int has_opt = o->zero || p->rank == 0;
     memset(c, 0, sizeof *c);
     c->cfg = o->cfg;
-    c->world = p->world;
-    c->rank = p->rank;
+    int global = p->rank * p->tp + p->tp_rank;
+    c->world = p->world * p->tp;
+    c->rank = global;
+    c->tp = p->tp;
     c->zero = o->zero;
     c->step = step;
     c->data_pos = (uint64_t)step * (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)p->world;
@@ -62,7 +80,7 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
     c->num_params = p->n_pad;
     c->opt_off = has_opt ? p->opt_off : 0;
     c->opt_len = has_opt ? p->opt_len : 0;
-    c->params = p->rank == 0 ? params : NULL;
+    c->params = global == 0 ? params : NULL;
     c->m = m;
     c->v = v;
 }
