@@ -111,7 +111,7 @@ int train_resume_agree(const struct train_plan *p, const struct train_opts *o, d
                            "(mean %.2f): a save was interrupted; remove %s or restart from scratch",
                            p->rank, p->start, mean_start, o->ckpt_dir);
     /* finished already: success, so a requeued job's `--resume` loop ends */
-    if (p->start >= o->steps && p->rank == 0)
+    if (p->start >= o->steps && p->rank == 0 && p->tp_rank == 0)
         fprintf(stderr,
                 "skiff-train: checkpoint in %s is at step %d of --steps %d: nothing "
                 "left to do\n",

@@ -84,8 +84,8 @@ static int setup(struct run *r, const struct train_opts *o, const struct train_d
         r->have_val = 1;
     }
     if (load_state(r, err) < 0) return -1;
-    if (pl->rank == 0 && train_log_open(&r->log, o->log_path, o->resume, o->quiet, err) < 0) return -1;
-    if (pl->rank == 0 && !o->quiet) {
+    if (r->dist.rank == 0 && train_log_open(&r->log, o->log_path, o->resume, o->quiet, err) < 0) return -1;
+    if (r->dist.rank == 0 && !o->quiet) {
         char where[512];
         r->dev.ops->describe(&r->dev, where, sizeof where);
         char tp[64] = "";
@@ -159,7 +159,7 @@ static int run_steps(struct run *r, skiff_err *err)
         double val_loss = NAN;
         if (r->have_val && train_plan_val_due(o, step) && evaluate(r, &val_loss, err) < 0) return -1;
         double dt = skiff_now_s() - t0;
-        if (pl->rank == 0) {
+        if (r->dist.rank == 0) {
             struct train_step_log s = {.step = step + 1,
                                        .loss = st.loss,
                                        .lr = lr,

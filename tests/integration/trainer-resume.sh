@@ -1,8 +1,8 @@
 #!/bin/bash
 # Checkpoints: --stop-after then --resume continues bit for bit (params,
-# AdamW state, step, data position), alone and with ZeRO on 2 ranks; a
-# checkpoint of another world size or model is refused; nothing temporary is
-# left behind.
+# AdamW state, step, data position), alone and with ZeRO on 2 ranks, under
+# --tp 2 and dp2 x tp2 (every rank's file); a checkpoint of another world
+# size, --tp or model is refused; nothing temporary is left behind.
 source "$(dirname "$0")/../lib.sh"
 t_trainer_init
 t_corpus
@@ -34,12 +34,17 @@ resume_case single 1 --batch 4 --grad-accum 2
 resume_case zero1 2 --batch 2 --zero 1
 resume_case ddp 2 --batch 2 --bucket-mb 0.05
 resume_case recompute 1 --batch 4 --recompute
+resume_case tp2 2 --batch 4 --tp 2
+resume_case dp2xtp2 4 --batch 2 --tp 2
+resume_case dp2xtp2-zero2 4 --batch 2 --tp 2 --zero 2
 
 out=$("$TRAIN" train "${COMMON[@]}" --batch 4 --grad-accum 2 --ckpt-dir "$TDIR/single-part" --resume 2>&1) &&
   grep -q "nothing left to do" <<<"$out" && cmp -s "$TDIR/single-full/rank-0.ckpt" "$TDIR/single-part/rank-0.ckpt" &&
   t_pass "resume of a finished run succeeds and changes nothing" || t_fail "resume of a finished run" "$out"
 t_fails_with "resume refuses another world size" "saved with WORLD_SIZE=2, this run has 1" \
   "$TRAIN" train "${COMMON[@]}" --batch 2 --zero 1 --ckpt-dir "$TDIR/zero1-part" --resume
+t_fails_with "resume refuses another --tp" "saved with --tp 2, this run uses --tp 1" \
+  t_ddp 2 "$TRAIN" train "${COMMON[@]}" --batch 4 --ckpt-dir "$TDIR/tp2-part" --resume
 t_fails_with "resume refuses another model" "checkpoint of another model" \
   "$TRAIN" train --model mini --data "$D" --seq 32 --steps 12 --batch 2 --quiet --ckpt-dir "$TDIR/single-part" --resume
 t_fails_with "resume refuses another ZeRO stage" "saved with --zero 1, this run uses --zero 0" \
