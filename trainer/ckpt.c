@@ -117,10 +117,10 @@ static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_er
     if (h->version != CKPT_VERSION)
         return skiff_error(err, 0, "%s: checkpoint version %d, this build reads %d", path, h->version, CKPT_VERSION);
     if (h->tp == 0) h->tp = 1;
-    if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 2 || h->step < 0 ||
-        h->tp < 1 || h->world % h->tp)
-        return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, tp %d, zero %d, step %d", path,
-                           h->world, h->rank, h->tp, h->zero, h->step);
+    if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 2 || h->step < 0 || h->tp < 1 ||
+        h->world % h->tp)
+        return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, tp %d, zero %d, step %d", path, h->world,
+                           h->rank, h->tp, h->zero, h->step);
     if (!(h->loss_scale >= 0 && h->loss_scale < 1e38) || h->scale_good < 0 || h->skipped_run < 0 || h->skipped < 0 ||
         h->skipped > h->step)
         return skiff_error(err, 0, "%s: corrupt checkpoint: loss scale %g, %lld of %d steps skipped", path,

@@ -203,8 +203,8 @@ static int tp_groups(struct train_device *d, struct cpu_device *c, struct train_
     if (rc == 0) {
         for (int i = 0; i < dp; i++) m[i] = i * tp + pl->tp_rank;
         snprintf(name, sizeof name, "dp/%d", pl->tp_rank);
-        rc = tr_comm_tcp_create_group(dist->store, name, m, dp, pl->rank, dist->local_rank, c->o->timeout_ms,
-                                      &d->comm, err);
+        rc = tr_comm_tcp_create_group(dist->store, name, m, dp, pl->rank, dist->local_rank, c->o->timeout_ms, &d->comm,
+                                      err);
     }
     free(m);
     return rc < 0 ? skiff_err_wrap(err, "tensor-parallel process groups (--tp %d)", tp) : 0;
@@ -490,7 +490,8 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
     double f = (double)sizeof(float) / (1 << 20);
     double grads = (double)pl->n_dev + (c->gshard ? (double)pl->opt_len : 0) + (c->ddp.stage ? (double)pl->n_dev : 0);
     char host[96] = "";
-    if (c->full) snprintf(host, sizeof host, " (its tensor-parallel part; whole on the host %.1f MiB)", (double)pl->n_pad * f);
+    if (c->full)
+        snprintf(host, sizeof host, " (its tensor-parallel part; whole on the host %.1f MiB)", (double)pl->n_pad * f);
     snprintf(buf, len,
              "cpu (%d thread%s), per rank: params %.1f MiB%s, gradients %.1f MiB, optimizer %.1f MiB, "
              "activations %.1f MiB%s",

@@ -68,7 +68,7 @@ size_t gpt2_param_layout_tp(const struct gpt2_config *cfg, int tp, size_t sizes[
 {
     size_t Vp = cfg->padded_vocab_size, C = cfg->channels, L = cfg->num_layers;
     size_t maxT = cfg->max_seq_len, Cl = C / (size_t)tp, F = 4 * C / (size_t)tp;
-    size_t s[GPT2_NUM_PARAM_TENSORS] = {Vp * C,    maxT * C, L * C, L * C, L * 3 * Cl * C, L * 3 * Cl,
+    size_t s[GPT2_NUM_PARAM_TENSORS] = {Vp * C,     maxT * C, L * C, L * C, L * 3 * Cl * C, L * 3 * Cl,
                                         L * C * Cl, L * C,    L * C, L * C, L * F * C,      L * F,
                                         L * C * F,  L * C,    C,     C};
     size_t total = 0;
@@ -423,8 +423,8 @@ static void block_forward(struct gpt2 *m, const struct acts *a, int l)
     float *res3 = a->p[A_RESIDUAL3] + rc;
     layernorm_forward(ln1, a->p[A_LN1_MEAN] + lbt, a->p[A_LN1_RSTD] + lbt, residual, PARAM(m, GPT2_LN1W) + l * C,
                       PARAM(m, GPT2_LN1B) + l * C, BT, C);
-    matmul_forward(qkv, ln1, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * Cl * C, PARAM(m, GPT2_QKVB) + (size_t)l * 3 * Cl,
-                   BT, C, 3 * Cl);
+    matmul_forward(qkv, ln1, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * Cl * C, PARAM(m, GPT2_QKVB) + (size_t)l * 3 * Cl, BT,
+                   C, 3 * Cl);
     attention_forward(atty, preatt, att, qkv, B, T, Cl, NH);
     row_parallel_forward(m, attproj, atty, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * Cl,
                          PARAM(m, GPT2_ATTPROJB) + (size_t)l * C, BT, Cl, C);

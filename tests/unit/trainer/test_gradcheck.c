@@ -332,7 +332,8 @@ static int tp_sim_allreduce(void *ctx, float *buf, size_t n)
     s->bufs[k->r] = buf;
     float *sum = malloc(n * sizeof(float));
     pthread_barrier_wait(&s->bar);
-    for (size_t i = 0; i < n; i++) sum[i] = s->bufs[0][i] + s->bufs[1][i]; /* the same order on both */
+    for (size_t i = 0; i < n; i++)
+        sum[i] = s->bufs[0][i] + s->bufs[1][i]; /* the same order on both */
     pthread_barrier_wait(&s->bar);
     memcpy(buf, sum, n * sizeof(float));
     free(sum);
@@ -386,11 +387,14 @@ Test(gradcheck, tensor_parallel_ranks_equal_the_whole_model)
     cr_assert(memcmp(back, whole.params, whole.num_params * sizeof(float)) == 0,
               "the two ranks' parts put back together are the whole weights");
     pthread_t th[2];
-    for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, tp_sim_rank, &k[r]);
-    for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < 2; r++)
+        pthread_create(&th[r], NULL, tp_sim_rank, &k[r]);
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
     cr_assert(memcmp(&s.loss[0], &s.loss[1], sizeof(float)) == 0, "both ranks have the same loss");
     cr_assert_float_eq(s.loss[0], lw, 1e-5f * lw, "loss %.9g vs the whole model's %.9g", s.loss[0], lw);
-    for (int r = 0; r < 2; r++) gpt2_tp_copy(&cfg, 2, r, gback, s.m[r].grads, 0);
+    for (int r = 0; r < 2; r++)
+        gpt2_tp_copy(&cfg, 2, r, gback, s.m[r].grads, 0);
     for (size_t i = 0; i < whole.num_params; i++)
         cr_assert(fabsf(gback[i] - whole.grads[i]) <= 1e-5f + 1e-4f * fabsf(whole.grads[i]), "grad %zu: %.9g vs %.9g",
                   i, gback[i], whole.grads[i]);
@@ -399,7 +403,8 @@ Test(gradcheck, tensor_parallel_ranks_equal_the_whole_model)
             cr_assert(memcmp(s.m[0].grads + s.m[0].param_offsets[i], s.m[1].grads + s.m[1].param_offsets[i],
                              s.m[0].param_sizes[i] * sizeof(float)) == 0,
                       "replicated tensor %s: the same gradient bits on both ranks", gpt2_param_names[i]);
-    for (int r = 0; r < 2; r++) gpt2_destroy(&s.m[r]);
+    for (int r = 0; r < 2; r++)
+        gpt2_destroy(&s.m[r]);
     gpt2_destroy(&whole);
     free(back);
     free(gback);

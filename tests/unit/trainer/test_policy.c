@@ -208,7 +208,8 @@ Test(policy, tensor_parallel_layout)
         cr_assert_eq(p.n_dev, (local + 1) / 2 * 2);
         cr_assert_eq(p.opt_len, p.n_dev / 2, "ZeRO shards the local buffer over the data-parallel group");
         cr_assert_eq(p.opt_off, (size_t)p.rank * p.opt_len);
-        if (p.tp_rank == 0) next += p.opt_len;
+        if (p.tp_rank == 0)
+            next += p.opt_len;
         float w[1], m[1], v[1];
         struct train_ckpt c;
         train_plan_ckpt(&p, &o, 3, w, m, v, &c);
