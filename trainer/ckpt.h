@@ -51,6 +51,14 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
  * non-NULL and the file has them), want->m, want->v; fills step/data_pos/rng
  * and amp. */
 int train_ckpt_load(const char *dir, struct train_ckpt *want, skiff_err *err);
+/* --resume from a checkpoint of another layout (`saved`: rank 0's header,
+ * train_ckpt_peek; other world size, --tp or ZeRO stage, the same model):
+ * AdamW's m and v are put back together from every rank's file and this
+ * rank (tensor-parallel rank tp_rank of want->tp) takes its part of them for
+ * want's optimizer range, rank 0's weights go into want->params when it is
+ * non-NULL, and step, data position and amp come from the checkpoint. */
+int train_ckpt_load_relayout(const char *dir, struct train_ckpt *want, const struct train_ckpt *saved, int tp_rank,
+                             skiff_err *err);
 /* Reads only the header of DIR/rank-R.ckpt (R = out->rank) into *out (cfg,
  * world, zero, step, num_params, opt_off, opt_len; no buffers). */
 int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err);

@@ -88,9 +88,27 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
 int train_resume_load(struct train_plan *p, const struct train_opts *o, float *params, float *m, float *v,
                       skiff_err *err)
 {
-    struct train_ckpt c;
+    struct train_ckpt c, saved = {.rank = 0};
     train_plan_ckpt(p, o, 0, params, m, v, &c);
-    if (train_ckpt_load(o->ckpt_dir, &c, err) < 0) return -1;
+    skiff_err e;
+    /* another layout (world size, --tp, ZeRO stage) of the same model: the
+     * same state laid out for this run, when the run reads the same data
+     * (the same global batch); else train_ckpt_load says what differs */
+    if (train_ckpt_peek(o->ckpt_dir, &saved, &e) == 0 && !memcmp(&saved.cfg, &c.cfg, sizeof c.cfg) &&
+        (saved.world != c.world || saved.tp != c.tp || saved.zero != c.zero)) {
+        uint64_t g = (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)p->world;
+        if (saved.data_pos != (uint64_t)saved.step * g)
+            return skiff_error(err, 0,
+                               "--resume: %s was saved with WORLD_SIZE=%d, this run has %d (--tp %d, %d; --zero %d, "
+                               "%d); another layout resumes with the same global batch: %llu sequences per step "
+                               "there, %llu here (--batch x --grad-accum x WORLD_SIZE / --tp)",
+                               o->ckpt_dir, saved.world, c.world, saved.tp, c.tp, saved.zero, c.zero,
+                               (unsigned long long)(saved.step ? saved.data_pos / (uint64_t)saved.step : 0),
+                               (unsigned long long)g);
+        if (train_ckpt_load_relayout(o->ckpt_dir, &c, &saved, p->tp_rank, err) < 0) return -1;
+    } else if (train_ckpt_load(o->ckpt_dir, &c, err) < 0) {
+        return -1;
+    }
     p->start = c.step;
     p->amp = c.amp;
     p->end = o->steps;

@@ -56,7 +56,8 @@ echo "| ranks | micro-batch | buckets | tokens/s | ms/step | comm ms/step | expo
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 base=""
 row() { # row NAME P DESC; TP=N as for run
-  local name=$1 P=$2 desc=$3 dp=$((P / ${TP:-1}))
+  local name=$1 P=$2 desc=$3
+  local dp=$((P / ${TP:-1}))
   local tps ms comm wait hidden rel exposed ov
   tps=$(field "$name" tokens_per_s); ms=$(field "$name" ms)
   comm=$(field "$name" comm_ms); wait=$(field "$name" wait_ms); ov=$(field "$name" overlap_ms)
