@@ -77,6 +77,34 @@ else
   t_fail "a silent rank" "rc $rc0 after ${took}s: $(cat "$TDIR/stop0.log")"
 fi
 
+# 4b. The same under dp2 x tp2 (--tp 2): rank 1, rank 0's tensor-parallel
+# peer, stops answering in the middle of the model's all-reduces; rank 0
+# fails within the timeout naming a rank it waited on, and so does every
+# other rank (none hangs).
+port=$(t_port)
+pids=()
+for r in 0 1 2 3; do
+  RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$TRAIN" train "${LONG[@]}" --tp 2 --timeout 3 >"$TDIR/tpstop$r.log" 2>&1 &
+  pids+=($!)
+done
+wd=$(t_watchdog 60 "${pids[@]}")
+sleep 2
+kill -STOP "${pids[1]}"
+start=$(date +%s)
+wait "${pids[0]}"; rc0=$?
+wait "${pids[2]}"; rc2=$?
+wait "${pids[3]}"; rc3=$?
+took=$(( $(date +%s) - start ))
+kill -KILL "${pids[1]}" 2>/dev/null; wait "${pids[1]}" 2>/dev/null
+kill "$wd" 2>/dev/null
+if [ $rc0 -ne 0 ] && [ $rc0 -ne 137 ] && [ $rc2 -ne 0 ] && [ $rc2 -ne 137 ] && [ $rc3 -ne 0 ] && [ $rc3 -ne 137 ] &&
+  grep -Eq "rank [123] (sent nothing for 3.0 s|closed the connection)" "$TDIR/tpstop0.log"; then
+  t_pass "a silent rank under --tp 2: the others fail in ${took}s ($(grep -Eho 'rank 0: .*' "$TDIR/tpstop0.log" | head -1))"
+else
+  t_fail "a silent rank under --tp 2" "rc $rc0/$rc2/$rc3 after ${took}s: $(cat "$TDIR"/tpstop[023].log)"
+fi
+
 # 5. Command-line errors: exit 2 and a message.
 t_fails_with "unknown model lists the presets" "unknown model 'huge' \(known: tiny" \
   "$TRAIN" train --model huge --data "$D" --batch 1 --seq 8 --steps 1
@@ -88,6 +116,8 @@ t_fails_with "--stop-after needs --ckpt-dir" "give --ckpt-dir" \
   "$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 5 --stop-after 2
 t_fails_with "half an env:// setup" "RANK is set but WORLD_SIZE is not" \
   env RANK=0 "$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 1
+t_fails_with "--tp on CUDA: a clear error" "--tp 2: tensor parallelism runs on the CPU device only so far" \
+  "$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 1 --device cuda --tp 2
 if "$TRAIN" train --help | grep -q 'device cpu|cuda'; then t_pass "train --help lists --device"; else t_fail "train --help"; fi
 out=$("$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 1 --device cuda --quiet 2>&1); rc=$?
 if grep -q "built without CUDA" <<<"$out"; then
