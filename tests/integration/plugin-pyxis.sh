@@ -304,7 +304,8 @@ if [ -n "$DEB" ]; then
   # "bind" of a source with submounts is refused in the user namespace, and
   # the error says what to do.
   out_is "mounts: rbind by default: /dev:/hdev:ro brings /dev/pts along (pyxis)" devpts \
-    srun1 --container-image="$DEB" --container-mounts=/dev:/hdev:ro findmnt -n -o FSTYPE /hdev/pts
+    srun1 --container-image="$DEB" --container-mounts=/dev:/hdev:ro \
+    sh -c 'findmnt -n -o FSTYPE /hdev/pts | sort -u'
   t_fails_with "mounts: /dev:/hdev:bind is refused with what to do" "leave 'bind' out" \
     srun1 --container-image="$DEB" --container-mounts=/dev:/hdev:bind true
   out=$(srun1 --container-image="$DEB" --container-mounts="$T/ctl:/x:nosuid+nodev+noexec+ro,$T/ctl:/y:rw+rbind" \
