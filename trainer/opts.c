@@ -279,11 +279,6 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
                            "--recompute: the CPU device only so far; on CUDA leave it out (every block's "
                            "activations are kept) or lower --batch");
     if (gpt2_tp_check(&o->cfg, o->tp, err) < 0) return -1;
-    if (o->tp > 1 && o->device == TRAIN_DEVICE_CUDA)
-        return skiff_error(err, 0,
-                           "--tp %d: tensor parallelism runs on the CPU device only so far; on CUDA use data "
-                           "parallelism (--zero 0|1|2) or leave --tp out",
-                           o->tp);
     if (o->warmup < 0) o->warmup = o->steps / 10;
     return 0;
 }

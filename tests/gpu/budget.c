@@ -541,7 +541,7 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
     if (calibrate && read_ops(&b, calibrate, model, B, T, prec_s, &other, &matched, err) < 0) return -1;
 
     struct cuda_mem_plan mp;
-    cuda_gpt2_memory_plan(&cfg, B, T, b.prec, np, np, &mp);
+    cuda_gpt2_memory_plan(&cfg, B, T, b.prec, 1, np, np, &mp);
     if (!quiet)
         printf("budget (analytic model, not a measurement): %s, B=%d, T=%d, %s, one H100 SXM (%.2f TB/s, %.0f "
                "TFLOP/s bf16 dense), design %s\n\n",

@@ -49,7 +49,8 @@ static ncclResult_t nccl_settle(ncclComm_t comm, ncclResult_t r, int timeout_ms)
 // First member of every backend's impl, so cuda_comm_sync works on any of them.
 struct dev_base {
     cudaStream_t compute;
-    cudaEvent_t sync_ev; // recorded by cuda_comm_sync, polled with the timeout
+    cudaEvent_t sync_ev;   // recorded by cuda_comm_sync, polled with the timeout
+    struct tr_comm *linked; // cuda_comm_link: another group on the same stream
 };
 
 static int base_init(struct dev_base *b, cudaStream_t compute, skiff_err *err)
@@ -285,16 +286,32 @@ static const struct tr_comm_ops nccl_ops = {
 int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local_rank, int timeout_ms,
                           cudaStream_t compute, struct tr_comm **out, skiff_err *err)
 {
+    return cuda_comm_nccl_create_group(store, NULL, rank, world, local_rank, timeout_ms, compute, out, err);
+}
+
+// A process group's communicator is a communicator of its own, created with
+// ncclCommInitRankConfig from an id its rank 0 publishes under the group's
+// key, rather than ncclCommSplit of a world communicator (NCCL >= 2.18 has
+// both): no world communicator whose buffers and connections nothing else
+// uses, each group's creation is bounded by the same non-blocking config
+// and --timeout as the world's (a split is a collective over the parent,
+// bounded the same way only once the parent exists), and the CPU emulation's
+// NCCL covers it as it covers the world's.
+int cuda_comm_nccl_create_group(struct tr_store *store, const char *name, int rank, int world, int local_rank,
+                                int timeout_ms, cudaStream_t compute, struct tr_comm **out, skiff_err *err)
+{
     ncclUniqueId id;
+    char key[96];
+    snprintf(key, sizeof(key), name ? "nccl/id/%s" : "nccl/id", name);
     if (rank == 0) {
         NCCL_CHECK(ncclGetUniqueId(&id));
-        if (tr_store_set(store, "nccl/id", &id, sizeof(id), err) < 0)
-            return skiff_err_wrap(err, "publishing the NCCL id");
+        if (tr_store_set(store, key, &id, sizeof(id), err) < 0)
+            return skiff_err_wrap(err, "publishing the NCCL id (%s)", key);
     } else {
         void *v = NULL;
         size_t len = 0;
-        if (tr_store_get(store, "nccl/id", &v, &len, err) < 0)
-            return skiff_err_wrap(err, "waiting for rank 0's NCCL id");
+        if (tr_store_get(store, key, &v, &len, err) < 0)
+            return skiff_err_wrap(err, "waiting for rank 0's NCCL id (%s)", key);
         if (len != sizeof(id)) {
             free(v);
             return skiff_error(err, EPROTO, "NCCL id from the store has %zu bytes, expected %zu", len, sizeof(id));
@@ -337,9 +354,10 @@ int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local
         nccl_destroy(c);
         if (nr == ncclInProgress)
             return skiff_error(err, ETIMEDOUT,
-                               "the NCCL communicator of %d ranks was not ready within --timeout %.1f s (a "
+                               "the NCCL communicator of %d ranks%s%s%s was not ready within --timeout %.1f s (a "
                                "peer rank died or stopped after the id exchange); communicator aborted",
-                               world, timeout_ms / 1000.0);
+                               world, name ? " (group " : "", name ? name : "", name ? ")" : "",
+                               timeout_ms / 1000.0);
         return skiff_error(err, 0,
                            "%s:%d: ncclCommInitRank(rank %d of %d): %s %s (two ranks on one GPU? "
                            "set SKIFF_TRAIN_COMM=host-staged)",
@@ -614,29 +632,49 @@ int cuda_comm_single_create(cudaStream_t compute, int timeout_ms, struct tr_comm
 }
 
 // ---------------------------------------------------------------- waiting
-// Between polls: an asynchronous NCCL error (a peer's connection broke)
-// fails the wait at once.
+void cuda_comm_link(struct tr_comm *c, struct tr_comm *other) { ((struct dev_base *)c->impl)->linked = other; }
+
+static int is_nccl(const struct tr_comm *c) { return c && c->ops == &nccl_ops; }
+static struct tr_comm *linked(const struct tr_comm *c) { return ((const struct dev_base *)c->impl)->linked; }
+
+// c's and its linked group's NCCL communicators aborted, so the stuck
+// kernels of either return (the process exits after this).
+static void nccl_abort_all(struct tr_comm *c)
+{
+    struct tr_comm *g[2] = {c, linked(c)};
+    for (int i = 0; i < 2; i++)
+        if (is_nccl(g[i])) {
+            struct nccl_impl *im = (struct nccl_impl *)g[i]->impl;
+            if (im->comm) ncclCommAbort(im->comm);
+            im->comm = NULL;
+        }
+}
+
+// Between polls: an asynchronous NCCL error (a peer's connection broke) on
+// c or its linked group fails the wait at once.
 static int nccl_health(void *ctx, skiff_err *err)
 {
-    struct tr_comm *c = (struct tr_comm *)ctx;
-    struct nccl_impl *im = (struct nccl_impl *)c->impl;
-    if (!im->comm) return 0;
-    ncclResult_t a = ncclSuccess;
-    ncclCommGetAsyncError(im->comm, &a);
-    if (a == ncclSuccess || a == ncclInProgress) return 0;
-    ncclCommAbort(im->comm); // so the stuck kernels return
-    im->comm = NULL;
-    return skiff_error(err, 0, "rank %d: NCCL failed: %s; communicator aborted", c->rank, ncclGetErrorString(a));
+    struct tr_comm *c = (struct tr_comm *)ctx, *g[2] = {c, linked(c)};
+    for (int i = 0; i < 2; i++) {
+        if (!is_nccl(g[i])) continue;
+        struct nccl_impl *im = (struct nccl_impl *)g[i]->impl;
+        if (!im->comm) continue;
+        ncclResult_t a = ncclSuccess;
+        ncclCommGetAsyncError(im->comm, &a);
+        if (a == ncclSuccess || a == ncclInProgress) continue;
+        nccl_abort_all(c);
+        return skiff_error(err, 0, "rank %d: NCCL failed%s: %s; communicator aborted", g[i]->rank,
+                           i ? " (tensor-parallel group)" : "", ncclGetErrorString(a));
+    }
+    return 0;
 }
 
 int cuda_comm_wait_event(struct tr_comm *c, cudaEvent_t e, const char *what, skiff_err *err)
 {
-    int nccl = c->ops == &nccl_ops;
+    int nccl = is_nccl(c) || is_nccl(linked(c));
     if (cuda_poll_event(e, c->timeout_ms, nccl ? nccl_health : NULL, c, what, err) == 0) return 0;
     if (nccl && err->code == ETIMEDOUT) {
-        struct nccl_impl *im = (struct nccl_impl *)c->impl;
-        if (im->comm) ncclCommAbort(im->comm); // the process exits after this; the kernels must return
-        im->comm = NULL;
+        nccl_abort_all(c);
         skiff_error(err, 0,
                     "rank %d: %s: GPU work with NCCL collectives did not finish within %.1f s (a peer "
                     "rank died or stopped issuing collectives); communicator aborted",

@@ -27,6 +27,11 @@ extern "C" {
 
 int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local_rank, int timeout_ms,
                           cudaStream_t compute, struct tr_comm **out, skiff_err *err);
+// The same for a process group (tensor- or data-parallel): rank and world
+// inside the group; its rank 0 publishes the group's ncclUniqueId under
+// "nccl/id/NAME" (NAME the same on every member, unique among groups).
+int cuda_comm_nccl_create_group(struct tr_store *store, const char *name, int rank, int world, int local_rank,
+                                int timeout_ms, cudaStream_t compute, struct tr_comm **out, skiff_err *err);
 // Takes ownership of host (a TCP comm from tr_comm_tcp_create).
 int cuda_comm_staged_create(struct tr_comm *host, cudaStream_t compute, struct tr_comm **out, skiff_err *err);
 int cuda_comm_single_create(cudaStream_t compute, int timeout_ms, struct tr_comm **out, skiff_err *err);
@@ -40,5 +45,10 @@ int cuda_comm_wait_event(struct tr_comm *c, cudaEvent_t e, const char *what, ski
 // Waits until everything queued on the compute stream so far is done, the
 // same way.
 int cuda_comm_sync(struct tr_comm *c, skiff_err *err);
+// Two groups on one compute stream (--tp: the data-parallel group c and the
+// tensor-parallel group other): c's waits also watch other's NCCL
+// communicator and abort both on a failure or timeout, as the stream can be
+// stuck behind either's collective. other must outlive c's waits.
+void cuda_comm_link(struct tr_comm *c, struct tr_comm *other);
 
 #endif

@@ -7,6 +7,12 @@
 // and the two can be compared; what differs is where the model runs and how
 // gradients move.
 //
+// With --tp N the model is Megatron's split (cuda_model.h): WORLD_SIZE = dp
+// x N processes, tensor parallel fastest as on the CPU (cpu_device.c), the
+// model's all-reduces over the tensor-parallel group's communicator and the
+// gradients' over the data-parallel group's (the device's comm), each NCCL
+// or host-staged like the world's.
+//
 // The host waits for the GPU once per step: after the whole step (backward,
 // collectives, norm, clipping, AdamW, ZeRO gather) is queued, one small copy
 // brings back the norm and the per-rank losses. Clipping and the fp16
@@ -47,10 +53,13 @@ struct cuda_device {
     const struct train_opts *o;
     const struct train_plan *plan;
     struct train_dist *dist;
-    struct tr_comm *comm; // the device's collectives (also train_device.comm)
+    struct tr_comm *comm;    // the device's collectives (also train_device.comm): the data-parallel group
+    struct tr_comm *tp_comm; // --tp: the tensor-parallel group (the model's all-reduces); else NULL
     struct cuda_gpt2 *m;
     cudaStream_t s;
-    int prec, P, rank;
+    int prec, P, rank; // the data-parallel group: its size and this process's place
+    int wrank;         // the process's RANK (prints)
+    float *hlocal;     // --tp: this rank's part of the weights (n_dev floats) on the host
     enum tr_dtype pdtype; // storage type of the parameters (ZeRO gathers them)
     char gpu[256];
     const char *backend;      // "single", "nccl", "host-staged"
@@ -96,23 +105,73 @@ static int pick_backend(struct cuda_device *cd, const char **name, skiff_err *er
     CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), dev));
     snprintf(me, sizeof(me), "%s/%s", host, bus);
     char key[64];
-    snprintf(key, sizeof(key), "cudadev/%d", cd->rank);
+    int W = cd->dist->world;
+    snprintf(key, sizeof(key), "cudadev/%d", cd->dist->rank);
     TRY(tr_store_set(cd->dist->store, key, me, strlen(me), err));
-    char **ids = (char **)calloc(cd->P, sizeof(char *));
+    char **ids = (char **)calloc(W, sizeof(char *));
     if (!ids) return skiff_error(err, ENOMEM, "device list");
     int rc = 0, shared = 0;
-    for (int i = 0; i < cd->P && rc == 0; i++) {
+    for (int i = 0; i < W && rc == 0; i++) {
         size_t len;
         snprintf(key, sizeof(key), "cudadev/%d", i);
         rc = tr_store_get(cd->dist->store, key, (void **)&ids[i], &len, err);
         for (int j = 0; rc == 0 && j < i; j++)
             if (!strcmp(ids[i], ids[j])) shared = 1;
     }
-    for (int i = 0; i < cd->P; i++) free(ids[i]);
+    for (int i = 0; i < W; i++) free(ids[i]);
     free(ids);
     if (rc < 0) return skiff_err_wrap(err, "exchanging GPU ids");
     *name = shared ? "host-staged" : "nccl";
     return 0;
+}
+
+// One process group's communicator of the backend every rank picked: a
+// group of one needs none; NCCL gets a communicator of its own (its id under
+// "nccl/id/NAME"), host-staged a TCP ring of the members (keyed NAME).
+static int make_group(struct cuda_device *cd, const char *name, const int *members, int n, int me,
+                      struct tr_comm **out, skiff_err *err)
+{
+    const struct train_dist *dist = cd->dist;
+    int to = cd->o->timeout_ms;
+    if (n == 1) return cuda_comm_single_create(cd->s, to, out, err);
+    if (!strcmp(cd->backend, "nccl"))
+        return cuda_comm_nccl_create_group(dist->store, name, me, n, dist->local_rank, to, cd->s, out, err);
+    struct tr_comm *host = NULL;
+    TRY(tr_comm_tcp_create_group(dist->store, name, members, n, me, dist->local_rank, to, &host, err));
+    return cuda_comm_staged_create(host, cd->s, out, err);
+}
+
+// Megatron's layout over WORLD_SIZE = dp x tp processes, as on the CPU:
+// process r is tensor-parallel rank r % tp of data-parallel rank r / tp; its
+// tensor-parallel group is {dp*tp + i} (the model's all-reduces, four per
+// block per micro-step: neighbours, so one node's GPUs where they can), its
+// data-parallel group {i*tp + tp_rank} (the gradients, the loss mean, ZeRO),
+// which is cd->comm. Every rank creates the two in the same order.
+static int tp_groups(struct cuda_device *cd, skiff_err *err)
+{
+    const struct train_plan *pl = cd->plan;
+    int tp = pl->tp, dp = pl->world, *mem = (int *)malloc((size_t)(tp > dp ? tp : dp) * sizeof(int));
+    if (!mem) return skiff_error(err, ENOMEM, "process groups");
+    char name[64];
+    for (int i = 0; i < tp; i++) mem[i] = pl->rank * tp + i;
+    snprintf(name, sizeof(name), "tp/%d", pl->rank);
+    int rc = make_group(cd, name, mem, tp, pl->tp_rank, &cd->tp_comm, err);
+    if (rc == 0) {
+        for (int i = 0; i < dp; i++) mem[i] = i * tp + pl->tp_rank;
+        snprintf(name, sizeof(name), "dp/%d", pl->tp_rank);
+        rc = make_group(cd, name, mem, dp, pl->rank, &cd->comm, err);
+    }
+    free(mem);
+    return rc < 0 ? skiff_err_wrap(err, "tensor-parallel process groups (--tp %d, %s)", tp, cd->backend) : 0;
+}
+
+// The model's sum over the tensor-parallel group, queued on its stream
+// (NCCL: on the side stream between two events; host-staged: done when it
+// returns).
+static int tp_allreduce(void *ctx, float *dev, size_t n, skiff_err *err)
+{
+    struct cuda_device *cd = (struct cuda_device *)ctx;
+    return tr_allreduce_sum(cd->tp_comm, dev, n, TR_F32, err);
 }
 
 static int env_int(const char *name, int def)
@@ -132,17 +191,20 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     cd->dist = dist;
     TRY(cuda_precision_parse(o->precision, &cd->prec, err));
     cd->pdtype = cd->prec == SKIFF_CUDA_FP32 ? TR_F32 : cd->prec == SKIFF_CUDA_BF16 ? TR_BF16 : TR_F16;
-    cd->P = dist->world, cd->rank = dist->rank;
+    cd->P = pl->world, cd->rank = pl->rank, cd->wrank = dist->rank;
     TRY(cuda_select_device(dist->local_rank, cd->gpu, sizeof(cd->gpu), err));
     int P = cd->P, rank = cd->rank;
-    TRY(cuda_gpt2_create(&cd->m, &o->cfg, o->batch, o->seq, cd->prec, pl->n_pad, pl->opt_off, pl->opt_len, err));
+    TRY(cuda_gpt2_create(&cd->m, &o->cfg, o->batch, o->seq, cd->prec, pl->tp, pl->tp_rank, pl->n_dev, pl->opt_off,
+                         pl->opt_len, err));
     cd->s = (cudaStream_t)cuda_gpt2_stream(cd->m);
     cd->backend = "single";
-    if (P == 1) {
+    if (dist->world == 1) {
         TRY(cuda_comm_single_create(cd->s, o->timeout_ms, &cd->comm, err));
     } else {
         TRY(pick_backend(cd, &cd->backend, err));
-        if (!strcmp(cd->backend, "nccl")) {
+        if (pl->tp > 1) {
+            TRY(tp_groups(cd, err));
+        } else if (!strcmp(cd->backend, "nccl")) {
             TRY(cuda_comm_nccl_create(dist->store, rank, P, dist->local_rank, o->timeout_ms, cd->s, &cd->comm, err));
         } else {
             struct tr_comm *host = NULL;
@@ -152,6 +214,12 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     }
     d->comm = cd->comm;
     cuda_gpt2_set_waiter(cd->m, comm_wait, cd->comm);
+    if (cd->tp_comm) {
+        cuda_comm_link(cd->comm, cd->tp_comm);
+        cuda_gpt2_set_tp_allreduce(cd->m, tp_allreduce, cd);
+        if (!(cd->hlocal = (float *)calloc(pl->n_dev, sizeof(float))))
+            return skiff_error(err, ENOMEM, "host copy of this rank's parameters");
+    }
     CUDA_CHECK(cudaEventCreate(&cd->ev0));
     CUDA_CHECK(cudaEventCreate(&cd->ev1));
     CUDA_CHECK(cudaMalloc((void **)&cd->dscal, nscal(P) * sizeof(float)));
@@ -183,8 +251,10 @@ static void cuda_close(struct train_device *d)
     // device memory, which would otherwise block.
     skiff_err ignored;
     if (cd->comm) cuda_comm_sync(cd->comm, &ignored);
+    if (cd->tp_comm) cuda_comm_sync(cd->tp_comm, &ignored);
     cuda_gpt2_destroy(cd->m);
     free(cd->hparams);
+    free(cd->hlocal);
     free(cd->hm);
     free(cd->hv);
     if (cd->gshard) cudaFree(cd->gshard);
@@ -194,7 +264,25 @@ static void cuda_close(struct train_device *d)
     if (cd->ev0) cudaEventDestroy(cd->ev0);
     if (cd->ev1) cudaEventDestroy(cd->ev1);
     tr_comm_destroy(cd->comm);
+    tr_comm_destroy(cd->tp_comm);
     free(cd);
+}
+
+// --tp: rank `root`'s n host floats to every rank of the tensor-parallel
+// group, staged through the gradient buffer (n_dev floats, free between
+// steps) in pieces.
+static int tp_broadcast_host(struct cuda_device *cd, float *host, size_t n, int root, skiff_err *err)
+{
+    float *g = cuda_gpt2_grads(cd->m);
+    size_t piece = cd->plan->n_dev;
+    for (size_t off = 0; off < n; off += piece) {
+        size_t len = n - off < piece ? n - off : piece;
+        if (cd->plan->tp_rank == root) TRY(cuda_gpt2_h2d(cd->m, g, host + off, len * sizeof(float), err));
+        TRY(tr_broadcast(cd->tp_comm, g, len * sizeof(float), root, err));
+        if (cd->plan->tp_rank != root) TRY(cuda_gpt2_d2h(cd->m, host + off, g, len * sizeof(float), err));
+    }
+    CUDA_CHECK(cudaMemsetAsync(g, 0, piece * sizeof(float), cd->s));
+    return 0;
 }
 
 static int cuda_upload(struct train_device *d, int with_opt, skiff_err *err)
@@ -211,7 +299,35 @@ static int cuda_upload(struct train_device *d, int with_opt, skiff_err *err)
         d->amp.scale_good = d->amp.skipped_run = 0;
     }
     if (with_opt) TRY(cuda_gpt2_set_opt_state(cd->m, cd->hm, cd->hv, err));
-    return cuda_gpt2_set_params(cd->m, cd->hparams, err);
+    const struct train_plan *pl = cd->plan;
+    if (pl->tp == 1) return cuda_gpt2_set_params(cd->m, cd->hparams, err);
+    // --tp: the loop's whole weights (broadcast over the data-parallel group
+    // from rank 0) from tensor-parallel rank 0 to the others, each keeping
+    // its part (m and v are already in the part's layout)
+    if (tp_broadcast_host(cd, cd->hparams, pl->n_pad, 0, err) < 0)
+        return skiff_err_wrap(err, "broadcasting parameters over the tensor-parallel group");
+    gpt2_tp_copy(&cd->o->cfg, pl->tp, pl->tp_rank, cd->hparams, cd->hlocal, 1);
+    return cuda_gpt2_set_params(cd->m, cd->hlocal, err);
+}
+
+// --tp, before a checkpoint: data-parallel rank 0's tensor-parallel group
+// brings each rank's part (fp32 master, in dev) to tensor-parallel rank 0
+// in turn, which puts the whole weights together (world rank 0 writes them).
+static int tp_gather_params(struct cuda_device *cd, float *dev, skiff_err *err)
+{
+    const struct train_plan *pl = cd->plan;
+    size_t n = pl->n_dev;
+    float *tmp = NULL;
+    CUDA_CHECK(cudaMallocAsync((void **)&tmp, n * sizeof(float), cd->s));
+    int rc = 0;
+    for (int r = 0; r < pl->tp && rc == 0; r++) {
+        float *buf = r == pl->tp_rank ? dev : tmp; // the root sends its own, the others receive
+        rc = tr_broadcast(cd->tp_comm, buf, n * sizeof(float), r, err);
+        if (rc == 0 && pl->tp_rank == 0) rc = cuda_gpt2_d2h(cd->m, cd->hlocal, buf, n * sizeof(float), err);
+        if (rc == 0 && pl->tp_rank == 0) gpt2_tp_copy(&cd->o->cfg, pl->tp, r, cd->hparams, cd->hlocal, 0);
+    }
+    cudaFreeAsync(tmp, cd->s);
+    return rc < 0 ? skiff_err_wrap(err, "gathering the tensor-parallel parameters") : 0;
 }
 
 // Full fp32 weights for rank 0: every rank's master range into the (now
@@ -222,8 +338,11 @@ static int cuda_download(struct train_device *d, skiff_err *err)
     const struct train_plan *pl = cd->plan;
     float *g = cuda_gpt2_grads(cd->m);
     TRY(cuda_gpt2_master_to(cd->m, g, err));
-    if (cd->o->zero && cd->P > 1) TRY(tr_all_gather(cd->comm, g, pl->n_pad, TR_F32, err));
-    if (cd->rank == 0) TRY(cuda_gpt2_d2h(cd->m, cd->hparams, g, pl->n_pad * sizeof(float), err));
+    if (cd->o->zero && cd->P > 1) TRY(tr_all_gather(cd->comm, g, pl->n_dev, TR_F32, err));
+    if (cd->rank == 0 && pl->tp > 1)
+        TRY(tp_gather_params(cd, g, err));
+    else if (cd->rank == 0)
+        TRY(cuda_gpt2_d2h(cd->m, cd->hparams, g, pl->n_pad * sizeof(float), err));
     return cuda_gpt2_get_opt_state(cd->m, cd->hm, cd->hv, err);
 }
 
@@ -273,7 +392,7 @@ static int scaler_update(const struct scaler *sc, struct train_amp_state *a, con
         if (sc->fp16 && ++a->scale_good >= sc->window) {
             a->loss_scale *= 2;
             a->scale_good = 0;
-            if (cd->rank == 0) printf("fp16: step %d: loss scale now %g\n", step1, a->loss_scale);
+            if (cd->wrank == 0) printf("fp16: step %d: loss scale now %g\n", step1, a->loss_scale);
         }
         return 0;
     }
@@ -281,7 +400,7 @@ static int scaler_update(const struct scaler *sc, struct train_amp_state *a, con
     a->scale_good = 0;
     a->skipped++;
     if (a->loss_scale > SCALE_FLOOR) a->loss_scale /= 2;
-    if (cd->rank == 0)
+    if (cd->wrank == 0)
         printf("fp16: step %d: gradient overflow, step skipped, loss scale now %g\n", step1, a->loss_scale);
     if (++a->skipped_run >= sc->max_skipped)
         return skiff_error(err, 0,
@@ -302,12 +421,14 @@ static int finish_step(struct cuda_device *cd, int step, float lr, float *norm, 
     struct tr_comm *c = cd->comm;
     float *grads = cuda_gpt2_grads(cd->m);
     int P = cd->P;
-    if (o->zero == 1) TRY(tr_reduce_scatter(c, grads, pl->n_pad, TR_F32, err));
+    if (o->zero == 1) TRY(tr_reduce_scatter(c, grads, pl->n_dev, TR_F32, err));
     const float *gopt = o->zero == 0 ? grads : o->zero == 1 ? grads + pl->opt_off : cd->gshard;
     if (inject_overflow(step + 1)) TRY(cuda_gpt2_fill(cd->m, (float *)gopt, INFINITY, 1, err));
     float *ss = cd->dscal, *norm2 = cd->dscal + 1, *slots = cd->dscal + 2;
     CUDA_CHECK(cudaMemsetAsync(ss, 0, sizeof(float), cd->s));
-    TRY(cuda_gpt2_sumsq(cd->m, ss, gopt, pl->opt_len, err));
+    TRY(cuda_gpt2_sumsq_tp(cd->m, ss, gopt, pl->opt_off, pl->opt_len, err));
+    // --tp: this rank's share summed over its group (the same bits on each)
+    if (cd->tp_comm) TRY(tr_allreduce_sum(cd->tp_comm, ss, 1, TR_F32, err));
     // Each rank's [norm^2 of its range, loss] into its slot pair; one gather.
     CUDA_CHECK(cudaMemcpyAsync(slots + 2 * cd->rank, ss, sizeof(float), cudaMemcpyDeviceToDevice, cd->s));
     TRY(cuda_gpt2_take_loss_dev(cd->m, slots + 2 * cd->rank + 1, err));
@@ -324,7 +445,7 @@ static int finish_step(struct cuda_device *cd, int step, float lr, float *norm, 
                         err));
     // ZeRO: each rank updated its shard of the fp32 master and of the stored
     // weights; gather the stored (bf16/fp16) weights, half the bytes of fp32.
-    if (o->zero && P > 1) TRY(tr_all_gather(c, cuda_gpt2_params(cd->m), pl->n_pad, cd->pdtype, err));
+    if (o->zero && P > 1) TRY(tr_all_gather(c, cuda_gpt2_params(cd->m), pl->n_dev, cd->pdtype, err));
     // The step's one drain.
     TRY(cuda_gpt2_d2h(cd->m, cd->hstat, cd->dscal, nscal(P) * sizeof(float), err));
     *norm = sqrtf(cd->hstat[1]) * inv;
@@ -345,6 +466,7 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
     float *grads = cuda_gpt2_grads(cd->m);
     float wait_ms = 0.0f;
     int ddp_step = o->zero == 0 && P > 1;
+    double tp_busy0 = cd->tp_comm ? cd->tp_comm->stats.busy_s : 0;
     TRY(cuda_gpt2_zero_grad(cd->m, err));
     if (o->zero == 2) CUDA_CHECK(cudaMemsetAsync(cd->gshard, 0, pl->opt_len * sizeof(float), cd->s));
     for (int k = 0; k < K; k++) {
@@ -360,7 +482,7 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
             CUDA_CHECK(cudaEventRecord(cd->ev1, cd->s));
         }
         if (o->zero == 2) {
-            TRY(tr_reduce_scatter(c, grads, pl->n_pad, TR_F32, err));
+            TRY(tr_reduce_scatter(c, grads, pl->n_dev, TR_F32, err));
             TRY(cuda_gpt2_accumulate(cd->m, cd->gshard, grads + pl->opt_off, pl->opt_len, err));
             if (!last) TRY(cuda_gpt2_zero_grad(cd->m, err));
         }
@@ -371,6 +493,7 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
     TRY(scaler_update(&cd->sc, cd->amp, cd, step + 1, norm, err));
     st->grad_norm = norm;
     st->wait_ms = wait_ms;
+    if (cd->tp_comm) st->group_comm_ms = (cd->tp_comm->stats.busy_s - tp_busy0) * 1000;
     return 0;
 }
 
@@ -412,14 +535,16 @@ static int cuda_d2h(struct train_device *d, void *host, const void *dev, size_t 
 static void cuda_describe(struct train_device *d, char *buf, size_t len)
 {
     struct cuda_device *cd = (struct cuda_device *)d->impl;
-    snprintf(buf, len, "%s (cuda, %s, %s collectives, %.2f GiB)", cd->gpu, cd->o->precision ? cd->o->precision : "bf16",
-             cd->backend, cuda_gpt2_bytes(cd->m) / 1073741824.0);
+    char tp[48] = "";
+    if (cd->plan->tp > 1) snprintf(tp, sizeof(tp), ", tensor-parallel part %d of %d", cd->plan->tp_rank, cd->plan->tp);
+    snprintf(buf, len, "%s (cuda, %s, %s collectives%s, %.2f GiB)", cd->gpu,
+             cd->o->precision ? cd->o->precision : "bf16", cd->backend, tp, cuda_gpt2_bytes(cd->m) / 1073741824.0);
 }
 
 static int cuda_finish(struct train_device *d, skiff_err *err)
 {
     struct cuda_device *cd = (struct cuda_device *)d->impl;
-    if (cd->rank == 0 && !cd->o->quiet) {
+    if (cd->wrank == 0 && !cd->o->quiet) {
         size_t fr = 0, tot = 0;
         CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
         printf("skiff-train: GPU memory: %.2f GiB allocated by the model, %.2f GiB in use on the device\n",

@@ -27,6 +27,13 @@ extern "C" {
 struct cuda_gpt2 {
     struct gpt2_config cfg;
     int B, T, prec, L, C, NH, V, Vp;
+    // Tensor parallelism (Megatron's split, trainer/model.h): tp ranks, this
+    // one tp_rank; Cl = C/tp channels of Q, K and V (NHl = NH/tp heads), F =
+    // 4C/tp hidden units of the MLP. tp 1: Cl = C, NHl = NH, F = 4C.
+    int tp, tp_rank, Cl, NHl, F;
+    cuda_tp_allreduce_fn tp_sum_fn; // the sum over the tp ranks, on the model's stream
+    void *tp_ctx;
+    float *tpbuf; // fp32 staging of a bf16/fp16 sum: (B*T, C)
     size_t nparams, n_pad, opt_off, opt_len;
     size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
     cudaStream_t stream;
@@ -202,22 +209,24 @@ static size_t scratch_floats(int B, int T, int C, int NH)
     return fs;
 }
 
-extern "C" void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
+extern "C" void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, int tp, size_t n_pad,
                                       size_t opt_len, struct cuda_mem_plan *p)
 {
     size_t e = prec == SKIFF_CUDA_FP32 ? 4 : 2, N = (size_t)B * T, C = cfg->channels, L = cfg->num_layers;
-    size_t NC = N * C, f = sizeof(float);
+    size_t NC = N * C, f = sizeof(float), NCl = NC / (size_t)tp, NHl = (size_t)cfg->num_heads / (size_t)tp;
     memset(p, 0, sizeof(*p));
     p->workspace = MM_WORKSPACE_BYTES;
     p->params = n_pad * e;
     p->grads = n_pad * f;
     p->optimizer = 3 * opt_len * f; // master, m, v
-    // per layer: ln1, qkv, atty, res2, ln2, fch, fchg, res3 + LayerNorm
-    // statistics and the attention log-sum-exp; then encoded and lnf
-    p->activations = L * (16 * NC * e + 4 * N * f + N * cfg->num_heads * f) + 2 * NC * e + 2 * N * f;
+    // per layer: ln1, res2, ln2, res3 (C wide), qkv, atty (3C/tp, C/tp),
+    // fch, fchg (4C/tp) + LayerNorm statistics and the attention log-sum-exp
+    // of this rank's heads; then encoded and lnf
+    p->activations = L * ((4 * NC + 12 * NCl) * e + 4 * N * f + N * NHl * f) + 2 * NC * e + 2 * N * f;
     p->logits = (size_t)cuda_classifier_rows((int)N) * cfg->padded_vocab_size * e;
-    p->backward = NC * e /* forward scratch */ + (1 + 1 + 3 + 4) * NC * e /* dres, d_c, d_3c, d_4c */;
-    p->scratch = scratch_floats(B, T, (int)C, cfg->num_heads) * f + 4 * C * f /* BGRADB output */;
+    p->backward = NC * e /* forward scratch */ + 2 * NC * e /* dres, d_c */ + 7 * NCl * e /* d_3c, d_4c */;
+    p->scratch = scratch_floats(B, T, (int)C, cfg->num_heads) * f + 4 * C * f /* BGRADB output */ +
+                 (tp > 1 && e != f ? NC * f : 0) /* fp32 staging of the tensor-parallel sums */;
     p->misc = N * f + 4 * f /* losses */ + 2 * N * sizeof(int) + k_encoder_csr_ints((int)N) * sizeof(int);
     p->total = p->workspace + p->params + p->grads + p->optimizer + p->activations + p->logits + p->backward +
                p->scratch + p->misc;
@@ -264,12 +273,16 @@ extern "C" int cuda_classifier_rows(int N)
     return (int)r;
 }
 
-static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
-                  size_t opt_off, size_t opt_len, skiff_err *err)
+static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int T, int prec, int tp, int tp_rank,
+                  size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err)
 {
     m->cfg = *cfg;
     m->B = B, m->T = T, m->prec = prec;
     m->L = cfg->num_layers, m->C = cfg->channels, m->NH = cfg->num_heads;
+    TRY(gpt2_tp_check(cfg, tp, err));
+    if (tp_rank < 0 || tp_rank >= tp) return skiff_error(err, 0, "tensor-parallel rank %d of %d", tp_rank, tp);
+    m->tp = tp, m->tp_rank = tp_rank;
+    m->Cl = m->C / tp, m->NHl = m->NH / tp, m->F = 4 * m->C / tp;
     m->V = cfg->vocab_size, m->Vp = cfg->padded_vocab_size;
     if (m->L > MAX_LAYERS) return skiff_error(err, 0, "at most %d layers on CUDA", MAX_LAYERS);
     if (T > cfg->max_seq_len) return skiff_error(err, 0, "--seq %d > the model's %d", T, cfg->max_seq_len);
@@ -279,7 +292,7 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
                            "the CUDA attention kernels support head sizes 16, 32, 64 and 128; this model "
                            "has n_embd %d / n_head %d: use --device cpu or another --model",
                            m->C, m->NH);
-    m->nparams = gpt2_param_layout(cfg, m->sizes, m->offs);
+    m->nparams = gpt2_param_layout_tp(cfg, tp, m->sizes, m->offs);
     if (n_pad < m->nparams || opt_off + opt_len > n_pad)
         return skiff_error(err, 0, "bad parameter padding/shard (%zu/%zu+%zu of %zu)", n_pad, opt_off, opt_len,
                            m->nparams);
@@ -294,7 +307,7 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     TRY(mm_init(&m->mm, err));
     m->bytes += m->mm.workspace_size;
 
-    size_t e = m->elem, N = (size_t)B * T, C = m->C, L = m->L;
+    size_t e = m->elem, N = (size_t)B * T, C = m->C, L = m->L, Cl = m->Cl, F = m->F;
     DALLOC(m->params, n_pad * e);
     DALLOC(m->grads, n_pad * sizeof(float));
     DALLOC(m->master, opt_len * sizeof(float));
@@ -312,15 +325,15 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
         DALLOC(m->ln1[l], N * C * e);
         DALLOC(m->ln1_mean[l], N * sizeof(float));
         DALLOC(m->ln1_rstd[l], N * sizeof(float));
-        DALLOC(m->qkv[l], N * 3 * C * e);
-        DALLOC(m->atty[l], N * C * e);
-        DALLOC(m->lse[l], N * m->NH * sizeof(float));
+        DALLOC(m->qkv[l], N * 3 * Cl * e);
+        DALLOC(m->atty[l], N * Cl * e);
+        DALLOC(m->lse[l], N * m->NHl * sizeof(float));
         DALLOC(m->res2[l], N * C * e);
         DALLOC(m->ln2[l], N * C * e);
         DALLOC(m->ln2_mean[l], N * sizeof(float));
         DALLOC(m->ln2_rstd[l], N * sizeof(float));
-        DALLOC(m->fch[l], N * 4 * C * e);
-        DALLOC(m->fchg[l], N * 4 * C * e);
+        DALLOC(m->fch[l], N * F * e);
+        DALLOC(m->fchg[l], N * F * e);
         DALLOC(m->res3[l], N * C * e);
     }
     DALLOC(m->lnf, N * C * e);
@@ -333,14 +346,15 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     DALLOC(m->scratch, N * C * e);
     DALLOC(m->dres, N * C * e);
     DALLOC(m->d_c, N * C * e);
-    DALLOC(m->d_3c, N * 3 * C * e);
-    DALLOC(m->d_4c, N * 4 * C * e);
+    DALLOC(m->d_3c, N * 3 * Cl * e);
+    DALLOC(m->d_4c, N * F * e);
     size_t fs = scratch_floats(B, T, m->C, m->NH);
     m->fscratch_len = fs;
     DALLOC(m->fscratch, fs * sizeof(float));
     DALLOC(m->d_tokens, N * sizeof(int));
     DALLOC(m->d_targets, N * sizeof(int));
     DALLOC(m->dbias, 4 * C * sizeof(float));
+    if (tp > 1 && e != sizeof(float)) DALLOC(m->tpbuf, N * C * sizeof(float));
     size_t csr_ints = k_encoder_csr_ints((int)N);
     DALLOC(m->d_csr, csr_ints * sizeof(int));
     for (int i = 0; i < 2; i++) {
@@ -352,24 +366,30 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     // The memory plan (what gpu_tool budget reports without a GPU) must be
     // what was allocated.
     struct cuda_mem_plan plan;
-    cuda_gpt2_memory_plan(cfg, B, T, prec, n_pad, opt_len, &plan);
+    cuda_gpt2_memory_plan(cfg, B, T, prec, tp, n_pad, opt_len, &plan);
     if (plan.total != m->bytes)
         return skiff_error(err, 0, "%s:%d: internal: the model allocated %zu bytes, cuda_gpt2_memory_plan says %zu",
                            __FILE__, __LINE__, m->bytes, plan.total);
     return 0;
 }
 
-extern "C" int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec,
-                                size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err)
+extern "C" int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec, int tp,
+                                int tp_rank, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err)
 {
     struct cuda_gpt2 *m = (struct cuda_gpt2 *)calloc(1, sizeof(*m));
     if (!m) return skiff_error(err, ENOMEM, "model");
-    if (create(m, cfg, B, T, prec, n_pad, opt_off, opt_len, err) < 0) {
+    if (create(m, cfg, B, T, prec, tp, tp_rank, n_pad, opt_off, opt_len, err) < 0) {
         cuda_gpt2_destroy(m);
         return -1;
     }
     *out = m;
     return 0;
+}
+
+extern "C" void cuda_gpt2_set_tp_allreduce(struct cuda_gpt2 *m, cuda_tp_allreduce_fn fn, void *ctx)
+{
+    m->tp_sum_fn = fn;
+    m->tp_ctx = ctx;
 }
 
 extern "C" size_t cuda_gpt2_num_params(const struct cuda_gpt2 *m) { return m->nparams; }
@@ -445,6 +465,27 @@ static float *G(struct cuda_gpt2 *m, int i, int l)
     return m->grads + m->offs[i] + (size_t)l * per;
 }
 
+// Megatron's sum over the tensor-parallel ranks (a no-op with one), in
+// place on n elements of the storage type: after a row-parallel layer's
+// partial products (forward) and on a column-parallel layer's input
+// gradient (backward). bf16/fp16 are summed in fp32 (tpbuf) and rounded
+// once, so every rank gets the same bits whatever the backend (the
+// host-staged ring reduces fp32 only), at twice the bytes of a bf16 sum.
+template <typename T> static int tp_sum(struct cuda_gpt2 *m, T *buf, size_t n, skiff_err *err)
+{
+    if (m->tp == 1) return 0;
+    if (!m->tp_sum_fn) return skiff_error(err, 0, "--tp %d: the model has no tensor-parallel communicator", m->tp);
+    cudaStream_t s = m->stream;
+    if constexpr (sizeof(T) == sizeof(float)) {
+        PROF(s, "tp all-reduce", m->tp_sum_fn(m->tp_ctx, (float *)(void *)buf, n, err));
+    } else {
+        PROF(s, "tp all-reduce", k_cast_to_f32<T>(m->tpbuf, buf, n, s, err));
+        PROF(s, "tp all-reduce", m->tp_sum_fn(m->tp_ctx, m->tpbuf, n, err));
+        PROF(s, "tp all-reduce", k_cast_from_f32<T>(buf, m->tpbuf, n, s, err));
+    }
+    return 0;
+}
+
 // The classifier over rows [r0, r0+R) of lnf, through the chunk buffer:
 // logits = lnf W_te^T; with targets the losses of those rows; in training
 // (dloss != 0) the chunk is overwritten by dlogits, and its data gradient
@@ -469,10 +510,15 @@ template <typename T> static int classifier_chunk(struct cuda_gpt2 *m, int r0, i
     return 0;
 }
 
+// With tensor parallelism the block runs this rank's heads and hidden units
+// (Cl, NHl, F); the row-parallel outputs (attproj, fcproj) are summed over
+// the ranks before the residual, their replicated bias added by rank 0's
+// GEMM only, so it is in the sum once.
 template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, skiff_err *err)
 {
-    int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NH;
+    int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NHl, Cl = m->Cl, F = m->F;
     cudaStream_t s = m->stream;
+    int bias_here = m->tp_rank == 0; // the row-parallel layers' bias
     T *enc = (T *)m->encoded;
     PROF(s, "embedding fwd",
          k_encoder_forward<T>(enc, m->d_tokens, P<T>(m, GPT2_WTE, 0), P<T>(m, GPT2_WPE, 0), B, Tn, C, s, err));
@@ -484,27 +530,29 @@ template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, ski
         T *scr = (T *)m->scratch;
         PROF(s, "qkv fwd",
              mm_forward<T>(&m->mm, (T *)m->qkv[l], NULL, (T *)m->ln1[l], P<T>(m, GPT2_QKVW, l), P<T>(m, GPT2_QKVB, l),
-                           N, C, 3 * C, s, err));
-        TRY(k_attention_forward<T>((T *)m->atty[l], m->lse[l], (T *)m->qkv[l], B, Tn, C, NH, s, err));
+                           N, C, 3 * Cl, s, err));
+        TRY(k_attention_forward<T>((T *)m->atty[l], m->lse[l], (T *)m->qkv[l], B, Tn, Cl, NH, s, err));
         PROF(s, "attproj fwd",
-             mm_forward<T>(&m->mm, scr, NULL, (T *)m->atty[l], P<T>(m, GPT2_ATTPROJW, l), P<T>(m, GPT2_ATTPROJB, l), N,
-                           C, C, s, err));
+             mm_forward<T>(&m->mm, scr, NULL, (T *)m->atty[l], P<T>(m, GPT2_ATTPROJW, l),
+                           bias_here ? P<T>(m, GPT2_ATTPROJB, l) : NULL, N, Cl, C, s, err));
+        TRY(tp_sum<T>(m, scr, (size_t)N * C, err));
         PROF(s, "residual + layernorm fwd",
              k_residual_layernorm_forward<T>((T *)m->res2[l], (T *)m->ln2[l], m->ln2_mean[l], m->ln2_rstd[l], res_in,
                                              scr, P<T>(m, GPT2_LN2W, l), P<T>(m, GPT2_LN2B, l), N, C, s, err));
         if (m->fuse_gelu) {
             PROF(s, "fc fwd",
                  mm_forward<T>(&m->mm, (T *)m->fchg[l], (T *)m->fch[l], (T *)m->ln2[l], P<T>(m, GPT2_FCW, l),
-                               P<T>(m, GPT2_FCB, l), N, C, 4 * C, s, err));
+                               P<T>(m, GPT2_FCB, l), N, C, F, s, err));
         } else {
             PROF(s, "fc fwd",
                  mm_forward<T>(&m->mm, (T *)m->fch[l], NULL, (T *)m->ln2[l], P<T>(m, GPT2_FCW, l), P<T>(m, GPT2_FCB, l),
-                               N, C, 4 * C, s, err));
-            PROF(s, "gelu fwd", k_gelu_forward<T>((T *)m->fchg[l], (T *)m->fch[l], (size_t)N * 4 * C, s, err));
+                               N, C, F, s, err));
+            PROF(s, "gelu fwd", k_gelu_forward<T>((T *)m->fchg[l], (T *)m->fch[l], (size_t)N * F, s, err));
         }
         PROF(s, "fcproj fwd",
-             mm_forward<T>(&m->mm, scr, NULL, (T *)m->fchg[l], P<T>(m, GPT2_FCPROJW, l), P<T>(m, GPT2_FCPROJB, l), N,
-                           4 * C, C, s, err));
+             mm_forward<T>(&m->mm, scr, NULL, (T *)m->fchg[l], P<T>(m, GPT2_FCPROJW, l),
+                           bias_here ? P<T>(m, GPT2_FCPROJB, l) : NULL, N, F, C, s, err));
+        TRY(tp_sum<T>(m, scr, (size_t)N * C, err));
         // residual add fused with the next LayerNorm (ln1 of l+1, or lnf)
         int last = l == L - 1;
         PROF(s, "residual + layernorm fwd",
@@ -660,9 +708,12 @@ static int linear_backward(struct cuda_gpt2 *m, const struct lin_keys *k, T *dx,
 
 // The classifier's gradients were done chunk by chunk in the forward
 // (classifier_chunk): dlnf is in d_c, wte's share in its gradient.
+// With tensor parallelism the input gradients of the column-parallel layers
+// (fc, qkv: this rank's units' and heads' share) are summed over the ranks
+// before their LayerNorm's backward; everything C wide stays whole.
 template <typename T> static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err)
 {
-    int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NH;
+    int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NHl, Cl = m->Cl, F = m->F;
     cudaStream_t s = m->stream;
     T *dres = (T *)m->dres, *dc = (T *)m->d_c, *d3 = (T *)m->d_3c, *d4 = (T *)m->d_4c;
     float *fs = m->fscratch;
@@ -676,16 +727,18 @@ template <typename T> static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready
         T *res_in = l == 0 ? (T *)m->encoded : (T *)m->res3[l - 1];
         // MLP: fcproj (+ GELU'), fc, ln2
         TRY(linear_backward<T>(m, &K_FCPROJ, d4, (T *)m->fch[l], GPT2_FCPROJW, GPT2_FCPROJB, l, (T *)m->fchg[l], dres,
-                               N, 4 * C, C, err));
-        TRY(linear_backward<T>(m, &K_FC, dc, NULL, GPT2_FCW, GPT2_FCB, l, (T *)m->ln2[l], d4, N, C, 4 * C, err));
+                               N, F, C, err));
+        TRY(linear_backward<T>(m, &K_FC, dc, NULL, GPT2_FCW, GPT2_FCB, l, (T *)m->ln2[l], d4, N, C, F, err));
+        TRY(tp_sum<T>(m, dc, (size_t)N * C, err));
         PROF(s, "layernorm bwd",
              k_layernorm_backward<T>(dres, G(m, GPT2_LN2W, l), G(m, GPT2_LN2B, l), fs, dc, (T *)m->res2[l],
                                      P<T>(m, GPT2_LN2W, l), m->ln2_mean[l], m->ln2_rstd[l], N, C, s, err));
         // attention: attproj, attention, qkv, ln1
-        TRY(linear_backward<T>(m, &K_ATTPROJ, dc, NULL, GPT2_ATTPROJW, GPT2_ATTPROJB, l, (T *)m->atty[l], dres, N, C, C,
-                               err));
-        TRY(k_attention_backward<T>(d3, fs, dc, (T *)m->qkv[l], (T *)m->atty[l], m->lse[l], B, Tn, C, NH, s, err));
-        TRY(linear_backward<T>(m, &K_QKV, dc, NULL, GPT2_QKVW, GPT2_QKVB, l, (T *)m->ln1[l], d3, N, C, 3 * C, err));
+        TRY(linear_backward<T>(m, &K_ATTPROJ, dc, NULL, GPT2_ATTPROJW, GPT2_ATTPROJB, l, (T *)m->atty[l], dres, N, Cl,
+                               C, err));
+        TRY(k_attention_backward<T>(d3, fs, dc, (T *)m->qkv[l], (T *)m->atty[l], m->lse[l], B, Tn, Cl, NH, s, err));
+        TRY(linear_backward<T>(m, &K_QKV, dc, NULL, GPT2_QKVW, GPT2_QKVB, l, (T *)m->ln1[l], d3, N, C, 3 * Cl, err));
+        TRY(tp_sum<T>(m, dc, (size_t)N * C, err));
         PROF(s, "layernorm bwd",
              k_layernorm_backward<T>(dres, G(m, GPT2_LN1W, l), G(m, GPT2_LN1B, l), fs, dc, res_in,
                                      P<T>(m, GPT2_LN1W, l), m->ln1_mean[l], m->ln1_rstd[l], N, C, s, err));
@@ -724,6 +777,22 @@ extern "C" int cuda_gpt2_get_grads(struct cuda_gpt2 *m, float *host, skiff_err *
 extern "C" int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size_t n, skiff_err *err)
 {
     PROF(m->stream, "grad norm", k_norm_squared(dev_out, m->fscratch, grad, n, m->stream, err));
+    return 0;
+}
+
+extern "C" int cuda_gpt2_sumsq_tp(struct cuda_gpt2 *m, float *dev_out, const float *grad, size_t lo, size_t n,
+                                  skiff_err *err)
+{
+    if (m->tp == 1 || m->tp_rank == 0) return cuda_gpt2_sumsq(m, dev_out, grad, n, err);
+    // the tensor-parallel tensors' pieces inside [lo, lo+n) only (the
+    // padding after the last tensor is zero on every rank)
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        size_t a = m->offs[i], b = a + m->sizes[i];
+        if (!gpt2_tp_sharded(i)) continue;
+        if (a < lo) a = lo;
+        if (b > lo + n) b = lo + n;
+        if (a < b) TRY(cuda_gpt2_sumsq(m, dev_out, grad + (a - lo), b - a, err));
+    }
     return 0;
 }
 

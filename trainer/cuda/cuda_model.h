@@ -44,8 +44,8 @@ struct cuda_mem_plan {
     size_t workspace;   /* cuBLASLt */
     size_t total;
 };
-void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad, size_t opt_len,
-                           struct cuda_mem_plan *p);
+void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, int tp, size_t n_pad,
+                           size_t opt_len, struct cuda_mem_plan *p);
 
 /* Rows of a classifier chunk for N = B*T rows: SKIFF_CUDA_CLASSIFIER_ROWS
  * (default 8192; 0 or more than N: all N). */
@@ -56,9 +56,20 @@ int cuda_classifier_rows(int N);
  * dK/dV, out[2] dQ; out[3] the tile height, 64 or 128 (host only). */
 void cuda_attention_smem(int prec, int hs, size_t out[4]);
 
-/* n_pad >= number of parameters (padding for ZeRO shards). */
-int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec, size_t n_pad,
-                     size_t opt_off, size_t opt_len, skiff_err *err);
+/* n_pad >= number of parameters (padding for ZeRO shards). With tp > 1 the
+ * model is tensor-parallel rank tp_rank of tp (Megatron's split, as
+ * gpt2_create_tp on the CPU): its parameter buffer is the local layout of
+ * gpt2_param_layout_tp (gpt2_tp_copy moves weights between that and the
+ * whole), its attention runs NH/tp heads and its MLP 4C/tp units, and every
+ * pass calls the all-reduce set by cuda_gpt2_set_tp_allreduce. tp 1,
+ * tp_rank 0: the whole model. */
+int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec, int tp,
+                     int tp_rank, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err);
+/* The sum over the tensor-parallel ranks, in place on n fp32 device floats,
+ * ordered on the model's stream (queued there, or done before returning):
+ * twice per block in the forward, twice in the backward. */
+typedef int (*cuda_tp_allreduce_fn)(void *ctx, float *dev, size_t n, skiff_err *err);
+void cuda_gpt2_set_tp_allreduce(struct cuda_gpt2 *m, cuda_tp_allreduce_fn fn, void *ctx);
 void cuda_gpt2_destroy(struct cuda_gpt2 *m);
 
 size_t cuda_gpt2_num_params(const struct cuda_gpt2 *m);       /* unpadded */
@@ -122,6 +133,11 @@ int cuda_gpt2_get_grads(struct cuda_gpt2 *m, float *host, skiff_err *err);
 
 /* Sum of squares of grad[lo, lo+n) (device pointer) added into *dev_out. */
 int cuda_gpt2_sumsq(struct cuda_gpt2 *m, float *dev_out, const float *grad, size_t n, skiff_err *err);
+/* The same for grad, the gradient of [lo, lo+n) of the parameter buffer,
+ * as this rank's share of the whole model's: with tp > 1 the replicated
+ * tensors (every tensor-parallel rank holds the same gradient) count on
+ * tensor-parallel rank 0 only, so the sum over the group is the whole's. */
+int cuda_gpt2_sumsq_tp(struct cuda_gpt2 *m, float *dev_out, const float *grad, size_t lo, size_t n, skiff_err *err);
 /* AdamW on the opt range from grad (device, opt_len floats aligned with
  * opt_off), weight decay on 2-D tensors only; step t is 1-based;
  * grad_scale multiplies the gradient (loss-scale removal). With norm2 (a
