@@ -79,29 +79,32 @@ peer_case STOP
 
 # NCCL's communicator creation with a peer that dies after the id exchange
 # (the emulation's NCCL: rank 1 SIGKILLs itself inside init; rank 0's
-# non-blocking init must give up at --timeout and abort, not hang)
-init_case() {
-  local port=$((20000 + RANDOM % 20000)) t0 t1 rc r
+# non-blocking init must give up at --timeout and abort, not hang); then the
+# same for --tp 2's tensor-parallel group, whose communicator is one of its
+# own (a per-group id over the store)
+init_case() {  # init_case WHAT MESSAGE [TRAIN ARGS...]
+  local what=$1 want=$2 port=$((20000 + RANDOM % 20000)) t0 t1 rc r
+  shift 2
   pids=()
   t0=$(date +%s.%N)
   for r in 0 1; do
     SKIFF_TRAIN_COMM=nccl SKIFF_EMU_NCCL_INIT_KILL=1 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 \
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ST" train --model tiny --data "$tmp/train_*.bin" --batch 1 --seq 16 \
-      --steps 2 --device cuda --precision fp32 --timeout "$TIMEOUT" --log "$tmp/init.jsonl" >"$tmp/init.r$r" 2>&1 &
+      --steps 2 --device cuda --precision fp32 --timeout "$TIMEOUT" --log "$tmp/init.jsonl" "$@" >"$tmp/init.r$r" 2>&1 &
     pids+=($!)
   done
   disown "${pids[1]}"
   local n=0 limit=$((TIMEOUT * 3 + 120))
   while kill -0 "${pids[0]}" 2>/dev/null && [ "$n" -lt $((limit * 10)) ]; do sleep 0.1; n=$((n + 1)); done
   t1=$(date +%s.%N)
-  local name="NCCL init with a peer killed after the id exchange: rank 0 aborts the communicator at --timeout $TIMEOUT s"
+  local name="NCCL init$what with a peer killed after the id exchange: rank 0 aborts the communicator at --timeout $TIMEOUT s"
   if kill -0 "${pids[0]}" 2>/dev/null; then
     t_fail "$name" "rank 0 still in init after $limit s (a hang)"
     return
   fi
   wait "${pids[0]}"; rc=$?
   local msg dt
-  msg=$(grep -m1 'NCCL communicator of 2 ranks was not ready within --timeout' "$tmp/init.r0")
+  msg=$(grep -m1 -F -- "$want" "$tmp/init.r0")
   dt=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
   if [ "$rc" -ne 0 ] && [ -n "$msg" ] && awk -v d="$dt" -v l="$((TIMEOUT * 2 + 60))" 'BEGIN { exit !(d <= l) }' &&
     ! ls /tmp/skiff-emu-nccl-* 2>/dev/null | grep -q .; then
@@ -113,6 +116,8 @@ init_case() {
 if [ -n "${SKIFF_PEER_TEST_BIN:-}" ]; then
   t_skip "NCCL init with a killed peer" "needs the emulation's NCCL (SKIFF_EMU_NCCL_INIT_KILL)"
 else
-  init_case
+  init_case "" "NCCL communicator of 2 ranks was not ready within --timeout"
+  init_case " (--tp 2, tensor-parallel group)" "NCCL communicator of 2 ranks (group tp/0) was not ready within --timeout" \
+    --tp 2
 fi
 t_done
