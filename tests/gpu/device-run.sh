@@ -20,6 +20,11 @@
 #                 weights (build-llmc/, from `make gpu-llmc`; or LLMC_DIR)
 #   5. budget     the analytic model calibrated with the per-op table
 #   6. tests      tests/gpu/run-tests.sh (CUDA against the CPU reference, ...)
+#      parallel   tests/gpu/parallel.sh: --tp 2 and dp2 x tp2 (ZeRO-1) on this
+#                 one card against one process (ranks sharing the card:
+#                 host-staged collectives, so correctness, not speed; NCCL's
+#                 tensor-parallel communicators need one GPU per rank).
+#                 --zero 3 is not here: it is not built on CUDA yet
 #   7. rest       tests/gpu/bench.sh's end-to-end rows
 # Every log goes to $OUT (default ./gpu-logs): device-run.log (this output),
 # one NAME.log per phase, ops.tsv (per-op times). Exit 0 when every phase
@@ -196,6 +201,12 @@ fi
 phase gpu-tests 240 env BUILD="$root/build" tests/gpu/run-tests.sh
 grep -c '^PASS' "$out/gpu-tests.log" 2>/dev/null | xargs -I{} echo "   {} passed"
 grep '^FAIL' "$out/gpu-tests.log" 2>/dev/null | sed 's/^/   /'
+# tensor parallelism on one card's worth of ranks (TF32 matmuls: a wider
+# fp32 tolerance than the emulation's 2e-5)
+phase parallel 150 env BUILD="$root/build" SKIFF_PARALLEL_TEST_BIN="$ST" SKIFF_PARALLEL_TEST_MODEL=small \
+  SKIFF_PARALLEL_TEST_SEQ=128 SKIFF_PARALLEL_TEST_BATCH=2 SKIFF_PARALLEL_TEST_STEPS=5 SKIFF_PARALLEL_TEST_TOL=5e-4 \
+  SKIFF_PARALLEL_TEST_BF16_TOL=1e-2 tests/gpu/parallel.sh
+grep -E '^(PASS|FAIL)' "$out/parallel.log" 2>/dev/null | sed 's/^/   /'
 
 # ---- 7. the rest ---------------------------------------------------------
 phase bench-e2e 180 env BUILD="$root/build" tests/gpu/bench.sh

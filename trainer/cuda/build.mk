@@ -97,7 +97,7 @@ all: $(GPU_TOOL) $(KERNEL_EMU) $(EMU_GPU_TOOL) $(EMU_SKIFF_TRAIN)
 # The CPU-side check that runs in `make test`: the CUDA build links, fails
 # cleanly without a GPU, and its host-only pieces work; and the budget check:
 # no kernel of the d12 step spills, the modeled step time does not regress.
-INTEGRATION_TESTS += tests/gpu/cpu-side-check.sh tests/gpu/budget-check.sh tests/gpu/peer-death.sh
+INTEGRATION_TESTS += tests/gpu/cpu-side-check.sh tests/gpu/budget-check.sh tests/gpu/peer-death.sh tests/gpu/parallel.sh
 
 # tests/gpu/device-run.sh rehearsed without a GPU: in a Debian 13 tree
 # (newer gcc) without jansson, utf8proc or NCCL packages, NCCL in the pip

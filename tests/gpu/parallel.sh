@@ -1,0 +1,82 @@
+#!/bin/bash
+# Tensor parallelism (--tp) on skiff-train's CUDA path, on one card's worth
+# of ranks: --tp 2 and dp2 x tp2 with ZeRO-1 against one process on the same
+# global batch, and a --tp 2 checkpoint (the parts gathered into the whole
+# weights) resumed by one process. The ranks share the device, so every
+# collective is host-staged (NCCL refuses two ranks on one GPU): this checks
+# the split of the model, the sums and the process groups, not their speed.
+# Runs on the CPU emulation (build/emu/bin/skiff-train, model tiny) in
+# `make test`; tests/gpu/device-run.sh runs it on a GPU with the real binary.
+# Env: SKIFF_PARALLEL_TEST_BIN (the binary), SKIFF_PARALLEL_TEST_MODEL (tiny),
+# _SEQ (16), _BATCH (1, per data-parallel rank), _STEPS (3), _TOL (2e-5:
+# fp32, relative), _BF16_TOL (5e-3: bf16, absolute).
+source "$(dirname "$0")/../lib.sh"
+ST=${SKIFF_PARALLEL_TEST_BIN:-$BUILD/emu/bin/skiff-train}
+TOOL=$BUILD/tests/gpu/gpu_tool
+MODEL=${SKIFF_PARALLEL_TEST_MODEL:-tiny}
+SEQ=${SKIFF_PARALLEL_TEST_SEQ:-16}
+B=${SKIFF_PARALLEL_TEST_BATCH:-1}
+STEPS=${SKIFF_PARALLEL_TEST_STEPS:-3}
+TOL=${SKIFF_PARALLEL_TEST_TOL:-2e-5}
+BTOL=${SKIFF_PARALLEL_TEST_BF16_TOL:-5e-3}
+if [ ! -x "$ST" ] || [ ! -x "$TOOL" ]; then
+  t_skip "tensor parallelism on the CUDA path" "$ST or $TOOL is not built (needs nvcc at build time)"
+  t_done
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+"$TOOL" mkshard --out "$tmp/train_000.bin" --tokens 200000 --vocab 256 --text >/dev/null ||
+  { t_fail "tensor parallelism: mkshard"; t_done; }
+xloss() { grep -o '"loss":[0-9.]*' "$1" | cut -d: -f2 | tr '\n' ' '; }
+runp() { # runp N LOG TRAIN-ARGS...: N ranks of the CUDA loop on this machine
+  local n=$1 log=$2 port=$((20000 + RANDOM % 20000)) pids=() rc=0 r
+  shift 2
+  for ((r = 0; r < n; r++)); do
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$ST" "$@" --timeout 120 --log "$log" >"$log.r$r" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
+}
+COMMON=(train --model "$MODEL" --data "$tmp/train_*.bin" --seq "$SEQ" --device cuda --steps "$STEPS")
+
+# fp32: --tp 2 gives one process's losses within TOL relative (the
+# row-parallel sums add the ranks' partial products in another order); its
+# checkpoint after STEPS-1 steps, resumed by one process, goes on as the
+# one-process run does.
+F=("${COMMON[@]}" --precision fp32 --batch "$B")
+"$ST" "${F[@]}" --log "$tmp/one.jsonl" >"$tmp/one.out" 2>&1 &&
+  runp 2 "$tmp/tp2.jsonl" "${F[@]}" --tp 2 --stop-after $((STEPS - 1)) --ckpt-dir "$tmp/ck" &&
+  "$ST" "${F[@]}" --resume --ckpt-dir "$tmp/ck" --log "$tmp/res.jsonl" >"$tmp/res.out" 2>&1
+rc=$?
+one=$(xloss "$tmp/one.jsonl") tp2=$(xloss "$tmp/tp2.jsonl") res=$(xloss "$tmp/res.jsonl")
+name="CUDA fp32 --tp 2 (2 ranks): one process's losses within $TOL relative, its checkpoint resumed by one process"
+if [ "$rc" -eq 0 ] && grep -q 'world 2 = dp 1 x tp 2, .*host-staged collectives, tensor-parallel part 0 of 2' \
+  "$tmp/tp2.jsonl.r0" && awk -v a="$one" -v b="$tp2" -v c="$res" -v t="$TOL" -v n="$STEPS" '
+     function bad(x, y) { return (x - y)^2 > (t * x)^2 }
+     BEGIN { if (split(a, x) != n || split(b, y) != n - 1 || split(c, z) != 1) exit 1
+             for (i = 1; i < n; i++) if (bad(x[i], y[i])) exit 1
+             exit bad(x[n], z[1]) }'; then
+  t_pass "$name ($one| $tp2| $res)"
+else
+  t_fail "$name" "exit $rc; one: $one tp2: $tp2 resumed: $res; $(tail -2 "$tmp"/tp2.jsonl.r* "$tmp/res.out" | tr '\n' ' ')"
+fi
+
+# bf16: dp2 x tp2 with ZeRO-1 (4 ranks: two tensor-parallel and two
+# data-parallel groups) against one process with twice the batch
+Bf=("${COMMON[@]}" --precision bf16)
+"$ST" "${Bf[@]}" --batch $((2 * B)) --log "$tmp/one2.jsonl" >"$tmp/one2.out" 2>&1 &&
+  runp 4 "$tmp/d2t2.jsonl" "${Bf[@]}" --batch "$B" --tp 2 --zero 1
+rc=$?
+one=$(xloss "$tmp/one2.jsonl") d2t2=$(xloss "$tmp/d2t2.jsonl")
+name="CUDA bf16 dp2 x tp2 with --zero 1 (4 ranks) follows one process within $BTOL"
+if [ "$rc" -eq 0 ] && awk -v a="$one" -v b="$d2t2" -v t="$BTOL" -v n="$STEPS" '
+     BEGIN { if (split(a, x) != n || split(b, y) != n) exit 1
+             for (i = 1; i <= n; i++) if ((x[i] - y[i])^2 > t * t) exit 1 }'; then
+  t_pass "$name ($one| $d2t2)"
+else
+  t_fail "$name" "exit $rc; one: $one dp2xtp2: $d2t2; $(tail -2 "$tmp"/d2t2.jsonl.r* | tr '\n' ' ')"
+fi
+# what a rank holds: its part of the weights and activations (the describe line)
+grep -h -m1 'tensor-parallel part' "$tmp"/d2t2.jsonl.r0 2>/dev/null | sed 's/^/  /'
+t_done
