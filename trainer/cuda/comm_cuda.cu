@@ -49,7 +49,7 @@ static ncclResult_t nccl_settle(ncclComm_t comm, ncclResult_t r, int timeout_ms)
 // First member of every backend's impl, so cuda_comm_sync works on any of them.
 struct dev_base {
     cudaStream_t compute;
-    cudaEvent_t sync_ev;   // recorded by cuda_comm_sync, polled with the timeout
+    cudaEvent_t sync_ev;    // recorded by cuda_comm_sync, polled with the timeout
     struct tr_comm *linked; // cuda_comm_link: another group on the same stream
 };
 
@@ -356,8 +356,7 @@ int cuda_comm_nccl_create_group(struct tr_store *store, const char *name, int ra
             return skiff_error(err, ETIMEDOUT,
                                "the NCCL communicator of %d ranks%s%s%s was not ready within --timeout %.1f s (a "
                                "peer rank died or stopped after the id exchange); communicator aborted",
-                               world, name ? " (group " : "", name ? name : "", name ? ")" : "",
-                               timeout_ms / 1000.0);
+                               world, name ? " (group " : "", name ? name : "", name ? ")" : "", timeout_ms / 1000.0);
         return skiff_error(err, 0,
                            "%s:%d: ncclCommInitRank(rank %d of %d): %s %s (two ranks on one GPU? "
                            "set SKIFF_TRAIN_COMM=host-staged)",

@@ -57,9 +57,9 @@ struct cuda_device {
     struct tr_comm *tp_comm; // --tp: the tensor-parallel group (the model's all-reduces); else NULL
     struct cuda_gpt2 *m;
     cudaStream_t s;
-    int prec, P, rank; // the data-parallel group: its size and this process's place
-    int wrank;         // the process's RANK (prints)
-    float *hlocal;     // --tp: this rank's part of the weights (n_dev floats) on the host
+    int prec, P, rank;    // the data-parallel group: its size and this process's place
+    int wrank;            // the process's RANK (prints)
+    float *hlocal;        // --tp: this rank's part of the weights (n_dev floats) on the host
     enum tr_dtype pdtype; // storage type of the parameters (ZeRO gathers them)
     char gpu[256];
     const char *backend;      // "single", "nccl", "host-staged"
@@ -128,8 +128,8 @@ static int pick_backend(struct cuda_device *cd, const char **name, skiff_err *er
 // One process group's communicator of the backend every rank picked: a
 // group of one needs none; NCCL gets a communicator of its own (its id under
 // "nccl/id/NAME"), host-staged a TCP ring of the members (keyed NAME).
-static int make_group(struct cuda_device *cd, const char *name, const int *members, int n, int me,
-                      struct tr_comm **out, skiff_err *err)
+static int make_group(struct cuda_device *cd, const char *name, const int *members, int n, int me, struct tr_comm **out,
+                      skiff_err *err)
 {
     const struct train_dist *dist = cd->dist;
     int to = cd->o->timeout_ms;

@@ -44,8 +44,8 @@ struct cuda_mem_plan {
     size_t workspace;   /* cuBLASLt */
     size_t total;
 };
-void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, int tp, size_t n_pad,
-                           size_t opt_len, struct cuda_mem_plan *p);
+void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, int tp, size_t n_pad, size_t opt_len,
+                           struct cuda_mem_plan *p);
 
 /* Rows of a classifier chunk for N = B*T rows: SKIFF_CUDA_CLASSIFIER_ROWS
  * (default 8192; 0 or more than N: all N). */
@@ -63,8 +63,8 @@ void cuda_attention_smem(int prec, int hs, size_t out[4]);
  * whole), its attention runs NH/tp heads and its MLP 4C/tp units, and every
  * pass calls the all-reduce set by cuda_gpt2_set_tp_allreduce. tp 1,
  * tp_rank 0: the whole model. */
-int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec, int tp,
-                     int tp_rank, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err);
+int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec, int tp, int tp_rank,
+                     size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err);
 /* The sum over the tensor-parallel ranks, in place on n fp32 device floats,
  * ordered on the model's stream (queued there, or done before returning):
  * twice per block in the forward, twice in the backward. */
