@@ -579,6 +579,20 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
            mp.activations / 1073741824.0, mp.logits / 1073741824.0, mp.backward / 1073741824.0,
            mp.scratch / 1073741824.0, (mp.misc + mp.workspace) / 1073741824.0,
            v0 ? " [current code; v0 added the dQ partials to scratch]" : "");
+    // --tp N: what one rank's part allocates for the same batch (its heads'
+    // and MLP units' weights and activations; embeddings, LayerNorms and the
+    // C-wide activations whole), where N divides the heads
+    for (int tp = 2; tp <= 8 && !quiet; tp *= 2) {
+        if (cfg.num_heads % tp) continue;
+        size_t npt = gpt2_param_layout_tp(&cfg, tp, NULL, NULL);
+        struct cuda_mem_plan mt;
+        cuda_gpt2_memory_plan(&cfg, B, T, b.prec, tp, npt, npt, &mt);
+        printf("  per rank at --tp %d: %.2f GiB (params %.2f, grads %.2f, optimizer %.2f, activations %.2f, backward "
+               "%.2f, scratch %.2f)\n",
+               tp, mt.total / 1073741824.0, mt.params / 1073741824.0, mt.grads / 1073741824.0,
+               mt.optimizer / 1073741824.0, mt.activations / 1073741824.0, mt.backward / 1073741824.0,
+               mt.scratch / 1073741824.0);
+    }
     if (v0) {
         double extra = ceil(b.T / 64) * b.N * b.C * 4;
         printf("v0 scratch held the dQ partials: +%.2f GiB -> %.2f GiB\n", extra / 1073741824.0,
