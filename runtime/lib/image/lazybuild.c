@@ -36,12 +36,31 @@ struct download {
     int fd;
     int rc;
     skiff_err err;
+    struct skiff_sha256 sha; /* of what went into the pipe */
+    char got[SKIFF_DIGEST_LEN];
+    pthread_t thread;
+    bool joined;
 };
 
 static int to_pipe(void *ctx, const void *buf, size_t n)
 {
-    const struct download *d = ctx;
+    struct download *d = ctx;
+    skiff_sha256_update(&d->sha, buf, n);
     return skiff_write_all(d->fd, buf, n);
+}
+
+/* lz_whole_fn: the download's end and its digest (the pipe gave EOF) */
+static int download_digest(void *ctx, char out[SKIFF_DIGEST_LEN])
+{
+    struct download *d = ctx;
+    if (!d->joined) {
+        pthread_join(d->thread, NULL);
+        d->joined = true;
+    }
+    if (d->rc < 0)
+        return -1;
+    memcpy(out, d->got, SKIFF_DIGEST_LEN);
+    return 0;
 }
 
 static void *download_main(void *arg)
@@ -57,6 +76,7 @@ static void *download_main(void *arg)
     /* the whole blob as a range: retried and resumed where it was cut;
      * the index pass checks its digest */
     d->rc = skiff_registry_blob_range(d->reg, d->digest, 0, 0, to_pipe, d, NULL, &d->err);
+    skiff_sha256_final(&d->sha, d->got);
     close(d->fd);
     return NULL;
 }
@@ -68,21 +88,29 @@ static int index_layer(struct skiff_import_job *j, struct skiff_import_layer *l,
     const unsigned flags = SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS;
     if (!l->remote) {
         int fd = skiff_source_open(j, l->path, err);
-        return fd < 0 ? -1 : lz_index_layer(fd, l->digest, flags, path, err);
+        return fd < 0 ? -1 : lz_index_layer(fd, l->digest, flags, path, NULL, NULL, err);
     }
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return skiff_error(err, errno, "pipe");
+    /* a larger pipe: fewer wake-ups of the two threads (best effort) */
+    fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
     struct download d = {.reg = j->reg, .digest = l->digest, .fd = p[1]};
-    pthread_t t;
-    int pe = pthread_create(&t, NULL, download_main, &d);
+    if (skiff_sha256_init(&d.sha, err) < 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    int pe = pthread_create(&d.thread, NULL, download_main, &d);
     if (pe != 0) {
+        skiff_sha256_abort(&d.sha);
         close(p[0]);
         close(p[1]);
         return skiff_error(err, pe, "pthread_create");
     }
-    int rv = lz_index_layer(p[0], l->digest, flags, path, err);
-    pthread_join(t, NULL);
+    int rv = lz_index_layer(p[0], l->digest, flags, path, download_digest, &d, err);
+    if (!d.joined)
+        pthread_join(d.thread, NULL);
     /* the download's failure is the cause when both failed (the index pass
      * then saw a short stream), unless the pass refused the layer first */
     if (d.rc < 0 && (rv == 0 || err->code != ENOTSUP)) {

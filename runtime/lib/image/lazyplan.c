@@ -380,3 +380,46 @@ void skiff_lazy_counters(const struct lz_image *im, uint64_t *fetched, uint64_t 
     *compressed = im->compressed;
     *present = __atomic_load_n(&im->hdr->present, __ATOMIC_RELAXED);
 }
+
+/* ---- the prefetch list ------------------------------------------------- */
+
+/* The image's prefetch list (*n spans), or NULL when it has none. */
+uint32_t *lz_prefetch_read(const struct lz_image *im, size_t *n)
+{
+    *n = 0;
+    char p[SKIFF_PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/prefetch", im->dir);
+    size_t len;
+    skiff_err ignore;
+    cleanup_free char *text = skiff_read_file(p, 0, 16u << 20, &len, &ignore);
+    if (!text)
+        return NULL;
+    uint32_t *pre = calloc(im->nspans, sizeof(*pre));
+    for (char *c = text, *end; pre && *c && *n < im->nspans; c = end) {
+        unsigned long g = strtoul(c, &end, 10);
+        if (end == c)
+            break;
+        if (g < im->nspans)
+            pre[(*n)++] = (uint32_t)g;
+        while (*end == '\n' || *end == ' ')
+            end++;
+    }
+    return pre;
+}
+
+bool skiff_lazy_fetcher_idle(const struct skiff_config *cfg, const struct lz_image *im)
+{
+    uint32_t present;
+    uint64_t fetched, compressed;
+    skiff_lazy_counters(im, &fetched, &compressed, &present);
+    if (present == im->nspans)
+        return true;
+    if (cfg->lazy_complete)
+        return false;
+    size_t n;
+    cleanup_free uint32_t *pre = lz_prefetch_read(im, &n);
+    for (size_t i = 0; i < n; i++)
+        if (!skiff_lazy_present(im, pre[i]))
+            return false;
+    return true;
+}
