@@ -37,16 +37,34 @@ struct download {
     int rc;
     skiff_err err;
     struct skiff_sha256 sha; /* of what went into the pipe */
+    unsigned char *buf;      /* what goes next, in PIPE_CHUNK writes */
+    size_t blen;
     char got[SKIFF_DIGEST_LEN];
     pthread_t thread;
     bool joined;
 };
 
+/* curl hands a body over in 16 KiB pieces: written one by one, each
+ * woke the index pass's thread (17,000 writes per 256 MB) */
+#define PIPE_CHUNK (512u << 10)
+
 static int to_pipe(void *ctx, const void *buf, size_t n)
 {
     struct download *d = ctx;
     skiff_sha256_update(&d->sha, buf, n);
-    return skiff_write_all(d->fd, buf, n);
+    while (n) {
+        size_t k = n < PIPE_CHUNK - d->blen ? n : PIPE_CHUNK - d->blen;
+        memcpy(d->buf + d->blen, buf, k);
+        d->blen += k;
+        buf = (const unsigned char *)buf + k;
+        n -= k;
+        if (d->blen == PIPE_CHUNK) {
+            if (skiff_write_all(d->fd, d->buf, d->blen) < 0)
+                return -1;
+            d->blen = 0;
+        }
+    }
+    return 0;
 }
 
 /* lz_whole_fn: the download's end and its digest (the pipe gave EOF) */
@@ -76,6 +94,8 @@ static void *download_main(void *arg)
     /* the whole blob as a range: retried and resumed where it was cut;
      * the index pass checks its digest */
     d->rc = skiff_registry_blob_range(d->reg, d->digest, 0, 0, to_pipe, d, NULL, &d->err);
+    if (d->rc == 0 && d->blen && skiff_write_all(d->fd, d->buf, d->blen) < 0)
+        d->rc = skiff_error(&d->err, errno, "write the layer into the index pass");
     skiff_sha256_final(&d->sha, d->got);
     close(d->fd);
     return NULL;
@@ -96,17 +116,16 @@ static int index_layer(struct skiff_import_job *j, struct skiff_import_layer *l,
     /* a larger pipe: fewer wake-ups of the two threads (best effort) */
     fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
     struct download d = {.reg = j->reg, .digest = l->digest, .fd = p[1]};
-    if (skiff_sha256_init(&d.sha, err) < 0) {
-        close(p[0]);
-        close(p[1]);
-        return -1;
-    }
-    int pe = pthread_create(&d.thread, NULL, download_main, &d);
-    if (pe != 0) {
+    cleanup_free unsigned char *buf = d.buf = malloc(PIPE_CHUNK);
+    int pe = buf ? 0 : ENOMEM;
+    if (pe == 0 && skiff_sha256_init(&d.sha, err) < 0)
+        pe = ENOMEM;
+    else if (pe == 0 && (pe = pthread_create(&d.thread, NULL, download_main, &d)) != 0)
         skiff_sha256_abort(&d.sha);
+    if (pe != 0) {
         close(p[0]);
         close(p[1]);
-        return skiff_error(err, pe, "pthread_create");
+        return skiff_error(err, pe, "start the layer's download");
     }
     int rv = lz_index_layer(p[0], l->digest, flags, path, download_digest, &d, err);
     if (!d.joined)
