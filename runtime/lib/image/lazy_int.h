@@ -229,6 +229,7 @@ struct lz_image {
     unsigned char *extras;
     uint64_t data_size, compressed;
     int datafd, mapfd;
+    int holdfd; /* DIR/plan, share-locked while open: skiff cache prune leaves the image */
     volatile uint64_t *bits; /* the map's bitmap, mmap'ed shared */
     struct lz_map_header *hdr;
     size_t maplen;

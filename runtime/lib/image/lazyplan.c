@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "fdio.h"
 #include "fsutil.h"
 
@@ -256,9 +257,19 @@ static struct lz_image *image_open(const struct skiff_config *cfg, const char *d
         skiff_error(err, ENOMEM, "lazy image");
         return NULL;
     }
-    im->datafd = im->mapfd = -1;
-    if (snprintf(im->dir, sizeof(im->dir), "%s", dir) >= (int)sizeof(im->dir)) {
+    im->datafd = im->mapfd = im->holdfd = -1;
+    char plan[SKIFF_PATH_MAX + 8];
+    if (snprintf(im->dir, sizeof(im->dir), "%s", dir) >= (int)sizeof(im->dir) ||
+        snprintf(plan, sizeof(plan), "%s/plan", dir) >= (int)sizeof(plan)) {
         skiff_error(err, ENAMETOOLONG, "%s", dir);
+        skiff_lazy_close(im);
+        return NULL;
+    }
+    /* held as an imported image is (cache.h): a prune leaves it alone */
+    im->holdfd = skiff_cache_hold(plan, err);
+    if (im->holdfd < 0) {
+        if (err->code == ENOENT)
+            skiff_error(err, ENOENT, "lazy image %s was removed (skiff cache prune?): resolve the image again", dir);
         skiff_lazy_close(im);
         return NULL;
     }
@@ -296,6 +307,8 @@ void skiff_lazy_close(struct lz_image *im)
         close(im->datafd);
     if (im->mapfd >= 0)
         close(im->mapfd);
+    if (im->holdfd >= 0)
+        close(im->holdfd);
     free(im);
 }
 
