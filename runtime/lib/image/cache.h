@@ -103,9 +103,9 @@ struct skiff_cache_entry {
     unsigned long long size; /* the image */
     time_t last_used;        /* the info file's mtime, else the image's */
     struct skiff_cache_info info;
-    char *tags;  /* references whose last resolution is this image, ", "-separated (malloc'd) */
-    bool in_use; /* a process holds it (shared lock) or imports it */
-    bool lazy;   /* a lazy image (doc/lazy.md): path is its directory */
+    char *tags;        /* references whose last resolution is this image, ", "-separated (malloc'd) */
+    bool in_use;       /* a process holds it (shared lock) or imports it */
+    bool lazy;         /* a lazy image (doc/lazy.md): path is its directory */
     char data_key[24]; /* lazy: names its data files under lazy_path (its plan's "key") */
 };
 

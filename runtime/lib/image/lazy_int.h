@@ -139,8 +139,8 @@ typedef int (*lz_whole_fn)(void *ctx, char out[SKIFF_DIGEST_LEN]);
  * that sha256 is. Scratch: the window and buffers, a few MiB. Fails with
  * err->code ENOTSUP when the layer is not gzip or holds something a lazy
  * image cannot serve (a GNU sparse file): the caller imports in full. */
-int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_path, lz_whole_fn whole,
-                   void *whole_ctx, skiff_err *err);
+int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_path, lz_whole_fn whole, void *whole_ctx,
+                   skiff_err *err);
 
 enum { LZ_LOAD_ENTRIES = 1, LZ_LOAD_WINDOWS = 2 };
 
@@ -229,7 +229,7 @@ struct lz_image {
     unsigned char *extras;
     uint64_t data_size, compressed;
     int datafd, mapfd;
-    int holdfd; /* DIR/plan, share-locked while open: skiff cache prune leaves the image */
+    int holdfd;              /* DIR/plan, share-locked while open: skiff cache prune leaves the image */
     volatile uint64_t *bits; /* the map's bitmap, mmap'ed shared */
     struct lz_map_header *hdr;
     size_t maplen;

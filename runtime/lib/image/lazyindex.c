@@ -479,8 +479,8 @@ static void check_whole(struct pass *p, const char *digest, skiff_err *err)
         lz_error(err, EBADMSG, "digest mismatch: expected %s, got %s (corrupt or tampered blob)", digest, got);
 }
 
-int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_path, lz_whole_fn whole,
-                   void *whole_ctx, skiff_err *err)
+int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_path, lz_whole_fn whole, void *whole_ctx,
+                   skiff_err *err)
 {
     struct pass p;
     memset(&p, 0, sizeof(p));

@@ -266,8 +266,8 @@ static int get_manifest(struct skiff_import_job *j, const char *reference, char 
 {
     char path[SKIFF_PATH_MAX];
     skiff_err e;
-    bool pinned = skiff_ref_valid_digest(reference) &&
-                  skiff_cache_blob_path(j->cfg, reference, path, sizeof(path), &e) == 0;
+    bool pinned =
+        skiff_ref_valid_digest(reference) && skiff_cache_blob_path(j->cfg, reference, path, sizeof(path), &e) == 0;
     if (pinned) {
         *body = skiff_read_file(path, 0, 4u << 20, len, &e);
         if (*body && skiff_digest_buf(*body, *len, digest, &e) == 0 && !strcmp(digest, reference)) {
@@ -279,7 +279,8 @@ static int get_manifest(struct skiff_import_job *j, const char *reference, char 
     }
     if (skiff_registry_manifest(j->reg, reference, body, len, mt, mtlen, digest, err) < 0)
         return -1;
-    if (pinned && !strcmp(digest, reference) && skiff_atomic_write(path, *body, *len, 0600, SKIFF_ATOMIC_NOSYNC, &e) < 0) {
+    if (pinned && !strcmp(digest, reference) &&
+        skiff_atomic_write(path, *body, *len, 0600, SKIFF_ATOMIC_NOSYNC, &e) < 0) {
         /* best effort: only the next plan's request is lost */
     }
     return 0;
