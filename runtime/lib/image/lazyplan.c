@@ -427,7 +427,9 @@ bool skiff_lazy_fetcher_idle(const struct skiff_config *cfg, const struct lz_ima
     skiff_lazy_counters(im, &fetched, &compressed, &present);
     if (present == im->nspans)
         return true;
-    if (cfg->lazy_complete)
+    /* a cold node: its first read misses for sure, and the fetcher had
+     * better be up by then (made beside the container's start) */
+    if (present == 0 || cfg->lazy_complete)
         return false;
     size_t n;
     cleanup_free uint32_t *pre = lz_prefetch_read(im, &n);
