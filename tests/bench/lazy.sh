@@ -15,7 +15,8 @@
 # Then paired A/B tables (tests/bench/abpairs.py: the two commands of a
 # pair run back to back in a random order, so the load of a shared machine
 # hits both alike; the median of the per-pair ratios):
-#   A4  the first-ever start (index pass, skeleton, start) against its floor
+#   A4  the index pass (skiff resolve: the pass, the skeleton), and the
+#       first-ever start (that and a start), against the floor
 #   A6  a hot node (the lazy image and the data it reads there) against a
 #       cached squashfs: resolve + start, and `skiff start` alone
 # Also prints what the node holds after one cold-node start (allocated bytes
@@ -156,7 +157,21 @@ echo "A4, paired ($PAIRS pairs; load $(cut -d' ' -f1 /proc/loadavg)): the first-
   "of its index pass (issue 27 asks <= 1.2)"
 echo
 ab --runs "$PAIRS" --warmup 1 --label-a floor --label-b lazy --setup-b "$W/cold-lazy" \
+  --row "index pass alone (skiff resolve) / curl \\| zlib" "$W/floor" "$W/lazy/resolve" \
   --row "index pass + start / curl \\| zlib" "$W/floor" "$W/lazy/first-exec"
+# CPU seconds of each (user + system, all its processes): on a loaded
+# machine the wall-clock ratio follows this one
+python3 - "$W/floor" "$W/cold-lazy" "$W/lazy/resolve" <<'EOF'
+import resource, subprocess, sys
+def cpu(cmd):
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+f = min(cpu([sys.argv[1]]) for _ in range(3))
+l = min((subprocess.run([sys.argv[2]], check=True), cpu([sys.argv[3]]))[1] for _ in range(3))
+print(f"\nCPU time (least of 3): index pass {l:.2f} s, its floor {f:.2f} s: {l / f:.2f}x")
+EOF
 echo
 echo "A6, paired ($((RUNS * 10)) pairs; load $(cut -d' ' -f1 /proc/loadavg)): a hot lazy node against a cached" \
   "squashfs (issue 27 asks <= 1.05)"
