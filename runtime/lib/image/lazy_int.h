@@ -126,21 +126,12 @@ int lz_error(skiff_err *err, int code, const char *fmt, ...) __attribute__((form
 
 /* ---- lazyindex.c ---- */
 
-/* The blob's sha256 ("sha256:<hex>" into out) as its producer hashed
- * it, once fd has given its end: a download thread hashes what it writes
- * into the pipe, so that the index pass's thread hashes only its spans
- * (the two hashes then run on two cores, as the transfer and the inflate
- * do). 0, or -1 when there is none (the producer failed). */
-typedef int (*lz_whole_fn)(void *ctx, char out[SKIFF_DIGEST_LEN]);
-
 /* The index pass over a gzip layer read from fd (to its end; closed by
  * the call): written to out_path (atomically) only when the blob's sha256
- * is digest; whole (NULL: the pass hashes fd's bytes itself) says what
- * that sha256 is. Scratch: the window and buffers, a few MiB. Fails with
+ * is digest. Scratch: the window and buffers, a few MiB. Fails with
  * err->code ENOTSUP when the layer is not gzip or holds something a lazy
  * image cannot serve (a GNU sparse file): the caller imports in full. */
-int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_path, lz_whole_fn whole, void *whole_ctx,
-                   skiff_err *err);
+int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_path, skiff_err *err);
 
 enum { LZ_LOAD_ENTRIES = 1, LZ_LOAD_WINDOWS = 2 };
 

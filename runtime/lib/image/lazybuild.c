@@ -36,49 +36,12 @@ struct download {
     int fd;
     int rc;
     skiff_err err;
-    struct skiff_sha256 sha; /* of what went into the pipe */
-    unsigned char *buf;      /* what goes next, in PIPE_CHUNK writes */
-    size_t blen;
-    char got[SKIFF_DIGEST_LEN];
-    pthread_t thread;
-    bool joined;
 };
-
-/* curl hands a body over in 16 KiB pieces: written one by one, each
- * woke the index pass's thread (17,000 writes per 256 MB) */
-#define PIPE_CHUNK (512u << 10)
 
 static int to_pipe(void *ctx, const void *buf, size_t n)
 {
-    struct download *d = ctx;
-    skiff_sha256_update(&d->sha, buf, n);
-    while (n) {
-        size_t k = n < PIPE_CHUNK - d->blen ? n : PIPE_CHUNK - d->blen;
-        memcpy(d->buf + d->blen, buf, k);
-        d->blen += k;
-        buf = (const unsigned char *)buf + k;
-        n -= k;
-        if (d->blen == PIPE_CHUNK) {
-            if (skiff_write_all(d->fd, d->buf, d->blen) < 0)
-                return -1;
-            d->blen = 0;
-        }
-    }
-    return 0;
-}
-
-/* lz_whole_fn: the download's end and its digest (the pipe gave EOF) */
-static int download_digest(void *ctx, char out[SKIFF_DIGEST_LEN])
-{
-    struct download *d = ctx;
-    if (!d->joined) {
-        pthread_join(d->thread, NULL);
-        d->joined = true;
-    }
-    if (d->rc < 0)
-        return -1;
-    memcpy(out, d->got, SKIFF_DIGEST_LEN);
-    return 0;
+    const struct download *d = ctx;
+    return skiff_write_all(d->fd, buf, n);
 }
 
 static void *download_main(void *arg)
@@ -94,9 +57,6 @@ static void *download_main(void *arg)
     /* the whole blob as a range: retried and resumed where it was cut;
      * the index pass checks its digest */
     d->rc = skiff_registry_blob_range(d->reg, d->digest, 0, 0, to_pipe, d, NULL, &d->err);
-    if (d->rc == 0 && d->blen && skiff_write_all(d->fd, d->buf, d->blen) < 0)
-        d->rc = skiff_error(&d->err, errno, "write the layer into the index pass");
-    skiff_sha256_final(&d->sha, d->got);
     close(d->fd);
     return NULL;
 }
@@ -108,28 +68,21 @@ static int index_layer(struct skiff_import_job *j, struct skiff_import_layer *l,
     const unsigned flags = SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS;
     if (!l->remote) {
         int fd = skiff_source_open(j, l->path, err);
-        return fd < 0 ? -1 : lz_index_layer(fd, l->digest, flags, path, NULL, NULL, err);
+        return fd < 0 ? -1 : lz_index_layer(fd, l->digest, flags, path, err);
     }
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return skiff_error(err, errno, "pipe");
-    /* a larger pipe: fewer wake-ups of the two threads (best effort) */
-    fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
     struct download d = {.reg = j->reg, .digest = l->digest, .fd = p[1]};
-    cleanup_free unsigned char *buf = d.buf = malloc(PIPE_CHUNK);
-    int pe = buf ? 0 : ENOMEM;
-    if (pe == 0 && skiff_sha256_init(&d.sha, err) < 0)
-        pe = ENOMEM;
-    else if (pe == 0 && (pe = pthread_create(&d.thread, NULL, download_main, &d)) != 0)
-        skiff_sha256_abort(&d.sha);
+    pthread_t t;
+    int pe = pthread_create(&t, NULL, download_main, &d);
     if (pe != 0) {
         close(p[0]);
         close(p[1]);
-        return skiff_error(err, pe, "start the layer's download");
+        return skiff_error(err, pe, "pthread_create");
     }
-    int rv = lz_index_layer(p[0], l->digest, flags, path, download_digest, &d, err);
-    if (!d.joined)
-        pthread_join(d.thread, NULL);
+    int rv = lz_index_layer(p[0], l->digest, flags, path, err);
+    pthread_join(t, NULL);
     /* the download's failure is the cause when both failed (the index pass
      * then saw a short stream), unless the pass refused the layer first */
     if (d.rc < 0 && (rv == 0 || err->code != ENOTSUP)) {

@@ -16,11 +16,10 @@
  * (layer_int.h) and recorded; its data is skipped.
  *
  * Where the time goes (doc/benchmarks.md): the bytes are hashed twice,
- * once whole (the layer's digest) and once per span, so the whole-blob
- * hash is the download thread's (lz_whole_fn) where there is one; and
- * zlib's own CRC-32 of the output (as slow as a third hash) is turned off
- * (inflateValidate) for ISA-L's, checked here against each member's
- * trailer with its length, as zlib would.
+ * once whole (the layer's digest) and once per span; zlib's own CRC-32 of
+ * the output (perf: 13 % of the pass) is turned off (inflateValidate) for
+ * ISA-L's, checked here against each member's trailer with its length,
+ * as zlib would.
  *
  * The file: a 256-byte header, the windows (each deflated), the spans,
  * the entries, the strings; little-endian. It is written under a
@@ -64,9 +63,6 @@ struct pass {
     unsigned char tail[8]; /* the last bytes inflate consumed: a member's trailer at its end */
     uint32_t crc;          /* of the member's output so far */
     uint64_t member_out;   /* out_total where the member began */
-    lz_whole_fn whole_fn;  /* the producer hashes the blob (NULL: p->whole does) */
-    void *whole_ctx;
-    bool whole_done; /* whole_digest was called */
     struct skiff_sha256 whole, span;
     struct lz_span cur; /* the span being recorded (cend, uend, sha open) */
     struct lz_span *spans;
@@ -160,16 +156,6 @@ static void keep_tail(struct pass *p, const unsigned char *in, size_t used)
     }
 }
 
-/* The blob's sha256, all of fd read: the producer's, or the pass's own. */
-static int whole_digest(struct pass *p, char got[SKIFF_DIGEST_LEN])
-{
-    p->whole_done = true;
-    if (p->whole_fn)
-        return p->whole_fn(p->whole_ctx, got);
-    skiff_sha256_final(&p->whole, got);
-    return 0;
-}
-
 /* More input into z (at least need bytes when the blob has them): 0, or
  * -1 on a read error. */
 static int fill_input(struct pass *p, size_t need)
@@ -187,8 +173,7 @@ static int fill_input(struct pass *p, size_t need)
             p->eof = true;
             break;
         }
-        if (!p->whole_fn)
-            skiff_sha256_update(&p->whole, p->in + p->z.avail_in, (size_t)n);
+        skiff_sha256_update(&p->whole, p->in + p->z.avail_in, (size_t)n);
         p->z.avail_in += (uInt)n;
         p->read_total += (uint64_t)n;
     }
@@ -471,22 +456,19 @@ static void check_whole(struct pass *p, const char *digest, skiff_err *err)
             return; /* the error at hand stays */
         if (n == 0)
             break;
-        if (!p->whole_fn)
-            skiff_sha256_update(&p->whole, p->in, (size_t)n);
+        skiff_sha256_update(&p->whole, p->in, (size_t)n);
     }
     char got[SKIFF_DIGEST_LEN];
-    if (whole_digest(p, got) == 0 && strcmp(got, digest) != 0)
+    skiff_sha256_final(&p->whole, got);
+    if (strcmp(got, digest) != 0)
         lz_error(err, EBADMSG, "digest mismatch: expected %s, got %s (corrupt or tampered blob)", digest, got);
 }
 
-int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_path, lz_whole_fn whole, void *whole_ctx,
-                   skiff_err *err)
+int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_path, skiff_err *err)
 {
     struct pass p;
     memset(&p, 0, sizeof(p));
     p.fd = fd;
-    p.whole_fn = whole;
-    p.whole_ctx = whole_ctx;
     p.out_fd = -1;
     struct rec r;
     memset(&r, 0, sizeof(r));
@@ -500,7 +482,7 @@ int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_p
         skiff_error(err, ENOMEM, "index");
         goto out;
     }
-    if ((!whole && skiff_sha256_init(&p.whole, err) < 0) || skiff_sha256_init(&p.span, err) < 0)
+    if (skiff_sha256_init(&p.whole, err) < 0 || skiff_sha256_init(&p.span, err) < 0)
         goto out;
     if (skiff_atomic_begin(&out, out_path, NULL, 0600, SKIFF_ATOMIC_NOSYNC, err) < 0)
         goto out;
@@ -550,10 +532,7 @@ int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_p
         }
     }
     char got[SKIFF_DIGEST_LEN];
-    if (whole_digest(&p, got) < 0) {
-        skiff_error(err, EIO, "the layer's download did not finish");
-        goto out;
-    }
+    skiff_sha256_final(&p.whole, got);
     if (digest && strcmp(got, digest) != 0) {
         lz_error(err, EBADMSG, "digest mismatch: expected %s, got %s (corrupt or tampered blob)", digest, got);
         goto out;
@@ -577,7 +556,7 @@ int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_p
         goto out;
     rv = 0;
 out:
-    if (rv < 0 && digest && !p.whole_done && err->code != ENOTSUP && p.in)
+    if (rv < 0 && digest && p.whole.ctx && err->code != ENOTSUP && p.in)
         check_whole(&p, digest, err);
     if (begun)
         skiff_atomic_abort(&out);

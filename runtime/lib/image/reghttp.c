@@ -221,11 +221,6 @@ int skiff_registry_http_get(struct skiff_registry *r, const char *url, const str
         curl_easy_setopt(c, CURLOPT_RANGE, range);
     }
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    /* a body in 512 KiB pieces, not curl's 16 KiB: a blob streamed into a
-     * lazy index pass crossed its pipe in 17,000 writes per 256 MB, each a
-     * wake-up of the other thread (doc/benchmarks.md) */
-    if (!q->head)
-        curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L << 10);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb);
