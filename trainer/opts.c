@@ -201,7 +201,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
             break;
         case O_ZERO:
             rc = train_parse_int("--zero", optarg, 0, &o->zero, err);
-            if (!rc && o->zero > 2) rc = skiff_error(err, 0, "--zero %s: use 0, 1 or 2", optarg);
+            if (!rc && o->zero > 3) rc = skiff_error(err, 0, "--zero %s: use 0, 1, 2 or 3", optarg);
             break;
         case O_BUCKET: rc = train_parse_double("--bucket-mb", optarg, 0.001, &o->bucket_mb, err); break;
         case O_DEVICE:
@@ -274,6 +274,10 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
         return skiff_error(err, 0,
                            "--recompute: the CPU device only so far; on CUDA leave it out (every block's "
                            "activations are kept) or lower --batch");
+    if (o->zero == 3 && o->device == TRAIN_DEVICE_CUDA)
+        return skiff_error(err, 0,
+                           "--zero 3: the CPU device only so far; on CUDA use --zero 2 (optimizer state and "
+                           "gradients sharded, the weights whole on every GPU)");
     if (o->warmup < 0) o->warmup = o->steps / 10;
     return 0;
 }

@@ -13,6 +13,7 @@ void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t nu
     p->rank = rank;
     p->num_params = num_params;
     p->n_pad = (num_params + (size_t)world - 1) / (size_t)world * (size_t)world;
+    if (o->zero == 3) p->n_pad = train_zero3_len(&o->cfg, world);
     if (o->zero) {
         p->opt_len = p->n_pad / (size_t)world;
         p->opt_off = (size_t)rank * p->opt_len;
@@ -23,6 +24,50 @@ void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t nu
     p->start = 0;
     p->end = o->steps;
     if (o->stop_after && o->stop_after < p->end) p->end = o->stop_after;
+}
+
+static size_t pad_to(size_t n, int world) { return (n + (size_t)world - 1) / (size_t)world * (size_t)world; }
+
+size_t train_zero3_len(const struct gpt2_config *cfg, int world)
+{
+    size_t n = 0, total;
+    struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
+    for (int u = 0; u < gpt2_num_units(cfg); u++) {
+        gpt2_unit_slices(cfg, u, s, &total);
+        n += pad_to(total, world);
+    }
+    return n;
+}
+
+size_t train_zero3_unit(const struct gpt2_config *cfg, int world, int rank, int u, size_t *piece_off)
+{
+    size_t off = 0, total, len = 0;
+    struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
+    for (int i = 0; i <= u; i++) {
+        gpt2_unit_slices(cfg, i, s, &total);
+        len = pad_to(total, world);
+        if (i < u) off += len / (size_t)world;
+    }
+    (void)rank; /* every rank's piece sits at the same place in its shard */
+    *piece_off = off;
+    return len;
+}
+
+void train_zero3_copy(const struct gpt2_config *cfg, int world, int rank, float *flat, float *shard, int to_flat)
+{
+    struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
+    for (int u = 0; u < gpt2_num_units(cfg); u++) {
+        size_t total, piece_off, len = train_zero3_unit(cfg, world, rank, u, &piece_off);
+        size_t plen = len / (size_t)world, a = (size_t)rank * plen, b = a + plen, uo = 0;
+        int n = gpt2_unit_slices(cfg, u, s, &total);
+        if (!to_flat) memset(shard + piece_off, 0, plen * sizeof(float)); /* the padding */
+        for (int i = 0; i < n; uo += s[i].len, i++) {
+            size_t lo = uo > a ? uo : a, hi = uo + s[i].len < b ? uo + s[i].len : b;
+            if (lo >= hi) continue;
+            float *f = flat + s[i].flat_off + (lo - uo), *x = shard + piece_off + (lo - a);
+            memcpy(to_flat ? f : x, to_flat ? x : f, (hi - lo) * sizeof(float));
+        }
+    }
 }
 
 uint64_t train_plan_window(const struct train_plan *p, const struct train_opts *o, int step, int k)
@@ -62,7 +107,7 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
     c->num_params = p->n_pad;
     c->opt_off = has_opt ? p->opt_off : 0;
     c->opt_len = has_opt ? p->opt_len : 0;
-    c->params = p->rank == 0 ? params : NULL;
+    c->params = p->rank == 0 || o->zero == 3 ? params : NULL; /* ZeRO-3: each rank its shard */
     c->m = m;
     c->v = v;
 }
