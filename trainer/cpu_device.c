@@ -158,6 +158,7 @@ struct zero3 {
     struct z3_slot root, root_grad;
     int root_valid;         /* root.buf holds the current weights */
     struct z3_slot p[2], g[2];
+    int nbuf;   /* --zero3-buffers: 2 prefetches and overlaps, 1 does neither */
     int g_turn; /* the gradient buffer the next block gets */
     double wait_s;
     int failed;
@@ -203,7 +204,7 @@ static void z3_gather_into(struct zero3 *z, struct z3_slot *s, int u)
 
 static struct z3_slot *z3_find(struct zero3 *z, int u)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < z->nbuf; i++)
         if (z->p[i].unit == u) return &z->p[i];
     return NULL;
 }
@@ -220,7 +221,7 @@ static float *z3_gather(void *ctx, int u, int backward)
         }
     } else if (!(s = z3_find(z, u))) {
         /* not prefetched: the other slot holds a prefetch we do not need */
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < z->nbuf; i++) {
             z3_wait(z, &z->p[i]);
             z->p[i].unit = -1;
         }
@@ -229,7 +230,7 @@ static float *z3_gather(void *ctx, int u, int backward)
     }
     z3_wait(z, s);
     int next = backward ? (u == 0 ? z->L : u - 1) : u + 1;
-    if (next >= 1 && next <= z->L && !z3_find(z, next)) {
+    if (z->nbuf == 2 && next >= 1 && next <= z->L && !z3_find(z, next)) {
         struct z3_slot *f = z->p[0].unit == -1 ? &z->p[0] : z->p[1].unit == -1 ? &z->p[1] : NULL;
         if (f) z3_gather_into(z, f, next);
     }
@@ -260,7 +261,7 @@ static float *z3_grad(void *ctx, int u)
 {
     struct zero3 *z = ctx;
     struct z3_slot *s = u ? &z->g[z->g_turn] : &z->root_grad;
-    if (u) z->g_turn ^= 1;
+    if (u) z->g_turn = (z->g_turn + 1) % z->nbuf;
     z3_reduced(z, s); /* the oldest buffer: its reduce-scatter ran during the last block */
     s->unit = u;
     return s->buf;
@@ -279,15 +280,17 @@ static void z3_drain(struct zero3 *z)
     z3_reduced(z, &z->g[0]);
     z3_reduced(z, &z->g[1]);
     z3_reduced(z, &z->root_grad);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < z->nbuf; i++) {
         z3_wait(z, &z->p[i]);
         z->p[i].unit = -1;
     }
 }
 
-static int z3_open(struct zero3 *z, struct tr_comm *c, const struct gpt2_config *cfg, size_t opt_len, skiff_err *err)
+static int z3_open(struct zero3 *z, struct tr_comm *c, const struct gpt2_config *cfg, size_t opt_len, int nbuf,
+                   skiff_err *err)
 {
     z->comm = c;
+    z->nbuf = nbuf;
     z->world = c->world;
     z->rank = c->rank;
     z->L = cfg->num_layers;
@@ -301,6 +304,7 @@ static int z3_open(struct zero3 *z, struct tr_comm *c, const struct gpt2_config 
     struct z3_slot *all[] = {&z->root, &z->root_grad, &z->p[0], &z->p[1], &z->g[0], &z->g[1]};
     for (int i = 0; i < 6; i++) {
         all[i]->unit = -1;
+        if (nbuf == 1 && (all[i] == &z->p[1] || all[i] == &z->g[1])) continue;
         all[i]->buf = calloc(z->len[i < 2 ? 0 : 1], sizeof(float)); /* blocks are all the same size */
         if (!all[i]->buf) return skiff_error(err, ENOMEM, "ZeRO-3 unit buffers");
     }
@@ -322,7 +326,7 @@ static void z3_close(struct zero3 *z)
 }
 
 /* Floats of the gathered buffers (each of parameters and gradients). */
-static size_t z3_gathered(const struct zero3 *z) { return z->len ? z->len[0] + 2 * z->len[1] : 0; }
+static size_t z3_gathered(const struct zero3 *z) { return z->len ? z->len[0] + (size_t)z->nbuf * z->len[1] : 0; }
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -377,7 +381,7 @@ static int cpu_open_zero3(struct train_device *d, struct cpu_device *c, skiff_er
 {
     const struct train_plan *pl = c->plan;
     const struct gpt2_config *cfg = &c->o->cfg;
-    if (z3_open(&c->z3, d->comm, cfg, pl->opt_len, err) < 0) return -1;
+    if (z3_open(&c->z3, d->comm, cfg, pl->opt_len, c->o->zero3_buffers, err) < 0) return -1;
     gpt2_use_units(&c->model, &c->z3.units);
     c->m = calloc(pl->opt_len, sizeof(float));
     c->v = calloc(pl->opt_len, sizeof(float));
@@ -619,7 +623,7 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
     double grads = (double)pl->n_pad + (c->gshard ? (double)pl->opt_len : 0) + (c->ddp.stage ? (double)pl->n_pad : 0);
     double params = (double)pl->n_pad, gathered = (double)z3_gathered(&c->z3);
     char z3[128] = "";
-    if (c->o->zero == 3) { /* shards, and the root + two blocks' buffers each of weights and gradients */
+    if (c->o->zero == 3) { /* shards, and the root's and --zero3-buffers blocks' buffers of each kind */
         params = grads = (double)pl->opt_len + gathered;
         snprintf(z3, sizeof z3, ", of which gathered units %.1f MiB + %.1f MiB", gathered * f, gathered * f);
     }

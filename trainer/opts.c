@@ -24,6 +24,7 @@ void train_opts_defaults(struct train_opts *o)
     o->grad_clip = 1.0f;
     o->seed = 1337;
     o->bucket_mb = 25.0;
+    o->zero3_buffers = 2;
     o->precision = NULL; /* per device: fp32 on CPU, bf16 on CUDA */
     o->val_batches = 4;
     o->timeout_ms = 300 * 1000;
@@ -84,7 +85,8 @@ enum {
     O_BETA2,
     O_EPS,
     O_ORDER,
-    O_RECOMPUTE
+    O_RECOMPUTE,
+    O_ZERO3_BUFFERS
 };
 
 int train_opt_error(int c, char **argv, skiff_err *err)
@@ -151,7 +153,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
                                        {"threads", 1, 0, O_THREADS},
                                        {"timeout", 1, 0, O_TIMEOUT},
                                        {"quiet", 0, 0, O_QUIET},
-                                       {"recompute", 0, 0, O_RECOMPUTE},
+                                       {"recompute", 0, 0, O_RECOMPUTE}, {"zero3-buffers", 1, 0, O_ZERO3_BUFFERS},
                                        {"init-from", 1, 0, O_INIT_FROM},
                                        {"beta1", 1, 0, O_BETA1},
                                        {"beta2", 1, 0, O_BETA2},
@@ -231,6 +233,10 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
             break;
         case O_QUIET: o->quiet = 1; break;
         case O_RECOMPUTE: o->recompute = 1; break;
+        case O_ZERO3_BUFFERS:
+            rc = train_parse_int("--zero3-buffers", optarg, 1, &o->zero3_buffers, err);
+            if (!rc && o->zero3_buffers > 2) rc = skiff_error(err, 0, "--zero3-buffers %s: use 1 or 2", optarg);
+            break;
         case O_INIT_FROM: o->init_from = optarg; break;
         case O_BETA1:
             rc = train_parse_double("--beta1", optarg, 0, &d, err);
