@@ -70,7 +70,8 @@ static int fill_ckpt(int fd, void *ctx)
     const struct ckpt_write *w = ctx;
     const struct train_ckpt *c = w->c;
     if (skiff_write_all(fd, w->h, sizeof *w->h) < 0) return -1;
-    if (c->params && skiff_write_all(fd, c->params, ckpt_params_len(c->zero, c->num_params, c->opt_len) * sizeof(float)) < 0)
+    if (c->params &&
+        skiff_write_all(fd, c->params, ckpt_params_len(c->zero, c->num_params, c->opt_len) * sizeof(float)) < 0)
         return -1;
     if (c->opt_len && (skiff_write_all(fd, c->m, c->opt_len * sizeof(float)) < 0 ||
                        skiff_write_all(fd, c->v, c->opt_len * sizeof(float)) < 0))

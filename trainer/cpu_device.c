@@ -153,10 +153,10 @@ struct z3_slot {
 struct zero3 {
     struct tr_comm *comm;
     int world, rank, L;
-    size_t *len, *off;    /* per unit: padded length, this rank's piece in the shard */
+    size_t *len, *off;     /* per unit: padded length, this rank's piece in the shard */
     float *shard, *gshard; /* weights and accumulated gradient, opt_len each */
     struct z3_slot root, root_grad;
-    int root_valid;         /* root.buf holds the current weights */
+    int root_valid; /* root.buf holds the current weights */
     struct z3_slot p[2], g[2];
     int nbuf;   /* --zero3-buffers: 2 prefetches and overlaps, 1 does neither */
     int g_turn; /* the gradient buffer the next block gets */

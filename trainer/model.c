@@ -399,21 +399,15 @@ static void block_forward(struct gpt2 *m, const struct acts *a, int l, float *co
     float *ln2 = a->p[A_LN2] + bc, *fch = a->p[A_FCH] + 4 * bc;
     float *fchg = a->p[A_FCH_GELU] + 4 * bc, *fcproj = a->p[A_FCPROJ] + bc;
     float *res3 = a->p[A_RESIDUAL3] + rc;
-    layernorm_forward(ln1, a->p[A_LN1_MEAN] + lbt, a->p[A_LN1_RSTD] + lbt, residual, w[GPT2_LN1W],
-                      w[GPT2_LN1B], BT, C);
-    matmul_forward(qkv, ln1, w[GPT2_QKVW], w[GPT2_QKVB], BT,
-                   C, 3 * C);
+    layernorm_forward(ln1, a->p[A_LN1_MEAN] + lbt, a->p[A_LN1_RSTD] + lbt, residual, w[GPT2_LN1W], w[GPT2_LN1B], BT, C);
+    matmul_forward(qkv, ln1, w[GPT2_QKVW], w[GPT2_QKVB], BT, C, 3 * C);
     attention_forward(atty, preatt, att, qkv, B, T, C, NH);
-    matmul_forward(attproj, atty, w[GPT2_ATTPROJW], w[GPT2_ATTPROJB],
-                   BT, C, C);
+    matmul_forward(attproj, atty, w[GPT2_ATTPROJW], w[GPT2_ATTPROJB], BT, C, C);
     residual_forward(res2, residual, attproj, (size_t)BT * C);
-    layernorm_forward(ln2, a->p[A_LN2_MEAN] + lbt, a->p[A_LN2_RSTD] + lbt, res2, w[GPT2_LN2W],
-                      w[GPT2_LN2B], BT, C);
-    matmul_forward(fch, ln2, w[GPT2_FCW], w[GPT2_FCB], BT, C,
-                   4 * C);
+    layernorm_forward(ln2, a->p[A_LN2_MEAN] + lbt, a->p[A_LN2_RSTD] + lbt, res2, w[GPT2_LN2W], w[GPT2_LN2B], BT, C);
+    matmul_forward(fch, ln2, w[GPT2_FCW], w[GPT2_FCB], BT, C, 4 * C);
     gelu_forward(fchg, fch, (size_t)BT * 4 * C);
-    matmul_forward(fcproj, fchg, w[GPT2_FCPROJW], w[GPT2_FCPROJB],
-                   BT, 4 * C, C);
+    matmul_forward(fcproj, fchg, w[GPT2_FCPROJW], w[GPT2_FCPROJB], BT, 4 * C, C);
     residual_forward(res3, res2, fcproj, (size_t)BT * C);
 }
 
@@ -436,8 +430,7 @@ float gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets)
         release(m, 1 + l);
     }
     const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
-    layernorm_forward(a.p[A_LNF], a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], last, w0[GPT2_LNFW], w0[GPT2_LNFB], BT,
-                      C);
+    layernorm_forward(a.p[A_LNF], a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], last, w0[GPT2_LNFW], w0[GPT2_LNFB], BT, C);
     matmul_forward(a.p[A_LOGITS], a.p[A_LNF], w0[GPT2_WTE], NULL, BT, C, Vp);
     softmax_forward(a.p[A_PROBS], a.p[A_LOGITS], BT, V, Vp);
     release(m, 0);
@@ -499,8 +492,8 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
     matmul_backward(d.p[A_LNF], g0[GPT2_WTE], NULL, d.p[A_LOGITS], a.p[A_LNF], w0[GPT2_WTE], BT, C, Vp, ow);
     const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
     float *dlast = d.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
-    layernorm_backward(dlast, g0[GPT2_LNFW], g0[GPT2_LNFB], d.p[A_LNF], last, w0[GPT2_LNFW],
-                       a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], BT, C);
+    layernorm_backward(dlast, g0[GPT2_LNFW], g0[GPT2_LNFB], d.p[A_LNF], last, w0[GPT2_LNFW], a.p[A_LNF_MEAN],
+                       a.p[A_LNF_RSTD], BT, C);
     ready(m, GPT2_LNFW, -1);
     ready(m, GPT2_LNFB, -1);
 
@@ -521,37 +514,32 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
         size_t att_off = lbt * NH * T;
         /* dres3 flows into res2 and fcproj */
         residual_backward(d.p[A_RESIDUAL2] + bc, d.p[A_FCPROJ] + bc, d.p[A_RESIDUAL3] + rc, (size_t)BT * C);
-        matmul_backward(d.p[A_FCH_GELU] + 4 * bc, g[GPT2_FCPROJW],
-                        g[GPT2_FCPROJB], d.p[A_FCPROJ] + bc, a.p[A_FCH_GELU] + 4 * bc,
-                        w[GPT2_FCPROJW], BT, 4 * C, C, ow);
+        matmul_backward(d.p[A_FCH_GELU] + 4 * bc, g[GPT2_FCPROJW], g[GPT2_FCPROJB], d.p[A_FCPROJ] + bc,
+                        a.p[A_FCH_GELU] + 4 * bc, w[GPT2_FCPROJW], BT, 4 * C, C, ow);
         ready(m, GPT2_FCPROJB, l);
         ready(m, GPT2_FCPROJW, l);
         gelu_backward(d.p[A_FCH] + 4 * bc, a.p[A_FCH] + 4 * bc, d.p[A_FCH_GELU] + 4 * bc, (size_t)BT * 4 * C);
-        matmul_backward(d.p[A_LN2] + bc, g[GPT2_FCW],
-                        g[GPT2_FCB], d.p[A_FCH] + 4 * bc, a.p[A_LN2] + bc,
-                        w[GPT2_FCW], BT, C, 4 * C, ow);
+        matmul_backward(d.p[A_LN2] + bc, g[GPT2_FCW], g[GPT2_FCB], d.p[A_FCH] + 4 * bc, a.p[A_LN2] + bc, w[GPT2_FCW],
+                        BT, C, 4 * C, ow);
         ready(m, GPT2_FCB, l);
         ready(m, GPT2_FCW, l);
-        layernorm_backward(d.p[A_RESIDUAL2] + bc, g[GPT2_LN2W], g[GPT2_LN2B],
-                           d.p[A_LN2] + bc, a.p[A_RESIDUAL2] + bc, w[GPT2_LN2W], a.p[A_LN2_MEAN] + lbt,
-                           a.p[A_LN2_RSTD] + lbt, BT, C);
+        layernorm_backward(d.p[A_RESIDUAL2] + bc, g[GPT2_LN2W], g[GPT2_LN2B], d.p[A_LN2] + bc, a.p[A_RESIDUAL2] + bc,
+                           w[GPT2_LN2W], a.p[A_LN2_MEAN] + lbt, a.p[A_LN2_RSTD] + lbt, BT, C);
         ready(m, GPT2_LN2B, l);
         ready(m, GPT2_LN2W, l);
         residual_backward(dresidual, d.p[A_ATTPROJ] + bc, d.p[A_RESIDUAL2] + bc, (size_t)BT * C);
-        matmul_backward(d.p[A_ATTY] + bc, g[GPT2_ATTPROJW],
-                        g[GPT2_ATTPROJB], d.p[A_ATTPROJ] + bc, a.p[A_ATTY] + bc,
+        matmul_backward(d.p[A_ATTY] + bc, g[GPT2_ATTPROJW], g[GPT2_ATTPROJB], d.p[A_ATTPROJ] + bc, a.p[A_ATTY] + bc,
                         w[GPT2_ATTPROJW], BT, C, C, ow);
         ready(m, GPT2_ATTPROJB, l);
         ready(m, GPT2_ATTPROJW, l);
         attention_backward(d.p[A_QKV] + 3 * bc, d.p[A_PREATT] + att_off, d.p[A_ATT] + att_off, d.p[A_ATTY] + bc,
                            a.p[A_QKV] + 3 * bc, a.p[A_ATT] + att_off, B, T, C, NH);
-        matmul_backward(d.p[A_LN1] + bc, g[GPT2_QKVW],
-                        g[GPT2_QKVB], d.p[A_QKV] + 3 * bc, a.p[A_LN1] + bc,
-                        w[GPT2_QKVW], BT, C, 3 * C, ow);
+        matmul_backward(d.p[A_LN1] + bc, g[GPT2_QKVW], g[GPT2_QKVB], d.p[A_QKV] + 3 * bc, a.p[A_LN1] + bc, w[GPT2_QKVW],
+                        BT, C, 3 * C, ow);
         ready(m, GPT2_QKVB, l);
         ready(m, GPT2_QKVW, l);
-        layernorm_backward(dresidual, g[GPT2_LN1W], g[GPT2_LN1B], d.p[A_LN1] + bc, residual,
-                           w[GPT2_LN1W], a.p[A_LN1_MEAN] + lbt, a.p[A_LN1_RSTD] + lbt, BT, C);
+        layernorm_backward(dresidual, g[GPT2_LN1W], g[GPT2_LN1B], d.p[A_LN1] + bc, residual, w[GPT2_LN1W],
+                           a.p[A_LN1_MEAN] + lbt, a.p[A_LN1_RSTD] + lbt, BT, C);
         ready(m, GPT2_LN1B, l);
         ready(m, GPT2_LN1W, l);
         release(m, 1 + l);

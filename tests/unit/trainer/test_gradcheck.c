@@ -341,7 +341,8 @@ static float *uh_grad(void *ctx, int u)
     size_t total;
     struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
     gpt2_unit_slices(&h->cfg, u, s, &total);
-    for (size_t i = 0; i < total; i++) h->gbuf[u][i] = NAN; /* the model must write every element */
+    for (size_t i = 0; i < total; i++)
+        h->gbuf[u][i] = NAN; /* the model must write every element */
     return h->gbuf[u];
 }
 static void uh_grad_done(void *ctx, int u)
@@ -360,7 +361,8 @@ Test(gradcheck, units_give_the_same_bits_as_the_one_buffer)
     cr_assert_eq(gpt2_create(&a, &cfg, 2, 8, &err), 0, "%s", err.msg);
     cr_assert_eq(gpt2_create(&b, &cfg, 2, 8, &err), 0, "%s", err.msg);
     gpt2_init_params(&cfg, a.params, 3);
-    for (size_t i = 0; i < a.num_params; i++) a.params[i] += frand() * 0.2f;
+    for (size_t i = 0; i < a.num_params; i++)
+        a.params[i] += frand() * 0.2f;
     struct unit_host h = {.cfg = cfg, .flat = a.params, .grads = calloc(a.num_params, sizeof(float))};
     size_t covered = 0;
     for (int u = 0; u < gpt2_num_units(&cfg); u++) {
@@ -393,8 +395,10 @@ Test(gradcheck, units_give_the_same_bits_as_the_one_buffer)
          * gather followed by its gradient, top down; the root's gradient last */
         static const int want[] = {0, 1, 2, 3, 100, 103, 203, 102, 202, 101, 201, 200};
         cr_assert_eq(h.nlog, 12);
-        for (int i = 0; i < 12; i++) cr_assert_eq(h.log[i], want[i], "hook call %d: %d, want %d", i, h.log[i], want[i]);
-        for (int u = 0; u < 4; u++) cr_assert(!h.live[u], "unit %d still gathered after the backward", u);
+        for (int i = 0; i < 12; i++)
+            cr_assert_eq(h.log[i], want[i], "hook call %d: %d, want %d", i, h.log[i], want[i]);
+        for (int u = 0; u < 4; u++)
+            cr_assert(!h.live[u], "unit %d still gathered after the backward", u);
     }
     for (int u = 0; u < 4; u++) {
         free(h.buf[u]);

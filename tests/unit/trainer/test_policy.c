@@ -61,7 +61,8 @@ Test(policy, zero3_shards_hold_every_weight_once)
     enum { W = 3 };
     size_t n = gpt2_param_layout(&o.cfg, NULL, NULL), total = train_zero3_len(&o.cfg, W);
     float *flat = malloc(n * sizeof(float)), *back = calloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++) flat[i] = (float)i;
+    for (size_t i = 0; i < n; i++)
+        flat[i] = (float)i;
     struct train_plan p;
     for (int r = 0; r < W; r++) {
         train_plan_init(&p, &o, n, W, r);
