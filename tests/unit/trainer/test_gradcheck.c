@@ -272,21 +272,29 @@ Test(gradcheck, whole_model)
  * their values: the loss, the gradient and the probabilities are the same
  * bits as without it over two accumulated passes (three layers, so the top,
  * middle and bottom slot cases all run), in less activation memory. */
+/* Two models of three layers (B 2, T 8) with the same perturbed weights. */
+static const struct gpt2_config cfg3 = {
+    .max_seq_len = 8, .vocab_size = 11, .padded_vocab_size = 16, .num_layers = 3, .num_heads = 2, .channels = 8};
+static void two_models(struct gpt2 *a, struct gpt2 *b)
+{
+    skiff_err err;
+    cr_assert_eq(gpt2_create(a, &cfg3, 2, 8, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpt2_create(b, &cfg3, 2, 8, &err), 0, "%s", err.msg);
+    gpt2_init_params(&cfg3, a->params, 3);
+    for (size_t i = 0; i < a->num_params; i++)
+        a->params[i] += frand() * 0.2f;
+    memcpy(b->params, a->params, a->num_params * sizeof(float));
+}
+
 Test(gradcheck, recompute_gives_the_same_bits_in_less_memory)
 {
-    struct gpt2_config cfg = {
-        .max_seq_len = 8, .vocab_size = 11, .padded_vocab_size = 16, .num_layers = 3, .num_heads = 2, .channels = 8};
+    const struct gpt2_config cfg = cfg3;
     struct gpt2 a, b;
     skiff_err err;
-    cr_assert_eq(gpt2_create(&a, &cfg, 2, 8, &err), 0, "%s", err.msg);
-    cr_assert_eq(gpt2_create(&b, &cfg, 2, 8, &err), 0, "%s", err.msg);
+    two_models(&a, &b);
     cr_assert_eq(gpt2_recompute(&b, &err), 0, "%s", err.msg);
     cr_assert_lt(b.num_acts, a.num_acts);
     cr_assert_eq(b.num_acts, gpt2_num_acts(&cfg, 2, 8, 1));
-    gpt2_init_params(&cfg, a.params, 3);
-    for (size_t i = 0; i < a.num_params; i++)
-        a.params[i] += frand() * 0.2f;
-    memcpy(b.params, a.params, a.num_params * sizeof(float));
     int in[16], tg[16];
     gpt2_zero_grad(&a);
     gpt2_zero_grad(&b);
@@ -354,15 +362,9 @@ static void uh_grad_done(void *ctx, int u)
 
 Test(gradcheck, units_give_the_same_bits_as_the_one_buffer)
 {
-    struct gpt2_config cfg = {
-        .max_seq_len = 8, .vocab_size = 11, .padded_vocab_size = 16, .num_layers = 3, .num_heads = 2, .channels = 8};
+    const struct gpt2_config cfg = cfg3;
     struct gpt2 a, b;
-    skiff_err err;
-    cr_assert_eq(gpt2_create(&a, &cfg, 2, 8, &err), 0, "%s", err.msg);
-    cr_assert_eq(gpt2_create(&b, &cfg, 2, 8, &err), 0, "%s", err.msg);
-    gpt2_init_params(&cfg, a.params, 3);
-    for (size_t i = 0; i < a.num_params; i++)
-        a.params[i] += frand() * 0.2f;
+    two_models(&a, &b);
     struct unit_host h = {.cfg = cfg, .flat = a.params, .grads = calloc(a.num_params, sizeof(float))};
     size_t covered = 0;
     for (int u = 0; u < gpt2_num_units(&cfg); u++) {
