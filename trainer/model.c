@@ -343,11 +343,16 @@ void gpt2_use_units(struct gpt2 *m, const struct gpt2_units *u)
 static void unit_view(const struct gpt2 *m, int u, float *flat, float *unit, float *t[GPT2_NUM_PARAM_TENSORS])
 {
     struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
-    size_t total;
+    size_t total, L = (size_t)m->cfg.num_layers;
     int n = gpt2_unit_slices(&m->cfg, u, s, &total);
     for (int i = 0; i < n; i++) {
-        t[s[i].tensor] = unit ? unit : flat + s[i].flat_off;
-        if (unit) unit += s[i].len;
+        int k = s[i].tensor;
+        if (unit) {
+            t[k] = unit;
+            unit += s[i].len;
+        } else { /* the model's own layout, which says where layer u-1's slice is */
+            t[k] = flat + m->param_offsets[k] + (u ? (size_t)(u - 1) * (m->param_sizes[k] / L) : 0);
+        }
     }
 }
 
