@@ -29,6 +29,13 @@ static uint64_t srng(uint64_t *s)
  * put them together into the llm.c buffer p. */
 static int load_sharded(const char *dir, const struct train_ckpt *ck, float *p, skiff_err *err)
 {
+    /* the shards are laid out as this build lays them out, or not read */
+    size_t n = train_zero3_len(&ck->cfg, ck->world);
+    if (ck->num_params != n || ck->opt_len * (size_t)ck->world != n)
+        return skiff_error(err, 0,
+                           "%s: --zero 3 shards that do not match this build's layout (%zu parameters in shards of "
+                           "%zu on %d ranks; expected %zu in shards of %zu)",
+                           dir, ck->num_params, ck->opt_len, ck->world, n, n / (size_t)ck->world);
     float *shard = malloc(ck->opt_len * sizeof(float));
     if (!shard) return skiff_error(err, ENOMEM, "parameters of %s", dir);
     int rc = 0;
