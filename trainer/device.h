@@ -57,7 +57,8 @@ struct train_step_stats {
     double loss;       /* mean over ranks and micro-steps */
     float grad_norm;   /* global L2 norm of the gradient before clipping */
     double wait_ms;    /* time compute waited on communication */
-    double overlap_ms; /* communication done while the backward still ran (0: not measured) */
+    double overlap_ms; /* communication done while the backward still ran (ZeRO-3: while the forward or
+                        * backward ran, not waited for; 0: not measured) */
 };
 
 struct train_device_ops {
