@@ -61,6 +61,8 @@ static const struct verb {
      "  --zero3-buffers 1|2   ZeRO-3: 2 (default) prefetches the next block's weights and\n"
      "                        overlaps reduce-scatters; 1 holds one block (least memory)\n"
      "  --bucket-mb M         DDP gradient bucket size (25)\n"
+     "  --tp N                tensor parallel over N ranks (Megatron: heads and MLP split;\n"
+     "                        WORLD_SIZE = dp x N, tp fastest; N divides heads and 4C) (CPU)\n"
      "  --recompute           keep one block's activations, redo each block's forward in the\n"
      "                        backward: less memory, ~1/3 more compute, the same losses (CPU)\n"
      "  --device cpu|cuda     where to train (cpu)\n"

@@ -14,6 +14,7 @@ void train_opts_defaults(struct train_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->grad_accum = 1;
+    o->tp = 1;
     o->lr = 6e-4f;
     o->lr_min_frac = 0.1f;
     o->warmup = -1;
@@ -86,7 +87,8 @@ enum {
     O_EPS,
     O_ORDER,
     O_RECOMPUTE,
-    O_ZERO3_BUFFERS
+    O_ZERO3_BUFFERS,
+    O_TP
 };
 
 int train_opt_error(int c, char **argv, skiff_err *err)
@@ -155,6 +157,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
                                        {"quiet", 0, 0, O_QUIET},
                                        {"recompute", 0, 0, O_RECOMPUTE},
                                        {"zero3-buffers", 1, 0, O_ZERO3_BUFFERS},
+                                       {"tp", 1, 0, O_TP},
                                        {"init-from", 1, 0, O_INIT_FROM},
                                        {"beta1", 1, 0, O_BETA1},
                                        {"beta2", 1, 0, O_BETA2},
@@ -238,6 +241,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
             rc = train_parse_int("--zero3-buffers", optarg, 1, &o->zero3_buffers, err);
             if (!rc && o->zero3_buffers > 2) rc = skiff_error(err, 0, "--zero3-buffers %s: use 1 or 2", optarg);
             break;
+        case O_TP: rc = train_parse_int("--tp", optarg, 1, &o->tp, err); break;
         case O_INIT_FROM: o->init_from = optarg; break;
         case O_BETA1:
             rc = train_parse_double("--beta1", optarg, 0, &d, err);
@@ -285,6 +289,17 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
         return skiff_error(err, 0,
                            "--zero 3: the CPU device only so far; on CUDA use --zero 2 (optimizer state and "
                            "gradients sharded, the weights whole on every GPU)");
+    if (gpt2_tp_check(&o->cfg, o->tp, err) < 0) return -1;
+    if (o->zero == 3 && o->tp > 1)
+        return skiff_error(err, 0,
+                           "--zero 3 --tp %d: ZeRO-3 and tensor parallelism are not composed yet; use --zero 1 or "
+                           "2 with --tp, or --zero 3 without it",
+                           o->tp);
+    if (o->tp > 1 && o->device == TRAIN_DEVICE_CUDA)
+        return skiff_error(err, 0,
+                           "--tp %d: tensor parallelism runs on the CPU device only so far; on CUDA use data "
+                           "parallelism (--zero 0|1|2) or leave --tp out",
+                           o->tp);
     if (o->warmup < 0) o->warmup = o->steps / 10;
     return 0;
 }
