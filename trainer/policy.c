@@ -12,6 +12,8 @@ void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t nu
     p->world = world;
     p->rank = rank;
     p->num_params = num_params;
+    p->dp = o->pp > 1 && world % o->pp == 0 ? world / o->pp : world;
+    p->dp_rank = rank % p->dp;
     p->n_pad = (num_params + (size_t)world - 1) / (size_t)world * (size_t)world;
     if (o->zero) {
         p->opt_len = p->n_pad / (size_t)world;
@@ -27,14 +29,14 @@ void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t nu
 
 uint64_t train_plan_window(const struct train_plan *p, const struct train_opts *o, int step, int k)
 {
-    uint64_t B = (uint64_t)o->batch, P = (uint64_t)p->world;
+    uint64_t B = (uint64_t)o->batch, P = (uint64_t)p->dp;
     uint64_t G = B * (uint64_t)o->grad_accum * P;
-    return (uint64_t)step * G + ((uint64_t)k * P + (uint64_t)p->rank) * B;
+    return (uint64_t)step * G + ((uint64_t)k * P + (uint64_t)p->dp_rank) * B;
 }
 
 uint64_t train_plan_val_window(const struct train_plan *p, int B, int i)
 {
-    return ((uint64_t)i * (uint64_t)p->world + (uint64_t)p->rank) * (uint64_t)B;
+    return ((uint64_t)i * (uint64_t)p->dp + (uint64_t)p->dp_rank) * (uint64_t)B;
 }
 
 int train_plan_val_due(const struct train_opts *o, int step)
@@ -57,7 +59,7 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
     c->rank = p->rank;
     c->zero = o->zero;
     c->step = step;
-    c->data_pos = (uint64_t)step * (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)p->world;
+    c->data_pos = (uint64_t)step * (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)p->dp;
     c->rng = o->seed;
     c->num_params = p->n_pad;
     c->opt_off = has_opt ? p->opt_off : 0;

@@ -17,6 +17,10 @@
 
 struct train_plan {
     int world, rank;
+    /* the data-parallel group: with --pp N, rank = stage * dp + dp_rank
+     * (Megatron's order without TP), every stage of one pipeline reads the
+     * same batches; dp = world and dp_rank = rank otherwise */
+    int dp, dp_rank;
     size_t num_params;          /* real parameter count */
     size_t n_pad;               /* padded to a multiple of world (ZeRO shards) */
     size_t opt_off, opt_len;    /* the range this rank's optimizer steps */
@@ -29,7 +33,7 @@ struct train_plan {
 void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params, int world, int rank);
 
 /* First global train window of micro-step k of step `step` on this rank:
- * step*G + (k*world + rank)*B with G = B*K*world (see struct data_loader). */
+ * step*G + (k*dp + dp_rank)*B with G = B*K*dp (see struct data_loader). */
 uint64_t train_plan_window(const struct train_plan *p, const struct train_opts *o, int step, int k);
 /* First validation window of validation batch i (B = the val loader's B). */
 uint64_t train_plan_val_window(const struct train_plan *p, int B, int i);

@@ -88,10 +88,10 @@ static int setup(struct run *r, const struct train_opts *o, const struct train_d
         char where[512];
         r->dev.ops->describe(&r->dev, where, sizeof where);
         printf("skiff-train: model %s (%zu params, L%d H%d C%d T%d V%d), world %d, batch %d x %d "
-               "x accum %d x world = %zu tokens/step, zero %d, %zu train windows, on %s%s\n",
+               "x accum %d x dp = %zu tokens/step, zero %d, %zu train windows, on %s%s\n",
                o->model, pl->num_params, o->cfg.num_layers, o->cfg.num_heads, o->cfg.channels, o->seq,
                o->cfg.vocab_size, pl->world, o->batch, o->seq, o->grad_accum,
-               (size_t)o->batch * o->seq * o->grad_accum * pl->world, o->zero, r->train.num_windows, where,
+               (size_t)o->batch * o->seq * o->grad_accum * pl->dp, o->zero, r->train.num_windows, where,
                o->resume ? ", resumed" : "");
     }
     return 0;
@@ -144,7 +144,7 @@ static int run_steps(struct run *r, skiff_err *err)
     const struct train_plan *pl = &r->plan;
     struct train_device *d = &r->dev;
     struct tr_comm *c = d->comm;
-    uint64_t G = (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)pl->world;
+    uint64_t G = (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)pl->dp;
     struct step_batches sb = {
         .b = {.count = o->grad_accum, .inputs = r->in, .targets = r->tg, .load = load_micro_batch}, .r = r};
     for (int step = pl->start; step < pl->end; step++) {

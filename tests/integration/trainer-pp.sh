@@ -1,0 +1,102 @@
+#!/bin/bash
+# Pipeline-parallel equivalence on localhost (--pp N --micro-batches M): the
+# stages of one pipeline, and two pipelines side by side (dp2 x pp2: ranks
+# stage*2 + dp_rank), reach the same losses and parameters as one process
+# on the same global batch, with either schedule (1f1b, gpipe); the two
+# schedules give the same bits (each stage adds its micro-batches'
+# gradients in the same order); a resumed run equals an uninterrupted one
+# bit for bit.
+#
+# Tolerance: 1e-5 relative on every logged loss over 20 steps, 5e-5 on every
+# parameter (as trainer-ddp.sh, whose header says why the runs are close but
+# not bit-identical to one process: the DP all-reduce and the sum of the
+# tied embedding's two halves add in another order than one process does).
+source "$(dirname "$0")/../lib.sh"
+t_trainer_init
+t_corpus
+D="$TDIR/lic_train_*.bin"
+COMMON=(--model tiny --data "$D" --seq 32 --steps 20 --lr 1e-3 --warmup 2 --quiet)
+TOL=5e-5 RTOL=1e-5
+
+run() { # run NAME P [more args]
+  local name=$1 P=$2; shift 2
+  rm -rf "$TDIR/$name"
+  if [ "$P" = 1 ]; then
+    "$TRAIN" train "${COMMON[@]}" --ckpt-dir "$TDIR/$name" --log "$TDIR/$name.jsonl" "$@"
+  else
+    t_ddp "$P" "$TRAIN" train "${COMMON[@]}" --ckpt-dir "$TDIR/$name" --log "$TDIR/$name.jsonl" "$@"
+  fi
+}
+
+# every step's loss within a relative tolerance, the same number of steps
+close_rel() {
+  paste -d' ' <(t_losses "$1") <(t_losses "$2") |
+    awk -v tol="$3" 'NF != 2 { bad = 1 } { d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > tol) bad = 1; n++ }
+                     END { exit (bad || n != 20) }'
+}
+
+same() { # same NAME A B PARAM_TOL LOSS_RTOL
+  local out
+  if ! out=$("$TRAIN" compare "$TDIR/$2" "$TDIR/$3" --tol "$4" 2>&1); then t_fail "$1" "$out"; return; fi
+  if ! close_rel "$TDIR/$2.jsonl" "$TDIR/$3.jsonl" "$5"; then
+    t_fail "$1" "losses differ: $(paste -d' ' <(t_losses "$TDIR/$2.jsonl") <(t_losses "$TDIR/$3.jsonl") | tr '\n' ';')"
+    return
+  fi
+  t_pass "$1 ($out)"
+}
+
+# one process on the global batch: 4 (pp2) and 8 (dp2 x pp2) micro-batches of 2
+run p1 1 --batch 2 --grad-accum 4 || t_fail "one process trains (global batch 8)"
+run p1x 1 --batch 2 --grad-accum 8 || t_fail "one process trains (global batch 16)"
+for s in 1f1b gpipe; do
+  if run "pp2-$s" 2 --batch 2 --pp 2 --micro-batches 4 --pp-schedule "$s"; then
+    same "--pp 2 --micro-batches 4 ($s) equals 1 process (20 steps, loss rtol $RTOL)" p1 "pp2-$s" $TOL $RTOL
+  else t_fail "--pp 2 ($s) runs"; fi
+  if run "dp2pp2-$s" 4 --batch 2 --pp 2 --micro-batches 4 --pp-schedule "$s"; then
+    same "dp2 x pp2 ($s) equals 1 process (20 steps, loss rtol $RTOL)" p1x "dp2pp2-$s" $TOL $RTOL
+  else t_fail "dp2 x pp2 ($s) runs"; fi
+done
+same "1f1b and gpipe give the same bits (pp2)" pp2-1f1b pp2-gpipe 0 0
+same "1f1b and gpipe give the same bits (dp2 x pp2)" dp2pp2-1f1b dp2pp2-gpipe 0 0
+
+# bit-exact resume inside the layout: 10 steps, stop, resume to 20
+rm -rf "$TDIR/res"
+if t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --ckpt-dir "$TDIR/res" \
+  --log "$TDIR/res.jsonl" --stop-after 10 &&
+  t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --ckpt-dir "$TDIR/res" \
+    --log "$TDIR/res.jsonl" --resume; then
+  same "dp2 x pp2: --stop-after 10 then --resume equals 20 steps bit for bit" dp2pp2-1f1b res 0 0
+else t_fail "dp2 x pp2 stops and resumes"; fi
+
+# three stages of an uneven split (mini: 4 blocks as 2+1+1), a middle stage
+# and the embedding pair of the first and the last
+run p1m 1 --model mini --batch 2 --grad-accum 3 --steps 20 || t_fail "one process trains mini"
+if run pp3 3 --model mini --batch 2 --pp 3 --micro-batches 3 --steps 20; then
+  same "--pp 3 (mini, blocks 2+1+1) equals 1 process" p1m pp3 $TOL $RTOL
+else t_fail "--pp 3 runs"; fi
+
+# the bubble, measured, beside (N-1)/(M+N-1)
+out=$(t_ddp 2 "$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 3 --pp 2 --micro-batches 4 2>&1)
+if grep -Eq 'pipeline bubble [0-9.]+ measured .*\(N-1\)/\(M\+N-1\) = 0\.200' <<<"$out"; then
+  t_pass "bubble reported: $(grep -o 'pipeline bubble.*' <<<"$out")"
+else t_fail "bubble reported" "$out"; fi
+if grep -q 'pipeline stage 0 of 2 (blocks 0-0), dp 1, 1f1b, 2 micro-batches in flight' <<<"$out"; then
+  t_pass "the first line names the stage, its blocks and the micro-batches in flight"
+else t_fail "stage described" "$out"; fi
+
+# usage errors name the flag
+err() { # err NAME EXPECT P ARGS...
+  local name=$1 expect=$2 P=$3 out; shift 3
+  if [ "$P" = 1 ]; then out=$("$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 1 "$@" 2>&1)
+  else out=$(t_ddp "$P" "$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 1 "$@" 2>&1); fi
+  local rc=$?
+  if [ $rc -ne 0 ] && grep -q -- "$expect" <<<"$out"; then t_pass "$name"; else t_fail "$name" "rc $rc: $out"; fi
+}
+err "--pp that does not divide WORLD_SIZE is refused" "--pp 2 does not divide WORLD_SIZE 3" 3 --pp 2
+err "--pp with --zero is refused" "--pp 2 with --zero 1: not supported" 1 --pp 2 --zero 1
+err "--pp beyond the layers is refused" "--pp 3: model tiny has only 2 layers" 1 --pp 3
+err "--pp on CUDA is refused" "--pp 2: pipeline parallelism runs on the CPU device only" 1 --pp 2 --device cuda
+err "--micro-batches and a different --grad-accum are refused" "--micro-batches 4 and --grad-accum 2" 1 \
+  --micro-batches 4 --grad-accum 2
+err "--pp-schedule takes 1f1b or gpipe" "--pp-schedule 'zb': use 1f1b or gpipe" 1 --pp-schedule zb
+t_done
