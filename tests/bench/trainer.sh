@@ -11,8 +11,13 @@
 #   exposed  = wait / step time: what communication (and waiting for the
 #              slowest peer) adds to a step, the DDP overhead on top of compute
 #   vs 1 rank = tokens/s relative to one rank doing the whole global batch
-#   RSS MiB   = rank 0's peak resident memory (/usr/bin/time): what a rank
-#              holds under each layout, the same run
+#   RSS MiB   = every rank's peak resident memory (/usr/bin/time), rank 0
+#              first: what a rank holds under each layout, the same run
+#   bubble    = --pp: the share of the schedule a stage spent not computing,
+#              measured (mean over ranks and steps, the run's last line),
+#              beside (N-1)/(M+N-1) for N stages and M micro-batches
+# The --pp rows keep the global batch: --pp 2 as 4 micro-batches of 2 on one
+# pipeline, dp2 x pp2 as 2 micro-batches of 2 on each of two.
 # Prints a markdown table. Env: STEPS (default 12), MODEL (mini), SEQ (128).
 # A second table: activation recomputation (--recompute) against keeping the
 # activations, one rank, the same run otherwise (mini, 8 x 256 tokens, where
@@ -32,12 +37,10 @@ run() { # run NAME P BUCKET_MB [args]
   local name=$1 P=$2 mb=$3; shift 3
   local port=$((20000 + (RANDOM * 7 + $$) % 30000)) pids=() r rc=0
   for ((r = 0; r < P; r++)); do
-    local timed=()
-    [ $r = 0 ] && timed=(/usr/bin/time -f %M -o "$W/$name.rss")
     RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      "${timed[@]}" "$TRAIN" train --model "$MODEL" --data "$W/lic_train_*.bin" --seq "$SEQ" \
-      --batch $((GLOBAL / P)) --steps "$STEPS" --bucket-mb "$mb" --quiet \
-      --log "$W/$name.jsonl" "$@" &
+      /usr/bin/time -f %M -o "$W/$name.rss.$r" "$TRAIN" train --model "$MODEL" --data "$W/lic_train_*.bin" \
+      --seq "$SEQ" --batch $((GLOBAL / P)) --steps "$STEPS" --bucket-mb "$mb" \
+      --log "$W/$name.jsonl" "$@" >"$W/$name.out.$r" &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
@@ -47,26 +50,32 @@ run() { # run NAME P BUCKET_MB [args]
 # mean of a field over steps 3..N
 field() { tail -n +3 "$W/$1.jsonl" | awk -v k="\"$2\":" '{ v = 0; i = index($0, k); if (i) v = substr($0, i + length(k)) + 0; s += v } END { printf "%.1f", s / NR }'; }
 
-echo "| ranks | micro-batch | buckets | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | exposed | vs 1 rank | RSS MiB |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| ranks | micro-batch | layout | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | exposed | bubble (ideal) | vs 1 rank | RSS MiB per rank |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 base=""
-row() { # row NAME P DESC
+row() { # row NAME P DESC [MICRO-BATCH]
   local name=$1 P=$2 desc=$3
-  local tps ms comm wait hidden rel exposed ov
+  local mbd=${4:-$((GLOBAL / P)) x $SEQ}
+  local tps ms comm wait hidden rel exposed ov bubble rss
   tps=$(field "$name" tokens_per_s); ms=$(field "$name" ms)
   comm=$(field "$name" comm_ms); wait=$(field "$name" wait_ms); ov=$(field "$name" overlap_ms)
   hidden=$(awk -v c="$comm" -v o="$ov" 'BEGIN { if (c > 0) printf "%.0f%%", 100 * o / c; else print "-" }')
   exposed=$(awk -v m="$ms" -v w="$wait" 'BEGIN { printf "%.1f%%", 100 * w / m }')
   [ -z "$base" ] && base=$tps
   rel=$(awk -v a="$tps" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
-  echo "| $P | $((GLOBAL / P)) x $SEQ | $desc | $tps | $ms | $comm | $wait | $hidden | $exposed | $rel | $(($(cat "$W/$name.rss") / 1024)) |"
+  bubble=$(sed -n 's/.*pipeline bubble \([0-9.]*\) measured.* = \([0-9.]*\) .*/\1 (\2)/p' "$W/$name.out.0")
+  rss=$(for ((r = 0; r < P; r++)); do echo $(($(cat "$W/$name.rss.$r") / 1024)); done | paste -sd/)
+  echo "| $P | $mbd | $desc | $tps | $ms | $comm | $wait | $hidden | $exposed | ${bubble:--} | $rel | $rss |"
 }
-run p1 1 25 && row p1 1 "-"
-run p2 2 25 && row p2 2 "25 MiB (one bucket)"
-run p2s 2 0.5 && row p2s 2 "0.5 MiB"
-run p4 4 0.5 && row p4 4 "0.5 MiB"
+run p1 1 25 && row p1 1 "one process"
+run p2 2 25 && row p2 2 "DDP, 25 MiB buckets (one)"
+run p2s 2 0.5 && row p2s 2 "DDP, 0.5 MiB buckets"
+run p4 4 0.5 && row p4 4 "DDP, 0.5 MiB buckets"
 run p2z 2 25 --zero 1 && row p2z 2 "ZeRO-1 (no overlap)"
 run p2z2 2 25 --zero 2 && row p2z2 2 "ZeRO-2 (no overlap)"
+run pp2 2 25 --pp 2 --batch 2 --micro-batches 4 && row pp2 2 "--pp 2, 1f1b" "2 x $SEQ x M 4"
+run pp2g 2 25 --pp 2 --batch 2 --micro-batches 4 --pp-schedule gpipe && row pp2g 2 "--pp 2, gpipe" "2 x $SEQ x M 4"
+run dp2pp2 4 25 --pp 2 --batch 2 --micro-batches 2 && row dp2pp2 4 "dp2 x pp2, 1f1b" "2 x $SEQ x M 2"
 echo
 echo "model $MODEL, $STEPS steps (means of steps 3..$STEPS), global batch $GLOBAL x $SEQ tokens, $(getconf _NPROCESSORS_ONLN) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 

@@ -75,6 +75,31 @@ if run pp3 3 --model mini --batch 2 --pp 3 --micro-batches 3 --steps 20; then
   same "--pp 3 (mini, blocks 2+1+1) equals 1 process" p1m pp3 $TOL $RTOL
 else t_fail "--pp 3 runs"; fi
 
+# validation runs through the pipeline too: the same validation losses
+V=(--val "$TDIR/lic_val_*.bin" --val-every 5 --steps 20)
+run p1v 1 --batch 2 --grad-accum 4 "${V[@]}" || t_fail "one process validates"
+if run pp2v 2 --batch 2 --pp 2 --micro-batches 4 "${V[@]}"; then
+  vl() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
+  if [ "$(vl "$TDIR/p1v.jsonl" | wc -l)" = 4 ] && paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/pp2v.jsonl") |
+    awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (NF != 2 || d > 1e-5) bad = 1 } END { exit bad }'; then
+    t_pass "--pp 2 validation losses equal 1 process ($(vl "$TDIR/pp2v.jsonl" | paste -sd' '))"
+  else t_fail "--pp 2 validation losses" "$(paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/pp2v.jsonl") | tr '\n' ';')"; fi
+else t_fail "--pp 2 validates"; fi
+
+# a stage that dies is named by its rank, never a hang
+port=$(t_port)
+env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port SKIFF_TRAIN_TIMEOUT=20 \
+  "$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 100000 --pp 2 --micro-batches 4 --quiet \
+  >"$TDIR/dead.out" 2>&1 &
+p0=$!
+env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port SKIFF_TRAIN_TIMEOUT=20 \
+  timeout -s KILL 3 "$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 100000 --pp 2 \
+  --micro-batches 4 --quiet >/dev/null 2>&1
+wait $p0
+rc=$?
+if [ $rc -ne 0 ] && grep -q 'rank 1' "$TDIR/dead.out"; then t_pass "a dead stage is named: $(cat "$TDIR/dead.out")"
+else t_fail "a dead stage is named" "rc $rc: $(cat "$TDIR/dead.out")"; fi
+
 # the bubble, measured, beside (N-1)/(M+N-1)
 out=$(t_ddp 2 "$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 3 --pp 2 --micro-batches 4 2>&1)
 if grep -Eq 'pipeline bubble [0-9.]+ measured .*\(N-1\)/\(M\+N-1\) = 0\.200' <<<"$out"; then
