@@ -94,7 +94,8 @@ static void two_stages(int recompute)
     double worst = 0;
     for (size_t j = 0; j < whole.param_sizes[GPT2_WTE]; j++) {
         double d = fabs((double)s0.grads[wte + j] + s1.grads[wte + j] - whole.grads[wte + j]);
-        if (d > worst) worst = d;
+        if (d > worst)
+            worst = d;
     }
     cr_assert_lt(worst, 1e-7, "wte: embedding + head gradients = the whole model's (worst %g)", worst);
     free(in);
@@ -104,8 +105,14 @@ static void two_stages(int recompute)
     gpt2_destroy(&s1);
 }
 
-Test(pipeline, two_stages_equal_the_whole_model) { two_stages(0); }
-Test(pipeline, two_stages_equal_the_whole_model_with_recompute) { two_stages(1); }
+Test(pipeline, two_stages_equal_the_whole_model)
+{
+    two_stages(0);
+}
+Test(pipeline, two_stages_equal_the_whole_model_with_recompute)
+{
+    two_stages(1);
+}
 
 Test(pipeline, stages_of_one_pipeline_read_the_same_batches)
 {
