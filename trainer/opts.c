@@ -14,6 +14,7 @@ void train_opts_defaults(struct train_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->grad_accum = 1;
+    o->tp = 1;
     o->pp = 1;
     o->lr = 6e-4f;
     o->lr_min_frac = 0.1f;
@@ -86,6 +87,7 @@ enum {
     O_EPS,
     O_ORDER,
     O_RECOMPUTE,
+    O_TP,
     O_PP,
     O_MICRO,
     O_PP_SCHED
@@ -144,6 +146,8 @@ static int check_pipeline(struct train_opts *o, int micro, int accum_set, skiff_
                            o->pp);
     if (o->zero)
         return skiff_error(err, 0, "--pp %d with --zero %d: not supported yet; use --zero 0 with --pp", o->pp, o->zero);
+    if (o->tp > 1)
+        return skiff_error(err, 0, "--pp %d with --tp %d: not supported together yet; use one of them", o->pp, o->tp);
     if (o->pp > o->cfg.num_layers)
         return skiff_error(err, 0, "--pp %d: model %s has only %d layers, and every stage needs at least one", o->pp,
                            o->model, o->cfg.num_layers);
@@ -180,6 +184,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
                                        {"timeout", 1, 0, O_TIMEOUT},
                                        {"quiet", 0, 0, O_QUIET},
                                        {"recompute", 0, 0, O_RECOMPUTE},
+                                       {"tp", 1, 0, O_TP},
                                        {"pp", 1, 0, O_PP},
                                        {"micro-batches", 1, 0, O_MICRO},
                                        {"pp-schedule", 1, 0, O_PP_SCHED},
@@ -265,6 +270,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
             break;
         case O_QUIET: o->quiet = 1; break;
         case O_RECOMPUTE: o->recompute = 1; break;
+        case O_TP: rc = train_parse_int("--tp", optarg, 1, &o->tp, err); break;
         case O_PP: rc = train_parse_int("--pp", optarg, 1, &o->pp, err); break;
         case O_MICRO: rc = train_parse_int("--micro-batches", optarg, 1, &micro, err); break;
         case O_PP_SCHED:
@@ -318,6 +324,12 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
         return skiff_error(err, 0,
                            "--recompute: the CPU device only so far; on CUDA leave it out (every block's "
                            "activations are kept) or lower --batch");
+    if (gpt2_tp_check(&o->cfg, o->tp, err) < 0) return -1;
+    if (o->tp > 1 && o->device == TRAIN_DEVICE_CUDA)
+        return skiff_error(err, 0,
+                           "--tp %d: tensor parallelism runs on the CPU device only so far; on CUDA use data "
+                           "parallelism (--zero 0|1|2) or leave --tp out",
+                           o->tp);
     if (o->warmup < 0) o->warmup = o->steps / 10;
     return check_pipeline(o, micro, accum_set, err);
 }

@@ -32,6 +32,7 @@ struct train_opts {
                                       loader without shuffling), not a seeded permutation */
     int zero;                      /* --zero 0|1|2 */
     int recompute;                 /* --recompute: redo each block's forward in the backward */
+    int tp;                        /* --tp N: tensor-parallel ranks (default 1); WORLD_SIZE = dp * tp */
     int pp;                        /* --pp N: pipeline stages (1 = none); DP = WORLD_SIZE / N */
     int pp_gpipe;                  /* --pp-schedule gpipe (all forwards, then all backwards); else 1f1b */
     double bucket_mb;              /* --bucket-mb M (default 25) */

@@ -82,18 +82,14 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
                      const struct train_plan *pl, struct train_dist *dist, skiff_err *err)
 {
     int N = o->pp, L = o->cfg.num_layers;
-    if (pl->world % N)
-        return skiff_error(err, 0,
-                           "--pp %d does not divide WORLD_SIZE %d: the ranks make DP = WORLD_SIZE / %d pipelines", N,
-                           pl->world, N);
     struct tr_pipeline *p = calloc(1, sizeof *p);
     if (!p) return skiff_error(err, ENOMEM, "pipeline");
     *out = p;
     p->model = model;
     p->stages = N;
-    p->dp = pl->dp;
-    p->dp_rank = pl->dp_rank;
-    p->stage = pl->rank / pl->dp;
+    p->dp = pl->world; /* the plan's world and rank are the data-parallel ones */
+    p->dp_rank = pl->rank;
+    p->stage = pl->pp_rank;
     p->micro = o->grad_accum;
     p->gpipe = o->pp_gpipe;
     p->loss_scale = 1.0f / (float)(p->micro * p->dp);

@@ -18,6 +18,10 @@
 #              beside (N-1)/(M+N-1) for N stages and M micro-batches
 # The --pp rows keep the global batch: --pp 2 as 4 micro-batches of 2 on one
 # pipeline, dp2 x pp2 as 2 micro-batches of 2 on each of two.
+# Tensor parallelism in the same table: --tp 2 on 2 ranks (one replica, each
+# rank half the heads and half the MLP, the whole global batch) and dp2 x tp2
+# on 4; their comm ms adds the tensor-parallel all-reduces (synchronous, so
+# also in the exposed wait).
 # Prints a markdown table. Env: STEPS (default 12), MODEL (mini), SEQ (128).
 # A second table: activation recomputation (--recompute) against keeping the
 # activations, one rank, the same run otherwise (mini, 8 x 256 tokens, where
@@ -33,13 +37,14 @@ trap 'rm -rf "$W"' EXIT
 "$TRAIN" tokenize --out "$W/lic" --val-frac 0 /usr/share/common-licenses/* >/dev/null 2>&1 ||
   { echo "bench: tokenize failed" >&2; exit 1; }
 
-run() { # run NAME P BUCKET_MB [args]
+run() { # run NAME P BUCKET_MB [args]; TP=N in the environment for --tp N
   local name=$1 P=$2 mb=$3; shift 3
+  local dp=$((P / ${TP:-1}))
   local port=$((20000 + (RANDOM * 7 + $$) % 30000)) pids=() r rc=0
   for ((r = 0; r < P; r++)); do
     RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       /usr/bin/time -f %M -o "$W/$name.rss.$r" "$TRAIN" train --model "$MODEL" --data "$W/lic_train_*.bin" \
-      --seq "$SEQ" --batch $((GLOBAL / P)) --steps "$STEPS" --bucket-mb "$mb" \
+      --seq "$SEQ" --batch $((GLOBAL / dp)) --steps "$STEPS" --bucket-mb "$mb" \
       --log "$W/$name.jsonl" "$@" >"$W/$name.out.$r" &
     pids+=($!)
   done
@@ -53,9 +58,10 @@ field() { tail -n +3 "$W/$1.jsonl" | awk -v k="\"$2\":" '{ v = 0; i = index($0, 
 echo "| ranks | micro-batch | layout | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | exposed | bubble (ideal) | vs 1 rank | RSS MiB per rank |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 base=""
-row() { # row NAME P DESC [MICRO-BATCH]
+row() { # row NAME P DESC [MICRO-BATCH]; TP=N as for run
   local name=$1 P=$2 desc=$3
-  local mbd=${4:-$((GLOBAL / P)) x $SEQ}
+  local dp=$((P / ${TP:-1}))
+  local mbd=${4:-$((GLOBAL / dp)) x $SEQ}
   local tps ms comm wait hidden rel exposed ov bubble rss
   tps=$(field "$name" tokens_per_s); ms=$(field "$name" ms)
   comm=$(field "$name" comm_ms); wait=$(field "$name" wait_ms); ov=$(field "$name" overlap_ms)
@@ -73,6 +79,8 @@ run p2s 2 0.5 && row p2s 2 "DDP, 0.5 MiB buckets"
 run p4 4 0.5 && row p4 4 "DDP, 0.5 MiB buckets"
 run p2z 2 25 --zero 1 && row p2z 2 "ZeRO-1 (no overlap)"
 run p2z2 2 25 --zero 2 && row p2z2 2 "ZeRO-2 (no overlap)"
+TP=2 run t2 2 25 --tp 2 && TP=2 row t2 2 "--tp 2 (no DP)"
+TP=2 run d2t2 4 0.5 --tp 2 && TP=2 row d2t2 4 "dp2 x tp2, 0.5 MiB"
 run pp2 2 25 --pp 2 --batch 2 --micro-batches 4 && row pp2 2 "--pp 2, 1f1b" "2 x $SEQ x M 4"
 run pp2g 2 25 --pp 2 --batch 2 --micro-batches 4 --pp-schedule gpipe && row pp2g 2 "--pp 2, gpipe" "2 x $SEQ x M 4"
 run dp2pp2 4 25 --pp 2 --batch 2 --micro-batches 2 && row dp2pp2 4 "dp2 x pp2, 1f1b" "2 x $SEQ x M 2"

@@ -119,6 +119,7 @@ err() { # err NAME EXPECT P ARGS...
 }
 err "--pp that does not divide WORLD_SIZE is refused" "--pp 2 does not divide WORLD_SIZE 3" 3 --pp 2
 err "--pp with --zero is refused" "--pp 2 with --zero 1: not supported" 1 --pp 2 --zero 1
+err "--pp with --tp is refused" "--pp 2 with --tp 2: not supported together yet" 1 --pp 2 --tp 2
 err "--pp beyond the layers is refused" "--pp 3: model tiny has only 2 layers" 1 --pp 3
 err "--pp on CUDA is refused" "--pp 2: pipeline parallelism runs on the CPU device only" 1 --pp 2 --device cuda
 err "--micro-batches and a different --grad-accum are refused" "--micro-batches 4 and --grad-accum 2" 1 \

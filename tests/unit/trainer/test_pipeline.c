@@ -129,10 +129,13 @@ Test(pipeline, stages_of_one_pipeline_read_the_same_batches)
     train_plan_init(&a, &o, 1000, 4, 1); /* stage 0, dp 1 */
     train_plan_init(&b, &o, 1000, 4, 3); /* stage 1, dp 1 */
     train_plan_init(&c, &o, 1000, 4, 2); /* stage 1, dp 0 */
-    cr_assert_eq(a.dp, 2);
-    cr_assert_eq(a.dp_rank, 1);
-    cr_assert_eq(b.dp_rank, 1);
-    cr_assert_eq(c.dp_rank, 0);
+    cr_assert_eq(a.world, 2, "the data-parallel size");
+    cr_assert_eq(a.rank, 1);
+    cr_assert_eq(a.pp_rank, 0);
+    cr_assert_eq(b.rank, 1);
+    cr_assert_eq(b.pp_rank, 1);
+    cr_assert_eq(c.rank, 0);
+    cr_assert_eq(c.pp_rank, 1);
     for (int k = 0; k < 4; k++) {
         cr_assert_eq(train_plan_window(&a, &o, 3, k), train_plan_window(&b, &o, 3, k), "micro-batch %d", k);
         /* global batch B*M*DP = 16 windows per step, DP ranks interleaved */
