@@ -68,6 +68,16 @@ if t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --ck
   same "dp2 x pp2: --stop-after 10 then --resume equals 20 steps bit for bit" dp2pp2-1f1b res 0 0
 else t_fail "dp2 x pp2 stops and resumes"; fi
 
+# a checkpoint of dp2 x pp2 holds the whole model on rank 0 (the stages are
+# gathered there), so another layout resumes it: one process on the same
+# global batch continues as if it had run all 20 steps
+rm -rf "$TDIR/lay"
+if t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --ckpt-dir "$TDIR/lay" \
+  --log "$TDIR/lay.jsonl" --stop-after 10 &&
+  "$TRAIN" train "${COMMON[@]}" --batch 2 --grad-accum 8 --ckpt-dir "$TDIR/lay" --log "$TDIR/lay.jsonl" --resume; then
+  same "dp2 x pp2 saved at step 10, resumed by 1 process, equals 1 process" p1x lay $TOL $RTOL
+else t_fail "dp2 x pp2's checkpoint resumes under 1 process"; fi
+
 # three stages of an uneven split (mini: 4 blocks as 2+1+1), a middle stage
 # and the embedding pair of the first and the last
 run p1m 1 --model mini --batch 2 --grad-accum 3 --steps 20 || t_fail "one process trains mini"
