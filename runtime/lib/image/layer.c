@@ -428,18 +428,22 @@ static int carry_out(struct archive *a, const struct skiff_entry_plan *p, int ro
     return 0;
 }
 
-static int apply_entry(struct archive *a, struct archive_entry *e, int rootfd, unsigned flags,
-                       struct skiff_layer_stats *st, skiff_err *err)
+static int apply_entry(struct archive *a, struct archive_entry *e, int rootfd, const struct skiff_layer_sink *sink,
+                       unsigned flags, struct skiff_layer_stats *st, skiff_err *err)
 {
     struct skiff_entry_plan *p = malloc(sizeof(*p));
     if (!p)
         return skiff_error(err, ENOMEM, "layer entry");
     int rv = skiff_layer_plan_entry(e, flags, p, err);
     if (rv == 0)
-        rv = carry_out(a, p, rootfd, flags, st, err);
+        rv = sink ? sink->entry(sink->ctx, a, p, st, err) : carry_out(a, p, rootfd, flags, st, err);
     free(p);
     return rv;
 }
+
+static int apply_stream(int rootfd, const struct skiff_layer_sink *sink, int blobfd, const char *path,
+                        const char *digest, unsigned flags, int (*wait_more)(void *ctx, unsigned long long have),
+                        void *wait_ctx, struct skiff_layer_stats *st, skiff_err *err);
 
 int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags, struct skiff_layer_stats *st,
                       skiff_err *err)
@@ -459,6 +463,22 @@ int skiff_layer_apply_fd(int rootfd, int blobfd, const char *path, const char *d
 int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const char *digest, unsigned flags,
                              int (*wait_more)(void *ctx, unsigned long long have), void *wait_ctx,
                              struct skiff_layer_stats *st, skiff_err *err)
+{
+    return apply_stream(rootfd, NULL, blobfd, path, digest, flags, wait_more, wait_ctx, st, err);
+}
+
+int skiff_layer_sink_stream(const struct skiff_layer_sink *sink, int blobfd, const char *path, const char *digest,
+                            unsigned flags, int (*wait_more)(void *ctx, unsigned long long have), void *wait_ctx,
+                            struct skiff_layer_stats *st, skiff_err *err)
+{
+    return apply_stream(-1, sink, blobfd, path, digest, flags, wait_more, wait_ctx, st, err);
+}
+
+/* A layer's entries, planned, carried out on the tree at rootfd or handed to
+ * sink (when not NULL). */
+static int apply_stream(int rootfd, const struct skiff_layer_sink *sink, int blobfd, const char *path,
+                        const char *digest, unsigned flags, int (*wait_more)(void *ctx, unsigned long long have),
+                        void *wait_ctx, struct skiff_layer_stats *st, skiff_err *err)
 {
     struct skiff_layer_stats dummy;
     if (!st)
@@ -519,7 +539,7 @@ int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const cha
             skiff_error(err, 0, "%s: %s (truncated or corrupt layer)", path, archive_error_string(a));
             goto out;
         }
-        if (apply_entry(a, e, rootfd, flags, st, err) < 0)
+        if (apply_entry(a, e, rootfd, sink, flags, st, err) < 0)
             goto out;
     }
     rv = 0;
