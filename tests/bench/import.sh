@@ -50,10 +50,89 @@ if [ ! -f "$LAYOUT.done" ]; then
   rm -f "$TREE.tar" && touch "$LAYOUT.done" || { echo "bench import: image build failed"; exit 1; }
 fi
 
+SIZE=${SIZE:-0}
+if [ "$SIZE" != 0 ]; then
+  size_mb=$(numfmt --from=iec "$SIZE" 2>/dev/null) || { echo "bench import: SIZE=$SIZE: want a size like 1G or 1536M"; exit 1; }
+  size_mb=$((size_mb / 1048576))
+  tree_mb=$(du -sm "$TREE" | cut -f1)
+  pay_mb=$((size_mb > tree_mb + 256 ? size_mb - tree_mb : 256))
+  BIG=$CACHE/big-${size_mb}M
+  if [ ! -f "$BIG.done" ]; then
+    echo "bench import: a ${size_mb} MB image: the tree + $pay_mb MB of random payload layers (once)" >&2
+    rm -rf "$BIG" && mkdir -p "$BIG/floor" || exit 1
+    tar -C "$TREE" --numeric-owner -cf "$BIG/0.tar" . && cp -a "$TREE/." "$BIG/floor/" || exit 1
+    tars=("$BIG/0.tar") left=$pay_mb i=1
+    while [ "$left" -gt 0 ]; do
+      n=$((left > 256 ? 256 : left))
+      mkdir -p "$BIG/p$i/payload/$i" && for f in $(seq 1 $(((n + 15) / 16))); do
+        head -c $((n < 16 ? n : 16))M /dev/urandom >"$BIG/p$i/payload/$i/f$f" || exit 1
+      done
+      tar -C "$BIG/p$i" --numeric-owner -cf "$BIG/$i.tar" . && cp -a "$BIG/p$i/." "$BIG/floor/" || exit 1
+      rm -rf "$BIG/p$i"
+      tars+=("$BIG/$i.tar") left=$((left - n)) i=$((i + 1))
+    done
+    "$ROOT/tests/integration/lib/mkimage.py" "$BIG/layout" --from-tars big gzip "${tars[@]}" &&
+    rm -f "${tars[@]}" && touch "$BIG.done" || { echo "bench import: image build failed"; exit 1; }
+  fi
+fi
+
 W=$(mktemp -d /tmp/skiff-bench.XXXXXX)
 trap 'registry_stop; rm -rf "$W"' EXIT
 registry_start "$W/reg" || exit 1
 R=127.0.0.1:$REG_PORT
+if [ "$SIZE" != 0 ]; then
+  skopeo copy -q --dest-tls-verify=false --format oci oci:"$BIG/layout":big docker://$R/big:1 >/dev/null \
+    || { echo "bench import: push failed"; exit 1; }
+  RUNS=${BENCH_RUNS:-3}
+  export SKIFF_CONFIG=$W/skiff.conf
+  printf 'cache_path = %s\ntemp_path = %s\n' "$W/cache" "${BENCH_TEMP:-/tmp}" >"$SKIFF_CONFIG"
+  printf 'cache_path = %s\ntemp_path = %s\nimport_mksquashfs = yes\n' "$W/cache" "${BENCH_TEMP:-/tmp}" >"$W/old.conf"
+  floor_mb=$(du -sm "$BIG/floor" | cut -f1)
+  nlayers=$(/usr/bin/python3 -c 'import json,sys; i=json.load(open(sys.argv[1]+"/index.json")); m=json.load(open(sys.argv[1]+"/blobs/sha256/"+i["manifests"][0]["digest"][7:])); print(len(m["layers"]))' "$BIG/layout")
+  load0=$(cut -d" " -f1-3 /proc/loadavg)
+  # one import of each kind first, under /usr/bin/time: peak memory
+  rss() { /usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1; }
+  rss_new=$(rm -rf "$W/cache"; rss "$SKIFF" import -f -o "$W/a.sqsh" docker://$R#big:1)
+  rss_old=$(rm -rf "$W/cache"; SKIFF_CONFIG=$W/old.conf rss "$SKIFF" import -f -o "$W/o.sqsh" docker://$R#big:1)
+  rss_mk=$(rss mksquashfs "$BIG/floor" "$W/m.sqsh" -noappend -no-progress -quiet -comp zstd -Xcompression-level 1)
+  json=$W/h.json
+  hyperfine -N --runs "$RUNS" --export-json "$json" \
+    --prepare "rm -rf $W/cache" -n "skiff import, cold cache" "$SKIFF import -f -o $W/a.sqsh docker://$R#big:1" \
+    --prepare "true" -n "skiff import, layers cached" "$SKIFF import -f -o $W/c.sqsh docker://$R#big:1" \
+    --prepare "rm -rf $W/cache" -n "skiff import, cold cache, import_mksquashfs=yes (the old path)" "env SKIFF_CONFIG=$W/old.conf $SKIFF import -f -o $W/o.sqsh docker://$R#big:1" \
+    --prepare "rm -f $W/m.sqsh" -n "mksquashfs -comp zstd -Xcompression-level 1 of the merged tree (floor)" "mksquashfs $BIG/floor $W/m.sqsh -noappend -no-progress -quiet -comp zstd -Xcompression-level 1" \
+    >"$W/hyperfine.log" 2>&1 || { cat "$W/hyperfine.log"; exit 1; }
+  echo "### skiff import benchmark, SIZE=$SIZE ($(nproc) cores, load before: $load0, image $nlayers gzip layers, merged tree ${floor_mb} MB, $RUNS runs each, temp_path ${BENCH_TEMP:-/tmp})"
+  echo
+  /usr/bin/python3 - "$json" "$W" "$rss_new" "$rss_old" "$rss_mk" <<'EOP'
+import json, os, statistics, sys
+res = json.load(open(sys.argv[1]))["results"]
+w = sys.argv[2]
+rss = {"cold cache\"": sys.argv[3], "old path": sys.argv[4], "(floor)": sys.argv[5]}
+files = {"cold cache\"": "a.sqsh", "layers cached": "c.sqsh", "old path": "o.sqsh", "(floor)": "m.sqsh"}
+floor = [statistics.median(r["times"]) for r in res if "(floor)" in r["command"]][0]
+print("| what | median s | min s | max s | median / floor | output MB | peak RSS MB |")
+print("|---|---|---|---|---|---|---|")
+for r in res:
+    name = '"' + r["command"] + '"'
+    size = m = ""
+    for k, f in files.items():
+        if k in name and os.path.exists(os.path.join(w, f)):
+            size = "%.1f" % (os.path.getsize(os.path.join(w, f)) / 1e6)
+    for k, v in rss.items():
+        if k in name:
+            m = "%.0f" % (int(v) / 1024)
+    med = statistics.median(r["times"])
+    print("| %s | %.2f | %.2f | %.2f | %.2f | %s | %s |" % (r["command"], med, min(r["times"]), max(r["times"]), med / floor, size, m))
+cold = [statistics.median(r["times"]) for r in res if r["command"] == "skiff import, cold cache"][0]
+print()
+print("**skiff import (cold cache) / mksquashfs (floor): %.2fx** (target <= 1.3x)" % (cold / floor))
+EOP
+  echo
+  echo "Load after: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared: compare rows of one run). The old path's"
+  echo "peak RSS leaves out its scratch tree, which is on a tmpfs (memory) when temp_path is /tmp and /tmp is no tmpfs."
+  exit 0
+fi
 skopeo copy -q --dest-tls-verify=false --format v2s2 oci:"$LAYOUT":gzip docker://$R/deb:gzip >/dev/null &&
 skopeo copy -q --dest-tls-verify=false --format oci oci:"$LAYOUT":zstd docker://$R/deb:zstd >/dev/null \
   || { echo "bench import: push failed"; exit 1; }
