@@ -330,9 +330,9 @@ int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, const struc
             struct fetch_progress fp = {j, l};
             int bfd = open_fetched(j, l, err);
             unsigned fl = SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS;
-            rv = bfd < 0  ? -1
-                 : sink ? skiff_layer_sink_stream(sink, bfd, l->path, NULL, fl, fetch_wait, &fp, &st, err)
-                        : skiff_layer_apply_stream(rootfd, bfd, l->path, NULL, fl, fetch_wait, &fp, &st, err);
+            rv = bfd < 0 ? -1
+                 : sink  ? skiff_layer_sink_stream(sink, bfd, l->path, NULL, fl, fetch_wait, &fp, &st, err)
+                         : skiff_layer_apply_stream(rootfd, bfd, l->path, NULL, fl, fetch_wait, &fp, &st, err);
             if (rv == 0)
                 rv = fetched_ok(j, l, err);
             if (rv < 0) {
@@ -345,9 +345,9 @@ int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, const struc
             const char *check = l->digest[0] && !l->verified ? l->digest : NULL;
             int bfd = skiff_source_open(j, l->path, err);
             unsigned fl = SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS;
-            rv = bfd < 0  ? -1
-                 : sink ? skiff_layer_sink_stream(sink, bfd, l->path, check, fl, NULL, NULL, &st, err)
-                        : skiff_layer_apply_fd(rootfd, bfd, l->path, check, fl, &st, err);
+            rv = bfd < 0 ? -1
+                 : sink  ? skiff_layer_sink_stream(sink, bfd, l->path, check, fl, NULL, NULL, &st, err)
+                         : skiff_layer_apply_fd(rootfd, bfd, l->path, check, fl, &st, err);
             if (rv < 0 && err->code == EBADMSG && j->ref.kind == SKIFF_REF_DOCKER && unlink(l->path) == 0) {
                 size_t ml = strlen(err->msg);
                 snprintf(err->msg + ml, sizeof(err->msg) - ml,

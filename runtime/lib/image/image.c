@@ -159,8 +159,7 @@ static int pack_to(struct skiff_import_job *j, const char *tmp_out, skiff_err *e
         return -1;
     int rv = skiff_fetch_apply_layers(j, -1, skiff_pack_sink(k), err);
     double t0 = skiff_now_s();
-    if (rv == 0 &&
-        skiff_pack_finish(k, j->config, j->o ? j->o->warn : NULL, j->o ? j->o->warn_ctx : NULL, err) < 0)
+    if (rv == 0 && skiff_pack_finish(k, j->config, j->o ? j->o->warn : NULL, j->o ? j->o->warn_ctx : NULL, err) < 0)
         rv = skiff_err_wrap(err, "squashfs");
     skiff_pack_free(k);
     if (rv == 0 && j->o && j->o->progress)

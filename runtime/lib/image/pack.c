@@ -77,8 +77,7 @@ bool skiff_pack_usable(const struct skiff_config *cfg)
 
 static int sqfs_fail(skiff_err *err, int code, const char *what)
 {
-    return skiff_error(err, code == SQFS_ERROR_ALLOC ? ENOMEM : EIO, "squashfs: %s (libsquashfs error %d)", what,
-                       code);
+    return skiff_error(err, code == SQFS_ERROR_ALLOC ? ENOMEM : EIO, "squashfs: %s (libsquashfs error %d)", what, code);
 }
 
 static sqfs_inode_generic_t **slot_new(struct skiff_pack *k, uint64_t *idx)
