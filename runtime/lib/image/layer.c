@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <pthread.h>
-#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -487,11 +486,11 @@ static int apply_stream(int rootfd, const struct skiff_layer_sink *sink, int blo
     struct skiff_layer_decoder d;
     memset(&d, 0, sizeof(d));
     d.path = path;
-    d.sock = -1;
     d.r.fd = blobfd;
     d.r.wait_more = wait_more;
     d.r.wait_ctx = wait_ctx;
-    int sv[2] = {-1, -1};
+    struct skiff_layer_pipe pipe;
+    bool piped = false;
     struct archive *a = NULL;
     bool started = false;
     int rv = -1;
@@ -505,13 +504,12 @@ static int apply_stream(int rootfd, const struct skiff_layer_sink *sink, int blo
             goto out;
         d.r.hashing = true;
     }
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-        skiff_error(err, errno, "socketpair");
+    if (skiff_layer_pipe_init(&pipe) < 0) {
+        skiff_error(err, ENOMEM, "layer %s", path);
         goto out;
     }
-    int sz = 1 << 20;
-    setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-    d.sock = sv[1];
+    piped = true;
+    d.pipe = &pipe;
     pthread_t tid;
     int pe = pthread_create(&tid, NULL, skiff_layer_decoder_main, &d);
     if (pe != 0) {
@@ -526,7 +524,7 @@ static int apply_stream(int rootfd, const struct skiff_layer_sink *sink, int blo
         goto out;
     }
     archive_read_support_format_tar(a);
-    if (archive_read_open_fd(a, sv[0], READ_CHUNK) != ARCHIVE_OK) {
+    if (archive_read_open(a, &pipe, NULL, skiff_layer_pipe_read, NULL) != ARCHIVE_OK) {
         skiff_error(err, 0, "%s: not a tar archive (plain, gzip or zstd): %s", path, archive_error_string(a));
         goto out;
     }
@@ -546,8 +544,8 @@ static int apply_stream(int rootfd, const struct skiff_layer_sink *sink, int blo
 out:
     if (a)
         archive_read_free(a);
-    if (sv[0] >= 0)
-        close(sv[0]); /* stops the decoder if it is still sending */
+    if (piped)
+        skiff_layer_pipe_reader_done(&pipe); /* stops the decoder if it is still decoding */
     if (started) {
         pthread_join(tid, NULL);
         /* The decoder's error is the root cause (a truncated stream makes the
@@ -565,8 +563,8 @@ out:
             }
         }
     }
-    if (sv[1] >= 0)
-        close(sv[1]);
+    if (piped)
+        skiff_layer_pipe_destroy(&pipe);
     st->bytes_in = d.r.bytes;
     if (d.r.hashing)
         skiff_sha256_abort(&d.r.hash);
