@@ -83,7 +83,7 @@ R=127.0.0.1:$REG_PORT
 if [ "$SIZE" != 0 ]; then
   skopeo copy -q --dest-tls-verify=false --format oci oci:"$BIG/layout":big docker://$R/big:1 >/dev/null \
     || { echo "bench import: push failed"; exit 1; }
-  RUNS=${BENCH_RUNS:-3}
+  RUNS=${BENCH_RUNS:-5}
   export SKIFF_CONFIG=$W/skiff.conf
   printf 'cache_path = %s\ntemp_path = %s\n' "$W/cache" "${BENCH_TEMP:-/tmp}" >"$SKIFF_CONFIG"
   printf 'cache_path = %s\ntemp_path = %s\nimport_mksquashfs = yes\n' "$W/cache" "${BENCH_TEMP:-/tmp}" >"$W/old.conf"
@@ -95,42 +95,27 @@ if [ "$SIZE" != 0 ]; then
   rss_new=$(rm -rf "$W/cache"; rss "$SKIFF" import -f -o "$W/a.sqsh" docker://$R#big:1)
   rss_old=$(rm -rf "$W/cache"; SKIFF_CONFIG=$W/old.conf rss "$SKIFF" import -f -o "$W/o.sqsh" docker://$R#big:1)
   rss_mk=$(rss mksquashfs "$BIG/floor" "$W/m.sqsh" -noappend -no-progress -quiet -comp zstd -Xcompression-level 1)
-  json=$W/h.json
-  hyperfine -N --runs "$RUNS" --export-json "$json" \
-    --prepare "rm -rf $W/cache" -n "skiff import, cold cache" "$SKIFF import -f -o $W/a.sqsh docker://$R#big:1" \
-    --prepare "true" -n "skiff import, layers cached" "$SKIFF import -f -o $W/c.sqsh docker://$R#big:1" \
-    --prepare "rm -rf $W/cache" -n "skiff import, cold cache, import_mksquashfs=yes (the old path)" "env SKIFF_CONFIG=$W/old.conf $SKIFF import -f -o $W/o.sqsh docker://$R#big:1" \
-    --prepare "rm -f $W/m.sqsh" -n "mksquashfs -comp zstd -Xcompression-level 1 of the merged tree (floor)" "mksquashfs $BIG/floor $W/m.sqsh -noappend -no-progress -quiet -comp zstd -Xcompression-level 1" \
-    >"$W/hyperfine.log" 2>&1 || { cat "$W/hyperfine.log"; exit 1; }
-  echo "### skiff import benchmark, SIZE=$SIZE ($(nproc) cores, load before: $load0, image $nlayers gzip layers, merged tree ${floor_mb} MB, $RUNS runs each, temp_path ${BENCH_TEMP:-/tmp})"
+  # paired runs (tests/bench/abpairs.py): the floor and an import alternate,
+  # in random order, so that the shared machine's load hits both alike
+  floor="mksquashfs $BIG/floor $W/m.sqsh -noappend -no-progress -quiet -comp zstd -Xcompression-level 1"
+  ab() {  # LABEL SETUP_B CMD_B
+    /usr/bin/python3 "$ROOT/tests/bench/abpairs.py" --runs "$RUNS" --warmup 1 --label-a mksquashfs --label-b skiff \
+      --setup-a "rm -f $W/m.sqsh" --setup-b "$2" --row "$1" "$floor" "$3" || exit 1
+  }
+  echo "### skiff import benchmark, SIZE=$SIZE ($(nproc) cores, load before: $load0, image $nlayers gzip layers, merged tree ${floor_mb} MB, $RUNS pairs each, temp_path ${BENCH_TEMP:-/tmp})"
   echo
-  /usr/bin/python3 - "$json" "$W" "$rss_new" "$rss_old" "$rss_mk" <<'EOP'
-import json, os, statistics, sys
-res = json.load(open(sys.argv[1]))["results"]
-w = sys.argv[2]
-rss = {"cold cache\"": sys.argv[3], "old path": sys.argv[4], "(floor)": sys.argv[5]}
-files = {"cold cache\"": "a.sqsh", "layers cached": "c.sqsh", "old path": "o.sqsh", "(floor)": "m.sqsh"}
-floor = [statistics.median(r["times"]) for r in res if "(floor)" in r["command"]][0]
-print("| what | median s | min s | max s | median / floor | output MB | peak RSS MB |")
-print("|---|---|---|---|---|---|---|")
-for r in res:
-    name = '"' + r["command"] + '"'
-    size = m = ""
-    for k, f in files.items():
-        if k in name and os.path.exists(os.path.join(w, f)):
-            size = "%.1f" % (os.path.getsize(os.path.join(w, f)) / 1e6)
-    for k, v in rss.items():
-        if k in name:
-            m = "%.0f" % (int(v) / 1024)
-    med = statistics.median(r["times"])
-    print("| %s | %.2f | %.2f | %.2f | %.2f | %s | %s |" % (r["command"], med, min(r["times"]), max(r["times"]), med / floor, size, m))
-cold = [statistics.median(r["times"]) for r in res if r["command"] == "skiff import, cold cache"][0]
-print()
-print("**skiff import (cold cache) / mksquashfs (floor): %.2fx** (target <= 1.3x)" % (cold / floor))
-EOP
+  echo "Each row: mksquashfs -comp zstd -Xcompression-level 1 of the merged tree (the floor, A) and a skiff import (B) of the image from docker-registry on 127.0.0.1, alternating; ratio = skiff / mksquashfs per pair."
   echo
-  echo "Load after: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared: compare rows of one run). The old path's"
-  echo "peak RSS leaves out its scratch tree, which is on a tmpfs (memory) when temp_path is /tmp and /tmp is no tmpfs."
+  set -o pipefail
+  ab "skiff import, cold cache" "rm -rf $W/cache" "$SKIFF import -f -o $W/a.sqsh docker://$R#big:1" || exit 1
+  ab "skiff import, layers cached" "true" "$SKIFF import -f -o $W/c.sqsh docker://$R#big:1" | tail -n +3 || exit 1
+  ab "skiff import, cold cache, import_mksquashfs=yes (the old path)" "rm -rf $W/cache" \
+    "env SKIFF_CONFIG=$W/old.conf $SKIFF import -f -o $W/o.sqsh docker://$R#big:1" | tail -n +3 || exit 1
+  echo
+  echo "Output: import $(($(stat -c %s "$W/a.sqsh") / 1000000)) MB, old path $(($(stat -c %s "$W/o.sqsh") / 1000000)) MB, mksquashfs $(($(stat -c %s "$W/m.sqsh") / 1000000)) MB."
+  echo "Peak RSS: import $((rss_new / 1024)) MB, old path $((rss_old / 1024)) MB (plus its scratch tree: the unpacked image, on /dev/shm when"
+  echo "temp_path is /tmp and /tmp is no tmpfs), mksquashfs $((rss_mk / 1024)) MB."
+  echo "Target: skiff import (cold cache) / mksquashfs <= 1.3. Load after: $(cut -d' ' -f1-3 /proc/loadavg)."
   exit 0
 fi
 skopeo copy -q --dest-tls-verify=false --format v2s2 oci:"$LAYOUT":gzip docker://$R/deb:gzip >/dev/null &&
