@@ -29,7 +29,8 @@ struct ckpt_header {
     double loss_scale;
     int32_t scale_good, skipped_run;
     int64_t skipped;
-    char pad[256 - 8 - 4 - 4 - 24 - 16 - 40 - 24];
+    int32_t tp; /* --tp; 0 (read as 1) in files of builds before it existed */
+    char pad[256 - 8 - 4 - 4 - 24 - 16 - 40 - 24 - 4];
 };
 _Static_assert(sizeof(struct ckpt_header) == 256, "checkpoint header is 256 bytes");
 
@@ -98,6 +99,7 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
     h.scale_good = c->amp.scale_good;
     h.skipped_run = c->amp.skipped_run;
     h.skipped = c->amp.skipped;
+    h.tp = c->tp > 1 ? c->tp : 1;
     struct ckpt_write w = {c, &h};
     return skiff_atomic_write_file(path, tmp, fill_ckpt, &w, err) < 0 ? skiff_err_wrap(err, "checkpoint") : 0;
 }
@@ -114,9 +116,11 @@ static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_er
         return skiff_error(err, 0, "%s: not a skiff-train checkpoint", path);
     if (h->version != CKPT_VERSION)
         return skiff_error(err, 0, "%s: checkpoint version %d, this build reads %d", path, h->version, CKPT_VERSION);
-    if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 2 || h->step < 0)
-        return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, zero %d, step %d", path, h->world,
-                           h->rank, h->zero, h->step);
+    if (h->tp == 0) h->tp = 1;
+    if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 2 || h->step < 0 || h->tp < 1 ||
+        h->world % h->tp)
+        return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, tp %d, zero %d, step %d", path, h->world,
+                           h->rank, h->tp, h->zero, h->step);
     if (!(h->loss_scale >= 0 && h->loss_scale < 1e38) || h->scale_good < 0 || h->skipped_run < 0 || h->skipped < 0 ||
         h->skipped > h->step)
         return skiff_error(err, 0, "%s: corrupt checkpoint: loss scale %g, %lld of %d steps skipped", path,
@@ -147,6 +151,7 @@ int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err)
     if (read_header(fd, path, &h, err) < 0) return -1;
     out->cfg = (struct gpt2_config){h.cfg[0], h.cfg[1], h.cfg[2], h.cfg[3], h.cfg[4], h.cfg[5]};
     out->world = h.world;
+    out->tp = h.tp;
     out->zero = h.zero;
     out->step = h.step;
     out->data_pos = h.data_pos;
@@ -184,6 +189,11 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
                            "%s: saved with WORLD_SIZE=%d, this run has %d; resume "
                            "with the same number of ranks",
                            path, h.world, w->world);
+    if (h.tp != (w->tp > 1 ? w->tp : 1))
+        return skiff_error(err, 0,
+                           "%s: saved with --tp %d, this run uses --tp %d; resume with the same --tp (the "
+                           "weights alone move to another layout: export --llmc, then --init-from)",
+                           path, h.tp, w->tp > 1 ? w->tp : 1);
     if (h.zero != w->zero)
         return skiff_error(err, 0, "%s: saved with --zero %d, this run uses --zero %d", path, h.zero, w->zero);
     if (h.num_params != w->num_params || h.opt_off != w->opt_off || h.opt_len != w->opt_len)
@@ -209,5 +219,96 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
     w->data_pos = h.data_pos;
     w->rng = h.rng;
     w->amp = (struct train_amp_state){h.loss_scale, h.scale_good, h.skipped_run, h.skipped};
+    return 0;
+}
+
+/* ---- another layout -------------------------------------------------------
+ * A checkpoint of S processes as dp x tp with ZeRO z holds AdamW's m and v
+ * in pieces: tensor-parallel rank t's part of the model (its local buffer,
+ * gpt2_param_layout_tp) on data-parallel rank 0 (z 0) or in shards over the
+ * data-parallel ranks (z 1, 2). They are put back together into the whole
+ * model's m and v, and this rank takes its part of them as this run lays
+ * it out: the same state in another layout. */
+
+/* Opens DIR/rank-R.ckpt and reads its header, which must be the layout and
+ * step of `saved` (rank 0's). */
+static int open_piece(const char *dir, int r, const struct train_ckpt *saved, struct ckpt_header *h, int *fd,
+                      skiff_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rank-%d.ckpt", dir, r);
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) return skiff_error(err, errno, "--resume: %s (a rank of the saved layout)", path);
+    int32_t want[6];
+    cfg_pack(&saved->cfg, want);
+    if (read_header(*fd, path, h, err) < 0) return -1;
+    if (memcmp(want, h->cfg, sizeof want) || h->world != saved->world || h->tp != saved->tp || h->zero != saved->zero ||
+        h->step != saved->step || h->num_params != saved->num_params)
+        return skiff_error(err, 0, "--resume: %s is not of the layout or step of rank 0's file", path);
+    return 0;
+}
+
+/* Reads the piece of m and v in file r into the saved layout's local
+ * buffers (n floats each). */
+static int read_piece(const char *dir, int r, const struct train_ckpt *saved, float *m, float *v, size_t n,
+                      skiff_err *err)
+{
+    struct ckpt_header h;
+    cleanup_close int fd = -1;
+    if (open_piece(dir, r, saved, &h, &fd, err) < 0) return -1;
+    if (h.opt_off + h.opt_len > n)
+        return skiff_error(err, 0, "--resume: rank-%d.ckpt: optimizer range %llu+%llu beyond %zu", r,
+                           (unsigned long long)h.opt_off, (unsigned long long)h.opt_len, n);
+    off_t at = (off_t)sizeof h + (h.has_params ? (off_t)(h.num_params * sizeof(float)) : 0);
+    if (lseek(fd, at, SEEK_SET) < 0 || skiff_read_all(fd, m + h.opt_off, h.opt_len * sizeof(float)) < 0 ||
+        skiff_read_all(fd, v + h.opt_off, h.opt_len * sizeof(float)) < 0)
+        return skiff_error(err, errno, "--resume: rank-%d.ckpt: truncated optimizer state", r);
+    return 0;
+}
+
+int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct train_ckpt *saved, int tp_rank,
+                             skiff_err *err)
+{
+    const struct gpt2_config *cfg = &w->cfg;
+    int stp = saved->tp, sdp = saved->world / saved->tp, wtp = w->tp > 1 ? w->tp : 1;
+    size_t n = gpt2_param_layout(cfg, NULL, NULL);
+    size_t sn = gpt2_param_layout_tp(cfg, stp, NULL, NULL), wn = gpt2_param_layout_tp(cfg, wtp, NULL, NULL);
+    sn = stp == 1 ? saved->num_params : (sn + (size_t)sdp - 1) / (size_t)sdp * (size_t)sdp; /* as policy.c pads */
+    if (wn < w->opt_off + w->opt_len) wn = w->opt_off + w->opt_len;
+    float *fm = calloc(n, sizeof(float)), *fv = calloc(n, sizeof(float));
+    float *lm = calloc(sn > wn ? sn : wn, sizeof(float)), *lv = calloc(sn > wn ? sn : wn, sizeof(float));
+    int rc = fm && fv && lm && lv ? 0 : skiff_error(err, ENOMEM, "--resume: optimizer state of another layout");
+    /* the whole model's m and v, from every piece of the saved layout */
+    for (int t = 0; rc == 0 && w->opt_len && t < stp; t++) {
+        for (int d = 0; rc == 0 && d < (saved->zero ? sdp : 1); d++)
+            rc = read_piece(dir, d * stp + t, saved, lm, lv, sn, err);
+        gpt2_tp_copy(cfg, stp, t, fm, lm, 0);
+        gpt2_tp_copy(cfg, stp, t, fv, lv, 0);
+    }
+    if (rc == 0 && w->opt_len) { /* this rank's part, in this run's layout */
+        memset(lm, 0, wn * sizeof(float));
+        memset(lv, 0, wn * sizeof(float));
+        gpt2_tp_copy(cfg, wtp, tp_rank, fm, lm, 1);
+        gpt2_tp_copy(cfg, wtp, tp_rank, fv, lv, 1);
+        memcpy(w->m, lm + w->opt_off, w->opt_len * sizeof(float));
+        memcpy(w->v, lv + w->opt_off, w->opt_len * sizeof(float));
+    }
+    free(fm);
+    free(fv);
+    free(lm);
+    free(lv);
+    if (rc < 0) return -1;
+    if (w->params) { /* rank 0's weights, the model's floats (the padding differs) */
+        struct ckpt_header h;
+        cleanup_close int fd = -1;
+        if (open_piece(dir, 0, saved, &h, &fd, err) < 0) return -1;
+        if (!h.has_params) return skiff_error(err, 0, "--resume: %s/rank-0.ckpt holds no parameters", dir);
+        if (skiff_read_all(fd, w->params, n * sizeof(float)) < 0)
+            return skiff_error(err, errno, "--resume: %s/rank-0.ckpt: truncated parameters", dir);
+    }
+    w->step = saved->step;
+    w->data_pos = saved->data_pos;
+    w->rng = saved->rng;
+    w->amp = saved->amp;
     return 0;
 }

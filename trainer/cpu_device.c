@@ -1,7 +1,8 @@
 /* The CPU device of the training loop (device.h): the model of model.c in
  * host memory, DDP with bucketed all-reduce overlapped with the backward
- * pass, ZeRO-1/2, gradient accumulation, clipping and AdamW, over the TCP
- * ring (comm.c). OpenMP threads inside each operation. */
+ * pass, ZeRO-1/2, Megatron-style tensor parallelism (--tp), gradient
+ * accumulation, clipping and AdamW, over the TCP ring (comm.c). OpenMP
+ * threads inside each operation. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -167,12 +168,103 @@ static void adamw(float *p, const float *g, float *m, float *v, const float *dec
 struct cpu_device {
     const struct train_opts *o;
     const struct train_plan *plan; /* padding, ZeRO shard */
-    struct gpt2 model;
+    struct gpt2 model;             /* with --tp: this rank's heads and hidden units */
+    /* --tp: the tensor-parallel group (the model's all-reduces), the whole
+     * weights on the host for the loop (n_pad, apart from model.params),
+     * and the first failure of an all-reduce inside a pass */
+    struct tr_comm *tp_comm;
+    float *full;
+    double tp_wait_s;
+    int tp_failed;
+    skiff_err tp_err;
     float *m, *v, *decay; /* optimizer state and weight-decay mask for [opt_off, +opt_len) */
     float *gshard;        /* ZeRO-2: this rank's accumulated gradient shard */
     struct ddp ddp;
     double loss_sum; /* forward: losses since take_loss */
 };
+
+/* ---- tensor parallel ----------------------------------------------------
+ * Megatron's layout over WORLD_SIZE = dp x tp processes, tensor parallel
+ * fastest: process r is tensor-parallel rank r % tp of data-parallel rank
+ * r / tp. Its tensor-parallel group is the tp neighbours {dp*tp + i} (the
+ * model's all-reduces, every layer, so they sit on one node where they
+ * can), its data-parallel group {i*tp + tp_rank} (the gradients, once a
+ * step), which is d->comm, the group the loop averages over. */
+static int tp_groups(struct train_device *d, struct cpu_device *c, struct train_dist *dist, skiff_err *err)
+{
+    const struct train_plan *pl = c->plan;
+    int tp = pl->tp, dp = pl->world, *m = malloc((size_t)(tp > dp ? tp : dp) * sizeof *m);
+    if (!m) return skiff_error(err, ENOMEM, "process groups");
+    char name[64];
+    for (int i = 0; i < tp; i++) m[i] = pl->rank * tp + i;
+    snprintf(name, sizeof name, "tp/%d", pl->rank);
+    int rc = tr_comm_tcp_create_group(dist->store, name, m, tp, pl->tp_rank, dist->local_rank, c->o->timeout_ms,
+                                      &c->tp_comm, err);
+    if (rc == 0) {
+        for (int i = 0; i < dp; i++) m[i] = i * tp + pl->tp_rank;
+        snprintf(name, sizeof name, "dp/%d", pl->tp_rank);
+        rc = tr_comm_tcp_create_group(dist->store, name, m, dp, pl->rank, dist->local_rank, c->o->timeout_ms, &d->comm,
+                                      err);
+    }
+    free(m);
+    return rc < 0 ? skiff_err_wrap(err, "tensor-parallel process groups (--tp %d)", tp) : 0;
+}
+
+/* The model's all-reduce (gpt2.tp_allreduce): synchronous, as each layer
+ * needs the sum before it goes on. After a failure the rest of the pass
+ * skips its all-reduces; the step reports the first error. */
+static int tp_allreduce(void *ctx, float *buf, size_t n)
+{
+    struct cpu_device *c = ctx;
+    if (c->tp_failed) return -1;
+    double t0 = skiff_now_s();
+    if (tr_allreduce_sum(c->tp_comm, buf, n, TR_F32, &c->tp_err) < 0) c->tp_failed = 1;
+    c->tp_wait_s += skiff_now_s() - t0;
+    return c->tp_failed ? -1 : 0;
+}
+
+static int tp_check(struct cpu_device *c, skiff_err *err)
+{
+    if (!c->tp_failed) return 0;
+    *err = c->tp_err;
+    return skiff_err_wrap(err, "tensor-parallel all-reduce");
+}
+
+/* Sum of squares of g, the gradient of [lo, lo+n) of the device's buffer.
+ * With --tp, the replicated tensors' part counts 1/tp (every tensor-parallel
+ * rank holds the same values), so the sum over the group (tp_total) is the
+ * whole model's. */
+static double tp_sumsq(const struct cpu_device *c, const float *g, size_t lo, size_t n)
+{
+    const struct gpt2 *m = &c->model;
+    if (m->tp == 1) return sumsq(g, n);
+    double sharded = 0, replicated = 0;
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        size_t a = m->param_offsets[i], b = a + m->param_sizes[i];
+        if (a < lo) a = lo;
+        if (b > lo + n) b = lo + n;
+        if (a >= b) continue;
+        double s = sumsq(g + (a - lo), b - a);
+        if (gpt2_tp_sharded(i))
+            sharded += s;
+        else
+            replicated += s;
+    }
+    return sharded + replicated / m->tp;
+}
+
+/* *v summed over the tensor-parallel group (as a float, the wire type: the
+ * same bits on every rank of the group, so they clip alike). */
+static int tp_total(struct cpu_device *c, double *v, skiff_err *err)
+{
+    float x = (float)*v;
+    double t0 = skiff_now_s();
+    int rc = tr_allreduce_sum(c->tp_comm, &x, 1, TR_F32, err);
+    c->tp_wait_s += skiff_now_s() - t0;
+    if (rc < 0) return skiff_err_wrap(err, "tensor-parallel gradient norm");
+    *v = x;
+    return 0;
+}
 
 static int cpu_open(struct train_device *d, const struct train_opts *o, const struct train_plan *pl,
                     struct train_dist *dist, skiff_err *err)
@@ -184,27 +276,36 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     c->o = o;
     c->plan = pl;
     if (o->threads > 0) omp_set_num_threads(o->threads);
-    if (tr_comm_tcp_create(dist->store, dist->rank, dist->world, dist->local_rank, o->timeout_ms, &d->comm, err) < 0)
+    if (pl->tp == 1) {
+        if (tr_comm_tcp_create(dist->store, dist->rank, dist->world, dist->local_rank, o->timeout_ms, &d->comm, err) <
+            0)
+            return -1;
+    } else if (tp_groups(d, c, dist, err) < 0) {
         return -1;
-    if (gpt2_create(&c->model, &o->cfg, o->batch, o->seq, err) < 0) return -1;
+    }
+    if (gpt2_create_tp(&c->model, &o->cfg, pl->tp, o->batch, o->seq, err) < 0) return -1;
+    c->model.tp_allreduce = tp_allreduce;
+    c->model.tp_ctx = c;
     if (o->recompute && gpt2_recompute(&c->model, err) < 0) return -1;
     size_t n = c->model.num_params;
-    float *p = realloc(c->model.params, pl->n_pad * sizeof(float));
+    float *p = realloc(c->model.params, pl->n_dev * sizeof(float));
     if (p) c->model.params = p;
-    float *g = p ? realloc(c->model.grads, pl->n_pad * sizeof(float)) : NULL;
+    float *g = p ? realloc(c->model.grads, pl->n_dev * sizeof(float)) : NULL;
     if (g) c->model.grads = g;
     if (!p || !g) return skiff_error(err, ENOMEM, "parameters");
-    memset(c->model.params + n, 0, (pl->n_pad - n) * sizeof(float));
-    memset(c->model.grads, 0, pl->n_pad * sizeof(float));
+    memset(c->model.params + n, 0, (pl->n_dev - n) * sizeof(float));
+    memset(c->model.grads, 0, pl->n_dev * sizeof(float));
+    if (pl->tp > 1 && !(c->full = calloc(pl->n_pad, sizeof(float))))
+        return skiff_error(err, ENOMEM, "host copy of the parameters");
     c->m = calloc(pl->opt_len, sizeof(float));
     c->v = calloc(pl->opt_len, sizeof(float));
     c->decay = calloc(pl->opt_len, sizeof(float));
     if (o->zero == 2) c->gshard = calloc(pl->opt_len, sizeof(float));
     if (!c->m || !c->v || !c->decay || (o->zero == 2 && !c->gshard)) return skiff_error(err, ENOMEM, "optimizer state");
     /* the mask of the optimizer's range only (ZeRO: 1/world of it) */
-    float *mask = calloc(pl->n_pad, sizeof(float));
+    float *mask = calloc(pl->n_dev, sizeof(float));
     if (!mask) return skiff_error(err, ENOMEM, "weight-decay mask");
-    gpt2_decay_mask(&o->cfg, mask);
+    gpt2_decay_mask_tp(&o->cfg, pl->tp, mask);
     memcpy(c->decay, mask + pl->opt_off, pl->opt_len * sizeof(float));
     free(mask);
     if (o->zero == 0 && pl->world > 1) {
@@ -212,10 +313,10 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
         c->ddp.grads = c->model.grads;
         c->ddp.cap = (size_t)(o->bucket_mb * 1024 * 1024 / sizeof(float));
         if (c->ddp.cap < 1) c->ddp.cap = 1;
-        c->ddp.stage = malloc(pl->n_pad * sizeof(float));
+        c->ddp.stage = malloc(pl->n_dev * sizeof(float));
         if (!c->ddp.stage) return skiff_error(err, ENOMEM, "bucket staging");
     }
-    d->params = c->model.params;
+    d->params = pl->tp > 1 ? c->full : c->model.params;
     d->m = c->m;
     d->v = c->v;
     return 0;
@@ -233,6 +334,8 @@ static void cpu_close(struct train_device *d)
         free(c->ddp.stage);
         free(c->ddp.segs);
         free(c->ddp.reqs);
+        free(c->full);
+        tr_comm_destroy(c->tp_comm);
         free(c);
     }
     tr_comm_destroy(d->comm);
@@ -247,7 +350,8 @@ static int cpu_step(struct train_device *d, int step, float lr, struct train_bat
     struct gpt2 *model = &cd->model;
     struct tr_comm *c = d->comm;
     int P = c->world, K = b->count;
-    double wait_s = 0, overlap_s = 0;
+    double wait_s = 0, overlap_s = 0, tp_busy0 = cd->tp_comm ? cd->tp_comm->stats.busy_s : 0;
+    cd->tp_wait_s = 0;
     gpt2_zero_grad(model);
     if (o->zero == 2) memset(cd->gshard, 0, pl->opt_len * sizeof(float));
     double loss_sum = 0;
@@ -267,12 +371,13 @@ static int cpu_step(struct train_device *d, int step, float lr, struct train_bat
         gpt2_backward(model, 1.0f / (float)(K * P));
         if (model->grad_ready) overlap_s += c->stats.busy_s - busy_b0;
         model->grad_ready = NULL;
+        if (tp_check(cd, err) < 0) return -1;
         if (o->zero == 0 && P > 1 && last && ddp_finish(&cd->ddp, &wait_s, err) < 0) return -1;
         if (o->zero == 2) {
             /* ZeRO-2: reduce-scatter every micro-step and keep only our
              * shard, so no rank holds a full accumulated gradient */
             double w0 = skiff_now_s();
-            if (tr_reduce_scatter(c, model->grads, pl->n_pad, TR_F32, err) < 0) return -1;
+            if (tr_reduce_scatter(c, model->grads, pl->n_dev, TR_F32, err) < 0) return -1;
             wait_s += skiff_now_s() - w0;
             const float *g = model->grads + pl->opt_off;
             for (size_t i = 0; i < pl->opt_len; i++) cd->gshard[i] += g[i];
@@ -283,18 +388,20 @@ static int cpu_step(struct train_device *d, int step, float lr, struct train_bat
     double norm2;
     if (o->zero == 0) {
         gopt = model->grads;
-        norm2 = sumsq(gopt, pl->n_pad);
+        norm2 = tp_sumsq(cd, gopt, 0, pl->n_dev);
+        if (pl->tp > 1 && tp_total(cd, &norm2, err) < 0) return -1;
     } else {
         if (o->zero == 1) {
             double w0 = skiff_now_s();
-            if (tr_reduce_scatter(c, model->grads, pl->n_pad, TR_F32, err) < 0) return -1;
+            if (tr_reduce_scatter(c, model->grads, pl->n_dev, TR_F32, err) < 0) return -1;
             wait_s += skiff_now_s() - w0;
             gopt = model->grads + pl->opt_off;
         } else {
             gopt = cd->gshard;
         }
         /* norm^2 = sum over ranks of each shard's sum of squares */
-        double mean, ss = sumsq(gopt, pl->opt_len), w0 = skiff_now_s();
+        double mean, ss = tp_sumsq(cd, gopt, pl->opt_off, pl->opt_len), w0 = skiff_now_s();
+        if (pl->tp > 1 && tp_total(cd, &ss, err) < 0) return -1;
         if (train_device_mean(d, ss, &mean, err) < 0) return -1;
         wait_s += skiff_now_s() - w0;
         norm2 = mean * P;
@@ -307,13 +414,15 @@ static int cpu_step(struct train_device *d, int step, float lr, struct train_bat
           step + 1 - (int)d->amp.skipped, gscale);
     if (o->zero) {
         double w0 = skiff_now_s();
-        if (tr_all_gather(c, model->params, pl->n_pad, TR_F32, err) < 0) return -1;
+        if (tr_all_gather(c, model->params, pl->n_dev, TR_F32, err) < 0) return -1;
         wait_s += skiff_now_s() - w0;
     }
     double w1 = skiff_now_s();
     if (train_device_mean(d, loss_sum / K, &st->loss, err) < 0) return -1;
     wait_s += skiff_now_s() - w1; /* so wait_ms and comm_ms cover the same collectives */
     st->grad_norm = norm;
+    if (cd->tp_comm) st->group_comm_ms = (cd->tp_comm->stats.busy_s - tp_busy0) * 1000;
+    wait_s += cd->tp_wait_s;
     st->wait_ms = wait_s * 1000;
     st->overlap_ms = overlap_s * 1000;
     return 0;
@@ -321,10 +430,9 @@ static int cpu_step(struct train_device *d, int step, float lr, struct train_bat
 
 static int cpu_forward(struct train_device *d, const int *inputs, const int *targets, skiff_err *err)
 {
-    (void)err;
     struct cpu_device *c = d->impl;
     c->loss_sum += gpt2_forward(&c->model, inputs, targets);
-    return 0;
+    return tp_check(c, err);
 }
 
 static int cpu_take_loss(struct train_device *d, double *sum, skiff_err *err)
@@ -334,6 +442,39 @@ static int cpu_take_loss(struct train_device *d, double *sum, skiff_err *err)
     *sum = c->loss_sum;
     c->loss_sum = 0;
     return 0;
+}
+
+/* --tp: the loop's whole weights (rank 0's, from the seed, --init-from or a
+ * checkpoint, broadcast over the data-parallel group) to every
+ * tensor-parallel rank, which keeps its part. */
+static int cpu_upload(struct train_device *d, int with_opt, skiff_err *err)
+{
+    (void)with_opt; /* m and v are the device's own memory, in its layout */
+    struct cpu_device *c = d->impl;
+    const struct train_plan *pl = c->plan;
+    if (pl->tp == 1) return 0;
+    if (tr_broadcast(c->tp_comm, c->full, pl->n_pad * sizeof(float), 0, err) < 0)
+        return skiff_err_wrap(err, "broadcasting parameters over the tensor-parallel group");
+    gpt2_tp_copy(&c->o->cfg, pl->tp, pl->tp_rank, c->full, c->model.params, 1);
+    return 0;
+}
+
+/* --tp, before a checkpoint: data-parallel rank 0's tensor-parallel group
+ * gathers its parts into the whole weights (rank 0 writes them). */
+static int cpu_download(struct train_device *d, skiff_err *err)
+{
+    struct cpu_device *c = d->impl;
+    const struct train_plan *pl = c->plan;
+    if (pl->tp == 1 || pl->rank != 0) return 0;
+    size_t n = pl->n_dev;
+    float *all = malloc((size_t)pl->tp * n * sizeof(float));
+    if (!all) return skiff_error(err, ENOMEM, "gathering the tensor-parallel parameters");
+    memcpy(all + (size_t)pl->tp_rank * n, c->model.params, n * sizeof(float));
+    int rc = tr_all_gather(c->tp_comm, all, (size_t)pl->tp * n, TR_F32, err);
+    if (rc == 0)
+        for (int r = 0; r < pl->tp; r++) gpt2_tp_copy(&c->o->cfg, pl->tp, r, c->full, all + (size_t)r * n, 0);
+    free(all);
+    return rc < 0 ? skiff_err_wrap(err, "gathering the tensor-parallel parameters") : 0;
 }
 
 /* What this rank holds, by kind (ZeRO shards what it shards; the rest is on
@@ -347,19 +488,22 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
     const struct train_plan *pl = c->plan;
     int n = omp_get_max_threads();
     double f = (double)sizeof(float) / (1 << 20);
-    double grads = (double)pl->n_pad + (c->gshard ? (double)pl->opt_len : 0) + (c->ddp.stage ? (double)pl->n_pad : 0);
+    double grads = (double)pl->n_dev + (c->gshard ? (double)pl->opt_len : 0) + (c->ddp.stage ? (double)pl->n_dev : 0);
+    char host[96] = "";
+    if (c->full)
+        snprintf(host, sizeof host, " (its tensor-parallel part; whole on the host %.1f MiB)", (double)pl->n_pad * f);
     snprintf(buf, len,
-             "cpu (%d thread%s), per rank: params %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, "
+             "cpu (%d thread%s), per rank: params %.1f MiB%s, gradients %.1f MiB, optimizer %.1f MiB, "
              "activations %.1f MiB%s",
-             n, n == 1 ? "" : "s", (double)pl->n_pad * f, grads * f, 3.0 * (double)pl->opt_len * f,
+             n, n == 1 ? "" : "s", (double)pl->n_dev * f, host, grads * f, 3.0 * (double)pl->opt_len * f,
              2.0 * (double)c->model.num_acts * f, c->model.recompute ? " (recomputed per block)" : "");
 }
 
 const struct train_device_ops train_cpu_device = {
     .name = "cpu",
     .open = cpu_open,
-    .upload = NULL, /* the host copies are the model's own buffers */
-    .download = NULL,
+    .upload = cpu_upload, /* the host copies are the model's own buffers but with --tp */
+    .download = cpu_download,
     .step = cpu_step,
     .forward = cpu_forward,
     .take_loss = cpu_take_loss,

@@ -52,10 +52,12 @@ struct train_batches {
 
 /* What a step reports to the log. */
 struct train_step_stats {
-    double loss;       /* mean over ranks and micro-steps */
-    float grad_norm;   /* global L2 norm of the gradient before clipping */
-    double wait_ms;    /* time compute waited on communication */
-    double overlap_ms; /* communication done while the backward still ran (0: not measured) */
+    double loss;          /* mean over ranks and micro-steps */
+    float grad_norm;      /* global L2 norm of the gradient before clipping */
+    double wait_ms;       /* time compute waited on communication */
+    double overlap_ms;    /* communication done while the backward still ran (0: not measured) */
+    double group_comm_ms; /* communication over the device's other groups (tensor parallel), which
+                           * the loop adds to what it measures on `comm` */
 };
 
 struct train_device_ops {

@@ -58,6 +58,8 @@ static const struct verb {
      "                        the windows llm.c's loader reads without shuffling)\n"
      "  --zero 0|1|2          DDP, ZeRO-1 (optimizer state sharded), ZeRO-2 (gradients too)\n"
      "  --bucket-mb M         DDP gradient bucket size (25)\n"
+     "  --tp N                tensor parallel over N ranks (Megatron: heads and MLP split;\n"
+     "                        WORLD_SIZE = dp x N, tp fastest; N divides heads and 4C) (CPU)\n"
      "  --recompute           keep one block's activations, redo each block's forward in the\n"
      "                        backward: less memory, ~1/3 more compute, the same losses (CPU)\n"
      "  --device cpu|cuda     where to train (cpu)\n"

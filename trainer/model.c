@@ -63,14 +63,14 @@ int gpt2_config_check(const struct gpt2_config *c, skiff_err *err)
     return 0;
 }
 
-size_t gpt2_param_layout(const struct gpt2_config *cfg, size_t sizes[GPT2_NUM_PARAM_TENSORS],
-                         size_t offsets[GPT2_NUM_PARAM_TENSORS])
+size_t gpt2_param_layout_tp(const struct gpt2_config *cfg, int tp, size_t sizes[GPT2_NUM_PARAM_TENSORS],
+                            size_t offsets[GPT2_NUM_PARAM_TENSORS])
 {
     size_t Vp = cfg->padded_vocab_size, C = cfg->channels, L = cfg->num_layers;
-    size_t maxT = cfg->max_seq_len;
-    size_t s[GPT2_NUM_PARAM_TENSORS] = {Vp * C,        maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
-                                        L * C * C,     L * C,    L * C, L * C, L * 4 * C * C, L * 4 * C,
-                                        L * C * 4 * C, L * C,    C,     C};
+    size_t maxT = cfg->max_seq_len, Cl = C / (size_t)tp, F = 4 * C / (size_t)tp;
+    size_t s[GPT2_NUM_PARAM_TENSORS] = {Vp * C,     maxT * C, L * C, L * C, L * 3 * Cl * C, L * 3 * Cl,
+                                        L * C * Cl, L * C,    L * C, L * C, L * F * C,      L * F,
+                                        L * C * F,  L * C,    C,     C};
     size_t total = 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
         if (sizes) sizes[i] = s[i];
@@ -80,15 +80,80 @@ size_t gpt2_param_layout(const struct gpt2_config *cfg, size_t sizes[GPT2_NUM_PA
     return total;
 }
 
+size_t gpt2_param_layout(const struct gpt2_config *cfg, size_t sizes[GPT2_NUM_PARAM_TENSORS],
+                         size_t offsets[GPT2_NUM_PARAM_TENSORS])
+{
+    return gpt2_param_layout_tp(cfg, 1, sizes, offsets);
+}
+
+int gpt2_tp_sharded(int i)
+{
+    return i == GPT2_QKVW || i == GPT2_QKVB || i == GPT2_ATTPROJW || i == GPT2_FCW || i == GPT2_FCB ||
+           i == GPT2_FCPROJW;
+}
+
+int gpt2_tp_check(const struct gpt2_config *cfg, int tp, skiff_err *err)
+{
+    if (tp < 1 || cfg->num_heads % tp || (4 * cfg->channels) % tp)
+        return skiff_error(err, 0,
+                           "--tp %d: must divide the model's heads (%d) and 4*C (%d), as each rank takes "
+                           "whole heads and an equal share of the MLP",
+                           tp, cfg->num_heads, 4 * cfg->channels);
+    return 0;
+}
+
+/* Copies `rows` rows of `len` floats with strides sf (full) and sl (local). */
+static void copy_rows(float *full, size_t sf, float *local, size_t sl, size_t rows, size_t len, int to_local)
+{
+    for (size_t r = 0; r < rows; r++) {
+        float *f = full + r * sf, *l = local + r * sl;
+        memcpy(to_local ? l : f, to_local ? f : l, len * sizeof(float));
+    }
+}
+
+void gpt2_tp_copy(const struct gpt2_config *cfg, int tp, int rank, float *full, float *local, int to_local)
+{
+    size_t fs[GPT2_NUM_PARAM_TENSORS], fo[GPT2_NUM_PARAM_TENSORS], ls[GPT2_NUM_PARAM_TENSORS],
+        lo[GPT2_NUM_PARAM_TENSORS];
+    gpt2_param_layout(cfg, fs, fo);
+    gpt2_param_layout_tp(cfg, tp, ls, lo);
+    size_t C = cfg->channels, L = cfg->num_layers, Cl = C / (size_t)tp, F = 4 * C / (size_t)tp, r = (size_t)rank;
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        float *f = full + fo[i], *l = local + lo[i];
+        switch (i) {
+        case GPT2_QKVW: /* per layer and per q/k/v: this rank's heads' rows */
+        case GPT2_QKVB: {
+            size_t w = i == GPT2_QKVW ? C : 1;
+            for (size_t k = 0; k < 3 * L; k++)
+                copy_rows(f + (k * C + r * Cl) * w, 0, l + k * Cl * w, 0, 1, Cl * w, to_local);
+            break;
+        }
+        case GPT2_FCW: /* per layer: this rank's rows */
+        case GPT2_FCB: {
+            size_t w = i == GPT2_FCW ? C : 1;
+            copy_rows(f + r * F * w, 4 * C * w, l, F * w, L, F * w, to_local);
+            break;
+        }
+        case GPT2_ATTPROJW: /* every output row: this rank's input columns */
+            copy_rows(f + r * Cl, C, l, Cl, L * C, Cl, to_local);
+            break;
+        case GPT2_FCPROJW: copy_rows(f + r * F, 4 * C, l, F, L * C, F, to_local); break;
+        default: copy_rows(f, 0, l, 0, 1, fs[i], to_local); break;
+        }
+    }
+}
+
 int gpt2_param_decays(int i)
 {
     return i == GPT2_WTE || i == GPT2_WPE || i == GPT2_QKVW || i == GPT2_ATTPROJW || i == GPT2_FCW || i == GPT2_FCPROJW;
 }
 
-void gpt2_decay_mask(const struct gpt2_config *cfg, float *mask)
+void gpt2_decay_mask(const struct gpt2_config *cfg, float *mask) { gpt2_decay_mask_tp(cfg, 1, mask); }
+
+void gpt2_decay_mask_tp(const struct gpt2_config *cfg, int tp, float *mask)
 {
     size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
-    gpt2_param_layout(cfg, sizes, offs);
+    gpt2_param_layout_tp(cfg, tp, sizes, offs);
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++)
         for (size_t j = 0; j < sizes[i]; j++) mask[offs[i] + j] = gpt2_param_decays(i) ? 1.0f : 0.0f;
 }
@@ -181,16 +246,17 @@ struct acts {
  * that every layer reuses: the backward recomputes a block's forward from its
  * input (the residual stream, RESIDUAL3 of the layer below, kept for every
  * layer) just before differentiating it. */
-static void act_sizes(const struct gpt2_config *c, int B, int T, int recompute, size_t s[A_NUM])
+static void act_sizes(const struct gpt2_config *c, int tp, int B, int T, int recompute, size_t s[A_NUM])
 {
-    size_t L = recompute ? 1 : c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
+    size_t L = recompute ? 1 : c->num_layers, C = c->channels, NH = c->num_heads / (size_t)tp,
+           Vp = c->padded_vocab_size, Cl = C / (size_t)tp;
     size_t BT = (size_t)B * T;
     s[A_ENCODED] = BT * C;
     s[A_LN1] = L * BT * C;
     s[A_LN1_MEAN] = L * BT;
     s[A_LN1_RSTD] = L * BT;
-    s[A_QKV] = L * BT * 3 * C;
-    s[A_ATTY] = L * BT * C;
+    s[A_QKV] = L * BT * 3 * Cl;
+    s[A_ATTY] = L * BT * Cl;
     s[A_PREATT] = L * B * NH * T * T;
     s[A_ATT] = L * B * NH * T * T;
     s[A_ATTPROJ] = L * BT * C;
@@ -198,8 +264,8 @@ static void act_sizes(const struct gpt2_config *c, int B, int T, int recompute, 
     s[A_LN2] = L * BT * C;
     s[A_LN2_MEAN] = L * BT;
     s[A_LN2_RSTD] = L * BT;
-    s[A_FCH] = L * BT * 4 * C;
-    s[A_FCH_GELU] = L * BT * 4 * C;
+    s[A_FCH] = L * BT * 4 * Cl;
+    s[A_FCH_GELU] = L * BT * 4 * Cl;
     s[A_FCPROJ] = L * BT * C;
     s[A_RESIDUAL3] = (size_t)c->num_layers * BT * C;
     s[A_LNF] = BT * C;
@@ -213,7 +279,7 @@ static void act_sizes(const struct gpt2_config *c, int B, int T, int recompute, 
 static void act_views(const struct gpt2 *m, float *base, struct acts *a)
 {
     size_t s[A_NUM];
-    act_sizes(&m->cfg, m->B, m->T, m->recompute, s);
+    act_sizes(&m->cfg, m->tp, m->B, m->T, m->recompute, s);
     for (int i = 0; i < A_NUM; i++) {
         a->p[i] = base;
         base += s[i];
@@ -222,23 +288,34 @@ static void act_views(const struct gpt2 *m, float *base, struct acts *a)
 
 size_t gpt2_num_acts(const struct gpt2_config *cfg, int B, int T, int recompute)
 {
+    return gpt2_num_acts_tp(cfg, 1, B, T, recompute);
+}
+
+size_t gpt2_num_acts_tp(const struct gpt2_config *cfg, int tp, int B, int T, int recompute)
+{
     size_t s[A_NUM], n = 0;
-    act_sizes(cfg, B, T, recompute, s);
+    act_sizes(cfg, tp, B, T, recompute, s);
     for (int i = 0; i < A_NUM; i++) n += s[i];
     return n;
 }
 
 int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, skiff_err *err)
 {
+    return gpt2_create_tp(m, cfg, 1, B, T, err);
+}
+
+int gpt2_create_tp(struct gpt2 *m, const struct gpt2_config *cfg, int tp, int B, int T, skiff_err *err)
+{
     memset(m, 0, sizeof *m);
-    if (gpt2_config_check(cfg, err) < 0) return -1;
+    if (gpt2_config_check(cfg, err) < 0 || gpt2_tp_check(cfg, tp, err) < 0) return -1;
     if (B <= 0 || T <= 0 || T > cfg->max_seq_len)
         return skiff_error(err, 0, "batch %d x seq %d: need B >= 1 and 1 <= T <= %d", B, T, cfg->max_seq_len);
     m->cfg = *cfg;
     m->B = B;
     m->T = T;
-    m->num_params = gpt2_param_layout(cfg, m->param_sizes, m->param_offsets);
-    m->num_acts = gpt2_num_acts(cfg, B, T, 0);
+    m->tp = tp;
+    m->num_params = gpt2_param_layout_tp(cfg, tp, m->param_sizes, m->param_offsets);
+    m->num_acts = gpt2_num_acts_tp(cfg, tp, B, T, 0);
     m->params = calloc(m->num_params, sizeof(float));
     m->grads = calloc(m->num_params, sizeof(float));
     m->acts = calloc(m->num_acts, sizeof(float));
@@ -261,7 +338,7 @@ int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, ski
 int gpt2_recompute(struct gpt2 *m, skiff_err *err)
 {
     if (m->recompute) return 0;
-    size_t n = gpt2_num_acts(&m->cfg, m->B, m->T, 1);
+    size_t n = gpt2_num_acts_tp(&m->cfg, m->tp, m->B, m->T, 1);
     float *a = calloc(n, sizeof(float)), *d = calloc(n, sizeof(float));
     if (!a || !d) {
         free(a);
@@ -302,36 +379,62 @@ void gpt2_zero_grad(struct gpt2 *m) { m->grads_cleared = 1; }
 #define PARAM(m, i) ((m)->params + (m)->param_offsets[i])
 #define GRAD(m, i) ((m)->grads + (m)->param_offsets[i])
 
+/* Megatron's sum over the tensor-parallel ranks (a no-op with one). */
+static void tp_sum(struct gpt2 *m, float *buf, size_t n)
+{
+    if (m->tp > 1) m->tp_allreduce(m->tp_ctx, buf, n);
+}
+
+/* A row-parallel layer: out = inp @ weight^T summed over the ranks, then the
+ * (replicated) bias, added once after the sum as Megatron does. */
+static void row_parallel_forward(struct gpt2 *m, float *out, const float *inp, const float *weight, const float *bias,
+                                 int N, int C, int OC)
+{
+    if (m->tp == 1) {
+        matmul_forward(out, inp, weight, bias, N, C, OC);
+        return;
+    }
+    matmul_forward(out, inp, weight, NULL, N, C, OC);
+    tp_sum(m, out, (size_t)N * OC);
+#pragma omp parallel for
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+}
+
 /* Transformer block l's forward, from its input (the embeddings or the
- * residual stream of block l-1) to RESIDUAL3 of l. */
+ * residual stream of block l-1) to RESIDUAL3 of l. With tensor parallelism
+ * the attention runs this rank's heads (Cl = C/tp channels of Q, K, V) and
+ * the MLP its F = 4C/tp hidden units; the two row-parallel outputs are
+ * summed over the ranks, so the residual stream is whole on every rank. */
 static void block_forward(struct gpt2 *m, const struct acts *a, int l)
 {
-    int B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, BT = B * T;
-    /* bc: this layer's slot of the block's tensors; rc: its residual stream */
-    size_t bc = (size_t)(m->recompute ? 0 : l) * BT * C, rc = (size_t)l * BT * C, lbt = bc / C;
+    int B = m->B, T = m->T, C = m->cfg.channels, BT = B * T;
+    int Cl = C / m->tp, NH = m->cfg.num_heads / m->tp, F = 4 * C / m->tp;
+    /* bc: this layer's slot of the block's C-wide tensors (lc: of the
+     * Cl-wide ones); rc: its residual stream */
+    size_t bc = (size_t)(m->recompute ? 0 : l) * BT * C, rc = (size_t)l * BT * C, lbt = bc / C, lc = lbt * Cl;
     const float *residual = l == 0 ? a->p[A_ENCODED] : a->p[A_RESIDUAL3] + rc - (size_t)BT * C;
-    float *ln1 = a->p[A_LN1] + bc, *qkv = a->p[A_QKV] + 3 * bc, *atty = a->p[A_ATTY] + bc;
+    float *ln1 = a->p[A_LN1] + bc, *qkv = a->p[A_QKV] + 3 * lc, *atty = a->p[A_ATTY] + lc;
     float *preatt = a->p[A_PREATT] + lbt * NH * T;
     float *att = a->p[A_ATT] + lbt * NH * T;
     float *attproj = a->p[A_ATTPROJ] + bc, *res2 = a->p[A_RESIDUAL2] + bc;
-    float *ln2 = a->p[A_LN2] + bc, *fch = a->p[A_FCH] + 4 * bc;
-    float *fchg = a->p[A_FCH_GELU] + 4 * bc, *fcproj = a->p[A_FCPROJ] + bc;
+    float *ln2 = a->p[A_LN2] + bc, *fch = a->p[A_FCH] + 4 * lc;
+    float *fchg = a->p[A_FCH_GELU] + 4 * lc, *fcproj = a->p[A_FCPROJ] + bc;
     float *res3 = a->p[A_RESIDUAL3] + rc;
     layernorm_forward(ln1, a->p[A_LN1_MEAN] + lbt, a->p[A_LN1_RSTD] + lbt, residual, PARAM(m, GPT2_LN1W) + l * C,
                       PARAM(m, GPT2_LN1B) + l * C, BT, C);
-    matmul_forward(qkv, ln1, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C, PARAM(m, GPT2_QKVB) + (size_t)l * 3 * C, BT,
-                   C, 3 * C);
-    attention_forward(atty, preatt, att, qkv, B, T, C, NH);
-    matmul_forward(attproj, atty, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C, PARAM(m, GPT2_ATTPROJB) + (size_t)l * C,
-                   BT, C, C);
+    matmul_forward(qkv, ln1, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * Cl * C, PARAM(m, GPT2_QKVB) + (size_t)l * 3 * Cl, BT,
+                   C, 3 * Cl);
+    attention_forward(atty, preatt, att, qkv, B, T, Cl, NH);
+    row_parallel_forward(m, attproj, atty, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * Cl,
+                         PARAM(m, GPT2_ATTPROJB) + (size_t)l * C, BT, Cl, C);
     residual_forward(res2, residual, attproj, (size_t)BT * C);
     layernorm_forward(ln2, a->p[A_LN2_MEAN] + lbt, a->p[A_LN2_RSTD] + lbt, res2, PARAM(m, GPT2_LN2W) + l * C,
                       PARAM(m, GPT2_LN2B) + l * C, BT, C);
-    matmul_forward(fch, ln2, PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C, PARAM(m, GPT2_FCB) + (size_t)l * 4 * C, BT, C,
-                   4 * C);
-    gelu_forward(fchg, fch, (size_t)BT * 4 * C);
-    matmul_forward(fcproj, fchg, PARAM(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C, PARAM(m, GPT2_FCPROJB) + (size_t)l * C,
-                   BT, 4 * C, C);
+    matmul_forward(fch, ln2, PARAM(m, GPT2_FCW) + (size_t)l * F * C, PARAM(m, GPT2_FCB) + (size_t)l * F, BT, C, F);
+    gelu_forward(fchg, fch, (size_t)BT * F);
+    row_parallel_forward(m, fcproj, fchg, PARAM(m, GPT2_FCPROJW) + (size_t)l * C * F,
+                         PARAM(m, GPT2_FCPROJB) + (size_t)l * C, BT, F, C);
     residual_forward(res3, res2, fcproj, (size_t)BT * C);
 }
 
@@ -380,7 +483,7 @@ static void ready(struct gpt2 *m, int i, int l)
 void gpt2_backward(struct gpt2 *m, float loss_scale)
 {
     const struct gpt2_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->channels, L = c->num_layers, NH = c->num_heads;
+    int B = m->B, T = m->T, C = c->channels, L = c->num_layers, NH = c->num_heads / m->tp;
     int V = c->vocab_size, Vp = c->padded_vocab_size, BT = B * T;
     struct acts a, d;
     act_views(m, m->acts, &a);
@@ -411,11 +514,13 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
     ready(m, GPT2_LNFW, -1);
     ready(m, GPT2_LNFB, -1);
 
+    int Cl = C / m->tp, F = 4 * C / m->tp;
     for (int l = L - 1; l >= 0; l--) {
-        /* bc: the layer's slot of the block's tensors (0 with recompute, whose
-         * forward is redone here into that slot, the same bits as before);
-         * rc: its residual stream */
-        size_t bc = (size_t)(m->recompute ? 0 : l) * BT * C, rc = (size_t)l * BT * C, lbt = bc / C;
+        /* bc: the layer's slot of the block's C-wide tensors (0 with
+         * recompute, whose forward is redone here into that slot, the same
+         * bits as before), lc: of the Cl-wide ones (this rank's heads and
+         * hidden units); rc: its residual stream */
+        size_t bc = (size_t)(m->recompute ? 0 : l) * BT * C, rc = (size_t)l * BT * C, lbt = bc / C, lc = lbt * Cl;
         if (m->recompute && l < L - 1) { /* the slot still holds L-1's from the forward */
             block_forward(m, &a, l);
             /* the slot's gradients start from zero for every layer */
@@ -426,35 +531,38 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
         size_t att_off = lbt * NH * T;
         /* dres3 flows into res2 and fcproj */
         residual_backward(d.p[A_RESIDUAL2] + bc, d.p[A_FCPROJ] + bc, d.p[A_RESIDUAL3] + rc, (size_t)BT * C);
-        matmul_backward(d.p[A_FCH_GELU] + 4 * bc, GRAD(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
-                        GRAD(m, GPT2_FCPROJB) + (size_t)l * C, d.p[A_FCPROJ] + bc, a.p[A_FCH_GELU] + 4 * bc,
-                        PARAM(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C, BT, 4 * C, C, ow);
+        matmul_backward(d.p[A_FCH_GELU] + 4 * lc, GRAD(m, GPT2_FCPROJW) + (size_t)l * C * F,
+                        GRAD(m, GPT2_FCPROJB) + (size_t)l * C, d.p[A_FCPROJ] + bc, a.p[A_FCH_GELU] + 4 * lc,
+                        PARAM(m, GPT2_FCPROJW) + (size_t)l * C * F, BT, F, C, ow);
         ready(m, GPT2_FCPROJB, l);
         ready(m, GPT2_FCPROJW, l);
-        gelu_backward(d.p[A_FCH] + 4 * bc, a.p[A_FCH] + 4 * bc, d.p[A_FCH_GELU] + 4 * bc, (size_t)BT * 4 * C);
-        matmul_backward(d.p[A_LN2] + bc, GRAD(m, GPT2_FCW) + (size_t)l * 4 * C * C,
-                        GRAD(m, GPT2_FCB) + (size_t)l * 4 * C, d.p[A_FCH] + 4 * bc, a.p[A_LN2] + bc,
-                        PARAM(m, GPT2_FCW) + (size_t)l * 4 * C * C, BT, C, 4 * C, ow);
+        gelu_backward(d.p[A_FCH] + 4 * lc, a.p[A_FCH] + 4 * lc, d.p[A_FCH_GELU] + 4 * lc, (size_t)BT * F);
+        matmul_backward(d.p[A_LN2] + bc, GRAD(m, GPT2_FCW) + (size_t)l * F * C, GRAD(m, GPT2_FCB) + (size_t)l * F,
+                        d.p[A_FCH] + 4 * lc, a.p[A_LN2] + bc, PARAM(m, GPT2_FCW) + (size_t)l * F * C, BT, C, F, ow);
         ready(m, GPT2_FCB, l);
         ready(m, GPT2_FCW, l);
+        /* the column-parallel layer's input gradient: each rank has its
+         * hidden units' share */
+        tp_sum(m, d.p[A_LN2] + bc, (size_t)BT * C);
         layernorm_backward(d.p[A_RESIDUAL2] + bc, GRAD(m, GPT2_LN2W) + l * C, GRAD(m, GPT2_LN2B) + l * C,
                            d.p[A_LN2] + bc, a.p[A_RESIDUAL2] + bc, PARAM(m, GPT2_LN2W) + l * C, a.p[A_LN2_MEAN] + lbt,
                            a.p[A_LN2_RSTD] + lbt, BT, C);
         ready(m, GPT2_LN2B, l);
         ready(m, GPT2_LN2W, l);
         residual_backward(dresidual, d.p[A_ATTPROJ] + bc, d.p[A_RESIDUAL2] + bc, (size_t)BT * C);
-        matmul_backward(d.p[A_ATTY] + bc, GRAD(m, GPT2_ATTPROJW) + (size_t)l * C * C,
-                        GRAD(m, GPT2_ATTPROJB) + (size_t)l * C, d.p[A_ATTPROJ] + bc, a.p[A_ATTY] + bc,
-                        PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * C, BT, C, C, ow);
+        matmul_backward(d.p[A_ATTY] + lc, GRAD(m, GPT2_ATTPROJW) + (size_t)l * C * Cl,
+                        GRAD(m, GPT2_ATTPROJB) + (size_t)l * C, d.p[A_ATTPROJ] + bc, a.p[A_ATTY] + lc,
+                        PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * Cl, BT, Cl, C, ow);
         ready(m, GPT2_ATTPROJB, l);
         ready(m, GPT2_ATTPROJW, l);
-        attention_backward(d.p[A_QKV] + 3 * bc, d.p[A_PREATT] + att_off, d.p[A_ATT] + att_off, d.p[A_ATTY] + bc,
-                           a.p[A_QKV] + 3 * bc, a.p[A_ATT] + att_off, B, T, C, NH);
-        matmul_backward(d.p[A_LN1] + bc, GRAD(m, GPT2_QKVW) + (size_t)l * 3 * C * C,
-                        GRAD(m, GPT2_QKVB) + (size_t)l * 3 * C, d.p[A_QKV] + 3 * bc, a.p[A_LN1] + bc,
-                        PARAM(m, GPT2_QKVW) + (size_t)l * 3 * C * C, BT, C, 3 * C, ow);
+        attention_backward(d.p[A_QKV] + 3 * lc, d.p[A_PREATT] + att_off, d.p[A_ATT] + att_off, d.p[A_ATTY] + lc,
+                           a.p[A_QKV] + 3 * lc, a.p[A_ATT] + att_off, B, T, Cl, NH);
+        matmul_backward(d.p[A_LN1] + bc, GRAD(m, GPT2_QKVW) + (size_t)l * 3 * Cl * C,
+                        GRAD(m, GPT2_QKVB) + (size_t)l * 3 * Cl, d.p[A_QKV] + 3 * lc, a.p[A_LN1] + bc,
+                        PARAM(m, GPT2_QKVW) + (size_t)l * 3 * Cl * C, BT, C, 3 * Cl, ow);
         ready(m, GPT2_QKVB, l);
         ready(m, GPT2_QKVW, l);
+        tp_sum(m, d.p[A_LN1] + bc, (size_t)BT * C); /* this rank's heads' share */
         layernorm_backward(dresidual, GRAD(m, GPT2_LN1W) + l * C, GRAD(m, GPT2_LN1B) + l * C, d.p[A_LN1] + bc, residual,
                            PARAM(m, GPT2_LN1W) + l * C, a.p[A_LN1_MEAN] + lbt, a.p[A_LN1_RSTD] + lbt, BT, C);
         ready(m, GPT2_LN1B, l);

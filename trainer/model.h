@@ -76,6 +76,30 @@ int gpt2_config_check(const struct gpt2_config *cfg, skiff_err *err);
 size_t gpt2_param_layout(const struct gpt2_config *cfg, size_t sizes[GPT2_NUM_PARAM_TENSORS],
                          size_t offsets[GPT2_NUM_PARAM_TENSORS]);
 
+/* ---- tensor parallelism (Megatron-LM's, --tp N) ----------------------
+ * With tp ranks, each holds 1/tp of the attention heads and of the MLP's
+ * hidden units: qkvw/qkvb its heads' rows of Q, K and V (column-parallel:
+ * local rows [q of its heads; k; v]), attprojw its heads' columns
+ * (row-parallel, (C, C/tp)), fcw/fcb its rows (column-parallel, 4C/tp),
+ * fcprojw its columns (row-parallel, (C, 4C/tp)). Everything else (wte, wpe,
+ * the LayerNorms, the row-parallel layers' biases) is replicated. The local
+ * buffer keeps llm.c's tensor order with these local shapes. */
+
+/* 1 when tensor i is split over the tensor-parallel ranks. */
+int gpt2_tp_sharded(int i);
+/* 0 when tp divides the heads (and so C and 4C); else -1 with a message
+ * naming --tp. */
+int gpt2_tp_check(const struct gpt2_config *cfg, int tp, skiff_err *err);
+/* gpt2_param_layout of one of tp ranks' local buffer (tp 1: the whole). */
+size_t gpt2_param_layout_tp(const struct gpt2_config *cfg, int tp, size_t sizes[GPT2_NUM_PARAM_TENSORS],
+                            size_t offsets[GPT2_NUM_PARAM_TENSORS]);
+/* Between the whole buffer (gpt2_param_layout) and rank's local one:
+ * to_local copies rank's part of full into local; else local into its
+ * place in full (the replicated tensors too). */
+void gpt2_tp_copy(const struct gpt2_config *cfg, int tp, int rank, float *full, float *local, int to_local);
+/* gpt2_decay_mask over a local buffer (tp 1: the whole). */
+void gpt2_decay_mask_tp(const struct gpt2_config *cfg, int tp, float *mask);
+
 /* 1 when tensor i is a 2-D weight matrix and gets AdamW weight decay (wte, wpe,
  * qkvw, attprojw, fcw, fcprojw); 0 for biases and LayerNorm gains/shifts. */
 int gpt2_param_decays(int i);
@@ -115,15 +139,28 @@ struct gpt2 {
      * the backward runs. May be NULL. */
     void (*grad_ready)(void *ctx, size_t lo, size_t hi);
     void *grad_ready_ctx;
+    /* Tensor parallelism (gpt2_create_tp): this rank's share of heads and
+     * hidden units, and the sum over the tp ranks, in place, that Megatron
+     * puts after each row-parallel layer's forward and on the input gradient
+     * of each column-parallel layer. It returns -1 on failure; the pass
+     * then goes on with what it has and the caller reports the error. */
+    int tp;
+    int (*tp_allreduce)(void *ctx, float *buf, size_t n);
+    void *tp_ctx;
 };
 
 /* Allocates the buffers (params zeroed). */
 int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, skiff_err *err);
+/* The same for one of tp tensor-parallel ranks: params, grads and the
+ * activations of its heads and hidden units only; set m->tp_allreduce
+ * before the first forward. */
+int gpt2_create_tp(struct gpt2 *m, const struct gpt2_config *cfg, int tp, int B, int T, skiff_err *err);
 void gpt2_destroy(struct gpt2 *m);
 
 /* Floats of activations (and as many of their gradients) a (B,T) pass keeps,
  * with or without activation recomputation. */
 size_t gpt2_num_acts(const struct gpt2_config *cfg, int B, int T, int recompute);
+size_t gpt2_num_acts_tp(const struct gpt2_config *cfg, int tp, int B, int T, int recompute);
 
 /* Activation recomputation (checkpointing each block, as torch.utils.checkpoint
  * or Megatron's --recompute-granularity full): the activations inside a

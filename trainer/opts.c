@@ -14,6 +14,7 @@ void train_opts_defaults(struct train_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->grad_accum = 1;
+    o->tp = 1;
     o->lr = 6e-4f;
     o->lr_min_frac = 0.1f;
     o->warmup = -1;
@@ -84,7 +85,8 @@ enum {
     O_BETA2,
     O_EPS,
     O_ORDER,
-    O_RECOMPUTE
+    O_RECOMPUTE,
+    O_TP
 };
 
 int train_opt_error(int c, char **argv, skiff_err *err)
@@ -152,6 +154,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
                                        {"timeout", 1, 0, O_TIMEOUT},
                                        {"quiet", 0, 0, O_QUIET},
                                        {"recompute", 0, 0, O_RECOMPUTE},
+                                       {"tp", 1, 0, O_TP},
                                        {"init-from", 1, 0, O_INIT_FROM},
                                        {"beta1", 1, 0, O_BETA1},
                                        {"beta2", 1, 0, O_BETA2},
@@ -231,6 +234,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
             break;
         case O_QUIET: o->quiet = 1; break;
         case O_RECOMPUTE: o->recompute = 1; break;
+        case O_TP: rc = train_parse_int("--tp", optarg, 1, &o->tp, err); break;
         case O_INIT_FROM: o->init_from = optarg; break;
         case O_BETA1:
             rc = train_parse_double("--beta1", optarg, 0, &d, err);
@@ -274,6 +278,12 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
         return skiff_error(err, 0,
                            "--recompute: the CPU device only so far; on CUDA leave it out (every block's "
                            "activations are kept) or lower --batch");
+    if (gpt2_tp_check(&o->cfg, o->tp, err) < 0) return -1;
+    if (o->tp > 1 && o->device == TRAIN_DEVICE_CUDA)
+        return skiff_error(err, 0,
+                           "--tp %d: tensor parallelism runs on the CPU device only so far; on CUDA use data "
+                           "parallelism (--zero 0|1|2) or leave --tp out",
+                           o->tp);
     if (o->warmup < 0) o->warmup = o->steps / 10;
     return 0;
 }

@@ -32,6 +32,7 @@ struct train_opts {
                                       loader without shuffling), not a seeded permutation */
     int zero;                      /* --zero 0|1|2 */
     int recompute;                 /* --recompute: redo each block's forward in the backward */
+    int tp;                        /* --tp N: tensor-parallel ranks (default 1); WORLD_SIZE = dp * tp */
     double bucket_mb;              /* --bucket-mb M (default 25) */
     enum train_device_kind device; /* --device cpu|cuda */
     const char *precision;         /* --precision fp32|bf16|fp16 (CPU: fp32 only) */

@@ -9,20 +9,36 @@
 void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params, int world, int rank)
 {
     memset(p, 0, sizeof *p);
-    p->world = world;
-    p->rank = rank;
+    p->tp = o->tp;
+    p->tp_rank = rank % o->tp;
+    p->world = world / o->tp;
+    p->rank = rank / o->tp;
+    world = p->world;
+    rank = p->rank;
     p->num_params = num_params;
     p->n_pad = (num_params + (size_t)world - 1) / (size_t)world * (size_t)world;
+    size_t local = gpt2_param_layout_tp(&o->cfg, o->tp, NULL, NULL);
+    p->n_dev = o->tp == 1 ? p->n_pad : (local + (size_t)world - 1) / (size_t)world * (size_t)world;
     if (o->zero) {
-        p->opt_len = p->n_pad / (size_t)world;
+        p->opt_len = p->n_dev / (size_t)world;
         p->opt_off = (size_t)rank * p->opt_len;
     } else {
         p->opt_off = 0;
-        p->opt_len = p->n_pad;
+        p->opt_len = p->n_dev;
     }
     p->start = 0;
     p->end = o->steps;
     if (o->stop_after && o->stop_after < p->end) p->end = o->stop_after;
+}
+
+int train_plan_check(const struct train_opts *o, int world, skiff_err *err)
+{
+    if (world % o->tp)
+        return skiff_error(err, 0,
+                           "--tp %d must divide WORLD_SIZE=%d (the data-parallel size is WORLD_SIZE / --tp); "
+                           "start a multiple of %d ranks",
+                           o->tp, world, o->tp);
+    return 0;
 }
 
 uint64_t train_plan_window(const struct train_plan *p, const struct train_opts *o, int step, int k)
@@ -53,8 +69,10 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
     int has_opt = o->zero || p->rank == 0;
     memset(c, 0, sizeof *c);
     c->cfg = o->cfg;
-    c->world = p->world;
-    c->rank = p->rank;
+    int global = p->rank * p->tp + p->tp_rank;
+    c->world = p->world * p->tp;
+    c->rank = global;
+    c->tp = p->tp;
     c->zero = o->zero;
     c->step = step;
     c->data_pos = (uint64_t)step * (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)p->world;
@@ -62,7 +80,7 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
     c->num_params = p->n_pad;
     c->opt_off = has_opt ? p->opt_off : 0;
     c->opt_len = has_opt ? p->opt_len : 0;
-    c->params = p->rank == 0 ? params : NULL;
+    c->params = global == 0 ? params : NULL;
     c->m = m;
     c->v = v;
 }
@@ -70,9 +88,27 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
 int train_resume_load(struct train_plan *p, const struct train_opts *o, float *params, float *m, float *v,
                       skiff_err *err)
 {
-    struct train_ckpt c;
+    struct train_ckpt c, saved = {.rank = 0};
     train_plan_ckpt(p, o, 0, params, m, v, &c);
-    if (train_ckpt_load(o->ckpt_dir, &c, err) < 0) return -1;
+    skiff_err e;
+    /* another layout (world size, --tp, ZeRO stage) of the same model: the
+     * same state laid out for this run, when the run reads the same data
+     * (the same global batch); else train_ckpt_load says what differs */
+    if (train_ckpt_peek(o->ckpt_dir, &saved, &e) == 0 && !memcmp(&saved.cfg, &c.cfg, sizeof c.cfg) &&
+        (saved.world != c.world || saved.tp != c.tp || saved.zero != c.zero)) {
+        uint64_t g = (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)p->world;
+        if (saved.data_pos != (uint64_t)saved.step * g)
+            return skiff_error(err, 0,
+                               "--resume: %s was saved with WORLD_SIZE=%d, this run has %d (--tp %d, %d; --zero %d, "
+                               "%d); another layout resumes with the same global batch: %llu sequences per step "
+                               "there, %llu here (--batch x --grad-accum x WORLD_SIZE / --tp)",
+                               o->ckpt_dir, saved.world, c.world, saved.tp, c.tp, saved.zero, c.zero,
+                               (unsigned long long)(saved.step ? saved.data_pos / (uint64_t)saved.step : 0),
+                               (unsigned long long)g);
+        if (train_ckpt_load_relayout(o->ckpt_dir, &c, &saved, p->tp_rank, err) < 0) return -1;
+    } else if (train_ckpt_load(o->ckpt_dir, &c, err) < 0) {
+        return -1;
+    }
     p->start = c.step;
     p->amp = c.amp;
     p->end = o->steps;
@@ -93,7 +129,7 @@ int train_resume_agree(const struct train_plan *p, const struct train_opts *o, d
                            "(mean %.2f): a save was interrupted; remove %s or restart from scratch",
                            p->rank, p->start, mean_start, o->ckpt_dir);
     /* finished already: success, so a requeued job's `--resume` loop ends */
-    if (p->start >= o->steps && p->rank == 0)
+    if (p->start >= o->steps && p->rank == 0 && p->tp_rank == 0)
         fprintf(stderr,
                 "skiff-train: checkpoint in %s is at step %d of --steps %d: nothing "
                 "left to do\n",

@@ -15,18 +15,29 @@
 #include "ckpt.h"
 #include "opts.h"
 
+/* With --tp N the WORLD_SIZE processes are split Megatron's way, tensor
+ * parallel fastest: process r is tensor-parallel rank r % N of data-parallel
+ * rank r / N; world and rank below are the data-parallel ones (the data
+ * windows, ZeRO's shards, the mean over ranks), tp and tp_rank the others. */
 struct train_plan {
-    int world, rank;
+    int world, rank;            /* the data-parallel group: WORLD_SIZE / tp, and this process's place in it */
+    int tp, tp_rank;            /* tensor-parallel ranks (1 without --tp) and this process's */
     size_t num_params;          /* real parameter count */
-    size_t n_pad;               /* padded to a multiple of world (ZeRO shards) */
-    size_t opt_off, opt_len;    /* the range this rank's optimizer steps */
+    size_t n_pad;               /* padded to a multiple of world (ZeRO shards): the host copy of the weights */
+    size_t n_dev;               /* the device's parameter buffer: n_pad, or with --tp this rank's
+                                 * part of the model (gpt2_param_layout_tp) padded the same way */
+    size_t opt_off, opt_len;    /* the range of the device's buffer this rank's optimizer steps */
     int start, end;             /* this run does optimizer steps [start, end) */
     struct train_amp_state amp; /* with --resume: the checkpoint's (else zeros) */
 };
 
 /* ZeRO 0: every rank steps the whole (padded) buffer; ZeRO 1/2: rank r owns
- * the r-th of world equal shards. start = 0 until train_resume_load. */
+ * the r-th of world equal shards. start = 0 until train_resume_load. world
+ * and rank are the process's (WORLD_SIZE, RANK); o->tp must divide world
+ * (train_plan_check). */
 void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params, int world, int rank);
+/* 0 when o->tp divides WORLD_SIZE; else -1 with a message naming --tp. */
+int train_plan_check(const struct train_opts *o, int world, skiff_err *err);
 
 /* First global train window of micro-step k of step `step` on this rank:
  * step*G + (k*world + rank)*B with G = B*K*world (see struct data_loader). */
@@ -41,8 +52,10 @@ int train_plan_val_due(const struct train_opts *o, int step);
 int train_plan_save_due(const struct train_opts *o, const struct train_plan *p, int done);
 
 /* The checkpoint record of this rank after `step` steps. Rank 0's file holds
- * the parameters; with ZeRO 0 the optimizer state is the same everywhere and
- * only rank 0 keeps it, with ZeRO each rank keeps its shard. */
+ * the parameters (all of them, tensor-parallel or not); with ZeRO 0 the
+ * optimizer state is the same on every data-parallel rank and only
+ * data-parallel rank 0 keeps it (with --tp, each of its tensor-parallel
+ * ranks its part), with ZeRO each rank keeps its shard. */
 void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int step, float *params, float *m,
                      float *v, struct train_ckpt *c);
 

@@ -52,8 +52,8 @@ static int load_state(struct run *r, skiff_err *err)
     if (o->resume) {
         if (train_resume_load(pl, o, d->params, d->m, d->v, err) < 0) return -1;
         d->amp = pl->amp; /* the fp16 loss scale and skipped steps, for the device's upload */
-        if (train_resume_shares_opt(pl, o) && (train_device_broadcast(d, d->m, pl->n_pad, err) < 0 ||
-                                               train_device_broadcast(d, d->v, pl->n_pad, err) < 0))
+        if (train_resume_shares_opt(pl, o) && (train_device_broadcast(d, d->m, pl->opt_len, err) < 0 ||
+                                               train_device_broadcast(d, d->v, pl->opt_len, err) < 0))
             return skiff_err_wrap(err, "sharing optimizer state");
         double mean;
         if (train_device_mean(d, pl->start, &mean, err) < 0 || train_resume_agree(pl, o, mean, err) < 0) return -1;
@@ -70,6 +70,7 @@ static int setup(struct run *r, const struct train_opts *o, const struct train_d
     if (train_dist_init(&r->dist, o->timeout_ms, err) < 0) return -1;
     r->have_dist = 1;
     struct train_plan *pl = &r->plan;
+    if (train_plan_check(o, r->dist.world, err) < 0) return -1;
     train_plan_init(pl, o, gpt2_param_layout(&o->cfg, NULL, NULL), r->dist.world, r->dist.rank);
     if (train_device_open(&r->dev, ops, o, pl, &r->dist, err) < 0) return -1;
     r->in = calloc((size_t)o->batch * o->seq, sizeof(int));
@@ -83,14 +84,16 @@ static int setup(struct run *r, const struct train_opts *o, const struct train_d
         r->have_val = 1;
     }
     if (load_state(r, err) < 0) return -1;
-    if (pl->rank == 0 && train_log_open(&r->log, o->log_path, o->resume, o->quiet, err) < 0) return -1;
-    if (pl->rank == 0 && !o->quiet) {
+    if (r->dist.rank == 0 && train_log_open(&r->log, o->log_path, o->resume, o->quiet, err) < 0) return -1;
+    if (r->dist.rank == 0 && !o->quiet) {
         char where[512];
         r->dev.ops->describe(&r->dev, where, sizeof where);
-        printf("skiff-train: model %s (%zu params, L%d H%d C%d T%d V%d), world %d, batch %d x %d "
-               "x accum %d x world = %zu tokens/step, zero %d, %zu train windows, on %s%s\n",
+        char tp[64] = "";
+        if (pl->tp > 1) snprintf(tp, sizeof tp, " = dp %d x tp %d", pl->world, pl->tp);
+        printf("skiff-train: model %s (%zu params, L%d H%d C%d T%d V%d), world %d%s, batch %d x %d "
+               "x accum %d x dp = %zu tokens/step, zero %d, %zu train windows, on %s%s\n",
                o->model, pl->num_params, o->cfg.num_layers, o->cfg.num_heads, o->cfg.channels, o->seq,
-               o->cfg.vocab_size, pl->world, o->batch, o->seq, o->grad_accum,
+               o->cfg.vocab_size, pl->world * pl->tp, tp, o->batch, o->seq, o->grad_accum,
                (size_t)o->batch * o->seq * o->grad_accum * pl->world, o->zero, r->train.num_windows, where,
                o->resume ? ", resumed" : "");
     }
@@ -156,7 +159,7 @@ static int run_steps(struct run *r, skiff_err *err)
         double val_loss = NAN;
         if (r->have_val && train_plan_val_due(o, step) && evaluate(r, &val_loss, err) < 0) return -1;
         double dt = skiff_now_s() - t0;
-        if (pl->rank == 0) {
+        if (r->dist.rank == 0) {
             struct train_step_log s = {.step = step + 1,
                                        .loss = st.loss,
                                        .lr = lr,
@@ -164,7 +167,7 @@ static int run_steps(struct run *r, skiff_err *err)
                                        .tokens_per_s = (double)G * o->seq / dt,
                                        .ms = dt * 1000,
                                        .val_loss = val_loss,
-                                       .comm_ms = (c->stats.busy_s - busy0) * 1000,
+                                       .comm_ms = (c->stats.busy_s - busy0) * 1000 + st.group_comm_ms,
                                        .wait_ms = st.wait_ms,
                                        .overlap_ms = st.overlap_ms};
             train_log_step(&r->log, &s);

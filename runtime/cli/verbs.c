@@ -37,8 +37,8 @@ static const struct verb {
      "                     --container-image=URI finds it; for the store's owner\n"},
     {"start", cmd_start, "run a command in a container from a squashfs image or a named container",
      "skiff start [OPTIONS] IMAGE.sqsh|IMAGE.lazy|NAME [CMD [ARG...]]",
-     "  -m, --mount SRC:DST[:FLAGS]  bind mount (flags: ro, rw, rbind, x-create=dir|file, noexec;\n"
-     "                               SRC 'tmpfs' for a tmpfs); repeatable\n"
+     "  -m, --mount SRC:DST[:FLAGS]  bind mount, submounts too (flags: ro, rw, bind, x-create=dir|file,\n"
+     "                               noexec; SRC 'tmpfs' for a tmpfs); repeatable\n"
      "  -e, --env KEY=VALUE          set an environment variable; repeatable\n"
      "      --rw                     writable root (overlay over a tmpfs)\n"
      "      --remap-root             run as uid/gid 0 inside\n"

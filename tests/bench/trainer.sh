@@ -13,6 +13,10 @@
 #   vs 1 rank = tokens/s relative to one rank doing the whole global batch
 #   RSS MiB   = rank 0's peak resident memory (/usr/bin/time): what a rank
 #              holds under each layout, the same run
+# Tensor parallelism in the same table: --tp 2 on 2 ranks (one replica, each
+# rank half the heads and half the MLP, the whole global batch) and dp2 x tp2
+# on 4; their comm ms adds the tensor-parallel all-reduces (synchronous, so
+# also in the exposed wait).
 # Prints a markdown table. Env: STEPS (default 12), MODEL (mini), SEQ (128).
 # A second table: activation recomputation (--recompute) against keeping the
 # activations, one rank, the same run otherwise (mini, 8 x 256 tokens, where
@@ -28,15 +32,16 @@ trap 'rm -rf "$W"' EXIT
 "$TRAIN" tokenize --out "$W/lic" --val-frac 0 /usr/share/common-licenses/* >/dev/null 2>&1 ||
   { echo "bench: tokenize failed" >&2; exit 1; }
 
-run() { # run NAME P BUCKET_MB [args]
+run() { # run NAME P BUCKET_MB [args]; TP=N in the environment for --tp N
   local name=$1 P=$2 mb=$3; shift 3
+  local dp=$((P / ${TP:-1}))
   local port=$((20000 + (RANDOM * 7 + $$) % 30000)) pids=() r rc=0
   for ((r = 0; r < P; r++)); do
     local timed=()
     [ $r = 0 ] && timed=(/usr/bin/time -f %M -o "$W/$name.rss")
     RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       "${timed[@]}" "$TRAIN" train --model "$MODEL" --data "$W/lic_train_*.bin" --seq "$SEQ" \
-      --batch $((GLOBAL / P)) --steps "$STEPS" --bucket-mb "$mb" --quiet \
+      --batch $((GLOBAL / dp)) --steps "$STEPS" --bucket-mb "$mb" --quiet \
       --log "$W/$name.jsonl" "$@" &
     pids+=($!)
   done
@@ -50,8 +55,9 @@ field() { tail -n +3 "$W/$1.jsonl" | awk -v k="\"$2\":" '{ v = 0; i = index($0, 
 echo "| ranks | micro-batch | buckets | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | exposed | vs 1 rank | RSS MiB |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 base=""
-row() { # row NAME P DESC
+row() { # row NAME P DESC; TP=N as for run
   local name=$1 P=$2 desc=$3
+  local dp=$((P / ${TP:-1}))
   local tps ms comm wait hidden rel exposed ov
   tps=$(field "$name" tokens_per_s); ms=$(field "$name" ms)
   comm=$(field "$name" comm_ms); wait=$(field "$name" wait_ms); ov=$(field "$name" overlap_ms)
@@ -59,7 +65,7 @@ row() { # row NAME P DESC
   exposed=$(awk -v m="$ms" -v w="$wait" 'BEGIN { printf "%.1f%%", 100 * w / m }')
   [ -z "$base" ] && base=$tps
   rel=$(awk -v a="$tps" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
-  echo "| $P | $((GLOBAL / P)) x $SEQ | $desc | $tps | $ms | $comm | $wait | $hidden | $exposed | $rel | $(($(cat "$W/$name.rss") / 1024)) |"
+  echo "| $P | $((GLOBAL / dp)) x $SEQ | $desc | $tps | $ms | $comm | $wait | $hidden | $exposed | $rel | $(($(cat "$W/$name.rss") / 1024)) |"
 }
 run p1 1 25 && row p1 1 "-"
 run p2 2 25 && row p2 2 "25 MiB (one bucket)"
@@ -67,6 +73,8 @@ run p2s 2 0.5 && row p2s 2 "0.5 MiB"
 run p4 4 0.5 && row p4 4 "0.5 MiB"
 run p2z 2 25 --zero 1 && row p2z 2 "ZeRO-1 (no overlap)"
 run p2z2 2 25 --zero 2 && row p2z2 2 "ZeRO-2 (no overlap)"
+TP=2 run t2 2 25 --tp 2 && TP=2 row t2 2 "--tp 2 (no DP)"
+TP=2 run d2t2 4 0.5 --tp 2 && TP=2 row d2t2 4 "dp2 x tp2, 0.5 MiB"
 echo
 echo "model $MODEL, $STEPS steps (means of steps 3..$STEPS), global batch $GLOBAL x $SEQ tokens, $(getconf _NPROCESSORS_ONLN) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 

@@ -295,11 +295,19 @@ if [ -n "$DEB" ]; then
   for f in private rprivate slave rslave shared rshared unbindable runbindable; do
     case $f in *shared) w=shared ;; *unbindable) w=unbindable ;; *) w=private ;; esac
     want+="$f:$w "
-    got+="$f:$(srun1 --container-image="$DEB" --container-mounts="/tmp:/mnt:$f+bind+nosuid+nodev+rw" \
+    got+="$f:$(srun1 --container-image="$DEB" --container-mounts="$T/ctl:/mnt:$f+bind+nosuid+nodev+rw" \
       sh -c 'findmnt -n -o PROPAGATION /mnt | tr , "\n" | grep -E "^(shared|unbindable)$" || echo private' 2>&1 | head -1) "
   done
   [ "$got" = "$want" ] && t_pass "mounts: every propagation flag (private, rprivate, slave, rslave, shared, rshared, unbindable, runbindable)" ||
     t_fail "mounts: propagation flags" "got '$got' want '$want'"
+  # rbind is the default (pyxis and enroot): /dev's submounts come along;
+  # "bind" of a source with submounts is refused in the user namespace, and
+  # the error says what to do.
+  out_is "mounts: rbind by default: /dev:/hdev:ro brings /dev/pts along (pyxis)" devpts \
+    srun1 --container-image="$DEB" --container-mounts=/dev:/hdev:ro \
+    sh -c 'findmnt -n -o FSTYPE /hdev/pts | sort -u'
+  t_fails_with "mounts: /dev:/hdev:bind is refused with what to do" "leave 'bind' out" \
+    srun1 --container-image="$DEB" --container-mounts=/dev:/hdev:bind true
   out=$(srun1 --container-image="$DEB" --container-mounts="$T/ctl:/x:nosuid+nodev+noexec+ro,$T/ctl:/y:rw+rbind" \
         sh -c 'findmnt -n -o OPTIONS /x | tr , "\n" | grep -E "^(ro|nosuid|nodev|noexec)$" | sort | tr "\n" " "; touch /y/px-rw && echo rw-ok' 2>&1)
   [ "$out" = "nodev noexec nosuid ro rw-ok" ] && t_pass "mounts: nosuid+nodev+noexec+ro as findmnt shows them; rw+rbind is writable" ||

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Data-parallel equivalence on localhost: P ranks with the same global batch
 # reach the same parameters and losses as one process; ZeRO-1/2 equal plain
-# DDP; gradient accumulation K=4 equals a 4x batch.
+# DDP; gradient accumulation K=4 equals a 4x batch; tensor parallelism (--tp 2,
+# and dp2 x tp2 with and without ZeRO) equals one process over 20 steps.
 #
 # Tolerance: 5e-5 on every parameter and every logged loss after 10 steps
 # (lr 1e-3: each step moves a weight by up to ~1e-3, so a dropped bucket or a
@@ -83,6 +84,53 @@ if [ -n "$(opt "$m0")" ] && awk -v a="$(opt "$m0")" -v b="$(opt "$m1")" -v p="$(
   'BEGIN { exit !(b > 0 && a / b > 1.9 && a / b < 2.1 && a / p > 2.9 && a / p < 3.1 && p == q) }'; then
   t_pass "memory per rank reported: --zero 0: $m0; --zero 1: $m1"
 else t_fail "memory per rank reported" "zero 0: '$m0'; zero 1: '$m1'"; fi
+
+# Tensor parallelism (--tp, Megatron's layout: the ranks of one
+# data-parallel replica are neighbours, RANK = dp * tp + tp_rank): 20 steps
+# with each rank holding half the heads and half the MLP, alone (--tp 2 on 2
+# ranks) and composed with data parallelism (dp2 x tp2 on 4 ranks, DDP,
+# ZeRO-1, ZeRO-2 with accumulation), on the same global batch of 12: every
+# loss within 1e-5 relative of one process and the weights (gathered into
+# rank 0's checkpoint) within 5e-5. Not bit-identical: the row-parallel
+# layers sum partial products over the ranks. --recompute under --tp redoes
+# the forward's all-reduces too and changes no bit.
+rel_close() { # rel_close A B RTOL: every loss within RTOL relative
+  paste -d' ' <(t_losses "$1") <(t_losses "$2") |
+    awk -v tol="$3" 'NF != 2 { bad = 1 } { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > tol) bad = 1; n++ }
+                     END { exit (bad || n != 20) }'
+}
+tp_same() { # tp_same DESCRIPTION NAME
+  local out
+  if ! out=$("$TRAIN" compare "$TDIR/t1" "$TDIR/$2" --tol $TOL 2>&1) || ! rel_close "$TDIR/t1.jsonl" "$TDIR/$2.jsonl" 1e-5; then
+    t_fail "$1" "$out; losses: $(paste -d' ' <(t_losses "$TDIR/t1.jsonl") <(t_losses "$TDIR/$2.jsonl") | tr '\n' ';')"
+    return
+  fi
+  t_pass "$1 ($(t_losses "$TDIR/$2.jsonl" | sed -n '1p;$p' | paste -sd' ' | sed 's/ / -> /'); $out)"
+}
+run t1 1 12 --steps 20 || t_fail "one process, 20 steps"
+tp_case() { # tp_case NAME P BATCH DESCRIPTION ARGS...
+  local name=$1 P=$2 b=$3 desc=$4; shift 4
+  if run "$name" "$P" "$b" --steps 20 "$@"; then tp_same "$desc equals 1 process (20 steps, 1e-5 relative)" "$name"
+  else t_fail "$desc runs"; fi
+}
+tp_case tp2 2 12 "--tp 2" --tp 2
+tp_case d2t2 4 6 "dp2 x tp2" --tp 2 --bucket-mb 0.05
+tp_case d2t2z1 4 6 "dp2 x tp2 --zero 1" --tp 2 --zero 1
+tp_case d2t2z2k 4 3 "dp2 x tp2 --zero 2 --grad-accum 2" --tp 2 --zero 2 --grad-accum 2
+if run tp2r 2 12 --steps 20 --tp 2 --recompute; then same "--tp 2 --recompute equals --tp 2 bit for bit" tp2 tp2r 0
+else t_fail "--tp 2 --recompute runs"; fi
+if grep -q '"comm_ms":0.000' "$TDIR/tp2.jsonl"; then t_fail "--tp logs its communication time"; else t_pass "--tp logs its communication time"; fi
+# each rank holds its part of the model: fewer parameters and activations
+par=$(t_ddp 2 "$TRAIN" train --model mini --data "$D" --seq 32 --batch 2 --steps 1 --tp 2 | grep -o 'per rank: .*')
+p0=$("$TRAIN" train --model mini --data "$D" --seq 32 --batch 2 --steps 1 | grep -o 'per rank: .*')
+pm() { sed -n 's/.*params \([0-9.]*\) MiB.*/\1/p' <<<"$1"; }
+if [ -n "$(pm "$par")" ] && awk -v a="$(pm "$p0")" -v b="$(pm "$par")" 'BEGIN { exit !(b < a * 0.7) }'; then
+  t_pass "--tp 2: each rank holds its part ($par; one process: $p0)"
+else t_fail "--tp 2 reports the memory of its part" "'$par' vs '$p0'"; fi
+t_fails_with "--tp that does not divide the heads is refused" "--tp 3: must divide the model's heads" \
+  "$TRAIN" train "${COMMON[@]}" --batch 2 --tp 3
+t_fails_with "--tp that does not divide WORLD_SIZE is refused" "--tp 2 must divide WORLD_SIZE=3" \
+  t_ddp 3 "$TRAIN" train "${COMMON[@]}" --batch 2 --tp 2
 
 if run k4 1 3 --grad-accum 4; then same "--grad-accum 4 equals a 4x batch (tol $TOL)" p1 k4 $TOL
 else t_fail "--grad-accum 4 runs"; fi

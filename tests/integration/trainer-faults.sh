@@ -55,26 +55,48 @@ else
   t_fail "a rank killed mid-step" "rc $rc0/$rc1 after ${took}s: $(cat "$TDIR"/kill[01].log)"
 fi
 
+# silent NAME P ARGS...: P ranks train; after 2 s rank 1 stops answering
+# (SIGSTOP); waits for the others, then kills it. Sets rcs[r] (the others'
+# exit codes) and took (seconds from the stop until the last exited).
+silent() {
+  local name=$1 P=$2 r; shift 2
+  local port; port=$(t_port)
+  local pids=()
+  for ((r = 0; r < P; r++)); do
+    RANK=$r WORLD_SIZE=$P MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$TRAIN" train "${LONG[@]}" "$@" >"$TDIR/$name$r.log" 2>&1 &
+    pids+=($!)
+  done
+  local wd; wd=$(t_watchdog 60 "${pids[@]}")
+  sleep 2
+  kill -STOP "${pids[1]}"
+  local start; start=$(date +%s)
+  rcs=()
+  for ((r = 0; r < P; r++)); do [ $r = 1 ] || { wait "${pids[r]}"; rcs[r]=$?; }; done
+  took=$(( $(date +%s) - start ))
+  kill -KILL "${pids[1]}" 2>/dev/null; wait "${pids[1]}" 2>/dev/null
+  kill "$wd" 2>/dev/null
+}
+failed_not_killed() { local rc; for rc in "$@"; do [ "$rc" -ne 0 ] && [ "$rc" -ne 137 ] || return 1; done; }
+
 # 4. A rank that stops answering (SIGSTOP): the others time out naming a rank.
-port=$(t_port)
-pids=()
-for r in 0 1; do
-  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-    "$TRAIN" train "${LONG[@]}" --timeout 3 >"$TDIR/stop$r.log" 2>&1 &
-  pids+=($!)
-done
-wd=$(t_watchdog 60 "${pids[@]}")
-sleep 2
-kill -STOP "${pids[1]}"
-start=$(date +%s)
-wait "${pids[0]}"; rc0=$?
-took=$(( $(date +%s) - start ))
-kill -KILL "${pids[1]}" 2>/dev/null; wait "${pids[1]}" 2>/dev/null
-kill "$wd" 2>/dev/null
-if [ $rc0 -ne 0 ] && [ $rc0 -ne 137 ] && grep -q "rank 1 .* nothing for 3.0 s" "$TDIR/stop0.log"; then
+silent stop 2 --timeout 3
+if failed_not_killed "${rcs[0]}" && grep -q "rank 1 .* nothing for 3.0 s" "$TDIR/stop0.log"; then
   t_pass "a silent rank: rank 0 fails after ${took}s naming rank 1"
 else
-  t_fail "a silent rank" "rc $rc0 after ${took}s: $(cat "$TDIR/stop0.log")"
+  t_fail "a silent rank" "rc ${rcs[0]} after ${took}s: $(cat "$TDIR/stop0.log")"
+fi
+
+# 4b. The same under dp2 x tp2 (--tp 2): rank 1, rank 0's tensor-parallel
+# peer, stops answering in the middle of the model's all-reduces; rank 0
+# fails within the timeout naming a rank it waited on, and so does every
+# other rank (none hangs).
+silent tpstop 4 --tp 2 --timeout 3
+if failed_not_killed "${rcs[0]}" "${rcs[2]}" "${rcs[3]}" &&
+  grep -Eq "rank [123] (sent nothing for 3.0 s|closed the connection)" "$TDIR/tpstop0.log"; then
+  t_pass "a silent rank under --tp 2: the others fail in ${took}s ($(grep -Eho 'rank 0: .*' "$TDIR/tpstop0.log" | head -1))"
+else
+  t_fail "a silent rank under --tp 2" "rc ${rcs[*]} after ${took}s: $(cat "$TDIR"/tpstop[023].log)"
 fi
 
 # 5. Command-line errors: exit 2 and a message.
@@ -88,6 +110,8 @@ t_fails_with "--stop-after needs --ckpt-dir" "give --ckpt-dir" \
   "$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 5 --stop-after 2
 t_fails_with "half an env:// setup" "RANK is set but WORLD_SIZE is not" \
   env RANK=0 "$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 1
+t_fails_with "--tp on CUDA: a clear error" "--tp 2: tensor parallelism runs on the CPU device only so far" \
+  "$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 1 --device cuda --tp 2
 if "$TRAIN" train --help | grep -q 'device cpu|cuda'; then t_pass "train --help lists --device"; else t_fail "train --help"; fi
 out=$("$TRAIN" train --model tiny --data "$D" --batch 1 --seq 8 --steps 1 --device cuda --quiet 2>&1); rc=$?
 if grep -q "built without CUDA" <<<"$out"; then

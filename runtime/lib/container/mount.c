@@ -27,6 +27,14 @@ static int bind_prop(const char *src, int target_fd, unsigned flags, unsigned lo
     cleanup_close int tree =
         open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0));
     if (tree < 0) {
+        if (errno == EINVAL && !recursive)
+            /* the kernel keeps what a submount covers hidden from a user
+             * namespace: a bind of the source alone would uncover it */
+            return skiff_error(err, 0,
+                               "bind %s: it has submounts, and a bind without them (the 'bind' flag) is refused "
+                               "inside a user namespace: leave 'bind' out (rbind is the default) or mount the "
+                               "submount itself",
+                               src);
         if (errno != ENOSYS)
             return skiff_error(err, errno, "bind %s", src);
         if (prop)

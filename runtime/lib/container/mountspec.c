@@ -165,6 +165,11 @@ int skiff_mountspec_parse(const char *spec, struct skiff_mount *m, skiff_err *er
                     dst, dst, dst);
         goto fail;
     }
+    /* pyxis gives every --container-mounts entry "rbind" and enroot every
+     * -m: the source's submounts come along unless the flags say "bind" (a
+     * non-recursive bind of a source with submounts is refused in a user
+     * namespace anyway: mount.c says so). */
+    m->recursive = bind;
     if (n == 3 && apply_flags(m, parts[2], "+,", err) < 0)
         goto fail;
     if (m->detach && (m->tmpfs || m->readonly || m->recursive || m->data)) {

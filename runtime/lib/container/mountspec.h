@@ -12,7 +12,8 @@
  * "../x": pyxis's rule; "mnt" alone is refused, as pyxis refuses it). One
  * whose ".." would leave the root is refused when it is mounted (EXDEV, as
  * enroot does), not here. FLAGS
- * are separated by '+' (pyxis) or ',': ro, rw, bind, rbind, noexec, exec,
+ * are separated by '+' (pyxis) or ',': ro, rw, bind, rbind (the default,
+ * as pyxis and enroot give it), noexec, exec,
  * nosuid, nodev, defaults, x-create=dir|file|auto|none, the propagation
  * types private, rprivate, slave, rslave, shared, rshared, unbindable,
  * runbindable, nofail (a missing source, or nothing to unmount, is skipped),
@@ -39,7 +40,7 @@ struct skiff_mount {
     char *dst; /* path inside the container (relative: from its root) */
     bool tmpfs;
     bool readonly;
-    bool recursive; /* rbind */
+    bool recursive; /* rbind: the default of SRC:DST specs; fstab lines say it */
     bool noexec;
     enum skiff_mount_create create;
     char *data;                /* tmpfs options, comma-separated, or NULL */

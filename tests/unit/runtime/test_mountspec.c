@@ -13,9 +13,17 @@ Test(mountspec, src_dst_defaults)
     cr_assert_eq(skiff_mountspec_parse("/data:/mnt/data", &m, &err), 0, "%s", err.msg);
     cr_assert_str_eq(m.src, "/data");
     cr_assert_str_eq(m.dst, "/mnt/data");
-    cr_assert(!m.readonly && !m.recursive && !m.tmpfs && !m.noexec);
+    cr_assert(!m.readonly && !m.tmpfs && !m.noexec);
+    cr_assert(m.recursive, "rbind is the default, as pyxis and enroot give it");
     cr_assert_eq(m.create, SKIFF_CREATE_AUTO);
     skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse("/data:/mnt/data:ro+bind", &m, &err), 0, "%s", err.msg);
+    cr_assert(!m.recursive, "bind asks for the source alone");
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse("umount:/root", &m, &err), 0, "%s", err.msg);
+    cr_assert(m.detach && !m.recursive);
+    skiff_mount_free(&m);
+    cr_assert_eq(skiff_mountspec_parse("umount:/root:rbind", &m, &err), -1, "umount takes no rbind");
 }
 
 Test(mountspec, src_only_means_same_dst)

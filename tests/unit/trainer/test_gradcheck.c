@@ -5,6 +5,7 @@
  * rounding of the outputs divided by 2h. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,4 +306,107 @@ Test(gradcheck, recompute_gives_the_same_bits_in_less_memory)
     cr_assert(memcmp(a.probs_out, b.probs_out, (size_t)2 * 8 * 16 * sizeof(float)) == 0);
     gpt2_destroy(&a);
     gpt2_destroy(&b);
+}
+
+/* Tensor parallelism (gpt2_create_tp): two ranks, each in its own thread
+ * with half the heads and half the MLP, summing over a barrier where
+ * Megatron all-reduces, give the whole model's loss, and their gradients put
+ * back together (gpt2_tp_copy) are the whole model's; the replicated
+ * tensors' gradients are the same bits on both ranks. */
+struct tp_sim {
+    pthread_barrier_t bar;
+    float *bufs[2];
+    struct gpt2 m[2];
+    const int *in, *tg;
+    float loss[2];
+};
+struct tp_rank {
+    struct tp_sim *s;
+    int r;
+};
+
+static int tp_sim_allreduce(void *ctx, float *buf, size_t n)
+{
+    struct tp_rank *k = ctx;
+    struct tp_sim *s = k->s;
+    s->bufs[k->r] = buf;
+    float *sum = malloc(n * sizeof(float));
+    pthread_barrier_wait(&s->bar);
+    for (size_t i = 0; i < n; i++)
+        sum[i] = s->bufs[0][i] + s->bufs[1][i]; /* the same order on both */
+    pthread_barrier_wait(&s->bar);
+    memcpy(buf, sum, n * sizeof(float));
+    free(sum);
+    return 0;
+}
+
+static void *tp_sim_rank(void *arg)
+{
+    struct tp_rank *k = arg;
+    struct gpt2 *m = &k->s->m[k->r];
+    gpt2_zero_grad(m);
+    k->s->loss[k->r] = gpt2_forward(m, k->s->in, k->s->tg);
+    gpt2_backward(m, 1.0f);
+    return NULL;
+}
+
+Test(gradcheck, tensor_parallel_ranks_equal_the_whole_model)
+{
+    struct gpt2_config cfg = {
+        .max_seq_len = 8, .vocab_size = 11, .padded_vocab_size = 16, .num_layers = 2, .num_heads = 4, .channels = 16};
+    skiff_err err;
+    cr_assert_neq(gpt2_tp_check(&cfg, 3, &err), 0, "--tp 3 does not divide 4 heads");
+    cr_assert(strstr(err.msg, "--tp 3"), "%s", err.msg);
+    struct gpt2 whole;
+    cr_assert_eq(gpt2_create(&whole, &cfg, 2, 8, &err), 0, "%s", err.msg);
+    gpt2_init_params(&cfg, whole.params, 5);
+    for (size_t i = 0; i < whole.num_params; i++)
+        whole.params[i] += frand() * 0.2f;
+    int in[16], tg[16];
+    for (int i = 0; i < 16; i++) {
+        in[i] = (i * 7 + 3) % 11;
+        tg[i] = (i * 5 + 1) % 11;
+    }
+    gpt2_zero_grad(&whole);
+    float lw = gpt2_forward(&whole, in, tg);
+    gpt2_backward(&whole, 1.0f);
+
+    struct tp_sim s = {.in = in, .tg = tg};
+    struct tp_rank k[2] = {{&s, 0}, {&s, 1}};
+    pthread_barrier_init(&s.bar, NULL, 2);
+    float *back = calloc(whole.num_params, sizeof(float)), *gback = calloc(whole.num_params, sizeof(float));
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(gpt2_create_tp(&s.m[r], &cfg, 2, 2, 8, &err), 0, "%s", err.msg);
+        cr_assert_lt(s.m[r].num_params, whole.num_params);
+        cr_assert_eq(s.m[r].num_params, gpt2_param_layout_tp(&cfg, 2, NULL, NULL));
+        s.m[r].tp_allreduce = tp_sim_allreduce;
+        s.m[r].tp_ctx = &k[r];
+        gpt2_tp_copy(&cfg, 2, r, whole.params, s.m[r].params, 1);
+        gpt2_tp_copy(&cfg, 2, r, back, s.m[r].params, 0);
+    }
+    cr_assert(memcmp(back, whole.params, whole.num_params * sizeof(float)) == 0,
+              "the two ranks' parts put back together are the whole weights");
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++)
+        pthread_create(&th[r], NULL, tp_sim_rank, &k[r]);
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    cr_assert(memcmp(&s.loss[0], &s.loss[1], sizeof(float)) == 0, "both ranks have the same loss");
+    cr_assert_float_eq(s.loss[0], lw, 1e-5f * lw, "loss %.9g vs the whole model's %.9g", s.loss[0], lw);
+    for (int r = 0; r < 2; r++)
+        gpt2_tp_copy(&cfg, 2, r, gback, s.m[r].grads, 0);
+    for (size_t i = 0; i < whole.num_params; i++)
+        cr_assert(fabsf(gback[i] - whole.grads[i]) <= 1e-5f + 1e-4f * fabsf(whole.grads[i]), "grad %zu: %.9g vs %.9g",
+                  i, gback[i], whole.grads[i]);
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++)
+        if (!gpt2_tp_sharded(i))
+            cr_assert(memcmp(s.m[0].grads + s.m[0].param_offsets[i], s.m[1].grads + s.m[1].param_offsets[i],
+                             s.m[0].param_sizes[i] * sizeof(float)) == 0,
+                      "replicated tensor %s: the same gradient bits on both ranks", gpt2_param_names[i]);
+    for (int r = 0; r < 2; r++)
+        gpt2_destroy(&s.m[r]);
+    gpt2_destroy(&whole);
+    free(back);
+    free(gback);
+    pthread_barrier_destroy(&s.bar);
 }

@@ -183,3 +183,49 @@ Test(policy, checkpoint_carries_the_loss_scaling_state)
     cr_assert(strstr(err.msg, "corrupt checkpoint: loss scale"), "%s", err.msg);
     free(params), free(m), free(v);
 }
+
+/* --tp: Megatron's rank order (tensor parallel fastest), the data-parallel
+ * view the loop sees, ZeRO over the local buffer within the data-parallel
+ * group, and the checkpoint records: one file per process, rank 0's with
+ * the whole weights, the optimizer state on data-parallel rank 0 (ZeRO 0). */
+Test(policy, tensor_parallel_layout)
+{
+    struct train_opts o = opts(1, 10);
+    o.tp = 2;
+    skiff_err err;
+    cr_assert_neq(train_plan_check(&o, 3, &err), 0);
+    cr_assert(strstr(err.msg, "--tp 2 must divide WORLD_SIZE=3"), "%s", err.msg);
+    cr_assert_eq(train_plan_check(&o, 4, &err), 0);
+    size_t n = gpt2_param_layout(&o.cfg, NULL, NULL), local = gpt2_param_layout_tp(&o.cfg, 2, NULL, NULL);
+    cr_assert_lt(local, n);
+    size_t next = 0;
+    for (int r = 0; r < 4; r++) {
+        struct train_plan p;
+        train_plan_init(&p, &o, n, 4, r);
+        cr_assert_eq(p.world, 2, "dp = WORLD_SIZE / tp");
+        cr_assert_eq(p.rank, r / 2, "process %d is data-parallel rank %d", r, r / 2);
+        cr_assert_eq(p.tp_rank, r % 2, "process %d is tensor-parallel rank %d", r, r % 2);
+        cr_assert_eq(p.n_dev, (local + 1) / 2 * 2);
+        cr_assert_eq(p.opt_len, p.n_dev / 2, "ZeRO shards the local buffer over the data-parallel group");
+        cr_assert_eq(p.opt_off, (size_t)p.rank * p.opt_len);
+        if (p.tp_rank == 0)
+            next += p.opt_len;
+        float w[1], m[1], v[1];
+        struct train_ckpt c;
+        train_plan_ckpt(&p, &o, 3, w, m, v, &c);
+        cr_assert_eq(c.rank, r, "one file per process");
+        cr_assert_eq(c.world, 4);
+        cr_assert_eq(c.tp, 2);
+        cr_assert_eq(c.params != NULL, r == 0, "rank 0 writes the whole weights");
+        cr_assert_eq(c.data_pos, 3u * 2 * 3 * 2, "the data position counts the data-parallel ranks only");
+    }
+    cr_assert_eq(next, (local + 1) / 2 * 2, "the shards cover the local buffer");
+    o.zero = 0;
+    for (int r = 0; r < 4; r++) {
+        struct train_plan p;
+        struct train_ckpt c;
+        train_plan_init(&p, &o, n, 4, r);
+        train_plan_ckpt(&p, &o, 3, NULL, NULL, NULL, &c);
+        cr_assert_eq(c.opt_len != 0, r < 2, "ZeRO 0: data-parallel rank 0's processes keep the optimizer state");
+    }
+}
