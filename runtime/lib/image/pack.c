@@ -51,6 +51,7 @@ struct skiff_pack {
      * processor may write to any of them until it has finished */
     sqfs_inode_generic_t ***chunks;
     size_t nchunks, nslots;
+    bool in_file, finished; /* a file begun and not ended; the processor finished */
 };
 
 static const struct {
@@ -140,6 +141,7 @@ static int pack_data(struct skiff_pack *k, struct archive *a, const void *mem, u
     int r = sqfs_block_processor_begin_file(k->proc, ip, NULL, 0);
     if (r)
         return sqfs_fail(err, r, "begin a file");
+    k->in_file = true;
     uint64_t at = 0;
     if (!a) {
         if (append(k, mem, size, entry, err) < 0)
@@ -165,6 +167,7 @@ static int pack_data(struct skiff_pack *k, struct archive *a, const void *mem, u
     /* the size the header gives, as layer.c truncates to it */
     if (at < size && append_zeros(k, size - at, entry, err) < 0)
         return -1;
+    k->in_file = false;
     if ((r = sqfs_block_processor_end_file(k->proc)))
         return sqfs_fail(err, r, "end a file");
     return 0;
@@ -311,6 +314,7 @@ int skiff_pack_finish(struct skiff_pack *k, struct json_t *image_config, void (*
         made[i]->off = idx;
     }
     int r = sqfs_block_processor_finish(k->proc);
+    k->finished = true;
     if (r) {
         sqfs_fail(err, r, "data blocks");
         goto out;
@@ -332,7 +336,15 @@ void skiff_pack_free(struct skiff_pack *k)
 {
     if (!k)
         return;
-    /* the processor first: its threads may still write the inodes */
+    /* the processor first: its threads may still write the inodes. After a
+     * failure, its file is ended and the blocks in flight (at most the
+     * backlog) drained into the doomed output first: destroyed with a file
+     * open, libsquashfs 1.2 leaks that file's blocks. */
+    if (k->proc && !k->finished) {
+        if (k->in_file)
+            sqfs_block_processor_end_file(k->proc);
+        sqfs_block_processor_finish(k->proc);
+    }
     if (k->proc)
         sqfs_destroy(k->proc);
     for (size_t i = 0; i < k->nslots; i++)
