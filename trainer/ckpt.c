@@ -57,6 +57,10 @@ int train_init_params(const struct train_opts *o, int rank, float *params, skiff
     return llmc_load(o->init_from, &o->cfg, params, err) < 0 ? skiff_err_wrap(err, "--init-from") : 0;
 }
 
+/* Floats of parameters in a file that has them: all of them, or under
+ * ZeRO-3 the rank's shard (the same range as its optimizer state). */
+static size_t ckpt_params_len(int zero, size_t num_params, size_t opt_len) { return zero == 3 ? opt_len : num_params; }
+
 struct ckpt_write {
     const struct train_ckpt *c;
     const struct ckpt_header *h;
@@ -67,7 +71,9 @@ static int fill_ckpt(int fd, void *ctx)
     const struct ckpt_write *w = ctx;
     const struct train_ckpt *c = w->c;
     if (skiff_write_all(fd, w->h, sizeof *w->h) < 0) return -1;
-    if (c->params && skiff_write_all(fd, c->params, c->num_params * sizeof(float)) < 0) return -1;
+    if (c->params &&
+        skiff_write_all(fd, c->params, ckpt_params_len(c->zero, c->num_params, c->opt_len) * sizeof(float)) < 0)
+        return -1;
     if (c->opt_len && (skiff_write_all(fd, c->m, c->opt_len * sizeof(float)) < 0 ||
                        skiff_write_all(fd, c->v, c->opt_len * sizeof(float)) < 0))
         return -1;
@@ -117,7 +123,7 @@ static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_er
     if (h->version != CKPT_VERSION)
         return skiff_error(err, 0, "%s: checkpoint version %d, this build reads %d", path, h->version, CKPT_VERSION);
     if (h->tp == 0) h->tp = 1;
-    if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 2 || h->step < 0 || h->tp < 1 ||
+    if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 3 || h->step < 0 || h->tp < 1 ||
         h->world % h->tp)
         return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, tp %d, zero %d, step %d", path, h->world,
                            h->rank, h->tp, h->zero, h->step);
@@ -131,8 +137,10 @@ static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_er
     struct stat st;
     if (fstat(fd, &st) < 0) return skiff_error(err, errno, "stat %s", path);
     uint64_t layout = gpt2_param_layout(&cfg, NULL, NULL), np = h->num_params, off = h->opt_off, len = h->opt_len;
-    if (np < layout || np - layout >= (uint64_t)h->world || off > np || len > np - off ||
-        sizeof *h + (h->has_params ? np * 4 : 0) + len * 8 != (uint64_t)st.st_size)
+    /* ZeRO-3 pads every unit (train_zero3_len) */
+    uint64_t pads = (uint64_t)h->world * (h->zero == 3 ? (uint64_t)gpt2_num_units(&cfg) : 1);
+    if (np < layout || np - layout >= pads || off > np || len > np - off ||
+        sizeof *h + (h->has_params ? ckpt_params_len(h->zero, np, len) * 4 : 0) + len * 8 != (uint64_t)st.st_size)
         return skiff_error(err, 0,
                            "%s: corrupt checkpoint: %llu parameters (the model has %llu, world %d), "
                            "optimizer range %llu+%llu, %lld bytes",
@@ -205,9 +213,10 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
     if (w->params && !h.has_params) return skiff_error(err, 0, "%s: holds no parameters", path);
     if (h.has_params) {
         if (w->params) {
-            if (skiff_read_all(fd, w->params, w->num_params * sizeof(float)) < 0)
+            if (skiff_read_all(fd, w->params, ckpt_params_len(h.zero, w->num_params, w->opt_len) * sizeof(float)) < 0)
                 return skiff_error(err, errno, "%s: truncated parameters", path);
-        } else if (lseek(fd, (off_t)(w->num_params * sizeof(float)), SEEK_CUR) < 0) {
+        } else if (lseek(fd, (off_t)(ckpt_params_len(h.zero, w->num_params, w->opt_len) * sizeof(float)), SEEK_CUR) <
+                   0) {
             return skiff_error(err, errno, "%s: seek", path);
         }
     }

@@ -127,6 +127,208 @@ static int ddp_finish(struct ddp *d, double *wait_s, skiff_err *err)
     return 0;
 }
 
+/* ---- ZeRO-3 (FSDP) ---------------------------------------------------------
+ * Each rank keeps only its shard of the weights (policy.h: a piece of every
+ * unit of model.h: the tensors outside the blocks, then each block), of
+ * their accumulated gradient and of AdamW's state. The model asks for a
+ * unit's weights just before it uses them (gpt2_units): an all-gather into
+ * a unit-sized buffer, released after the block. While block l computes,
+ * the all-gather of the next block (l+1 in the forward, l-1 in the
+ * backward) already runs on the comm thread (prefetch, FSDP's
+ * forward/backward_prefetch). A block's gradient goes into its own buffer;
+ * when the block's backward ends its reduce-scatter starts at once and
+ * runs while the next block's backward computes (two gradient buffers
+ * alternate); the rank adds its piece of the sum to its gradient shard
+ * when the buffer is needed again or at the end of the backward. Unit 0
+ * (wte, wpe, the final LayerNorm) is the root: gathered once per change of
+ * the weights and kept, as FSDP keeps its root unit, since the tied wte is
+ * used at both ends of every pass. Every rank makes the same calls in the
+ * same order (the model's), so the collectives match on the ring. */
+
+struct z3_slot {
+    int unit; /* -1: free */
+    float *buf;
+    struct tr_comm_req *req; /* the gather or reduce-scatter in flight */
+};
+
+struct zero3 {
+    struct tr_comm *comm;
+    int world, rank, L;
+    size_t *len, *off;     /* per unit: padded length, this rank's piece in the shard */
+    float *shard, *gshard; /* weights and accumulated gradient, opt_len each */
+    struct z3_slot root, root_grad;
+    int root_valid; /* root.buf holds the current weights */
+    struct z3_slot p[2], g[2];
+    int nbuf;   /* --zero3-buffers: 2 prefetches and overlaps, 1 does neither */
+    int g_turn; /* the gradient buffer the next block gets */
+    double wait_s;
+    int failed;
+    skiff_err err;
+    struct gpt2_units units;
+};
+
+static void z3_fail(struct zero3 *z, const skiff_err *e)
+{
+    if (!z->failed) z->err = *e;
+    z->failed = 1;
+}
+
+static void z3_start(struct zero3 *z, struct z3_slot *s, int op)
+{
+    s->req = NULL;
+    if (z->failed) return;
+    skiff_err e;
+    if (tr_comm_start(z->comm, op, s->buf, z->len[s->unit], TR_F32, &s->req, &e) < 0) {
+        s->req = NULL;
+        z3_fail(z, &e);
+    }
+}
+
+static void z3_wait(struct zero3 *z, struct z3_slot *s)
+{
+    if (!s->req) return;
+    double t0 = skiff_now_s();
+    skiff_err e;
+    if (tr_comm_wait(z->comm, s->req, &e) < 0) z3_fail(z, &e);
+    s->req = NULL;
+    z->wait_s += skiff_now_s() - t0;
+}
+
+/* Puts this rank's piece of unit u into s and starts the all-gather. */
+static void z3_gather_into(struct zero3 *z, struct z3_slot *s, int u)
+{
+    size_t plen = z->len[u] / (size_t)z->world;
+    s->unit = u;
+    memcpy(s->buf + (size_t)z->rank * plen, z->shard + z->off[u], plen * sizeof(float));
+    z3_start(z, s, TR_COMM_ALL_GATHER);
+}
+
+static struct z3_slot *z3_find(struct zero3 *z, int u)
+{
+    for (int i = 0; i < z->nbuf; i++)
+        if (z->p[i].unit == u) return &z->p[i];
+    return NULL;
+}
+
+static float *z3_gather(void *ctx, int u, int backward)
+{
+    struct zero3 *z = ctx;
+    struct z3_slot *s;
+    if (u == 0) {
+        s = &z->root;
+        if (!z->root_valid) {
+            z3_gather_into(z, s, 0);
+            z->root_valid = 1;
+        }
+    } else if (!(s = z3_find(z, u))) {
+        /* not prefetched: the other slot holds a prefetch we do not need */
+        for (int i = 0; i < z->nbuf; i++) {
+            z3_wait(z, &z->p[i]);
+            z->p[i].unit = -1;
+        }
+        s = &z->p[0];
+        z3_gather_into(z, s, u);
+    }
+    z3_wait(z, s);
+    int next = backward ? (u == 0 ? z->L : u - 1) : u + 1;
+    if (z->nbuf == 2 && next >= 1 && next <= z->L && !z3_find(z, next)) {
+        struct z3_slot *f = z->p[0].unit == -1 ? &z->p[0] : z->p[1].unit == -1 ? &z->p[1] : NULL;
+        if (f) z3_gather_into(z, f, next);
+    }
+    return s->buf;
+}
+
+static void z3_release(void *ctx, int u)
+{
+    struct zero3 *z = ctx;
+    struct z3_slot *s = u ? z3_find(z, u) : NULL; /* the root stays */
+    if (s) s->unit = -1;
+}
+
+/* Waits for s's reduce-scatter and adds this rank's piece of the sum to
+ * the gradient shard. */
+static void z3_reduced(struct zero3 *z, struct z3_slot *s)
+{
+    if (s->unit < 0) return;
+    z3_wait(z, s);
+    size_t plen = z->len[s->unit] / (size_t)z->world;
+    const float *piece = s->buf + (size_t)z->rank * plen;
+    float *g = z->gshard + z->off[s->unit];
+    for (size_t i = 0; i < plen; i++) g[i] += piece[i];
+    s->unit = -1;
+}
+
+static float *z3_grad(void *ctx, int u)
+{
+    struct zero3 *z = ctx;
+    struct z3_slot *s = u ? &z->g[z->g_turn] : &z->root_grad;
+    if (u) z->g_turn = (z->g_turn + 1) % z->nbuf;
+    z3_reduced(z, s); /* the oldest buffer: its reduce-scatter ran during the last block */
+    s->unit = u;
+    return s->buf;
+}
+
+static void z3_grad_done(void *ctx, int u)
+{
+    struct zero3 *z = ctx;
+    struct z3_slot *s = !u ? &z->root_grad : z->g[0].unit == u ? &z->g[0] : &z->g[1];
+    z3_start(z, s, TR_COMM_REDUCE_SCATTER);
+}
+
+/* After a backward: every reduce-scatter in, every prefetch done. */
+static void z3_drain(struct zero3 *z)
+{
+    z3_reduced(z, &z->g[0]);
+    z3_reduced(z, &z->g[1]);
+    z3_reduced(z, &z->root_grad);
+    for (int i = 0; i < z->nbuf; i++) {
+        z3_wait(z, &z->p[i]);
+        z->p[i].unit = -1;
+    }
+}
+
+static int z3_open(struct zero3 *z, struct tr_comm *c, const struct gpt2_config *cfg, size_t opt_len, int nbuf,
+                   skiff_err *err)
+{
+    z->comm = c;
+    z->nbuf = nbuf;
+    z->world = c->world;
+    z->rank = c->rank;
+    z->L = cfg->num_layers;
+    int U = gpt2_num_units(cfg);
+    z->len = calloc((size_t)U, sizeof *z->len);
+    z->off = calloc((size_t)U, sizeof *z->off);
+    z->shard = calloc(opt_len, sizeof(float));
+    z->gshard = calloc(opt_len, sizeof(float));
+    if (!z->len || !z->off || !z->shard || !z->gshard) return skiff_error(err, ENOMEM, "ZeRO-3 shards");
+    for (int u = 0; u < U; u++) z->len[u] = train_zero3_unit(cfg, z->world, z->rank, u, &z->off[u]);
+    struct z3_slot *all[] = {&z->root, &z->root_grad, &z->p[0], &z->p[1], &z->g[0], &z->g[1]};
+    for (int i = 0; i < 6; i++) {
+        all[i]->unit = -1;
+        if (nbuf == 1 && (all[i] == &z->p[1] || all[i] == &z->g[1])) continue;
+        all[i]->buf = calloc(z->len[i < 2 ? 0 : 1], sizeof(float)); /* blocks are all the same size */
+        if (!all[i]->buf) return skiff_error(err, ENOMEM, "ZeRO-3 unit buffers");
+    }
+    z->units = (struct gpt2_units){z, z3_gather, z3_release, z3_grad, z3_grad_done};
+    return 0;
+}
+
+static void z3_close(struct zero3 *z)
+{
+    struct z3_slot *all[] = {&z->root, &z->root_grad, &z->p[0], &z->p[1], &z->g[0], &z->g[1]};
+    for (int i = 0; i < 6; i++) {
+        z3_wait(z, all[i]);
+        free(all[i]->buf);
+    }
+    free(z->len);
+    free(z->off);
+    free(z->shard);
+    free(z->gshard);
+}
+
+/* Floats of the gathered buffers (each of parameters and gradients). */
+static size_t z3_gathered(const struct zero3 *z) { return z->len ? z->len[0] + (size_t)z->nbuf * z->len[1] : 0; }
+
 /* ---- helpers ------------------------------------------------------------- */
 
 /* Sum of squares in fixed blocks summed in order: the same bits for any
@@ -180,8 +382,72 @@ struct cpu_device {
     float *m, *v, *decay; /* optimizer state and weight-decay mask for [opt_off, +opt_len) */
     float *gshard;        /* ZeRO-2: this rank's accumulated gradient shard */
     struct ddp ddp;
+    struct zero3 z3;
     double loss_sum; /* forward: losses since take_loss */
 };
+
+static int cpu_open_zero3(struct train_device *d, struct cpu_device *c, skiff_err *err)
+{
+    const struct train_plan *pl = c->plan;
+    const struct gpt2_config *cfg = &c->o->cfg;
+    if (z3_open(&c->z3, d->comm, cfg, pl->opt_len, c->o->zero3_buffers, err) < 0) return -1;
+    gpt2_use_units(&c->model, &c->z3.units);
+    c->m = calloc(pl->opt_len, sizeof(float));
+    c->v = calloc(pl->opt_len, sizeof(float));
+    c->decay = calloc(pl->opt_len, sizeof(float));
+    float *mask = calloc(gpt2_param_layout(cfg, NULL, NULL), sizeof(float));
+    if (!c->m || !c->v || !c->decay || !mask) {
+        free(mask);
+        return skiff_error(err, ENOMEM, "optimizer state");
+    }
+    gpt2_decay_mask(cfg, mask);
+    train_zero3_copy(cfg, pl->world, pl->rank, mask, c->decay, 0);
+    free(mask);
+    d->params = c->z3.shard;
+    d->m = c->m;
+    d->v = c->v;
+    return 0;
+}
+
+/* ZeRO-3's step: forward and backward gather and reduce-scatter unit by
+ * unit (the hooks above); what is left is the norm and AdamW on the shard. */
+static int cpu_step_zero3(struct train_device *d, int step, float lr, struct train_batches *b,
+                          struct train_step_stats *st, skiff_err *err)
+{
+    struct cpu_device *cd = d->impl;
+    const struct train_opts *o = cd->o;
+    const struct train_plan *pl = cd->plan;
+    struct zero3 *z = &cd->z3;
+    struct tr_comm *c = d->comm;
+    int P = c->world, K = b->count;
+    double loss_sum = 0, busy0 = c->stats.busy_s;
+    z->wait_s = 0;
+    memset(z->gshard, 0, pl->opt_len * sizeof(float));
+    for (int k = 0; k < K; k++) {
+        if (b->load(b, k, err) < 0) return -1;
+        loss_sum += gpt2_forward(&cd->model, b->inputs, b->targets);
+        gpt2_backward(&cd->model, 1.0f / (float)(K * P));
+        z3_drain(z);
+        if (z->failed) {
+            *err = z->err;
+            return skiff_err_wrap(err, "ZeRO-3 gather/reduce-scatter");
+        }
+    }
+    /* communication not waited for ran behind the forward and backward */
+    double overlap_s = c->stats.busy_s - busy0 - z->wait_s, wait_s = z->wait_s;
+    double mean, ss = sumsq(z->gshard, pl->opt_len), w0 = skiff_now_s();
+    if (train_device_mean(d, ss, &mean, err) < 0) return -1;
+    float norm = (float)sqrt(mean * P);
+    adamw(z->shard, z->gshard, cd->m, cd->v, cd->decay, pl->opt_len, lr, o, step + 1 - (int)d->amp.skipped,
+          train_clip_scale(o, norm));
+    z->root_valid = 0; /* the weights changed */
+    if (train_device_mean(d, loss_sum / K, &st->loss, err) < 0) return -1;
+    wait_s += skiff_now_s() - w0;
+    st->grad_norm = norm;
+    st->wait_ms = wait_s * 1000;
+    st->overlap_ms = overlap_s > 0 ? overlap_s * 1000 : 0;
+    return 0;
+}
 
 /* ---- tensor parallel ----------------------------------------------------
  * Megatron's layout over WORLD_SIZE = dp x tp processes, tensor parallel
@@ -287,6 +553,7 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     c->model.tp_allreduce = tp_allreduce;
     c->model.tp_ctx = c;
     if (o->recompute && gpt2_recompute(&c->model, err) < 0) return -1;
+    if (o->zero == 3) return cpu_open_zero3(d, c, err);
     size_t n = c->model.num_params;
     float *p = realloc(c->model.params, pl->n_dev * sizeof(float));
     if (p) c->model.params = p;
@@ -334,6 +601,7 @@ static void cpu_close(struct train_device *d)
         free(c->ddp.stage);
         free(c->ddp.segs);
         free(c->ddp.reqs);
+        z3_close(&c->z3);
         free(c->full);
         tr_comm_destroy(c->tp_comm);
         free(c);
@@ -352,6 +620,7 @@ static int cpu_step(struct train_device *d, int step, float lr, struct train_bat
     int P = c->world, K = b->count;
     double wait_s = 0, overlap_s = 0, tp_busy0 = cd->tp_comm ? cd->tp_comm->stats.busy_s : 0;
     cd->tp_wait_s = 0;
+    if (o->zero == 3) return cpu_step_zero3(d, step, lr, b, st, err);
     gpt2_zero_grad(model);
     if (o->zero == 2) memset(cd->gshard, 0, pl->opt_len * sizeof(float));
     double loss_sum = 0;
@@ -432,6 +701,10 @@ static int cpu_forward(struct train_device *d, const int *inputs, const int *tar
 {
     struct cpu_device *c = d->impl;
     c->loss_sum += gpt2_forward(&c->model, inputs, targets);
+    if (c->z3.failed) {
+        *err = c->z3.err;
+        return skiff_err_wrap(err, "ZeRO-3 gather");
+    }
     return tp_check(c, err);
 }
 
@@ -489,14 +762,19 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
     int n = omp_get_max_threads();
     double f = (double)sizeof(float) / (1 << 20);
     double grads = (double)pl->n_dev + (c->gshard ? (double)pl->opt_len : 0) + (c->ddp.stage ? (double)pl->n_dev : 0);
-    char host[96] = "";
+    double params = (double)pl->n_dev, gathered = (double)z3_gathered(&c->z3);
+    char host[96] = "", z3[128] = "";
     if (c->full)
         snprintf(host, sizeof host, " (its tensor-parallel part; whole on the host %.1f MiB)", (double)pl->n_pad * f);
+    if (c->o->zero == 3) { /* shards, and the root's and --zero3-buffers blocks' buffers of each kind */
+        params = grads = (double)pl->opt_len + gathered;
+        snprintf(z3, sizeof z3, ", of which gathered units %.1f MiB + %.1f MiB", gathered * f, gathered * f);
+    }
     snprintf(buf, len,
              "cpu (%d thread%s), per rank: params %.1f MiB%s, gradients %.1f MiB, optimizer %.1f MiB, "
-             "activations %.1f MiB%s",
-             n, n == 1 ? "" : "s", (double)pl->n_dev * f, host, grads * f, 3.0 * (double)pl->opt_len * f,
-             2.0 * (double)c->model.num_acts * f, c->model.recompute ? " (recomputed per block)" : "");
+             "activations %.1f MiB%s%s",
+             n, n == 1 ? "" : "s", params * f, host, grads * f, 3.0 * (double)pl->opt_len * f,
+             2.0 * (double)c->model.num_acts * f, c->model.recompute ? " (recomputed per block)" : "", z3);
 }
 
 const struct train_device_ops train_cpu_device = {

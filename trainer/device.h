@@ -23,7 +23,9 @@
  * that schedules micro-batches its own way (pipeline stages) asks for them
  * with b->load in any order. What the loop needs to stay the same is that a
  * step is all micro-batches of one optimizer step and that the host copies
- * hold the full fp32 weights on rank 0 at a checkpoint. */
+ * hold the full fp32 weights on rank 0 at a checkpoint; under ZeRO-3
+ * (--zero 3) d->params is instead this rank's shard of the weights
+ * (policy.h: train_zero3_copy), what the loop fills and checkpoints. */
 #ifndef SKIFF_TRAINER_DEVICE_H
 #define SKIFF_TRAINER_DEVICE_H
 
@@ -55,7 +57,8 @@ struct train_step_stats {
     double loss;          /* mean over ranks and micro-steps */
     float grad_norm;      /* global L2 norm of the gradient before clipping */
     double wait_ms;       /* time compute waited on communication */
-    double overlap_ms;    /* communication done while the backward still ran (0: not measured) */
+    double overlap_ms;    /* communication done while the backward still ran (ZeRO-3: while the
+                           * forward or backward ran, not waited for; 0: not measured) */
     double group_comm_ms; /* communication over the device's other groups (tensor parallel), which
                            * the loop adds to what it measures on `comm` */
 };
@@ -101,7 +104,7 @@ struct train_device_ops {
 struct train_device {
     const struct train_device_ops *ops;
     struct tr_comm *comm; /* collectives over the device's memory, every rank */
-    float *params;        /* host: the weights, n_pad fp32 */
+    float *params;        /* host: the weights, n_pad fp32 (ZeRO-3: this rank's shard, opt_len) */
     float *m, *v;         /* host: AdamW state of this rank's optimizer range */
     int host_memory;      /* device memory is host memory: collectives take host buffers */
     float *rank_slots;    /* device memory for one float per rank (train_device_mean) */

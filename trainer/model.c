@@ -158,6 +158,37 @@ void gpt2_decay_mask_tp(const struct gpt2_config *cfg, int tp, float *mask)
         for (size_t j = 0; j < sizes[i]; j++) mask[offs[i] + j] = gpt2_param_decays(i) ? 1.0f : 0.0f;
 }
 
+int gpt2_num_units(const struct gpt2_config *cfg) { return cfg->num_layers + 1; }
+
+int gpt2_unit_slices(const struct gpt2_config *cfg, int u, struct gpt2_slice s[GPT2_UNIT_MAX_SLICES], size_t *total)
+{
+    static const int outer[] = {GPT2_WTE, GPT2_WPE, GPT2_LNFW, GPT2_LNFB};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS], L = (size_t)cfg->num_layers;
+    gpt2_param_layout(cfg, sizes, offs);
+    int n = 0;
+    *total = 0;
+    if (u == 0) {
+        for (int i = 0; i < 4; i++) s[n++] = (struct gpt2_slice){outer[i], offs[outer[i]], sizes[outer[i]]};
+    } else {
+        for (int i = GPT2_LN1W; i <= GPT2_FCPROJB; i++)
+            s[n++] = (struct gpt2_slice){i, offs[i] + (size_t)(u - 1) * (sizes[i] / L), sizes[i] / L};
+    }
+    for (int i = 0; i < n; i++) *total += s[i].len;
+    return n;
+}
+
+void gpt2_unit_copy(const struct gpt2_config *cfg, int u, float *flat, float *unit, int to_flat)
+{
+    struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
+    size_t total;
+    int n = gpt2_unit_slices(cfg, u, s, &total);
+    for (int i = 0; i < n; i++) {
+        float *f = flat + s[i].flat_off;
+        memcpy(to_flat ? f : unit, to_flat ? unit : f, s[i].len * sizeof(float));
+        unit += s[i].len;
+    }
+}
+
 /* splitmix64: small, good enough for initialisation, and the same on every
  * platform (unlike rand()). */
 static uint64_t rng_next(uint64_t *s)
@@ -376,8 +407,64 @@ static void zero_floats(float *p, size_t n)
 
 void gpt2_zero_grad(struct gpt2 *m) { m->grads_cleared = 1; }
 
-#define PARAM(m, i) ((m)->params + (m)->param_offsets[i])
-#define GRAD(m, i) ((m)->grads + (m)->param_offsets[i])
+void gpt2_use_units(struct gpt2 *m, const struct gpt2_units *u)
+{
+    free(m->params);
+    free(m->grads);
+    m->params = m->grads = NULL;
+    m->units = u;
+}
+
+/* Where unit u's tensors are (t[i] for its tensors i; a block's: layer
+ * u-1's slice): in the one buffer flat, or back to back in unit. */
+static void unit_view(const struct gpt2 *m, int u, float *flat, float *unit, float *t[GPT2_NUM_PARAM_TENSORS])
+{
+    struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
+    size_t total, L = (size_t)m->cfg.num_layers;
+    int n = gpt2_unit_slices(&m->cfg, u, s, &total);
+    for (int i = 0; i < n; i++) {
+        int k = s[i].tensor;
+        if (unit) {
+            t[k] = unit;
+            unit += s[i].len;
+        } else { /* the model's own layout, which says where layer u-1's slice is */
+            t[k] = flat + m->param_offsets[k] + (u ? (size_t)(u - 1) * (m->param_sizes[k] / L) : 0);
+        }
+    }
+}
+
+/* Unit u's parameters for this pass (gathered under ZeRO-3). */
+static void params_of(struct gpt2 *m, int u, int backward, float *t[GPT2_NUM_PARAM_TENSORS])
+{
+    float *unit = m->units ? m->units->gather(m->units->ctx, u, backward) : NULL;
+    unit_view(m, u, m->params, unit, t);
+}
+
+static void release(struct gpt2 *m, int u)
+{
+    if (m->units) m->units->release(m->units->ctx, u);
+}
+
+/* Unit u's gradients; under ZeRO-3 a fresh buffer whose tensors that the
+ * backward only adds to (LayerNorms, wpe) start from zero. */
+static void grads_of(struct gpt2 *m, int u, float *t[GPT2_NUM_PARAM_TENSORS])
+{
+    float *unit = m->units ? m->units->grad(m->units->ctx, u) : NULL;
+    unit_view(m, u, m->grads, unit, t);
+    if (!unit) return;
+    static const int added[] = {GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_LN2W, GPT2_LN2B, GPT2_LNFW, GPT2_LNFB};
+    struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
+    size_t total;
+    int n = gpt2_unit_slices(&m->cfg, u, s, &total);
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < sizeof added / sizeof added[0]; k++)
+            if (s[i].tensor == added[k]) memset(t[s[i].tensor], 0, s[i].len * sizeof(float));
+}
+
+static void grad_done(struct gpt2 *m, int u)
+{
+    if (m->units) m->units->grad_done(m->units->ctx, u);
+}
 
 /* Megatron's sum over the tensor-parallel ranks (a no-op with one). */
 static void tp_sum(struct gpt2 *m, float *buf, size_t n)
@@ -406,7 +493,7 @@ static void row_parallel_forward(struct gpt2 *m, float *out, const float *inp, c
  * the attention runs this rank's heads (Cl = C/tp channels of Q, K, V) and
  * the MLP its F = 4C/tp hidden units; the two row-parallel outputs are
  * summed over the ranks, so the residual stream is whole on every rank. */
-static void block_forward(struct gpt2 *m, const struct acts *a, int l)
+static void block_forward(struct gpt2 *m, const struct acts *a, int l, float *const w[GPT2_NUM_PARAM_TENSORS])
 {
     int B = m->B, T = m->T, C = m->cfg.channels, BT = B * T;
     int Cl = C / m->tp, NH = m->cfg.num_heads / m->tp, F = 4 * C / m->tp;
@@ -421,20 +508,15 @@ static void block_forward(struct gpt2 *m, const struct acts *a, int l)
     float *ln2 = a->p[A_LN2] + bc, *fch = a->p[A_FCH] + 4 * lc;
     float *fchg = a->p[A_FCH_GELU] + 4 * lc, *fcproj = a->p[A_FCPROJ] + bc;
     float *res3 = a->p[A_RESIDUAL3] + rc;
-    layernorm_forward(ln1, a->p[A_LN1_MEAN] + lbt, a->p[A_LN1_RSTD] + lbt, residual, PARAM(m, GPT2_LN1W) + l * C,
-                      PARAM(m, GPT2_LN1B) + l * C, BT, C);
-    matmul_forward(qkv, ln1, PARAM(m, GPT2_QKVW) + (size_t)l * 3 * Cl * C, PARAM(m, GPT2_QKVB) + (size_t)l * 3 * Cl, BT,
-                   C, 3 * Cl);
+    layernorm_forward(ln1, a->p[A_LN1_MEAN] + lbt, a->p[A_LN1_RSTD] + lbt, residual, w[GPT2_LN1W], w[GPT2_LN1B], BT, C);
+    matmul_forward(qkv, ln1, w[GPT2_QKVW], w[GPT2_QKVB], BT, C, 3 * Cl);
     attention_forward(atty, preatt, att, qkv, B, T, Cl, NH);
-    row_parallel_forward(m, attproj, atty, PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * Cl,
-                         PARAM(m, GPT2_ATTPROJB) + (size_t)l * C, BT, Cl, C);
+    row_parallel_forward(m, attproj, atty, w[GPT2_ATTPROJW], w[GPT2_ATTPROJB], BT, Cl, C);
     residual_forward(res2, residual, attproj, (size_t)BT * C);
-    layernorm_forward(ln2, a->p[A_LN2_MEAN] + lbt, a->p[A_LN2_RSTD] + lbt, res2, PARAM(m, GPT2_LN2W) + l * C,
-                      PARAM(m, GPT2_LN2B) + l * C, BT, C);
-    matmul_forward(fch, ln2, PARAM(m, GPT2_FCW) + (size_t)l * F * C, PARAM(m, GPT2_FCB) + (size_t)l * F, BT, C, F);
+    layernorm_forward(ln2, a->p[A_LN2_MEAN] + lbt, a->p[A_LN2_RSTD] + lbt, res2, w[GPT2_LN2W], w[GPT2_LN2B], BT, C);
+    matmul_forward(fch, ln2, w[GPT2_FCW], w[GPT2_FCB], BT, C, F);
     gelu_forward(fchg, fch, (size_t)BT * F);
-    row_parallel_forward(m, fcproj, fchg, PARAM(m, GPT2_FCPROJW) + (size_t)l * C * F,
-                         PARAM(m, GPT2_FCPROJB) + (size_t)l * C, BT, F, C);
+    row_parallel_forward(m, fcproj, fchg, w[GPT2_FCPROJW], w[GPT2_FCPROJB], BT, F, C);
     residual_forward(res3, res2, fcproj, (size_t)BT * C);
 }
 
@@ -448,13 +530,19 @@ float gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets)
     m->inputs = inputs;
     m->targets = targets;
 
-    encoder_forward(a.p[A_ENCODED], inputs, PARAM(m, GPT2_WTE), PARAM(m, GPT2_WPE), B, T, C);
-    for (int l = 0; l < L; l++) block_forward(m, &a, l);
+    float *w0[GPT2_NUM_PARAM_TENSORS] = {0}, *w[GPT2_NUM_PARAM_TENSORS] = {0};
+    params_of(m, 0, 0, w0);
+    encoder_forward(a.p[A_ENCODED], inputs, w0[GPT2_WTE], w0[GPT2_WPE], B, T, C);
+    for (int l = 0; l < L; l++) {
+        params_of(m, 1 + l, 0, w);
+        block_forward(m, &a, l, w);
+        release(m, 1 + l);
+    }
     const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
-    layernorm_forward(a.p[A_LNF], a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], last, PARAM(m, GPT2_LNFW), PARAM(m, GPT2_LNFB), BT,
-                      C);
-    matmul_forward(a.p[A_LOGITS], a.p[A_LNF], PARAM(m, GPT2_WTE), NULL, BT, C, Vp);
+    layernorm_forward(a.p[A_LNF], a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], last, w0[GPT2_LNFW], w0[GPT2_LNFB], BT, C);
+    matmul_forward(a.p[A_LOGITS], a.p[A_LNF], w0[GPT2_WTE], NULL, BT, C, Vp);
     softmax_forward(a.p[A_PROBS], a.p[A_LOGITS], BT, V, Vp);
+    release(m, 0);
     if (!targets) {
         m->mean_loss = -1.0f;
         return -1.0f;
@@ -495,22 +583,26 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
     /* after gpt2_zero_grad the weight matrices' gradients (and the biases
      * of the fully connected layers) are written by matmul_backward; the
      * small tensors that are only ever added to are zeroed here */
-    int ow = m->grads_cleared;
+    int ow = m->grads_cleared || m->units; /* units: grads_of zeroes per unit */
     m->grads_cleared = 0;
-    if (ow) {
+    if (ow && !m->units) {
         static const int added[] = {GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_LN2W, GPT2_LN2B, GPT2_LNFW, GPT2_LNFB};
         for (size_t i = 0; i < sizeof added / sizeof added[0]; i++)
-            memset(GRAD(m, added[i]), 0, m->param_sizes[added[i]] * sizeof(float));
+            memset(m->grads + m->param_offsets[added[i]], 0, m->param_sizes[added[i]] * sizeof(float));
     }
+    float *w0[GPT2_NUM_PARAM_TENSORS] = {0}, *g0[GPT2_NUM_PARAM_TENSORS] = {0};
+    float *w[GPT2_NUM_PARAM_TENSORS] = {0}, *g[GPT2_NUM_PARAM_TENSORS] = {0};
+    params_of(m, 0, 1, w0);
+    grads_of(m, 0, g0);
 
     float dl = loss_scale / BT;
     for (int i = 0; i < BT; i++) d.p[A_LOSSES][i] = dl;
     crossentropy_softmax_backward(d.p[A_LOGITS], d.p[A_LOSSES], a.p[A_PROBS], m->targets, BT, V, Vp);
-    matmul_backward(d.p[A_LNF], GRAD(m, GPT2_WTE), NULL, d.p[A_LOGITS], a.p[A_LNF], PARAM(m, GPT2_WTE), BT, C, Vp, ow);
+    matmul_backward(d.p[A_LNF], g0[GPT2_WTE], NULL, d.p[A_LOGITS], a.p[A_LNF], w0[GPT2_WTE], BT, C, Vp, ow);
     const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
     float *dlast = d.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
-    layernorm_backward(dlast, GRAD(m, GPT2_LNFW), GRAD(m, GPT2_LNFB), d.p[A_LNF], last, PARAM(m, GPT2_LNFW),
-                       a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], BT, C);
+    layernorm_backward(dlast, g0[GPT2_LNFW], g0[GPT2_LNFB], d.p[A_LNF], last, w0[GPT2_LNFW], a.p[A_LNF_MEAN],
+                       a.p[A_LNF_RSTD], BT, C);
     ready(m, GPT2_LNFW, -1);
     ready(m, GPT2_LNFB, -1);
 
@@ -521,8 +613,10 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
          * bits as before), lc: of the Cl-wide ones (this rank's heads and
          * hidden units); rc: its residual stream */
         size_t bc = (size_t)(m->recompute ? 0 : l) * BT * C, rc = (size_t)l * BT * C, lbt = bc / C, lc = lbt * Cl;
+        params_of(m, 1 + l, 1, w);
+        grads_of(m, 1 + l, g);
         if (m->recompute && l < L - 1) { /* the slot still holds L-1's from the forward */
-            block_forward(m, &a, l);
+            block_forward(m, &a, l, w);
             /* the slot's gradients start from zero for every layer */
             zero_floats(d.p[A_LN1], (size_t)(d.p[A_RESIDUAL3] - d.p[A_LN1]));
         }
@@ -531,44 +625,44 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
         size_t att_off = lbt * NH * T;
         /* dres3 flows into res2 and fcproj */
         residual_backward(d.p[A_RESIDUAL2] + bc, d.p[A_FCPROJ] + bc, d.p[A_RESIDUAL3] + rc, (size_t)BT * C);
-        matmul_backward(d.p[A_FCH_GELU] + 4 * lc, GRAD(m, GPT2_FCPROJW) + (size_t)l * C * F,
-                        GRAD(m, GPT2_FCPROJB) + (size_t)l * C, d.p[A_FCPROJ] + bc, a.p[A_FCH_GELU] + 4 * lc,
-                        PARAM(m, GPT2_FCPROJW) + (size_t)l * C * F, BT, F, C, ow);
+        matmul_backward(d.p[A_FCH_GELU] + 4 * lc, g[GPT2_FCPROJW], g[GPT2_FCPROJB], d.p[A_FCPROJ] + bc,
+                        a.p[A_FCH_GELU] + 4 * lc, w[GPT2_FCPROJW], BT, F, C, ow);
         ready(m, GPT2_FCPROJB, l);
         ready(m, GPT2_FCPROJW, l);
         gelu_backward(d.p[A_FCH] + 4 * lc, a.p[A_FCH] + 4 * lc, d.p[A_FCH_GELU] + 4 * lc, (size_t)BT * F);
-        matmul_backward(d.p[A_LN2] + bc, GRAD(m, GPT2_FCW) + (size_t)l * F * C, GRAD(m, GPT2_FCB) + (size_t)l * F,
-                        d.p[A_FCH] + 4 * lc, a.p[A_LN2] + bc, PARAM(m, GPT2_FCW) + (size_t)l * F * C, BT, C, F, ow);
+        matmul_backward(d.p[A_LN2] + bc, g[GPT2_FCW], g[GPT2_FCB], d.p[A_FCH] + 4 * lc, a.p[A_LN2] + bc, w[GPT2_FCW],
+                        BT, C, F, ow);
         ready(m, GPT2_FCB, l);
         ready(m, GPT2_FCW, l);
         /* the column-parallel layer's input gradient: each rank has its
          * hidden units' share */
         tp_sum(m, d.p[A_LN2] + bc, (size_t)BT * C);
-        layernorm_backward(d.p[A_RESIDUAL2] + bc, GRAD(m, GPT2_LN2W) + l * C, GRAD(m, GPT2_LN2B) + l * C,
-                           d.p[A_LN2] + bc, a.p[A_RESIDUAL2] + bc, PARAM(m, GPT2_LN2W) + l * C, a.p[A_LN2_MEAN] + lbt,
-                           a.p[A_LN2_RSTD] + lbt, BT, C);
+        layernorm_backward(d.p[A_RESIDUAL2] + bc, g[GPT2_LN2W], g[GPT2_LN2B], d.p[A_LN2] + bc, a.p[A_RESIDUAL2] + bc,
+                           w[GPT2_LN2W], a.p[A_LN2_MEAN] + lbt, a.p[A_LN2_RSTD] + lbt, BT, C);
         ready(m, GPT2_LN2B, l);
         ready(m, GPT2_LN2W, l);
         residual_backward(dresidual, d.p[A_ATTPROJ] + bc, d.p[A_RESIDUAL2] + bc, (size_t)BT * C);
-        matmul_backward(d.p[A_ATTY] + lc, GRAD(m, GPT2_ATTPROJW) + (size_t)l * C * Cl,
-                        GRAD(m, GPT2_ATTPROJB) + (size_t)l * C, d.p[A_ATTPROJ] + bc, a.p[A_ATTY] + lc,
-                        PARAM(m, GPT2_ATTPROJW) + (size_t)l * C * Cl, BT, Cl, C, ow);
+        matmul_backward(d.p[A_ATTY] + lc, g[GPT2_ATTPROJW], g[GPT2_ATTPROJB], d.p[A_ATTPROJ] + bc, a.p[A_ATTY] + lc,
+                        w[GPT2_ATTPROJW], BT, Cl, C, ow);
         ready(m, GPT2_ATTPROJB, l);
         ready(m, GPT2_ATTPROJW, l);
         attention_backward(d.p[A_QKV] + 3 * lc, d.p[A_PREATT] + att_off, d.p[A_ATT] + att_off, d.p[A_ATTY] + lc,
                            a.p[A_QKV] + 3 * lc, a.p[A_ATT] + att_off, B, T, Cl, NH);
-        matmul_backward(d.p[A_LN1] + bc, GRAD(m, GPT2_QKVW) + (size_t)l * 3 * Cl * C,
-                        GRAD(m, GPT2_QKVB) + (size_t)l * 3 * Cl, d.p[A_QKV] + 3 * lc, a.p[A_LN1] + bc,
-                        PARAM(m, GPT2_QKVW) + (size_t)l * 3 * Cl * C, BT, C, 3 * Cl, ow);
+        matmul_backward(d.p[A_LN1] + bc, g[GPT2_QKVW], g[GPT2_QKVB], d.p[A_QKV] + 3 * lc, a.p[A_LN1] + bc, w[GPT2_QKVW],
+                        BT, C, 3 * Cl, ow);
         ready(m, GPT2_QKVB, l);
         ready(m, GPT2_QKVW, l);
         tp_sum(m, d.p[A_LN1] + bc, (size_t)BT * C); /* this rank's heads' share */
-        layernorm_backward(dresidual, GRAD(m, GPT2_LN1W) + l * C, GRAD(m, GPT2_LN1B) + l * C, d.p[A_LN1] + bc, residual,
-                           PARAM(m, GPT2_LN1W) + l * C, a.p[A_LN1_MEAN] + lbt, a.p[A_LN1_RSTD] + lbt, BT, C);
+        layernorm_backward(dresidual, g[GPT2_LN1W], g[GPT2_LN1B], d.p[A_LN1] + bc, residual, w[GPT2_LN1W],
+                           a.p[A_LN1_MEAN] + lbt, a.p[A_LN1_RSTD] + lbt, BT, C);
         ready(m, GPT2_LN1B, l);
         ready(m, GPT2_LN1W, l);
+        release(m, 1 + l);
+        grad_done(m, 1 + l);
     }
-    encoder_backward(GRAD(m, GPT2_WTE), GRAD(m, GPT2_WPE), d.p[A_ENCODED], m->inputs, B, T, C);
+    encoder_backward(g0[GPT2_WTE], g0[GPT2_WPE], d.p[A_ENCODED], m->inputs, B, T, C);
     ready(m, GPT2_WPE, -1);
     ready(m, GPT2_WTE, -1);
+    release(m, 0);
+    grad_done(m, 0);
 }

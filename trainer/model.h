@@ -147,6 +147,48 @@ struct gpt2 {
     int tp;
     int (*tp_allreduce)(void *ctx, float *buf, size_t n);
     void *tp_ctx;
+    /* ZeRO-3: where the units' parameters and gradients live instead of
+     * params and grads (NULL: in them); see gpt2_use_units. */
+    const struct gpt2_units *units;
+};
+
+/* ---- ZeRO-3 units (FSDP's flat parameters) -------------------------------
+ * ZeRO-3 shards and gathers the parameters by unit, as FSDP wraps modules:
+ * unit 0 is the tensors outside the blocks (wte, wpe, lnfw, lnfb: the tied
+ * wte is used at both ends of a pass, so this unit is the "root" that stays
+ * gathered), unit 1+l is block l's twelve tensors (ln1w ... fcprojb). A
+ * unit's buffer holds its tensors' slices back to back, in that order. */
+struct gpt2_slice {
+    int tensor;      /* enum gpt2_param_index */
+    size_t flat_off; /* where the slice starts in the one (llm.c) buffer */
+    size_t len;
+};
+#define GPT2_UNIT_MAX_SLICES 12
+
+/* L + 1. */
+int gpt2_num_units(const struct gpt2_config *cfg);
+/* Unit u's slices in buffer order; returns their count and sets *total to
+ * their floats. */
+int gpt2_unit_slices(const struct gpt2_config *cfg, int u, struct gpt2_slice s[GPT2_UNIT_MAX_SLICES], size_t *total);
+/* Copies unit u's slices from the one buffer into unit (its layout) or,
+ * with to_flat, back. */
+void gpt2_unit_copy(const struct gpt2_config *cfg, int u, float *flat, float *unit, int to_flat);
+
+/* What the model calls when its parameters live in units (ZeRO-3). Every
+ * rank makes the same calls in the same order, so the collectives behind
+ * them match. */
+struct gpt2_units {
+    void *ctx;
+    /* Unit u's parameters in its layout, before the pass first uses them
+     * (backward: 0 in gpt2_forward, 1 in gpt2_backward); valid until
+     * release(u). */
+    float *(*gather)(void *ctx, int u, int backward);
+    void (*release)(void *ctx, int u);
+    /* Unit u's gradient buffer for this backward: the model writes every
+     * element of it (zeroing what it only adds to), then calls
+     * grad_done(u) once it is final. */
+    float *(*grad)(void *ctx, int u);
+    void (*grad_done)(void *ctx, int u);
 };
 
 /* Allocates the buffers (params zeroed). */
@@ -156,6 +198,9 @@ int gpt2_create(struct gpt2 *m, const struct gpt2_config *cfg, int B, int T, ski
  * before the first forward. */
 int gpt2_create_tp(struct gpt2 *m, const struct gpt2_config *cfg, int tp, int B, int T, skiff_err *err);
 void gpt2_destroy(struct gpt2 *m);
+/* From now on the parameters and gradients live where u says: frees
+ * m->params and m->grads (NULL afterwards). */
+void gpt2_use_units(struct gpt2 *m, const struct gpt2_units *u);
 
 /* Floats of activations (and as many of their gradients) a (B,T) pass keeps,
  * with or without activation recomputation. */

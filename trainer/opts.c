@@ -25,6 +25,7 @@ void train_opts_defaults(struct train_opts *o)
     o->grad_clip = 1.0f;
     o->seed = 1337;
     o->bucket_mb = 25.0;
+    o->zero3_buffers = 2;
     o->precision = NULL; /* per device: fp32 on CPU, bf16 on CUDA */
     o->val_batches = 4;
     o->timeout_ms = 300 * 1000;
@@ -86,6 +87,7 @@ enum {
     O_EPS,
     O_ORDER,
     O_RECOMPUTE,
+    O_ZERO3_BUFFERS,
     O_TP
 };
 
@@ -154,6 +156,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
                                        {"timeout", 1, 0, O_TIMEOUT},
                                        {"quiet", 0, 0, O_QUIET},
                                        {"recompute", 0, 0, O_RECOMPUTE},
+                                       {"zero3-buffers", 1, 0, O_ZERO3_BUFFERS},
                                        {"tp", 1, 0, O_TP},
                                        {"init-from", 1, 0, O_INIT_FROM},
                                        {"beta1", 1, 0, O_BETA1},
@@ -204,7 +207,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
             break;
         case O_ZERO:
             rc = train_parse_int("--zero", optarg, 0, &o->zero, err);
-            if (!rc && o->zero > 2) rc = skiff_error(err, 0, "--zero %s: use 0, 1 or 2", optarg);
+            if (!rc && o->zero > 3) rc = skiff_error(err, 0, "--zero %s: use 0, 1, 2 or 3", optarg);
             break;
         case O_BUCKET: rc = train_parse_double("--bucket-mb", optarg, 0.001, &o->bucket_mb, err); break;
         case O_DEVICE:
@@ -234,6 +237,10 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
             break;
         case O_QUIET: o->quiet = 1; break;
         case O_RECOMPUTE: o->recompute = 1; break;
+        case O_ZERO3_BUFFERS:
+            rc = train_parse_int("--zero3-buffers", optarg, 1, &o->zero3_buffers, err);
+            if (!rc && o->zero3_buffers > 2) rc = skiff_error(err, 0, "--zero3-buffers %s: use 1 or 2", optarg);
+            break;
         case O_TP: rc = train_parse_int("--tp", optarg, 1, &o->tp, err); break;
         case O_INIT_FROM: o->init_from = optarg; break;
         case O_BETA1:
@@ -278,7 +285,16 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
         return skiff_error(err, 0,
                            "--recompute: the CPU device only so far; on CUDA leave it out (every block's "
                            "activations are kept) or lower --batch");
+    if (o->zero == 3 && o->device == TRAIN_DEVICE_CUDA)
+        return skiff_error(err, 0,
+                           "--zero 3: the CPU device only so far; on CUDA use --zero 2 (optimizer state and "
+                           "gradients sharded, the weights whole on every GPU)");
     if (gpt2_tp_check(&o->cfg, o->tp, err) < 0) return -1;
+    if (o->zero == 3 && o->tp > 1)
+        return skiff_error(err, 0,
+                           "--zero 3 --tp %d: ZeRO-3 and tensor parallelism are not composed yet; use --zero 1 or "
+                           "2 with --tp, or --zero 3 without it",
+                           o->tp);
     if (o->tp > 1 && o->device == TRAIN_DEVICE_CUDA)
         return skiff_error(err, 0,
                            "--tp %d: tensor parallelism runs on the CPU device only so far; on CUDA use data "

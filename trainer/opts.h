@@ -30,8 +30,9 @@ struct train_opts {
     uint64_t seed;                 /* --seed S (default 1337): init + data shuffle */
     int sequential;                /* --data-order sequential: windows in file order (llm.c's
                                       loader without shuffling), not a seeded permutation */
-    int zero;                      /* --zero 0|1|2 */
+    int zero;                      /* --zero 0|1|2|3 */
     int recompute;                 /* --recompute: redo each block's forward in the backward */
+    int zero3_buffers;             /* --zero3-buffers 1|2: gathered blocks per kind under ZeRO-3 */
     int tp;                        /* --tp N: tensor-parallel ranks (default 1); WORLD_SIZE = dp * tp */
     double bucket_mb;              /* --bucket-mb M (default 25) */
     enum train_device_kind device; /* --device cpu|cuda */

@@ -19,6 +19,7 @@ void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t nu
     p->n_pad = (num_params + (size_t)world - 1) / (size_t)world * (size_t)world;
     size_t local = gpt2_param_layout_tp(&o->cfg, o->tp, NULL, NULL);
     p->n_dev = o->tp == 1 ? p->n_pad : (local + (size_t)world - 1) / (size_t)world * (size_t)world;
+    if (o->zero == 3) p->n_pad = p->n_dev = train_zero3_len(&o->cfg, world); /* (--tp 1 only: opts.c) */
     if (o->zero) {
         p->opt_len = p->n_dev / (size_t)world;
         p->opt_off = (size_t)rank * p->opt_len;
@@ -29,6 +30,50 @@ void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t nu
     p->start = 0;
     p->end = o->steps;
     if (o->stop_after && o->stop_after < p->end) p->end = o->stop_after;
+}
+
+static size_t pad_to(size_t n, int world) { return (n + (size_t)world - 1) / (size_t)world * (size_t)world; }
+
+size_t train_zero3_len(const struct gpt2_config *cfg, int world)
+{
+    size_t n = 0, total;
+    struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
+    for (int u = 0; u < gpt2_num_units(cfg); u++) {
+        gpt2_unit_slices(cfg, u, s, &total);
+        n += pad_to(total, world);
+    }
+    return n;
+}
+
+size_t train_zero3_unit(const struct gpt2_config *cfg, int world, int rank, int u, size_t *piece_off)
+{
+    size_t off = 0, total, len = 0;
+    struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
+    for (int i = 0; i <= u; i++) {
+        gpt2_unit_slices(cfg, i, s, &total);
+        len = pad_to(total, world);
+        if (i < u) off += len / (size_t)world;
+    }
+    (void)rank; /* every rank's piece sits at the same place in its shard */
+    *piece_off = off;
+    return len;
+}
+
+void train_zero3_copy(const struct gpt2_config *cfg, int world, int rank, float *flat, float *shard, int to_flat)
+{
+    struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
+    for (int u = 0; u < gpt2_num_units(cfg); u++) {
+        size_t total, piece_off, len = train_zero3_unit(cfg, world, rank, u, &piece_off);
+        size_t plen = len / (size_t)world, a = (size_t)rank * plen, b = a + plen, uo = 0;
+        int n = gpt2_unit_slices(cfg, u, s, &total);
+        if (!to_flat) memset(shard + piece_off, 0, plen * sizeof(float)); /* the padding */
+        for (int i = 0; i < n; uo += s[i].len, i++) {
+            size_t lo = uo > a ? uo : a, hi = uo + s[i].len < b ? uo + s[i].len : b;
+            if (lo >= hi) continue;
+            float *f = flat + s[i].flat_off + (lo - uo), *x = shard + piece_off + (lo - a);
+            memcpy(to_flat ? f : x, to_flat ? x : f, (hi - lo) * sizeof(float));
+        }
+    }
 }
 
 int train_plan_check(const struct train_opts *o, int world, skiff_err *err)
@@ -80,7 +125,7 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
     c->num_params = p->n_pad;
     c->opt_off = has_opt ? p->opt_off : 0;
     c->opt_len = has_opt ? p->opt_len : 0;
-    c->params = global == 0 ? params : NULL;
+    c->params = global == 0 || o->zero == 3 ? params : NULL; /* ZeRO-3: each rank its shard */
     c->m = m;
     c->v = v;
 }
@@ -97,6 +142,12 @@ int train_resume_load(struct train_plan *p, const struct train_opts *o, float *p
     if (train_ckpt_peek(o->ckpt_dir, &saved, &e) == 0 && !memcmp(&saved.cfg, &c.cfg, sizeof c.cfg) &&
         (saved.world != c.world || saved.tp != c.tp || saved.zero != c.zero)) {
         uint64_t g = (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)p->world;
+        if (saved.zero == 3 || c.zero == 3) /* its shards are by unit, not pieces of the llm.c buffer */
+            return skiff_error(err, 0,
+                               "--resume: %s was saved with WORLD_SIZE=%d --zero %d, this run has %d --zero %d: a "
+                               "--zero 3 checkpoint resumes only in its own layout (the weights alone move: export "
+                               "--llmc, then --init-from)",
+                               o->ckpt_dir, saved.world, saved.zero, c.world, c.zero);
         if (saved.data_pos != (uint64_t)saved.step * g)
             return skiff_error(err, 0,
                                "--resume: %s was saved with WORLD_SIZE=%d, this run has %d (--tp %d, %d; --zero %d, "

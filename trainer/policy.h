@@ -32,12 +32,26 @@ struct train_plan {
 };
 
 /* ZeRO 0: every rank steps the whole (padded) buffer; ZeRO 1/2: rank r owns
- * the r-th of world equal shards. start = 0 until train_resume_load. world
- * and rank are the process's (WORLD_SIZE, RANK); o->tp must divide world
+ * the r-th of world equal shards. ZeRO-3: see train_zero3_copy; n_pad is
+ * train_zero3_len. start = 0 until train_resume_load. world and rank are
+ * the process's (WORLD_SIZE, RANK); o->tp must divide world
  * (train_plan_check). */
 void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params, int world, int rank);
 /* 0 when o->tp divides WORLD_SIZE; else -1 with a message naming --tp. */
 int train_plan_check(const struct train_opts *o, int world, skiff_err *err);
+
+/* ZeRO-3 (FSDP) shards the parameters by unit (model.h: the tensors outside
+ * the blocks, then each block), so that one unit is gathered with one
+ * all-gather: unit u is padded to a multiple of world (train_zero3_unit)
+ * and rank r holds the r-th piece of every unit, back to back, as its
+ * shard of train_zero3_len / world floats (the plan's opt_len; opt_off =
+ * rank * opt_len counts in that concatenation, not in the llm.c buffer).
+ * train_zero3_len: the padded units' floats. train_zero3_unit: unit u's
+ * padded length and where rank's piece of it starts in its shard. */
+size_t train_zero3_len(const struct gpt2_config *cfg, int world);
+size_t train_zero3_unit(const struct gpt2_config *cfg, int world, int rank, int u, size_t *piece_off);
+/* Rank's shard from the llm.c buffer flat, or with to_flat back into it. */
+void train_zero3_copy(const struct gpt2_config *cfg, int world, int rank, float *flat, float *shard, int to_flat);
 
 /* First global train window of micro-step k of step `step` on this rank:
  * step*G + (k*world + rank)*B with G = B*K*world (see struct data_loader). */

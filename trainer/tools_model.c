@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "policy.h"
 #include "llmc.h"
 #include "model.h"
 #include "opts.h"
@@ -24,10 +25,50 @@ static uint64_t srng(uint64_t *s)
     return *s;
 }
 
+/* A ZeRO-3 checkpoint: every rank's file holds its shard of the weights;
+ * put them together into the llm.c buffer p. */
+static int load_sharded(const char *dir, const struct train_ckpt *ck, float *p, skiff_err *err)
+{
+    /* the shards are laid out as this build lays them out, or not read */
+    size_t n = train_zero3_len(&ck->cfg, ck->world);
+    if (ck->num_params != n || ck->opt_len * (size_t)ck->world != n)
+        return skiff_error(err, 0,
+                           "%s: --zero 3 shards that do not match this build's layout (%zu parameters in shards of "
+                           "%zu on %d ranks; expected %zu in shards of %zu)",
+                           dir, ck->num_params, ck->opt_len, ck->world, n, n / (size_t)ck->world);
+    float *shard = malloc(ck->opt_len * sizeof(float));
+    if (!shard) return skiff_error(err, ENOMEM, "parameters of %s", dir);
+    int rc = 0;
+    for (int r = 0; r < ck->world && rc == 0; r++) {
+        struct train_ckpt want = *ck;
+        want.rank = r;
+        want.opt_off = (size_t)r * ck->opt_len;
+        want.params = shard;
+        want.m = want.v = NULL;
+        rc = train_ckpt_load(dir, &want, err);
+        if (rc == 0 && want.step != ck->step)
+            rc = skiff_error(err, 0, "%s: rank %d's file is at step %d, rank 0's at %d (an interrupted save)", dir, r,
+                             want.step, ck->step);
+        if (rc == 0) train_zero3_copy(&ck->cfg, ck->world, r, p, shard, 1);
+    }
+    free(shard);
+    return rc;
+}
+
 static int load_params(const char *dir, struct train_ckpt *ck, float **out, skiff_err *err)
 {
     memset(ck, 0, sizeof *ck);
     if (train_ckpt_peek(dir, ck, err) < 0) return -1;
+    if (ck->zero == 3) {
+        float *p = calloc(gpt2_param_layout(&ck->cfg, NULL, NULL), sizeof(float));
+        if (!p) return skiff_error(err, ENOMEM, "parameters of %s", dir);
+        if (load_sharded(dir, ck, p, err) < 0) {
+            free(p);
+            return -1;
+        }
+        *out = p;
+        return 0;
+    }
     float *p = calloc(ck->num_params, sizeof(float));
     if (!p) return skiff_error(err, ENOMEM, "parameters of %s", dir);
     struct train_ckpt want = *ck;

@@ -41,6 +41,25 @@ static void run_free(struct run *r)
     train_dist_fini(&r->dist);
 }
 
+/* ZeRO-3: d->params is this rank's shard (policy.h), and no rank keeps all
+ * the weights: a fresh run builds them once, takes its shard and frees
+ * them; --resume reads each rank's shard from its own file. */
+static int init_shard(struct run *r, skiff_err *err)
+{
+    const struct train_opts *o = r->o;
+    struct train_plan *pl = &r->plan;
+    struct train_device *d = &r->dev;
+    size_t n = gpt2_param_layout(&o->cfg, NULL, NULL);
+    float *full = malloc(n * sizeof(float));
+    if (!full) return skiff_error(err, ENOMEM, "initial weights");
+    int rc = train_init_params(o, pl->rank, full, err);
+    if (rc == 0 && (rc = train_device_broadcast(d, full, n, err)) < 0)
+        skiff_err_wrap(err, "broadcasting parameters from rank 0");
+    if (rc == 0) train_zero3_copy(&o->cfg, pl->world, pl->rank, full, d->params, 0);
+    free(full);
+    return rc;
+}
+
 /* The starting weights (from --init-from or the seed), or the checkpoint's
  * weights and optimizer state with --resume, the same on every rank. */
 static int load_state(struct run *r, skiff_err *err)
@@ -48,7 +67,9 @@ static int load_state(struct run *r, skiff_err *err)
     const struct train_opts *o = r->o;
     struct train_plan *pl = &r->plan;
     struct train_device *d = &r->dev;
-    if (train_init_params(o, pl->rank, d->params, err) < 0) return -1;
+    int sharded = o->zero == 3;
+    if (sharded && !o->resume && init_shard(r, err) < 0) return -1;
+    if (!sharded && train_init_params(o, pl->rank, d->params, err) < 0) return -1;
     if (o->resume) {
         if (train_resume_load(pl, o, d->params, d->m, d->v, err) < 0) return -1;
         d->amp = pl->amp; /* the fp16 loss scale and skipped steps, for the device's upload */
@@ -59,7 +80,7 @@ static int load_state(struct run *r, skiff_err *err)
         if (train_device_mean(d, pl->start, &mean, err) < 0 || train_resume_agree(pl, o, mean, err) < 0) return -1;
     }
     /* one source of truth for the weights: rank 0 */
-    if (train_device_broadcast(d, d->params, pl->n_pad, err) < 0)
+    if (!sharded && train_device_broadcast(d, d->params, pl->n_pad, err) < 0)
         return skiff_err_wrap(err, "broadcasting parameters from rank 0");
     return d->ops->upload ? d->ops->upload(d, o->resume, err) : 0;
 }

@@ -13,6 +13,11 @@
 #   vs 1 rank = tokens/s relative to one rank doing the whole global batch
 #   RSS MiB   = rank 0's peak resident memory (/usr/bin/time): what a rank
 #              holds under each layout, the same run
+#   state MiB = parameters + gradients + optimizer state per rank, as the
+#              run's first line reports them (ZeRO-3: its shards plus the
+#              gathered block buffers); below the table, ZeRO-3's against
+#              issue 29's target: 1/P of ZeRO-0's state plus one gathered
+#              block (weights and gradient)
 # Tensor parallelism in the same table: --tp 2 on 2 ranks (one replica, each
 # rank half the heads and half the MLP, the whole global batch) and dp2 x tp2
 # on 4; their comm ms adds the tensor-parallel all-reduces (synchronous, so
@@ -37,12 +42,12 @@ run() { # run NAME P BUCKET_MB [args]; TP=N in the environment for --tp N
   local dp=$((P / ${TP:-1}))
   local port=$((20000 + (RANDOM * 7 + $$) % 30000)) pids=() r rc=0
   for ((r = 0; r < P; r++)); do
-    local timed=()
-    [ $r = 0 ] && timed=(/usr/bin/time -f %M -o "$W/$name.rss")
+    local timed=() quiet=(--quiet) out=/dev/null
+    [ $r = 0 ] && timed=(/usr/bin/time -f %M -o "$W/$name.rss") quiet=() out=$W/$name.out
     RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       "${timed[@]}" "$TRAIN" train --model "$MODEL" --data "$W/lic_train_*.bin" --seq "$SEQ" \
-      --batch $((GLOBAL / dp)) --steps "$STEPS" --bucket-mb "$mb" --quiet \
-      --log "$W/$name.jsonl" "$@" &
+      --batch $((GLOBAL / dp)) --steps "$STEPS" --bucket-mb "$mb" "${quiet[@]}" \
+      --log "$W/$name.jsonl" "$@" >"$out" &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
@@ -52,8 +57,10 @@ run() { # run NAME P BUCKET_MB [args]; TP=N in the environment for --tp N
 # mean of a field over steps 3..N
 field() { tail -n +3 "$W/$1.jsonl" | awk -v k="\"$2\":" '{ v = 0; i = index($0, k); if (i) v = substr($0, i + length(k)) + 0; s += v } END { printf "%.1f", s / NR }'; }
 
-echo "| ranks | micro-batch | buckets | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | exposed | vs 1 rank | RSS MiB |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+# params + gradients + optimizer MiB from the run's first line
+state() { grep -o 'per rank: .*' "$W/$1.out" | awk '{ for (i = 1; i < NF; i++) if ($i ~ /^(params|gradients|optimizer)$/) t += $(i + 1) } END { printf "%.1f", t }'; }
+echo "| ranks | micro-batch | layout | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | exposed | vs 1 rank | RSS MiB | state MiB |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 base=""
 row() { # row NAME P DESC; TP=N as for run
   local name=$1 P=$2 desc=$3
@@ -65,7 +72,7 @@ row() { # row NAME P DESC; TP=N as for run
   exposed=$(awk -v m="$ms" -v w="$wait" 'BEGIN { printf "%.1f%%", 100 * w / m }')
   [ -z "$base" ] && base=$tps
   rel=$(awk -v a="$tps" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
-  echo "| $P | $((GLOBAL / dp)) x $SEQ | $desc | $tps | $ms | $comm | $wait | $hidden | $exposed | $rel | $(($(cat "$W/$name.rss") / 1024)) |"
+  echo "| $P | $((GLOBAL / dp)) x $SEQ | $desc | $tps | $ms | $comm | $wait | $hidden | $exposed | $rel | $(($(cat "$W/$name.rss") / 1024)) | $(state "$name") |"
 }
 run p1 1 25 && row p1 1 "-"
 run p2 2 25 && row p2 2 "25 MiB (one bucket)"
@@ -75,6 +82,20 @@ run p2z 2 25 --zero 1 && row p2z 2 "ZeRO-1 (no overlap)"
 run p2z2 2 25 --zero 2 && row p2z2 2 "ZeRO-2 (no overlap)"
 TP=2 run t2 2 25 --tp 2 && TP=2 row t2 2 "--tp 2 (no DP)"
 TP=2 run d2t2 4 0.5 --tp 2 && TP=2 row d2t2 4 "dp2 x tp2, 0.5 MiB"
+run p2z3 2 25 --zero 3 && row p2z3 2 "ZeRO-3 (prefetch + overlap)"
+run p2z3b 2 25 --zero 3 --zero3-buffers 1 && row p2z3b 2 "ZeRO-3, --zero3-buffers 1"
+run p4z3 4 25 --zero 3 && row p4z3 4 "ZeRO-3 (prefetch + overlap)"
+run p4z3b 4 25 --zero 3 --zero3-buffers 1 && row p4z3b 4 "ZeRO-3, --zero3-buffers 1"
+echo
+# one block of the model, weights and gradient: 2 (12 C^2 + 13 C) floats
+C=$(grep -o ' C[0-9]*' "$W/p1.out" | head -1 | tr -d ' C')
+blk=$(awk -v c="$C" 'BEGIN { printf "%.2f", 2 * (12 * c * c + 13 * c) * 4 / 1048576 }')
+for z in p2z3 p2z3b p4z3 p4z3b; do
+  P=${z:1:1} z0=$([ "${z:1:1}" = 2 ] && echo p2 || echo p4)
+  awk -v s="$(state $z)" -v a="$(state $z0)" -v P="$P" -v b="$blk" -v n="$z" 'BEGIN {
+    t = a / P + b; printf "%s: ZeRO-3 state %.1f MiB per rank; target ZeRO-0 %.1f / %d + one block %.2f = %.1f MiB: %s\n",
+      n, s, a, P, b, t, s <= t ? "met" : "over" }'
+done
 echo
 echo "model $MODEL, $STEPS steps (means of steps 3..$STEPS), global batch $GLOBAL x $SEQ tokens, $(getconf _NPROCESSORS_ONLN) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 

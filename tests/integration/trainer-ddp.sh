@@ -58,6 +58,43 @@ done
 if run z2k 2 3 --zero 2 --grad-accum 2; then same "--zero 2 with accumulation equals 1 process (tol $TOL)" p1 z2k $TOL
 else t_fail "--zero 2 --grad-accum 2 runs"; fi
 
+# ZeRO-3 (FSDP): the weights sharded too, each block gathered just before
+# use. 20 steps on 2 and 4 ranks against one process on the same global
+# batch: every loss within 1e-5 relative, the weights within $TOL (put
+# together from the ranks' shard files by `compare`); with accumulation and
+# --recompute too. --zero3-buffers 1 (no prefetch, no overlap) moves the same
+# bytes in the same order, so it equals the default bit for bit.
+close_rel() { # close_rel A B: every loss of A.jsonl within 1e-5 relative of B's
+  paste -d' ' <(t_losses "$TDIR/$1.jsonl") <(t_losses "$TDIR/$2.jsonl") |
+    awk 'NF != 2 { bad = 1 } { d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > 1e-5) bad = 1; n++ }
+         END { exit (bad || n != 20) }'
+}
+z3() { # z3 NAME P BATCH [args]: 20 steps
+  local name=$1 P=$2 b=$3; shift 3
+  rm -rf "$TDIR/$name"
+  local launch=()
+  [ "$P" -gt 1 ] && launch=(t_ddp "$P")
+  "${launch[@]}" "$TRAIN" train "${COMMON[@]}" --steps 20 --batch "$b" --ckpt-dir "$TDIR/$name" --log "$TDIR/$name.jsonl" "$@"
+}
+z3_same() { # z3_same DESC A B
+  local out
+  if ! out=$("$TRAIN" compare "$TDIR/$2" "$TDIR/$3" --tol $TOL 2>&1) || ! close_rel "$3" "$2"; then
+    t_fail "$1" "$out; losses: $(paste -d' ' <(t_losses "$TDIR/$2.jsonl") <(t_losses "$TDIR/$3.jsonl") | tail -3 | tr '\n' ';')"
+  else t_pass "$1 ($out)"; fi
+}
+if z3 z3p1 1 12; then
+  for P in 2 4; do
+    if z3 "z3p$P" "$P" $((12 / P)) --zero 3; then
+      z3_same "--zero 3 P=$P equals 1 process (20 steps, losses within 1e-5 relative)" z3p1 "z3p$P"
+    else t_fail "--zero 3 P=$P runs"; fi
+  done
+  if z3 z3k 3 2 --zero 3 --grad-accum 2 --recompute; then
+    z3_same "--zero 3 P=3 with --grad-accum 2 --recompute equals 1 process" z3p1 z3k
+  else t_fail "--zero 3 --grad-accum 2 --recompute runs"; fi
+  if z3 z3b1 2 6 --zero 3 --zero3-buffers 1; then same "--zero3-buffers 1 equals the default bit for bit" z3p2 z3b1 0
+  else t_fail "--zero3-buffers 1 runs"; fi
+else t_fail "20-step reference run"; fi
+
 # --recompute redoes each block's forward in the backward: the same bits, on
 # one process and under ZeRO-2 with accumulation over the ring (the header
 # line reports the smaller activation memory)
@@ -84,6 +121,24 @@ if [ -n "$(opt "$m0")" ] && awk -v a="$(opt "$m0")" -v b="$(opt "$m1")" -v p="$(
   'BEGIN { exit !(b > 0 && a / b > 1.9 && a / b < 2.1 && a / p > 2.9 && a / p < 3.1 && p == q) }'; then
   t_pass "memory per rank reported: --zero 0: $m0; --zero 1: $m1"
 else t_fail "memory per rank reported" "zero 0: '$m0'; zero 1: '$m1'"; fi
+
+# ZeRO-3's state per rank against issue 29's target: at most 1/P of
+# ZeRO-0's parameters + gradients + optimizer state, plus one gathered
+# block (its weights and gradient), with --zero3-buffers 1; the default's
+# second pair of block buffers (prefetch, overlap) is reported on top
+tot() { awk -v s="$1" 'BEGIN { n = split(s, w, " "); for (i = 1; i < n; i++) if (w[i] ~ /^(params|gradients|optimizer)$/) t += w[i + 1]; printf "%.2f", t }'; }
+gath() { sed -n 's/.*gathered units \([0-9.]*\) MiB.*/\1/p' <<<"$1"; }
+for P in 2 4; do
+  m0=$(t_ddp $P "$TRAIN" train --model mini --data "$D" --seq 32 --batch 2 --steps 1 --zero 0 | grep -o 'per rank: .*')
+  m3=$(t_ddp $P "$TRAIN" train --model mini --data "$D" --seq 32 --batch 2 --steps 1 --zero 3 --zero3-buffers 1 |
+    grep -o 'per rank: .*')
+  # one block of mini (L4 C128): 12 C^2 + 13 C floats, weights and gradient
+  blk=$(awk 'BEGIN { printf "%.2f", 2 * (12 * 128 * 128 + 13 * 128) * 4 / 1048576 }')
+  if [ -n "$(gath "$m3")" ] && awk -v a="$(tot "$m0")" -v b="$(tot "$m3")" -v P=$P -v l="$blk" \
+    'BEGIN { exit !(b > 0 && b <= a / P + l) }'; then
+    t_pass "--zero 3 P=$P state per rank $(tot "$m3") MiB <= $(tot "$m0")/$P + $blk MiB (--zero 0: $m0; --zero 3: $m3)"
+  else t_fail "--zero 3 P=$P state per rank within 1/P of --zero 0 + one block" "zero 0: '$m0'; zero 3: '$m3'"; fi
+done
 
 # Tensor parallelism (--tp, Megatron's layout: the ranks of one
 # data-parallel replica are neighbours, RANK = dp * tp + tp_rank): 20 steps

@@ -34,6 +34,7 @@ resume_case() {
 
 resume_case single 1 --batch 4 --grad-accum 2
 resume_case zero1 2 --batch 2 --zero 1
+resume_case zero3 2 --batch 2 --zero 3 --grad-accum 2
 resume_case ddp 2 --batch 2 --bucket-mb 0.05
 resume_case recompute 1 --batch 4 --recompute
 resume_case tp2 2 --batch 4 --tp 2
@@ -79,6 +80,8 @@ t_fails_with "resume under another layout refuses another global batch" \
   t_ddp 2 "$TRAIN" train "${COMMON[@]}" --batch 4 --ckpt-dir "$TDIR/tp2-part" --resume
 t_fails_with "resume refuses another model" "checkpoint of another model" \
   "$TRAIN" train --model mini --data "$D" --seq 32 --steps 12 --batch 2 --quiet --ckpt-dir "$TDIR/single-part" --resume
+t_fails_with "a --zero 3 checkpoint resumes only in its own layout" "a --zero 3 checkpoint resumes only in its own layout" \
+  t_ddp 2 "$TRAIN" train "${COMMON[@]}" --batch 2 --zero 2 --ckpt-dir "$TDIR/zero3-part" --resume
 t_fails_with "resume without a checkpoint says so" "no checkpoint of this rank" \
   "$TRAIN" train "${COMMON[@]}" --batch 2 --ckpt-dir "$TDIR/none" --resume
 t_done

@@ -273,21 +273,29 @@ Test(gradcheck, whole_model)
  * their values: the loss, the gradient and the probabilities are the same
  * bits as without it over two accumulated passes (three layers, so the top,
  * middle and bottom slot cases all run), in less activation memory. */
+/* Two models of three layers (B 2, T 8) with the same perturbed weights. */
+static const struct gpt2_config cfg3 = {
+    .max_seq_len = 8, .vocab_size = 11, .padded_vocab_size = 16, .num_layers = 3, .num_heads = 2, .channels = 8};
+static void two_models(struct gpt2 *a, struct gpt2 *b)
+{
+    skiff_err err;
+    cr_assert_eq(gpt2_create(a, &cfg3, 2, 8, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpt2_create(b, &cfg3, 2, 8, &err), 0, "%s", err.msg);
+    gpt2_init_params(&cfg3, a->params, 3);
+    for (size_t i = 0; i < a->num_params; i++)
+        a->params[i] += frand() * 0.2f;
+    memcpy(b->params, a->params, a->num_params * sizeof(float));
+}
+
 Test(gradcheck, recompute_gives_the_same_bits_in_less_memory)
 {
-    struct gpt2_config cfg = {
-        .max_seq_len = 8, .vocab_size = 11, .padded_vocab_size = 16, .num_layers = 3, .num_heads = 2, .channels = 8};
+    const struct gpt2_config cfg = cfg3;
     struct gpt2 a, b;
     skiff_err err;
-    cr_assert_eq(gpt2_create(&a, &cfg, 2, 8, &err), 0, "%s", err.msg);
-    cr_assert_eq(gpt2_create(&b, &cfg, 2, 8, &err), 0, "%s", err.msg);
+    two_models(&a, &b);
     cr_assert_eq(gpt2_recompute(&b, &err), 0, "%s", err.msg);
     cr_assert_lt(b.num_acts, a.num_acts);
     cr_assert_eq(b.num_acts, gpt2_num_acts(&cfg, 2, 8, 1));
-    gpt2_init_params(&cfg, a.params, 3);
-    for (size_t i = 0; i < a.num_params; i++)
-        a.params[i] += frand() * 0.2f;
-    memcpy(b.params, a.params, a.num_params * sizeof(float));
     int in[16], tg[16];
     gpt2_zero_grad(&a);
     gpt2_zero_grad(&b);
@@ -304,6 +312,102 @@ Test(gradcheck, recompute_gives_the_same_bits_in_less_memory)
     for (size_t i = 0; i < a.num_params; i++)
         cr_assert(memcmp(&a.grads[i], &b.grads[i], 4) == 0, "grad %zu: %.9g vs %.9g", i, a.grads[i], b.grads[i]);
     cr_assert(memcmp(a.probs_out, b.probs_out, (size_t)2 * 8 * 16 * sizeof(float)) == 0);
+    gpt2_destroy(&a);
+    gpt2_destroy(&b);
+}
+
+/* ZeRO-3's units (model.h): a model whose parameters live in per-unit
+ * buffers, handed out by the hooks one unit at a time, gives the same loss
+ * and gradient bits as the one buffer, one pass at a time; the hooks are
+ * called in the order the device's collectives rely on (each unit gathered
+ * before use and released, the gradient of each block final before the
+ * block below starts, the root's last). */
+struct unit_host {
+    struct gpt2_config cfg;
+    float *flat, *grads; /* the one buffer's weights; the units' gradients put back */
+    float *buf[8], *gbuf[8];
+    int live[8], log[64], nlog;
+};
+
+static float *uh_gather(void *ctx, int u, int backward)
+{
+    struct unit_host *h = ctx;
+    cr_assert(!h->live[u], "unit %d gathered twice", u);
+    h->live[u] = 1;
+    h->log[h->nlog++] = (backward ? 100 : 0) + u;
+    gpt2_unit_copy(&h->cfg, u, h->flat, h->buf[u], 0);
+    return h->buf[u];
+}
+static void uh_release(void *ctx, int u)
+{
+    struct unit_host *h = ctx;
+    cr_assert(h->live[u], "unit %d released but not gathered", u);
+    h->live[u] = 0;
+}
+static float *uh_grad(void *ctx, int u)
+{
+    struct unit_host *h = ctx;
+    size_t total;
+    struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
+    gpt2_unit_slices(&h->cfg, u, s, &total);
+    for (size_t i = 0; i < total; i++)
+        h->gbuf[u][i] = NAN; /* the model must write every element */
+    return h->gbuf[u];
+}
+static void uh_grad_done(void *ctx, int u)
+{
+    struct unit_host *h = ctx;
+    h->log[h->nlog++] = 200 + u;
+    gpt2_unit_copy(&h->cfg, u, h->grads, h->gbuf[u], 1);
+}
+
+Test(gradcheck, units_give_the_same_bits_as_the_one_buffer)
+{
+    const struct gpt2_config cfg = cfg3;
+    struct gpt2 a, b;
+    two_models(&a, &b);
+    struct unit_host h = {.cfg = cfg, .flat = a.params, .grads = calloc(a.num_params, sizeof(float))};
+    size_t covered = 0;
+    for (int u = 0; u < gpt2_num_units(&cfg); u++) {
+        size_t total;
+        struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
+        gpt2_unit_slices(&cfg, u, s, &total);
+        covered += total;
+        h.buf[u] = malloc(total * sizeof(float));
+        h.gbuf[u] = malloc(total * sizeof(float));
+    }
+    cr_assert_eq(covered, a.num_params, "the units hold every parameter once");
+    struct gpt2_units units = {&h, uh_gather, uh_release, uh_grad, uh_grad_done};
+    gpt2_use_units(&b, &units);
+    int in[16], tg[16];
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 16; i++) {
+            in[i] = (i * 7 + 3 + pass) % 11;
+            tg[i] = (i * 5 + 1 + pass) % 11;
+        }
+        h.nlog = 0;
+        gpt2_zero_grad(&a);
+        float la = gpt2_forward(&a, in, tg), lb = gpt2_forward(&b, in, tg);
+        cr_assert(memcmp(&la, &lb, sizeof la) == 0, "pass %d: loss %.9g vs %.9g", pass, la, lb);
+        gpt2_backward(&a, 0.5f);
+        gpt2_backward(&b, 0.5f);
+        for (size_t i = 0; i < a.num_params; i++)
+            cr_assert(memcmp(&a.grads[i], &h.grads[i], 4) == 0, "pass %d grad %zu: %.9g vs %.9g", pass, i, a.grads[i],
+                      h.grads[i]);
+        /* forward: root, blocks up; backward: root, then each block's
+         * gather followed by its gradient, top down; the root's gradient last */
+        static const int want[] = {0, 1, 2, 3, 100, 103, 203, 102, 202, 101, 201, 200};
+        cr_assert_eq(h.nlog, 12);
+        for (int i = 0; i < 12; i++)
+            cr_assert_eq(h.log[i], want[i], "hook call %d: %d, want %d", i, h.log[i], want[i]);
+        for (int u = 0; u < 4; u++)
+            cr_assert(!h.live[u], "unit %d still gathered after the backward", u);
+    }
+    for (int u = 0; u < 4; u++) {
+        free(h.buf[u]);
+        free(h.gbuf[u]);
+    }
+    free(h.grads);
     gpt2_destroy(&a);
     gpt2_destroy(&b);
 }

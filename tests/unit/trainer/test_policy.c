@@ -52,6 +52,39 @@ Test(policy, zero_layout_pads_and_shards)
     cr_assert_eq(p.end, 4, "--stop-after ends this run early");
 }
 
+/* ZeRO-3: every unit padded to a multiple of the world, each rank a piece
+ * of each; the shards of all ranks hold every weight once and give the
+ * llm.c buffer back. */
+Test(policy, zero3_shards_hold_every_weight_once)
+{
+    struct train_opts o = opts(3, 10);
+    enum { W = 3 };
+    size_t n = gpt2_param_layout(&o.cfg, NULL, NULL), total = train_zero3_len(&o.cfg, W);
+    float *flat = malloc(n * sizeof(float)), *back = calloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        flat[i] = (float)i;
+    struct train_plan p;
+    for (int r = 0; r < W; r++) {
+        train_plan_init(&p, &o, n, W, r);
+        cr_assert_eq(p.n_pad, total);
+        cr_assert_eq(p.opt_len * W, total, "equal shards");
+        cr_assert_eq(p.opt_off, (size_t)r * p.opt_len);
+        for (int u = 0; u < gpt2_num_units(&o.cfg); u++) {
+            size_t off, len = train_zero3_unit(&o.cfg, W, r, u, &off);
+            cr_assert_eq(len % W, 0u, "unit %d padded to the world", u);
+            cr_assert_leq(off + len / W, p.opt_len);
+        }
+        float *shard = malloc(p.opt_len * sizeof(float));
+        train_zero3_copy(&o.cfg, W, r, flat, shard, 0);
+        train_zero3_copy(&o.cfg, W, r, back, shard, 1);
+        free(shard);
+    }
+    cr_assert(memcmp(flat, back, n * sizeof(float)) == 0, "the shards put together are the weights");
+    cr_assert_lt(total - n, (size_t)W * gpt2_num_units(&o.cfg), "padding under world per unit");
+    free(flat);
+    free(back);
+}
+
 Test(policy, windows_are_disjoint_across_ranks_and_micro_steps)
 {
     struct train_opts o = opts(0, 10); /* B=2, K=3 */
