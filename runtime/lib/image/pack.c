@@ -54,12 +54,17 @@ struct skiff_pack {
     bool in_file, finished; /* a file begun and not ended; the processor finished */
 };
 
+/* The compressors packed here: those whose images unsquashfs 4.5 and
+ * squashfuse read back. Not lz4 (unsquashfs 4.5 refuses libsquashfs 1.2's
+ * lz4 images: "failed to read id table block") nor lzo (Debian's
+ * libsquashfs has none): mksquashfs writes those, as it writes "none". */
 static const struct {
     const char *name;
     SQFS_COMPRESSOR id;
 } compressors[] = {
-    {"zstd", SQFS_COMP_ZSTD}, {"gzip", SQFS_COMP_GZIP}, {"xz", SQFS_COMP_XZ},
-    {"lz4", SQFS_COMP_LZ4},   {"lzo", SQFS_COMP_LZO},
+    {"zstd", SQFS_COMP_ZSTD},
+    {"gzip", SQFS_COMP_GZIP},
+    {"xz", SQFS_COMP_XZ},
 };
 
 static int comp_id(const struct skiff_config *cfg)

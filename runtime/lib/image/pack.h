@@ -31,8 +31,8 @@
 struct skiff_pack;
 struct json_t;
 
-/* True when cfg's compression can be written this way (all but "none",
- * which mksquashfs writes) and import_mksquashfs is not set. */
+/* True when cfg's compression can be written this way (zstd, gzip, xz;
+ * mksquashfs writes lz4, lzo and none) and import_mksquashfs is not set. */
 bool skiff_pack_usable(const struct skiff_config *cfg);
 
 /* Starts the squashfs at path (created or truncated; the caller owns its

@@ -17,8 +17,8 @@
 #include "spawn.h"
 
 /* mksquashfs packs a tree that is already on disk (dir: imports, saved
- * containers, and imports with import_mksquashfs or compression "none")
- * with all cores. Image layers are packed by pack.c instead, straight from
+ * containers, and imports with import_mksquashfs or compression lz4, lzo
+ * or none) with all cores. Image layers are packed by pack.c instead, straight from
  * their tar streams: it overlaps download, inflate and compression and
  * writes no tree. */
 
