@@ -52,6 +52,13 @@ static const char *root_of(const struct skiff_config *cfg, bool system)
     return system ? cfg->system_cache_path : cfg->cache_path;
 }
 
+/* Where the user's lazy images keep their data files (the site's store
+ * holds no lazy images): NULL for none. */
+static const char *lazy_path_of(const struct skiff_config *cfg, bool system, char *buf, size_t n)
+{
+    return system || skiff_config_lazy_path(cfg, buf, n) < 0 ? NULL : buf;
+}
+
 static int cache_list(int argc, char **argv)
 {
     static const struct option longopts[] = {{"system", no_argument, NULL, 's'}, {NULL, 0, NULL, 0}};
@@ -76,7 +83,8 @@ static int cache_list(int argc, char **argv)
     skiff_err err;
     skiff_err_clear(&err);
     struct skiff_cache_listing l;
-    if (skiff_cache_list(root_of(&cfg, system), &l, &err) < 0)
+    char lazy[SKIFF_PATH_MAX];
+    if (skiff_cache_list(root_of(&cfg, system), lazy_path_of(&cfg, system, lazy, sizeof(lazy)), &l, &err) < 0)
         return cli_fail("cache", &err);
     printf("%-12s  %8s  %-16s  %-6s  %s\n", "IMAGE", "SIZE", "LAST USED", "IN USE", "REFERENCES");
     for (size_t i = 0; i < l.nimages; i++) {
@@ -89,6 +97,8 @@ static int cache_list(int argc, char **argv)
         printf("%.12s  %8s  %-16s  %-6s  %s", e->key, size, when, e->in_use ? "yes" : "no", refs);
         if (e->info.digest[0])
             printf(" (%.19s)", e->info.digest);
+        if (e->lazy)
+            fputs(" [lazy]", stdout);
         putchar('\n');
     }
     char a[32], b[32];
@@ -157,6 +167,8 @@ static int cache_prune(int argc, char **argv)
     }
     o.removed = told;
     o.ctx = &o.dry_run;
+    char lazy[SKIFF_PATH_MAX];
+    o.lazy_path = lazy_path_of(&cfg, system, lazy, sizeof(lazy));
     if (!system) {
         o.keep = skiff_named_keeps_image;
         o.keep_ctx = &cfg;

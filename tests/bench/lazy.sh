@@ -11,16 +11,25 @@
 #                               pass (the whole blob streams through it once)
 #   lazy, index there, cold node  the lazy image (index, skeleton, prefetch
 #                               list) cached, no data on the node
-#   lazy, data there            nothing reset (a hot node)
-#   squashfs, cached            the full import's image cached (the floor)
 #   floor of the index pass     the layers from the registry through zlib
+# Then paired A/B tables (tests/bench/abpairs.py: the two commands of a
+# pair run back to back in a random order, so the load of a shared machine
+# hits both alike; the median of the per-pair ratios):
+#   A4  the index pass (skiff resolve: the pass, the skeleton), and the
+#       first-ever start (that and a start), against the floor
+#   A6  a hot node (the lazy image and the data it reads there) against a
+#       cached squashfs: resolve + start, and `skiff start` alone
 # Also prints what the node holds after one cold-node start (allocated bytes
 # of the sparse data file) against the layers' compressed size.
+# SKIFF_BENCH_BASE=DIR (another checkout's build directory, e.g. main's):
+# also pairs its index pass and its hot lazy start with this build's.
 # Loopback only: the registry is on 127.0.0.1 with no link shaping, so the
 # transfer costs little and the full import's figure is mostly inflate and
 # squash (on a 1 Gbit/s link the full import pays the transfer too).
 #   BENCH_RUNS=N (default 3)   BENCH_LAZY_MB=N (default 1024)
+#   BENCH_PAIRS=N (default 2 x BENCH_RUNS: the A4 pairs; A6 takes 10 x BENCH_RUNS)
 set -u
+BASE=${SKIFF_BENCH_BASE:-}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
 SKIFF=$BUILD/bin/skiff
@@ -59,21 +68,33 @@ print(sum(l["size"] for l in man["layers"]))
 EOF
 )
 
-for mode in full lazy; do
+modes="full lazy"
+[ -n "$BASE" ] && modes="$modes base"
+for mode in $modes; do
   mkdir -p "$W/$mode/tmp"
   cat >"$W/$mode/skiff.conf" <<EOF
 allow_http = yes
-image_mode = $mode
+image_mode = ${mode/base/lazy}
 cache_path = $W/$mode/cache
 temp_path = $W/$mode/tmp
 EOF
-  # one first exec: resolve (import, index pass or the cache) and start
+  bin=$SKIFF
+  [ "$mode" = base ] && bin=$BASE/bin/skiff
+  # one first exec: resolve (import, index pass or the cache) and start;
+  # and a start alone, of the image resolved once
   cat >"$W/$mode/first-exec" <<EOF
 #!/bin/bash
 export SKIFF_CONFIG=$W/$mode/skiff.conf
-img=\$("$SKIFF" resolve "$URI") && exec "$SKIFF" start "\$img" /bin/true
+img=\$("$bin" resolve "$URI") && exec "$bin" start "\$img" /bin/true
 EOF
-  chmod 755 "$W/$mode/first-exec"
+  cat >"$W/$mode/start" <<EOF
+#!/bin/bash
+export SKIFF_CONFIG=$W/$mode/skiff.conf
+exec "$bin" start "\$(cat $W/$mode/image)" /bin/true
+EOF
+  printf '#!/bin/sh\nexport SKIFF_CONFIG=%s/skiff.conf\nexec %s resolve %s >%s/image\n' "$W/$mode" "$bin" "$URI" "$W/$mode" \
+    >"$W/$mode/resolve"
+  chmod 755 "$W/$mode/first-exec" "$W/$mode/start" "$W/$mode/resolve"
 done
 # the floor of an index pass: the layers streamed from the registry through
 # zlib's inflate (what the pass uses; transfer and inflate at once, nothing
@@ -98,6 +119,9 @@ chmod 755 "$W"/cold-* "$W/floor"
 "$W/cold-node"
 "$W/lazy/first-exec" || exit 1
 data=$(find "$W/lazy/cache/lazy-data" -name '*.data' -exec du -B1 {} + | awk '{s += $1} END {print s + 0}')
+for mode in $modes; do
+  "$W/$mode/resolve" && "$W/$mode/first-exec" || { echo "bench lazy: resolve ($mode) failed"; exit 1; }
+done
 
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 hyperfine -N --runs "$RUNS" --export-json "$W/cold.json" \
@@ -106,21 +130,14 @@ hyperfine -N --runs "$RUNS" --export-json "$W/cold.json" \
   -n "lazy, index there, cold node" --prepare "$W/cold-node" "$W/lazy/first-exec" \
   -n "floor of the index pass: curl | zlib inflate of the layers" --prepare /bin/true "$W/floor" >"$W/cold.log" 2>&1 \
   || { echo "bench lazy: hyperfine failed"; cat "$W/cold.log"; exit 1; }
-# warm rows: several times the runs (they take milliseconds)
-hyperfine -N --runs $((RUNS * 10)) --warmup 2 --export-json "$W/hot.json" \
-  -n "lazy, data there (hot node)" "$W/lazy/first-exec" \
-  -n "squashfs, cached (full import done)" "$W/full/first-exec" >"$W/hot.log" 2>&1 \
-  || { echo "bench lazy: hyperfine failed"; cat "$W/hot.log"; exit 1; }
-
-python3 - "$W/cold.json" "$W/hot.json" "$MB" "$RUNS" "$load" "$compressed" "$data" <<'EOF'
+python3 - "$W/cold.json" "$MB" "$RUNS" "$load" "$compressed" "$data" <<'EOF'
 import json, statistics, sys
-cold, hot = (json.load(open(p))["results"] for p in sys.argv[1:3])
-mb, runs, load, comp, data = sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), int(sys.argv[7])
-rows = cold + hot
+rows = json.load(open(sys.argv[1]))["results"]
+mb, runs, load, comp, data = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
 med = {r["command"]: statistics.median(r["times"]) for r in rows}
 full, lazy = med["full import, cold cache"], med["lazy, index there, cold node"]
 print(f"### Lazy start: time to first exec, busybox + {mb} MB random payload, registry on 127.0.0.1 "
-      f"(2 cores, load before: {load}; cold rows {runs} runs, hot rows {int(runs) * 10})\n")
+      f"(2 cores, load before: {load}; {runs} runs)\n")
 print("| what | median s | min s | max s | full import / this |")
 print("|---|---:|---:|---:|---:|")
 for r in rows:
@@ -131,9 +148,46 @@ print(f"Time to first exec, full import / lazy with the index there: {full / laz
       f"(issue 27's A2 asks >= 10x on a 1 Gbit/s link; this is loopback).")
 print(f"Data on the node after one cold-node start: {data / 2**20:.1f} MB of {comp / 2**20:.0f} MB compressed "
       f"({100 * data / comp:.2f} %).")
-print(f"Index pass (first ever, with the start) / its floor (transfer and inflate in one stream): "
-      f"{med['lazy, first ever (index pass)'] / med['floor of the index pass: curl | zlib inflate of the layers']:.2f} "
-      f"(issue 27's A4 asks <= 1.2).")
-print(f"Hot lazy start / cached squashfs start: "
-      f"{med['lazy, data there (hot node)'] / med['squashfs, cached (full import done)']:.2f}")
 EOF
+# the paired tables (A4: every lazy run starts with no lazy cache)
+PAIRS=${BENCH_PAIRS:-$((RUNS * 2))}
+ab() { python3 "$ROOT/tests/bench/abpairs.py" "$@" || { echo "bench lazy: abpairs failed"; exit 1; }; }
+echo
+echo "A4, paired ($PAIRS pairs; load $(cut -d' ' -f1 /proc/loadavg)): the first-ever start against the floor" \
+  "of its index pass (issue 27 asks <= 1.2)"
+echo
+ab --runs "$PAIRS" --warmup 1 --label-a floor --label-b lazy --setup-b "$W/cold-lazy" \
+  --row "index pass alone (skiff resolve) / curl \\| zlib" "$W/floor" "$W/lazy/resolve" \
+  --row "index pass + start / curl \\| zlib" "$W/floor" "$W/lazy/first-exec"
+# CPU seconds of each (user + system, all its processes): on a loaded
+# machine the wall-clock ratio follows this one
+python3 - "$W/floor" "$W/cold-lazy" "$W/lazy/resolve" <<'EOF'
+import resource, subprocess, sys
+def cpu(cmd):
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+f = min(cpu([sys.argv[1]]) for _ in range(3))
+l = min((subprocess.run([sys.argv[2]], check=True), cpu([sys.argv[3]]))[1] for _ in range(3))
+print(f"\nCPU time (least of 3): index pass {l:.2f} s, its floor {f:.2f} s: {l / f:.2f}x")
+EOF
+echo
+echo "A6, paired ($((RUNS * 10)) pairs; load $(cut -d' ' -f1 /proc/loadavg)): a hot lazy node against a cached" \
+  "squashfs (issue 27 asks <= 1.05)"
+echo
+ab --runs $((RUNS * 10)) --label-a squashfs --label-b lazy \
+  --row "resolve + start /bin/true" "$W/full/first-exec" "$W/lazy/first-exec" \
+  --row "skiff start /bin/true" "$W/full/start" "$W/lazy/start"
+[ -n "$BASE" ] || exit 0
+printf '#!/bin/sh\nrm -rf %s/base/cache\n' "$W" >"$W/cold-base"
+chmod 755 "$W/cold-base"
+echo
+echo "Base build ($BASE) against this one, paired; load $(cut -d' ' -f1 /proc/loadavg)"
+echo
+ab --runs "$PAIRS" --warmup 1 --label-a base --label-b this --setup-a "$W/cold-base" --setup-b "$W/cold-lazy" \
+  --row "lazy, first ever (index pass + start)" "$W/base/first-exec" "$W/lazy/first-exec"
+# (the cold rows left no image: one resolve each, then hot starts)
+"$W/base/resolve" && "$W/lazy/resolve" && "$W/base/first-exec" && "$W/lazy/first-exec" || exit 1
+ab --runs $((RUNS * 10)) --label-a base --label-b this \
+  --row "lazy, hot node: skiff start /bin/true" "$W/base/start" "$W/lazy/start"

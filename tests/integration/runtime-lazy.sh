@@ -259,6 +259,25 @@ else
 fi
 D2=$("$SKIFF" resolve "$ref" 2>/dev/null)
 [ "$D2" = "$D" ] && t_pass "resolve again: the same lazy image, no second index pass" || t_fail "resolve again" "$D2"
+# skiff cache list/prune know lazy images: listed with their size, kept
+# while a container uses them, then removed with their data files and the
+# layer indexes no other image links
+k=$(basename "$D" .lazy | cut -c1-12)
+line=$("$SKIFF" cache list 2>&1 | grep "^$k ")
+grep -q '\[lazy\]' <<<"$line" && ! grep -qE "^$k +0B " <<<"$line" && t_pass "cache list: the lazy image, with its size" \
+  || t_fail "cache list: the lazy image, with its size" "$("$SKIFF" cache list 2>&1)"
+"$SKIFF" start --no-entrypoint "$D" /bin/sleep 20 >/dev/null 2>&1 &
+SP=$!
+for _ in $(seq 100); do "$SKIFF" cache list 2>/dev/null | grep -qE "^$k .* yes " && break; sleep 0.1; done
+out=$("$SKIFF" cache prune --all 2>&1)
+[ -d "$D" ] && grep -q "kept 1 image(s) in use" <<<"$out" && t_pass "cache prune: a lazy image in use is kept" \
+  || t_fail "cache prune: a lazy image in use is kept" "$out"
+kill "$SP" 2>/dev/null; wait "$SP" 2>/dev/null
+out=$("$SKIFF" cache prune --all 2>&1)
+left=$(ls "$R/cache/lazy-data" "$R/cache/lazy-index" 2>/dev/null | grep -cE '\.(data|map|idx)$')
+[ ! -e "$D" ] && [ "$left" -eq 0 ] && t_pass "cache prune: a lazy image not in use goes, with its data files and indexes" \
+  || t_fail "cache prune: a lazy image not in use goes, with its data files and indexes" "$out; $left files left"
+D=$("$SKIFF" resolve "$ref" 2>/dev/null)
 sed -i 's/^image_mode.*/image_mode = auto/' "$R/skiff.conf"
 rm -rf "$R/cache/images"
 D3=$("$SKIFF" resolve "$ref" 2>/dev/null)
@@ -293,6 +312,19 @@ if fake_start "$P3" --bearer "http://127.0.0.1:$P3/token" --token-uses 3; then
   ntok=$(grep -c '"event": "begin", "method": "GET", "path": "/token' "$W/fake-$P3.log")
   [ "$got" = "$exp" ] && [ "$ntok" -ge 3 ] && t_pass "a token that expires mid-run is renewed ($ntok tokens)" \
     || t_fail "a token that expires mid-run is renewed" "$(cat "$R/err" "$R/err2")"
+fi
+P4=$(registry_free_port)
+if fake_start "$P4"; then
+  # image_mode=auto, an image under lazy_min_size: the manifest the lazy
+  # attempt fetched is the full import's (one GET of it, not two)
+  sed -i 's/^image_mode.*/image_mode = auto/' "$R/skiff.conf"
+  rm -rf "$R/cache/images" "$R/cache/blobs"
+  D=$("$SKIFF" resolve "docker://127.0.0.1:$P4/lazy/longnames:1" 2>"$R/err")
+  nget=$(grep -c '"event": "begin", "method": "GET", "path": "/v2/lazy/longnames/manifests/' "$W/fake-$P4.log")
+  case $D in *.sqsh) [ "$nget" -eq 1 ] && t_pass "image_mode=auto on a small image: one manifest GET, lazy attempt and full import" \
+    || t_fail "image_mode=auto on a small image: one manifest GET" "$nget GETs of the manifest" ;;
+    *) t_fail "image_mode=auto on a small image: one manifest GET" "$D $(cat "$R/err")" ;; esac
+  sed -i 's/^image_mode.*/image_mode = lazy/' "$R/skiff.conf"
 fi
 fake_stop
 

@@ -4,7 +4,14 @@
  * fetcher has the host's network and the container none of its sockets.
  * The FUSE server (in the holder's namespaces) gets the image and the
  * channel through the start options; the fetcher dies with the caller
- * and is killed by skiff_lazy_run_end. */
+ * and is killed by skiff_lazy_run_end.
+ *
+ * On a hot node (skiff_lazy_fetcher_idle: nothing to prefetch or
+ * complete) the fetcher is not exec'd before it is needed: its process
+ * is forked as before, but waits for the channel's first NEED and execs
+ * only then (its libraries and threads cost ~10 ms of CPU, which a start
+ * on a busy node shares; doc/benchmarks.md), or exits when the channel
+ * closes first. The fork is of the user's own front end, as before. */
 #include "container.h"
 
 #include <errno.h>
@@ -13,7 +20,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,9 +32,10 @@
 #include "named.h"
 
 /* Execs argv with its end of a new channel as fd chan_fd and keep's fds
- * at their numbers, every other fd closed; it dies with the caller. */
-static int spawn_fetcher(const char *const argv[], int chan_fd, const int *keep, size_t nkeep, int *chan, pid_t *pid,
-                         skiff_err *err)
+ * at their numbers, every other fd closed; it dies with the caller. With
+ * standby, only once a message is there to read (none: it exits). */
+static int spawn_fetcher(const char *const argv[], int chan_fd, const int *keep, size_t nkeep, bool standby, int *chan,
+                         pid_t *pid, skiff_err *err)
 {
     if (nkeep > 15)
         return skiff_error(err, EINVAL, "lazy fetcher: too many fds");
@@ -55,6 +65,17 @@ static int spawn_fetcher(const char *const argv[], int chan_fd, const int *keep,
             fcntl(keep[i], F_SETFD, 0);
         }
         skiff_close_fds_except(all, n);
+        while (standby) {
+            /* the NEED stays queued for the fetcher: a peek */
+            char b;
+            ssize_t r = recv(chan_fd, &b, 1, MSG_PEEK);
+            if (r > 0)
+                break;
+            if (r == 0)
+                _exit(0); /* every server gone, nothing asked */
+            if (errno != EINTR)
+                _exit(127);
+        }
         execv(argv[0], (char *const *)(uintptr_t)argv);
         _exit(127);
     }
@@ -85,7 +106,8 @@ int skiff_lazy_run_begin(const struct skiff_config *cfg, struct skiff_start_requ
     if (!run->im)
         return -1;
     const char *argv[] = {program, verb, dir, NULL};
-    if (spawn_fetcher(argv, chan_fd, keep, nkeep, &run->chan, &run->fetcher, err) < 0) {
+    bool standby = skiff_lazy_fetcher_idle(cfg, run->im);
+    if (spawn_fetcher(argv, chan_fd, keep, nkeep, standby, &run->chan, &run->fetcher, err) < 0) {
         skiff_lazy_close(run->im);
         run->im = NULL;
         return -1;
@@ -104,9 +126,17 @@ void skiff_lazy_run_end(struct skiff_lazy_run *run)
          * channel close, records what this start read and exits; it is
          * given a second for that */
         double end = skiff_now_ms() + 1000;
+        /* woken by its exit (a pidfd), not by polling every few ms: a
+         * standby fetcher exits at once */
+        int pfd = (int)syscall(SYS_pidfd_open, run->fetcher, 0);
         pid_t r;
-        while ((r = waitpid(run->fetcher, NULL, WNOHANG)) == 0 && skiff_now_ms() < end)
-            usleep(5000);
+        while ((r = waitpid(run->fetcher, NULL, WNOHANG)) == 0 && skiff_now_ms() < end) {
+            struct pollfd p = {.fd = pfd, .events = POLLIN};
+            if (pfd < 0 || poll(&p, 1, (int)(end - skiff_now_ms()) + 1) < 0)
+                usleep(5000);
+        }
+        if (pfd >= 0)
+            close(pfd);
         if (r == 0) {
             kill(run->fetcher, SIGKILL);
             while (waitpid(run->fetcher, NULL, 0) < 0 && errno == EINTR)

@@ -103,8 +103,10 @@ struct skiff_cache_entry {
     unsigned long long size; /* the image */
     time_t last_used;        /* the info file's mtime, else the image's */
     struct skiff_cache_info info;
-    char *tags;  /* references whose last resolution is this image, ", "-separated (malloc'd) */
-    bool in_use; /* a process holds it (shared lock) or imports it */
+    char *tags;        /* references whose last resolution is this image, ", "-separated (malloc'd) */
+    bool in_use;       /* a process holds it (shared lock) or imports it */
+    bool lazy;         /* a lazy image (doc/lazy.md): path is its directory */
+    char data_key[24]; /* lazy: names its data files under lazy_path (its plan's "key") */
 };
 
 struct skiff_cache_listing {
@@ -115,8 +117,10 @@ struct skiff_cache_listing {
     size_t nblobs;
 };
 
-/* The images under root, most recently used first. */
-int skiff_cache_list(const char *root, struct skiff_cache_listing *out, skiff_err *err);
+/* The images under root, most recently used first: squashfs images and
+ * lazy images (images/KEY.lazy), whose size counts their data files under
+ * lazy_path (NULL: none) on every node. */
+int skiff_cache_list(const char *root, const char *lazy_path, struct skiff_cache_listing *out, skiff_err *err);
 void skiff_cache_listing_free(struct skiff_cache_listing *l);
 
 struct skiff_prune_opts {
@@ -133,6 +137,7 @@ struct skiff_prune_opts {
      * what (a path), its size, why ("unused for 3 d", "over the size", ...) */
     void (*removed)(void *ctx, const char *what, unsigned long long bytes, const char *why);
     void *ctx;
+    const char *lazy_path; /* where lazy images' data files are (NULL: none) */
 };
 
 struct skiff_prune_result {

@@ -113,4 +113,10 @@ struct skiff_lazy_msg {
  * container's namespaces. */
 int skiff_lazy_fetch_main(const struct skiff_config *cfg, const char *dir, int chan, skiff_err *err);
 
+/* Whether the fetcher would have nothing to do until a read misses (a hot
+ * node): some of the image's data on the node, every span of the prefetch
+ * list there, and no lazy_complete left to do. The front end then makes
+ * it only on the first NEED. */
+bool skiff_lazy_fetcher_idle(const struct skiff_config *cfg, const struct lz_image *im);
+
 #endif

@@ -249,6 +249,7 @@ struct lz_image {
     unsigned char *extras;
     uint64_t data_size, compressed;
     int datafd, mapfd;
+    int holdfd;              /* DIR/plan, share-locked while open: skiff cache prune leaves the image */
     volatile uint64_t *bits; /* the map's bitmap, mmap'ed shared */
     struct lz_map_header *hdr;
     size_t maplen;
@@ -256,6 +257,10 @@ struct lz_image {
 
 /* Span number g of the image: its layer and the span in it. */
 const struct lz_span *lz_image_span(const struct lz_image *im, uint32_t g, uint32_t *layer);
+
+/* The image's prefetch list (*n spans: what earlier starts asked for,
+ * in order), or NULL when it has none. (lazyplan.c) */
+uint32_t *lz_prefetch_read(const struct lz_image *im, size_t *n);
 
 /* skiff_lazy_open with the windows of every index (the fetcher's). */
 struct lz_image *lz_image_open_fetch(const struct skiff_config *cfg, const char *dir, skiff_err *err);

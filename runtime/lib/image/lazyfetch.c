@@ -170,23 +170,7 @@ static void *worker_main(void *arg)
 
 static void load_prefetch(struct fetcher *f)
 {
-    char p[SKIFF_PATH_MAX + 16];
-    snprintf(p, sizeof(p), "%s/prefetch", f->im->dir);
-    size_t len;
-    skiff_err ignore;
-    cleanup_free char *text = skiff_read_file(p, 0, 16u << 20, &len, &ignore);
-    if (!text)
-        return;
-    f->pre = calloc(f->im->nspans, sizeof(*f->pre));
-    for (char *c = text, *end; f->pre && *c && f->npre < f->im->nspans; c = end) {
-        unsigned long g = strtoul(c, &end, 10);
-        if (end == c)
-            break;
-        if (g < f->im->nspans)
-            f->pre[f->npre++] = (uint32_t)g;
-        while (*end == '\n' || *end == ' ')
-            end++;
-    }
+    f->pre = lz_prefetch_read(f->im, &f->npre);
 }
 
 /* Written once per fetcher, when the start has gone quiet (no NEED for

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "fdio.h"
 #include "fsutil.h"
 
@@ -256,9 +257,19 @@ static struct lz_image *image_open(const struct skiff_config *cfg, const char *d
         skiff_error(err, ENOMEM, "lazy image");
         return NULL;
     }
-    im->datafd = im->mapfd = -1;
-    if (snprintf(im->dir, sizeof(im->dir), "%s", dir) >= (int)sizeof(im->dir)) {
+    im->datafd = im->mapfd = im->holdfd = -1;
+    char plan[SKIFF_PATH_MAX + 8];
+    if (snprintf(im->dir, sizeof(im->dir), "%s", dir) >= (int)sizeof(im->dir) ||
+        snprintf(plan, sizeof(plan), "%s/plan", dir) >= (int)sizeof(plan)) {
         skiff_error(err, ENAMETOOLONG, "%s", dir);
+        skiff_lazy_close(im);
+        return NULL;
+    }
+    /* held as an imported image is (cache.h): a prune leaves it alone */
+    im->holdfd = skiff_cache_hold(plan, err);
+    if (im->holdfd < 0) {
+        if (err->code == ENOENT)
+            skiff_error(err, ENOENT, "lazy image %s was removed (skiff cache prune?): resolve the image again", dir);
         skiff_lazy_close(im);
         return NULL;
     }
@@ -296,6 +307,8 @@ void skiff_lazy_close(struct lz_image *im)
         close(im->datafd);
     if (im->mapfd >= 0)
         close(im->mapfd);
+    if (im->holdfd >= 0)
+        close(im->holdfd);
     free(im);
 }
 
@@ -379,4 +392,49 @@ void skiff_lazy_counters(const struct lz_image *im, uint64_t *fetched, uint64_t 
     *fetched = __atomic_load_n(&im->hdr->fetched, __ATOMIC_RELAXED);
     *compressed = im->compressed;
     *present = __atomic_load_n(&im->hdr->present, __ATOMIC_RELAXED);
+}
+
+/* ---- the prefetch list ------------------------------------------------- */
+
+/* The image's prefetch list (*n spans), or NULL when it has none. */
+uint32_t *lz_prefetch_read(const struct lz_image *im, size_t *n)
+{
+    *n = 0;
+    char p[SKIFF_PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/prefetch", im->dir);
+    size_t len;
+    skiff_err ignore;
+    cleanup_free char *text = skiff_read_file(p, 0, 16u << 20, &len, &ignore);
+    if (!text)
+        return NULL;
+    uint32_t *pre = calloc(im->nspans, sizeof(*pre));
+    for (char *c = text, *end; pre && *c && *n < im->nspans; c = end) {
+        unsigned long g = strtoul(c, &end, 10);
+        if (end == c)
+            break;
+        if (g < im->nspans)
+            pre[(*n)++] = (uint32_t)g;
+        while (*end == '\n' || *end == ' ')
+            end++;
+    }
+    return pre;
+}
+
+bool skiff_lazy_fetcher_idle(const struct skiff_config *cfg, const struct lz_image *im)
+{
+    uint32_t present;
+    uint64_t fetched, compressed;
+    skiff_lazy_counters(im, &fetched, &compressed, &present);
+    if (present == im->nspans)
+        return true;
+    /* a cold node: its first read misses for sure, and the fetcher had
+     * better be up by then (made beside the container's start) */
+    if (present == 0 || cfg->lazy_complete)
+        return false;
+    size_t n;
+    cleanup_free uint32_t *pre = lz_prefetch_read(im, &n);
+    for (size_t i = 0; i < n; i++)
+        if (!skiff_lazy_present(im, pre[i]))
+            return false;
+    return true;
 }

@@ -1,10 +1,14 @@
 /* The image cache's lifecycle (cache.h): listing what it holds and
- * pruning it, never an image in use. */
+ * pruning it, never an image in use. A lazy image (doc/lazy.md) is a
+ * directory, images/KEY.lazy, held by a shared lock on its plan; its
+ * bytes are there, in its data files under lazy_path and in the layer
+ * indexes it links (lazy-index/, kept while another image links them). */
 #include "cache.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,7 +113,55 @@ static unsigned long long dir_bytes(const char *dir, size_t *count)
     return sum;
 }
 
-int skiff_cache_list(const char *root, struct skiff_cache_listing *out, skiff_err *err)
+/* ---- lazy images ------------------------------------------------------------ */
+
+/* The "key" of the plan of the lazy image at dir (its data files' names),
+ * or "" when the plan does not say. */
+static void lazy_data_key(const char *dir, char out[24])
+{
+    out[0] = '\0';
+    char p[SKIFF_PATH_MAX + 128];
+    snprintf(p, sizeof(p), "%s/plan", dir);
+    json_error_t je;
+    json_t *plan = json_load_file(p, 0, &je);
+    const char *k = json_string_value(json_object_get(plan, "key"));
+    if (k && strlen(k) == 20 && strspn(k, "0123456789abcdef") == 20)
+        snprintf(out, 24, "%s", k);
+    json_decref(plan);
+}
+
+/* Whether name is one of key's data files (KEY.NODE.data, KEY.NODE.map). */
+static bool lazy_data_file(const char *name, const char *key)
+{
+    size_t kl = strlen(key), nl = strlen(name);
+    if (!kl || strncmp(name, key, kl) != 0 || name[kl] != '.')
+        return false;
+    return (nl > kl + 5 && !strcmp(name + nl - 5, ".data")) || (nl > kl + 4 && !strcmp(name + nl - 4, ".map"));
+}
+
+/* The bytes of key's data files under lazy_path (every node's); with
+ * unlink_them, removed. */
+static unsigned long long lazy_data(const char *lazy_path, const char *key, bool unlink_them)
+{
+    unsigned long long sum = 0;
+    DIR *d = lazy_path && key[0] ? opendir(lazy_path) : NULL;
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        struct stat st;
+        if (!lazy_data_file(de->d_name, key) || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(st.st_mode))
+            continue;
+        sum += (unsigned long long)st.st_blocks * 512;
+        if (unlink_them)
+            unlinkat(dirfd(d), de->d_name, 0);
+    }
+    closedir(d);
+    return sum;
+}
+
+int skiff_cache_list(const char *root, const char *lazy_path, struct skiff_cache_listing *out, skiff_err *err)
 {
     memset(out, 0, sizeof(*out));
     char dir[SKIFF_PATH_MAX + 32];
@@ -122,14 +174,16 @@ int skiff_cache_list(const char *root, struct skiff_cache_listing *out, skiff_er
     struct dirent *de;
     while (d && (de = readdir(d))) {
         size_t nl = strlen(de->d_name);
-        if (nl != 64 + 5 || strcmp(de->d_name + 64, ".sqsh") != 0)
+        bool lazy = nl == 64 + 5 && !strcmp(de->d_name + 64, ".lazy");
+        if (nl != 64 + 5 || (strcmp(de->d_name + 64, ".sqsh") != 0 && !lazy))
             continue;
         char key[80];
         snprintf(key, sizeof(key), "%.64s", de->d_name);
         if (!skiff_cache_valid_key(key))
             continue;
         struct stat st;
-        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !(lazy ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)))
             continue;
         if (out->nimages == cap) {
             cap = cap ? cap * 2 : 16;
@@ -157,6 +211,15 @@ int skiff_cache_list(const char *root, struct skiff_cache_listing *out, skiff_er
         if (skiff_cache_info_read(p.info, &e->info) == 1 && stat(p.info, &is) == 0)
             e->last_used = is.st_mtime;
         e->in_use = locked(p.sqsh) || locked(p.lock);
+        if (lazy) {
+            char plan[SKIFF_PATH_MAX + 128];
+            snprintf(e->path, sizeof(e->path), "%s/%s", dir, de->d_name);
+            snprintf(plan, sizeof(plan), "%s/plan", e->path);
+            e->lazy = true;
+            lazy_data_key(e->path, e->data_key);
+            e->size = dir_bytes(e->path, NULL) + lazy_data(lazy_path, e->data_key, false);
+            e->in_use = locked(plan) || locked(p.lock);
+        }
         out->images_bytes += e->size;
     }
     if (d)
@@ -248,9 +311,53 @@ static void remove_tags_of(const char *root, const char *key)
     each_tag(root, remove_tag, (void *)(uintptr_t)key);
 }
 
+/* Lazy image i's files, its lock held: the directory; its data files
+ * unless an image kept serves the same bytes; the layer indexes only it
+ * linked. */
+static void remove_lazy_files(struct pruner *p, size_t i)
+{
+    struct skiff_cache_entry *e = &p->l.images[i];
+    struct {
+        dev_t dev;
+        ino_t ino;
+    } idx[64];
+    size_t nidx = 0;
+    DIR *d = opendir(e->path);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        struct stat st;
+        if (nidx < 64 && !strncmp(de->d_name, "layer-", 6) &&
+            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 2)
+            idx[nidx].dev = st.st_dev, idx[nidx++].ino = st.st_ino;
+    }
+    if (d)
+        closedir(d);
+    skiff_err err;
+    if (skiff_remove_tree(e->path, &err) < 0)
+        return;
+    bool shared = false;
+    for (size_t k = 0; k < p->l.nimages; k++)
+        shared |= k != i && !p->gone[k] && p->l.images[k].lazy && !strcmp(p->l.images[k].data_key, e->data_key);
+    if (!shared)
+        lazy_data(p->o->lazy_path, e->data_key, true);
+    char dir[SKIFF_PATH_MAX + 32];
+    if (!nidx || skiff_fmt_path(dir, sizeof(dir), &err, "%s/lazy-index", p->root) < 0 || !(d = opendir(dir)))
+        return;
+    while ((de = readdir(d))) {
+        struct stat st;
+        if (de->d_name[0] == '.' || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_nlink != 1)
+            continue;
+        for (size_t k = 0; k < nidx; k++)
+            if (st.st_dev == idx[k].dev && st.st_ino == idx[k].ino)
+                unlinkat(dirfd(d), de->d_name, 0);
+    }
+    closedir(d);
+}
+
 /* Removes image i unless it is in use: under an exclusive lock taken
  * without waiting, which no reader holds then (readers hold shared ones and
- * check, once locked, that the file is still there). */
+ * check, once locked, that the file is still there; a lazy image's readers
+ * lock its plan). */
 static void remove_image(struct pruner *p, size_t i, const char *why)
 {
     struct skiff_cache_entry *e = &p->l.images[i];
@@ -265,7 +372,9 @@ static void remove_image(struct pruner *p, size_t i, const char *why)
     skiff_err err;
     if (skiff_cache_paths(p->root, e->key, &ps, &err) < 0)
         return;
-    int fd = open(ps.sqsh, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    char held[SKIFF_PATH_MAX + 128];
+    snprintf(held, sizeof(held), e->lazy ? "%s/plan" : "%s", e->lazy ? e->path : ps.sqsh);
+    int fd = open(held, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return;
     int lk = open(ps.lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -275,7 +384,10 @@ static void remove_image(struct pruner *p, size_t i, const char *why)
         p->res->in_use++;
     } else {
         if (!p->o->dry_run) {
-            unlink(ps.sqsh);
+            if (e->lazy)
+                remove_lazy_files(p, i);
+            else
+                unlink(ps.sqsh);
             unlink(ps.info);
             remove_tags_of(p->root, e->key);
             if (lk >= 0)
@@ -423,7 +535,7 @@ int skiff_cache_prune(const char *root, const struct skiff_prune_opts *o, struct
 {
     memset(res, 0, sizeof(*res));
     struct pruner p = {.root = root, .o = o, .res = res};
-    if (skiff_cache_list(root, &p.l, err) < 0)
+    if (skiff_cache_list(root, o->lazy_path, &p.l, err) < 0)
         return -1;
     int rv = -1;
     p.gone = calloc(p.l.nimages + 1, sizeof(*p.gone));

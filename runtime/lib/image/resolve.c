@@ -262,11 +262,13 @@ static void apply_max_size(const struct skiff_config *cfg, const struct skiff_re
 {
     if (!cfg->cache_max_size)
         return;
+    char lazy[SKIFF_PATH_MAX];
     struct skiff_prune_opts po = {.older_than_s = -1,
                                   .max_size_set = true,
                                   .max_size = cfg->cache_max_size,
                                   .keep = o ? o->keep : NULL,
-                                  .keep_ctx = o ? o->keep_ctx : NULL};
+                                  .keep_ctx = o ? o->keep_ctx : NULL,
+                                  .lazy_path = skiff_config_lazy_path(cfg, lazy, sizeof(lazy)) < 0 ? NULL : lazy};
     struct skiff_prune_result pr;
     skiff_err e;
     if (skiff_cache_prune(cfg->cache_path, &po, &pr, &e) < 0) {
@@ -318,6 +320,27 @@ static int find_or_import(struct resolver *r, struct skiff_cache_paths *p, skiff
                        r->uri);
 }
 
+/* A lazy image's record (the info file a full import writes: what skiff
+ * cache list shows) written when it is new, touched when it is used
+ * (pruning's "last used"). */
+static void note_lazy_use(struct resolver *r, const struct skiff_cache_paths *p)
+{
+    struct skiff_cache_info in;
+    if (skiff_cache_info_read(p->info, &in) == 1) {
+        skiff_cache_info_free(&in);
+        skiff_cache_touch(r->cfg->cache_path, r->key);
+        return;
+    }
+    memset(&in, 0, sizeof(in));
+    in.imported = time(NULL);
+    snprintf(in.ref, sizeof(in.ref), "%s", r->canon);
+    snprintf(in.digest, sizeof(in.digest), "%s", r->digest);
+    skiff_err e;
+    if (skiff_cache_info_write(p->info, &in, 0600, &e) < 0) {
+        /* best effort: listing shows less */
+    }
+}
+
 /* image_mode: r's image as a lazy image (IMAGES/KEY.lazy, made if missing)
  * when no squashfs of it is in the store or the cache: 1 with its
  * directory in out, 0 when it is to be imported in full, -1 on an error. */
@@ -347,6 +370,8 @@ static int lazy_or_full(struct resolver *r, char *out, size_t n, skiff_err *err)
                                                                 images, r->key, out, n, r->o, &r->announced, err);
     if (rv < 0)
         unlink(p.lock);
+    if (rv > 0)
+        note_lazy_use(r, &p);
     skiff_cache_import_unlock(lock);
     return rv;
 }

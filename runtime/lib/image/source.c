@@ -256,6 +256,36 @@ static int registry_blob(struct skiff_import_job *j, const char *digest, bool la
     return 0;
 }
 
+/* A manifest by reference. One named by its digest is kept in the blob
+ * cache once fetched and read back from there (checked against the
+ * digest): a lazy attempt that finds the image too small for lazy_min_size
+ * has just fetched the manifest the full import then needs. Its media
+ * type is then the document's own (is_index looks there too). */
+static int get_manifest(struct skiff_import_job *j, const char *reference, char **body, size_t *len, char *mt,
+                        size_t mtlen, char digest[SKIFF_DIGEST_LEN], skiff_err *err)
+{
+    char path[SKIFF_PATH_MAX];
+    skiff_err e;
+    bool pinned =
+        skiff_ref_valid_digest(reference) && skiff_cache_blob_path(j->cfg, reference, path, sizeof(path), &e) == 0;
+    if (pinned) {
+        *body = skiff_read_file(path, 0, 4u << 20, len, &e);
+        if (*body && skiff_digest_buf(*body, *len, digest, &e) == 0 && !strcmp(digest, reference)) {
+            snprintf(mt, mtlen, "%s", "");
+            return 0;
+        }
+        free(*body);
+        *body = NULL;
+    }
+    if (skiff_registry_manifest(j->reg, reference, body, len, mt, mtlen, digest, err) < 0)
+        return -1;
+    if (pinned && !strcmp(digest, reference) &&
+        skiff_atomic_write(path, *body, *len, 0600, SKIFF_ATOMIC_NOSYNC, &e) < 0) {
+        /* best effort: only the next plan's request is lost */
+    }
+    return 0;
+}
+
 static int plan_registry(struct skiff_import_job *j, skiff_err *err)
 {
     if (skiff_registry_open(&j->reg, j->cfg, &j->ref, err) < 0)
@@ -266,7 +296,7 @@ static int plan_registry(struct skiff_import_job *j, skiff_err *err)
     char mt[128], digest[SKIFF_DIGEST_LEN];
     cleanup_free char *body = NULL;
     size_t len;
-    if (skiff_registry_manifest(j->reg, reference, &body, &len, mt, sizeof(mt), digest, err) < 0)
+    if (get_manifest(j, reference, &body, &len, mt, sizeof(mt), digest, err) < 0)
         return -1;
     snprintf(j->manifest_digest, sizeof(j->manifest_digest), "%s", digest);
     json_t *doc = parse_json(body, len, "manifest", err);
@@ -280,7 +310,7 @@ static int plan_registry(struct skiff_import_job *j, skiff_err *err)
             return -1;
         free(body);
         body = NULL;
-        if (skiff_registry_manifest(j->reg, pick, &body, &len, mt, sizeof(mt), digest, err) < 0)
+        if (get_manifest(j, pick, &body, &len, mt, sizeof(mt), digest, err) < 0)
             return -1;
         doc = parse_json(body, len, "manifest", err);
         if (!doc)
