@@ -29,21 +29,7 @@ run() { # run NAME P [more args]
 }
 
 # every step's loss within a relative tolerance, the same number of steps
-close_rel() {
-  paste -d' ' <(t_losses "$1") <(t_losses "$2") |
-    awk -v tol="$3" 'NF != 2 { bad = 1 } { d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > tol) bad = 1; n++ }
-                     END { exit (bad || n != 20) }'
-}
-
-same() { # same NAME A B PARAM_TOL LOSS_RTOL
-  local out
-  if ! out=$("$TRAIN" compare "$TDIR/$2" "$TDIR/$3" --tol "$4" 2>&1); then t_fail "$1" "$out"; return; fi
-  if ! close_rel "$TDIR/$2.jsonl" "$TDIR/$3.jsonl" "$5"; then
-    t_fail "$1" "losses differ: $(paste -d' ' <(t_losses "$TDIR/$2.jsonl") <(t_losses "$TDIR/$3.jsonl") | tr '\n' ';')"
-    return
-  fi
-  t_pass "$1 ($out)"
-}
+same() { t_same_run "$1" "$2" "$3" "$4" "$5" rel; } # same NAME A B PARAM_TOL LOSS_RTOL
 
 # one process on the global batch: 4 (pp2) and 8 (dp2 x pp2) micro-batches of 2
 run p1 1 --batch 2 --grad-accum 4 || t_fail "one process trains (global batch 8)"
