@@ -254,8 +254,22 @@ t_watchdog() {
 t_losses() { sed -n 's/.*"loss":\([-0-9.e+]*\).*/\1/p' "$1"; }
 
 # t_close_losses A B TOL: every step's loss within TOL (absolute).
-t_close_losses() {
+t_close_losses() { # t_close_losses A.jsonl B.jsonl TOL [rel]: every step's loss within TOL (relative with rel)
   paste -d' ' <(t_losses "$1") <(t_losses "$2") |
-    awk -v tol="$3" 'NF != 2 { bad = 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > tol) bad = 1; n++ }
-                     END { exit (bad || n == 0) }'
+    awk -v tol="$3" -v rel="${4:-}" 'NF != 2 { bad = 1 }
+      { d = $1 - $2; if (rel == "rel") d = d / $2; if (d < 0) d = -d; if (d > tol) bad = 1; n++ }
+      END { exit (bad || n == 0) }'
+}
+
+# t_same_run NAME A B PARAM_TOL LOSS_TOL [rel]: the runs $TDIR/A and $TDIR/B
+# (checkpoint directories, with A.jsonl and B.jsonl beside them) end with
+# parameters within PARAM_TOL ($TRAIN compare) and losses within LOSS_TOL.
+t_same_run() {
+  local out
+  if ! out=$("$TRAIN" compare "$TDIR/$2" "$TDIR/$3" --tol "$4" 2>&1); then t_fail "$1" "$out"; return; fi
+  if ! t_close_losses "$TDIR/$2.jsonl" "$TDIR/$3.jsonl" "$5" "${6:-}"; then
+    t_fail "$1" "losses differ: $(paste -d' ' <(t_losses "$TDIR/$2.jsonl") <(t_losses "$TDIR/$3.jsonl") | tr '\n' ';')"
+    return
+  fi
+  t_pass "$1 ($out)"
 }

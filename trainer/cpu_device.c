@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "device.h"
 #include "model.h"
+#include "pipeline.h"
 
 /* ---- DDP buckets ------------------------------------------------------------
  * The backward reports gradient slices as they become final (per layer, last
@@ -382,6 +383,7 @@ struct cpu_device {
     float *m, *v, *decay; /* optimizer state and weight-decay mask for [opt_off, +opt_len) */
     float *gshard;        /* ZeRO-2: this rank's accumulated gradient shard */
     struct ddp ddp;
+    struct tr_pipeline *pipe; /* --pp: this rank's stage */
     struct zero3 z3;
     double loss_sum; /* forward: losses since take_loss */
 };
@@ -575,7 +577,8 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     gpt2_decay_mask_tp(&o->cfg, pl->tp, mask);
     memcpy(c->decay, mask + pl->opt_off, pl->opt_len * sizeof(float));
     free(mask);
-    if (o->zero == 0 && pl->world > 1) {
+    if (o->pp > 1 && tr_pipeline_open(&c->pipe, &c->model, o, pl, dist, err) < 0) return -1;
+    if (o->zero == 0 && pl->world > 1 && !c->pipe) {
         c->ddp.comm = d->comm;
         c->ddp.grads = c->model.grads;
         c->ddp.cap = (size_t)(o->bucket_mb * 1024 * 1024 / sizeof(float));
@@ -593,6 +596,7 @@ static void cpu_close(struct train_device *d)
 {
     struct cpu_device *c = d->impl;
     if (c) {
+        tr_pipeline_close(c->pipe); /* before the model: it hands back the model's activations */
         gpt2_destroy(&c->model);
         free(c->m);
         free(c->v);
@@ -609,10 +613,40 @@ static void cpu_close(struct train_device *d)
     tr_comm_destroy(d->comm);
 }
 
+/* --pp: the stage's share of one step: the schedule and the reductions
+ * (pipeline.c), then the norm over every stage and AdamW over the stage's
+ * ranges. */
+static int pipe_step(struct train_device *d, int step, float lr, struct train_batches *b, struct train_step_stats *st,
+                     skiff_err *err)
+{
+    struct cpu_device *cd = d->impl;
+    struct gpt2 *model = &cd->model;
+    double loss_sum, comm_s, busy_s, ss = 0, norm2;
+    if (tr_pipeline_grads(cd->pipe, b, &loss_sum, &comm_s, &busy_s, err) < 0) return -1;
+    int nr;
+    const struct tr_pipe_range *r = tr_pipeline_ranges(cd->pipe, &nr);
+    for (int i = 0; i < nr; i++)
+        if (r[i].norm) ss += sumsq(model->grads + r[i].off, r[i].len);
+    double w0 = skiff_now_s();
+    if (tr_pipeline_sum(cd->pipe, ss, &norm2, err) < 0) return -1;
+    float norm = (float)sqrt(norm2);
+    float gscale = train_clip_scale(cd->o, norm);
+    for (int i = 0; i < nr; i++)
+        adamw(model->params + r[i].off, model->grads + r[i].off, cd->m + r[i].off, cd->v + r[i].off,
+              cd->decay + r[i].off, r[i].len, lr, cd->o, step + 1 - (int)d->amp.skipped, gscale);
+    /* only the last stage has the loss */
+    if (train_device_mean(d, tr_pipeline_loss_share(cd->pipe, loss_sum / b->count), &st->loss, err) < 0) return -1;
+    st->group_comm_ms = busy_s * 1000; /* the stages' groups, beside the world's counter */
+    st->grad_norm = norm;
+    st->wait_ms = (comm_s + skiff_now_s() - w0) * 1000;
+    return 0;
+}
+
 static int cpu_step(struct train_device *d, int step, float lr, struct train_batches *b, struct train_step_stats *st,
                     skiff_err *err)
 {
     struct cpu_device *cd = d->impl;
+    if (cd->pipe) return pipe_step(d, step, lr, b, st, err);
     const struct train_opts *o = cd->o;
     const struct train_plan *pl = cd->plan;
     struct gpt2 *model = &cd->model;
@@ -700,6 +734,12 @@ static int cpu_step(struct train_device *d, int step, float lr, struct train_bat
 static int cpu_forward(struct train_device *d, const int *inputs, const int *targets, skiff_err *err)
 {
     struct cpu_device *c = d->impl;
+    if (c->pipe) {
+        double loss;
+        if (tr_pipeline_forward(c->pipe, inputs, targets, &loss, err) < 0) return -1;
+        c->loss_sum += tr_pipeline_loss_share(c->pipe, loss);
+        return 0;
+    }
     c->loss_sum += gpt2_forward(&c->model, inputs, targets);
     if (c->z3.failed) {
         *err = c->z3.err;
@@ -732,12 +772,15 @@ static int cpu_upload(struct train_device *d, int with_opt, skiff_err *err)
     return 0;
 }
 
-/* --tp, before a checkpoint: data-parallel rank 0's tensor-parallel group
- * gathers its parts into the whole weights (rank 0 writes them). */
+/* Before a checkpoint. --tp: data-parallel rank 0's tensor-parallel group
+ * gathers its parts into the whole weights (rank 0 writes them). --pp:
+ * every stage's parameters and optimizer state onto every rank, so rank 0's
+ * file holds the whole model as a DDP run's does. */
 static int cpu_download(struct train_device *d, skiff_err *err)
 {
     struct cpu_device *c = d->impl;
     const struct train_plan *pl = c->plan;
+    if (c->pipe) return tr_pipeline_gather(c->pipe, d->comm, d->params, d->m, d->v, pl->n_pad, err);
     if (pl->tp == 1 || pl->rank != 0) return 0;
     size_t n = pl->n_dev;
     float *all = malloc((size_t)pl->tp * n * sizeof(float));
@@ -755,6 +798,20 @@ static int cpu_download(struct train_device *d, skiff_err *err)
  * shard too; with DDP the bucket staging), AdamW's m and v for the
  * optimizer range and the weight-decay mask, the activations and their
  * gradients (what --recompute changes). */
+/* --pp: the measured bubble beside the ideal one, averaged over the ranks. */
+static int cpu_finish(struct train_device *d, skiff_err *err)
+{
+    struct cpu_device *c = d->impl;
+    if (!c->pipe) return 0;
+    double mean;
+    if (train_device_mean(d, tr_pipeline_bubble(c->pipe), &mean, err) < 0) return -1;
+    if (c->plan->rank == 0 && !c->o->quiet)
+        printf("skiff-train: pipeline bubble %.3f measured (mean over ranks and steps), (N-1)/(M+N-1) = %.3f "
+               "(N %d, M %d, %s)\n",
+               mean, tr_pipeline_bubble_ideal(c->pipe), c->o->pp, c->o->grad_accum, c->o->pp_gpipe ? "gpipe" : "1f1b");
+    return 0;
+}
+
 static void cpu_describe(struct train_device *d, char *buf, size_t len)
 {
     struct cpu_device *c = d->impl;
@@ -762,19 +819,25 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
     int n = omp_get_max_threads();
     double f = (double)sizeof(float) / (1 << 20);
     double grads = (double)pl->n_dev + (c->gshard ? (double)pl->opt_len : 0) + (c->ddp.stage ? (double)pl->n_dev : 0);
+    double acts = c->pipe ? (double)tr_pipeline_num_acts(c->pipe) : 2.0 * (double)c->model.num_acts;
     double params = (double)pl->n_dev, gathered = (double)z3_gathered(&c->z3);
-    char host[96] = "", z3[128] = "";
+    char host[96] = "", z3[128] = "", stage[160] = "";
     if (c->full)
         snprintf(host, sizeof host, " (its tensor-parallel part; whole on the host %.1f MiB)", (double)pl->n_pad * f);
+    if (c->pipe) {
+        stage[0] = ',';
+        stage[1] = ' ';
+        tr_pipeline_describe(c->pipe, stage + 2, sizeof stage - 2);
+    }
     if (c->o->zero == 3) { /* shards, and the root's and --zero3-buffers blocks' buffers of each kind */
         params = grads = (double)pl->opt_len + gathered;
         snprintf(z3, sizeof z3, ", of which gathered units %.1f MiB + %.1f MiB", gathered * f, gathered * f);
     }
     snprintf(buf, len,
              "cpu (%d thread%s), per rank: params %.1f MiB%s, gradients %.1f MiB, optimizer %.1f MiB, "
-             "activations %.1f MiB%s%s",
-             n, n == 1 ? "" : "s", params * f, host, grads * f, 3.0 * (double)pl->opt_len * f,
-             2.0 * (double)c->model.num_acts * f, c->model.recompute ? " (recomputed per block)" : "", z3);
+             "activations %.1f MiB%s%s%s",
+             n, n == 1 ? "" : "s", params * f, host, grads * f, 3.0 * (double)pl->opt_len * f, acts * f,
+             c->model.recompute ? " (recomputed per block)" : "", z3, stage);
 }
 
 const struct train_device_ops train_cpu_device = {
@@ -790,6 +853,6 @@ const struct train_device_ops train_cpu_device = {
     .h2d = NULL,
     .d2h = NULL,
     .describe = cpu_describe,
-    .finish = NULL,
+    .finish = cpu_finish,
     .close = cpu_close,
 };

@@ -19,9 +19,12 @@
  * Extending it: a new parallel layout (ZeRO-3, tensor or pipeline
  * parallelism) belongs to a device. It builds its sub-communicators in open
  * from the rendezvous (dist: the store and every rank) and keeps `comm` the
- * data-parallel group the loop broadcasts over and averages over; a step
- * that schedules micro-batches its own way (pipeline stages) asks for them
- * with b->load in any order. What the loop needs to stay the same is that a
+ * group the loop broadcasts over and averages over; a step that schedules
+ * micro-batches its own way (pipeline stages) asks for them with b->load in
+ * any order. The CPU pipeline (pipeline.h) keeps `comm` every rank, since
+ * rank 0's weights must reach every stage, and reports a loss that only its
+ * last stage has as N times it there and 0 elsewhere, so the world's mean is
+ * the mean over the last stage's ranks. What the loop needs to stay the same is that a
  * step is all micro-batches of one optimizer step and that the host copies
  * hold the full fp32 weights on rank 0 at a checkpoint; under ZeRO-3
  * (--zero 3) d->params is instead this rank's shard of the weights

@@ -277,10 +277,13 @@ struct acts {
  * that every layer reuses: the backward recomputes a block's forward from its
  * input (the residual stream, RESIDUAL3 of the layer below, kept for every
  * layer) just before differentiating it. */
-static void act_sizes(const struct gpt2_config *c, int tp, int B, int T, int recompute, size_t s[A_NUM])
+static void act_sizes(const struct gpt2_config *c, int tp, int B, int T, int recompute, int lo, int hi, size_t s[A_NUM])
 {
-    size_t L = recompute ? 1 : c->num_layers, C = c->channels, NH = c->num_heads / (size_t)tp,
-           Vp = c->padded_vocab_size, Cl = C / (size_t)tp;
+    /* a pipeline stage (gpt2_set_stage) keeps its own blocks [lo, hi) and
+     * the head's tensors only when it is the last */
+    size_t head = hi == c->num_layers;
+    size_t L = recompute ? 1 : (size_t)(hi - lo), C = c->channels, NH = c->num_heads / (size_t)tp,
+           Vp = head * (size_t)c->padded_vocab_size, Cl = C / (size_t)tp;
     size_t BT = (size_t)B * T;
     s[A_ENCODED] = BT * C;
     s[A_LN1] = L * BT * C;
@@ -298,19 +301,19 @@ static void act_sizes(const struct gpt2_config *c, int tp, int B, int T, int rec
     s[A_FCH] = L * BT * 4 * Cl;
     s[A_FCH_GELU] = L * BT * 4 * Cl;
     s[A_FCPROJ] = L * BT * C;
-    s[A_RESIDUAL3] = (size_t)c->num_layers * BT * C;
-    s[A_LNF] = BT * C;
-    s[A_LNF_MEAN] = BT;
-    s[A_LNF_RSTD] = BT;
+    s[A_RESIDUAL3] = (size_t)(hi - lo) * BT * C;
+    s[A_LNF] = head * BT * C;
+    s[A_LNF_MEAN] = head * BT;
+    s[A_LNF_RSTD] = head * BT;
     s[A_LOGITS] = BT * Vp;
     s[A_PROBS] = BT * Vp;
-    s[A_LOSSES] = BT;
+    s[A_LOSSES] = head * BT;
 }
 
 static void act_views(const struct gpt2 *m, float *base, struct acts *a)
 {
     size_t s[A_NUM];
-    act_sizes(&m->cfg, m->tp, m->B, m->T, m->recompute, s);
+    act_sizes(&m->cfg, m->tp, m->B, m->T, m->recompute, m->layer_lo, m->layer_hi, s);
     for (int i = 0; i < A_NUM; i++) {
         a->p[i] = base;
         base += s[i];
@@ -325,7 +328,7 @@ size_t gpt2_num_acts(const struct gpt2_config *cfg, int B, int T, int recompute)
 size_t gpt2_num_acts_tp(const struct gpt2_config *cfg, int tp, int B, int T, int recompute)
 {
     size_t s[A_NUM], n = 0;
-    act_sizes(cfg, tp, B, T, recompute, s);
+    act_sizes(cfg, tp, B, T, recompute, 0, cfg->num_layers, s);
     for (int i = 0; i < A_NUM; i++) n += s[i];
     return n;
 }
@@ -346,6 +349,8 @@ int gpt2_create_tp(struct gpt2 *m, const struct gpt2_config *cfg, int tp, int B,
     m->T = T;
     m->tp = tp;
     m->num_params = gpt2_param_layout_tp(cfg, tp, m->param_sizes, m->param_offsets);
+    m->layer_lo = 0;
+    m->layer_hi = cfg->num_layers;
     m->num_acts = gpt2_num_acts_tp(cfg, tp, B, T, 0);
     m->params = calloc(m->num_params, sizeof(float));
     m->grads = calloc(m->num_params, sizeof(float));
@@ -366,10 +371,12 @@ int gpt2_create_tp(struct gpt2 *m, const struct gpt2_config *cfg, int tp, int B,
     return 0;
 }
 
-int gpt2_recompute(struct gpt2 *m, skiff_err *err)
+/* Reallocates the activations for m's recompute and stage settings. */
+static int realloc_acts(struct gpt2 *m, int recompute, skiff_err *err)
 {
-    if (m->recompute) return 0;
-    size_t n = gpt2_num_acts_tp(&m->cfg, m->tp, m->B, m->T, 1);
+    size_t s[A_NUM], n = 0;
+    act_sizes(&m->cfg, m->tp, m->B, m->T, recompute, m->layer_lo, m->layer_hi, s);
+    for (int i = 0; i < A_NUM; i++) n += s[i];
     float *a = calloc(n, sizeof(float)), *d = calloc(n, sizeof(float));
     if (!a || !d) {
         free(a);
@@ -381,11 +388,43 @@ int gpt2_recompute(struct gpt2 *m, skiff_err *err)
     m->acts = a;
     m->dacts = d;
     m->num_acts = n;
-    m->recompute = 1;
+    m->recompute = recompute;
     struct acts v;
     act_views(m, m->acts, &v);
     m->probs_out = v.p[A_PROBS];
     return 0;
+}
+
+int gpt2_recompute(struct gpt2 *m, skiff_err *err) { return m->recompute ? 0 : realloc_acts(m, 1, err); }
+
+int gpt2_set_stage(struct gpt2 *m, int lo, int hi, skiff_err *err)
+{
+    if (lo < 0 || hi <= lo || hi > m->cfg.num_layers)
+        return skiff_error(err, 0, "pipeline stage: blocks [%d, %d) of %d", lo, hi, m->cfg.num_layers);
+    m->layer_lo = lo;
+    m->layer_hi = hi;
+    return realloc_acts(m, m->recompute, err);
+}
+
+float *gpt2_stage_in(struct gpt2 *m)
+{
+    struct acts a;
+    act_views(m, m->acts, &a);
+    return a.p[A_ENCODED];
+}
+
+float *gpt2_stage_out(struct gpt2 *m)
+{
+    struct acts a;
+    act_views(m, m->acts, &a);
+    return a.p[A_RESIDUAL3] + (size_t)(m->layer_hi - m->layer_lo - 1) * m->B * m->T * m->cfg.channels;
+}
+
+float *gpt2_stage_din(struct gpt2 *m)
+{
+    struct acts d;
+    act_views(m, m->dacts, &d);
+    return d.p[A_ENCODED];
 }
 
 void gpt2_destroy(struct gpt2 *m)
@@ -499,8 +538,9 @@ static void block_forward(struct gpt2 *m, const struct acts *a, int l, float *co
     int Cl = C / m->tp, NH = m->cfg.num_heads / m->tp, F = 4 * C / m->tp;
     /* bc: this layer's slot of the block's C-wide tensors (lc: of the
      * Cl-wide ones); rc: its residual stream */
-    size_t bc = (size_t)(m->recompute ? 0 : l) * BT * C, rc = (size_t)l * BT * C, lbt = bc / C, lc = lbt * Cl;
-    const float *residual = l == 0 ? a->p[A_ENCODED] : a->p[A_RESIDUAL3] + rc - (size_t)BT * C;
+    int s = l - m->layer_lo; /* the slot within the stage's blocks */
+    size_t bc = (size_t)(m->recompute ? 0 : s) * BT * C, rc = (size_t)s * BT * C, lbt = bc / C, lc = lbt * Cl;
+    const float *residual = s == 0 ? a->p[A_ENCODED] : a->p[A_RESIDUAL3] + rc - (size_t)BT * C;
     float *ln1 = a->p[A_LN1] + bc, *qkv = a->p[A_QKV] + 3 * lc, *atty = a->p[A_ATTY] + lc;
     float *preatt = a->p[A_PREATT] + lbt * NH * T;
     float *att = a->p[A_ATT] + lbt * NH * T;
@@ -532,13 +572,19 @@ float gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets)
 
     float *w0[GPT2_NUM_PARAM_TENSORS] = {0}, *w[GPT2_NUM_PARAM_TENSORS] = {0};
     params_of(m, 0, 0, w0);
-    encoder_forward(a.p[A_ENCODED], inputs, w0[GPT2_WTE], w0[GPT2_WPE], B, T, C);
-    for (int l = 0; l < L; l++) {
+    /* a later pipeline stage finds its input in gpt2_stage_in */
+    if (m->layer_lo == 0) encoder_forward(a.p[A_ENCODED], inputs, w0[GPT2_WTE], w0[GPT2_WPE], B, T, C);
+    for (int l = m->layer_lo; l < m->layer_hi; l++) {
         params_of(m, 1 + l, 0, w);
         block_forward(m, &a, l, w);
         release(m, 1 + l);
     }
-    const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
+    if (m->layer_hi < L) { /* an earlier stage: its output is gpt2_stage_out */
+        release(m, 0);
+        m->mean_loss = -1.0f;
+        return -1.0f;
+    }
+    const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1 - m->layer_lo) * BT * C;
     layernorm_forward(a.p[A_LNF], a.p[A_LNF_MEAN], a.p[A_LNF_RSTD], last, w0[GPT2_LNFW], w0[GPT2_LNFB], BT, C);
     matmul_forward(a.p[A_LOGITS], a.p[A_LNF], w0[GPT2_WTE], NULL, BT, C, Vp);
     softmax_forward(a.p[A_PROBS], a.p[A_LOGITS], BT, V, Vp);
@@ -589,39 +635,47 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
         static const int added[] = {GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_LN2W, GPT2_LN2B, GPT2_LNFW, GPT2_LNFB};
         for (size_t i = 0; i < sizeof added / sizeof added[0]; i++)
             memset(m->grads + m->param_offsets[added[i]], 0, m->param_sizes[added[i]] * sizeof(float));
+        /* without the head the embedding's gradient is only added to */
+        if (m->layer_hi < L) memset(m->grads + m->param_offsets[GPT2_WTE], 0, m->param_sizes[GPT2_WTE] * sizeof(float));
     }
     float *w0[GPT2_NUM_PARAM_TENSORS] = {0}, *g0[GPT2_NUM_PARAM_TENSORS] = {0};
     float *w[GPT2_NUM_PARAM_TENSORS] = {0}, *g[GPT2_NUM_PARAM_TENSORS] = {0};
     params_of(m, 0, 1, w0);
     grads_of(m, 0, g0);
 
-    float dl = loss_scale / BT;
-    for (int i = 0; i < BT; i++) d.p[A_LOSSES][i] = dl;
-    crossentropy_softmax_backward(d.p[A_LOGITS], d.p[A_LOSSES], a.p[A_PROBS], m->targets, BT, V, Vp);
-    matmul_backward(d.p[A_LNF], g0[GPT2_WTE], NULL, d.p[A_LOGITS], a.p[A_LNF], w0[GPT2_WTE], BT, C, Vp, ow);
-    const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
-    float *dlast = d.p[A_RESIDUAL3] + (size_t)(L - 1) * BT * C;
-    layernorm_backward(dlast, g0[GPT2_LNFW], g0[GPT2_LNFB], d.p[A_LNF], last, w0[GPT2_LNFW], a.p[A_LNF_MEAN],
-                       a.p[A_LNF_RSTD], BT, C);
-    ready(m, GPT2_LNFW, -1);
-    ready(m, GPT2_LNFB, -1);
+    int lo = m->layer_lo, hi = m->layer_hi;
+    float *dlast = d.p[A_RESIDUAL3] + (size_t)(hi - 1 - lo) * BT * C;
+    if (hi < L) { /* an earlier pipeline stage: the next stage's gradient, scaled there */
+        memcpy(dlast, m->stage_dout, (size_t)BT * C * sizeof(float));
+    } else {
+        float dl = loss_scale / BT;
+        for (int i = 0; i < BT; i++) d.p[A_LOSSES][i] = dl;
+        crossentropy_softmax_backward(d.p[A_LOGITS], d.p[A_LOSSES], a.p[A_PROBS], m->targets, BT, V, Vp);
+        matmul_backward(d.p[A_LNF], g0[GPT2_WTE], NULL, d.p[A_LOGITS], a.p[A_LNF], w0[GPT2_WTE], BT, C, Vp, ow);
+        const float *last = a.p[A_RESIDUAL3] + (size_t)(L - 1 - lo) * BT * C;
+        layernorm_backward(dlast, g0[GPT2_LNFW], g0[GPT2_LNFB], d.p[A_LNF], last, w0[GPT2_LNFW], a.p[A_LNF_MEAN],
+                           a.p[A_LNF_RSTD], BT, C);
+        ready(m, GPT2_LNFW, -1);
+        ready(m, GPT2_LNFB, -1);
+    }
 
     int Cl = C / m->tp, F = 4 * C / m->tp;
-    for (int l = L - 1; l >= 0; l--) {
+    for (int l = hi - 1; l >= lo; l--) {
         /* bc: the layer's slot of the block's C-wide tensors (0 with
          * recompute, whose forward is redone here into that slot, the same
          * bits as before), lc: of the Cl-wide ones (this rank's heads and
          * hidden units); rc: its residual stream */
-        size_t bc = (size_t)(m->recompute ? 0 : l) * BT * C, rc = (size_t)l * BT * C, lbt = bc / C, lc = lbt * Cl;
+        int s = l - lo; /* the slot within the stage's blocks */
+        size_t bc = (size_t)(m->recompute ? 0 : s) * BT * C, rc = (size_t)s * BT * C, lbt = bc / C, lc = lbt * Cl;
         params_of(m, 1 + l, 1, w);
         grads_of(m, 1 + l, g);
-        if (m->recompute && l < L - 1) { /* the slot still holds L-1's from the forward */
+        if (m->recompute && l < hi - 1) { /* the slot still holds hi-1's from the forward */
             block_forward(m, &a, l, w);
             /* the slot's gradients start from zero for every layer */
             zero_floats(d.p[A_LN1], (size_t)(d.p[A_RESIDUAL3] - d.p[A_LN1]));
         }
-        const float *residual = l == 0 ? a.p[A_ENCODED] : a.p[A_RESIDUAL3] + rc - (size_t)BT * C;
-        float *dresidual = l == 0 ? d.p[A_ENCODED] : d.p[A_RESIDUAL3] + rc - (size_t)BT * C;
+        const float *residual = s == 0 ? a.p[A_ENCODED] : a.p[A_RESIDUAL3] + rc - (size_t)BT * C;
+        float *dresidual = s == 0 ? d.p[A_ENCODED] : d.p[A_RESIDUAL3] + rc - (size_t)BT * C;
         size_t att_off = lbt * NH * T;
         /* dres3 flows into res2 and fcproj */
         residual_backward(d.p[A_RESIDUAL2] + bc, d.p[A_FCPROJ] + bc, d.p[A_RESIDUAL3] + rc, (size_t)BT * C);
@@ -660,9 +714,11 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
         release(m, 1 + l);
         grad_done(m, 1 + l);
     }
-    encoder_backward(g0[GPT2_WTE], g0[GPT2_WPE], d.p[A_ENCODED], m->inputs, B, T, C);
-    ready(m, GPT2_WPE, -1);
-    ready(m, GPT2_WTE, -1);
+    if (lo == 0) { /* else d(input) is in gpt2_stage_din for the previous stage */
+        encoder_backward(g0[GPT2_WTE], g0[GPT2_WPE], d.p[A_ENCODED], m->inputs, B, T, C);
+        ready(m, GPT2_WPE, -1);
+        ready(m, GPT2_WTE, -1);
+    }
     release(m, 0);
     grad_done(m, 0);
 }

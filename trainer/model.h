@@ -147,6 +147,10 @@ struct gpt2 {
     int tp;
     int (*tp_allreduce)(void *ctx, float *buf, size_t n);
     void *tp_ctx;
+    /* A pipeline stage (gpt2_set_stage): the blocks [layer_lo, layer_hi)
+     * this instance runs, 0 and L for the whole model. */
+    int layer_lo, layer_hi;
+    const float *stage_dout; /* layer_hi < L: (B,T,C) gradient of the output, read by gpt2_backward */
     /* ZeRO-3: where the units' parameters and gradients live instead of
      * params and grads (NULL: in them); see gpt2_use_units. */
     const struct gpt2_units *units;
@@ -215,6 +219,23 @@ size_t gpt2_num_acts_tp(const struct gpt2_config *cfg, int tp, int B, int T, int
  * (the forward is deterministic), activation memory from ~L blocks to one
  * plus the residual stream. Reallocates m's activations. */
 int gpt2_recompute(struct gpt2 *m, skiff_err *err);
+
+/* Pipeline parallelism (trainer/pipeline.c): makes m run blocks [lo, hi)
+ * only and reallocates its activations for them (the head's only when hi
+ * is L). With lo > 0 the forward skips the embedding and starts from the
+ * residual stream written into gpt2_stage_in; with hi < L it returns -1
+ * after block hi-1, whose output is gpt2_stage_out, and the backward starts
+ * from m->stage_dout (the next stage's gradient, loss scale included)
+ * and, with lo > 0, leaves the gradient of the input in gpt2_stage_din.
+ * Parameters stay in the one buffer of the whole model; the stage reads and
+ * writes only its blocks' slices (and wte, wpe on the first stage; lnf and
+ * wte, tied, on the last). The pointers are into m->acts / m->dacts, which
+ * a caller may swap for buffers of m->num_acts floats (one per micro-batch
+ * in flight). */
+int gpt2_set_stage(struct gpt2 *m, int lo, int hi, skiff_err *err);
+float *gpt2_stage_in(struct gpt2 *m);
+float *gpt2_stage_out(struct gpt2 *m);
+float *gpt2_stage_din(struct gpt2 *m);
 
 /* inputs, targets: (B,T) token ids (targets may be NULL: then no loss).
  * Returns the mean cross-entropy loss over B*T, or -1 when targets is NULL. */

@@ -15,6 +15,7 @@ void train_opts_defaults(struct train_opts *o)
     memset(o, 0, sizeof *o);
     o->grad_accum = 1;
     o->tp = 1;
+    o->pp = 1;
     o->lr = 6e-4f;
     o->lr_min_frac = 0.1f;
     o->warmup = -1;
@@ -88,7 +89,10 @@ enum {
     O_ORDER,
     O_RECOMPUTE,
     O_ZERO3_BUFFERS,
-    O_TP
+    O_TP,
+    O_PP,
+    O_MICRO,
+    O_PP_SCHED
 };
 
 int train_opt_error(int c, char **argv, skiff_err *err)
@@ -126,6 +130,32 @@ static int resolve_model(struct train_opts *o, skiff_err *err)
     return 0;
 }
 
+/* --micro-batches M is the pipeline's name for the micro-steps of one
+ * optimizer step (--grad-accum): the same batches, in the pipeline's order. */
+static int check_pipeline(struct train_opts *o, int micro, int accum_set, skiff_err *err)
+{
+    if (micro && accum_set && micro != o->grad_accum)
+        return skiff_error(err, 0,
+                           "--micro-batches %d and --grad-accum %d: they name the same count of micro-steps "
+                           "per optimizer step; give one",
+                           micro, o->grad_accum);
+    if (micro) o->grad_accum = micro;
+    if (o->pp == 1) return 0;
+    if (o->device == TRAIN_DEVICE_CUDA)
+        return skiff_error(err, 0,
+                           "--pp %d: pipeline parallelism runs on the CPU device only so far; use --device cpu, "
+                           "or data parallelism (--zero) on CUDA",
+                           o->pp);
+    if (o->zero)
+        return skiff_error(err, 0, "--pp %d with --zero %d: not supported yet; use --zero 0 with --pp", o->pp, o->zero);
+    if (o->tp > 1)
+        return skiff_error(err, 0, "--pp %d with --tp %d: not supported together yet; use one of them", o->pp, o->tp);
+    if (o->pp > o->cfg.num_layers)
+        return skiff_error(err, 0, "--pp %d: model %s has only %d layers, and every stage needs at least one", o->pp,
+                           o->model, o->cfg.num_layers);
+    return 0;
+}
+
 int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err)
 {
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
@@ -158,6 +188,9 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
                                        {"recompute", 0, 0, O_RECOMPUTE},
                                        {"zero3-buffers", 1, 0, O_ZERO3_BUFFERS},
                                        {"tp", 1, 0, O_TP},
+                                       {"pp", 1, 0, O_PP},
+                                       {"micro-batches", 1, 0, O_MICRO},
+                                       {"pp-schedule", 1, 0, O_PP_SCHED},
                                        {"init-from", 1, 0, O_INIT_FROM},
                                        {"beta1", 1, 0, O_BETA1},
                                        {"beta2", 1, 0, O_BETA2},
@@ -173,7 +206,7 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
     }
     optind = 1;
     opterr = 0;
-    int c, v = 0;
+    int c, v = 0, micro = 0, accum_set = 0;
     while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
         int rc = 0;
         switch (c) {
@@ -182,7 +215,10 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
         case O_VAL: o->val = optarg; break;
         case O_BATCH: rc = train_parse_int("--batch", optarg, 1, &o->batch, err); break;
         case O_SEQ: rc = train_parse_int("--seq", optarg, 1, &o->seq, err); break;
-        case O_ACCUM: rc = train_parse_int("--grad-accum", optarg, 1, &o->grad_accum, err); break;
+        case O_ACCUM:
+            rc = train_parse_int("--grad-accum", optarg, 1, &o->grad_accum, err);
+            accum_set = 1;
+            break;
         case O_STEPS: rc = train_parse_int("--steps", optarg, 1, &o->steps, err); break;
         case O_LR:
             rc = train_parse_double("--lr", optarg, 0, &d, err);
@@ -242,6 +278,16 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
             if (!rc && o->zero3_buffers > 2) rc = skiff_error(err, 0, "--zero3-buffers %s: use 1 or 2", optarg);
             break;
         case O_TP: rc = train_parse_int("--tp", optarg, 1, &o->tp, err); break;
+        case O_PP: rc = train_parse_int("--pp", optarg, 1, &o->pp, err); break;
+        case O_MICRO: rc = train_parse_int("--micro-batches", optarg, 1, &micro, err); break;
+        case O_PP_SCHED:
+            if (!strcmp(optarg, "1f1b"))
+                o->pp_gpipe = 0;
+            else if (!strcmp(optarg, "gpipe"))
+                o->pp_gpipe = 1;
+            else
+                rc = skiff_error(err, 0, "--pp-schedule '%s': use 1f1b or gpipe", optarg);
+            break;
         case O_INIT_FROM: o->init_from = optarg; break;
         case O_BETA1:
             rc = train_parse_double("--beta1", optarg, 0, &d, err);
@@ -296,5 +342,5 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
                            "2 with --tp, or --zero 3 without it",
                            o->tp);
     if (o->warmup < 0) o->warmup = o->steps / 10;
-    return 0;
+    return check_pipeline(o, micro, accum_set, err);
 }

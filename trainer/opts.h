@@ -19,7 +19,7 @@ struct train_opts {
     const char *val;               /* --val GLOB or NULL */
     int batch;                     /* --batch B: per-rank micro-batch (sequences) */
     int seq;                       /* --seq T (<= cfg.max_seq_len) */
-    int grad_accum;                /* --grad-accum K (default 1) */
+    int grad_accum;                /* --grad-accum K (default 1); --micro-batches M sets it */
     int steps;                     /* --steps N: optimizer steps of the LR schedule */
     float lr;                      /* --lr (default 6e-4): peak LR */
     float lr_min_frac;             /* --lr-min-frac (default 0.1): final LR = lr * this */
@@ -34,6 +34,8 @@ struct train_opts {
     int recompute;                 /* --recompute: redo each block's forward in the backward */
     int zero3_buffers;             /* --zero3-buffers 1|2: gathered blocks per kind under ZeRO-3 */
     int tp;                        /* --tp N: tensor-parallel ranks (default 1); WORLD_SIZE = dp * tp */
+    int pp;                        /* --pp N: pipeline stages (1 = none); DP = WORLD_SIZE / N */
+    int pp_gpipe;                  /* --pp-schedule gpipe (all forwards, then all backwards); else 1f1b */
     double bucket_mb;              /* --bucket-mb M (default 25) */
     enum train_device_kind device; /* --device cpu|cuda */
     const char *precision;         /* --precision fp32|bf16|fp16 (CPU: fp32 only) */

@@ -11,8 +11,10 @@ void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t nu
     memset(p, 0, sizeof *p);
     p->tp = o->tp;
     p->tp_rank = rank % o->tp;
-    p->world = world / o->tp;
-    p->rank = rank / o->tp;
+    p->pp = o->pp;
+    p->world = world / (o->tp * o->pp);
+    p->rank = rank / o->tp % p->world;
+    p->pp_rank = rank / (o->tp * p->world);
     world = p->world;
     rank = p->rank;
     p->num_params = num_params;
@@ -83,6 +85,10 @@ int train_plan_check(const struct train_opts *o, int world, skiff_err *err)
                            "--tp %d must divide WORLD_SIZE=%d (the data-parallel size is WORLD_SIZE / --tp); "
                            "start a multiple of %d ranks",
                            o->tp, world, o->tp);
+    if (world % o->pp)
+        return skiff_error(err, 0,
+                           "--pp %d does not divide WORLD_SIZE %d: the ranks make DP = WORLD_SIZE / %d pipelines",
+                           o->pp, world, o->pp);
     return 0;
 }
 
@@ -114,8 +120,8 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
     int has_opt = o->zero || p->rank == 0;
     memset(c, 0, sizeof *c);
     c->cfg = o->cfg;
-    int global = p->rank * p->tp + p->tp_rank;
-    c->world = p->world * p->tp;
+    int global = (p->pp_rank * p->world + p->rank) * p->tp + p->tp_rank;
+    c->world = p->world * p->tp * p->pp;
     c->rank = global;
     c->tp = p->tp;
     c->zero = o->zero;

@@ -18,10 +18,14 @@
 /* With --tp N the WORLD_SIZE processes are split Megatron's way, tensor
  * parallel fastest: process r is tensor-parallel rank r % N of data-parallel
  * rank r / N; world and rank below are the data-parallel ones (the data
- * windows, ZeRO's shards, the mean over ranks), tp and tp_rank the others. */
+ * windows, ZeRO's shards, the mean over ranks), tp and tp_rank the others.
+ * With --pp N (not with --tp yet) the pipeline stage is slowest: process r
+ * is stage r / dp of data-parallel rank r % dp, dp = WORLD_SIZE / N, so the
+ * stages of one pipeline read the same batches. */
 struct train_plan {
     int world, rank;            /* the data-parallel group: WORLD_SIZE / tp, and this process's place in it */
     int tp, tp_rank;            /* tensor-parallel ranks (1 without --tp) and this process's */
+    int pp, pp_rank;            /* pipeline stages (1 without --pp) and this process's */
     size_t num_params;          /* real parameter count */
     size_t n_pad;               /* padded to a multiple of world (ZeRO shards): the host copy of the weights */
     size_t n_dev;               /* the device's parameter buffer: n_pad, or with --tp this rank's
@@ -37,7 +41,8 @@ struct train_plan {
  * the process's (WORLD_SIZE, RANK); o->tp must divide world
  * (train_plan_check). */
 void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params, int world, int rank);
-/* 0 when o->tp divides WORLD_SIZE; else -1 with a message naming --tp. */
+/* 0 when o->tp and o->pp divide WORLD_SIZE; else -1 with a message naming
+ * the flag. */
 int train_plan_check(const struct train_opts *o, int world, skiff_err *err);
 
 /* ZeRO-3 (FSDP) shards the parameters by unit (model.h: the tensors outside

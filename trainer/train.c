@@ -111,10 +111,11 @@ static int setup(struct run *r, const struct train_opts *o, const struct train_d
         r->dev.ops->describe(&r->dev, where, sizeof where);
         char tp[64] = "";
         if (pl->tp > 1) snprintf(tp, sizeof tp, " = dp %d x tp %d", pl->world, pl->tp);
+        if (pl->pp > 1) snprintf(tp, sizeof tp, " = dp %d x pp %d", pl->world, pl->pp);
         printf("skiff-train: model %s (%zu params, L%d H%d C%d T%d V%d), world %d%s, batch %d x %d "
                "x accum %d x dp = %zu tokens/step, zero %d, %zu train windows, on %s%s\n",
                o->model, pl->num_params, o->cfg.num_layers, o->cfg.num_heads, o->cfg.channels, o->seq,
-               o->cfg.vocab_size, pl->world * pl->tp, tp, o->batch, o->seq, o->grad_accum,
+               o->cfg.vocab_size, pl->world * pl->tp * pl->pp, tp, o->batch, o->seq, o->grad_accum,
                (size_t)o->batch * o->seq * o->grad_accum * pl->world, o->zero, r->train.num_windows, where,
                o->resume ? ", resumed" : "");
     }

@@ -133,6 +133,9 @@ static const struct key {
     {"connect_timeout", K_INT, F(connect_timeout_s), "30"},
     {"transfer_timeout", K_INT, F(transfer_timeout_s), "0"},
     {"max_processors", K_INT, F(max_processors), "0"},
+    /* the import's old path: every layer unpacked onto a scratch tree, then
+     * mksquashfs (image/pack.h) */
+    {"import_mksquashfs", K_BOOL, F(import_mksquashfs), "no"},
     /* enroot's site configuration (environ.d, mounts.d, hooks.d), applied
      * only where the admin turns it on (container/enrootsite.h) */
     /* the plugin's runtime base (plugstack.conf's runtime_path): where

@@ -30,8 +30,9 @@ struct skiff_config {
     int squash_level;                      /* 0 = skiff's default: zstd level 1 (fast), others their own */
     bool allow_http;                       /* plain http for non-loopback registries */
     int connect_timeout_s;
-    int transfer_timeout_s;                   /* per registry request; 0 = none */
-    int max_processors;                       /* mksquashfs -processors; 0 = every CPU */
+    int transfer_timeout_s; /* per registry request; 0 = none */
+    int max_processors;     /* compression threads (mksquashfs -processors); 0 = every CPU */
+    bool import_mksquashfs; /* imports unpack a tree and run mksquashfs (pack.h: the default does not) */
     char plugin_runtime_path[SKIFF_PATH_MAX]; /* the plugin's runtime base (plugstack's runtime_path) */
     bool enroot_compat;                       /* apply enroot's site configuration (container/enrootsite.c) */
     char enroot_sysconf_path[SKIFF_PATH_MAX]; /* enroot's system configuration (/etc/enroot) */

@@ -50,10 +50,74 @@ if [ ! -f "$LAYOUT.done" ]; then
   rm -f "$TREE.tar" && touch "$LAYOUT.done" || { echo "bench import: image build failed"; exit 1; }
 fi
 
+SIZE=${SIZE:-0}
+if [ "$SIZE" != 0 ]; then
+  size_mb=$(numfmt --from=iec "$SIZE" 2>/dev/null) || { echo "bench import: SIZE=$SIZE: want a size like 1G or 1536M"; exit 1; }
+  size_mb=$((size_mb / 1048576))
+  tree_mb=$(du -sm "$TREE" | cut -f1)
+  pay_mb=$((size_mb > tree_mb + 256 ? size_mb - tree_mb : 256))
+  BIG=$CACHE/big-${size_mb}M
+  if [ ! -f "$BIG.done" ]; then
+    echo "bench import: a ${size_mb} MB image: the tree + $pay_mb MB of random payload layers (once)" >&2
+    rm -rf "$BIG" && mkdir -p "$BIG/floor" || exit 1
+    tar -C "$TREE" --numeric-owner -cf "$BIG/0.tar" . && cp -a "$TREE/." "$BIG/floor/" || exit 1
+    tars=("$BIG/0.tar") left=$pay_mb i=1
+    while [ "$left" -gt 0 ]; do
+      n=$((left > 256 ? 256 : left))
+      mkdir -p "$BIG/p$i/payload/$i" && for f in $(seq 1 $(((n + 15) / 16))); do
+        head -c $((n < 16 ? n : 16))M /dev/urandom >"$BIG/p$i/payload/$i/f$f" || exit 1
+      done
+      tar -C "$BIG/p$i" --numeric-owner -cf "$BIG/$i.tar" . && cp -a "$BIG/p$i/." "$BIG/floor/" || exit 1
+      rm -rf "$BIG/p$i"
+      tars+=("$BIG/$i.tar") left=$((left - n)) i=$((i + 1))
+    done
+    "$ROOT/tests/integration/lib/mkimage.py" "$BIG/layout" --from-tars big gzip "${tars[@]}" &&
+    rm -f "${tars[@]}" && touch "$BIG.done" || { echo "bench import: image build failed"; exit 1; }
+  fi
+fi
+
 W=$(mktemp -d /tmp/skiff-bench.XXXXXX)
 trap 'registry_stop; rm -rf "$W"' EXIT
 registry_start "$W/reg" || exit 1
 R=127.0.0.1:$REG_PORT
+if [ "$SIZE" != 0 ]; then
+  skopeo copy -q --dest-tls-verify=false --format oci oci:"$BIG/layout":big docker://$R/big:1 >/dev/null \
+    || { echo "bench import: push failed"; exit 1; }
+  RUNS=${BENCH_RUNS:-5}
+  export SKIFF_CONFIG=$W/skiff.conf
+  printf 'cache_path = %s\ntemp_path = %s\n' "$W/cache" "${BENCH_TEMP:-/tmp}" >"$SKIFF_CONFIG"
+  printf 'cache_path = %s\ntemp_path = %s\nimport_mksquashfs = yes\n' "$W/cache" "${BENCH_TEMP:-/tmp}" >"$W/old.conf"
+  floor_mb=$(du -sm "$BIG/floor" | cut -f1)
+  nlayers=$(/usr/bin/python3 -c 'import json,sys; i=json.load(open(sys.argv[1]+"/index.json")); m=json.load(open(sys.argv[1]+"/blobs/sha256/"+i["manifests"][0]["digest"][7:])); print(len(m["layers"]))' "$BIG/layout")
+  load0=$(cut -d" " -f1-3 /proc/loadavg)
+  # one import of each kind first, under /usr/bin/time: peak memory
+  rss() { /usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1; }
+  rss_new=$(rm -rf "$W/cache"; rss "$SKIFF" import -f -o "$W/a.sqsh" docker://$R#big:1)
+  rss_old=$(rm -rf "$W/cache"; SKIFF_CONFIG=$W/old.conf rss "$SKIFF" import -f -o "$W/o.sqsh" docker://$R#big:1)
+  rss_mk=$(rss mksquashfs "$BIG/floor" "$W/m.sqsh" -noappend -no-progress -quiet -comp zstd -Xcompression-level 1)
+  # paired runs (tests/bench/abpairs.py): the floor and an import alternate,
+  # in random order, so that the shared machine's load hits both alike
+  floor="mksquashfs $BIG/floor $W/m.sqsh -noappend -no-progress -quiet -comp zstd -Xcompression-level 1"
+  ab() {  # LABEL SETUP_B CMD_B
+    /usr/bin/python3 "$ROOT/tests/bench/abpairs.py" --runs "$RUNS" --warmup 1 --label-a mksquashfs --label-b skiff \
+      --setup-a "rm -f $W/m.sqsh" --setup-b "$2" --row "$1" "$floor" "$3" || exit 1
+  }
+  echo "### skiff import benchmark, SIZE=$SIZE ($(nproc) cores, load before: $load0, image $nlayers gzip layers, merged tree ${floor_mb} MB, $RUNS pairs each, temp_path ${BENCH_TEMP:-/tmp})"
+  echo
+  echo "Each row: mksquashfs -comp zstd -Xcompression-level 1 of the merged tree (the floor, A) and a skiff import (B) of the image from docker-registry on 127.0.0.1, alternating; ratio = skiff / mksquashfs per pair."
+  echo
+  set -o pipefail
+  ab "skiff import, cold cache" "rm -rf $W/cache" "$SKIFF import -f -o $W/a.sqsh docker://$R#big:1" || exit 1
+  ab "skiff import, layers cached" "true" "$SKIFF import -f -o $W/c.sqsh docker://$R#big:1" | tail -n +3 || exit 1
+  ab "skiff import, cold cache, import_mksquashfs=yes (the old path)" "rm -rf $W/cache" \
+    "env SKIFF_CONFIG=$W/old.conf $SKIFF import -f -o $W/o.sqsh docker://$R#big:1" | tail -n +3 || exit 1
+  echo
+  echo "Output: import $(($(stat -c %s "$W/a.sqsh") / 1000000)) MB, old path $(($(stat -c %s "$W/o.sqsh") / 1000000)) MB, mksquashfs $(($(stat -c %s "$W/m.sqsh") / 1000000)) MB."
+  echo "Peak RSS: import $((rss_new / 1024)) MB, old path $((rss_old / 1024)) MB (plus its scratch tree: the unpacked image, on /dev/shm when"
+  echo "temp_path is /tmp and /tmp is no tmpfs), mksquashfs $((rss_mk / 1024)) MB."
+  echo "Target: skiff import (cold cache) / mksquashfs <= 1.3. Load after: $(cut -d' ' -f1-3 /proc/loadavg)."
+  exit 0
+fi
 skopeo copy -q --dest-tls-verify=false --format v2s2 oci:"$LAYOUT":gzip docker://$R/deb:gzip >/dev/null &&
 skopeo copy -q --dest-tls-verify=false --format oci oci:"$LAYOUT":zstd docker://$R/deb:zstd >/dev/null \
   || { echo "bench import: push failed"; exit 1; }

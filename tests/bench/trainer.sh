@@ -13,6 +13,12 @@
 #   vs 1 rank = tokens/s relative to one rank doing the whole global batch
 #   RSS MiB   = rank 0's peak resident memory (/usr/bin/time): what a rank
 #              holds under each layout, the same run
+#   bubble    = --pp: the share of the schedule a stage spent not computing,
+#              measured (mean over ranks and steps, the run's last line),
+#              beside (N-1)/(M+N-1) for N stages and M micro-batches; the
+#              --pp rows keep the global batch (--pp 2: 4 micro-batches of 2
+#              on one pipeline; dp2 x pp2: 2 of 2 on each of two), and their
+#              RSS lists every rank's (the stages hold different layers)
 #   state MiB = parameters + gradients + optimizer state per rank, as the
 #              run's first line reports them (ZeRO-3: its shards plus the
 #              gathered block buffers); below the table, ZeRO-3's against
@@ -42,7 +48,7 @@ run() { # run NAME P BUCKET_MB [args]; TP=N in the environment for --tp N
   local dp=$((P / ${TP:-1}))
   local port=$((20000 + (RANDOM * 7 + $$) % 30000)) pids=() r rc=0
   for ((r = 0; r < P; r++)); do
-    local timed=() quiet=(--quiet) out=/dev/null
+    local timed=(/usr/bin/time -f %M -o "$W/$name.rss.$r") quiet=(--quiet) out=/dev/null
     [ $r = 0 ] && timed=(/usr/bin/time -f %M -o "$W/$name.rss") quiet=() out=$W/$name.out
     RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       "${timed[@]}" "$TRAIN" train --model "$MODEL" --data "$W/lic_train_*.bin" --seq "$SEQ" \
@@ -59,20 +65,27 @@ field() { tail -n +3 "$W/$1.jsonl" | awk -v k="\"$2\":" '{ v = 0; i = index($0, 
 
 # params + gradients + optimizer MiB from the run's first line
 state() { grep -o 'per rank: .*' "$W/$1.out" | awk '{ for (i = 1; i < NF; i++) if ($i ~ /^(params|gradients|optimizer)$/) t += $(i + 1) } END { printf "%.1f", t }'; }
-echo "| ranks | micro-batch | layout | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | exposed | vs 1 rank | RSS MiB | state MiB |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| ranks | micro-batch | layout | tokens/s | ms/step | comm ms/step | exposed wait ms/step | hidden | exposed | bubble (ideal) | vs 1 rank | RSS MiB | state MiB |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 base=""
-row() { # row NAME P DESC; TP=N as for run
+row() { # row NAME P DESC [MICRO-BATCH]; TP=N as for run
   local name=$1 P=$2 desc=$3
   local dp=$((P / ${TP:-1}))
-  local tps ms comm wait hidden rel exposed ov
+  local mbd=${4:-$((GLOBAL / dp)) x $SEQ}
+  local tps ms comm wait hidden rel exposed ov bubble rss
   tps=$(field "$name" tokens_per_s); ms=$(field "$name" ms)
   comm=$(field "$name" comm_ms); wait=$(field "$name" wait_ms); ov=$(field "$name" overlap_ms)
   hidden=$(awk -v c="$comm" -v o="$ov" 'BEGIN { if (c > 0) printf "%.0f%%", 100 * o / c; else print "-" }')
   exposed=$(awk -v m="$ms" -v w="$wait" 'BEGIN { printf "%.1f%%", 100 * w / m }')
   [ -z "$base" ] && base=$tps
   rel=$(awk -v a="$tps" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
-  echo "| $P | $((GLOBAL / dp)) x $SEQ | $desc | $tps | $ms | $comm | $wait | $hidden | $exposed | $rel | $(($(cat "$W/$name.rss") / 1024)) | $(state "$name") |"
+  bubble=$(sed -n 's/.*pipeline bubble \([0-9.]*\) measured.* = \([0-9.]*\) .*/\1 (\2)/p' "$W/$name.out")
+  rss=$(($(cat "$W/$name.rss") / 1024))
+  if [ -n "$bubble" ]; then
+    rss=$(for ((r = 1; r < P; r++)); do echo $(($(cat "$W/$name.rss.$r") / 1024)); done | paste -sd/)
+    rss="$(($(cat "$W/$name.rss") / 1024))/$rss"
+  fi
+  echo "| $P | $mbd | $desc | $tps | $ms | $comm | $wait | $hidden | $exposed | ${bubble:--} | $rel | $rss | $(state "$name") |"
 }
 run p1 1 25 && row p1 1 "-"
 run p2 2 25 && row p2 2 "25 MiB (one bucket)"
@@ -86,6 +99,9 @@ run p2z3 2 25 --zero 3 && row p2z3 2 "ZeRO-3 (prefetch + overlap)"
 run p2z3b 2 25 --zero 3 --zero3-buffers 1 && row p2z3b 2 "ZeRO-3, --zero3-buffers 1"
 run p4z3 4 25 --zero 3 && row p4z3 4 "ZeRO-3 (prefetch + overlap)"
 run p4z3b 4 25 --zero 3 --zero3-buffers 1 && row p4z3b 4 "ZeRO-3, --zero3-buffers 1"
+run pp2 2 25 --pp 2 --batch 2 --micro-batches 4 && row pp2 2 "--pp 2, 1f1b" "2 x $SEQ x M 4"
+run pp2g 2 25 --pp 2 --batch 2 --micro-batches 4 --pp-schedule gpipe && row pp2g 2 "--pp 2, gpipe" "2 x $SEQ x M 4"
+run dp2pp2 4 25 --pp 2 --batch 2 --micro-batches 2 && row dp2pp2 4 "dp2 x pp2, 1f1b" "2 x $SEQ x M 2"
 echo
 # one block of the model, weights and gradient: 2 (12 C^2 + 13 C) floats
 C=$(grep -o ' C[0-9]*' "$W/p1.out" | head -1 | tr -d ' C')

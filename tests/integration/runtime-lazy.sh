@@ -1,7 +1,9 @@
 #!/bin/bash
 # Lazy images (runtime/lib/image/lazy.h, doc/lazy.md), without Slurm:
 #  - the differential test (issue 27, A8): every import fixture is imported
-#    in full and made a lazy image; both are served by skiff's FUSE server
+#    in full (packed from the tar streams, image/pack.h, and, with
+#    import_mksquashfs=yes, unpacked onto a tree by layer.c and squashed by
+#    mksquashfs) and made a lazy image; all are served by skiff's FUSE server
 #    (BUILD/tests/lazy-serve) and listed (tests/integration/lib/treelist.py:
 #    names, types, modes, owners, link counts, sizes, sha256 of every file,
 #    symlink targets, file mtimes, xattrs): the lists must be the same, as
@@ -72,7 +74,9 @@ for who in $WHO; do
       || { t_fail "A8 $who $img: full import" "$(cat "$H/$img.full.log")"; continue; }
     run_as "$who" "$SKIFF" import --lazy -o "$H/$img.lazy" "oci:$W/layout:$img" >"$H/$img.lazy.log" 2>&1 \
       || { t_fail "A8 $who $img: lazy image" "$(cat "$H/$img.lazy.log")"; continue; }
-    for k in sqsh lazy; do
+    run_as "$who" env SKIFF_IMPORT_MKSQUASHFS=yes "$SKIFF" import -o "$H/$img.tree" "oci:$W/layout:$img" \
+      >"$H/$img.tree.log" 2>&1 || { t_fail "A8 $who $img: import through a tree" "$(cat "$H/$img.tree.log")"; continue; }
+    for k in sqsh lazy tree; do
       run_as "$who" "$SERVE" "$H/$img.$k" "$H/mnt" python3 "$TREELIST" "$H/mnt" >"$H/$img.$k.list" 2>"$H/$img.$k.err" \
         || t_fail "A8 $who $img: serve the $k image" "$(cat "$H/$img.$k.err")"
     done
@@ -81,21 +85,31 @@ for who in $WHO; do
     else
       t_fail "A8 $who $img: the lazy tree is the imported tree" "$(head -20 "$H/$img.diff")"
     fi
+    if [ -s "$H/$img.tree.list" ] && diff -u "$H/$img.tree.list" "$H/$img.sqsh.list" >"$H/$img.tdiff"; then
+      t_pass "A8 $who $img: the packed import is the tree layer.c unpacks, squashed by mksquashfs"
+    else
+      t_fail "A8 $who $img: the packed import is the tree layer.c unpacks, squashed by mksquashfs" \
+        "$(head -20 "$H/$img.tdiff")"
+    fi
   done
   # the hostile and broken layers: refused by both, lazily with the same reason
   for img in $BAD; do
     full=$(run_as "$who" "$SKIFF" import -o "$H/bad.sqsh" "oci:$W/layout:$img" 2>&1) && full=
+    tree=$(run_as "$who" env SKIFF_IMPORT_MKSQUASHFS=yes "$SKIFF" import -o "$H/bad.sqsh" "oci:$W/layout:$img" 2>&1) && tree=
     lazy=$(run_as "$who" "$SKIFF" import --lazy -o "$H/bad.lazy" "oci:$W/layout:$img" 2>&1) && lazy=
     reason() { sed -E 's/.*: (entry|hardlink|digest mismatch|the layer)/\1/; s/ \(truncated or corrupt layer\)//' <<<"$1"; }
-    if [ -z "$full" ] || [ -z "$lazy" ]; then
-      t_fail "A8 $who $img: refused by both" "full: ${full:-imported}; lazy: ${lazy:-made}"
+    if [ -z "$full" ] || [ -z "$lazy" ] || [ -z "$tree" ]; then
+      t_fail "A8 $who $img: refused by all" "full: ${full:-imported}; lazy: ${lazy:-made}; through a tree: ${tree:-imported}"
+    elif [ -e "$H/bad.sqsh" ]; then
+      t_fail "A8 $who $img: no image left behind" "$(ls -l "$H/bad.sqsh")"
     elif [ -e "$H/bad.lazy" ] || ls -a "$H" | grep -q '\.tmp\.' || find "$H/cache" -name '*.tmp*' | grep -q .; then
       t_fail "A8 $who $img: nothing left behind" "$(ls -a "$H"; find "$H/cache" -name '*.tmp*')"
     else
       case $img in
         truncated | badcrc) t_pass "A8 $who $img: refused by both (lazy: $(reason "$lazy"))" ;;
-        *) [ "$(reason "$full")" = "$(reason "$lazy")" ] && t_pass "A8 $who $img: refused by both, for the same reason" \
-             || t_fail "A8 $who $img: refused by both, for the same reason" "full: $full; lazy: $lazy" ;;
+        *) [ "$(reason "$full")" = "$(reason "$lazy")" ] && [ "$(reason "$full")" = "$(reason "$tree")" ] \
+             && t_pass "A8 $who $img: refused by all, for the same reason" \
+             || t_fail "A8 $who $img: refused by all, for the same reason" "full: $full; lazy: $lazy; through a tree: $tree" ;;
       esac
     fi
   done

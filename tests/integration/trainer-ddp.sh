@@ -30,15 +30,7 @@ run() { # run NAME P BATCH [more args]
   fi
 }
 
-same() { # same NAME A B TOL
-  local out
-  if ! out=$("$TRAIN" compare "$TDIR/$2" "$TDIR/$3" --tol "$4" 2>&1); then t_fail "$1" "$out"; return; fi
-  if ! t_close_losses "$TDIR/$2.jsonl" "$TDIR/$3.jsonl" "$4"; then
-    t_fail "$1" "losses differ: $(paste -d' ' <(t_losses "$TDIR/$2.jsonl") <(t_losses "$TDIR/$3.jsonl") | tr '\n' ';')"
-    return
-  fi
-  t_pass "$1 ($out)"
-}
+same() { t_same_run "$1" "$2" "$3" "$4" "$4"; } # same NAME A B TOL
 
 run p1 1 12 || t_fail "one process trains"
 for P in 2 3 4; do

@@ -314,7 +314,8 @@ static int fetched_ok(struct skiff_import_job *j, struct skiff_import_layer *l, 
     return rv;
 }
 
-int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, skiff_err *err)
+int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, const struct skiff_layer_sink *sink,
+                             skiff_err *err)
 {
     unsigned long devices = 0, setid = 0, xattrs = 0;
     if (fetch_start(j, err) < 0)
@@ -328,10 +329,10 @@ int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, skiff_err *
             /* Streamed while it downloads; the fetcher checks the digest. */
             struct fetch_progress fp = {j, l};
             int bfd = open_fetched(j, l, err);
-            rv = bfd < 0
-                     ? -1
-                     : skiff_layer_apply_stream(rootfd, bfd, l->path, NULL, SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS,
-                                                fetch_wait, &fp, &st, err);
+            unsigned fl = SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS;
+            rv = bfd < 0 ? -1
+                 : sink  ? skiff_layer_sink_stream(sink, bfd, l->path, NULL, fl, fetch_wait, &fp, &st, err)
+                         : skiff_layer_apply_stream(rootfd, bfd, l->path, NULL, fl, fetch_wait, &fp, &st, err);
             if (rv == 0)
                 rv = fetched_ok(j, l, err);
             if (rv < 0) {
@@ -343,9 +344,10 @@ int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, skiff_err *
         } else {
             const char *check = l->digest[0] && !l->verified ? l->digest : NULL;
             int bfd = skiff_source_open(j, l->path, err);
+            unsigned fl = SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS;
             rv = bfd < 0 ? -1
-                         : skiff_layer_apply_fd(rootfd, bfd, l->path, check, SKIFF_LAYER_WHITEOUTS | SKIFF_LAYER_OWNERS,
-                                                &st, err);
+                 : sink  ? skiff_layer_sink_stream(sink, bfd, l->path, check, fl, NULL, NULL, &st, err)
+                         : skiff_layer_apply_fd(rootfd, bfd, l->path, check, fl, &st, err);
             if (rv < 0 && err->code == EBADMSG && j->ref.kind == SKIFF_REF_DOCKER && unlink(l->path) == 0) {
                 size_t ml = strlen(err->msg);
                 snprintf(err->msg + ml, sizeof(err->msg) - ml,

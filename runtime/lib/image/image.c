@@ -23,6 +23,7 @@
 #include "fsutil.h"
 #include "imgconfig.h"
 #include "lazy.h"
+#include "pack.h"
 #include "registry.h"
 #include "squash.h"
 
@@ -150,6 +151,23 @@ static bool is_plain_rootfs(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* The layers streamed into the squashfs (pack.h): no scratch tree. */
+static int pack_to(struct skiff_import_job *j, const char *tmp_out, skiff_err *err)
+{
+    struct skiff_pack *k;
+    if (skiff_pack_open(j->cfg, tmp_out, &k, err) < 0)
+        return -1;
+    int rv = skiff_fetch_apply_layers(j, -1, skiff_pack_sink(k), err);
+    double t0 = skiff_now_s();
+    if (rv == 0 && skiff_pack_finish(k, j->config, j->o ? j->o->warn : NULL, j->o ? j->o->warn_ctx : NULL, err) < 0)
+        rv = skiff_err_wrap(err, "squashfs");
+    skiff_pack_free(k);
+    if (rv == 0 && j->o && j->o->progress)
+        fprintf(stderr, "skiff: squashfs (%s) last blocks and metadata %5.2f s\n", j->cfg->squash_compression,
+                skiff_now_s() - t0);
+    return rv;
+}
+
 static int import_to(struct skiff_import_job *j, const char *tmp_out, skiff_err *err)
 {
     /* Archives are unpacked into the scratch dir first; the other sources are
@@ -174,6 +192,8 @@ static int import_to(struct skiff_import_job *j, const char *tmp_out, skiff_err 
     }
     if (skiff_source_plan(j, err) < 0)
         return -1;
+    if (skiff_pack_usable(j->cfg))
+        return pack_to(j, tmp_out, err);
     if (!j->work[0] && make_work(j, unpacked_estimate(j), err) < 0)
         return -1;
 
@@ -184,7 +204,7 @@ static int import_to(struct skiff_import_job *j, const char *tmp_out, skiff_err 
     cleanup_close int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (rootfd < 0)
         return skiff_error(err, errno, "open %s", root);
-    if (skiff_fetch_apply_layers(j, rootfd, err) < 0)
+    if (skiff_fetch_apply_layers(j, rootfd, NULL, err) < 0)
         return -1;
     if (skiff_imgconfig_write(rootfd, j->config, j->o ? j->o->warn : NULL, j->o ? j->o->warn_ctx : NULL, err) < 0)
         return skiff_err_wrap(err, "image metadata");
@@ -212,8 +232,8 @@ int skiff_import_ref(const struct skiff_config *cfg, const struct skiff_ref *ref
     j.ref = *ref;
     j.srcfd = -1;
     skiff_source_set_arch(&j, o ? o->arch : NULL);
-    /* mksquashfs writes the temporary file by its name; not synced (as
-     * mksquashfs's own output never was) */
+    /* mksquashfs and libsquashfs write the temporary file by its name; not
+     * synced (as mksquashfs's own output never was) */
     struct skiff_atomic out;
     if (skiff_atomic_begin(&out, out_path, NULL, 0600, SKIFF_ATOMIC_NOSYNC | (force ? 0 : SKIFF_ATOMIC_NOREPLACE),
                            err) < 0)

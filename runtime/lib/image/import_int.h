@@ -113,10 +113,13 @@ int skiff_source_plan(struct skiff_import_job *j, skiff_err *err);
 
 /* ---- fetch.c ---- */
 
-/* Applies j's layers in order onto rootfd; registry layers not in the
- * cache are downloaded meanwhile (up to cfg->max_connections at once,
- * retried and resumed: registry.h) and applied as they arrive. */
-int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, skiff_err *err);
+/* Applies j's layers in order onto rootfd, or hands them to sink when it is
+ * not NULL (pack.h); registry layers not in the cache are downloaded
+ * meanwhile (up to cfg->max_connections at once, retried and resumed:
+ * registry.h) and applied as they arrive. */
+struct skiff_layer_sink;
+int skiff_fetch_apply_layers(struct skiff_import_job *j, int rootfd, const struct skiff_layer_sink *sink,
+                             skiff_err *err);
 
 /* Stops and joins the download threads, if they run. */
 void skiff_fetch_stop(struct skiff_import_job *j);

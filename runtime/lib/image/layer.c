@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <pthread.h>
-#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -428,18 +427,22 @@ static int carry_out(struct archive *a, const struct skiff_entry_plan *p, int ro
     return 0;
 }
 
-static int apply_entry(struct archive *a, struct archive_entry *e, int rootfd, unsigned flags,
-                       struct skiff_layer_stats *st, skiff_err *err)
+static int apply_entry(struct archive *a, struct archive_entry *e, int rootfd, const struct skiff_layer_sink *sink,
+                       unsigned flags, struct skiff_layer_stats *st, skiff_err *err)
 {
     struct skiff_entry_plan *p = malloc(sizeof(*p));
     if (!p)
         return skiff_error(err, ENOMEM, "layer entry");
     int rv = skiff_layer_plan_entry(e, flags, p, err);
     if (rv == 0)
-        rv = carry_out(a, p, rootfd, flags, st, err);
+        rv = sink ? sink->entry(sink->ctx, a, p, st, err) : carry_out(a, p, rootfd, flags, st, err);
     free(p);
     return rv;
 }
+
+static int apply_stream(int rootfd, const struct skiff_layer_sink *sink, int blobfd, const char *path,
+                        const char *digest, unsigned flags, int (*wait_more)(void *ctx, unsigned long long have),
+                        void *wait_ctx, struct skiff_layer_stats *st, skiff_err *err);
 
 int skiff_layer_apply(int rootfd, const char *path, const char *digest, unsigned flags, struct skiff_layer_stats *st,
                       skiff_err *err)
@@ -460,6 +463,22 @@ int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const cha
                              int (*wait_more)(void *ctx, unsigned long long have), void *wait_ctx,
                              struct skiff_layer_stats *st, skiff_err *err)
 {
+    return apply_stream(rootfd, NULL, blobfd, path, digest, flags, wait_more, wait_ctx, st, err);
+}
+
+int skiff_layer_sink_stream(const struct skiff_layer_sink *sink, int blobfd, const char *path, const char *digest,
+                            unsigned flags, int (*wait_more)(void *ctx, unsigned long long have), void *wait_ctx,
+                            struct skiff_layer_stats *st, skiff_err *err)
+{
+    return apply_stream(-1, sink, blobfd, path, digest, flags, wait_more, wait_ctx, st, err);
+}
+
+/* A layer's entries, planned, carried out on the tree at rootfd or handed to
+ * sink (when not NULL). */
+static int apply_stream(int rootfd, const struct skiff_layer_sink *sink, int blobfd, const char *path,
+                        const char *digest, unsigned flags, int (*wait_more)(void *ctx, unsigned long long have),
+                        void *wait_ctx, struct skiff_layer_stats *st, skiff_err *err)
+{
     struct skiff_layer_stats dummy;
     if (!st)
         st = &dummy;
@@ -467,11 +486,11 @@ int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const cha
     struct skiff_layer_decoder d;
     memset(&d, 0, sizeof(d));
     d.path = path;
-    d.sock = -1;
     d.r.fd = blobfd;
     d.r.wait_more = wait_more;
     d.r.wait_ctx = wait_ctx;
-    int sv[2] = {-1, -1};
+    struct skiff_layer_pipe pipe;
+    bool piped = false;
     struct archive *a = NULL;
     bool started = false;
     int rv = -1;
@@ -485,13 +504,12 @@ int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const cha
             goto out;
         d.r.hashing = true;
     }
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-        skiff_error(err, errno, "socketpair");
+    if (skiff_layer_pipe_init(&pipe) < 0) {
+        skiff_error(err, ENOMEM, "layer %s", path);
         goto out;
     }
-    int sz = 1 << 20;
-    setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-    d.sock = sv[1];
+    piped = true;
+    d.pipe = &pipe;
     pthread_t tid;
     int pe = pthread_create(&tid, NULL, skiff_layer_decoder_main, &d);
     if (pe != 0) {
@@ -506,7 +524,7 @@ int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const cha
         goto out;
     }
     archive_read_support_format_tar(a);
-    if (archive_read_open_fd(a, sv[0], READ_CHUNK) != ARCHIVE_OK) {
+    if (archive_read_open(a, &pipe, NULL, skiff_layer_pipe_read, NULL) != ARCHIVE_OK) {
         skiff_error(err, 0, "%s: not a tar archive (plain, gzip or zstd): %s", path, archive_error_string(a));
         goto out;
     }
@@ -519,15 +537,15 @@ int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const cha
             skiff_error(err, 0, "%s: %s (truncated or corrupt layer)", path, archive_error_string(a));
             goto out;
         }
-        if (apply_entry(a, e, rootfd, flags, st, err) < 0)
+        if (apply_entry(a, e, rootfd, sink, flags, st, err) < 0)
             goto out;
     }
     rv = 0;
 out:
     if (a)
         archive_read_free(a);
-    if (sv[0] >= 0)
-        close(sv[0]); /* stops the decoder if it is still sending */
+    if (piped)
+        skiff_layer_pipe_reader_done(&pipe); /* stops the decoder if it is still decoding */
     if (started) {
         pthread_join(tid, NULL);
         /* The decoder's error is the root cause (a truncated stream makes the
@@ -545,8 +563,8 @@ out:
             }
         }
     }
-    if (sv[1] >= 0)
-        close(sv[1]);
+    if (piped)
+        skiff_layer_pipe_destroy(&pipe);
     st->bytes_in = d.r.bytes;
     if (d.r.hashing)
         skiff_sha256_abort(&d.r.hash);

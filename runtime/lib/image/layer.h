@@ -49,4 +49,22 @@ int skiff_layer_apply_stream(int rootfd, int blobfd, const char *path, const cha
                              int (*wait_more)(void *ctx, unsigned long long have), void *wait_ctx,
                              struct skiff_layer_stats *st, skiff_err *err);
 
+struct archive;
+struct skiff_entry_plan;
+
+/* Where a layer's planned entries (layer_int.h: the policy's plan of each
+ * entry) go instead of a tree on disk: entry is called with each plan (ROOT
+ * and SKIPPED included), the archive positioned at the entry's data; it
+ * counts into st what skiff_layer_apply counts. (pack.h is one.) */
+struct skiff_layer_sink {
+    int (*entry)(void *ctx, struct archive *a, const struct skiff_entry_plan *p, struct skiff_layer_stats *st,
+                 skiff_err *err);
+    void *ctx;
+};
+
+/* skiff_layer_apply_stream with the plans handed to sink. */
+int skiff_layer_sink_stream(const struct skiff_layer_sink *sink, int blobfd, const char *path, const char *digest,
+                            unsigned flags, int (*wait_more)(void *ctx, unsigned long long have), void *wait_ctx,
+                            struct skiff_layer_stats *st, skiff_err *err);
+
 #endif

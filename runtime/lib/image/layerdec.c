@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 /* read() that, on a growing file, waits at the end for more data: returns
@@ -78,19 +77,87 @@ static int drain_hash(struct skiff_layer_reader *r)
     }
 }
 
-/* Sends n bytes to the tar reader; false once it has stopped reading (end
- * marker or error). */
-static bool send_all(struct skiff_layer_decoder *d, const char *p, size_t n)
+/* ---- the pipe (layer_int.h) ---- */
+
+int skiff_layer_pipe_init(struct skiff_layer_pipe *p)
 {
-    for (size_t off = 0; off < n;) {
-        ssize_t w = send(d->sock, p + off, n - off, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return false;
-        off += (size_t)w;
+    memset(p, 0, sizeof(*p));
+    for (unsigned i = 0; i < LAYER_PIPE_BUFS; i++)
+        if (!(p->buf[i] = malloc(READ_CHUNK))) {
+            while (i--)
+                free(p->buf[i]);
+            return -1;
+        }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    return 0;
+}
+
+void skiff_layer_pipe_destroy(struct skiff_layer_pipe *p)
+{
+    for (unsigned i = 0; i < LAYER_PIPE_BUFS; i++)
+        free(p->buf[i]);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+}
+
+char *skiff_layer_pipe_get(struct skiff_layer_pipe *p)
+{
+    pthread_mutex_lock(&p->mu);
+    /* free: neither full nor held by the reader */
+    while (!p->reader_done && p->full + (p->reading ? 1u : 0u) >= LAYER_PIPE_BUFS)
+        pthread_cond_wait(&p->cv, &p->mu);
+    char *b = p->reader_done ? NULL : p->buf[(p->head + p->full + (p->reading ? 1u : 0u)) % LAYER_PIPE_BUFS];
+    pthread_mutex_unlock(&p->mu);
+    return b;
+}
+
+void skiff_layer_pipe_push(struct skiff_layer_pipe *p, size_t len)
+{
+    pthread_mutex_lock(&p->mu);
+    p->len[(p->head + p->full + (p->reading ? 1u : 0u)) % LAYER_PIPE_BUFS] = len;
+    p->full++;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void skiff_layer_pipe_writer_done(struct skiff_layer_pipe *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->writer_done = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+la_ssize_t skiff_layer_pipe_read(struct archive *a, void *ud, const void **out)
+{
+    (void)a;
+    struct skiff_layer_pipe *p = ud;
+    pthread_mutex_lock(&p->mu);
+    if (p->reading) { /* the buffer libarchive had is free again */
+        p->reading = false;
+        p->head = (p->head + 1) % LAYER_PIPE_BUFS;
+        pthread_cond_broadcast(&p->cv);
     }
-    return true;
+    while (!p->full && !p->writer_done)
+        pthread_cond_wait(&p->cv, &p->mu);
+    la_ssize_t n = 0;
+    if (p->full) {
+        p->full--;
+        p->reading = true;
+        *out = p->buf[p->head];
+        n = (la_ssize_t)p->len[p->head];
+    }
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+void skiff_layer_pipe_reader_done(struct skiff_layer_pipe *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->reader_done = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* gzip layers (docker's default) are inflated with ISA-L's igzip instead of
@@ -99,7 +166,7 @@ static bool send_all(struct skiff_layer_decoder *d, const char *p, size_t n)
  * of gzip layers waits for. Member by member (concatenated members are
  * gzip), header parsed and CRC checked by ISA-L; the blob's digest is
  * checked as for any layer. n: bytes of the first chunk, in d->r.buf. */
-static void inflate_gzip(struct skiff_layer_decoder *d, ssize_t n, char *out)
+static void inflate_gzip(struct skiff_layer_decoder *d, ssize_t n)
 {
     struct inflate_state *st = malloc(sizeof(*st));
     if (!st) {
@@ -110,7 +177,11 @@ static void inflate_gzip(struct skiff_layer_decoder *d, ssize_t n, char *out)
     st->crc_flag = ISAL_GZIP;
     st->next_in = (uint8_t *)d->r.buf;
     st->avail_in = (uint32_t)n;
+    char *out = NULL;
     for (;;) {
+        /* a buffer of the pipe, kept while inflate puts nothing in it */
+        if (!out && !(out = skiff_layer_pipe_get(d->pipe)))
+            break; /* the tar reader is done (end marker or error) */
         st->next_out = (uint8_t *)out;
         st->avail_out = READ_CHUNK;
         int rc = isal_inflate(st);
@@ -120,8 +191,10 @@ static void inflate_gzip(struct skiff_layer_decoder *d, ssize_t n, char *out)
             break;
         }
         size_t made = READ_CHUNK - st->avail_out;
-        if (made && !send_all(d, out, made))
-            break;
+        if (made) {
+            skiff_layer_pipe_push(d->pipe, made);
+            out = NULL;
+        }
         if (st->avail_out == 0)
             continue; /* more output may come without more input */
         if (st->avail_in > 0 && st->block_state == ISAL_BLOCK_FINISH) {
@@ -156,11 +229,6 @@ void *skiff_layer_decoder_main(void *arg)
 {
     struct skiff_layer_decoder *d = arg;
     struct archive *a = NULL;
-    char *out = malloc(READ_CHUNK);
-    if (!out) {
-        snprintf(d->error, sizeof(d->error), "out of memory");
-        goto done;
-    }
     ssize_t first = next_chunk(&d->r);
     if (first < 0) {
         snprintf(d->error, sizeof(d->error), "read %s: %s", d->path,
@@ -168,7 +236,7 @@ void *skiff_layer_decoder_main(void *arg)
         goto done;
     }
     if (first >= 2 && (unsigned char)d->r.buf[0] == 0x1f && (unsigned char)d->r.buf[1] == 0x8b) {
-        inflate_gzip(d, first, out);
+        inflate_gzip(d, first);
         goto done;
     }
     d->r.pending = first; /* libarchive reads it again through read_cb */
@@ -186,6 +254,9 @@ void *skiff_layer_decoder_main(void *arg)
         goto done;
     }
     for (;;) {
+        char *out = skiff_layer_pipe_get(d->pipe);
+        if (!out)
+            break; /* the tar reader is done (end marker or error) */
         la_ssize_t n = archive_read_data(a, out, READ_CHUNK);
         if (n == 0)
             break;
@@ -194,11 +265,10 @@ void *skiff_layer_decoder_main(void *arg)
                      archive_error_string(a));
             goto done;
         }
-        if (!send_all(d, out, (size_t)n))
-            break; /* the tar reader is done (end marker or error) */
+        skiff_layer_pipe_push(d->pipe, (size_t)n);
     }
 done:
-    shutdown(d->sock, SHUT_WR);
+    skiff_layer_pipe_writer_done(d->pipe);
     if (d->r.hashing) {
         /* Hash what the decoder did not read (after the end of the stream, or
          * after an error: a blob that is not what its digest says is the root
@@ -215,6 +285,5 @@ done:
     }
     if (a)
         archive_read_free(a);
-    free(out);
     return NULL;
 }

@@ -148,6 +148,7 @@ int lz_index_window(const struct lz_index *ix, uint32_t s, unsigned char *out, s
 /* ---- lazytree.c ---- */
 
 struct lz_tree;
+struct lz_node;
 
 /* An empty tree (the root, 0755) for an importer that is root or not (the
  * ids and modes layer.c would give). */
@@ -158,9 +159,16 @@ void lz_tree_free(struct lz_tree *t);
  * applies a tar: the same refusals, with the same messages. */
 int lz_tree_apply(struct lz_tree *t, const struct lz_index *ix, uint32_t layer, skiff_err *err);
 
+/* One entry (as lz_tree_apply applies it) of layer number layer; *made
+ * (when not NULL) is the node it made, NULL when it made none (a
+ * whiteout, a hardlink, a directory that was there). */
+int lz_tree_put(struct lz_tree *t, const struct lz_entry *e, uint32_t layer, struct lz_node **made, skiff_err *err);
+
 /* /.skiff with config.json and environment, whose data is at offset off
- * (config) and off + config_len (environment) of the data file. */
-int lz_tree_add_imgconfig(struct lz_tree *t, uint64_t off, uint64_t config_len, uint64_t env_len, skiff_err *err);
+ * (config) and off + config_len (environment) of the data file; made
+ * (when not NULL) gets the two files' nodes. */
+int lz_tree_add_imgconfig(struct lz_tree *t, uint64_t off, uint64_t config_len, uint64_t env_len,
+                          struct lz_node *made[2], skiff_err *err);
 
 /* ---- lazyskel.c ---- */
 
@@ -168,6 +176,27 @@ int lz_tree_add_imgconfig(struct lz_tree *t, uint64_t off, uint64_t config_len, 
  * regular file's blocks are uncompressed and contiguous at
  * base[layer] + off of the data file (layer UINT32_MAX: extras at off). */
 int lz_skel_write(struct lz_tree *t, const uint64_t *base, uint32_t nlayers, const char *path, skiff_err *err);
+
+/* A regular file whose data is in the squashfs being written (pack.c):
+ * its layer is LZ_LAYER_PACKED and its off names the file inode that
+ * libsquashfs's block processor filled, found with packed(). */
+#define LZ_LAYER_PACKED (UINT32_MAX - 1)
+
+struct sqfs_file_t;
+struct sqfs_compressor_t;
+struct sqfs_super_t;
+struct sqfs_frag_table_t;
+struct sqfs_inode_generic_t;
+
+/* The tree's metadata after the data already in file (super written at its
+ * start, the data blocks after it): inode and directory tables, the
+ * fragment table (when frags is not NULL), the id table, the superblock
+ * again; compressed with cmp. packed(ctx, off) gives a packed file's
+ * inode. */
+int lz_skel_finish(struct lz_tree *t, struct sqfs_file_t *file, struct sqfs_compressor_t *cmp,
+                   struct sqfs_super_t *super, struct sqfs_frag_table_t *frags,
+                   const struct sqfs_inode_generic_t *(*packed)(void *ctx, uint64_t off), void *packed_ctx,
+                   skiff_err *err);
 
 /* the tree as the skeleton walks it (lazytree.c) */
 struct lz_dent {

@@ -218,7 +218,7 @@ static int assemble(struct skiff_import_job *j, char **idx_paths, const char *di
     }
     if (skiff_imgconfig_render(j->config, j->o ? j->o->warn : NULL, j->o ? j->o->warn_ctx : NULL, &config, &cfg_len,
                                &env, &env_len, err) < 0 ||
-        lz_tree_add_imgconfig(t, 0, cfg_len, env_len, err) < 0 ||
+        lz_tree_add_imgconfig(t, 0, cfg_len, env_len, NULL, err) < 0 ||
         write_text(dir, "config.json", config, cfg_len, err) < 0 ||
         write_text(dir, "environment", env, env_len, err) < 0)
         goto out;

@@ -27,6 +27,7 @@
 #include <sqfs/compressor.h>
 #include <sqfs/dir_writer.h>
 #include <sqfs/error.h>
+#include <sqfs/frag_table.h>
 #include <sqfs/id_table.h>
 #include <sqfs/inode.h>
 #include <sqfs/io.h>
@@ -45,6 +46,8 @@ struct skel {
     sqfs_id_table_t *ids;
     const uint64_t *base;
     uint32_t nlayers;
+    const sqfs_inode_generic_t *(*packed)(void *ctx, uint64_t off);
+    void *packed_ctx;
     uint32_t next_ino;
     const char *error;
     int err_code;
@@ -108,10 +111,39 @@ static int put_inode(struct skel *s, struct lz_node *n, sqfs_inode_generic_t *in
     return 0;
 }
 
+/* A file whose blocks libsquashfs's block processor wrote (pack.c): its
+ * inode, extended (for nlink), with the tree's owner, mode and time. */
+static int write_packed(struct skel *s, struct lz_node *n)
+{
+    const sqfs_inode_generic_t *src = s->packed ? s->packed(s->packed_ctx, n->off) : NULL;
+    if (!src)
+        return fail(s, EINVAL, "a file's data is missing");
+    size_t len = sizeof(*src) + src->payload_bytes_available;
+    sqfs_inode_generic_t *in = malloc(len);
+    if (!in)
+        return fail(s, ENOMEM, "inode");
+    memcpy(in, src, len);
+    int rv = -1;
+    if (sqfs_inode_make_extended(in)) {
+        fail(s, EINVAL, "a file inode");
+        goto out;
+    }
+    if (set_base(s, in, n, SQFS_INODE_EXT_FILE) < 0)
+        goto out;
+    in->data.file_ext.nlink = n->links;
+    in->data.file_ext.xattr_idx = 0xFFFFFFFF;
+    rv = put_inode(s, n, in);
+out:
+    free(in);
+    return rv;
+}
+
 static int write_leaf(struct skel *s, struct lz_node *n)
 {
     sqfs_inode_generic_t *in = NULL;
     int rv = -1;
+    if (S_ISREG(n->mode) && n->layer == LZ_LAYER_PACKED)
+        return write_packed(s, n);
     if (S_ISREG(n->mode)) {
         uint64_t nblocks = (n->size + SKEL_BLOCK - 1) / SKEL_BLOCK;
         if (nblocks > (1u << 26))
@@ -192,6 +224,72 @@ static int write_node(struct skel *s, struct lz_node *n, uint32_t parent_ino)
     return rv;
 }
 
+/* The tables after the data: see lz_skel_finish (lazy_int.h). */
+static int emit(struct skel *s, struct lz_tree *t, sqfs_file_t *file, sqfs_compressor_t *cmp, sqfs_super_t *super,
+                sqfs_frag_table_t *frags, skiff_err *err)
+{
+    int rv = -1;
+    s->im = sqfs_meta_writer_create(file, cmp, SQFS_META_WRITER_KEEP_IN_MEMORY);
+    s->dm = sqfs_meta_writer_create(file, cmp, SQFS_META_WRITER_KEEP_IN_MEMORY);
+    s->dw = s->dm ? sqfs_dir_writer_create(s->dm, 0) : NULL;
+    s->ids = sqfs_id_table_create(0);
+    if (!s->im || !s->dm || !s->dw || !s->ids) {
+        skiff_error(err, ENOMEM, "squashfs writers");
+        goto out;
+    }
+    struct lz_node *root = lz_tree_root(t);
+    /* (the root's parent is the inode count + 1, as mksquashfs has it) */
+    if (number(s, root, 0) < 0 || write_node(s, root, s->next_ino + 1) < 0) {
+        skiff_error(err, s->err_code ? s->err_code : EIO, "squashfs: %s", s->error ? s->error : "write");
+        goto out;
+    }
+    super->inode_count = s->next_ino;
+    super->root_inode_ref = root->ref;
+    super->export_table_start = NO_TABLE;
+    super->xattr_id_table_start = NO_TABLE;
+    if (sqfs_meta_writer_flush(s->im) || sqfs_meta_writer_flush(s->dm)) {
+        lz_error(err, EIO, "squashfs: flush");
+        goto out;
+    }
+    super->inode_table_start = file->get_size(file);
+    if (sqfs_meta_write_write_to_file(s->im)) {
+        lz_error(err, EIO, "squashfs: inode table");
+        goto out;
+    }
+    super->directory_table_start = file->get_size(file);
+    /* the kernel wants the fragment table after the directories, the ids
+     * last */
+    if (sqfs_meta_write_write_to_file(s->dm) || (frags && sqfs_frag_table_write(frags, file, super, cmp)) ||
+        sqfs_id_table_write(s->ids, file, super, cmp)) {
+        lz_error(err, EIO, "squashfs: tables");
+        goto out;
+    }
+    super->bytes_used = file->get_size(file);
+    if (sqfs_super_write(super, file)) {
+        lz_error(err, EIO, "squashfs: superblock");
+        goto out;
+    }
+    rv = 0;
+out:
+    if (s->dw)
+        sqfs_destroy(s->dw);
+    if (s->dm)
+        sqfs_destroy(s->dm);
+    if (s->im)
+        sqfs_destroy(s->im);
+    if (s->ids)
+        sqfs_destroy(s->ids);
+    return rv;
+}
+
+int lz_skel_finish(struct lz_tree *t, sqfs_file_t *file, sqfs_compressor_t *cmp, sqfs_super_t *super,
+                   sqfs_frag_table_t *frags, const sqfs_inode_generic_t *(*packed)(void *ctx, uint64_t off),
+                   void *packed_ctx, skiff_err *err)
+{
+    struct skel s = {.packed = packed, .packed_ctx = packed_ctx};
+    return emit(&s, t, file, cmp, super, frags, err);
+}
+
 int lz_skel_write(struct lz_tree *t, const uint64_t *base, uint32_t nlayers, const char *path, skiff_err *err)
 {
     struct skel s = {.base = base, .nlayers = nlayers};
@@ -215,57 +313,20 @@ int lz_skel_write(struct lz_tree *t, const uint64_t *base, uint32_t nlayers, con
         lz_error(err, EIO, "squashfs: gzip compressor");
         goto out;
     }
-    s.im = sqfs_meta_writer_create(file, cmp, SQFS_META_WRITER_KEEP_IN_MEMORY);
-    s.dm = sqfs_meta_writer_create(file, cmp, SQFS_META_WRITER_KEEP_IN_MEMORY);
-    s.dw = s.dm ? sqfs_dir_writer_create(s.dm, 0) : NULL;
-    s.ids = sqfs_id_table_create(0);
-    if (!s.im || !s.dm || !s.dw || !s.ids) {
-        skiff_error(err, ENOMEM, "squashfs writers");
-        goto out;
-    }
-    struct lz_node *root = lz_tree_root(t);
-    /* the superblock's place first; it is written again at the end */
-    /* (the root's parent is the inode count + 1, as mksquashfs has it) */
-    if (sqfs_super_write(&super, file) || number(&s, root, 0) < 0 || write_node(&s, root, s.next_ino + 1) < 0) {
-        skiff_error(err, s.err_code ? s.err_code : EIO, "skeleton: %s", s.error ? s.error : "write");
-        goto out;
-    }
-    super.inode_count = s.next_ino;
-    super.root_inode_ref = root->ref;
     super.flags = SQFS_FLAG_NO_FRAGMENTS | SQFS_FLAG_NO_XATTRS | SQFS_FLAG_UNCOMPRESSED_DATA;
     super.fragment_entry_count = 0;
     super.fragment_table_start = NO_TABLE;
-    super.export_table_start = NO_TABLE;
-    super.xattr_id_table_start = NO_TABLE;
-    if (sqfs_meta_writer_flush(s.im) || sqfs_meta_writer_flush(s.dm)) {
-        lz_error(err, EIO, "skeleton: flush");
-        goto out;
-    }
-    super.inode_table_start = file->get_size(file);
-    if (sqfs_meta_write_write_to_file(s.im)) {
-        lz_error(err, EIO, "skeleton: inode table");
-        goto out;
-    }
-    super.directory_table_start = file->get_size(file);
-    if (sqfs_meta_write_write_to_file(s.dm) || sqfs_id_table_write(s.ids, file, &super, cmp)) {
-        lz_error(err, EIO, "skeleton: tables");
-        goto out;
-    }
-    super.bytes_used = file->get_size(file);
+    /* the superblock's place first; it is written again at the end */
     if (sqfs_super_write(&super, file)) {
         lz_error(err, EIO, "skeleton: superblock");
         goto out;
     }
+    if (emit(&s, t, file, cmp, &super, NULL, err) < 0) {
+        skiff_err_wrap(err, "skeleton");
+        goto out;
+    }
     rv = 0;
 out:
-    if (s.dw)
-        sqfs_destroy(s.dw);
-    if (s.dm)
-        sqfs_destroy(s.dm);
-    if (s.im)
-        sqfs_destroy(s.im);
-    if (s.ids)
-        sqfs_destroy(s.ids);
     if (cmp)
         sqfs_destroy(cmp);
     if (file)

@@ -252,8 +252,10 @@ static void split(const char *path, char *parent, const char **base)
     }
 }
 
-static int apply_one(struct lz_tree *t, const struct lz_entry *e, uint32_t layer, skiff_err *err)
+int lz_tree_put(struct lz_tree *t, const struct lz_entry *e, uint32_t layer, struct lz_node **made, skiff_err *err)
 {
+    if (made)
+        *made = NULL;
     char parent[SKIFF_ENTRY_PATH_MAX];
     const char *base;
     split(e->path, parent, &base);
@@ -343,18 +345,21 @@ static int apply_one(struct lz_tree *t, const struct lz_entry *e, uint32_t layer
         free(n);
         return skiff_error(err, ENOMEM, "entry '%s'", e->raw);
     }
+    if (made)
+        *made = n;
     return 0;
 }
 
 int lz_tree_apply(struct lz_tree *t, const struct lz_index *ix, uint32_t layer, skiff_err *err)
 {
     for (uint32_t i = 0; i < ix->nentries; i++)
-        if (apply_one(t, &ix->entries[i], layer, err) < 0)
+        if (lz_tree_put(t, &ix->entries[i], layer, NULL, err) < 0)
             return -1;
     return 0;
 }
 
-int lz_tree_add_imgconfig(struct lz_tree *t, uint64_t off, uint64_t config_len, uint64_t env_len, skiff_err *err)
+int lz_tree_add_imgconfig(struct lz_tree *t, uint64_t off, uint64_t config_len, uint64_t env_len,
+                          struct lz_node *made[2], skiff_err *err)
 {
     /* imgconfig.c's skiff_imgconfig_write: whatever was at /.skiff goes,
      * a 0755 directory with two 0644 files comes */
@@ -376,6 +381,8 @@ int lz_tree_add_imgconfig(struct lz_tree *t, uint64_t off, uint64_t config_len, 
         }
         f->size = lens[i];
         f->off = at;
+        if (made)
+            made[i] = f;
         f->mtime = t->now;
         at += lens[i];
     }

@@ -16,11 +16,11 @@
 #include "lazy.h"
 #include "spawn.h"
 
-/* Why mksquashfs and not libsquashfs: applying the layers needs a real tree
- * anyway (whiteouts, hardlinks and the path checks in layer.c work on it), and
- * mksquashfs packs a tree with all cores (zstd level 1 of a 300 MB tree in
- * ~1 s on 2 cores, measured in tests/bench/import.sh); libsquashfs would need
- * a hand-written tree serializer for the same result. */
+/* mksquashfs packs a tree that is already on disk (dir: imports, saved
+ * containers, and imports with import_mksquashfs or compression lz4, lzo
+ * or none) with all cores. Image layers are packed by pack.c instead, straight from
+ * their tar streams: it overlaps download, inflate and compression and
+ * writes no tree. */
 
 static const char *const mksquashfs_dirs[] = {"/usr/bin", "/usr/sbin", "/usr/local/bin", "/bin", "/sbin"};
 
@@ -42,6 +42,14 @@ static int default_level(const char *comp)
     if (!strcmp(comp, "zstd"))
         return 1;
     return 0;
+}
+
+int skiff_squash_level(const struct skiff_config *cfg)
+{
+    const char *comp = cfg->squash_compression[0] ? cfg->squash_compression : "zstd";
+    if (!strcmp(comp, "none") || !strcmp(comp, "lz4"))
+        return 0;
+    return cfg->squash_level ? cfg->squash_level : default_level(comp);
 }
 
 bool skiff_squash_is_image(const char *path)
@@ -68,8 +76,8 @@ int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const ch
 
     const char *comp = cfg->squash_compression[0] ? cfg->squash_compression : "zstd";
     char level[16] = "";
-    int lvl = cfg->squash_level ? cfg->squash_level : default_level(comp);
-    if (lvl && strcmp(comp, "none") && strcmp(comp, "lz4"))
+    int lvl = skiff_squash_level(cfg);
+    if (lvl)
         snprintf(level, sizeof(level), "%d", lvl);
 
     /* execve wants char *const[]; the strings are never written. */

@@ -25,6 +25,11 @@ int skiff_squash_from_dir(const struct skiff_config *cfg, const char *dir, const
  * the file themselves (the image cache). */
 int skiff_squash_build(const struct skiff_config *cfg, const char *dir, const char *tmp_path, skiff_err *err);
 
+/* The compression level an import uses for cfg's squash_compression:
+ * squash_level, else skiff's default (zstd: 1); 0 for the compressor's own
+ * default (and for lz4 and none, which take none). */
+int skiff_squash_level(const struct skiff_config *cfg);
+
 /* 0 when image can be opened and starts with the squashfs magic, else -1
  * with err saying which (and, when it is not an image, how to make one). */
 int skiff_squash_check(const char *image, skiff_err *err);

@@ -4,6 +4,8 @@
 usage: mkimage.py LAYOUT RECIPE [RECIPE...]
        mkimage.py LAYOUT --from-tar TAG FILE.tar gzip|zstd|none
          (one-layer image of an existing tar, for the benchmark)
+       mkimage.py LAYOUT --from-tars TAG gzip|zstd|none FILE.tar [FILE.tar...]
+         (one layer per tar, in order: the benchmark's large image)
 
 Each recipe adds one tag to the OCI layout LAYOUT (created if missing):
   busybox      one gzip layer: busybox-static and its applets, /etc files,
@@ -286,6 +288,14 @@ def main():
         with open(path, "rb") as f:
             raw = f.read()
         lay.tag(tag, image(lay, [raw], how=how))
+        return
+    if sys.argv[2] == "--from-tars":
+        tag, how, paths = sys.argv[3], sys.argv[4], sys.argv[5:]
+        raws = []
+        for path in paths:
+            with open(path, "rb") as f:
+                raws.append(f.read())
+        lay.tag(tag, image(lay, raws, how=how))
         return
     for r in sys.argv[2:]:
         recipe(lay, r)

@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
@@ -21,7 +22,10 @@
 #include "digest.h"
 #include "fdio.h"
 #include "fsutil.h"
+#include "config.h"
 #include "layer.h"
+#include "pack.h"
+#include "squash.h"
 
 static char dir[256], root[300], tarpath[300];
 static int rootfd = -1;
@@ -248,4 +252,79 @@ Test(layer, not_a_tar, .init = setup, .fini = teardown)
     fclose(f);
     skiff_err err;
     cr_assert_eq(apply(&err, NULL), -1);
+}
+
+/* The same layers packed into a squashfs (pack.h: the import's default),
+ * read back with unsquashfs: what layer.c leaves on a tree. */
+static int pack_apply(struct skiff_pack *k, skiff_err *err, struct skiff_layer_stats *st)
+{
+    skiff_err_clear(err);
+    int fd = open(tarpath, O_RDONLY | O_CLOEXEC);
+    cr_assert(fd >= 0);
+    return skiff_layer_sink_stream(skiff_pack_sink(k), fd, tarpath, NULL, SKIFF_LAYER_WHITEOUTS, NULL, NULL, st, err);
+}
+
+Test(layer, packed_whiteouts_links, .init = setup, .fini = teardown)
+{
+    struct skiff_config cfg;
+    skiff_err err;
+    cr_assert_eq(skiff_config_load(&cfg, "/dev/null", false, &err), 0, "%s", err.msg);
+    char out[400], tree[400];
+    snprintf(out, sizeof(out), "%s/img.sqsh", dir);
+    snprintf(tree, sizeof(tree), "%s/tree", dir);
+    struct skiff_pack *k;
+    cr_assert_eq(skiff_pack_open(&cfg, out, &k, &err), 0, "%s", err.msg);
+    struct ent l1[] = {{D, "a/", NULL, 0},     {F, "a/x", "x", 0},      {F, "a/y", "y1", 0},   {D, "o/", NULL, 0},
+                       {F, "o/old", "o", 0},   {F, "suid", "s", 04755}, {L, "abs", "/etc", 0}, {H, "hl", "a/y", 0},
+                       {C, "dev/null", "", 0}, {L, "sl", "a", 0}};
+    struct skiff_layer_stats st;
+    write_tar(l1, 10, true);
+    cr_assert_eq(pack_apply(k, &err, &st), 0, "%s", err.msg);
+    cr_assert_eq(st.setid_stripped, 1);
+    cr_assert_eq(st.devices_skipped, 1);
+    struct ent l2[] = {
+        {F, "a/.wh.x", "", 0}, {F, "o/.wh..wh..opq", "", 0}, {F, "o/new", "n", 0}, {F, ".wh.abs", "", 0}};
+    write_tar(l2, 4, false);
+    cr_assert_eq(pack_apply(k, &err, &st), 0, "%s", err.msg);
+    /* refused as layer.c refuses them */
+    struct ent dotdot[] = {{F, "./b/../c", "", 0}};
+    write_tar(dotdot, 1, false);
+    cr_assert_eq(pack_apply(k, &err, &st), -1);
+    cr_assert(strstr(err.msg, "'..' component"), "%s", err.msg);
+    struct ent through[] = {{F, "sl/evil", "e", 0}};
+    write_tar(through, 1, false);
+    cr_assert_eq(pack_apply(k, &err, &st), -1);
+    cr_assert(strstr(err.msg, "symlink"), "%s", err.msg);
+    json_t *config = json_pack("{s:{s:[s]}}", "config", "Env", "A=b");
+    cr_assert_eq(skiff_pack_finish(k, config, NULL, NULL, &err), 0, "%s", err.msg);
+    json_decref(config);
+    skiff_pack_free(k);
+    int fd = open(out, O_RDONLY | O_CLOEXEC);
+    cr_assert_eq(skiff_squash_check_fd(fd, out, &err), 0, "%s", err.msg);
+    close(fd);
+    cr_assert_eq(skiff_squash_extract(out, tree, &err), 0, "%s", err.msg);
+    close(rootfd);
+    rootfd = open(tree, O_RDONLY | O_DIRECTORY);
+    cr_assert(rootfd >= 0);
+    cr_assert(!exists("a/x"));
+    cr_assert(exists("a/y"));
+    cr_assert(!exists("o/old"));
+    cr_assert(exists("o/new"));
+    cr_assert(!exists("abs"));
+    cr_assert(!exists("dev/null"));
+    cr_assert(!exists("b"));
+    cr_assert(exists(".skiff/config.json"));
+    cr_assert(exists(".skiff/environment"));
+    struct stat s, a, b;
+    cr_assert_eq(fstatat(rootfd, "suid", &s, 0), 0);
+    cr_assert_eq(s.st_mode & 07777, 0755);
+    cr_assert_eq(fstatat(rootfd, "hl", &a, 0), 0);
+    cr_assert_eq(fstatat(rootfd, "a/y", &b, 0), 0);
+    cr_assert_eq(a.st_ino, b.st_ino);
+    cr_assert_eq(a.st_nlink, 2);
+    char y[8] = "";
+    int yfd = openat(rootfd, "a/y", O_RDONLY);
+    cr_assert_eq(read(yfd, y, sizeof(y)), 2);
+    close(yfd);
+    cr_assert_str_eq(y, "y1");
 }

@@ -1,0 +1,124 @@
+#!/bin/bash
+# Pipeline-parallel equivalence on localhost (--pp N --micro-batches M): the
+# stages of one pipeline, and two pipelines side by side (dp2 x pp2: ranks
+# stage*2 + dp_rank), reach the same losses and parameters as one process
+# on the same global batch, with either schedule (1f1b, gpipe); the two
+# schedules give the same bits (each stage adds its micro-batches'
+# gradients in the same order); a resumed run equals an uninterrupted one
+# bit for bit.
+#
+# Tolerance: 1e-5 relative on every logged loss over 20 steps, 5e-5 on every
+# parameter (as trainer-ddp.sh, whose header says why the runs are close but
+# not bit-identical to one process: the DP all-reduce and the sum of the
+# tied embedding's two halves add in another order than one process does).
+source "$(dirname "$0")/../lib.sh"
+t_trainer_init
+t_corpus
+D="$TDIR/lic_train_*.bin"
+COMMON=(--model tiny --data "$D" --seq 32 --steps 20 --lr 1e-3 --warmup 2 --quiet)
+TOL=5e-5 RTOL=1e-5
+
+run() { # run NAME P [more args]
+  local name=$1 P=$2; shift 2
+  rm -rf "$TDIR/$name"
+  if [ "$P" = 1 ]; then
+    "$TRAIN" train "${COMMON[@]}" --ckpt-dir "$TDIR/$name" --log "$TDIR/$name.jsonl" "$@"
+  else
+    t_ddp "$P" "$TRAIN" train "${COMMON[@]}" --ckpt-dir "$TDIR/$name" --log "$TDIR/$name.jsonl" "$@"
+  fi
+}
+
+# every step's loss within a relative tolerance, the same number of steps
+same() { t_same_run "$1" "$2" "$3" "$4" "$5" rel; } # same NAME A B PARAM_TOL LOSS_RTOL
+
+# one process on the global batch: 4 (pp2) and 8 (dp2 x pp2) micro-batches of 2
+run p1 1 --batch 2 --grad-accum 4 || t_fail "one process trains (global batch 8)"
+run p1x 1 --batch 2 --grad-accum 8 || t_fail "one process trains (global batch 16)"
+for s in 1f1b gpipe; do
+  if run "pp2-$s" 2 --batch 2 --pp 2 --micro-batches 4 --pp-schedule "$s"; then
+    same "--pp 2 --micro-batches 4 ($s) equals 1 process (20 steps, loss rtol $RTOL)" p1 "pp2-$s" $TOL $RTOL
+  else t_fail "--pp 2 ($s) runs"; fi
+  if run "dp2pp2-$s" 4 --batch 2 --pp 2 --micro-batches 4 --pp-schedule "$s"; then
+    same "dp2 x pp2 ($s) equals 1 process (20 steps, loss rtol $RTOL)" p1x "dp2pp2-$s" $TOL $RTOL
+  else t_fail "dp2 x pp2 ($s) runs"; fi
+done
+same "1f1b and gpipe give the same bits (pp2)" pp2-1f1b pp2-gpipe 0 0
+same "1f1b and gpipe give the same bits (dp2 x pp2)" dp2pp2-1f1b dp2pp2-gpipe 0 0
+
+# bit-exact resume inside the layout: 10 steps, stop, resume to 20
+rm -rf "$TDIR/res"
+if t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --ckpt-dir "$TDIR/res" \
+  --log "$TDIR/res.jsonl" --stop-after 10 &&
+  t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --ckpt-dir "$TDIR/res" \
+    --log "$TDIR/res.jsonl" --resume; then
+  same "dp2 x pp2: --stop-after 10 then --resume equals 20 steps bit for bit" dp2pp2-1f1b res 0 0
+else t_fail "dp2 x pp2 stops and resumes"; fi
+
+# a checkpoint of dp2 x pp2 holds the whole model on rank 0 (the stages are
+# gathered there), so another layout resumes it: one process on the same
+# global batch continues as if it had run all 20 steps
+rm -rf "$TDIR/lay"
+if t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --ckpt-dir "$TDIR/lay" \
+  --log "$TDIR/lay.jsonl" --stop-after 10 &&
+  "$TRAIN" train "${COMMON[@]}" --batch 2 --grad-accum 8 --ckpt-dir "$TDIR/lay" --log "$TDIR/lay.jsonl" --resume; then
+  same "dp2 x pp2 saved at step 10, resumed by 1 process, equals 1 process" p1x lay $TOL $RTOL
+else t_fail "dp2 x pp2's checkpoint resumes under 1 process"; fi
+
+# three stages of an uneven split (mini: 4 blocks as 2+1+1), a middle stage
+# and the embedding pair of the first and the last
+run p1m 1 --model mini --batch 2 --grad-accum 3 --steps 20 || t_fail "one process trains mini"
+if run pp3 3 --model mini --batch 2 --pp 3 --micro-batches 3 --steps 20; then
+  same "--pp 3 (mini, blocks 2+1+1) equals 1 process" p1m pp3 $TOL $RTOL
+else t_fail "--pp 3 runs"; fi
+
+# validation runs through the pipeline too: the same validation losses
+V=(--val "$TDIR/lic_val_*.bin" --val-every 5 --steps 20)
+run p1v 1 --batch 2 --grad-accum 4 "${V[@]}" || t_fail "one process validates"
+if run pp2v 2 --batch 2 --pp 2 --micro-batches 4 "${V[@]}"; then
+  vl() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
+  if [ "$(vl "$TDIR/p1v.jsonl" | wc -l)" = 4 ] && paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/pp2v.jsonl") |
+    awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (NF != 2 || d > 1e-5) bad = 1 } END { exit bad }'; then
+    t_pass "--pp 2 validation losses equal 1 process ($(vl "$TDIR/pp2v.jsonl" | paste -sd' '))"
+  else t_fail "--pp 2 validation losses" "$(paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/pp2v.jsonl") | tr '\n' ';')"; fi
+else t_fail "--pp 2 validates"; fi
+
+# a stage that dies is named by its rank, never a hang
+port=$(t_port)
+env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port SKIFF_TRAIN_TIMEOUT=20 \
+  "$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 100000 --pp 2 --micro-batches 4 --quiet \
+  >"$TDIR/dead.out" 2>&1 &
+p0=$!
+env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port SKIFF_TRAIN_TIMEOUT=20 \
+  timeout -s KILL 3 "$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 100000 --pp 2 \
+  --micro-batches 4 --quiet >/dev/null 2>&1
+wait $p0
+rc=$?
+if [ $rc -ne 0 ] && grep -q 'rank 1' "$TDIR/dead.out"; then t_pass "a dead stage is named: $(cat "$TDIR/dead.out")"
+else t_fail "a dead stage is named" "rc $rc: $(cat "$TDIR/dead.out")"; fi
+
+# the bubble, measured, beside (N-1)/(M+N-1)
+out=$(t_ddp 2 "$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 3 --pp 2 --micro-batches 4 2>&1)
+if grep -Eq 'pipeline bubble [0-9.]+ measured .*\(N-1\)/\(M\+N-1\) = 0\.200' <<<"$out"; then
+  t_pass "bubble reported: $(grep -o 'pipeline bubble.*' <<<"$out")"
+else t_fail "bubble reported" "$out"; fi
+if grep -q 'pipeline stage 0 of 2 (blocks 0-0), dp 1, 1f1b, 2 micro-batches in flight' <<<"$out"; then
+  t_pass "the first line names the stage, its blocks and the micro-batches in flight"
+else t_fail "stage described" "$out"; fi
+
+# usage errors name the flag
+err() { # err NAME EXPECT P ARGS...
+  local name=$1 expect=$2 P=$3 out; shift 3
+  if [ "$P" = 1 ]; then out=$("$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 1 "$@" 2>&1)
+  else out=$(t_ddp "$P" "$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 1 "$@" 2>&1); fi
+  local rc=$?
+  if [ $rc -ne 0 ] && grep -q -- "$expect" <<<"$out"; then t_pass "$name"; else t_fail "$name" "rc $rc: $out"; fi
+}
+err "--pp that does not divide WORLD_SIZE is refused" "--pp 2 does not divide WORLD_SIZE 3" 3 --pp 2
+err "--pp with --zero is refused" "--pp 2 with --zero 1: not supported" 1 --pp 2 --zero 1
+err "--pp with --tp is refused" "--pp 2 with --tp 2: not supported together yet" 1 --pp 2 --tp 2
+err "--pp beyond the layers is refused" "--pp 3: model tiny has only 2 layers" 1 --pp 3
+err "--pp on CUDA is refused" "--pp 2: pipeline parallelism runs on the CPU device only" 1 --pp 2 --device cuda
+err "--micro-batches and a different --grad-accum are refused" "--micro-batches 4 and --grad-accum 2" 1 \
+  --micro-batches 4 --grad-accum 2
+err "--pp-schedule takes 1f1b or gpipe" "--pp-schedule 'zb': use 1f1b or gpipe" 1 --pp-schedule zb
+t_done
