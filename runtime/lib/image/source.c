@@ -260,7 +260,9 @@ static int registry_blob(struct skiff_import_job *j, const char *digest, bool la
  * cache once fetched and read back from there (checked against the
  * digest): a lazy attempt that finds the image too small for lazy_min_size
  * has just fetched the manifest the full import then needs. Its media
- * type is then the document's own (is_index looks there too). */
+ * type is then the document's own (is_index looks there too). Like a
+ * layer, it is one of the blobs a failed import removes (a lazy attempt
+ * ends as a success here, so the full import after it still finds it). */
 static int get_manifest(struct skiff_import_job *j, const char *reference, char **body, size_t *len, char *mt,
                         size_t mtlen, char digest[SKIFF_DIGEST_LEN], skiff_err *err)
 {
@@ -272,6 +274,7 @@ static int get_manifest(struct skiff_import_job *j, const char *reference, char 
         *body = skiff_read_file(path, 0, 4u << 20, len, &e);
         if (*body && skiff_digest_buf(*body, *len, digest, &e) == 0 && !strcmp(digest, reference)) {
             snprintf(mt, mtlen, "%s", "");
+            skiff_source_fetched(j, path); /* an import that fails takes it away with it */
             return 0;
         }
         free(*body);
@@ -279,10 +282,10 @@ static int get_manifest(struct skiff_import_job *j, const char *reference, char 
     }
     if (skiff_registry_manifest(j->reg, reference, body, len, mt, mtlen, digest, err) < 0)
         return -1;
+    /* best effort: a failed write only costs the next plan its request */
     if (pinned && !strcmp(digest, reference) &&
-        skiff_atomic_write(path, *body, *len, 0600, SKIFF_ATOMIC_NOSYNC, &e) < 0) {
-        /* best effort: only the next plan's request is lost */
-    }
+        skiff_atomic_write(path, *body, *len, 0600, SKIFF_ATOMIC_NOSYNC, &e) == 0)
+        skiff_source_fetched(j, path);
     return 0;
 }
 
