@@ -13,6 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* libcurl's receive buffer per transfer (its default is 16 KiB) */
+#define HTTP_RECV_BUFFER (512L * 1024)
+
 static size_t write_cb(char *data, size_t size, size_t nmemb, void *ud)
 {
     struct sink *s = ud;
@@ -221,6 +224,10 @@ int skiff_registry_http_get(struct skiff_registry *r, const char *url, const str
         curl_easy_setopt(c, CURLOPT_RANGE, range);
     }
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    /* libcurl's default 16 KiB receive buffer made a 1 GB blob ~56,000
+     * recv/poll/write rounds, each waking the layer's reader: a larger one
+     * takes what the socket holds in one call (doc/benchmarks.md, issue 26) */
+    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, HTTP_RECV_BUFFER);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb);
