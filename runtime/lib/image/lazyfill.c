@@ -1,11 +1,12 @@
 /* One span into the data file (lazy_int.h): its compressed bytes, widened
  * to SHA-256's blocks, are checked against the chaining states the index
  * recorded at both ends (or the layer's digest, at the blob's end) before
- * anything is done with them, inflated from the span's checkpoint (a gzip member's header;
- * or raw deflate from a block boundary, its first byte's unused bits
- * primed and the window set as the dictionary) and written at the span's
- * place in the data file. Output that is all zeros is not written: the
- * data file is sparse, and an image's zero-filled files cost no disk. */
+ * anything is done with them; then inflated from the span's checkpoint (a
+ * gzip member's header; or raw deflate from a block boundary, its first
+ * byte's unused bits primed and the window set as the dictionary) and
+ * written at the span's place in the data file. Output that is all zeros
+ * is not written: the data file is sparse, and an image's zero-filled
+ * files cost no disk. */
 #include "lazy_int.h"
 
 #include <errno.h>
