@@ -190,6 +190,7 @@ for n in "${NAMES[@]}"; do  # the index pass (first ever), then one start that w
   cold; start "first" "$n" n1 python3 -c pass || exit 1
   cold; start "warm" "$n" n2 python3 -c pass || exit 1
 done
+load_cold=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq 1 "$RUNS"); do
   order=("${NAMES[@]}")
   [ $((r % 2)) -eq 0 ] && order=($(printf '%s\n' "${NAMES[@]}" | tac))
@@ -226,11 +227,11 @@ load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 # ---- summary --------------------------------------------------------------------------
 comp=""
 for n in "${NAMES[@]}"; do comp="$comp $n=${COMP[$n]}"; done
-python3 - "$RES" "$SHAPE" "$link" "$rtt" "$RUNS" "$load_lazy" "$load_full" "$load_end" "${NAMES[*]}" $comp <<'EOF'
+python3 - "$RES" "$SHAPE" "$link" "$rtt" "$RUNS" "$load_lazy" "$load_cold" "$load_full" "$load_end" "${NAMES[*]}" $comp <<'EOF'
 import statistics, sys
-res, shape, link, rtt, runs, l1, l2, l3, names = sys.argv[1:10]
+res, shape, link, rtt, runs, l0, l1, l2, l3, names = sys.argv[1:11]
 names = names.split()
-comp = dict(a.split("=") for a in sys.argv[10:])
+comp = dict(a.split("=") for a in sys.argv[11:])
 comp = {k: int(v) for k, v in comp.items()}
 rows = [l.split() for l in open(res)]
 def sel(kind, n):
@@ -238,7 +239,8 @@ def sel(kind, n):
 med = lambda xs: statistics.median(xs) if xs else float("nan")
 MB = 1e6
 print(f"### Issue 27 on the emulated cluster: srun, links {shape} (tbf, no delay), registry on the bridge\n")
-print(f"Link from a node: {link}; TCP connect {rtt}. Load average before the lazy rows {l1}, "
+print(f"Link from a node: {link}; TCP connect {rtt}. Load average before the first-ever starts {l0}, "
+      f"before the cold-node rounds {l1}, "
       f"before the full imports {l2}, at the end {l3}. {runs} cold-node runs per size.\n")
 print("| image | compressed MB | lazy, first ever (index pass) s | lazy, cold node s (median; min-max) | "
       "registry MB, cold start (median) | % of compressed | srun: fetched MB | requests | "
@@ -258,7 +260,7 @@ for n in names:
     print(f"| {n} | {c / MB:.0f} | {first[0][0]:.1f} | {t:.2f} ({rng}) | {b / MB:.1f} | {100 * b / c:.2f} % | {f:.1f} | {q:.0f} | "
           f"{m:.2f} | {b3 / MB:.1f} | {b3 / b:.2f}x | " + (f"{tf:.1f} | {tf / t:.0f}x | {ts:.2f} |" if tf else "not run | | |"))
 print()
-big = names[-1]
+big = names[-1]  # the last of BENCH_LAZY_SIZES: the "20 GB" one
 ts = [summ[n]["t"] for n in names]
 spread = max(ts) / min(ts) - 1
 print(f"- A1: cold-node start of the {big} image {summ[big]['t']:.2f} s (asks <= 5 s): "
