@@ -28,9 +28,13 @@
 # squash (on a 1 Gbit/s link the full import pays the transfer too).
 #   BENCH_RUNS=N (default 3)   BENCH_LAZY_MB=N (default 1024)
 #   BENCH_PAIRS=N (default 2 x BENCH_RUNS: the A4 pairs; A6 takes 10 x BENCH_RUNS)
+# BENCH_LAZY_SIZES=1G,4G,20G (BENCH_SHAPE=1gbit, BENCH_FULL_SIZES=...): runs
+# tests/bench/lazy-cluster.sh instead, issue 27's A1, A2, A3 and A5 under srun
+# on the emulated cluster with shaped links (its header says how).
 set -u
 BASE=${SKIFF_BENCH_BASE:-}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+[ -n "${BENCH_LAZY_SIZES:-}" ] && exec "$ROOT/tests/bench/lazy-cluster.sh"
 BUILD=${BUILD:-$ROOT/build}
 SKIFF=$BUILD/bin/skiff
 RUNS=${BENCH_RUNS:-3}
