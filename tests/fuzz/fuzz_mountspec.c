@@ -102,7 +102,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    m.propagation == MS_SHARED || m.propagation == MS_UNBINDABLE,
                "'%s': propagation %#lx", s, m.propagation);
     FUZZ_CHECK(m.propagation || !m.propagation_rec, "'%s': recursive without a propagation type", s);
-    if (m.tmpfs) {
+    if (m.detach) { /* umount:DST, enroot's x-detach: nothing is mounted */
+        FUZZ_CHECK(!m.src && !m.data && !m.tmpfs, "'%s': an unmount with a source or data", s);
+    } else if (m.tmpfs) {
         FUZZ_CHECK(!m.src, "'%s': tmpfs with a source", s);
     } else {
         FUZZ_CHECK(m.src && m.src[0] == '/', "'%s': source '%s' is not absolute", s, m.src ? m.src : "(null)");
@@ -121,7 +123,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *again = malloc(n), *flags = malloc(n);
     if (!again || !flags)
         abort();
-    if (fstab) {
+    if (m.detach) {
+        snprintf(again, n, fstab ? "none %s none x-detach 0 0" : "umount:%s", m.dst);
+    } else if (fstab) {
         flags_of(&m, ',', flags, n);
         snprintf(again, n, "%s %s %s %s 0 0", m.tmpfs ? "tmpfs" : m.src, m.dst, m.tmpfs ? "tmpfs" : "none", flags);
     } else {
@@ -132,6 +136,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rc = fstab ? skiff_mountspec_parse_fstab(again, &b, &err) : skiff_mountspec_parse(again, &b, &err);
     FUZZ_CHECK(rc == 0, "'%s' parsed, its rewrite '%s' did not: %s", s, again, err.msg);
     same(&m, &b, s, again);
+    FUZZ_CHECK(m.detach == b.detach, "'%s' -> '%s': unmount or not differs", s, again);
     skiff_mount_free(&b);
     skiff_mount_free(&m);
     free(again);

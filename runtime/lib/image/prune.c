@@ -213,7 +213,10 @@ int skiff_cache_list(const char *root, const char *lazy_path, struct skiff_cache
         e->in_use = locked(p.sqsh) || locked(p.lock);
         if (lazy) {
             char plan[SKIFF_PATH_MAX + 128];
-            snprintf(e->path, sizeof(e->path), "%s/%s", dir, de->d_name);
+            if (snprintf(e->path, sizeof(e->path), "%s/%s", dir, de->d_name) >= (int)sizeof(e->path)) {
+                out->nimages--; /* (a cache path within SKIFF_PATH_MAX never gets here) */
+                continue;
+            }
             snprintf(plan, sizeof(plan), "%s/plan", e->path);
             e->lazy = true;
             lazy_data_key(e->path, e->data_key);
