@@ -14,6 +14,7 @@
 #include "fdio.h"
 #include "llmc.h"
 #include "ckpt.h"
+#include "policy.h"
 
 #define CKPT_MAGIC "SKIFFCK1"
 #define CKPT_VERSION 1
@@ -235,9 +236,10 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
  * A checkpoint of S processes as dp x tp with ZeRO z holds AdamW's m and v
  * in pieces: tensor-parallel rank t's part of the model (its local buffer,
  * gpt2_param_layout_tp) on data-parallel rank 0 (z 0) or in shards over the
- * data-parallel ranks (z 1, 2). They are put back together into the whole
- * model's m and v, and this rank takes its part of them as this run lays
- * it out: the same state in another layout. */
+ * data-parallel ranks (z 1, 2); with ZeRO-3 (tp 1) every file holds its
+ * shard of every unit (policy.h) of the weights, m and v. They are put back
+ * together into the whole model's, and this rank takes its part of them as
+ * this run lays it out: the same state in another layout. */
 
 /* Opens DIR/rank-R.ckpt and reads its header, which must be the layout and
  * step of `saved` (rank 0's). */
@@ -258,8 +260,9 @@ static int open_piece(const char *dir, int r, const struct train_ckpt *saved, st
 }
 
 /* Reads the piece of m and v in file r into the saved layout's local
- * buffers (n floats each). */
-static int read_piece(const char *dir, int r, const struct train_ckpt *saved, float *m, float *v, size_t n,
+ * buffers (n floats each); of a ZeRO-3 file its shard of the weights too,
+ * into p at the same place, when p is not NULL. */
+static int read_piece(const char *dir, int r, const struct train_ckpt *saved, float *p, float *m, float *v, size_t n,
                       skiff_err *err)
 {
     struct ckpt_header h;
@@ -268,7 +271,10 @@ static int read_piece(const char *dir, int r, const struct train_ckpt *saved, fl
     if (h.opt_off + h.opt_len > n)
         return skiff_error(err, 0, "--resume: rank-%d.ckpt: optimizer range %llu+%llu beyond %zu", r,
                            (unsigned long long)h.opt_off, (unsigned long long)h.opt_len, n);
-    off_t at = (off_t)sizeof h + (h.has_params ? (off_t)(h.num_params * sizeof(float)) : 0);
+    size_t plen = h.has_params ? ckpt_params_len(h.zero, h.num_params, h.opt_len) : 0;
+    if (p && h.zero == 3 && (!plen || skiff_read_all(fd, p + h.opt_off, plen * sizeof(float)) < 0))
+        return skiff_error(err, errno, "--resume: rank-%d.ckpt: truncated or missing weights", r);
+    off_t at = (off_t)sizeof h + (off_t)(plen * sizeof(float));
     if (lseek(fd, at, SEEK_SET) < 0 || skiff_read_all(fd, m + h.opt_off, h.opt_len * sizeof(float)) < 0 ||
         skiff_read_all(fd, v + h.opt_off, h.opt_len * sizeof(float)) < 0)
         return skiff_error(err, errno, "--resume: rank-%d.ckpt: truncated optimizer state", r);
@@ -280,21 +286,39 @@ int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct
 {
     const struct gpt2_config *cfg = &w->cfg;
     int stp = saved->tp, sdp = saved->world / saved->tp, wtp = w->tp > 1 ? w->tp : 1;
+    int sz3 = saved->zero == 3, wz3 = w->zero == 3; /* (ZeRO-3 runs have tp 1) */
     size_t n = gpt2_param_layout(cfg, NULL, NULL);
     size_t sn = gpt2_param_layout_tp(cfg, stp, NULL, NULL), wn = gpt2_param_layout_tp(cfg, wtp, NULL, NULL);
     sn = stp == 1 ? saved->num_params : (sn + (size_t)sdp - 1) / (size_t)sdp * (size_t)sdp; /* as policy.c pads */
     if (wn < w->opt_off + w->opt_len) wn = w->opt_off + w->opt_len;
-    float *fm = calloc(n, sizeof(float)), *fv = calloc(n, sizeof(float));
-    float *lm = calloc(sn > wn ? sn : wn, sizeof(float)), *lv = calloc(sn > wn ? sn : wn, sizeof(float));
-    int rc = fm && fv && lm && lv ? 0 : skiff_error(err, ENOMEM, "--resume: optimizer state of another layout");
-    /* the whole model's m and v, from every piece of the saved layout */
-    for (int t = 0; rc == 0 && w->opt_len && t < stp; t++) {
+    size_t ln = sn > wn ? sn : wn;
+    int opt = w->opt_len != 0, z3p = sz3 && w->params; /* the weights come from every ZeRO-3 shard */
+    float *fm = calloc(n, sizeof(float)), *fv = calloc(n, sizeof(float)),
+          *fp = w->params ? calloc(n, sizeof(float)) : NULL;
+    float *lm = calloc(ln, sizeof(float)), *lv = calloc(ln, sizeof(float)),
+          *lp = z3p ? calloc(sn, sizeof(float)) : NULL;
+    int rc = fm && fv && lm && lv && (fp || !w->params) && (lp || !z3p)
+                 ? 0
+                 : skiff_error(err, ENOMEM, "--resume: optimizer state of another layout");
+    /* the whole model's m and v (ZeRO-3: and weights), from every piece of the saved layout */
+    for (int t = 0; rc == 0 && (opt || z3p) && t < stp; t++) {
         for (int d = 0; rc == 0 && d < (saved->zero ? sdp : 1); d++)
-            rc = read_piece(dir, d * stp + t, saved, lm, lv, sn, err);
-        gpt2_tp_copy(cfg, stp, t, fm, lm, 0);
-        gpt2_tp_copy(cfg, stp, t, fv, lv, 0);
+            rc = read_piece(dir, d * stp + t, saved, lp, lm, lv, sn, err);
+        for (int d = 0; rc == 0 && sz3 && d < sdp; d++) { /* shard d sits at d * its length */
+            size_t at = (size_t)d * (sn / (size_t)sdp);
+            train_zero3_copy(cfg, sdp, d, fm, lm + at, 1);
+            train_zero3_copy(cfg, sdp, d, fv, lv + at, 1);
+            if (lp) train_zero3_copy(cfg, sdp, d, fp, lp + at, 1);
+        }
+        if (rc == 0 && !sz3) {
+            gpt2_tp_copy(cfg, stp, t, fm, lm, 0);
+            gpt2_tp_copy(cfg, stp, t, fv, lv, 0);
+        }
     }
-    if (rc == 0 && w->opt_len) { /* this rank's part, in this run's layout */
+    if (rc == 0 && opt && wz3) { /* this rank's shard of every unit */
+        train_zero3_copy(cfg, w->world, w->rank, fm, w->m, 0);
+        train_zero3_copy(cfg, w->world, w->rank, fv, w->v, 0);
+    } else if (rc == 0 && opt) { /* this rank's part, in this run's layout */
         memset(lm, 0, wn * sizeof(float));
         memset(lv, 0, wn * sizeof(float));
         gpt2_tp_copy(cfg, wtp, tp_rank, fm, lm, 1);
@@ -302,19 +326,29 @@ int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct
         memcpy(w->m, lm + w->opt_off, w->opt_len * sizeof(float));
         memcpy(w->v, lv + w->opt_off, w->opt_len * sizeof(float));
     }
-    free(fm);
-    free(fv);
-    free(lm);
-    free(lv);
-    if (rc < 0) return -1;
-    if (w->params) { /* rank 0's weights, the model's floats (the padding differs) */
+    if (rc == 0 && w->params && !sz3) { /* rank 0's weights, the model's floats (the padding differs) */
         struct ckpt_header h;
         cleanup_close int fd = -1;
-        if (open_piece(dir, 0, saved, &h, &fd, err) < 0) return -1;
-        if (!h.has_params) return skiff_error(err, 0, "--resume: %s/rank-0.ckpt holds no parameters", dir);
-        if (skiff_read_all(fd, w->params, n * sizeof(float)) < 0)
-            return skiff_error(err, errno, "--resume: %s/rank-0.ckpt: truncated parameters", dir);
+        if (open_piece(dir, 0, saved, &h, &fd, err) < 0)
+            rc = -1;
+        else if (!h.has_params)
+            rc = skiff_error(err, 0, "--resume: %s/rank-0.ckpt holds no parameters", dir);
+        else if (skiff_read_all(fd, fp, n * sizeof(float)) < 0)
+            rc = skiff_error(err, errno, "--resume: %s/rank-0.ckpt: truncated parameters", dir);
     }
+    if (rc == 0 && w->params) {
+        if (wz3)
+            train_zero3_copy(cfg, w->world, w->rank, fp, w->params, 0);
+        else
+            memcpy(w->params, fp, n * sizeof(float));
+    }
+    free(fm);
+    free(fv);
+    free(fp);
+    free(lm);
+    free(lv);
+    free(lp);
+    if (rc < 0) return -1;
     w->step = saved->step;
     w->data_pos = saved->data_pos;
     w->rng = saved->rng;

@@ -55,8 +55,10 @@ int train_ckpt_load(const char *dir, struct train_ckpt *want, skiff_err *err);
  * train_ckpt_peek; other world size, --tp or ZeRO stage, the same model):
  * AdamW's m and v are put back together from every rank's file and this
  * rank (tensor-parallel rank tp_rank of want->tp) takes its part of them for
- * want's optimizer range, rank 0's weights go into want->params when it is
- * non-NULL, and step, data position and amp come from the checkpoint. */
+ * want's optimizer range, the weights (rank 0's, or a ZeRO-3 checkpoint's
+ * shards put together) go into want->params when it is non-NULL (with
+ * want->zero 3: this rank's shard of them, as m and v), and step, data
+ * position and amp come from the checkpoint. */
 int train_ckpt_load_relayout(const char *dir, struct train_ckpt *want, const struct train_ckpt *saved, int tp_rank,
                              skiff_err *err);
 /* Reads only the header of DIR/rank-R.ckpt (R = out->rank) into *out (cfg,
