@@ -317,7 +317,8 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
         size_t total;
         for (int u = 0; u < 2; u++) {
             int n = gpt2_unit_slices(cfg, u, sl, &total);
-            for (int i = 0, at = 0; i < n; at += (int)sl[i].len, i++) m->uoff[sl[i].tensor] = (size_t)at;
+            size_t at = 0;
+            for (int i = 0; i < n; at += sl[i].len, i++) m->uoff[sl[i].tensor] = at;
         }
     }
     if ((!units && n_pad < m->nparams) || opt_off + opt_len > n_pad)
