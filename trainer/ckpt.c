@@ -31,7 +31,8 @@ struct ckpt_header {
     int32_t scale_good, skipped_run;
     int64_t skipped;
     int32_t tp; /* --tp; 0 (read as 1) in files of builds before it existed */
-    char pad[256 - 8 - 4 - 4 - 24 - 16 - 40 - 24 - 4];
+    int32_t pp; /* --pp; the same */
+    char pad[256 - 8 - 4 - 4 - 24 - 16 - 40 - 24 - 4 - 4];
 };
 _Static_assert(sizeof(struct ckpt_header) == 256, "checkpoint header is 256 bytes");
 
@@ -107,6 +108,7 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
     h.skipped_run = c->amp.skipped_run;
     h.skipped = c->amp.skipped;
     h.tp = c->tp > 1 ? c->tp : 1;
+    h.pp = c->pp > 1 ? c->pp : 1;
     struct ckpt_write w = {c, &h};
     return skiff_atomic_write_file(path, tmp, fill_ckpt, &w, err) < 0 ? skiff_err_wrap(err, "checkpoint") : 0;
 }
@@ -124,10 +126,11 @@ static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_er
     if (h->version != CKPT_VERSION)
         return skiff_error(err, 0, "%s: checkpoint version %d, this build reads %d", path, h->version, CKPT_VERSION);
     if (h->tp == 0) h->tp = 1;
+    if (h->pp == 0) h->pp = 1;
     if (h->world < 1 || h->rank < 0 || h->rank >= h->world || h->zero < 0 || h->zero > 3 || h->step < 0 || h->tp < 1 ||
-        h->world % h->tp)
-        return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, tp %d, zero %d, step %d", path, h->world,
-                           h->rank, h->tp, h->zero, h->step);
+        h->pp < 1 || h->world % h->tp || h->world / h->tp % h->pp)
+        return skiff_error(err, 0, "%s: corrupt checkpoint: world %d, rank %d, tp %d, pp %d, zero %d, step %d", path,
+                           h->world, h->rank, h->tp, h->pp, h->zero, h->step);
     if (!(h->loss_scale >= 0 && h->loss_scale < 1e38) || h->scale_good < 0 || h->skipped_run < 0 || h->skipped < 0 ||
         h->skipped > h->step)
         return skiff_error(err, 0, "%s: corrupt checkpoint: loss scale %g, %lld of %d steps skipped", path,
@@ -161,6 +164,7 @@ int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err)
     out->cfg = (struct gpt2_config){h.cfg[0], h.cfg[1], h.cfg[2], h.cfg[3], h.cfg[4], h.cfg[5]};
     out->world = h.world;
     out->tp = h.tp;
+    out->pp = h.pp;
     out->zero = h.zero;
     out->step = h.step;
     out->data_pos = h.data_pos;
@@ -203,6 +207,8 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
                            "%s: saved with --tp %d, this run uses --tp %d; resume with the same --tp (the "
                            "weights alone move to another layout: export --llmc, then --init-from)",
                            path, h.tp, w->tp > 1 ? w->tp : 1);
+    if (h.pp != (w->pp > 1 ? w->pp : 1))
+        return skiff_error(err, 0, "%s: saved with --pp %d, this run uses --pp %d", path, h.pp, w->pp > 1 ? w->pp : 1);
     if (h.zero != w->zero)
         return skiff_error(err, 0, "%s: saved with --zero %d, this run uses --zero %d", path, h.zero, w->zero);
     if (h.num_params != w->num_params || h.opt_off != w->opt_off || h.opt_len != w->opt_len)
@@ -233,13 +239,16 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
 }
 
 /* ---- another layout -------------------------------------------------------
- * A checkpoint of S processes as dp x tp with ZeRO z holds AdamW's m and v
- * in pieces: tensor-parallel rank t's part of the model (its local buffer,
- * gpt2_param_layout_tp) on data-parallel rank 0 (z 0) or in shards over the
- * data-parallel ranks (z 1, 2); with ZeRO-3 (tp 1) every file holds its
- * shard of every unit (policy.h) of the weights, m and v. They are put back
- * together into the whole model's, and this rank takes its part of them as
- * this run lays it out: the same state in another layout. */
+ * A checkpoint of S processes as dp x tp x pp with ZeRO z holds AdamW's m
+ * and v in pieces: tensor-parallel rank t's part of the model (its local
+ * buffer, gpt2_param_layout_tp) on data-parallel rank 0 (z 0; with --pp
+ * gathered from every stage before the save) or in shards over the
+ * data-parallel ranks (z 1, 2; with --pp each stage's ranges sharded
+ * piece by piece, train_pp_shard_copy); with ZeRO-3 (tp 1, pp 1) every
+ * file holds its shard of every unit (policy.h) of the weights, m and v.
+ * They are put back together into the whole model's, and this rank takes
+ * its part of them as this run lays it out: the same state in another
+ * layout. */
 
 /* Opens DIR/rank-R.ckpt and reads its header, which must be the layout and
  * step of `saved` (rank 0's). */
@@ -253,78 +262,128 @@ static int open_piece(const char *dir, int r, const struct train_ckpt *saved, st
     int32_t want[6];
     cfg_pack(&saved->cfg, want);
     if (read_header(*fd, path, h, err) < 0) return -1;
-    if (memcmp(want, h->cfg, sizeof want) || h->world != saved->world || h->tp != saved->tp || h->zero != saved->zero ||
-        h->step != saved->step || h->num_params != saved->num_params)
+    if (memcmp(want, h->cfg, sizeof want) || h->world != saved->world || h->tp != saved->tp || h->pp != saved->pp ||
+        h->zero != saved->zero || h->step != saved->step || h->num_params != saved->num_params)
         return skiff_error(err, 0, "--resume: %s is not of the layout or step of rank 0's file", path);
     return 0;
 }
 
-/* Reads the piece of m and v in file r into the saved layout's local
- * buffers (n floats each); of a ZeRO-3 file its shard of the weights too,
- * into p at the same place, when p is not NULL. */
+/* Reads the piece of m and v in file r into m and v (n floats each): at
+ * the file's opt_off in the saved layout's local buffers, or with
+ * `packed` (a --pp ZeRO shard, which must be `packed` floats) at 0; of a
+ * ZeRO-3 file its shard of the weights too, into p at the same place, when
+ * p is not NULL. */
 static int read_piece(const char *dir, int r, const struct train_ckpt *saved, float *p, float *m, float *v, size_t n,
-                      skiff_err *err)
+                      size_t packed, skiff_err *err)
 {
     struct ckpt_header h;
     cleanup_close int fd = -1;
     if (open_piece(dir, r, saved, &h, &fd, err) < 0) return -1;
-    if (h.opt_off + h.opt_len > n)
+    size_t at = packed ? 0 : h.opt_off;
+    if (packed && h.opt_len != packed)
+        return skiff_error(err, 0, "--resume: rank-%d.ckpt: a stage's shard of %llu floats, this build lays out %zu", r,
+                           (unsigned long long)h.opt_len, packed);
+    if (at + h.opt_len > n)
         return skiff_error(err, 0, "--resume: rank-%d.ckpt: optimizer range %llu+%llu beyond %zu", r,
                            (unsigned long long)h.opt_off, (unsigned long long)h.opt_len, n);
     size_t plen = h.has_params ? ckpt_params_len(h.zero, h.num_params, h.opt_len) : 0;
-    if (p && h.zero == 3 && (!plen || skiff_read_all(fd, p + h.opt_off, plen * sizeof(float)) < 0))
+    if (p && h.zero == 3 && (!plen || skiff_read_all(fd, p + at, plen * sizeof(float)) < 0))
         return skiff_error(err, errno, "--resume: rank-%d.ckpt: truncated or missing weights", r);
-    off_t at = (off_t)sizeof h + (off_t)(plen * sizeof(float));
-    if (lseek(fd, at, SEEK_SET) < 0 || skiff_read_all(fd, m + h.opt_off, h.opt_len * sizeof(float)) < 0 ||
-        skiff_read_all(fd, v + h.opt_off, h.opt_len * sizeof(float)) < 0)
+    off_t pos = (off_t)sizeof h + (off_t)(plen * sizeof(float));
+    if (lseek(fd, pos, SEEK_SET) < 0 || skiff_read_all(fd, m + at, h.opt_len * sizeof(float)) < 0 ||
+        skiff_read_all(fd, v + at, h.opt_len * sizeof(float)) < 0)
         return skiff_error(err, errno, "--resume: rank-%d.ckpt: truncated optimizer state", r);
     return 0;
 }
 
-int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct train_ckpt *saved, int tp_rank,
-                             skiff_err *err)
+/* Tensor-parallel rank t's part of m and v (its local buffers lm, lv of n
+ * floats) from the saved layout's files: data-parallel rank 0's (ZeRO 0:
+ * whole, with --pp gathered from every stage), or every data-parallel
+ * rank's shard (ZeRO 1/2), with --pp of every stage. */
+static int read_tp_part(const char *dir, const struct train_ckpt *s, int t, float *lm, float *lv, size_t n,
+                        skiff_err *err)
+{
+    int stp = s->tp, spp = s->pp, sdp = s->world / (stp * spp);
+    if (!s->zero || spp == 1) {
+        for (int d = 0; d < (s->zero ? sdp : 1); d++)
+            if (read_piece(dir, train_layout_rank(stp, sdp, 0, d, t), s, NULL, lm, lv, n, 0, err) < 0) return -1;
+        return 0;
+    }
+    float *pm = malloc(n * sizeof(float)), *pv = malloc(n * sizeof(float));
+    int rc = pm && pv ? 0 : skiff_error(err, ENOMEM, "--resume: a stage's optimizer shard");
+    for (int st = 0; rc == 0 && st < spp; st++) {
+        size_t len = train_pp_shard_len(&s->cfg, stp, spp, st, sdp);
+        for (int d = 0; rc == 0 && d < sdp; d++) {
+            rc = read_piece(dir, train_layout_rank(stp, sdp, st, d, t), s, NULL, pm, pv, n, len, err);
+            if (rc == 0) {
+                train_pp_shard_copy(&s->cfg, stp, spp, st, sdp, d, lm, pm, 1);
+                train_pp_shard_copy(&s->cfg, stp, spp, st, sdp, d, lv, pv, 1);
+            }
+        }
+    }
+    free(pm);
+    free(pv);
+    return rc;
+}
+
+/* A ZeRO-3 checkpoint (tp 1, pp 1): every rank's shard of m and v, and of
+ * the weights when fp is not NULL, put together into the whole model's. */
+static int read_zero3(const char *dir, const struct train_ckpt *s, float *fp, float *fm, float *fv, skiff_err *err)
+{
+    size_t n = s->num_params, sh = n / (size_t)s->world; /* train_zero3_len: every rank's shard back to back */
+    float *lp = fp ? calloc(n, sizeof(float)) : NULL, *lm = calloc(n, sizeof(float)), *lv = calloc(n, sizeof(float));
+    int rc = lm && lv && (lp || !fp) ? 0 : skiff_error(err, ENOMEM, "--resume: the shards of a --zero 3 checkpoint");
+    for (int d = 0; rc == 0 && d < s->world; d++) {
+        if ((rc = read_piece(dir, d, s, lp, lm, lv, n, 0, err)) < 0) break;
+        train_zero3_copy(&s->cfg, s->world, d, fm, lm + (size_t)d * sh, 1);
+        train_zero3_copy(&s->cfg, s->world, d, fv, lv + (size_t)d * sh, 1);
+        if (fp) train_zero3_copy(&s->cfg, s->world, d, fp, lp + (size_t)d * sh, 1);
+    }
+    free(lp);
+    free(lm);
+    free(lv);
+    return rc;
+}
+
+int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct train_ckpt *saved, skiff_err *err)
 {
     const struct gpt2_config *cfg = &w->cfg;
-    int stp = saved->tp, sdp = saved->world / saved->tp, wtp = w->tp > 1 ? w->tp : 1;
-    int sz3 = saved->zero == 3, wz3 = w->zero == 3; /* (ZeRO-3 runs have tp 1) */
+    int stp = saved->tp, sdp = saved->world / (saved->tp * saved->pp);
+    int wtp = w->tp > 1 ? w->tp : 1, wpp = w->pp > 1 ? w->pp : 1, wdp = w->world / (wtp * wpp), ws, wd, wt;
+    int sz3 = saved->zero == 3, wz3 = w->zero == 3; /* (ZeRO-3 runs have tp 1 and pp 1) */
+    train_layout_place(w->rank, wtp, wdp, &ws, &wd, &wt);
     size_t n = gpt2_param_layout(cfg, NULL, NULL);
     size_t sn = gpt2_param_layout_tp(cfg, stp, NULL, NULL), wn = gpt2_param_layout_tp(cfg, wtp, NULL, NULL);
     sn = stp == 1 ? saved->num_params : (sn + (size_t)sdp - 1) / (size_t)sdp * (size_t)sdp; /* as policy.c pads */
     if (wn < w->opt_off + w->opt_len) wn = w->opt_off + w->opt_len;
-    size_t ln = sn > wn ? sn : wn;
-    int opt = w->opt_len != 0, z3p = sz3 && w->params; /* the weights come from every ZeRO-3 shard */
     float *fm = calloc(n, sizeof(float)), *fv = calloc(n, sizeof(float)),
           *fp = w->params ? calloc(n, sizeof(float)) : NULL;
-    float *lm = calloc(ln, sizeof(float)), *lv = calloc(ln, sizeof(float)),
-          *lp = z3p ? calloc(sn, sizeof(float)) : NULL;
-    int rc = fm && fv && lm && lv && (fp || !w->params) && (lp || !z3p)
+    float *lm = calloc(sn > wn ? sn : wn, sizeof(float)), *lv = calloc(sn > wn ? sn : wn, sizeof(float));
+    int rc = fm && fv && lm && lv && (fp || !w->params)
                  ? 0
                  : skiff_error(err, ENOMEM, "--resume: optimizer state of another layout");
     /* the whole model's m and v (ZeRO-3: and weights), from every piece of the saved layout */
-    for (int t = 0; rc == 0 && (opt || z3p) && t < stp; t++) {
-        for (int d = 0; rc == 0 && d < (saved->zero ? sdp : 1); d++)
-            rc = read_piece(dir, d * stp + t, saved, lp, lm, lv, sn, err);
-        for (int d = 0; rc == 0 && sz3 && d < sdp; d++) { /* shard d sits at d * its length */
-            size_t at = (size_t)d * (sn / (size_t)sdp);
-            train_zero3_copy(cfg, sdp, d, fm, lm + at, 1);
-            train_zero3_copy(cfg, sdp, d, fv, lv + at, 1);
-            if (lp) train_zero3_copy(cfg, sdp, d, fp, lp + at, 1);
-        }
-        if (rc == 0 && !sz3) {
-            gpt2_tp_copy(cfg, stp, t, fm, lm, 0);
-            gpt2_tp_copy(cfg, stp, t, fv, lv, 0);
-        }
+    if (rc == 0 && sz3 && (w->opt_len || fp)) rc = read_zero3(dir, saved, fp, fm, fv, err);
+    for (int t = 0; rc == 0 && !sz3 && w->opt_len && t < stp; t++) {
+        rc = read_tp_part(dir, saved, t, lm, lv, sn, err);
+        gpt2_tp_copy(cfg, stp, t, fm, lm, 0);
+        gpt2_tp_copy(cfg, stp, t, fv, lv, 0);
     }
-    if (rc == 0 && opt && wz3) { /* this rank's shard of every unit */
-        train_zero3_copy(cfg, w->world, w->rank, fm, w->m, 0);
-        train_zero3_copy(cfg, w->world, w->rank, fv, w->v, 0);
-    } else if (rc == 0 && opt) { /* this rank's part, in this run's layout */
+    if (rc == 0 && w->opt_len && wz3) { /* this rank's shard of every unit */
+        train_zero3_copy(cfg, wdp, wd, fm, w->m, 0);
+        train_zero3_copy(cfg, wdp, wd, fv, w->v, 0);
+    } else if (rc == 0 && w->opt_len) { /* this rank's part, in this run's layout */
         memset(lm, 0, wn * sizeof(float));
         memset(lv, 0, wn * sizeof(float));
-        gpt2_tp_copy(cfg, wtp, tp_rank, fm, lm, 1);
-        gpt2_tp_copy(cfg, wtp, tp_rank, fv, lv, 1);
-        memcpy(w->m, lm + w->opt_off, w->opt_len * sizeof(float));
-        memcpy(w->v, lv + w->opt_off, w->opt_len * sizeof(float));
+        gpt2_tp_copy(cfg, wtp, wt, fm, lm, 1);
+        gpt2_tp_copy(cfg, wtp, wt, fv, lv, 1);
+        if (w->zero && wpp > 1) { /* its stage's shard */
+            train_pp_shard_copy(cfg, wtp, wpp, ws, wdp, wd, lm, w->m, 0);
+            train_pp_shard_copy(cfg, wtp, wpp, ws, wdp, wd, lv, w->v, 0);
+        } else {
+            memcpy(w->m, lm + w->opt_off, w->opt_len * sizeof(float));
+            memcpy(w->v, lv + w->opt_off, w->opt_len * sizeof(float));
+        }
     }
     if (rc == 0 && w->params && !sz3) { /* rank 0's weights, the model's floats (the padding differs) */
         struct ckpt_header h;
@@ -336,9 +395,9 @@ int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct
         else if (skiff_read_all(fd, fp, n * sizeof(float)) < 0)
             rc = skiff_error(err, errno, "--resume: %s/rank-0.ckpt: truncated parameters", dir);
     }
-    if (rc == 0 && w->params) {
+    if (rc == 0 && w->params) { /* ZeRO-3: this rank's shard of them */
         if (wz3)
-            train_zero3_copy(cfg, w->world, w->rank, fp, w->params, 0);
+            train_zero3_copy(cfg, wdp, wd, fp, w->params, 0);
         else
             memcpy(w->params, fp, n * sizeof(float));
     }
@@ -347,7 +406,6 @@ int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct
     free(fp);
     free(lm);
     free(lv);
-    free(lp);
     if (rc < 0) return -1;
     w->step = saved->step;
     w->data_pos = saved->data_pos;

@@ -18,7 +18,10 @@
  * --tp, ZeRO stage or parameter count with a message that says what differs.
  * With --tp, R is the process's RANK, the optimizer range is in its local
  * buffer (gpt2_param_layout_tp) and rank 0's parameters are the whole
- * model's, gathered from the tensor-parallel ranks. */
+ * model's, gathered from the tensor-parallel ranks. With --pp, rank 0's
+ * parameters are gathered from every stage too; with ZeRO-1/2 a file's
+ * optimizer range is its shard of its stage (policy.h,
+ * train_pp_shard_copy), opt_off counting in the shards' concatenation. */
 /* Mixed-precision state a resume needs to continue bit for bit: fp16's
  * dynamic loss scaling (the CUDA device's). All zero when a run never
  * scaled its loss (bf16, fp32, the CPU) or in a file of an older build:
@@ -35,7 +38,8 @@ struct train_amp_state {
 struct train_ckpt {
     struct gpt2_config cfg;
     int world, rank, zero;
-    int tp;                  /* --tp of the run (1: none); world = data-parallel ranks x tp */
+    int tp;                  /* --tp of the run (1: none) */
+    int pp;                  /* --pp of the run (1: none); world = data-parallel ranks x tp x pp */
     int step;                /* optimizer steps done */
     uint64_t data_pos;       /* next global train window */
     uint64_t rng;            /* spare RNG state (sampling etc.) */
@@ -52,15 +56,14 @@ int train_ckpt_save(const char *dir, const struct train_ckpt *c, skiff_err *err)
  * and amp. */
 int train_ckpt_load(const char *dir, struct train_ckpt *want, skiff_err *err);
 /* --resume from a checkpoint of another layout (`saved`: rank 0's header,
- * train_ckpt_peek; other world size, --tp or ZeRO stage, the same model):
- * AdamW's m and v are put back together from every rank's file and this
- * rank (tensor-parallel rank tp_rank of want->tp) takes its part of them for
- * want's optimizer range, the weights (rank 0's, or a ZeRO-3 checkpoint's
- * shards put together) go into want->params when it is non-NULL (with
- * want->zero 3: this rank's shard of them, as m and v), and step, data
- * position and amp come from the checkpoint. */
-int train_ckpt_load_relayout(const char *dir, struct train_ckpt *want, const struct train_ckpt *saved, int tp_rank,
-                             skiff_err *err);
+ * train_ckpt_peek; other world size, --tp, --pp or ZeRO stage, the same
+ * model): AdamW's m and v are put back together from every rank's file and
+ * this rank (want->rank of want->world, placed by train_layout_place)
+ * takes its part of them for want's optimizer range, the weights (rank
+ * 0's, or a ZeRO-3 checkpoint's shards put together) go into want->params
+ * when it is non-NULL (with want->zero 3: this rank's shard of them, as m
+ * and v), and step, data position and amp come from the checkpoint. */
+int train_ckpt_load_relayout(const char *dir, struct train_ckpt *want, const struct train_ckpt *saved, skiff_err *err);
 /* Reads only the header of DIR/rank-R.ckpt (R = out->rank) into *out (cfg,
  * world, zero, step, num_params, opt_off, opt_len; no buffers). */
 int train_ckpt_peek(const char *dir, struct train_ckpt *out, skiff_err *err);

@@ -452,27 +452,33 @@ static int cpu_step_zero3(struct train_device *d, int step, float lr, struct tra
 }
 
 /* ---- tensor parallel ----------------------------------------------------
- * Megatron's layout over WORLD_SIZE = dp x tp processes, tensor parallel
- * fastest: process r is tensor-parallel rank r % tp of data-parallel rank
- * r / tp. Its tensor-parallel group is the tp neighbours {dp*tp + i} (the
- * model's all-reduces, every layer, so they sit on one node where they
- * can), its data-parallel group {i*tp + tp_rank} (the gradients, once a
- * step), which is d->comm, the group the loop averages over. */
+ * Megatron's layout over WORLD_SIZE = dp x tp x pp processes, tensor
+ * parallel fastest (policy.h, train_layout_rank): process r is
+ * tensor-parallel rank r % tp of data-parallel rank r / tp % dp of stage
+ * r / (tp*dp). Its tensor-parallel group is the tp neighbours of its stage
+ * and data-parallel rank (the model's all-reduces, every layer, so they sit
+ * on one node where they can). d->comm, the group the loop broadcasts and
+ * averages over, is the ranks with its tensor-parallel rank: without --pp
+ * its data-parallel group (the gradients, once a step); with --pp those of
+ * every stage (rank 0's weights reach every stage through it, and the
+ * last stage's loss is averaged over it), the pipeline making its
+ * data-parallel and stage groups itself (pipeline.c). */
 static int tp_groups(struct train_device *d, struct cpu_device *c, struct train_dist *dist, skiff_err *err)
 {
     const struct train_plan *pl = c->plan;
-    int tp = pl->tp, dp = pl->world, *m = malloc((size_t)(tp > dp ? tp : dp) * sizeof *m);
+    int tp = pl->tp, dp = pl->world, pp = pl->pp, *m = malloc((size_t)(tp > dp * pp ? tp : dp * pp) * sizeof *m);
     if (!m) return skiff_error(err, ENOMEM, "process groups");
     char name[64];
-    for (int i = 0; i < tp; i++) m[i] = pl->rank * tp + i;
-    snprintf(name, sizeof name, "tp/%d", pl->rank);
+    for (int i = 0; i < tp; i++) m[i] = train_layout_rank(tp, dp, pl->pp_rank, pl->rank, i);
+    snprintf(name, sizeof name, "tp/%d", pl->pp_rank * dp + pl->rank);
     int rc = tr_comm_tcp_create_group(dist->store, name, m, tp, pl->tp_rank, dist->local_rank, c->o->timeout_ms,
                                       &c->tp_comm, err);
     if (rc == 0) {
-        for (int i = 0; i < dp; i++) m[i] = i * tp + pl->tp_rank;
+        for (int s = 0; s < pp; s++)
+            for (int i = 0; i < dp; i++) m[s * dp + i] = train_layout_rank(tp, dp, s, i, pl->tp_rank);
         snprintf(name, sizeof name, "dp/%d", pl->tp_rank);
-        rc = tr_comm_tcp_create_group(dist->store, name, m, dp, pl->rank, dist->local_rank, c->o->timeout_ms, &d->comm,
-                                      err);
+        rc = tr_comm_tcp_create_group(dist->store, name, m, dp * pp, pl->pp_rank * dp + pl->rank, dist->local_rank,
+                                      c->o->timeout_ms, &d->comm, err);
     }
     free(m);
     return rc < 0 ? skiff_err_wrap(err, "tensor-parallel process groups (--tp %d)", tp) : 0;
@@ -544,7 +550,7 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     c->o = o;
     c->plan = pl;
     if (o->threads > 0) omp_set_num_threads(o->threads);
-    if (pl->tp == 1) {
+    if (pl->tp == 1) { /* every rank (with --pp: every stage, every data-parallel rank) */
         if (tr_comm_tcp_create(dist->store, dist->rank, dist->world, dist->local_rank, o->timeout_ms, &d->comm, err) <
             0)
             return -1;
@@ -569,13 +575,18 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     c->m = calloc(pl->opt_len, sizeof(float));
     c->v = calloc(pl->opt_len, sizeof(float));
     c->decay = calloc(pl->opt_len, sizeof(float));
-    if (o->zero == 2) c->gshard = calloc(pl->opt_len, sizeof(float));
-    if (!c->m || !c->v || !c->decay || (o->zero == 2 && !c->gshard)) return skiff_error(err, ENOMEM, "optimizer state");
-    /* the mask of the optimizer's range only (ZeRO: 1/world of it) */
+    int z2 = o->zero == 2 && o->pp == 1; /* (the pipeline keeps its own) */
+    if (z2) c->gshard = calloc(pl->opt_len, sizeof(float));
+    if (!c->m || !c->v || !c->decay || (z2 && !c->gshard)) return skiff_error(err, ENOMEM, "optimizer state");
+    /* the mask of the optimizer's range only (ZeRO: 1/world of it; with
+     * --pp of the stage's ranges) */
     float *mask = calloc(pl->n_dev, sizeof(float));
     if (!mask) return skiff_error(err, ENOMEM, "weight-decay mask");
     gpt2_decay_mask_tp(&o->cfg, pl->tp, mask);
-    memcpy(c->decay, mask + pl->opt_off, pl->opt_len * sizeof(float));
+    if (o->zero && o->pp > 1)
+        train_pp_shard_copy(&o->cfg, pl->tp, pl->pp, pl->pp_rank, pl->world, pl->rank, mask, c->decay, 0);
+    else
+        memcpy(c->decay, mask + pl->opt_off, pl->opt_len * sizeof(float));
     free(mask);
     if (o->pp > 1 && tr_pipeline_open(&c->pipe, &c->model, o, pl, dist, err) < 0) return -1;
     if (o->zero == 0 && pl->world > 1 && !c->pipe) {
@@ -615,30 +626,53 @@ static void cpu_close(struct train_device *d)
 
 /* --pp: the stage's share of one step: the schedule and the reductions
  * (pipeline.c), then the norm over every stage and AdamW over the stage's
- * ranges. */
+ * ranges (ZeRO: over this rank's shard of them, then the all-gather).
+ * The norm counts each range once: wte on the first stage only, and with
+ * --tp the replicated tensors 1/tp on each tensor-parallel rank. */
 static int pipe_step(struct train_device *d, int step, float lr, struct train_batches *b, struct train_step_stats *st,
                      skiff_err *err)
 {
     struct cpu_device *cd = d->impl;
     struct gpt2 *model = &cd->model;
-    double loss_sum, comm_s, busy_s, ss = 0, norm2;
-    if (tr_pipeline_grads(cd->pipe, b, &loss_sum, &comm_s, &busy_s, err) < 0) return -1;
-    int nr;
-    const struct tr_pipe_range *r = tr_pipeline_ranges(cd->pipe, &nr);
-    for (int i = 0; i < nr; i++)
-        if (r[i].norm) ss += sumsq(model->grads + r[i].off, r[i].len);
-    double w0 = skiff_now_s();
-    if (tr_pipeline_sum(cd->pipe, ss, &norm2, err) < 0) return -1;
+    struct tr_pipeline *pipe = cd->pipe;
+    const struct train_plan *pl = cd->plan;
+    int zero = cd->o->zero, nr;
+    double loss_sum, comm_s, sharded = 0, replicated = 0, norm2, busy0 = tr_pipeline_busy(pipe);
+    double tp_busy0 = cd->tp_comm ? cd->tp_comm->stats.busy_s : 0;
+    cd->tp_wait_s = 0;
+    if (tr_pipeline_grads(pipe, b, &loss_sum, &comm_s, err) < 0 || tp_check(cd, err) < 0) return -1;
+    const struct train_range *r = zero ? tr_pipeline_shard_ranges(pipe, &nr) : tr_pipeline_ranges(pipe, &nr);
+    float *g = zero ? tr_pipeline_grad_shard(pipe) : model->grads;
+    for (int i = 0; i < nr; i++) {
+        if (!r[i].norm) continue;
+        double s = sumsq(g + r[i].off, r[i].len);
+        if (pl->tp > 1 && !gpt2_tp_sharded(r[i].tensor))
+            replicated += s;
+        else
+            sharded += s;
+    }
+    double ss = sharded + replicated / pl->tp, w0 = skiff_now_s();
+    if ((zero && tr_pipeline_dp_sum(pipe, &ss, err) < 0) || (pl->tp > 1 && tp_total(cd, &ss, err) < 0) ||
+        tr_pipeline_sum(pipe, ss, &norm2, err) < 0)
+        return -1;
     float norm = (float)sqrt(norm2);
     float gscale = train_clip_scale(cd->o, norm);
-    for (int i = 0; i < nr; i++)
-        adamw(model->params + r[i].off, model->grads + r[i].off, cd->m + r[i].off, cd->v + r[i].off,
-              cd->decay + r[i].off, r[i].len, lr, cd->o, step + 1 - (int)d->amp.skipped, gscale);
+    int t = step + 1 - (int)d->amp.skipped;
+    if (zero) {
+        adamw(tr_pipeline_param_shard(pipe), g, cd->m, cd->v, cd->decay, pl->opt_len, lr, cd->o, t, gscale);
+        if (tr_pipeline_share_params(pipe, err) < 0) return -1;
+    } else {
+        for (int i = 0; i < nr; i++)
+            adamw(model->params + r[i].off, g + r[i].off, cd->m + r[i].off, cd->v + r[i].off, cd->decay + r[i].off,
+                  r[i].len, lr, cd->o, t, gscale);
+    }
     /* only the last stage has the loss */
-    if (train_device_mean(d, tr_pipeline_loss_share(cd->pipe, loss_sum / b->count), &st->loss, err) < 0) return -1;
-    st->group_comm_ms = busy_s * 1000; /* the stages' groups, beside the world's counter */
+    if (train_device_mean(d, tr_pipeline_loss_share(pipe, loss_sum / b->count), &st->loss, err) < 0) return -1;
+    /* the stages' and the tensor-parallel groups, beside the loop's counter */
+    st->group_comm_ms = (tr_pipeline_busy(pipe) - busy0) * 1000;
+    if (cd->tp_comm) st->group_comm_ms += (cd->tp_comm->stats.busy_s - tp_busy0) * 1000;
     st->grad_norm = norm;
-    st->wait_ms = (comm_s + skiff_now_s() - w0) * 1000;
+    st->wait_ms = (comm_s + skiff_now_s() - w0 + cd->tp_wait_s) * 1000;
     return 0;
 }
 
@@ -736,7 +770,7 @@ static int cpu_forward(struct train_device *d, const int *inputs, const int *tar
     struct cpu_device *c = d->impl;
     if (c->pipe) {
         double loss;
-        if (tr_pipeline_forward(c->pipe, inputs, targets, &loss, err) < 0) return -1;
+        if (tr_pipeline_forward(c->pipe, inputs, targets, &loss, err) < 0 || tp_check(c, err) < 0) return -1;
         c->loss_sum += tr_pipeline_loss_share(c->pipe, loss);
         return 0;
     }
@@ -772,16 +806,20 @@ static int cpu_upload(struct train_device *d, int with_opt, skiff_err *err)
     return 0;
 }
 
-/* Before a checkpoint. --tp: data-parallel rank 0's tensor-parallel group
- * gathers its parts into the whole weights (rank 0 writes them). --pp:
- * every stage's parameters and optimizer state onto every rank, so rank 0's
- * file holds the whole model as a DDP run's does. */
+/* Before a checkpoint. --pp: every stage's parameters (and with ZeRO 0
+ * its optimizer state) onto every rank of d->comm, the ranks with this
+ * tensor-parallel rank, so each holds its whole part of the model. --tp:
+ * then rank 0's tensor-parallel group (data-parallel rank 0, stage 0)
+ * gathers its parts into the whole weights, which rank 0 writes. */
 static int cpu_download(struct train_device *d, skiff_err *err)
 {
     struct cpu_device *c = d->impl;
     const struct train_plan *pl = c->plan;
-    if (c->pipe) return tr_pipeline_gather(c->pipe, d->comm, d->params, d->m, d->v, pl->n_pad, err);
-    if (pl->tp == 1 || pl->rank != 0) return 0;
+    int z = c->o->zero;
+    if (c->pipe &&
+        tr_pipeline_gather(c->pipe, d->comm, c->model.params, z ? NULL : d->m, z ? NULL : d->v, pl->n_dev, err) < 0)
+        return -1;
+    if (pl->tp == 1 || pl->rank != 0 || pl->pp_rank != 0) return 0;
     size_t n = pl->n_dev;
     float *all = malloc((size_t)pl->tp * n * sizeof(float));
     if (!all) return skiff_error(err, ENOMEM, "gathering the tensor-parallel parameters");
@@ -818,7 +856,8 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
     const struct train_plan *pl = c->plan;
     int n = omp_get_max_threads();
     double f = (double)sizeof(float) / (1 << 20);
-    double grads = (double)pl->n_dev + (c->gshard ? (double)pl->opt_len : 0) + (c->ddp.stage ? (double)pl->n_dev : 0);
+    double grads = (double)pl->n_dev + (c->gshard ? (double)pl->opt_len : 0) + (c->ddp.stage ? (double)pl->n_dev : 0) +
+                   (c->pipe ? (double)tr_pipeline_num_staging(c->pipe) : 0);
     double acts = c->pipe ? (double)tr_pipeline_num_acts(c->pipe) : 2.0 * (double)c->model.num_acts;
     double params = (double)pl->n_dev, gathered = (double)z3_gathered(&c->z3);
     char host[96] = "", z3[128] = "", stage[160] = "";

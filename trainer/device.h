@@ -21,9 +21,10 @@
  * from the rendezvous (dist: the store and every rank) and keeps `comm` the
  * group the loop broadcasts over and averages over; a step that schedules
  * micro-batches its own way (pipeline stages) asks for them with b->load in
- * any order. The CPU pipeline (pipeline.h) keeps `comm` every rank, since
- * rank 0's weights must reach every stage, and reports a loss that only its
- * last stage has as N times it there and 0 elsewhere, so the world's mean is
+ * any order. The CPU pipeline (pipeline.h) keeps `comm` the ranks of every
+ * stage (with --tp, those of its tensor-parallel rank), since rank 0's
+ * weights must reach every stage, and reports a loss that only its last
+ * stage has as N times it there and 0 elsewhere, so the mean over `comm` is
  * the mean over the last stage's ranks. What the loop needs to stay the same is that a
  * step is all micro-batches of one optimizer step and that the host copies
  * hold the full fp32 weights on rank 0 at a checkpoint; under ZeRO-3

@@ -146,10 +146,12 @@ static int check_pipeline(struct train_opts *o, int micro, int accum_set, skiff_
                            "--pp %d: pipeline parallelism runs on the CPU device only so far; use --device cpu, "
                            "or data parallelism (--zero) on CUDA",
                            o->pp);
-    if (o->zero)
-        return skiff_error(err, 0, "--pp %d with --zero %d: not supported yet; use --zero 0 with --pp", o->pp, o->zero);
-    if (o->tp > 1)
-        return skiff_error(err, 0, "--pp %d with --tp %d: not supported together yet; use one of them", o->pp, o->tp);
+    if (o->zero == 3) /* see doc/trainer-parallelism.md, section 6 */
+        return skiff_error(err, 0,
+                           "--pp %d with --zero 3: ZeRO-3 and pipeline stages are not composed; use --zero 1 or 2 "
+                           "with --pp (the optimizer state and gradients of each stage sharded over its "
+                           "data-parallel ranks), or --zero 3 without --pp",
+                           o->pp);
     if (o->pp > o->cfg.num_layers)
         return skiff_error(err, 0, "--pp %d: model %s has only %d layers, and every stage needs at least one", o->pp,
                            o->model, o->cfg.num_layers);

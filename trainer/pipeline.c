@@ -7,11 +7,6 @@
 #include "clock.h"
 #include "pipeline.h"
 
-/* The tensors of the blocks, one (L, ...) tensor each in llm.c's layout. */
-static const int block_tensors[] = {GPT2_LN1W, GPT2_LN1B, GPT2_QKVW, GPT2_QKVB, GPT2_ATTPROJW, GPT2_ATTPROJB,
-                                    GPT2_LN2W, GPT2_LN2B, GPT2_FCW,  GPT2_FCB,  GPT2_FCPROJW,  GPT2_FCPROJB};
-enum { MAX_RANGES = 16 };
-
 /* A micro-batch in flight: its activations and tokens, until its backward. */
 struct slot {
     float *acts;
@@ -20,33 +15,29 @@ struct slot {
 
 struct tr_pipeline {
     struct gpt2 *model;
-    int stages, stage, dp, dp_rank, micro, gpipe;
+    const struct gpt2_config *cfg;
+    int stages, stage, dp, dp_rank, tp, tp_rank, zero, micro, gpipe;
     float loss_scale;                /* 1 / (M * DP): the mean over the global batch */
     struct tr_comm *dpc, *ppc, *emb; /* emb: first and last stage (ppc itself when N = 2) */
-    struct tr_pipe_range r[MAX_RANGES];
+    struct train_range r[TRAIN_STAGE_MAX_RANGES];
     int nr;
     size_t wte_off, wte_len; /* tied: reduced between the first and the last stage */
-    float *stage_buf;        /* the ranges back to back, for the DP all-reduce */
+    float *stage_buf;        /* ZeRO 0: the ranges back to back, for the DP all-reduce */
     size_t stage_len;
+    /* ZeRO 1/2 (policy.h, train_pp_shard_copy): the pieces of the ranges
+     * in this rank's shard, every rank's shard packed in turn for the
+     * reduce-scatter and the all-gather, and this rank's shard of the
+     * gradient (ZeRO-2: accumulated over the micro-batches) */
+    struct train_range pieces[TRAIN_STAGE_MAX_RANGES];
+    size_t shard_len, wte_piece_off, wte_piece_len;
+    float *packed, *gshard;
     struct slot *slots;
     int nslots;
     float *dout; /* (B,T,C): the gradient from the next stage */
     size_t btc;
-    double comm_s, busy_s;  /* this step's point-to-point time so far */
+    double comm_s;          /* this step's time in the pipeline's communication so far */
     double sched_s, idle_s; /* over the steps: schedule time, and of it no compute */
 };
-
-void tr_pipeline_split(int L, int n, int s, int *lo, int *hi)
-{
-    int base = L / n, extra = L % n;
-    *lo = s * base + (s < extra ? s : extra);
-    *hi = *lo + base + (s < extra ? 1 : 0);
-}
-
-static void add_range(struct tr_pipeline *p, size_t off, size_t len, int norm, int owner)
-{
-    p->r[p->nr++] = (struct tr_pipe_range){off, len, norm, owner};
-}
 
 static int make_group(struct train_dist *dist, const char *name, const int *members, int n, int me, int timeout_ms,
                       struct tr_comm **out, skiff_err *err)
@@ -54,22 +45,30 @@ static int make_group(struct train_dist *dist, const char *name, const int *memb
     return tr_comm_tcp_create_group(dist->store, name, members, n, me, dist->local_rank, timeout_ms, out, err);
 }
 
+/* The groups of tensor-parallel rank t (each tensor-parallel rank has its
+ * own: a stage's ranks of one replica exchange only with the same t),
+ * members placed by train_layout_rank. */
+static int rank_at(const struct tr_pipeline *p, int stage, int dp_rank)
+{
+    return train_layout_rank(p->tp, p->dp, stage, dp_rank, p->tp_rank);
+}
+
 static int open_groups(struct tr_pipeline *p, struct train_dist *dist, int timeout_ms, skiff_err *err)
 {
-    int N = p->stages, D = p->dp;
+    int N = p->stages, D = p->dp, t = p->tp_rank;
     int *m = malloc((size_t)(N > D ? N : D) * sizeof *m);
     if (!m) return skiff_error(err, ENOMEM, "pipeline groups");
     char name[64];
     /* every rank: its DP group, then its pipeline, then the embedding pair */
-    for (int i = 0; i < D; i++) m[i] = p->stage * D + i;
-    snprintf(name, sizeof name, "pp-dp/%d", p->stage);
+    for (int i = 0; i < D; i++) m[i] = rank_at(p, p->stage, i);
+    snprintf(name, sizeof name, "pp-dp/%d/%d", p->stage, t);
     int rc = make_group(dist, name, m, D, p->dp_rank, timeout_ms, &p->dpc, err);
-    for (int s = 0; rc == 0 && s < N; s++) m[s] = s * D + p->dp_rank;
-    snprintf(name, sizeof name, "pp/%d", p->dp_rank);
+    for (int s = 0; rc == 0 && s < N; s++) m[s] = rank_at(p, s, p->dp_rank);
+    snprintf(name, sizeof name, "pp/%d/%d", p->dp_rank, t);
     if (rc == 0) rc = make_group(dist, name, m, N, p->stage, timeout_ms, &p->ppc, err);
     if (rc == 0 && N > 2 && (p->stage == 0 || p->stage == N - 1)) {
-        int pair[2] = {p->dp_rank, (N - 1) * D + p->dp_rank};
-        snprintf(name, sizeof name, "pp-emb/%d", p->dp_rank);
+        int pair[2] = {rank_at(p, 0, p->dp_rank), rank_at(p, N - 1, p->dp_rank)};
+        snprintf(name, sizeof name, "pp-emb/%d/%d", p->dp_rank, t);
         rc = make_group(dist, name, pair, 2, p->stage == 0 ? 0 : 1, timeout_ms, &p->emb, err);
     } else if (rc == 0 && N == 2) {
         p->emb = p->ppc;
@@ -86,37 +85,47 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
     if (!p) return skiff_error(err, ENOMEM, "pipeline");
     *out = p;
     p->model = model;
+    p->cfg = &o->cfg;
     p->stages = N;
     p->dp = pl->world; /* the plan's world and rank are the data-parallel ones */
     p->dp_rank = pl->rank;
+    p->tp = pl->tp;
+    p->tp_rank = pl->tp_rank;
     p->stage = pl->pp_rank;
+    p->zero = o->zero;
     p->micro = o->grad_accum;
     p->gpipe = o->pp_gpipe;
     p->loss_scale = 1.0f / (float)(p->micro * p->dp);
     int lo, hi;
-    tr_pipeline_split(L, N, p->stage, &lo, &hi);
+    train_stage_blocks(L, N, p->stage, &lo, &hi);
     if (gpt2_set_stage(model, lo, hi, err) < 0) return -1;
-    /* the ranges: the stage's slice of every block tensor, the embeddings on
-     * the first stage, the final LayerNorm and the (tied) wte on the last */
-    size_t *sz = model->param_sizes, *off = model->param_offsets;
-    int first = p->stage == 0, last = p->stage == N - 1;
-    if (first) {
-        add_range(p, off[GPT2_WTE], sz[GPT2_WTE], 1, 1);
-        add_range(p, off[GPT2_WPE], sz[GPT2_WPE], 1, 1);
-    }
-    for (size_t i = 0; i < sizeof block_tensors / sizeof block_tensors[0]; i++) {
-        size_t per = sz[block_tensors[i]] / (size_t)L;
-        add_range(p, off[block_tensors[i]] + (size_t)lo * per, (size_t)(hi - lo) * per, 1, 1);
-    }
-    if (last) {
-        add_range(p, off[GPT2_LNFW], sz[GPT2_LNFW] + sz[GPT2_LNFB], 1, 1); /* adjacent */
-        if (!first) add_range(p, off[GPT2_WTE], sz[GPT2_WTE], 0, 0);
-    }
-    p->wte_off = off[GPT2_WTE];
-    p->wte_len = sz[GPT2_WTE];
+    /* the ranges (of this tensor-parallel rank's buffer): the stage's slice
+     * of every block tensor, the embeddings on the first stage, the final
+     * LayerNorm and the (tied) wte on the last */
+    p->nr = train_stage_ranges(&o->cfg, p->tp, N, p->stage, p->r);
+    p->wte_off = model->param_offsets[GPT2_WTE];
+    p->wte_len = model->param_sizes[GPT2_WTE];
     for (int i = 0; i < p->nr; i++) p->stage_len += p->r[i].len;
-    if (p->dp > 1 && !(p->stage_buf = malloc(p->stage_len * sizeof(float))))
+    if (p->zero) {
+        size_t at = 0;
+        for (int i = 0; i < p->nr; i++) {
+            size_t piece = (p->r[i].len + (size_t)p->dp - 1) / (size_t)p->dp;
+            p->pieces[i] = p->r[i];
+            p->pieces[i].off = at;
+            p->pieces[i].len = piece;
+            if (p->r[i].tensor == GPT2_WTE) {
+                p->wte_piece_off = at;
+                p->wte_piece_len = piece;
+            }
+            at += piece;
+        }
+        p->shard_len = at; /* train_pp_shard_len, the plan's opt_len */
+        p->packed = malloc(p->shard_len * (size_t)p->dp * sizeof(float));
+        p->gshard = calloc(p->shard_len, sizeof(float));
+        if (!p->packed || !p->gshard) return skiff_error(err, ENOMEM, "pipeline ZeRO shards");
+    } else if (p->dp > 1 && !(p->stage_buf = malloc(p->stage_len * sizeof(float)))) {
         return skiff_error(err, ENOMEM, "pipeline gradient staging");
+    }
     /* 1F1B keeps at most N - stage micro-batches in flight, GPipe all M */
     p->nslots = p->gpipe || N - p->stage > p->micro ? p->micro : N - p->stage;
     p->slots = calloc((size_t)p->nslots, sizeof *p->slots);
@@ -147,16 +156,82 @@ void tr_pipeline_close(struct tr_pipeline *p)
     free(p->slots);
     free(p->dout);
     free(p->stage_buf);
+    free(p->packed);
+    free(p->gshard);
     if (p->emb != p->ppc) tr_comm_destroy(p->emb);
     tr_comm_destroy(p->ppc);
     tr_comm_destroy(p->dpc);
     free(p);
 }
 
-const struct tr_pipe_range *tr_pipeline_ranges(const struct tr_pipeline *p, int *count)
+const struct train_range *tr_pipeline_ranges(const struct tr_pipeline *p, int *count)
 {
     *count = p->nr;
     return p->r;
+}
+
+const struct train_range *tr_pipeline_shard_ranges(const struct tr_pipeline *p, int *count)
+{
+    *count = p->nr;
+    return p->pieces;
+}
+
+/* ---- ZeRO within the stage's data-parallel group --------------------------
+ * The stage's ranges are sharded piece by piece (policy.h): `packed` holds
+ * every data-parallel rank's shard in turn, so one reduce-scatter leaves
+ * each rank the sum of its own and one all-gather gives every rank all of
+ * them back. */
+
+static void pack(struct tr_pipeline *p, float *buf)
+{
+    for (int d = 0; d < p->dp; d++)
+        train_pp_shard_copy(p->cfg, p->tp, p->stages, p->stage, p->dp, d, buf, p->packed + (size_t)d * p->shard_len, 0);
+}
+
+/* The gradient of the stage's ranges reduce-scattered over its DP group:
+ * this rank's shard of the sum into gshard, or added to it (ZeRO-2, every
+ * micro-batch). */
+static int shard_reduce(struct tr_pipeline *p, int add, skiff_err *err)
+{
+    pack(p, p->model->grads);
+    if (p->dp > 1 && tr_reduce_scatter(p->dpc, p->packed, p->shard_len * (size_t)p->dp, TR_F32, err) < 0)
+        return skiff_err_wrap(err, "pipeline stage %d: gradient reduce-scatter over its %d data-parallel ranks",
+                              p->stage, p->dp);
+    const float *mine = p->packed + (size_t)p->dp_rank * p->shard_len;
+    if (add)
+        for (size_t i = 0; i < p->shard_len; i++) p->gshard[i] += mine[i];
+    else
+        memcpy(p->gshard, mine, p->shard_len * sizeof(float));
+    return 0;
+}
+
+float *tr_pipeline_grad_shard(struct tr_pipeline *p) { return p->gshard; }
+
+float *tr_pipeline_param_shard(struct tr_pipeline *p)
+{
+    float *mine = p->packed + (size_t)p->dp_rank * p->shard_len;
+    train_pp_shard_copy(p->cfg, p->tp, p->stages, p->stage, p->dp, p->dp_rank, p->model->params, mine, 0);
+    return mine;
+}
+
+int tr_pipeline_share_params(struct tr_pipeline *p, skiff_err *err)
+{
+    if (p->dp > 1 && tr_all_gather(p->dpc, p->packed, p->shard_len * (size_t)p->dp, TR_F32, err) < 0)
+        return skiff_err_wrap(err, "pipeline stage %d: parameter all-gather over its %d data-parallel ranks", p->stage,
+                              p->dp);
+    for (int d = 0; d < p->dp; d++)
+        train_pp_shard_copy(p->cfg, p->tp, p->stages, p->stage, p->dp, d, p->model->params,
+                            p->packed + (size_t)d * p->shard_len, 1);
+    return 0;
+}
+
+int tr_pipeline_dp_sum(struct tr_pipeline *p, double *v, skiff_err *err)
+{
+    float x = (float)*v;
+    if (p->dp > 1 && tr_allreduce_sum(p->dpc, &x, 1, TR_F32, err) < 0)
+        return skiff_err_wrap(err, "pipeline stage %d: summing over its data-parallel ranks", p->stage);
+    *v = x;
+    return 0;
 }
 
 /* ---- the schedule -----------------------------------------------------------
@@ -171,10 +246,9 @@ static int p2p(struct tr_pipeline *p, const void *sbuf, int to, void *rbuf, int 
 {
     if (to < 0 && from < 0) return 0;
     size_t bytes = p->btc * sizeof(float);
-    double t0 = skiff_now_s(), b0 = p->ppc->stats.busy_s;
+    double t0 = skiff_now_s();
     int rc = tr_sendrecv(p->ppc, sbuf, bytes, to, rbuf, bytes, from, err);
     p->comm_s += skiff_now_s() - t0;
-    p->busy_s += p->ppc->stats.busy_s - b0;
     return rc < 0 ? skiff_err_wrap(err, "pipeline stage %d", p->stage) : 0;
 }
 
@@ -217,8 +291,10 @@ static int fwd(struct sched *sc, int k, skiff_err *err)
     return 0;
 }
 
-/* The stage's backward of micro-batch k from the gradient in p->dout. */
-static void bwd(struct sched *sc, int k)
+/* The stage's backward of micro-batch k from the gradient in p->dout;
+ * under ZeRO-2 its gradient goes to the shards at once, so no rank
+ * accumulates the stage's whole gradient. */
+static int bwd(struct sched *sc, int k, skiff_err *err)
 {
     struct tr_pipeline *p = sc->p;
     struct gpt2 *m = p->model;
@@ -230,6 +306,12 @@ static void bwd(struct sched *sc, int k)
     double t0 = skiff_now_s();
     gpt2_backward(m, p->loss_scale);
     sc->compute_s += skiff_now_s() - t0;
+    if (p->zero != 2) return 0;
+    t0 = skiff_now_s();
+    if (shard_reduce(p, 1, err) < 0) return -1;
+    p->comm_s += skiff_now_s() - t0;
+    gpt2_zero_grad(m);
+    return 0;
 }
 
 static float *in_of(struct tr_pipeline *p, int k)
@@ -252,11 +334,10 @@ static int gpipe(struct sched *sc, skiff_err *err)
         if (p2p(p, NULL, -1, in_of(p, k), prev(p), err) < 0 || fwd(sc, k, err) < 0 ||
             p2p(p, out_of(p, k), next(p), NULL, -1, err) < 0)
             return -1;
-    for (int k = 0; k < M; k++) {
-        if (p2p(p, NULL, -1, p->dout, next(p), err) < 0) return -1;
-        bwd(sc, k);
-        if (p2p(p, gpt2_stage_din(p->model), prev(p), NULL, -1, err) < 0) return -1;
-    }
+    for (int k = 0; k < M; k++)
+        if (p2p(p, NULL, -1, p->dout, next(p), err) < 0 || bwd(sc, k, err) < 0 ||
+            p2p(p, gpt2_stage_din(p->model), prev(p), NULL, -1, err) < 0)
+            return -1;
     return 0;
 }
 
@@ -276,28 +357,33 @@ static int one_f_one_b(struct sched *sc, skiff_err *err)
             return -1;
     if (steady > 0 && p2p(p, NULL, -1, in_of(p, fk), prev(p), err) < 0) return -1;
     for (int i = 0; i < steady; i++, fk++, bk++) {
-        if (fwd(sc, fk, err) < 0 || p2p(p, out_of(p, fk), next(p), p->dout, next(p), err) < 0) return -1;
-        bwd(sc, bk);
+        if (fwd(sc, fk, err) < 0 || p2p(p, out_of(p, fk), next(p), p->dout, next(p), err) < 0 || bwd(sc, bk, err) < 0)
+            return -1;
         /* the freed slot of bk takes micro-batch fk+1 (nslots = warm + 1) */
         int more = i < steady - 1;
         if (p2p(p, gpt2_stage_din(p->model), prev(p), more ? in_of(p, fk + 1) : NULL, more ? prev(p) : -1, err) < 0)
             return -1;
     }
-    for (; bk < M; bk++) {
-        if (p2p(p, NULL, -1, p->dout, next(p), err) < 0) return -1;
-        bwd(sc, bk);
-        if (p2p(p, gpt2_stage_din(p->model), prev(p), NULL, -1, err) < 0) return -1;
-    }
+    for (; bk < M; bk++)
+        if (p2p(p, NULL, -1, p->dout, next(p), err) < 0 || bwd(sc, bk, err) < 0 ||
+            p2p(p, gpt2_stage_din(p->model), prev(p), NULL, -1, err) < 0)
+            return -1;
     return 0;
 }
 
 /* Sums the stage's gradient ranges over its DP group (packed: the ranges
- * are not contiguous), then wte's between the first and the last stage. */
+ * are not contiguous), then wte's between the first and the last stage.
+ * ZeRO: reduce-scatters them (ZeRO-2 did during the schedule), then sums
+ * wte's piece of the shard between the stages: the first stage's
+ * data-parallel rank d and the last's hold the same piece. */
 static int reduce(struct tr_pipeline *p, skiff_err *err)
 {
     float *g = p->model->grads;
-    double b0 = p->dpc->stats.busy_s + (p->emb ? p->emb->stats.busy_s : 0);
-    if (p->dp > 1) {
+    if (p->zero == 1 && shard_reduce(p, 0, err) < 0) return -1;
+    if (p->zero) {
+        if (p->emb && tr_allreduce_sum(p->emb, p->gshard + p->wte_piece_off, p->wte_piece_len, TR_F32, err) < 0)
+            return skiff_err_wrap(err, "pipeline: the tied embedding's gradient between the first and the last stage");
+    } else if (p->dp > 1) {
         size_t at = 0;
         for (int i = 0; i < p->nr; i++) {
             memcpy(p->stage_buf + at, g + p->r[i].off, p->r[i].len * sizeof(float));
@@ -312,18 +398,17 @@ static int reduce(struct tr_pipeline *p, skiff_err *err)
             at += p->r[i].len;
         }
     }
-    if (p->emb && tr_allreduce_sum(p->emb, g + p->wte_off, p->wte_len, TR_F32, err) < 0)
+    if (!p->zero && p->emb && tr_allreduce_sum(p->emb, g + p->wte_off, p->wte_len, TR_F32, err) < 0)
         return skiff_err_wrap(err, "pipeline: the tied embedding's gradient between the first and the last stage");
-    p->busy_s += p->dpc->stats.busy_s + (p->emb ? p->emb->stats.busy_s : 0) - b0;
     return 0;
 }
 
-int tr_pipeline_grads(struct tr_pipeline *p, struct train_batches *b, double *loss_sum, double *comm_s, double *busy_s,
-                      skiff_err *err)
+int tr_pipeline_grads(struct tr_pipeline *p, struct train_batches *b, double *loss_sum, double *comm_s, skiff_err *err)
 {
     struct sched sc = {.p = p, .b = b};
-    p->comm_s = p->busy_s = 0;
+    p->comm_s = 0;
     gpt2_zero_grad(p->model);
+    if (p->zero == 2) memset(p->gshard, 0, p->shard_len * sizeof(float));
     double t0 = skiff_now_s();
     if ((p->gpipe ? gpipe(&sc, err) : one_f_one_b(&sc, err)) < 0) return -1;
     double t = skiff_now_s() - t0;
@@ -333,7 +418,6 @@ int tr_pipeline_grads(struct tr_pipeline *p, struct train_batches *b, double *lo
     if (reduce(p, err) < 0) return -1;
     *loss_sum = sc.loss_sum;
     *comm_s = p->comm_s + (skiff_now_s() - r0);
-    *busy_s = p->busy_s;
     return 0;
 }
 
@@ -365,19 +449,20 @@ int tr_pipeline_forward(struct tr_pipeline *p, const int *inputs, const int *tar
     return p2p(p, gpt2_stage_out(m), next(p), NULL, -1, err);
 }
 
-int tr_pipeline_gather(struct tr_pipeline *p, struct tr_comm *world, float *params, float *m, float *v, size_t n,
+int tr_pipeline_gather(struct tr_pipeline *p, struct tr_comm *comm, float *params, float *m, float *v, size_t n,
                        skiff_err *err)
 {
     /* each range from the DP rank 0 of the stage that owns it, zeros from
-     * everyone else: the world's sum is every stage's values, exactly */
+     * everyone else: the group's sum is every stage's values, exactly */
     float *bufs[3] = {params, m, v};
     float *tmp = calloc(n, sizeof(float));
     if (!tmp) return skiff_error(err, ENOMEM, "pipeline checkpoint gather");
     for (int b = 0; b < 3; b++) {
+        if (!bufs[b]) continue;
         memset(tmp, 0, n * sizeof(float));
         for (int i = 0; i < p->nr && p->dp_rank == 0; i++)
             if (p->r[i].owner) memcpy(tmp + p->r[i].off, bufs[b] + p->r[i].off, p->r[i].len * sizeof(float));
-        if (tr_allreduce_sum(world, tmp, n, TR_F32, err) < 0) {
+        if (tr_allreduce_sum(comm, tmp, n, TR_F32, err) < 0) {
             free(tmp);
             return skiff_err_wrap(err, "pipeline: gathering the stages for a checkpoint");
         }
@@ -385,6 +470,12 @@ int tr_pipeline_gather(struct tr_pipeline *p, struct tr_comm *world, float *para
     }
     free(tmp);
     return 0;
+}
+
+double tr_pipeline_busy(const struct tr_pipeline *p)
+{
+    double b = p->dpc->stats.busy_s + p->ppc->stats.busy_s;
+    return p->emb && p->emb != p->ppc ? b + p->emb->stats.busy_s : b;
 }
 
 double tr_pipeline_bubble(const struct tr_pipeline *p) { return p->sched_s > 0 ? p->idle_s / p->sched_s : 0; }
@@ -396,9 +487,16 @@ double tr_pipeline_bubble_ideal(const struct tr_pipeline *p)
 
 void tr_pipeline_describe(const struct tr_pipeline *p, char *buf, size_t len)
 {
-    snprintf(buf, len, "pipeline stage %d of %d (blocks %d-%d), dp %d, %s, %d micro-batch%s in flight", p->stage,
-             p->stages, p->model->layer_lo, p->model->layer_hi - 1, p->dp, p->gpipe ? "gpipe" : "1f1b", p->nslots,
+    char tp[32] = "";
+    if (p->tp > 1) snprintf(tp, sizeof tp, ", tp %d", p->tp);
+    snprintf(buf, len, "pipeline stage %d of %d (blocks %d-%d), dp %d%s, %s, %d micro-batch%s in flight", p->stage,
+             p->stages, p->model->layer_lo, p->model->layer_hi - 1, p->dp, tp, p->gpipe ? "gpipe" : "1f1b", p->nslots,
              p->nslots == 1 ? "" : "es");
+}
+
+size_t tr_pipeline_num_staging(const struct tr_pipeline *p)
+{
+    return p->zero ? p->shard_len * (size_t)(p->dp + 1) : p->stage_buf ? p->stage_len : 0;
 }
 
 size_t tr_pipeline_num_acts(const struct tr_pipeline *p) { return (size_t)(p->nslots + 1) * p->model->num_acts; }

@@ -6,15 +6,25 @@
 
 #include "policy.h"
 
+void train_layout_place(int rank, int tp, int dp, int *pp_rank, int *dp_rank, int *tp_rank)
+{
+    *tp_rank = rank % tp;
+    *dp_rank = rank / tp % dp;
+    *pp_rank = rank / (tp * dp);
+}
+
+int train_layout_rank(int tp, int dp, int pp_rank, int dp_rank, int tp_rank)
+{
+    return (pp_rank * dp + dp_rank) * tp + tp_rank;
+}
+
 void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params, int world, int rank)
 {
     memset(p, 0, sizeof *p);
     p->tp = o->tp;
-    p->tp_rank = rank % o->tp;
     p->pp = o->pp;
     p->world = world / (o->tp * o->pp);
-    p->rank = rank / o->tp % p->world;
-    p->pp_rank = rank / (o->tp * p->world);
+    train_layout_place(rank, o->tp, p->world, &p->pp_rank, &p->rank, &p->tp_rank);
     world = p->world;
     rank = p->rank;
     p->num_params = num_params;
@@ -22,7 +32,10 @@ void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t nu
     size_t local = gpt2_param_layout_tp(&o->cfg, o->tp, NULL, NULL);
     p->n_dev = o->tp == 1 ? p->n_pad : (local + (size_t)world - 1) / (size_t)world * (size_t)world;
     if (o->zero == 3) p->n_pad = p->n_dev = train_zero3_len(&o->cfg, world); /* (--tp 1 only: opts.c) */
-    if (o->zero) {
+    if (o->zero && o->pp > 1) {                                              /* the stage's ranges, piece by piece */
+        p->opt_len = train_pp_shard_len(&o->cfg, o->tp, o->pp, p->pp_rank, world);
+        p->opt_off = (size_t)rank * p->opt_len;
+    } else if (o->zero) {
         p->opt_len = p->n_dev / (size_t)world;
         p->opt_off = (size_t)rank * p->opt_len;
     } else {
@@ -78,6 +91,65 @@ void train_zero3_copy(const struct gpt2_config *cfg, int world, int rank, float 
     }
 }
 
+void train_stage_blocks(int L, int n, int s, int *lo, int *hi)
+{
+    int base = L / n, extra = L % n;
+    *lo = s * base + (s < extra ? s : extra);
+    *hi = *lo + base + (s < extra ? 1 : 0);
+}
+
+int train_stage_ranges(const struct gpt2_config *cfg, int tp, int pp, int stage,
+                       struct train_range r[TRAIN_STAGE_MAX_RANGES])
+{
+    static const int blocks[] = {GPT2_LN1W, GPT2_LN1B, GPT2_QKVW, GPT2_QKVB, GPT2_ATTPROJW, GPT2_ATTPROJB,
+                                 GPT2_LN2W, GPT2_LN2B, GPT2_FCW,  GPT2_FCB,  GPT2_FCPROJW,  GPT2_FCPROJB};
+    size_t sz[GPT2_NUM_PARAM_TENSORS], off[GPT2_NUM_PARAM_TENSORS], L = (size_t)cfg->num_layers;
+    gpt2_param_layout_tp(cfg, tp, sz, off);
+    int lo, hi, n = 0, first = stage == 0, last = stage == pp - 1;
+    train_stage_blocks(cfg->num_layers, pp, stage, &lo, &hi);
+    if (first) {
+        r[n++] = (struct train_range){off[GPT2_WTE], sz[GPT2_WTE], GPT2_WTE, 1, 1};
+        r[n++] = (struct train_range){off[GPT2_WPE], sz[GPT2_WPE], GPT2_WPE, 1, 1};
+    }
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
+        size_t per = sz[blocks[i]] / L;
+        r[n++] = (struct train_range){off[blocks[i]] + (size_t)lo * per, (size_t)(hi - lo) * per, blocks[i], 1, 1};
+    }
+    if (last) {
+        r[n++] = (struct train_range){off[GPT2_LNFW], sz[GPT2_LNFW] + sz[GPT2_LNFB], GPT2_LNFW, 1, 1}; /* adjacent */
+        if (!first) r[n++] = (struct train_range){off[GPT2_WTE], sz[GPT2_WTE], GPT2_WTE, 0, 0};
+    }
+    return n;
+}
+
+size_t train_pp_shard_len(const struct gpt2_config *cfg, int tp, int pp, int stage, int dp)
+{
+    struct train_range r[TRAIN_STAGE_MAX_RANGES];
+    int n = train_stage_ranges(cfg, tp, pp, stage, r);
+    size_t len = 0;
+    for (int i = 0; i < n; i++) len += pad_to(r[i].len, dp) / (size_t)dp;
+    return len;
+}
+
+void train_pp_shard_copy(const struct gpt2_config *cfg, int tp, int pp, int stage, int dp, int dp_rank, float *local,
+                         float *shard, int to_local)
+{
+    struct train_range r[TRAIN_STAGE_MAX_RANGES];
+    int n = train_stage_ranges(cfg, tp, pp, stage, r);
+    for (int i = 0; i < n; i++) {
+        size_t piece = pad_to(r[i].len, dp) / (size_t)dp, a = (size_t)dp_rank * piece;
+        size_t have = a >= r[i].len ? 0 : r[i].len - a < piece ? r[i].len - a : piece;
+        float *l = local + r[i].off + a;
+        if (to_local) {
+            memcpy(l, shard, have * sizeof(float));
+        } else {
+            memcpy(shard, l, have * sizeof(float));
+            memset(shard + have, 0, (piece - have) * sizeof(float)); /* the padding */
+        }
+        shard += piece;
+    }
+}
+
 int train_plan_check(const struct train_opts *o, int world, skiff_err *err)
 {
     if (world % o->tp)
@@ -89,6 +161,11 @@ int train_plan_check(const struct train_opts *o, int world, skiff_err *err)
         return skiff_error(err, 0,
                            "--pp %d does not divide WORLD_SIZE %d: the ranks make DP = WORLD_SIZE / %d pipelines",
                            o->pp, world, o->pp);
+    if (world % (o->tp * o->pp))
+        return skiff_error(err, 0,
+                           "--tp %d x --pp %d = %d does not divide WORLD_SIZE %d: the data-parallel size is "
+                           "WORLD_SIZE / (tp x pp); start a multiple of %d ranks",
+                           o->tp, o->pp, o->tp * o->pp, world, o->tp * o->pp);
     return 0;
 }
 
@@ -120,10 +197,11 @@ void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int
     int has_opt = o->zero || p->rank == 0;
     memset(c, 0, sizeof *c);
     c->cfg = o->cfg;
-    int global = (p->pp_rank * p->world + p->rank) * p->tp + p->tp_rank;
+    int global = train_layout_rank(p->tp, p->world, p->pp_rank, p->rank, p->tp_rank);
     c->world = p->world * p->tp * p->pp;
     c->rank = global;
     c->tp = p->tp;
+    c->pp = p->pp;
     c->zero = o->zero;
     c->step = step;
     c->data_pos = (uint64_t)step * (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)p->world;
@@ -142,21 +220,22 @@ int train_resume_load(struct train_plan *p, const struct train_opts *o, float *p
     struct train_ckpt c, saved = {.rank = 0};
     train_plan_ckpt(p, o, 0, params, m, v, &c);
     skiff_err e;
-    /* another layout (world size, --tp, ZeRO stage) of the same model: the
+    /* another layout (world size, --tp, --pp, ZeRO stage) of the same model: the
      * same state laid out for this run, when the run reads the same data
      * (the same global batch); else train_ckpt_load says what differs */
     if (train_ckpt_peek(o->ckpt_dir, &saved, &e) == 0 && !memcmp(&saved.cfg, &c.cfg, sizeof c.cfg) &&
-        (saved.world != c.world || saved.tp != c.tp || saved.zero != c.zero)) {
+        (saved.world != c.world || saved.tp != c.tp || saved.pp != c.pp || saved.zero != c.zero)) {
         uint64_t g = (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)p->world;
         if (saved.data_pos != (uint64_t)saved.step * g)
             return skiff_error(err, 0,
-                               "--resume: %s was saved with WORLD_SIZE=%d, this run has %d (--tp %d, %d; --zero %d, "
-                               "%d); another layout resumes with the same global batch: %llu sequences per step "
-                               "there, %llu here (--batch x --grad-accum x WORLD_SIZE / --tp)",
-                               o->ckpt_dir, saved.world, c.world, saved.tp, c.tp, saved.zero, c.zero,
+                               "--resume: %s was saved with WORLD_SIZE=%d, this run has %d (--tp %d, %d; --pp %d, "
+                               "%d; --zero %d, %d); another layout resumes with the same global batch: %llu "
+                               "sequences per step there, %llu here (--batch x --grad-accum x WORLD_SIZE / (--tp x "
+                               "--pp))",
+                               o->ckpt_dir, saved.world, c.world, saved.tp, c.tp, saved.pp, c.pp, saved.zero, c.zero,
                                (unsigned long long)(saved.step ? saved.data_pos / (uint64_t)saved.step : 0),
                                (unsigned long long)g);
-        if (train_ckpt_load_relayout(o->ckpt_dir, &c, &saved, p->tp_rank, err) < 0) return -1;
+        if (train_ckpt_load_relayout(o->ckpt_dir, &c, &saved, err) < 0) return -1;
     } else if (train_ckpt_load(o->ckpt_dir, &c, err) < 0) {
         return -1;
     }

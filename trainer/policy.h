@@ -15,13 +15,22 @@
 #include "ckpt.h"
 #include "opts.h"
 
-/* With --tp N the WORLD_SIZE processes are split Megatron's way, tensor
- * parallel fastest: process r is tensor-parallel rank r % N of data-parallel
- * rank r / N; world and rank below are the data-parallel ones (the data
- * windows, ZeRO's shards, the mean over ranks), tp and tp_rank the others.
- * With --pp N (not with --tp yet) the pipeline stage is slowest: process r
- * is stage r / dp of data-parallel rank r % dp, dp = WORLD_SIZE / N, so the
- * stages of one pipeline read the same batches. */
+/* The world is split Megatron's way, WORLD_SIZE = dp x tp x pp, tensor
+ * parallel fastest, then data parallel, then the pipeline stage:
+ *   RANK = pp_rank * (dp * tp) + dp_rank * tp + tp_rank
+ * so the tensor-parallel group (its all-reduces in every block) is tp
+ * neighbouring ranks, one node where the launcher packs them so, the
+ * data-parallel ranks of a stage come next, and the stages are furthest
+ * apart (their activations are the smallest traffic). train_layout_place
+ * gives a rank's place, train_layout_rank the rank at a place; every group
+ * (trainer/cpu_device.c, pipeline.c) and every checkpoint file (ckpt.c)
+ * is named through them. world and rank of struct train_plan are the
+ * data-parallel ones (the data windows, ZeRO's shards, the mean over
+ * ranks): the stages of one pipeline and the tensor-parallel ranks of one
+ * replica read the same batches. */
+void train_layout_place(int rank, int tp, int dp, int *pp_rank, int *dp_rank, int *tp_rank);
+int train_layout_rank(int tp, int dp, int pp_rank, int dp_rank, int tp_rank);
+
 struct train_plan {
     int world, rank;            /* the data-parallel group: WORLD_SIZE / tp, and this process's place in it */
     int tp, tp_rank;            /* tensor-parallel ranks (1 without --tp) and this process's */
@@ -36,12 +45,13 @@ struct train_plan {
 };
 
 /* ZeRO 0: every rank steps the whole (padded) buffer; ZeRO 1/2: rank r owns
- * the r-th of world equal shards. ZeRO-3: see train_zero3_copy; n_pad is
+ * the r-th of world equal shards (with --pp: of its stage's ranges,
+ * train_pp_shard_copy). ZeRO-3: see train_zero3_copy; n_pad is
  * train_zero3_len. start = 0 until train_resume_load. world and rank are
  * the process's (WORLD_SIZE, RANK); o->tp must divide world
  * (train_plan_check). */
 void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t num_params, int world, int rank);
-/* 0 when o->tp and o->pp divide WORLD_SIZE; else -1 with a message naming
+/* 0 when o->tp x o->pp divides WORLD_SIZE; else -1 with a message naming
  * the flag. */
 int train_plan_check(const struct train_opts *o, int world, skiff_err *err);
 
@@ -58,6 +68,39 @@ size_t train_zero3_unit(const struct gpt2_config *cfg, int world, int rank, int 
 /* Rank's shard from the llm.c buffer flat, or with to_flat back into it. */
 void train_zero3_copy(const struct gpt2_config *cfg, int world, int rank, float *flat, float *shard, int to_flat);
 
+/* ---- pipeline stages (--pp) -----------------------------------------------
+ * Stage s of n runs blocks [lo, hi) of L: the first L % n stages take one
+ * block more than L / n (the last stage also runs the LM head). */
+void train_stage_blocks(int L, int n, int s, int *lo, int *hi);
+
+/* The ranges of a parameter buffer (gpt2_param_layout_tp of tp: the
+ * tensor-parallel rank's part of the model) that stage `stage` of pp
+ * owns: wte and wpe on the first stage, the stage's slice of each block
+ * tensor, lnfw+lnfb (adjacent, one range) and the tied wte on the last.
+ * `norm`: counted in the gradient norm here (the tied wte counts on the
+ * first stage only); `owner`: its values go into the checkpoint from here
+ * (the same rule); `tensor`: enum gpt2_param_index (lnf: GPT2_LNFW). */
+#define TRAIN_STAGE_MAX_RANGES 16
+struct train_range {
+    size_t off, len;
+    int tensor, norm, owner;
+};
+int train_stage_ranges(const struct gpt2_config *cfg, int tp, int pp, int stage,
+                       struct train_range r[TRAIN_STAGE_MAX_RANGES]);
+
+/* ZeRO-1/2 with --pp shard a stage's ranges over its dp data-parallel
+ * ranks range by range: range i is padded to a multiple of dp and rank d
+ * holds its d-th piece, the pieces of every range back to back as its
+ * shard (train_pp_shard_len floats: the plan's opt_len, opt_off = d times
+ * it). So the tied wte, a range of both the first and the last stage, has
+ * the same piece on data-parallel rank d of either, and the two can sum
+ * its gradient piece by piece. train_pp_shard_copy copies rank d's shard
+ * out of the (tensor-parallel rank's) buffer `local`, zeros in the
+ * padding, or with to_local back into it. */
+size_t train_pp_shard_len(const struct gpt2_config *cfg, int tp, int pp, int stage, int dp);
+void train_pp_shard_copy(const struct gpt2_config *cfg, int tp, int pp, int stage, int dp, int dp_rank, float *local,
+                         float *shard, int to_local);
+
 /* First global train window of micro-step k of step `step` on this rank:
  * step*G + (k*world + rank)*B with G = B*K*world (see struct data_loader). */
 uint64_t train_plan_window(const struct train_plan *p, const struct train_opts *o, int step, int k);
@@ -71,10 +114,11 @@ int train_plan_val_due(const struct train_opts *o, int step);
 int train_plan_save_due(const struct train_opts *o, const struct train_plan *p, int done);
 
 /* The checkpoint record of this rank after `step` steps. Rank 0's file holds
- * the parameters (all of them, tensor-parallel or not); with ZeRO 0 the
- * optimizer state is the same on every data-parallel rank and only
- * data-parallel rank 0 keeps it (with --tp, each of its tensor-parallel
- * ranks its part), with ZeRO each rank keeps its shard. */
+ * the parameters (all of them, tensor-parallel, pipelined or not); with
+ * ZeRO 0 the optimizer state is the same on every data-parallel rank and
+ * only data-parallel rank 0 keeps it (with --tp, each of its
+ * tensor-parallel ranks its part; with --pp, every stage's rank 0 the
+ * whole, gathered), with ZeRO each rank keeps its shard. */
 void train_plan_ckpt(const struct train_plan *p, const struct train_opts *o, int step, float *params, float *m,
                      float *v, struct train_ckpt *c);
 

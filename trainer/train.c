@@ -110,8 +110,11 @@ static int setup(struct run *r, const struct train_opts *o, const struct train_d
         char where[512];
         r->dev.ops->describe(&r->dev, where, sizeof where);
         char tp[64] = "";
-        if (pl->tp > 1) snprintf(tp, sizeof tp, " = dp %d x tp %d", pl->world, pl->tp);
-        if (pl->pp > 1) snprintf(tp, sizeof tp, " = dp %d x pp %d", pl->world, pl->pp);
+        if (pl->tp > 1 || pl->pp > 1) { /* " = dp 2 x tp 2 x pp 2", the factors above 1 */
+            size_t at = (size_t)snprintf(tp, sizeof tp, " = dp %d", pl->world);
+            if (pl->tp > 1) at += (size_t)snprintf(tp + at, sizeof tp - at, " x tp %d", pl->tp);
+            if (pl->pp > 1) snprintf(tp + at, sizeof tp - at, " x pp %d", pl->pp);
+        }
         printf("skiff-train: model %s (%zu params, L%d H%d C%d T%d V%d), world %d%s, batch %d x %d "
                "x accum %d x dp = %zu tokens/step, zero %d, %zu train windows, on %s%s\n",
                o->model, pl->num_params, o->cfg.num_layers, o->cfg.num_heads, o->cfg.channels, o->seq,

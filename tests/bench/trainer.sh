@@ -27,7 +27,8 @@
 # Tensor parallelism in the same table: --tp 2 on 2 ranks (one replica, each
 # rank half the heads and half the MLP, the whole global batch) and dp2 x tp2
 # on 4; their comm ms adds the tensor-parallel all-reduces (synchronous, so
-# also in the exposed wait).
+# also in the exposed wait). The three composed, same global batch: dp2 x
+# pp2 with ZeRO-1, tp2 x pp2 (4 ranks) and dp2 x tp2 x pp2 with ZeRO-1 (8).
 # Prints a markdown table. Env: STEPS (default 12), MODEL (mini), SEQ (128).
 # A second table: activation recomputation (--recompute) against keeping the
 # activations, one rank, the same run otherwise (mini, 8 x 256 tokens, where
@@ -102,6 +103,10 @@ run p4z3b 4 25 --zero 3 --zero3-buffers 1 && row p4z3b 4 "ZeRO-3, --zero3-buffer
 run pp2 2 25 --pp 2 --batch 2 --micro-batches 4 && row pp2 2 "--pp 2, 1f1b" "2 x $SEQ x M 4"
 run pp2g 2 25 --pp 2 --batch 2 --micro-batches 4 --pp-schedule gpipe && row pp2g 2 "--pp 2, gpipe" "2 x $SEQ x M 4"
 run dp2pp2 4 25 --pp 2 --batch 2 --micro-batches 2 && row dp2pp2 4 "dp2 x pp2, 1f1b" "2 x $SEQ x M 2"
+run dp2pp2z1 4 25 --pp 2 --batch 2 --micro-batches 2 --zero 1 && row dp2pp2z1 4 "dp2 x pp2, ZeRO-1" "2 x $SEQ x M 2"
+TP=2 run t2pp2 4 25 --tp 2 --pp 2 --batch 4 --micro-batches 2 && TP=2 row t2pp2 4 "tp2 x pp2" "4 x $SEQ x M 2"
+TP=2 run d2t2p2 8 25 --tp 2 --pp 2 --batch 2 --micro-batches 2 --zero 1 &&
+  TP=2 row d2t2p2 8 "dp2 x tp2 x pp2, ZeRO-1" "2 x $SEQ x M 2"
 echo
 # one block of the model, weights and gradient: 2 (12 C^2 + 13 C) floats
 C=$(grep -o ' C[0-9]*' "$W/p1.out" | head -1 | tr -d ' C')

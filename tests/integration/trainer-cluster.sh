@@ -5,8 +5,9 @@
 # --recompute, 2 nodes x 1 task with --zero 2 --grad-accum 2, 2 nodes x 2
 # tasks as dp2 x tp2 (--tp 2: each node's two tasks are one tensor-parallel
 # group, Megatron's order, with ZeRO-1 across the nodes), 2 nodes x 2 tasks
-# with --zero 3, and dp2 x pp2 (--pp 2 --micro-batches 2: the stages across
-# the nodes), each against
+# with --zero 3, dp2 x pp2 (--pp 2 --micro-batches 2: the stages across
+# the nodes) and tp2 x pp2 (a stage per node, split over its two tasks),
+# each against
 # one process on the same global batch (24 x 64 tokens, 12 steps; tolerance
 # 5e-5 as in trainer-ddp.sh); the 4 ranks with --recompute equal them without
 # it bit for bit. The image is the demo's: busybox and a CPU-only skiff-train.
@@ -56,6 +57,8 @@ layout d2t2 "2 nodes x 2 tasks, dp2 x tp2 (--tp 2 --zero 1)" -N 2 --ntasks-per-n
 layout z3 "2 nodes x 2 tasks, --zero 3 (FSDP)" -N 2 --ntasks-per-node=2 -- --batch 6 --zero 3
 # pipeline stages across the nodes, data parallel within each (rank = stage * 2 + dp_rank)
 layout dp2pp2 "2 nodes x 2 tasks, dp2 x pp2 (1f1b)" -N 2 --ntasks-per-node=2 -- --batch 6 --pp 2 --micro-batches 2
+# each node one stage, its two tasks the stage's tensor-parallel group (rank = stage * 2 + tp_rank)
+layout tp2pp2 "2 nodes x 2 tasks, tp2 x pp2" -N 2 --ntasks-per-node=2 -- --batch 12 --tp 2 --pp 2 --micro-batches 2
 if S -N 2 --ntasks-per-node=2 "${A[@]}" --batch 6 --zero 1 --log /demo/z1.jsonl && [ -s "$W/z1.jsonl" ] &&
   cmp -s <(strip z1) <(strip z1r); then
   t_pass "4 ranks --zero 1: --recompute equals keeping the activations bit for bit"

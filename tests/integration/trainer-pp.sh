@@ -5,7 +5,11 @@
 # on the same global batch, with either schedule (1f1b, gpipe); the two
 # schedules give the same bits (each stage adds its micro-batches'
 # gradients in the same order); a resumed run equals an uninterrupted one
-# bit for bit.
+# bit for bit. Composed: tp2 x pp2 and dp2 x tp2 x pp2 (Megatron's order,
+# rank = stage*DP*TP + dp_rank*TP + tp_rank), and ZeRO-1/2 within each
+# stage's data-parallel group (dp2 x pp2, tp2 x pp2, dp2 x tp2 x pp2), the
+# same losses as one process; --recompute and the GPipe schedule change no
+# bit of tp2 x pp2.
 #
 # Tolerance: 1e-5 relative on every logged loss over 20 steps, 5e-5 on every
 # parameter (as trainer-ddp.sh, whose header says why the runs are close but
@@ -45,6 +49,29 @@ done
 same "1f1b and gpipe give the same bits (pp2)" pp2-1f1b pp2-gpipe 0 0
 same "1f1b and gpipe give the same bits (dp2 x pp2)" dp2pp2-1f1b dp2pp2-gpipe 0 0
 
+# --tp inside the stages: each stage's blocks split over 2 tensor-parallel
+# ranks, activations sent between the same tensor-parallel rank of
+# neighbouring stages; ZeRO shards each stage's optimizer state (and with
+# ZeRO-2 its gradient, every micro-batch) over the stage's data-parallel
+# ranks. 4 micro-batches of 2 per pipeline: global batch 8 (one pipeline)
+# or 16 (two).
+compose() { # compose NAME P REFERENCE ARGS...
+  local name=$1 P=$2 ref=$3; shift 3
+  if run "$name" "$P" --batch 2 --micro-batches 4 "$@"; then
+    same "$name ($*) equals 1 process (20 steps, loss rtol $RTOL)" "$ref" "$name" $TOL $RTOL
+  else t_fail "$name ($*) runs"; fi
+}
+compose tp2pp2 4 p1 --tp 2 --pp 2
+compose tp2pp2-zero1 4 p1 --tp 2 --pp 2 --zero 1
+compose dp2pp2-zero1 4 p1x --pp 2 --zero 1
+compose dp2pp2-zero2 4 p1x --pp 2 --zero 2
+compose dp2tp2pp2 8 p1x --tp 2 --pp 2
+compose dp2tp2pp2-zero2 8 p1x --tp 2 --pp 2 --zero 2
+run tp2pp2-gpipe 4 --batch 2 --micro-batches 4 --tp 2 --pp 2 --pp-schedule gpipe &&
+  run tp2pp2-rc 4 --batch 2 --micro-batches 4 --tp 2 --pp 2 --recompute || t_fail "tp2 x pp2 with gpipe, --recompute run"
+same "1f1b and gpipe give the same bits (tp2 x pp2)" tp2pp2 tp2pp2-gpipe 0 0
+same "--recompute gives the same bits (tp2 x pp2)" tp2pp2 tp2pp2-rc 0 0
+
 # bit-exact resume inside the layout: 10 steps, stop, resume to 20
 rm -rf "$TDIR/res"
 if t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --ckpt-dir "$TDIR/res" \
@@ -70,6 +97,11 @@ run p1m 1 --model mini --batch 2 --grad-accum 3 --steps 20 || t_fail "one proces
 if run pp3 3 --model mini --batch 2 --pp 3 --micro-batches 3 --steps 20; then
   same "--pp 3 (mini, blocks 2+1+1) equals 1 process" p1m pp3 $TOL $RTOL
 else t_fail "--pp 3 runs"; fi
+# the same with ZeRO-2 and --tp 2 (the first and the last stage sum the tied
+# wte's gradient piece by piece in a group of their own)
+if run tp2pp3-zero2 6 --model mini --batch 2 --tp 2 --pp 3 --micro-batches 3 --zero 2 --steps 20; then
+  same "tp2 x pp3 with ZeRO-2 (mini) equals 1 process" p1m tp2pp3-zero2 $TOL $RTOL
+else t_fail "tp2 x pp3 with ZeRO-2 runs"; fi
 
 # validation runs through the pipeline too: the same validation losses
 V=(--val "$TDIR/lic_val_*.bin" --val-every 5 --steps 20)
@@ -104,6 +136,10 @@ else t_fail "bubble reported" "$out"; fi
 if grep -q 'pipeline stage 0 of 2 (blocks 0-0), dp 1, 1f1b, 2 micro-batches in flight' <<<"$out"; then
   t_pass "the first line names the stage, its blocks and the micro-batches in flight"
 else t_fail "stage described" "$out"; fi
+out=$(t_ddp 8 "$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 1 --tp 2 --pp 2 --zero 1 2>&1)
+if grep -q 'world 8 = dp 2 x tp 2 x pp 2, .*zero 1, .*stage 0 of 2 (blocks 0-0), dp 2, tp 2, 1f1b' <<<"$out"; then
+  t_pass "the first line names the three factors and the stage's place"
+else t_fail "dp x tp x pp described" "$out"; fi
 
 # usage errors name the flag
 err() { # err NAME EXPECT P ARGS...
@@ -114,8 +150,10 @@ err() { # err NAME EXPECT P ARGS...
   if [ $rc -ne 0 ] && grep -q -- "$expect" <<<"$out"; then t_pass "$name"; else t_fail "$name" "rc $rc: $out"; fi
 }
 err "--pp that does not divide WORLD_SIZE is refused" "--pp 2 does not divide WORLD_SIZE 3" 3 --pp 2
-err "--pp with --zero is refused" "--pp 2 with --zero 1: not supported" 1 --pp 2 --zero 1
-err "--pp with --tp is refused" "--pp 2 with --tp 2: not supported together yet" 1 --pp 2 --tp 2
+err "--pp with --zero 3 is refused" "--pp 2 with --zero 3: ZeRO-3 and pipeline stages are not composed" 1 --pp 2 \
+  --zero 3
+err "--tp x --pp that does not divide WORLD_SIZE is refused" "--tp 2 x --pp 2 = 4 does not divide WORLD_SIZE 6" 6 \
+  --tp 2 --pp 2
 err "--pp beyond the layers is refused" "--pp 3: model tiny has only 2 layers" 1 --pp 3
 err "--pp on CUDA is refused" "--pp 2: pipeline parallelism runs on the CPU device only" 1 --pp 2 --device cuda
 err "--micro-batches and a different --grad-accum are refused" "--micro-batches 4 and --grad-accum 2" 1 \

@@ -1,11 +1,13 @@
 #!/bin/bash
 # Checkpoints: --stop-after then --resume continues bit for bit (params,
 # AdamW state, step, data position), alone and with ZeRO on 2 ranks, under
-# --tp 2 and dp2 x tp2 (every rank's file); a checkpoint resumes under
-# another layout (world size, --tp, ZeRO stage) on the same global batch
-# (dp2 x tp2 -> 1 process and back; --zero 3's shards put together and
-# taken apart); another global batch under another layout, or another
-# model, is refused; nothing temporary is left behind.
+# --tp 2, dp2 x tp2, tp2 x pp2 and dp2 x pp2 with ZeRO (every rank's
+# file); a checkpoint resumes under another layout (world size, --tp, --pp,
+# ZeRO stage) on the same global batch (dp2 x tp2 -> 1 process and back,
+# tp2 x pp2 -> 1 process and back, dp2 x pp2 with ZeRO-1 -> 1 process, DDP
+# -> pp2 on as many ranks; --zero 3's shards put together and taken apart);
+# another global batch under another layout, or another model, is refused;
+# nothing temporary is left behind.
 source "$(dirname "$0")/../lib.sh"
 t_trainer_init
 t_corpus
@@ -41,6 +43,9 @@ resume_case recompute 1 --batch 4 --recompute
 resume_case tp2 2 --batch 4 --tp 2
 resume_case dp2xtp2 4 --batch 2 --tp 2
 resume_case dp2xtp2-zero2 4 --batch 2 --tp 2 --zero 2
+resume_case tp2xpp2 4 --batch 2 --tp 2 --pp 2 --micro-batches 2
+resume_case tp2xpp2-zero1 4 --batch 2 --tp 2 --pp 2 --micro-batches 2 --zero 1
+resume_case dp2xpp2-zero2 4 --batch 2 --pp 2 --micro-batches 2 --zero 2
 
 # relayout NAME P1 ARGS1... -- P2 ARGS2...: --stop-after 5 under one layout,
 # --resume under another on the same global batch: AdamW's state is put back
@@ -70,6 +75,14 @@ relayout() {
 relayout dp2xtp2-to-1 4 --batch 2 --tp 2 --zero 1 -- 1 --batch 4
 relayout 1-to-dp2xtp2 1 --batch 4 -- 4 --batch 2 --tp 2 --zero 2
 relayout tp2-to-zero1 2 --batch 4 --tp 2 -- 2 --batch 2 --zero 1
+# --pp: rank 0's file holds every stage's weights; the optimizer state is
+# put together from every stage's files (ZeRO: each stage's shards)
+relayout tp2xpp2-to-1 4 --batch 2 --tp 2 --pp 2 --micro-batches 2 -- 1 --batch 2 --grad-accum 2
+relayout 1-to-tp2xpp2 1 --batch 4 -- 4 --batch 2 --tp 2 --pp 2 --micro-batches 2 --zero 1
+relayout dp2xpp2-zero1-to-1 4 --batch 2 --pp 2 --micro-batches 2 --zero 1 -- 1 --batch 4 --grad-accum 2
+relayout ddp-to-pp2 2 --batch 2 --grad-accum 2 -- 2 --batch 2 --pp 2 --micro-batches 4 --zero 2
+# --zero 3: every file holds its shard of the weights, m and v, put together
+# unit by unit; a --zero 3 run takes its shard of whatever was saved
 relayout zero3-to-1 2 --batch 2 --zero 3 -- 1 --batch 4
 relayout dp2xtp2-to-zero3 4 --batch 2 --tp 2 --zero 1 -- 2 --batch 2 --zero 3
 relayout zero3-2-to-4 2 --batch 2 --zero 3 -- 4 --batch 1 --zero 3 --zero3-buffers 1
@@ -80,7 +93,7 @@ out=$("$TRAIN" train "${COMMON[@]}" --batch 4 --grad-accum 2 --ckpt-dir "$TDIR/s
 t_fails_with "resume refuses another world size" "saved with WORLD_SIZE=2, this run has 1" \
   "$TRAIN" train "${COMMON[@]}" --batch 2 --zero 1 --ckpt-dir "$TDIR/zero1-part" --resume
 t_fails_with "resume under another layout refuses another global batch" \
-  "saved with WORLD_SIZE=2, this run has 2 \(--tp 2, 1; --zero 0, 0\); another layout resumes with the same global batch: 4 sequences per step there, 8 here" \
+  "saved with WORLD_SIZE=2, this run has 2 \(--tp 2, 1; --pp 1, 1; --zero 0, 0\); another layout resumes with the same global batch: 4 sequences per step there, 8 here" \
   t_ddp 2 "$TRAIN" train "${COMMON[@]}" --batch 4 --ckpt-dir "$TDIR/tp2-part" --resume
 t_fails_with "resume refuses another model" "checkpoint of another model" \
   "$TRAIN" train --model mini --data "$D" --seq 32 --steps 12 --batch 2 --quiet --ckpt-dir "$TDIR/single-part" --resume

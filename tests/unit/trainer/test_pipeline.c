@@ -17,14 +17,14 @@ Test(pipeline, split_is_contiguous_and_front_loaded)
     int lo, hi, at = 0;
     int want[] = {2, 1, 1}; /* L 4 over 3 stages: the first L % N take one more */
     for (int s = 0; s < 3; s++) {
-        tr_pipeline_split(4, 3, s, &lo, &hi);
+        train_stage_blocks(4, 3, s, &lo, &hi);
         cr_assert_eq(lo, at, "stage %d starts where %d ended", s, s - 1);
         cr_assert_eq(hi - lo, want[s], "stage %d has %d blocks", s, want[s]);
         at = hi;
     }
     cr_assert_eq(at, 4);
     for (int s = 0; s < 4; s++) {
-        tr_pipeline_split(12, 4, s, &lo, &hi);
+        train_stage_blocks(12, 4, s, &lo, &hi);
         cr_assert_eq(lo, 3 * s);
         cr_assert_eq(hi, 3 * s + 3);
     }

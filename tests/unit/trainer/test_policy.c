@@ -262,3 +262,112 @@ Test(policy, tensor_parallel_layout)
         cr_assert_eq(c.opt_len != 0, r < 2, "ZeRO 0: data-parallel rank 0's processes keep the optimizer state");
     }
 }
+
+/* Megatron's rank order over dp x tp x pp: tensor parallel fastest, then
+ * data parallel, then the stage; every rank has one place and back. */
+Test(policy, rank_layout_is_tensor_then_data_then_pipeline)
+{
+    int s, d, t;
+    /* dp 2 x tp 2 x pp 2: ranks 0-3 stage 0, 4-7 stage 1; tp pairs {0,1}, {2,3}, ... */
+    train_layout_place(5, 2, 2, &s, &d, &t);
+    cr_assert(s == 1 && d == 0 && t == 1, "rank 5 is stage 1, dp 0, tp 1 (got %d %d %d)", s, d, t);
+    train_layout_place(2, 2, 2, &s, &d, &t);
+    cr_assert(s == 0 && d == 1 && t == 0, "rank 2 is stage 0, dp 1, tp 0 (got %d %d %d)", s, d, t);
+    cr_assert_eq(train_layout_rank(2, 2, 1, 1, 0), 6);
+    static const int shapes[][3] = {{1, 1, 1}, {2, 1, 1}, {1, 3, 1}, {1, 1, 4}, {2, 3, 2}, {4, 1, 3}, {3, 2, 2}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int tp = shapes[k][0], dp = shapes[k][1], pp = shapes[k][2], world = tp * dp * pp;
+        for (int r = 0; r < world; r++) {
+            train_layout_place(r, tp, dp, &s, &d, &t);
+            cr_assert(s >= 0 && s < pp && d >= 0 && d < dp && t >= 0 && t < tp, "tp %d dp %d pp %d: rank %d", tp, dp,
+                      pp, r);
+            cr_assert_eq(train_layout_rank(tp, dp, s, d, t), r, "tp %d dp %d pp %d: rank %d back", tp, dp, pp, r);
+            if (r + 1 < world && t + 1 < tp) { /* the next rank is the next tensor-parallel rank */
+                int s2, d2, t2;
+                train_layout_place(r + 1, tp, dp, &s2, &d2, &t2);
+                cr_assert(s2 == s && d2 == d && t2 == t + 1);
+            }
+        }
+        /* the plan sees the same place */
+        struct train_opts o = opts(0, 10);
+        o.tp = tp;
+        o.pp = pp;
+        o.cfg.num_heads = 12; /* tp 1..4 divide the heads */
+        o.cfg.channels = 96;
+        o.cfg.num_layers = 4;
+        for (int r = 0; r < world; r++) {
+            struct train_plan p;
+            skiff_err err;
+            cr_assert_eq(train_plan_check(&o, world, &err), 0, "%s", err.msg);
+            train_plan_init(&p, &o, gpt2_param_layout(&o.cfg, NULL, NULL), world, r);
+            train_layout_place(r, tp, dp, &s, &d, &t);
+            cr_assert(p.world == dp && p.rank == d && p.tp_rank == t && p.pp_rank == s);
+            struct train_ckpt c;
+            train_plan_ckpt(&p, &o, 1, NULL, NULL, NULL, &c);
+            cr_assert(c.rank == r && c.world == world && c.pp == pp && c.tp == tp, "one file per process");
+        }
+    }
+    struct train_opts o = opts(0, 10);
+    o.tp = 2;
+    o.pp = 2;
+    skiff_err err;
+    cr_assert_neq(train_plan_check(&o, 6, &err), 0);
+    cr_assert(strstr(err.msg, "--tp 2 x --pp 2 = 4 does not divide WORLD_SIZE 6"), "%s", err.msg);
+}
+
+/* --pp: the stages' ranges hold every weight of a tensor-parallel rank's
+ * buffer once (the tied wte twice, owned and counted in the norm once);
+ * ZeRO's pieces of a stage's ranges, over its data-parallel ranks, hold
+ * every weight of the stage once and give the buffer back. */
+Test(policy, pipeline_stages_and_their_zero_shards_cover_the_model)
+{
+    struct train_opts o = opts(1, 10);
+    skiff_err err;
+    cr_assert_eq(gpt2_config_preset("mini", &o.cfg, &err), 0);                   /* L 4 */
+    static const int shapes[][3] = {{1, 2, 1}, {1, 3, 2}, {2, 2, 3}, {2, 4, 2}}; /* tp, pp, dp */
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int tp = shapes[k][0], pp = shapes[k][1], dp = shapes[k][2];
+        size_t n = gpt2_param_layout_tp(&o.cfg, tp, NULL, NULL);
+        int *owned = calloc(n, sizeof *owned), *normed = calloc(n, sizeof *normed);
+        float *flat = malloc(n * sizeof(float)), *back = calloc(n, sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            flat[i] = (float)(i + 1);
+        o.tp = tp;
+        o.pp = pp;
+        for (int s = 0; s < pp; s++) {
+            struct train_range r[TRAIN_STAGE_MAX_RANGES];
+            int nr = train_stage_ranges(&o.cfg, tp, pp, s, r);
+            cr_assert_leq(nr, TRAIN_STAGE_MAX_RANGES);
+            for (int i = 0; i < nr; i++)
+                for (size_t j = r[i].off; j < r[i].off + r[i].len; j++) {
+                    owned[j] += r[i].owner;
+                    normed[j] += r[i].norm;
+                }
+            size_t len = train_pp_shard_len(&o.cfg, tp, pp, s, dp);
+            for (int d = 0; d < dp; d++) {
+                struct train_plan p;
+                train_plan_init(&p, &o, gpt2_param_layout(&o.cfg, NULL, NULL), tp * dp * pp,
+                                train_layout_rank(tp, dp, s, d, 0));
+                cr_assert_eq(p.opt_len, len, "the plan's shard is the stage's pieces");
+                cr_assert_eq(p.opt_off, (size_t)d * len);
+                float *shard = malloc(len * sizeof(float));
+                train_pp_shard_copy(&o.cfg, tp, pp, s, dp, d, flat, shard, 0);
+                train_pp_shard_copy(&o.cfg, tp, pp, s, dp, d, back, shard, 1);
+                free(shard);
+            }
+        }
+        for (size_t j = 0; j < n; j++) {
+            cr_assert_eq(owned[j], 1, "tp %d pp %d: weight %zu owned by one stage", tp, pp, j);
+            cr_assert_eq(normed[j], 1, "tp %d pp %d: weight %zu in the norm once", tp, pp, j);
+        }
+        cr_assert(memcmp(flat, back, n * sizeof(float)) == 0, "tp %d pp %d dp %d: the shards give the buffer back", tp,
+                  pp, dp);
+        free(owned), free(normed), free(flat), free(back);
+    }
+    /* the tied wte: the same piece on the first and the last stage's dp rank d */
+    struct train_range a[TRAIN_STAGE_MAX_RANGES], b[TRAIN_STAGE_MAX_RANGES];
+    int na = train_stage_ranges(&o.cfg, 1, 2, 0, a), nb = train_stage_ranges(&o.cfg, 1, 2, 1, b);
+    cr_assert(a[0].tensor == GPT2_WTE && a[0].owner && b[nb - 1].tensor == GPT2_WTE && !b[nb - 1].owner);
+    cr_assert(a[0].off == b[nb - 1].off && a[0].len == b[nb - 1].len);
+    (void)na;
+}
