@@ -11,7 +11,9 @@
 // x N processes, tensor parallel fastest as on the CPU (cpu_device.c), the
 // model's all-reduces over the tensor-parallel group's communicator and the
 // gradients' over the data-parallel group's (the device's comm), each NCCL
-// or host-staged like the world's.
+// or host-staged like the world's. With --zero 3 the weights are sharded
+// too and gathered block by block (z3_* below); --recompute is the model's
+// (CUDA_GPT2_RECOMPUTE).
 //
 // The host waits for the GPU once per step: after the whole step (backward,
 // collectives, norm, clipping, AdamW, ZeRO gather) is queued, one small copy
