@@ -28,9 +28,13 @@
 # squash (on a 1 Gbit/s link the full import pays the transfer too).
 #   BENCH_RUNS=N (default 3)   BENCH_LAZY_MB=N (default 1024)
 #   BENCH_PAIRS=N (default 2 x BENCH_RUNS: the A4 pairs; A6 takes 10 x BENCH_RUNS)
+# BENCH_LAZY_SIZES=1G,4G,20G (BENCH_SHAPE=1gbit, BENCH_FULL_SIZES=...): runs
+# tests/bench/lazy-cluster.sh instead, issue 27's A1, A2, A3 and A5 under srun
+# on the emulated cluster with shaped links (its header says how).
 set -u
 BASE=${SKIFF_BENCH_BASE:-}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+[ -n "${BENCH_LAZY_SIZES:-}" ] && exec "$ROOT/tests/bench/lazy-cluster.sh"
 BUILD=${BUILD:-$ROOT/build}
 SKIFF=$BUILD/bin/skiff
 RUNS=${BENCH_RUNS:-3}
@@ -160,17 +164,31 @@ ab --runs "$PAIRS" --warmup 1 --label-a floor --label-b lazy --setup-b "$W/cold-
   --row "index pass alone (skiff resolve) / curl \\| zlib" "$W/floor" "$W/lazy/resolve" \
   --row "index pass + start / curl \\| zlib" "$W/floor" "$W/lazy/first-exec"
 # CPU seconds of each (user + system, all its processes): on a loaded
-# machine the wall-clock ratio follows this one
-python3 - "$W/floor" "$W/cold-lazy" "$W/lazy/resolve" <<'EOF'
-import resource, subprocess, sys
+# machine the wall-clock ratio follows this one. Taken in turns (floor,
+# this pass, the base's pass with SKIFF_BENCH_BASE), the least of
+# BENCH_CPU_ROUNDS (default 3) each.
+python3 - "${BENCH_CPU_ROUNDS:-3}" "$W/floor" "$W/cold-lazy" "$W/lazy/resolve" ${BASE:+"$W/base/resolve"} <<'EOF'
+import os, resource, shutil, subprocess, sys
 def cpu(cmd):
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
-f = min(cpu([sys.argv[1]]) for _ in range(3))
-l = min((subprocess.run([sys.argv[2]], check=True), cpu([sys.argv[3]]))[1] for _ in range(3))
-print(f"\nCPU time (least of 3): index pass {l:.2f} s, its floor {f:.2f} s: {l / f:.2f}x")
+rounds, floor, cold, this = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+base = sys.argv[5] if len(sys.argv) > 5 else None
+f, l, b = [], [], []
+for _ in range(rounds):
+    f.append(cpu([floor]))
+    subprocess.run([cold], check=True)
+    l.append(cpu([this]))
+    if base:
+        shutil.rmtree(os.path.join(os.path.dirname(base), "cache"), ignore_errors=True)
+        b.append(cpu([base]))
+f, l = min(f), min(l)
+print(f"\nCPU time of one pass (least of {rounds}): index pass {l:.2f} s, its floor {f:.2f} s: {l / f:.2f}x")
+if base:
+    print(f"CPU time of the base build's pass (same turns): {min(b):.2f} s: {min(b) / f:.2f}x its floor; "
+          f"this / base {l / min(b):.2f}x")
 EOF
 echo
 echo "A6, paired ($((RUNS * 10)) pairs; load $(cut -d' ' -f1 /proc/loadavg)): a hot lazy node against a cached" \

@@ -6,8 +6,10 @@
  * Input: the bytes of an index file (the seeds are real ones, of the
  * busybox fixture's layer).
  * Properties: a failure says why; a loaded index keeps its own bounds
- * (spans in order inside the blob and the tar, each file's data inside the
- * tar, no set-id file, paths normalised: relative, no '.' or '..' component, no '//');
+ * (spans in order inside the blob and the tar, each span's checked range
+ * — widened to SHA-256's 64-byte blocks — inside the blob around it, the
+ * digest's bytes those of its text, each file's data inside the tar, no
+ * set-id file, paths normalised: relative, no '.' or '..' component, no '//');
  * applied onto a tree, as root and as a user, it is refused with a reason
  * or gives a tree the skeleton writer turns into a squashfs, or refuses
  * with a reason. */
@@ -16,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "digest.h"
 #include "fuzzlib.h"
 #include "layer_int.h"
 #include "lazy_int.h"
@@ -45,9 +48,17 @@ static void check_index(const struct lz_index *ix)
                    (unsigned long long)sp->cend, (unsigned long long)ix->csize);
         FUZZ_CHECK(sp->ustart == uprev && sp->ustart <= sp->uend, "span %u: uncompressed [%llu, %llu) after %llu", s,
                    (unsigned long long)sp->ustart, (unsigned long long)sp->uend, (unsigned long long)uprev);
+        uint64_t from = lz_span_wstart(sp), to = lz_span_wend(sp, ix->csize);
+        FUZZ_CHECK(from % 64 == 0 && from <= sp->cstart && sp->cend <= to && to <= ix->csize &&
+                       (to % 64 == 0 || to == ix->csize),
+                   "span %u: checked as [%llu, %llu) of %llu", s, (unsigned long long)from, (unsigned long long)to,
+                   (unsigned long long)ix->csize);
         cprev = sp->cstart;
         uprev = sp->uend;
     }
+    char text[SKIFF_DIGEST_LEN];
+    skiff_digest_text(ix->sha, text);
+    FUZZ_CHECK(!strcmp(text, ix->digest), "digest %s read as %s", ix->digest, text);
     FUZZ_CHECK(ix->nspans > 0 && uprev == ix->usize, "the spans end at %llu of %llu", (unsigned long long)uprev,
                (unsigned long long)ix->usize);
     for (uint32_t i = 0; i < ix->nentries; i++) {

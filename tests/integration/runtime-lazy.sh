@@ -259,6 +259,28 @@ else
 fi
 D2=$("$SKIFF" resolve "$ref" 2>/dev/null)
 [ "$D2" = "$D" ] && t_pass "resolve again: the same lazy image, no second index pass" || t_fail "resolve again" "$D2"
+# an index of format 1 (a sha256 per span, before the chaining states):
+# a cached lazy image that has one is made again, and the index with it;
+# one made by hand is refused with a message that says what to do
+idxver() { python3 -c 'import struct, sys; print(struct.unpack_from("<I", open(sys.argv[1], "rb").read(12), 8)[0])' "$1"; }
+setver() { python3 -c 'import struct, sys; f = open(sys.argv[1], "r+b"); f.seek(8); f.write(struct.pack("<I", 1))' "$1"; }
+cached=$(ls "$R"/cache/lazy-index/*.idx | head -1)
+setver "$D/layer-0.idx"  # (a hard link to the cached index: both are format 1 now)
+[ "$(idxver "$cached")" = 1 ] || setver "$cached"
+D2=$("$SKIFF" resolve "$ref" 2>"$R/err")
+"$SERVE" "$D2" "$R/mnt" python3 "$TREELIST" "$R/mnt" >"$R/list" 2>"$R/serve.err"
+if [ "$D2" = "$D" ] && [ "$(idxver "$D/layer-0.idx")" = 2 ] && [ "$(idxver "$cached")" = 2 ] \
+  && diff -q "$R/list" "$H/longnames.sqsh.list" >/dev/null && ! ls -d "$D".* 2>/dev/null | grep -q .; then
+  t_pass "a cached lazy image with indexes of format 1 is made again (format 2), and serves the tree"
+else
+  t_fail "a cached lazy image with indexes of format 1 is made again" \
+    "$D2 $(cat "$R/err"); versions $(idxver "$D/layer-0.idx") $(idxver "$cached"); $(ls -d "$D".* 2>/dev/null); $(tail -3 "$R/serve.err")"
+fi
+cp -a "$D" "$R/old.lazy" && setver "$R/old.lazy/layer-0.idx"
+t_fails_with "a lazy image made by hand with an index of format 1: refused, and what to do" \
+  "lazy index of format 1, made by an older skiff .this one reads format 2.: make the lazy image again" \
+  "$SKIFF" start --no-entrypoint "$R/old.lazy" /bin/true
+rm -rf "$R/old.lazy"
 # skiff cache list/prune know lazy images: listed with their size, kept
 # while a container uses them, then removed with their data files and the
 # layer indexes no other image links
@@ -294,15 +316,26 @@ if fake_start "$P1" --ignore-range; then
   t_fails_with "a proxy that ignores Range: --lazy says why" "ignores Range requests; import it without --lazy" \
     "$SKIFF" import --lazy -o "$R/ir.lazy" "docker://127.0.0.1:$P1/lazy/longnames:1"
 fi
-P2=$(registry_free_port)
-if fake_start "$P2" --corrupt-ranges; then
+# a registry that tampers with every range it answers: a byte of the
+# middle, the first or the last byte (a span is checked with the 64-byte
+# blocks around it: its first and last bytes are inside), or the right
+# length from 64 bytes further on; the read fails, and nothing of it is in
+# the data file (lib/lazydata.py: every byte past the image's own files
+# zero, no span marked there)
+LAZYDATA=$T_ROOT/tests/integration/lib/lazydata.py
+for how in middle first last shift:64; do
+  P2=$(registry_free_port)
+  fake_start "$P2" --corrupt-ranges "$how" || { t_fail "a registry that tampers ($how)" "it did not start"; continue; }
   rm -rf "$R/cache/images" "$R/cache/lazy-data"
   D=$("$SKIFF" resolve "docker://127.0.0.1:$P2/lazy/longnames:1" 2>"$R/err")
   out=$("$SERVE" "$D" "$R/mnt" sh -c "cat $R/mnt/random-10m | sha256sum" 2>&1)
-  grep -q "$want" <<<"$out" && t_fail "corrupt bytes from the registry never reach a task" "served" || {
-    grep -q "not what the index recorded" <<<"$out" && t_pass "corrupt bytes from the registry never reach a task (EIO, and why)" \
-      || t_fail "corrupt bytes from the registry never reach a task" "$out"; }
-fi
+  if grep -q "$want" <<<"$out"; then t_fail "tampered ranges ($how) never reach a task" "served"
+  elif ! grep -q "not what the index recorded" <<<"$out"; then t_fail "tampered ranges ($how) never reach a task" "$out"
+  elif ! left=$(python3 "$LAZYDATA" "$D" "$R/cache/lazy-data" 2>&1); then
+    t_fail "tampered ranges ($how): nothing written into the data file" "$left"
+  else t_pass "tampered ranges ($how) never reach a task (EIO, and why) nor the data file ($left)"; fi
+  fake_stop
+done
 P3=$(registry_free_port)
 if fake_start "$P3" --bearer "http://127.0.0.1:$P3/token" --token-uses 3; then
   rm -rf "$R/cache/images" "$R/cache/lazy-data"

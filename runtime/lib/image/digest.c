@@ -34,16 +34,20 @@ int skiff_sha256_final_raw(struct skiff_sha256 *h, unsigned char out[32])
     return ok ? 0 : -1;
 }
 
+void skiff_digest_text(const unsigned char md[32], char out[SKIFF_DIGEST_LEN])
+{
+    int off = snprintf(out, SKIFF_DIGEST_LEN, "sha256:");
+    for (unsigned i = 0; i < 32; i++)
+        off += snprintf(out + off, (size_t)(SKIFF_DIGEST_LEN - off), "%02x", md[i]);
+}
+
 void skiff_sha256_final(struct skiff_sha256 *h, char out[SKIFF_DIGEST_LEN])
 {
     unsigned char md[32];
-    unsigned int n = 32;
     out[0] = '\0';
     if (skiff_sha256_final_raw(h, md) < 0)
         return;
-    int off = snprintf(out, SKIFF_DIGEST_LEN, "sha256:");
-    for (unsigned i = 0; i < n && i < 32; i++)
-        off += snprintf(out + off, (size_t)(SKIFF_DIGEST_LEN - off), "%02x", md[i]);
+    skiff_digest_text(md, out);
 }
 
 void skiff_sha256_abort(struct skiff_sha256 *h)

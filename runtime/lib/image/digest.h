@@ -20,6 +20,8 @@ void skiff_sha256_final(struct skiff_sha256 *h, char out[SKIFF_DIGEST_LEN]);
 /* The 32 bytes of the digest into out and frees the context; -1 when
  * there was none. */
 int skiff_sha256_final_raw(struct skiff_sha256 *h, unsigned char out[32]);
+/* "sha256:<hex>" of the 32 bytes of a digest. */
+void skiff_digest_text(const unsigned char md[32], char out[SKIFF_DIGEST_LEN]);
 /* Frees the context without a result (error paths); safe twice. */
 void skiff_sha256_abort(struct skiff_sha256 *h);
 

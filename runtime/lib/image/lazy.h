@@ -1,14 +1,15 @@
 /* lazy: images started before they are there. A lazy image is the index
  * of each of an image's gzip layers (tar entries, zlib checkpoints, the
- * sha256 of each compressed span between two checkpoints) and a
- * metadata-only squashfs of the merged tree (the skeleton) whose file
- * data points into a per-user, per-node sparse data file. The FUSE server
+ * chaining state of the layer's SHA-256 around each compressed span
+ * between two checkpoints) and a metadata-only squashfs of the merged
+ * tree (the skeleton) whose file data points into a per-user, per-node
+ * sparse data file. The FUSE server
  * (fs/) answers metadata from the skeleton and reads data from the data
  * file, asking the span fetcher (a process of the user's, outside the
  * container's namespaces) for any span not there yet: it fetches the
  * span's compressed bytes (HTTP Range from the registry, or a local blob),
- * checks them against their digest, inflates them from their checkpoint
- * and writes them into the data file. doc/lazy.md has the whole story.
+ * checks them against the recorded states, inflates them from their
+ * checkpoint and writes them into the data file. doc/lazy.md has the whole story.
  *
  * On disk, a lazy image is a directory (published by rename):
  *   plan        the layers (digest, sizes, where each starts in the data

@@ -2,17 +2,18 @@
  *
  *   lazyindex.c  the index of one gzip layer: one streaming pass records
  *                the tar entries (the extraction policy applied, layer_int.h)
- *                with the offsets of their data, zlib checkpoints and the
- *                sha256 of each compressed span; the index file, written
- *                and loaded (strictly: it is input)
+ *                with the offsets of their data, zlib checkpoints and, at
+ *                each span's ends, the chaining state of the blob's own
+ *                SHA-256 (sha256mid.h); the index file, written and loaded
+ *                (strictly: it is input)
  *   lazytree.c   the layers' entries merged into one tree in memory, the
  *                plan of each entry carried out as layer.c does on disk
  *   lazyskel.c   the tree as a metadata-only squashfs (libsquashfs): file
  *                data points into the image's data file
  *   lazyplan.c   a lazy image on disk (its directory: plan, skeleton,
  *                indexes), its data file and presence map
- *   lazyfill.c   one span: checked against its digest, inflated from its
- *                checkpoint, written into the data file
+ *   lazyfill.c   one span: checked against the recorded states, inflated
+ *                from its checkpoint, written into the data file
  *   lazyfetch.c  the span fetcher (a process of the user's): spans asked
  *                for by the FUSE server, from the registry or a local blob
  *   lazybuild.c  a lazy image made from an image source
@@ -22,7 +23,15 @@
  * where inflation can start afresh: the start of a gzip member, or a
  * deflate block boundary with the 32 KiB of output before it (the window)
  * and the bits of the boundary's byte already used (zlib's
- * examples/zran.c describes the technique). */
+ * examples/zran.c describes the technique).
+ *
+ * A span's check: its compressed bytes widened to the 64-byte blocks of
+ * SHA-256 around them, [cstart rounded down, cend rounded up to a multiple
+ * of 64, or the blob's end), take the blob's SHA-256 from the chaining
+ * state the index pass recorded at the start of that range to the one at
+ * its end; a range that reaches the blob's end gives the layer's digest
+ * instead. The pass hashes each byte once, for the layer's digest, and
+ * records the states on the way (sha256mid.h). */
 #ifndef SKIFF_LAZY_INT_H
 #define SKIFF_LAZY_INT_H
 
@@ -47,11 +56,14 @@
 #define LZ_MAX_LAYERS 512
 
 /* The index file (lazyindex.c writes it, lazyload.c reads it): a header,
- * the windows, the spans, the entries, the strings; little-endian. */
+ * the windows, the spans, the entries, the strings; little-endian.
+ * Version 1 had a sha256 per span (of its exact bytes) where version 2
+ * has the two chaining states: a version-1 file is refused by the loader
+ * (a cached one is made again, lazybuild.c). */
 #define IDX_MAGIC "SKLZIDX"
-#define IDX_VERSION 1u
+#define IDX_VERSION 2u
 #define IDX_HEADER 256u
-#define IDX_SPAN 80u
+#define IDX_SPAN 112u
 #define IDX_ENTRY 56u
 
 static inline void lz_put64(unsigned char *p, uint64_t v)
@@ -91,8 +103,24 @@ struct lz_span {
     uint8_t kind, bits;    /* RAW: bits of byte cstart not yet used (1..7), 0: starts at a byte */
     uint32_t wlen;         /* the window, deflated, in the index file at woff */
     uint64_t woff;
-    unsigned char sha[32]; /* sha256 of the compressed bytes */
+    /* the blob's SHA-256 chaining state at lz_span_wstart and at
+     * lz_span_wend (unused where that is the blob's end) */
+    uint32_t hstart[8], hend[8];
 };
+
+/* The range of the blob a span is fetched and checked as: its bytes
+ * widened to SHA-256's 64-byte blocks, ending at the blob's end at the
+ * latest (cend <= csize: the loader checks it). */
+static inline uint64_t lz_span_wstart(const struct lz_span *s)
+{
+    return s->cstart & ~(uint64_t)63;
+}
+
+static inline uint64_t lz_span_wend(const struct lz_span *s, uint64_t csize)
+{
+    uint64_t pad = (64 - s->cend % 64) % 64;
+    return csize - s->cend <= pad ? csize : s->cend + pad;
+}
 
 /* The entries an index keeps: skiff_entry_kind values (layer_int.h) but
  * ROOT and SKIPPED, which leave nothing to do. */
@@ -108,6 +136,7 @@ struct lz_entry {
 
 struct lz_index {
     char digest[SKIFF_DIGEST_LEN];
+    unsigned char sha[32]; /* the digest's bytes */
     uint64_t csize, usize;
     uint32_t nspans, nentries;
     struct lz_span *spans;
@@ -280,19 +309,22 @@ int lz_source_open(const struct lz_image *im, const struct skiff_config *cfg, co
                    struct lz_source **out, skiff_err *err);
 /* stop(ctx) true: a transfer in flight gives up (the fetcher is ending). */
 void lz_source_set_stop(struct lz_source *s, bool (*stop)(void *ctx), void *ctx);
-/* Span g's compressed bytes (*buf malloc'ed, *len = cend - cstart),
- * checked against the span's digest. */
+/* Span g's compressed bytes, widened (*buf malloc'ed: the blob's bytes
+ * [lz_span_wstart, lz_span_wend), *len of them), checked. */
 int lz_source_get(struct lz_source *s, uint32_t g, unsigned char **buf, size_t *len, skiff_err *err);
 void lz_source_close(struct lz_source *s);
 
-/* 0 when buf (len bytes) is span s's compressed bytes. */
-int lz_span_check(const struct lz_span *s, const unsigned char *buf, size_t len);
+/* 0 when buf (len bytes) is span s of index ix widened: the blob's bytes
+ * [lz_span_wstart, lz_span_wend), checked against the states recorded at
+ * both ends (or, at the blob's end, against the layer's digest). */
+int lz_span_check(const struct lz_index *ix, const struct lz_span *s, const unsigned char *buf, size_t len);
 
 /* ---- lazyfill.c ---- */
 
-/* Span g from its compressed bytes (clen of them, fetched from cstart):
- * checked against the span's digest (EBADMSG when they are not it),
- * inflated from its checkpoint into the data file, marked present. */
+/* Span g from its compressed bytes, widened (clen of them, the blob's
+ * [lz_span_wstart, lz_span_wend)): checked (EBADMSG when they are not the
+ * blob's), inflated from its checkpoint into the data file, marked
+ * present. Nothing is written before the check passed. */
 int lz_fill_span(struct lz_image *im, uint32_t g, const unsigned char *cbytes, size_t clen, skiff_err *err);
 
 #endif

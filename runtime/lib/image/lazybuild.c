@@ -390,6 +390,42 @@ static unsigned long long dir_bytes(const char *dir)
     return sum;
 }
 
+/* A lazy image made by an older skiff: an index of an older format (the
+ * loader refuses it). */
+static bool older_format(const char *dir)
+{
+    for (unsigned i = 0;; i++) {
+        char p[SKIFF_PATH_MAX + 128];
+        unsigned char h[12];
+        snprintf(p, sizeof(p), "%s/layer-%u.idx", dir, i);
+        int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            return false;
+        bool old =
+            skiff_read_all_at(fd, h, sizeof(h), 0) == 0 && !memcmp(h, IDX_MAGIC, 8) && lz_get32(h + 8) < IDX_VERSION;
+        close(fd);
+        if (old)
+            return true;
+    }
+}
+
+/* Moves dir away (a process serving it keeps what it has open) and
+ * removes it. */
+static int remove_image_dir(const char *dir, skiff_err *err)
+{
+    char away[SKIFF_PATH_MAX + 128];
+    if (skiff_fmt_path(away, sizeof(away), err, "%s.old.XXXXXX", dir) < 0)
+        return -1;
+    if (!mkdtemp(away))
+        return skiff_error(err, errno, "mkdtemp %s", away);
+    if (rename(dir, away) < 0) {
+        int e = errno;
+        rmdir(away);
+        return skiff_error(err, e, "move %s away", dir);
+    }
+    return skiff_remove_tree(away, err);
+}
+
 int skiff_lazy_resolve(const struct skiff_config *cfg, const char *uri, const char *fetch, const char *images,
                        const char *key, char *out, size_t n, const struct skiff_resolve_opts *progress, bool *announced,
                        skiff_err *err)
@@ -399,6 +435,13 @@ int skiff_lazy_resolve(const struct skiff_config *cfg, const char *uri, const ch
     char dir[SKIFF_PATH_MAX + 80];
     if (skiff_fmt_path(dir, sizeof(dir), err, "%s/%s.lazy", images, key) < 0)
         return -1;
+    /* (under the image's import lock: nobody is making it meanwhile) */
+    if (skiff_lazy_is_image(dir) && older_format(dir)) {
+        /* made again: the same spans (the data files under lazy_path,
+         * named by what they hold, stay good), checked the new way */
+        if (remove_image_dir(dir, err) < 0)
+            return skiff_err_wrap(err, "a lazy image of an older format");
+    }
     if (!skiff_lazy_is_image(dir)) {
         struct skiff_lazy_build_opts o = {0};
         if (!strcmp(cfg->image_mode, "auto"))

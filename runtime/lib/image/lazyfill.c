@@ -1,19 +1,21 @@
-/* One span into the data file (lazy_int.h): its compressed bytes are
- * checked against the digest the index recorded before anything is done
- * with them, inflated from the span's checkpoint (a gzip member's header;
- * or raw deflate from a block boundary, its first byte's unused bits
- * primed and the window set as the dictionary) and written at the span's
- * place in the data file. Output that is all zeros is not written: the
- * data file is sparse, and an image's zero-filled files cost no disk. */
+/* One span into the data file (lazy_int.h): its compressed bytes, widened
+ * to SHA-256's blocks, are checked against the chaining states the index
+ * recorded at both ends (or the layer's digest, at the blob's end) before
+ * anything is done with them; then inflated from the span's checkpoint (a
+ * gzip member's header; or raw deflate from a block boundary, its first
+ * byte's unused bits primed and the window set as the dictionary) and
+ * written at the span's place in the data file. Output that is all zeros
+ * is not written: the data file is sparse, and an image's zero-filled
+ * files cost no disk. */
 #include "lazy_int.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
 #include "fdio.h"
+#include "sha256mid.h"
 
 #define OUT_CHUNK (1u << 20)
 
@@ -30,13 +32,14 @@ static bool all_zero(const unsigned char *p, size_t n)
     return true;
 }
 
-int lz_span_check(const struct lz_span *s, const unsigned char *c, size_t n)
+int lz_span_check(const struct lz_index *ix, const struct lz_span *s, const unsigned char *c, size_t n)
 {
-    if (n != s->cend - s->cstart)
+    uint64_t from = lz_span_wstart(s), to = lz_span_wend(s, ix->csize);
+    if (n != to - from)
         return -1;
-    unsigned char md[32];
-    unsigned int len = 0;
-    return EVP_Digest(c, n, md, &len, EVP_sha256(), NULL) == 1 && len == 32 && !memcmp(md, s->sha, 32) ? 0 : -1;
+    if (to == ix->csize)
+        return skiff_sha256mid_check_end(s->hstart, from, c, n, ix->sha);
+    return skiff_sha256mid_check(s->hstart, from, c, n, s->hend);
 }
 
 int lz_fill_span(struct lz_image *im, uint32_t g, const unsigned char *cbytes, size_t clen, skiff_err *err)
@@ -44,10 +47,14 @@ int lz_fill_span(struct lz_image *im, uint32_t g, const unsigned char *cbytes, s
     uint32_t layer;
     const struct lz_span *s = lz_image_span(im, g, &layer);
     const struct lz_layer *l = &im->layers[layer];
-    if (lz_span_check(s, cbytes, clen) < 0)
-        return lz_error(err, EBADMSG,
-                        "layer %s: bytes %llu-%llu are not what the index recorded (corrupt or tampered data)",
-                        l->ix.digest, (unsigned long long)s->cstart, (unsigned long long)s->cend);
+    if (lz_span_check(&l->ix, s, cbytes, clen) < 0)
+        return lz_error(
+            err, EBADMSG, "layer %s: bytes %llu-%llu are not what the index recorded (corrupt or tampered data)",
+            l->ix.digest, (unsigned long long)lz_span_wstart(s), (unsigned long long)lz_span_wend(s, l->ix.csize));
+    size_t fetched = clen;
+    /* the span's own bytes, inside the checked range */
+    cbytes += s->cstart - lz_span_wstart(s);
+    clen = (size_t)(s->cend - s->cstart);
     unsigned char *win = NULL, *out = malloc(OUT_CHUNK);
     z_stream z;
     memset(&z, 0, sizeof(z));
@@ -112,7 +119,7 @@ int lz_fill_span(struct lz_image *im, uint32_t g, const unsigned char *cbytes, s
         if (!made && z.avail_in == 0)
             goto corrupt;
     }
-    lz_image_set_present(im, g, clen);
+    lz_image_set_present(im, g, fetched);
     rv = 0;
     goto out;
 corrupt:

@@ -15,11 +15,18 @@
  * (archive_filter_bytes). Each entry is planned by layer.c's policy
  * (layer_int.h) and recorded; its data is skipped.
  *
- * Where the time goes (doc/benchmarks.md): the bytes are hashed twice,
- * once whole (the layer's digest) and once per span; zlib's own CRC-32 of
- * the output (perf: 13 % of the pass) is turned off (inflateValidate) for
- * ISA-L's, checked here against each member's trailer with its length,
- * as zlib would.
+ * The blob is hashed once (SHA-256, for the layer's digest), in the order
+ * inflate consumes it; each span's check is the hash's chaining state at
+ * the 64-byte boundaries around the span (sha256mid.h, lazy_int.h), read
+ * on the way: so the pass hashes each byte once, not once for the digest
+ * and once more per span (doc/benchmarks.md). To read the state at the
+ * boundary at or before a checkpoint, the hash stays one byte behind
+ * inflate (the last byte consumed is fed with the next ones); a boundary
+ * after it (the span's end rounded up) is read when the hash gets there,
+ * before the next checkpoint (spans are kilobytes at the least). zlib's
+ * own CRC-32 of the output (perf: 13 % of the pass) is turned off
+ * (inflateValidate) for ISA-L's, checked here against each member's
+ * trailer with its length, as zlib would.
  *
  * The file: a 256-byte header, the windows (each deflated), the spans,
  * the entries, the strings; little-endian. It is written under a
@@ -44,6 +51,7 @@
 
 #include "atomicfile.h"
 #include "fdio.h"
+#include "sha256mid.h"
 
 #define IN_CHUNK (1u << 20)
 
@@ -60,11 +68,17 @@ struct pass {
     unsigned char *ring; /* LZ_WINDOW: inflate's output, and the window */
     size_t ring_pos;
     uint64_t out_total;
-    unsigned char tail[8]; /* the last bytes inflate consumed: a member's trailer at its end */
-    uint32_t crc;          /* of the member's output so far */
-    uint64_t member_out;   /* out_total where the member began */
-    struct skiff_sha256 whole, span;
-    struct lz_span cur; /* the span being recorded (cend, uend, sha open) */
+    unsigned char tail[8];        /* the last bytes inflate consumed: a member's trailer at its end */
+    uint32_t crc;                 /* of the member's output so far */
+    uint64_t member_out;          /* out_total where the member began */
+    struct skiff_sha256mid whole; /* fed up to in_total - 1 (or in_total) */
+    /* a chaining state to read when the hash reaches mark (0: none): the
+     * end state of span mark_end, and the start state of cur (mark_cur) */
+    uint64_t mark;
+    size_t mark_end;
+    bool mark_cur;
+    bool hashed;        /* whole is final */
+    struct lz_span cur; /* the span being recorded (cend, uend open) */
     struct lz_span *spans;
     size_t nspans, cap;
     /* the index file being written: windows go out as they come */
@@ -94,16 +108,50 @@ static int push_span(struct pass *p)
         p->spans = n;
         p->cap = cap;
     }
-    if (skiff_sha256_final_raw(&p->span, p->cur.sha) < 0)
-        return pass_fail(p, ENOMEM, "index: sha256", NULL);
     p->spans[p->nspans++] = p->cur;
     return 0;
+}
+
+/* The state at the mark, when the hash is there. */
+static void take_mark(struct pass *p)
+{
+    if (!p->mark || p->whole.len != p->mark)
+        return;
+    skiff_sha256mid_state(&p->whole, p->spans[p->mark_end].hend);
+    if (p->mark_cur)
+        skiff_sha256mid_state(&p->whole, p->cur.hstart);
+    p->mark = 0;
+}
+
+/* Feeds the blob's next n bytes to its hash, stopping at the mark. */
+static void hash_feed(struct pass *p, const unsigned char *b, size_t n)
+{
+    while (n) {
+        size_t k = n;
+        if (p->mark && p->mark - p->whole.len < k)
+            k = (size_t)(p->mark - p->whole.len);
+        skiff_sha256mid_update(&p->whole, b, k);
+        b += k;
+        n -= k;
+        take_mark(p);
+    }
+}
+
+/* The hash up to every byte inflate consumed (the one it keeps behind). */
+static void hash_catch_up(struct pass *p)
+{
+    if (p->whole.len < p->in_total)
+        hash_feed(p, &p->tail[7], 1);
 }
 
 /* Ends the current span at the pass's position and starts the next one
  * there: a gzip member's start (gzip) or a block boundary. */
 static int checkpoint(struct pass *p, bool gzip)
 {
+    /* (a state to read is still ahead: a span of less than 64 bytes goes
+     * on; the pass never makes one, spans being ~4 MiB) */
+    if (p->mark)
+        return 0;
     unsigned bits = gzip ? 0 : (unsigned)(p->z.data_type & 7);
     p->cur.cend = p->in_total;
     p->cur.uend = p->out_total;
@@ -112,11 +160,16 @@ static int checkpoint(struct pass *p, bool gzip)
     struct lz_span n = {.kind = gzip ? LZ_SPAN_GZIP : LZ_SPAN_RAW, .bits = (uint8_t)bits};
     n.cstart = bits ? p->in_total - 1 : p->in_total;
     n.ustart = p->out_total;
-    skiff_err e;
-    if (skiff_sha256_init(&p->span, &e) < 0)
-        return pass_fail(p, ENOMEM, "index: sha256", NULL);
-    if (bits)
-        skiff_sha256_update(&p->span, &p->tail[7], 1);
+    /* The hash stands at in_total - 1 (hash_feed): its state is the one at
+     * the boundary at or before that byte. The old span's end state is at
+     * in_total rounded up, ahead; so is the new span's start state when
+     * it starts at a boundary (no bits, in_total a multiple of 64). */
+    uint64_t up = (p->in_total + 63) & ~(uint64_t)63;
+    p->mark = up;
+    p->mark_end = p->nspans - 1;
+    p->mark_cur = lz_span_wstart(&n) == up;
+    if (!p->mark_cur)
+        skiff_sha256mid_state(&p->whole, n.hstart);
     if (!gzip) {
         /* the window: the ring from its write position on, oldest first */
         unsigned char win[LZ_WINDOW];
@@ -173,7 +226,6 @@ static int fill_input(struct pass *p, size_t need)
             p->eof = true;
             break;
         }
-        skiff_sha256_update(&p->whole, p->in + p->z.avail_in, (size_t)n);
         p->z.avail_in += (uInt)n;
         p->read_total += (uint64_t)n;
     }
@@ -202,7 +254,9 @@ static ssize_t produce(struct pass *p, const void **out)
         int ret = inflate(&p->z, Z_BLOCK);
         size_t used = ain - p->z.avail_in, made = aout - p->z.avail_out;
         if (used) {
-            skiff_sha256_update(&p->span, in0, used);
+            /* the byte kept behind, and all but the last one consumed now */
+            hash_catch_up(p);
+            hash_feed(p, in0, used - 1);
             keep_tail(p, in0, used);
         }
         p->crc = crc32_gzip_refl(p->crc, chunk, made);
@@ -352,7 +406,10 @@ static int write_tail(struct pass *p, struct rec *r, const char *digest, skiff_e
         lz_put32(rec + 40, s->wlen);
         rec[44] = s->kind;
         rec[45] = s->bits;
-        memcpy(rec + 48, s->sha, 32);
+        for (int k = 0; k < 8; k++) {
+            lz_put32(rec + 48 + 4 * k, s->hstart[k]);
+            lz_put32(rec + 80 + 4 * k, s->hend[k]);
+        }
         if (skiff_write_all_at(p->out_fd, rec, sizeof(rec), p->out_pos) < 0)
             return skiff_error(err, errno, "write the index");
         p->out_pos += sizeof(rec);
@@ -448,6 +505,12 @@ out:
  * that is the cause to report, as a full import reports it. */
 static void check_whole(struct pass *p, const char *digest, skiff_err *err)
 {
+    /* the rest of the blob: the byte kept behind, what was read and not
+     * consumed, what was not read */
+    p->mark = 0;
+    hash_catch_up(p);
+    if (p->z.next_in && p->z.avail_in)
+        hash_feed(p, p->z.next_in, p->z.avail_in);
     for (;;) {
         ssize_t n = read(p->fd, p->in, IN_CHUNK);
         if (n < 0 && errno == EINTR)
@@ -456,10 +519,12 @@ static void check_whole(struct pass *p, const char *digest, skiff_err *err)
             return; /* the error at hand stays */
         if (n == 0)
             break;
-        skiff_sha256_update(&p->whole, p->in, (size_t)n);
+        hash_feed(p, p->in, (size_t)n);
     }
+    unsigned char md[32];
     char got[SKIFF_DIGEST_LEN];
-    skiff_sha256_final(&p->whole, got);
+    skiff_sha256mid_final(&p->whole, md);
+    skiff_digest_text(md, got);
     if (strcmp(got, digest) != 0)
         lz_error(err, EBADMSG, "digest mismatch: expected %s, got %s (corrupt or tampered blob)", digest, got);
 }
@@ -482,8 +547,8 @@ int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_p
         skiff_error(err, ENOMEM, "index");
         goto out;
     }
-    if (skiff_sha256_init(&p.whole, err) < 0 || skiff_sha256_init(&p.span, err) < 0)
-        goto out;
+    skiff_sha256mid_init(&p.whole);
+    skiff_sha256mid_state(&p.whole, p.cur.hstart);
     if (skiff_atomic_begin(&out, out_path, NULL, 0600, SKIFF_ATOMIC_NOSYNC, err) < 0)
         goto out;
     begun = true;
@@ -531,8 +596,13 @@ int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_p
             goto out;
         }
     }
+    /* every byte consumed, none after: the blob's digest */
+    hash_catch_up(&p);
+    unsigned char md[32];
     char got[SKIFF_DIGEST_LEN];
-    skiff_sha256_final(&p.whole, got);
+    skiff_sha256mid_final(&p.whole, md);
+    p.hashed = true;
+    skiff_digest_text(md, got);
     if (digest && strcmp(got, digest) != 0) {
         lz_error(err, EBADMSG, "digest mismatch: expected %s, got %s (corrupt or tampered blob)", digest, got);
         goto out;
@@ -556,14 +626,12 @@ int lz_index_layer(int fd, const char *digest, unsigned flags, const char *out_p
         goto out;
     rv = 0;
 out:
-    if (rv < 0 && digest && p.whole.ctx && err->code != ENOTSUP && p.in)
+    if (rv < 0 && digest && !p.hashed && err->code != ENOTSUP && p.in)
         check_whole(&p, digest, err);
     if (begun)
         skiff_atomic_abort(&out);
     if (p.zinit)
         inflateEnd(&p.z);
-    skiff_sha256_abort(&p.whole);
-    skiff_sha256_abort(&p.span);
     free(p.in);
     free(p.ring);
     free(p.wbuf);

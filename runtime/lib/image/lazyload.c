@@ -70,16 +70,40 @@ static bool normalised(const char *p)
     return strlen(p) < SKIFF_ENTRY_PATH_MAX;
 }
 
+/* "sha256:" and 64 lowercase hex digits, as the index pass writes it,
+ * into its 32 bytes. */
+static bool digest_bytes(const char *d, unsigned char md[32])
+{
+    if (strncmp(d, "sha256:", 7) != 0 || strlen(d) != 7 + 64)
+        return false;
+    for (int i = 0; i < 64; i++) {
+        char c = d[7 + i];
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0)
+            return false;
+        md[i / 2] = (unsigned char)(i % 2 ? md[i / 2] | v : v << 4);
+    }
+    return true;
+}
+
 static int load(const struct src *s, unsigned loads, struct lz_index *ix, skiff_err *err)
 {
     unsigned char h[IDX_HEADER];
     if (src_read(s, h, sizeof(h), 0) < 0 || memcmp(h, IDX_MAGIC, 8) != 0)
         return bad(err, "not an index file");
-    if (lz_get32(h + 8) != IDX_VERSION)
+    uint32_t version = lz_get32(h + 8);
+    if (version == 1)
+        return lz_error(err, EINVAL,
+                        "lazy index of format 1, made by an older skiff (this one reads format %u): "
+                        "make the lazy image again",
+                        IDX_VERSION);
+    if (version != IDX_VERSION)
         return bad(err, "unknown version");
     if (memchr(h + 16, '\0', SKIFF_DIGEST_LEN) == NULL)
         return bad(err, "digest");
     memcpy(ix->digest, h + 16, SKIFF_DIGEST_LEN);
+    if (!digest_bytes(ix->digest, ix->sha))
+        return bad(err, "digest");
     ix->csize = lz_get64(h + 88);
     ix->usize = lz_get64(h + 96);
     ix->nspans = lz_get32(h + 104);
@@ -115,7 +139,10 @@ static int load(const struct src *s, unsigned loads, struct lz_index *ix, skiff_
         sp->wlen = lz_get32(r + 40);
         sp->kind = r[44];
         sp->bits = r[45];
-        memcpy(sp->sha, r + 48, 32);
+        for (int k = 0; k < 8; k++) {
+            sp->hstart[k] = lz_get32(r + 48 + 4 * k);
+            sp->hend[k] = lz_get32(r + 80 + 4 * k);
+        }
         uint64_t prev_uend = i ? ix->spans[i - 1].uend : 0;
         bool ok = sp->ustart == prev_uend && sp->uend >= sp->ustart && sp->cstart < sp->cend && sp->cend <= ix->csize &&
                   (i == 0 || sp->cstart >= ix->spans[i - 1].cstart) && sp->bits < 8;

@@ -3,12 +3,14 @@
  * A lazy image made from a local source (an OCI layout, a skopeo dir:
  * the plan names each layer's blob) reads them from the blob; one made
  * from a registry asks the registry for the span's byte range (the
- * registry client's Range GET, registry.h). With lazy_span_store, spans
- * are looked up first in that directory, where every user's fetchers
- * leave the spans they fetched, named by their digest: a span found there
- * is used only when its bytes have that digest (anyone who can write the
- * store can plant a file, none can plant bytes that pass), else it is
- * fetched as if it were not there. */
+ * registry client's Range GET, registry.h), widened to SHA-256's 64-byte
+ * blocks: those are the bytes the index's check is of (lazy_int.h). With
+ * lazy_span_store, spans are looked up first in that directory, where
+ * every user's fetchers leave the spans they fetched, named by the layer's
+ * digest and the range: a span found there is used only when its bytes
+ * pass the same check (anyone who can write the store can plant a file,
+ * none can plant bytes that pass), else it is fetched as if it were not
+ * there. */
 #include "lazy_int.h"
 
 #include <errno.h>
@@ -136,20 +138,22 @@ void lz_source_close(struct lz_source *s)
     free(s);
 }
 
-static void hex(const unsigned char sha[32], char out[65])
+/* A span's name in the store: LAYERHEX-START-END, its widened range. */
+static void store_path(const struct lz_source *s, const struct lz_index *ix, const struct lz_span *sp, char *p,
+                       size_t n)
 {
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", sha[i]);
+    snprintf(p, n, "%s/%s-%llu-%llu", s->cfg->lazy_span_store, ix->digest + 7, (unsigned long long)lz_span_wstart(sp),
+             (unsigned long long)lz_span_wend(sp, ix->csize));
 }
 
 /* The span store's copy, when there is one and it is the span. */
-static unsigned char *from_store(const struct lz_source *s, const struct lz_span *sp, size_t len)
+static unsigned char *from_store(const struct lz_source *s, const struct lz_index *ix, const struct lz_span *sp,
+                                 size_t len)
 {
     if (!s->cfg->lazy_span_store[0])
         return NULL;
-    char h[65], p[SKIFF_PATH_MAX + 80];
-    hex(sp->sha, h);
-    snprintf(p, sizeof(p), "%s/%s", s->cfg->lazy_span_store, h);
+    char p[SKIFF_PATH_MAX + 128];
+    store_path(s, ix, sp, p, sizeof(p));
     skiff_err ignore;
     int fd = skiff_open_regular(p, O_NOFOLLOW, &ignore);
     if (fd < 0)
@@ -157,7 +161,7 @@ static unsigned char *from_store(const struct lz_source *s, const struct lz_span
     unsigned char *buf = malloc(len ? len : 1);
     struct stat st;
     bool ok = buf && fstat(fd, &st) == 0 && (uint64_t)st.st_size == len && skiff_read_all_at(fd, buf, len, 0) == 0 &&
-              lz_span_check(sp, buf, len) == 0;
+              lz_span_check(ix, sp, buf, len) == 0;
     close(fd);
     if (!ok) {
         free(buf);
@@ -166,13 +170,13 @@ static unsigned char *from_store(const struct lz_source *s, const struct lz_span
     return buf;
 }
 
-static void to_store(const struct lz_source *s, const struct lz_span *sp, const unsigned char *buf, size_t len)
+static void to_store(const struct lz_source *s, const struct lz_index *ix, const struct lz_span *sp,
+                     const unsigned char *buf, size_t len)
 {
     if (!s->cfg->lazy_span_store[0])
         return;
-    char h[65], p[SKIFF_PATH_MAX + 80];
-    hex(sp->sha, h);
-    snprintf(p, sizeof(p), "%s/%s", s->cfg->lazy_span_store, h);
+    char p[SKIFF_PATH_MAX + 128];
+    store_path(s, ix, sp, p, sizeof(p));
     skiff_err ignore;
     /* readable by all: what is in it is checked by whoever reads it */
     skiff_atomic_write(p, buf, len, 0644, SKIFF_ATOMIC_NOSYNC, &ignore);
@@ -182,8 +186,10 @@ int lz_source_get(struct lz_source *s, uint32_t g, unsigned char **out, size_t *
 {
     uint32_t layer;
     const struct lz_span *sp = lz_image_span(s->im, g, &layer);
-    size_t len = (size_t)(sp->cend - sp->cstart);
-    unsigned char *buf = from_store(s, sp, len);
+    const struct lz_index *ix = &s->im->layers[layer].ix;
+    uint64_t from = lz_span_wstart(sp), to = lz_span_wend(sp, ix->csize);
+    size_t len = (size_t)(to - from);
+    unsigned char *buf = from_store(s, ix, sp, len);
     if (buf) {
         *out = buf;
         *outlen = len;
@@ -194,22 +200,22 @@ int lz_source_get(struct lz_source *s, uint32_t g, unsigned char **out, size_t *
         return skiff_error(err, ENOMEM, "lazy span");
     int rc;
     if (s->blobfd) {
-        rc = skiff_read_all_at(s->blobfd[layer], buf, len, sp->cstart);
+        rc = skiff_read_all_at(s->blobfd[layer], buf, len, from);
         if (rc < 0)
             skiff_error(err, errno, "read %s", s->im->blob_paths[layer]);
     } else {
-        rc = from_registry(s, s->im->layers[layer].ix.digest, sp->cstart, buf, len, err);
+        rc = from_registry(s, ix->digest, from, buf, len, err);
     }
-    if (rc == 0 && lz_span_check(sp, buf, len) < 0)
+    if (rc == 0 && lz_span_check(ix, sp, buf, len) < 0)
         rc = lz_error(err, EBADMSG,
                       "layer %s: bytes %llu-%llu from %s are not what the index recorded (corrupt or tampered data)",
-                      s->im->layers[layer].ix.digest, (unsigned long long)sp->cstart, (unsigned long long)sp->cend,
+                      ix->digest, (unsigned long long)from, (unsigned long long)to,
                       s->blobfd ? "the blob" : "the registry");
     if (rc < 0) {
         free(buf);
         return -1;
     }
-    to_store(s, sp, buf, len);
+    to_store(s, ix, sp, buf, len);
     *out = buf;
     *outlen = len;
     return 0;

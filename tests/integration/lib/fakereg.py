@@ -37,7 +37,11 @@ usage: fakereg.py PORT LOG [options]
   --bind ADDR          listen on ADDR (default 127.0.0.1)
   --ignore-range       forward blob GETs without their Range header (a
                        proxy that ignores Range: the whole blob, 200)
-  --corrupt-ranges     flip a byte in the middle of every 206 answer
+  --corrupt-ranges [M] every 206 answer tampered with: M is middle (the
+                       default: its middle byte flipped), first, last (its
+                       first or last byte flipped) or shift:N (the blob's
+                       bytes N later, or N earlier near its end: the right
+                       length and Content-Range, the wrong bytes)
 """
 import argparse
 import http.client
@@ -65,7 +69,7 @@ ap.add_argument("--blob-rate", type=int, default=0)
 ap.add_argument("--blob-delay", type=float, default=0)
 ap.add_argument("--bind", default="127.0.0.1")
 ap.add_argument("--ignore-range", action="store_true")
-ap.add_argument("--corrupt-ranges", action="store_true")
+ap.add_argument("--corrupt-ranges", nargs="?", const="middle", default="")
 A = ap.parse_args()
 LOCK = threading.Lock()
 STATE = {"inflight": 0, "faults": {}, "tokens": {}}
@@ -236,15 +240,34 @@ class H(BaseHTTPRequestHandler):
         c = http.client.HTTPConnection(A.upstream, timeout=30)
         want = ("accept",) if A.ignore_range else ("accept", "range")
         fwd = {k: v for k, v in self.headers.items() if k.lower() in want}
+        # --corrupt-ranges shift:N, a span's range (bytes=A-B): the same
+        # length from N bytes on (N before, near the blob's end)
+        a, _, b = fwd.get("Range", fwd.get("range", ""))[len("bytes="):].partition("-")
+        shift = A.corrupt_ranges.startswith("shift:") and "/blobs/" in self.path and a and b
+        if shift:
+            n = int(A.corrupt_ranges[len("shift:"):])
+            h = http.client.HTTPConnection(A.upstream, timeout=30)
+            h.request("HEAD", self.path, headers={k: v for k, v in fwd.items() if k.lower() == "accept"})
+            size = int(h.getresponse().getheader("Content-Length") or 0)
+            h.close()
+            d = n if int(b) + n < size else -n
+            for k in [k for k in fwd if k.lower() == "range"]:
+                fwd[k] = "bytes=%d-%d" % (int(a) + d, int(b) + d)
         c.request(self.command, self.path, headers=fwd)
         r = c.getresponse()
         body = r.read()
-        if A.corrupt_ranges and r.status == 206 and body:
-            body = body[: len(body) // 2] + bytes([body[len(body) // 2] ^ 0x20]) + body[len(body) // 2 + 1:]
+        if A.corrupt_ranges and r.status == 206 and body and not A.corrupt_ranges.startswith("shift:"):
+            at = {"first": 0, "last": len(body) - 1}.get(A.corrupt_ranges, len(body) // 2)
+            body = body[:at] + bytes([body[at] ^ 0x20]) + body[at + 1:]
         keep = ["content-type", "location", "content-range"]
         if not A.no_digest_header:
             keep.append("docker-content-digest")
         hdrs = [(k, v) for k, v in r.getheaders() if k.lower() in keep]
+        if shift and r.status == 206:
+            # (what was asked for, as if it were what came)
+            total = r.getheader("Content-Range", "").rpartition("/")[2]
+            hdrs = [(k, v) for k, v in hdrs if k.lower() != "content-range"]
+            hdrs.append(("Content-Range", "bytes %s-%s/%s" % (a, b, total)))
         c.close()
         if self.command == "HEAD":
             return self.head(r.status, hdrs, r.getheader("Content-Length"))
