@@ -15,7 +15,7 @@
 #      no GPU:    stops here, exit 3 ("no GPU"): what `make gpu-rehearse` checks
 #   3. bench      bf16 GEMM peak; the d12 step (B=64, T=1024, bf16) at ZeRO-0
 #                 with the per-op table, at ZeRO-1 (rank 0 of 8), with the
-#                 64-row attention and without fused epilogues (A/B)
+#                 128-row attention and without fused epilogues (A/B)
 #   4. llm.c      its train_gpt2.cu on the same model, batch and card, random
 #                 weights (build-llmc/, from `make gpu-llmc`; or LLMC_DIR)
 #   5. budget     the analytic model calibrated with the per-op table
@@ -169,7 +169,7 @@ bench=(bench --model d12 --seq 1024 --precision bf16 --batch "$B" --steps 20)
 phase gemm 60 "$TOOL" gemm --size 8192 --iters 100
 phase bench-zero0 120 "$TOOL" "${bench[@]}" --zero 0 --ops "$out/ops.tsv"
 phase bench-zero1 90 "$TOOL" "${bench[@]}" --zero 1 --shards 8
-phase bench-att64 90 env SKIFF_CUDA_ATTENTION=64 "$TOOL" "${bench[@]}" --zero 0 --ops "$out/ops-att64.tsv"
+phase bench-att128 90 env SKIFF_CUDA_ATTENTION=128 "$TOOL" "${bench[@]}" --zero 0 --ops "$out/ops-att128.tsv"
 phase bench-noepi 90 env SKIFF_CUDA_EPILOGUES=none "$TOOL" "${bench[@]}" --zero 0 --ops "$out/ops-noepi.tsv"
 grep -h '^bench:' "$out"/bench-*.log 2>/dev/null | sed 's/^/   /'
 
