@@ -244,9 +244,11 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
  * buffer, gpt2_param_layout_tp) on data-parallel rank 0 (z 0; with --pp
  * gathered from every stage before the save) or in shards over the
  * data-parallel ranks (z 1, 2; with --pp each stage's ranges sharded
- * piece by piece, train_pp_shard_copy). They are put back together into
- * the whole model's m and v, and this rank takes its part of them as this
- * run lays it out: the same state in another layout. */
+ * piece by piece, train_pp_shard_copy); with ZeRO-3 (tp 1, pp 1) every
+ * file holds its shard of every unit (policy.h) of the weights, m and v.
+ * They are put back together into the whole model's, and this rank takes
+ * its part of them as this run lays it out: the same state in another
+ * layout. */
 
 /* Opens DIR/rank-R.ckpt and reads its header, which must be the layout and
  * step of `saved` (rank 0's). */
@@ -268,8 +270,10 @@ static int open_piece(const char *dir, int r, const struct train_ckpt *saved, st
 
 /* Reads the piece of m and v in file r into m and v (n floats each): at
  * the file's opt_off in the saved layout's local buffers, or with
- * `packed` (a --pp ZeRO shard, which must be `packed` floats) at 0. */
-static int read_piece(const char *dir, int r, const struct train_ckpt *saved, float *m, float *v, size_t n,
+ * `packed` (a --pp ZeRO shard, which must be `packed` floats) at 0; of a
+ * ZeRO-3 file its shard of the weights too, into p at the same place, when
+ * p is not NULL. */
+static int read_piece(const char *dir, int r, const struct train_ckpt *saved, float *p, float *m, float *v, size_t n,
                       size_t packed, skiff_err *err)
 {
     struct ckpt_header h;
@@ -282,7 +286,10 @@ static int read_piece(const char *dir, int r, const struct train_ckpt *saved, fl
     if (at + h.opt_len > n)
         return skiff_error(err, 0, "--resume: rank-%d.ckpt: optimizer range %llu+%llu beyond %zu", r,
                            (unsigned long long)h.opt_off, (unsigned long long)h.opt_len, n);
-    off_t pos = (off_t)sizeof h + (h.has_params ? (off_t)(h.num_params * sizeof(float)) : 0);
+    size_t plen = h.has_params ? ckpt_params_len(h.zero, h.num_params, h.opt_len) : 0;
+    if (p && h.zero == 3 && (!plen || skiff_read_all(fd, p + at, plen * sizeof(float)) < 0))
+        return skiff_error(err, errno, "--resume: rank-%d.ckpt: truncated or missing weights", r);
+    off_t pos = (off_t)sizeof h + (off_t)(plen * sizeof(float));
     if (lseek(fd, pos, SEEK_SET) < 0 || skiff_read_all(fd, m + at, h.opt_len * sizeof(float)) < 0 ||
         skiff_read_all(fd, v + at, h.opt_len * sizeof(float)) < 0)
         return skiff_error(err, errno, "--resume: rank-%d.ckpt: truncated optimizer state", r);
@@ -299,7 +306,7 @@ static int read_tp_part(const char *dir, const struct train_ckpt *s, int t, floa
     int stp = s->tp, spp = s->pp, sdp = s->world / (stp * spp);
     if (!s->zero || spp == 1) {
         for (int d = 0; d < (s->zero ? sdp : 1); d++)
-            if (read_piece(dir, train_layout_rank(stp, sdp, 0, d, t), s, lm, lv, n, 0, err) < 0) return -1;
+            if (read_piece(dir, train_layout_rank(stp, sdp, 0, d, t), s, NULL, lm, lv, n, 0, err) < 0) return -1;
         return 0;
     }
     float *pm = malloc(n * sizeof(float)), *pv = malloc(n * sizeof(float));
@@ -307,7 +314,7 @@ static int read_tp_part(const char *dir, const struct train_ckpt *s, int t, floa
     for (int st = 0; rc == 0 && st < spp; st++) {
         size_t len = train_pp_shard_len(&s->cfg, stp, spp, st, sdp);
         for (int d = 0; rc == 0 && d < sdp; d++) {
-            rc = read_piece(dir, train_layout_rank(stp, sdp, st, d, t), s, pm, pv, n, len, err);
+            rc = read_piece(dir, train_layout_rank(stp, sdp, st, d, t), s, NULL, pm, pv, n, len, err);
             if (rc == 0) {
                 train_pp_shard_copy(&s->cfg, stp, spp, st, sdp, d, lm, pm, 1);
                 train_pp_shard_copy(&s->cfg, stp, spp, st, sdp, d, lv, pv, 1);
@@ -319,26 +326,53 @@ static int read_tp_part(const char *dir, const struct train_ckpt *s, int t, floa
     return rc;
 }
 
+/* A ZeRO-3 checkpoint (tp 1, pp 1): every rank's shard of m and v, and of
+ * the weights when fp is not NULL, put together into the whole model's. */
+static int read_zero3(const char *dir, const struct train_ckpt *s, float *fp, float *fm, float *fv, skiff_err *err)
+{
+    size_t n = s->num_params, sh = n / (size_t)s->world; /* train_zero3_len: every rank's shard back to back */
+    float *lp = fp ? calloc(n, sizeof(float)) : NULL, *lm = calloc(n, sizeof(float)), *lv = calloc(n, sizeof(float));
+    int rc = lm && lv && (lp || !fp) ? 0 : skiff_error(err, ENOMEM, "--resume: the shards of a --zero 3 checkpoint");
+    for (int d = 0; rc == 0 && d < s->world; d++) {
+        if ((rc = read_piece(dir, d, s, lp, lm, lv, n, 0, err)) < 0) break;
+        train_zero3_copy(&s->cfg, s->world, d, fm, lm + (size_t)d * sh, 1);
+        train_zero3_copy(&s->cfg, s->world, d, fv, lv + (size_t)d * sh, 1);
+        if (fp) train_zero3_copy(&s->cfg, s->world, d, fp, lp + (size_t)d * sh, 1);
+    }
+    free(lp);
+    free(lm);
+    free(lv);
+    return rc;
+}
+
 int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct train_ckpt *saved, skiff_err *err)
 {
     const struct gpt2_config *cfg = &w->cfg;
     int stp = saved->tp, sdp = saved->world / (saved->tp * saved->pp);
     int wtp = w->tp > 1 ? w->tp : 1, wpp = w->pp > 1 ? w->pp : 1, wdp = w->world / (wtp * wpp), ws, wd, wt;
+    int sz3 = saved->zero == 3, wz3 = w->zero == 3; /* (ZeRO-3 runs have tp 1 and pp 1) */
     train_layout_place(w->rank, wtp, wdp, &ws, &wd, &wt);
     size_t n = gpt2_param_layout(cfg, NULL, NULL);
     size_t sn = gpt2_param_layout_tp(cfg, stp, NULL, NULL), wn = gpt2_param_layout_tp(cfg, wtp, NULL, NULL);
     sn = stp == 1 ? saved->num_params : (sn + (size_t)sdp - 1) / (size_t)sdp * (size_t)sdp; /* as policy.c pads */
     if (wn < w->opt_off + w->opt_len) wn = w->opt_off + w->opt_len;
-    float *fm = calloc(n, sizeof(float)), *fv = calloc(n, sizeof(float));
+    float *fm = calloc(n, sizeof(float)), *fv = calloc(n, sizeof(float)),
+          *fp = w->params ? calloc(n, sizeof(float)) : NULL;
     float *lm = calloc(sn > wn ? sn : wn, sizeof(float)), *lv = calloc(sn > wn ? sn : wn, sizeof(float));
-    int rc = fm && fv && lm && lv ? 0 : skiff_error(err, ENOMEM, "--resume: optimizer state of another layout");
-    /* the whole model's m and v, from every piece of the saved layout */
-    for (int t = 0; rc == 0 && w->opt_len && t < stp; t++) {
+    int rc = fm && fv && lm && lv && (fp || !w->params)
+                 ? 0
+                 : skiff_error(err, ENOMEM, "--resume: optimizer state of another layout");
+    /* the whole model's m and v (ZeRO-3: and weights), from every piece of the saved layout */
+    if (rc == 0 && sz3 && (w->opt_len || fp)) rc = read_zero3(dir, saved, fp, fm, fv, err);
+    for (int t = 0; rc == 0 && !sz3 && w->opt_len && t < stp; t++) {
         rc = read_tp_part(dir, saved, t, lm, lv, sn, err);
         gpt2_tp_copy(cfg, stp, t, fm, lm, 0);
         gpt2_tp_copy(cfg, stp, t, fv, lv, 0);
     }
-    if (rc == 0 && w->opt_len) { /* this rank's part, in this run's layout */
+    if (rc == 0 && w->opt_len && wz3) { /* this rank's shard of every unit */
+        train_zero3_copy(cfg, wdp, wd, fm, w->m, 0);
+        train_zero3_copy(cfg, wdp, wd, fv, w->v, 0);
+    } else if (rc == 0 && w->opt_len) { /* this rank's part, in this run's layout */
         memset(lm, 0, wn * sizeof(float));
         memset(lv, 0, wn * sizeof(float));
         gpt2_tp_copy(cfg, wtp, wt, fm, lm, 1);
@@ -351,19 +385,28 @@ int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct
             memcpy(w->v, lv + w->opt_off, w->opt_len * sizeof(float));
         }
     }
+    if (rc == 0 && w->params && !sz3) { /* rank 0's weights, the model's floats (the padding differs) */
+        struct ckpt_header h;
+        cleanup_close int fd = -1;
+        if (open_piece(dir, 0, saved, &h, &fd, err) < 0)
+            rc = -1;
+        else if (!h.has_params)
+            rc = skiff_error(err, 0, "--resume: %s/rank-0.ckpt holds no parameters", dir);
+        else if (skiff_read_all(fd, fp, n * sizeof(float)) < 0)
+            rc = skiff_error(err, errno, "--resume: %s/rank-0.ckpt: truncated parameters", dir);
+    }
+    if (rc == 0 && w->params) { /* ZeRO-3: this rank's shard of them */
+        if (wz3)
+            train_zero3_copy(cfg, wdp, wd, fp, w->params, 0);
+        else
+            memcpy(w->params, fp, n * sizeof(float));
+    }
     free(fm);
     free(fv);
+    free(fp);
     free(lm);
     free(lv);
     if (rc < 0) return -1;
-    if (w->params) { /* rank 0's weights, the model's floats (the padding differs) */
-        struct ckpt_header h;
-        cleanup_close int fd = -1;
-        if (open_piece(dir, 0, saved, &h, &fd, err) < 0) return -1;
-        if (!h.has_params) return skiff_error(err, 0, "--resume: %s/rank-0.ckpt holds no parameters", dir);
-        if (skiff_read_all(fd, w->params, n * sizeof(float)) < 0)
-            return skiff_error(err, errno, "--resume: %s/rank-0.ckpt: truncated parameters", dir);
-    }
     w->step = saved->step;
     w->data_pos = saved->data_pos;
     w->rng = saved->rng;

@@ -59,9 +59,10 @@ int train_ckpt_load(const char *dir, struct train_ckpt *want, skiff_err *err);
  * train_ckpt_peek; other world size, --tp, --pp or ZeRO stage, the same
  * model): AdamW's m and v are put back together from every rank's file and
  * this rank (want->rank of want->world, placed by train_layout_place)
- * takes its part of them for want's optimizer range, rank 0's weights go
- * into want->params when it is non-NULL, and step, data position and amp
- * come from the checkpoint. */
+ * takes its part of them for want's optimizer range, the weights (rank
+ * 0's, or a ZeRO-3 checkpoint's shards put together) go into want->params
+ * when it is non-NULL (with want->zero 3: this rank's shard of them, as m
+ * and v), and step, data position and amp come from the checkpoint. */
 int train_ckpt_load_relayout(const char *dir, struct train_ckpt *want, const struct train_ckpt *saved, skiff_err *err);
 /* Reads only the header of DIR/rank-R.ckpt (R = out->rank) into *out (cfg,
  * world, zero, step, num_params, opt_off, opt_len; no buffers). */

@@ -329,14 +329,6 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
     if (!o->precision) o->precision = o->device == TRAIN_DEVICE_CPU ? "fp32" : "bf16";
     if (o->device == TRAIN_DEVICE_CPU && strcmp(o->precision, "fp32"))
         return skiff_error(err, 0, "--precision %s: the CPU path trains in fp32 only", o->precision);
-    if (o->recompute && o->device == TRAIN_DEVICE_CUDA)
-        return skiff_error(err, 0,
-                           "--recompute: the CPU device only so far; on CUDA leave it out (every block's "
-                           "activations are kept) or lower --batch");
-    if (o->zero == 3 && o->device == TRAIN_DEVICE_CUDA)
-        return skiff_error(err, 0,
-                           "--zero 3: the CPU device only so far; on CUDA use --zero 2 (optimizer state and "
-                           "gradients sharded, the weights whole on every GPU)");
     if (gpt2_tp_check(&o->cfg, o->tp, err) < 0) return -1;
     if (o->zero == 3 && o->tp > 1)
         return skiff_error(err, 0,

@@ -226,12 +226,6 @@ int train_resume_load(struct train_plan *p, const struct train_opts *o, float *p
     if (train_ckpt_peek(o->ckpt_dir, &saved, &e) == 0 && !memcmp(&saved.cfg, &c.cfg, sizeof c.cfg) &&
         (saved.world != c.world || saved.tp != c.tp || saved.pp != c.pp || saved.zero != c.zero)) {
         uint64_t g = (uint64_t)o->batch * (uint64_t)o->grad_accum * (uint64_t)p->world;
-        if (saved.zero == 3 || c.zero == 3) /* its shards are by unit, not pieces of the llm.c buffer */
-            return skiff_error(err, 0,
-                               "--resume: %s was saved with WORLD_SIZE=%d --zero %d, this run has %d --zero %d: a "
-                               "--zero 3 checkpoint resumes only in its own layout (the weights alone move: export "
-                               "--llmc, then --init-from)",
-                               o->ckpt_dir, saved.world, saved.zero, c.world, c.zero);
         if (saved.data_pos != (uint64_t)saved.step * g)
             return skiff_error(err, 0,
                                "--resume: %s was saved with WORLD_SIZE=%d, this run has %d (--tp %d, %d; --pp %d, "

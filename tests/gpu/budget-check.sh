@@ -30,10 +30,10 @@ else
   t_pass "budget: a regression against the baseline fails the check"
 fi
 # ... and so must a hot kernel that spills (here: ptxas logs edited to say so;
-# the 128-row forward, which the step runs by default).
+# the 64-row forward, which the step runs by default).
 spdir=$(mktemp -d); trap 'rm -f "$low"; rm -rf "$spdir"' EXIT
 cp "$BUILD"/trainer/cuda/*.ptxas "$spdir"/
-awk '/Compiling entry function .*attention128_forward_kernelI13__nv_bfloat16Li64E/ { hit = 1 }
+awk '/Compiling entry function .*attention_forward_kernelI13__nv_bfloat16Li64E/ { hit = 1 }
      hit && /bytes spill stores/ { sub(/ 0 bytes spill stores/, " 8 bytes spill stores"); hit = 0 } { print }' \
   "$BUILD/trainer/cuda/attention.ptxas" >"$spdir/attention.ptxas"
 if out=$("$TOOL" budget --ptxas-dir "$spdir" --check "$T_ROOT/tests/gpu/budget-baseline.txt" --quiet 2>&1); then

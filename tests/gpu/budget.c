@@ -37,6 +37,7 @@
 
 #include "cuda_model.h"
 #include "model.h"
+#include "policy.h"
 
 #define H100_BW 3.35e12   /* bytes/s, H100 SXM HBM3 */
 #define H100_PEAK 989e12  /* FLOP/s, bf16 dense tensor cores */
@@ -541,7 +542,7 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
     if (calibrate && read_ops(&b, calibrate, model, B, T, prec_s, &other, &matched, err) < 0) return -1;
 
     struct cuda_mem_plan mp;
-    cuda_gpt2_memory_plan(&cfg, B, T, b.prec, 1, np, np, &mp);
+    cuda_gpt2_memory_plan(&cfg, B, T, b.prec, 1, 0, np, np, &mp);
     if (!quiet)
         printf("budget (analytic model, not a measurement): %s, B=%d, T=%d, %s, one H100 SXM (%.2f TB/s, %.0f "
                "TFLOP/s bf16 dense), design %s\n\n",
@@ -586,12 +587,32 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
         if (cfg.num_heads % tp) continue;
         size_t npt = gpt2_param_layout_tp(&cfg, tp, NULL, NULL);
         struct cuda_mem_plan mt;
-        cuda_gpt2_memory_plan(&cfg, B, T, b.prec, tp, npt, npt, &mt);
+        cuda_gpt2_memory_plan(&cfg, B, T, b.prec, tp, 0, npt, npt, &mt);
         printf("  per rank at --tp %d: %.2f GiB (params %.2f, grads %.2f, optimizer %.2f, activations %.2f, backward "
                "%.2f, scratch %.2f)\n",
                tp, mt.total / 1073741824.0, mt.params / 1073741824.0, mt.grads / 1073741824.0,
                mt.optimizer / 1073741824.0, mt.activations / 1073741824.0, mt.backward / 1073741824.0,
                mt.scratch / 1073741824.0);
+    }
+    if (!quiet) { /* --recompute: one block's inner activations, the residual stream per block */
+        struct cuda_mem_plan mr;
+        cuda_gpt2_memory_plan(&cfg, B, T, b.prec, 1, CUDA_GPT2_RECOMPUTE, np, np, &mr);
+        printf("  with --recompute: %.2f GiB (activations %.2f)\n", mr.total / 1073741824.0,
+               mr.activations / 1073741824.0);
+    }
+    /* --zero 3 over P ranks: the model's shard (weights, fp32 master, m, v)
+     * and its activations, plus the device's accumulated gradient shard and
+     * the gathered units (the root and two blocks: weights and gradients) */
+    if (!quiet) {
+        int P = 8;
+        size_t zl = train_zero3_len(&cfg, P), sh = zl / (size_t)P, off, r0 = train_zero3_unit(&cfg, P, 0, 0, &off);
+        size_t gath = r0 + 2 * train_zero3_unit(&cfg, P, 0, 1, &off);
+        struct cuda_mem_plan mz;
+        cuda_gpt2_memory_plan(&cfg, B, T, b.prec, 1, CUDA_GPT2_UNITS, sh, sh, &mz);
+        double gw = (double)gath * b.e, gg = (double)gath * 4 + (double)sh * 4, G = 1073741824.0;
+        printf("  per rank at --zero 3 over %d ranks: %.2f GiB (params %.2f + gathered %.2f, grads %.2f (shard and "
+               "gathered), optimizer %.2f, activations %.2f)\n",
+               P, (mz.total + gw + gg) / G, mz.params / G, gw / G, gg / G, mz.optimizer / G, mz.activations / G);
     }
     if (v0) {
         double extra = ceil(b.T / 64) * b.N * b.C * 4;

@@ -15,23 +15,26 @@
 #      no GPU:    stops here, exit 3 ("no GPU"): what `make gpu-rehearse` checks
 #   3. bench      bf16 GEMM peak; the d12 step (B=64, T=1024, bf16) at ZeRO-0
 #                 with the per-op table, at ZeRO-1 (rank 0 of 8), with the
-#                 64-row attention and without fused epilogues (A/B)
+#                 128-row attention and without fused epilogues (A/B)
 #   4. llm.c      its train_gpt2.cu on the same model, batch and card, random
 #                 weights (build-llmc/, from `make gpu-llmc`; or LLMC_DIR)
 #   5. budget     the analytic model calibrated with the per-op table
 #   6. tests      tests/gpu/run-tests.sh (CUDA against the CPU reference, ...)
-#      parallel   tests/gpu/parallel.sh: --tp 2 and dp2 x tp2 (ZeRO-1) on this
-#                 one card against one process (ranks sharing the card:
-#                 host-staged collectives, so correctness, not speed; NCCL's
-#                 tensor-parallel communicators need one GPU per rank).
-#                 --zero 3 is not here: it is not built on CUDA yet
+#      parallel   tests/gpu/parallel.sh: --tp 2 and dp2 x tp2 (ZeRO-1), --zero 3
+#                 (fp32 and bf16, its checkpoint resumed by one process) on
+#                 this one card against one process, --recompute (alone,
+#                 with --tp 2, with --zero 3) against keeping the
+#                 activations (ranks sharing the card: host-staged
+#                 collectives, so correctness, not speed; NCCL's group
+#                 communicators and its ZeRO-3 gathers need one GPU per rank)
 #   7. rest       tests/gpu/bench.sh's end-to-end rows
 # Every log goes to $OUT (default ./gpu-logs): device-run.log (this output),
 # one NAME.log per phase, ops.tsv (per-op times). Exit 0 when every phase
 # passed, else 1 (2: preflight, 3: no GPU).
 # Env: SKIFF_GPU_DEADLINE seconds for all phases (540), SKIFF_GPU_NO_BUILD=1
 # (use build/ as it is), SKIFF_GPU_BUILD_LIMIT seconds for the build (300),
-# SKIFF_GPU_STOP_AFTER=build (stop after the build),
+# SKIFF_GPU_STOP_AFTER=build (stop after the build), SKIFF_GPU_ONLY=NAME,...
+# (after the build, only these phases: a short lease's focused check),
 # NCCL_HOME, CUDA_HOME, LLMC_DIR, GPU_HOST_DEPS (default build-gpu-deps).
 set -u
 cd "$(dirname "$0")/../.."
@@ -49,6 +52,10 @@ say() { printf '== %s\n' "$*"; }
 phase() {
   local name=$1 limit=$2 left start rc
   shift 2
+  if [ -n "${SKIFF_GPU_ONLY:-}" ] && [ "$name" != build ] && [[ ",$SKIFF_GPU_ONLY," != *",$name,"* ]]; then
+    say "$name: not in SKIFF_GPU_ONLY"
+    return 1
+  fi
   left=$((deadline - $(date +%s) - 5))
   ((left < limit)) && limit=$left
   if ((limit < 15)); then
@@ -162,7 +169,7 @@ bench=(bench --model d12 --seq 1024 --precision bf16 --batch "$B" --steps 20)
 phase gemm 60 "$TOOL" gemm --size 8192 --iters 100
 phase bench-zero0 120 "$TOOL" "${bench[@]}" --zero 0 --ops "$out/ops.tsv"
 phase bench-zero1 90 "$TOOL" "${bench[@]}" --zero 1 --shards 8
-phase bench-att64 90 env SKIFF_CUDA_ATTENTION=64 "$TOOL" "${bench[@]}" --zero 0 --ops "$out/ops-att64.tsv"
+phase bench-att128 90 env SKIFF_CUDA_ATTENTION=128 "$TOOL" "${bench[@]}" --zero 0 --ops "$out/ops-att128.tsv"
 phase bench-noepi 90 env SKIFF_CUDA_EPILOGUES=none "$TOOL" "${bench[@]}" --zero 0 --ops "$out/ops-noepi.tsv"
 grep -h '^bench:' "$out"/bench-*.log 2>/dev/null | sed 's/^/   /'
 
@@ -201,9 +208,9 @@ fi
 phase gpu-tests 240 env BUILD="$root/build" tests/gpu/run-tests.sh
 grep -c '^PASS' "$out/gpu-tests.log" 2>/dev/null | xargs -I{} echo "   {} passed"
 grep '^FAIL' "$out/gpu-tests.log" 2>/dev/null | sed 's/^/   /'
-# tensor parallelism on one card's worth of ranks (TF32 matmuls: a wider
-# fp32 tolerance than the emulation's 2e-5)
-phase parallel 150 env BUILD="$root/build" SKIFF_PARALLEL_TEST_BIN="$ST" SKIFF_PARALLEL_TEST_MODEL=small \
+# tensor parallelism, ZeRO-3 and recomputation on one card's worth of ranks
+# (TF32 matmuls: a wider fp32 tolerance than the emulation's 2e-5)
+phase parallel 240 env BUILD="$root/build" SKIFF_PARALLEL_TEST_BIN="$ST" SKIFF_PARALLEL_TEST_MODEL=small \
   SKIFF_PARALLEL_TEST_SEQ=128 SKIFF_PARALLEL_TEST_BATCH=2 SKIFF_PARALLEL_TEST_STEPS=5 SKIFF_PARALLEL_TEST_TOL=5e-4 \
   SKIFF_PARALLEL_TEST_BF16_TOL=1e-2 tests/gpu/parallel.sh
 grep -E '^(PASS|FAIL)' "$out/parallel.log" 2>/dev/null | sed 's/^/   /'

@@ -139,7 +139,8 @@ static int cmd_check(struct args *a, skiff_err *err)
     gpt2_backward(&cpu, 1.0f);
     printf("check: CPU reference forward+backward %.2f s, loss %.6f\n", skiff_now_s() - t0, cpu_loss);
 
-    if (cuda_gpt2_create(&m, &cfg, B, T, prec, 1, 0, n, 0, n, err) < 0 || cuda_gpt2_set_params(m, cpu.params, err) < 0)
+    if (cuda_gpt2_create(&m, &cfg, B, T, prec, 1, 0, 0, n, 0, n, err) < 0 ||
+        cuda_gpt2_set_params(m, cpu.params, err) < 0)
         goto out;
     double l1, l2;
     if (cuda_gpt2_forward(m, in, tg, 0.0f, err) < 0 || cuda_gpt2_take_loss(m, &l1, err) < 0 ||
@@ -352,7 +353,7 @@ static int cmd_bench(struct args *a, skiff_err *err)
     double tps = N / dt;
     /* what the model allocates (cuda_gpt2_create checks it equals the plan) */
     struct cuda_mem_plan mp;
-    cuda_gpt2_memory_plan(&o.cfg, B, T, prec, 1, pl.n_pad, pl.opt_len, &mp);
+    cuda_gpt2_memory_plan(&o.cfg, B, T, prec, 1, 0, pl.n_pad, pl.opt_len, &mp);
     printf("bench: device=\"%s\" model=%s precision=%s zero=%d shards=%d batch=%d seq=%d params=%zu opt_params=%zu "
            "step_ms=%.2f "
            "tokens_per_s=%.0f tflops=%.1f model_gib=%.2f device_used_gib=%.2f loss=%.4f\n",

@@ -1,10 +1,14 @@
 #!/bin/bash
-# Tensor parallelism (--tp) on skiff-train's CUDA path, on one card's worth
-# of ranks: --tp 2 and dp2 x tp2 with ZeRO-1 against one process on the same
-# global batch, and a --tp 2 checkpoint (the parts gathered into the whole
-# weights) resumed by one process. The ranks share the device, so every
-# collective is host-staged (NCCL refuses two ranks on one GPU): this checks
-# the split of the model, the sums and the process groups, not their speed.
+# Tensor parallelism (--tp), ZeRO-3 (--zero 3) and activation recomputation
+# (--recompute) on skiff-train's CUDA path, on one card's worth of ranks:
+# --tp 2 and dp2 x tp2 with ZeRO-1 against one process on the same global
+# batch, and a --tp 2 checkpoint (the parts gathered into the whole weights)
+# resumed by one process; --zero 3 on 2 ranks against one process (fp32 and
+# bf16), its checkpoint (each rank's shard) resumed by one process;
+# --recompute alone, under --tp 2 and under --zero 3 giving the same bits
+# as without. The ranks share the device, so every collective is
+# host-staged (NCCL refuses two ranks on one GPU): this checks the split of
+# the model, the sums, the gathers and the process groups, not their speed.
 # Runs on the CPU emulation (build/emu/bin/skiff-train, model tiny) in
 # `make test`; tests/gpu/device-run.sh runs it on a GPU with the real binary.
 # Env: SKIFF_PARALLEL_TEST_BIN (the binary), SKIFF_PARALLEL_TEST_MODEL (tiny),
@@ -79,4 +83,70 @@ else
 fi
 # what a rank holds: its part of the weights and activations (the describe line)
 grep -h -m1 'tensor-parallel part' "$tmp"/d2t2.jsonl.r0 2>/dev/null | sed 's/^/  /'
+
+# same_bits NAME A B: two logs agree on everything but the timings
+same_bits() {
+  local strip='s/"tokens_per_s".*//'
+  if [ -s "$2" ] && cmp -s <(sed "$strip" "$2") <(sed "$strip" "$3"); then
+    t_pass "$1 ($(xloss "$2"))"
+  else
+    t_fail "$1" "$(xloss "$2")| $(xloss "$3")"
+  fi
+}
+
+# --recompute: each block's forward redone in the backward, the same bits
+# as keeping the activations (one process, fp32, against one.jsonl; --tp 2,
+# whose recomputed forward repeats the attention's all-reduce, against
+# tp2.jsonl)
+"$ST" "${F[@]}" --recompute --log "$tmp/rec.jsonl" >"$tmp/rec.out" 2>&1 &&
+  grep -q 'activations [0-9.]* MiB (recomputed per block)' "$tmp/rec.out" ||
+  t_fail "CUDA fp32 --recompute runs" "$(tail -2 "$tmp/rec.out" | tr '\n' ' ')"
+same_bits "CUDA fp32 --recompute: the losses of keeping the activations, bit for bit" "$tmp/rec.jsonl" "$tmp/one.jsonl"
+runp 2 "$tmp/rtp2.jsonl" "${F[@]}" --tp 2 --recompute --stop-after $((STEPS - 1)) --ckpt-dir "$tmp/ckr" ||
+  t_fail "CUDA fp32 --tp 2 --recompute runs" "$(tail -2 "$tmp"/rtp2.jsonl.r* | tr '\n' ' ')"
+same_bits "CUDA fp32 --tp 2 --recompute: the losses of --tp 2, bit for bit" "$tmp/rtp2.jsonl" "$tmp/tp2.jsonl"
+
+# fp32: --zero 3 on 2 ranks (weights, gradients and AdamW's state sharded
+# by unit, each block gathered before its forward and its backward) gives
+# one process's losses on the same global batch within TOL relative; its
+# checkpoint after STEPS-2 steps (each rank's shard of the weights, m and
+# v) resumed by one process goes on as the one-process run does (two steps,
+# so the second shows the resumed m and v)
+F2=("${COMMON[@]}" --precision fp32 --batch $((2 * B)))
+K=$((STEPS > 2 ? STEPS - 2 : 1))
+"$ST" "${F2[@]}" --log "$tmp/one2f.jsonl" >"$tmp/one2f.out" 2>&1 &&
+  runp 2 "$tmp/z3.jsonl" "${F[@]}" --zero 3 --stop-after "$K" --ckpt-dir "$tmp/ck3" &&
+  "$ST" "${F2[@]}" --resume --ckpt-dir "$tmp/ck3" --log "$tmp/z3res.jsonl" >"$tmp/z3res.out" 2>&1
+rc=$?
+one=$(xloss "$tmp/one2f.jsonl") z3=$(xloss "$tmp/z3.jsonl") res=$(xloss "$tmp/z3res.jsonl")
+name="CUDA fp32 --zero 3 (2 ranks): one process's losses within $TOL relative, its checkpoint resumed by one process"
+if [ "$rc" -eq 0 ] && grep -q 'zero 3, .*host-staged collectives, .*of which gathered units' "$tmp/z3.jsonl.r0" &&
+  awk -v a="$one" -v b="$z3" -v c="$res" -v t="$TOL" -v n="$STEPS" -v k="$K" '
+     function bad(x, y) { return (x - y)^2 > (t * x)^2 }
+     BEGIN { if (split(a, x) != n || split(b, y) != k || split(c, z) != n - k) exit 1
+             for (i = 1; i <= k; i++) if (bad(x[i], y[i])) exit 1
+             for (i = k + 1; i <= n; i++) if (bad(x[i], z[i - k])) exit 1 }'; then
+  t_pass "$name ($one| $z3| $res)"
+else
+  t_fail "$name" "exit $rc; one: $one zero3: $z3 resumed: $res; $(tail -2 "$tmp"/z3.jsonl.r* "$tmp/z3res.out" | tr '\n' ' ')"
+fi
+
+# bf16: --zero 3 on 2 ranks (the weights gathered in bf16) against one
+# process with twice the batch; with --recompute (the gathered block's
+# forward redone in the backward) the same bits
+runp 2 "$tmp/z3b.jsonl" "${Bf[@]}" --batch "$B" --zero 3 &&
+  runp 2 "$tmp/z3br.jsonl" "${Bf[@]}" --batch "$B" --zero 3 --recompute
+rc=$?
+one=$(xloss "$tmp/one2.jsonl") z3b=$(xloss "$tmp/z3b.jsonl")
+name="CUDA bf16 --zero 3 (2 ranks) follows one process within $BTOL"
+if [ "$rc" -eq 0 ] && awk -v a="$one" -v b="$z3b" -v t="$BTOL" -v n="$STEPS" '
+     BEGIN { if (split(a, x) != n || split(b, y) != n) exit 1
+             for (i = 1; i <= n; i++) if ((x[i] - y[i])^2 > t * t) exit 1 }'; then
+  t_pass "$name ($one| $z3b)"
+else
+  t_fail "$name" "exit $rc; one: $one zero3: $z3b; $(tail -2 "$tmp"/z3b*.jsonl.r* | tr '\n' ' ')"
+fi
+same_bits "CUDA bf16 --zero 3 --recompute (2 ranks): the losses of --zero 3, bit for bit" "$tmp/z3br.jsonl" "$tmp/z3b.jsonl"
+# what a rank holds under ZeRO-3: its shards and the gathered units
+grep -h -m1 'zero 3' "$tmp"/z3b.jsonl.r0 2>/dev/null | sed 's/^.*per rank:/  per rank (bf16, --zero 3):/'
 t_done

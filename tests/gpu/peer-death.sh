@@ -3,7 +3,8 @@
 # --timeout, never a hang: two ranks on one device (host-staged backend),
 # then rank 1 is killed (SIGKILL), or stopped (SIGSTOP: a silent peer), in
 # the middle of training. Rank 0 must exit non-zero, name rank 1, and do so
-# within the timeout plus one step. Runs on the CPU emulation
+# within the timeout plus one step; under --zero 3 too (rank 1 killed while
+# the blocks' gathers and reduce-scatters run). Runs on the CPU emulation
 # (build/emu/bin/skiff-train) in `make test`; tests/gpu/run-tests.sh runs it
 # against the real binary on a GPU (SKIFF_PEER_TEST_BIN). Last, a peer that
 # dies inside NCCL's communicator creation (emulation only).
@@ -23,16 +24,18 @@ trap cleanup EXIT
   { t_fail "dead peer: mkshard"; t_done; }
 TIMEOUT=${SKIFF_PEER_TEST_TIMEOUT:-20}
 
-# case SIGNAL: starts 2 ranks, waits for step 2 in rank 0's log, signals rank 1
-# and times rank 0's exit.
+# case SIGNAL [TRAIN ARGS...]: starts 2 ranks, waits for step 2 in rank 0's
+# log, signals rank 1 and times rank 0's exit.
 peer_case() {
-  local sig=$1 port=$((20000 + RANDOM % 20000)) log="$tmp/$1.jsonl" t0 t1 rc
+  local sig=$1 port=$((20000 + RANDOM % 20000)) log="$tmp/$1.jsonl" t0 t1 rc what=""
+  shift
+  [ $# -gt 0 ] && what=" $*"
   rm -f "$log"
   pids=()
   for r in 0 1; do
     SKIFF_TRAIN_COMM=host-staged RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
       MASTER_PORT=$port "$ST" train --model tiny --data "$tmp/train_*.bin" --batch 1 --seq 16 --steps 100000 \
-      --device cuda --precision fp32 --timeout "$TIMEOUT" --log "$log" >"$tmp/$sig.r$r" 2>&1 &
+      --device cuda --precision fp32 --timeout "$TIMEOUT" --log "$log" "$@" >"$tmp/$sig.r$r" 2>&1 &
     pids+=($!)
   done
   disown "${pids[1]}"  # it is killed on purpose: no job notice from bash
@@ -41,7 +44,7 @@ peer_case() {
     sleep 0.5; waited=$((waited + 1))
   done
   if [ "$(lines "$log")" -lt 2 ]; then
-    t_fail "dead peer ($sig): training did not reach step 2" "$(tail -2 "$tmp/$sig.r0" "$tmp/$sig.r1" | tr '\n' ' ')"
+    t_fail "dead peer ($sig$what): training did not reach step 2" "$(tail -2 "$tmp/$sig.r0" "$tmp/$sig.r1" | tr '\n' ' ')"
     return
   fi
   t0=$(date +%s.%N)
@@ -51,7 +54,7 @@ peer_case() {
   while kill -0 "${pids[0]}" 2>/dev/null && [ "$n" -lt $((limit * 10)) ]; do sleep 0.1; n=$((n + 1)); done
   t1=$(date +%s.%N)
   if kill -0 "${pids[0]}" 2>/dev/null; then
-    t_fail "dead peer ($sig): rank 0 still running after ${limit} s (a hang)"
+    t_fail "dead peer ($sig$what): rank 0 still running after ${limit} s (a hang)"
     return
   fi
   wait "${pids[0]}"; rc=$?
@@ -63,7 +66,7 @@ peer_case() {
   # emulated step (the log shows how long they take) on top of the timeout
   local step_s
   step_s=$(grep -o '"ms":[0-9.]*' "$log" | tail -1 | cut -d: -f2 | awk '{ printf "%d", $1 / 1000 + 1 }')
-  local name="dead peer ($sig): rank 0 fails naming rank 1 within --timeout $TIMEOUT s (+ one step of ${step_s} s)"
+  local name="dead peer ($sig$what): rank 0 fails naming rank 1 within --timeout $TIMEOUT s (+ one step of ${step_s} s)"
   if [ "$rc" -eq 0 ]; then
     t_fail "$name" "rank 0 exited 0"
   elif [ -z "$msg" ]; then
@@ -76,6 +79,7 @@ peer_case() {
 }
 peer_case KILL
 peer_case STOP
+peer_case KILL --zero 3
 
 # NCCL's communicator creation with a peer that dies after the id exchange
 # (the emulation's NCCL: rank 1 SIGKILLs itself inside init; rank 0's

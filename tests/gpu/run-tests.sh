@@ -9,7 +9,7 @@
 #   2. 10-step loss trajectory: CUDA fp32 against the CPU path, and bf16 learns.
 #   3. save -> resume gives the same losses, bit for bit (printed to 6 digits).
 #   4. 2 ranks sharing the GPU through the host-staged backend equal 1 rank at
-#      the same global batch (ZeRO 0 and ZeRO 1).
+#      the same global batch (ZeRO 0, ZeRO 1 and ZeRO-3).
 #   5. fp16: an injected overflow is skipped and the loss scale recovers; a
 #      persistent one fails after SKIFF_TRAIN_MAX_SKIPPED steps.
 #   6. resuming a finished run exits 0; a dead or stopped peer is an error
@@ -119,9 +119,8 @@ run2() {
 log "1 rank vs 2 ranks sharing the GPU"
 "$ST" train "${COMMON[@]}" --batch "$BATCH" --steps "$MID" --device cuda --precision fp32 --log "$tmp/one.jsonl" >"$tmp/one.out" 2>&1
 losses "$tmp/one.jsonl" >"$tmp/one.l"
-# (--zero 3 is not run here: the CUDA device keeps the weights whole and
-# refuses it with a usage error; ZeRO-3 is the CPU device's, issue 29)
-for z in 0 1; do
+# (--zero 3: the weights sharded too, gathered block by block)
+for z in 0 1 3; do
   name="2 ranks on one GPU (host-staged, zero $z) match 1 rank at the same global batch (fp32, $MID steps, 2e-3)"
   if run2 "$z" "$tmp/two$z"; then
     losses "$tmp/two$z.jsonl" >"$tmp/two$z.l"

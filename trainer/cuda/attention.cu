@@ -1,8 +1,9 @@
 // Causal flash attention: launchers (kernels in attention_dev.cuh, 64-row
 // tiles, and attention128_dev.cuh, 128-row tiles). Which tiles run:
-// SKIFF_CUDA_ATTENTION=64 or 128 (default 128 where att128_fits, else 64);
-// both give the CPU reference's results on the emulation, and a GPU run can
-// time one against the other.
+// SKIFF_CUDA_ATTENTION=64 or 128 (default 64: on an H100 the 64-row
+// kernels took 31.7 ms of a d12 B=64 step against the 128-row ones' 38.3,
+// doc/benchmarks.md); both give the CPU reference's results on the
+// emulation, and a GPU run times one against the other.
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,13 +21,13 @@ size_t k_attention_scratch_floats(int B, int Tn, int C, int NH)
     return (size_t)B * NH * Tn; // D = rowsum(dO * O)
 }
 
-// The tile height the launchers use for (T, HS): 128 unless
-// SKIFF_CUDA_ATTENTION=64 or the 128-row kernels are not built for it.
+// The tile height the launchers use for (T, HS): 64 unless
+// SKIFF_CUDA_ATTENTION=128 and the 128-row kernels are built for it.
 template <typename T, int HS> static int att_rows()
 {
     if (!att128_cfg<T, HS>::fits) return ATT_ROWS;
     const char *v = getenv("SKIFF_CUDA_ATTENTION");
-    return v && !strcmp(v, "64") ? ATT_ROWS : ATT128_ROWS;
+    return v && !strcmp(v, "128") ? ATT128_ROWS : ATT_ROWS;
 }
 
 // Launches `kernel` (dynamic shared memory sm) as one profiled op.

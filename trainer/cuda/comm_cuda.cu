@@ -465,24 +465,25 @@ static void staged_release(struct staged_impl *s, struct tr_comm_req *r)
 // Async: the device->host copies happen now (the host waits for the compute
 // stream up to this point), the TCP ring works on its own thread while the
 // caller queues more GPU work, and wait copies the result back. A group is
-// staged back to back and reduced as one buffer.
+// staged back to back and reduced as one buffer. Reductions are fp32; an
+// all-gather (ZeRO-3's weights in the storage type) moves any type.
 static int staged_start_group(struct tr_comm *c, int op, void *const *bufs, const size_t *ns, int count,
                               enum tr_dtype t, struct tr_comm_req **req, skiff_err *err)
 {
     struct staged_impl *s = (struct staged_impl *)c->impl;
-    if (t != TR_F32) return skiff_error(err, 0, "host-staged reductions carry fp32 only");
+    if (t != TR_F32 && op != TR_COMM_ALL_GATHER) return skiff_error(err, 0, "host-staged reductions carry fp32 only");
     if (count > 16) return skiff_error(err, 0, "host-staged group of %d buffers (at most 16)", count);
     struct tr_comm_req *r = (struct tr_comm_req *)calloc(1, sizeof(*r));
     if (!r) return skiff_error(err, ENOMEM, "comm request");
-    size_t n = 0;
+    size_t n = 0, es = bytes_of(t);
     r->nseg = count;
     for (int i = 0; i < count; i++) {
         r->dev[i] = bufs[i];
-        r->seg_off[i] = n * sizeof(float);
-        r->seg_bytes[i] = ns[i] * sizeof(float);
+        r->seg_off[i] = n * es;
+        r->seg_bytes[i] = ns[i] * es;
         n += ns[i];
     }
-    r->bytes = n * sizeof(float);
+    r->bytes = n * es;
     size_t need = (r->bytes + 255) & ~(size_t)255;
     s->high += need;
     s->outstanding++;

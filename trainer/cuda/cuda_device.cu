@@ -11,7 +11,9 @@
 // x N processes, tensor parallel fastest as on the CPU (cpu_device.c), the
 // model's all-reduces over the tensor-parallel group's communicator and the
 // gradients' over the data-parallel group's (the device's comm), each NCCL
-// or host-staged like the world's.
+// or host-staged like the world's. With --zero 3 the weights are sharded
+// too and gathered block by block (z3_* below); --recompute is the model's
+// (CUDA_GPT2_RECOMPUTE).
 //
 // The host waits for the GPU once per step: after the whole step (backward,
 // collectives, norm, clipping, AdamW, ZeRO gather) is queued, one small copy
@@ -49,6 +51,38 @@ struct scaler {
     int window, max_skipped;
 };
 
+// ZeRO-3 (FSDP) as cpu_device.c does it on the host, with the same units
+// and shards (policy.h), so the checkpoints are the same files: each rank
+// keeps its shard of every unit (the fp32 master, m and v in the model, the
+// storage-type copy the gathers send, the accumulated gradient here). A
+// unit's weights are all-gathered in the storage type (half the bytes of
+// fp32 in bf16) into a unit-sized buffer just before the model uses them
+// and given back after; while one block computes, the next block's gather
+// is in flight (NCCL: on the communicator's stream, which the compute
+// stream waits for only where the model needs the weights). A block's
+// gradient goes into a buffer of its own, reduce-scattered as soon as the
+// block's backward is queued, while the block below computes; this rank's
+// piece of the sum is added to its gradient shard when the buffer comes
+// round again or at the end of the backward. The root unit (wte, wpe, lnf)
+// stays gathered until the weights change. Two buffers of each kind
+// (--zero3-buffers 2) prefetch and overlap; one does neither. Every rank
+// makes the same calls in the model's order, so the collectives match.
+struct z3_slot {
+    int unit; // -1: free
+    void *buf;
+    struct tr_comm_req *req; // the gather or reduce-scatter in flight
+};
+
+struct zero3 {
+    struct cuda_device *cd;
+    int world, rank, L, nbuf, g_turn, root_valid;
+    size_t *len, *off; // per unit: padded length, this rank's piece in the shard
+    size_t elem;       // bytes of a stored weight
+    float *gshard;     // the accumulated gradient of the shard (device, opt_len)
+    struct z3_slot root, root_grad, p[2], g[2];
+    struct cuda_gpt2_units units;
+};
+
 struct cuda_device {
     const struct train_opts *o;
     const struct train_plan *plan;
@@ -74,6 +108,9 @@ struct cuda_device {
     size_t nreqs, reqs_cap;
     struct scaler sc;
     struct train_amp_state *amp; // the loop's train_device.amp
+    struct zero3 *z3;            // --zero 3
+    unsigned mflags;             // the model's CUDA_GPT2_* flags
+    size_t mpad;                 // its parameter buffer (with --zero 3 the shard)
 };
 
 // The loss scale of the next step: 1 unless fp16.
@@ -174,6 +211,195 @@ static int tp_allreduce(void *ctx, float *dev, size_t n, skiff_err *err)
     return tr_allreduce_sum(cd->tp_comm, dev, n, TR_F32, err);
 }
 
+// ---- ZeRO-3: the model's units (cuda_gpt2_units) over the device's comm
+
+static int z3_start(struct zero3 *z, struct z3_slot *s, int op, skiff_err *err)
+{
+    enum tr_dtype t = op == TR_COMM_ALL_GATHER ? z->cd->pdtype : TR_F32;
+    return tr_comm_start(z->cd->comm, op, s->buf, z->len[s->unit], t, &s->req, err);
+}
+
+static int z3_wait(struct zero3 *z, struct z3_slot *s, skiff_err *err)
+{
+    if (!s->req) return 0;
+    struct tr_comm_req *r = s->req;
+    s->req = NULL;
+    return tr_comm_wait(z->cd->comm, r, err);
+}
+
+// This rank's piece of unit u (its shard of the stored weights) into s at
+// the piece's place, and the all-gather of the rest started.
+static int z3_gather_into(struct zero3 *z, struct z3_slot *s, int u, skiff_err *err)
+{
+    size_t plen = z->len[u] / (size_t)z->world, e = z->elem;
+    const char *shard = (const char *)cuda_gpt2_params(z->cd->m);
+    s->unit = u;
+    CUDA_CHECK(cudaMemcpyAsync((char *)s->buf + (size_t)z->rank * plen * e, shard + z->off[u] * e, plen * e,
+                               cudaMemcpyDeviceToDevice, z->cd->s));
+    return z3_start(z, s, TR_COMM_ALL_GATHER, err);
+}
+
+static struct z3_slot *z3_find(struct zero3 *z, int u)
+{
+    for (int i = 0; i < z->nbuf; i++)
+        if (z->p[i].unit == u) return &z->p[i];
+    return NULL;
+}
+
+static void *z3_gather(void *ctx, int u, int backward, skiff_err *err)
+{
+    struct zero3 *z = (struct zero3 *)ctx;
+    struct z3_slot *s;
+    if (u == 0) {
+        s = &z->root;
+        if (!z->root_valid && z3_gather_into(z, s, 0, err) < 0) return NULL;
+        z->root_valid = 1;
+    } else if (!(s = z3_find(z, u))) {
+        // not prefetched: the slots' gathers are no longer needed (the
+        // stream orders the new one after the kernels that read them)
+        for (int i = 0; i < z->nbuf; i++) {
+            if (z3_wait(z, &z->p[i], err) < 0) return NULL;
+            z->p[i].unit = -1;
+        }
+        s = &z->p[0];
+        if (z3_gather_into(z, s, u, err) < 0) return NULL;
+    }
+    if (z3_wait(z, s, err) < 0) return NULL;
+    int next = backward ? (u == 0 ? z->L : u - 1) : u + 1;
+    if (z->nbuf == 2 && next >= 1 && next <= z->L && !z3_find(z, next)) {
+        struct z3_slot *f = z->p[0].unit == -1 ? &z->p[0] : z->p[1].unit == -1 ? &z->p[1] : NULL;
+        if (f && z3_gather_into(z, f, next, err) < 0) return NULL;
+    }
+    return s->buf;
+}
+
+static int z3_release(void *ctx, int u, skiff_err *)
+{
+    struct zero3 *z = (struct zero3 *)ctx;
+    struct z3_slot *s = u ? z3_find(z, u) : NULL; // the root stays
+    if (s) s->unit = -1;
+    return 0;
+}
+
+// Waits for s's reduce-scatter and adds this rank's piece of the sum to
+// the gradient shard.
+static int z3_reduced(struct zero3 *z, struct z3_slot *s, skiff_err *err)
+{
+    if (s->unit < 0) return 0;
+    TRY(z3_wait(z, s, err));
+    size_t plen = z->len[s->unit] / (size_t)z->world;
+    TRY(cuda_gpt2_accumulate(z->cd->m, z->gshard + z->off[s->unit], (const float *)s->buf + (size_t)z->rank * plen,
+                             plen, err));
+    s->unit = -1;
+    return 0;
+}
+
+static float *z3_grad(void *ctx, int u, skiff_err *err)
+{
+    struct zero3 *z = (struct zero3 *)ctx;
+    struct z3_slot *s = u ? &z->g[z->g_turn] : &z->root_grad;
+    if (u) z->g_turn = (z->g_turn + 1) % z->nbuf;
+    // the oldest buffer: its reduce-scatter ran while the last block computed
+    if (z3_reduced(z, s, err) < 0) return NULL;
+    s->unit = u;
+    cudaError_t e = cudaMemsetAsync(s->buf, 0, z->len[u] * sizeof(float), z->cd->s);
+    if (e != cudaSuccess) {
+        skiff_error(err, 0, "%s:%d: cudaMemsetAsync: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+        return NULL;
+    }
+    return (float *)s->buf;
+}
+
+static int z3_grad_done(void *ctx, int u, skiff_err *err)
+{
+    struct zero3 *z = (struct zero3 *)ctx;
+    struct z3_slot *s = !u ? &z->root_grad : z->g[0].unit == u ? &z->g[0] : &z->g[1];
+    return z3_start(z, s, TR_COMM_REDUCE_SCATTER, err);
+}
+
+// After a backward: every reduce-scatter in, every prefetch done.
+static int z3_drain(struct zero3 *z, skiff_err *err)
+{
+    TRY(z3_reduced(z, &z->g[0], err));
+    TRY(z3_reduced(z, &z->g[1], err));
+    TRY(z3_reduced(z, &z->root_grad, err));
+    for (int i = 0; i < z->nbuf; i++) {
+        TRY(z3_wait(z, &z->p[i], err));
+        z->p[i].unit = -1;
+    }
+    return 0;
+}
+
+// Floats of the gathered buffers of each kind (weights, gradients): the
+// root and --zero3-buffers blocks.
+static size_t z3_gathered(const struct zero3 *z) { return z->len[0] + (size_t)z->nbuf * z->len[1]; }
+
+// The shard's pieces for AdamW: unit by unit, this rank's piece of the
+// unit cut where its tensors meet, each with its tensor's weight decay.
+static int z3_opt_pieces(struct zero3 *z, const struct gpt2_config *cfg, skiff_err *err)
+{
+    int U = gpt2_num_units(cfg), n = 0;
+    struct cuda_opt_piece *pc = (struct cuda_opt_piece *)calloc((size_t)U * GPT2_UNIT_MAX_SLICES, sizeof(*pc));
+    if (!pc) return skiff_error(err, ENOMEM, "optimizer pieces");
+    struct gpt2_slice sl[GPT2_UNIT_MAX_SLICES];
+    for (int u = 0; u < U; u++) {
+        size_t total, uo = 0, plen = z->len[u] / (size_t)z->world, a = (size_t)z->rank * plen, b = a + plen;
+        int k = gpt2_unit_slices(cfg, u, sl, &total);
+        for (int i = 0; i < k; uo += sl[i].len, i++) {
+            size_t lo = uo > a ? uo : a, hi = uo + sl[i].len < b ? uo + sl[i].len : b;
+            if (lo < hi)
+                pc[n++] = (struct cuda_opt_piece){z->off[u] + (lo - a), hi - lo, gpt2_param_decays(sl[i].tensor)};
+        }
+    }
+    int rc = cuda_gpt2_set_opt_pieces(z->cd->m, pc, n, err);
+    free(pc);
+    return rc;
+}
+
+static int z3_open(struct cuda_device *cd, skiff_err *err)
+{
+    const struct gpt2_config *cfg = &cd->o->cfg;
+    struct zero3 *z = (struct zero3 *)calloc(1, sizeof(*z));
+    if (!z) return skiff_error(err, ENOMEM, "ZeRO-3");
+    cd->z3 = z;
+    z->cd = cd;
+    z->world = cd->P, z->rank = cd->rank, z->L = cfg->num_layers;
+    z->nbuf = cd->o->zero3_buffers;
+    z->elem = cuda_gpt2_param_elem_bytes(cd->m);
+    int U = gpt2_num_units(cfg);
+    z->len = (size_t *)calloc((size_t)U, sizeof(size_t));
+    z->off = (size_t *)calloc((size_t)U, sizeof(size_t));
+    if (!z->len || !z->off) return skiff_error(err, ENOMEM, "ZeRO-3 units");
+    for (int u = 0; u < U; u++) z->len[u] = train_zero3_unit(cfg, z->world, z->rank, u, &z->off[u]);
+    CUDA_CHECK(cudaMalloc((void **)&z->gshard, cd->plan->opt_len * sizeof(float)));
+    struct z3_slot *w[] = {&z->root, &z->p[0], &z->p[1]}, *g[] = {&z->root_grad, &z->g[0], &z->g[1]};
+    for (int i = 0; i < 3; i++) {
+        w[i]->unit = g[i]->unit = -1;
+        if (i > z->nbuf) continue;
+        size_t n = z->len[i ? 1 : 0]; // the blocks are all the same size
+        CUDA_CHECK(cudaMalloc(&w[i]->buf, n * z->elem));
+        CUDA_CHECK(cudaMalloc(&g[i]->buf, n * sizeof(float)));
+    }
+    z->units = (struct cuda_gpt2_units){z, z3_gather, z3_release, z3_grad, z3_grad_done};
+    cuda_gpt2_use_units(cd->m, &z->units);
+    return z3_opt_pieces(z, cfg, err);
+}
+
+static void z3_close(struct zero3 *z)
+{
+    if (!z) return;
+    struct z3_slot *all[] = {&z->root, &z->root_grad, &z->p[0], &z->p[1], &z->g[0], &z->g[1]};
+    skiff_err ignored;
+    for (int i = 0; i < 6; i++) {
+        z3_wait(z, all[i], &ignored);
+        if (all[i]->buf) cudaFree(all[i]->buf);
+    }
+    if (z->gshard) cudaFree(z->gshard);
+    free(z->len);
+    free(z->off);
+    free(z);
+}
+
 static int env_int(const char *name, int def)
 {
     const char *v = getenv(name);
@@ -193,9 +419,13 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     cd->pdtype = cd->prec == SKIFF_CUDA_FP32 ? TR_F32 : cd->prec == SKIFF_CUDA_BF16 ? TR_BF16 : TR_F16;
     cd->P = pl->world, cd->rank = pl->rank, cd->wrank = dist->rank;
     TRY(cuda_select_device(dist->local_rank, cd->gpu, sizeof(cd->gpu), err));
-    int P = cd->P, rank = cd->rank;
-    TRY(cuda_gpt2_create(&cd->m, &o->cfg, o->batch, o->seq, cd->prec, pl->tp, pl->tp_rank, pl->n_dev, pl->opt_off,
-                         pl->opt_len, err));
+    int P = cd->P, rank = cd->rank, z3 = o->zero == 3;
+    // --zero 3: the model holds the shard only (opt_len, at 0), the units
+    // come from z3_open's buffers
+    cd->mflags = (o->recompute ? CUDA_GPT2_RECOMPUTE : 0u) | (z3 ? CUDA_GPT2_UNITS : 0u);
+    cd->mpad = z3 ? pl->opt_len : pl->n_dev;
+    TRY(cuda_gpt2_create(&cd->m, &o->cfg, o->batch, o->seq, cd->prec, pl->tp, pl->tp_rank, cd->mflags, cd->mpad,
+                         z3 ? 0 : pl->opt_off, pl->opt_len, err));
     cd->s = (cudaStream_t)cuda_gpt2_stream(cd->m);
     cd->backend = "single";
     if (dist->world == 1) {
@@ -225,7 +455,8 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     CUDA_CHECK(cudaMalloc((void **)&cd->dscal, nscal(P) * sizeof(float)));
     CUDA_CHECK(cudaMemsetAsync(cd->dscal, 0, nscal(P) * sizeof(float), cd->s));
     if (o->zero == 2) CUDA_CHECK(cudaMalloc((void **)&cd->gshard, pl->opt_len * sizeof(float)));
-    cd->hparams = (float *)calloc(pl->n_pad, sizeof(float));
+    if (z3) TRY(z3_open(cd, err));
+    cd->hparams = (float *)calloc(z3 ? pl->opt_len : pl->n_pad, sizeof(float)); // ZeRO-3: the loop's shard
     cd->hm = (float *)calloc(pl->opt_len, sizeof(float));
     cd->hv = (float *)calloc(pl->opt_len, sizeof(float));
     cd->hstat = (float *)calloc(nscal(P), sizeof(float));
@@ -252,6 +483,7 @@ static void cuda_close(struct train_device *d)
     skiff_err ignored;
     if (cd->comm) cuda_comm_sync(cd->comm, &ignored);
     if (cd->tp_comm) cuda_comm_sync(cd->tp_comm, &ignored);
+    z3_close(cd->z3);
     cuda_gpt2_destroy(cd->m);
     free(cd->hparams);
     free(cd->hlocal);
@@ -300,7 +532,8 @@ static int cuda_upload(struct train_device *d, int with_opt, skiff_err *err)
     }
     if (with_opt) TRY(cuda_gpt2_set_opt_state(cd->m, cd->hm, cd->hv, err));
     const struct train_plan *pl = cd->plan;
-    if (pl->tp == 1) return cuda_gpt2_set_params(cd->m, cd->hparams, err);
+    if (cd->z3) cd->z3->root_valid = 0;                                    // the next forward gathers the new weights
+    if (pl->tp == 1) return cuda_gpt2_set_params(cd->m, cd->hparams, err); // ZeRO-3: the shard
     // --tp: the loop's whole weights (broadcast over the data-parallel group
     // from rank 0) from tensor-parallel rank 0 to the others, each keeping
     // its part (m and v are already in the part's layout)
@@ -336,6 +569,10 @@ static int cuda_download(struct train_device *d, skiff_err *err)
 {
     struct cuda_device *cd = (struct cuda_device *)d->impl;
     const struct train_plan *pl = cd->plan;
+    if (cd->z3) { // each rank its shard, as the CPU's ZeRO-3 saves it
+        TRY(cuda_gpt2_get_master(cd->m, cd->hparams, err));
+        return cuda_gpt2_get_opt_state(cd->m, cd->hm, cd->hv, err);
+    }
     float *g = cuda_gpt2_grads(cd->m);
     TRY(cuda_gpt2_master_to(cd->m, g, err));
     if (cd->o->zero && cd->P > 1) TRY(tr_all_gather(cd->comm, g, pl->n_dev, TR_F32, err));
@@ -422,7 +659,10 @@ static int finish_step(struct cuda_device *cd, int step, float lr, float *norm, 
     float *grads = cuda_gpt2_grads(cd->m);
     int P = cd->P;
     if (o->zero == 1) TRY(tr_reduce_scatter(c, grads, pl->n_dev, TR_F32, err));
-    const float *gopt = o->zero == 0 ? grads : o->zero == 1 ? grads + pl->opt_off : cd->gshard;
+    const float *gopt = o->zero == 0   ? grads
+                        : o->zero == 1 ? grads + pl->opt_off
+                        : o->zero == 2 ? cd->gshard
+                                       : cd->z3->gshard;
     if (inject_overflow(step + 1)) TRY(cuda_gpt2_fill(cd->m, (float *)gopt, INFINITY, 1, err));
     float *ss = cd->dscal, *norm2 = cd->dscal + 1, *slots = cd->dscal + 2;
     CUDA_CHECK(cudaMemsetAsync(ss, 0, sizeof(float), cd->s));
@@ -445,7 +685,9 @@ static int finish_step(struct cuda_device *cd, int step, float lr, float *norm, 
                         err));
     // ZeRO: each rank updated its shard of the fp32 master and of the stored
     // weights; gather the stored (bf16/fp16) weights, half the bytes of fp32.
-    if (o->zero && P > 1) TRY(tr_all_gather(c, cuda_gpt2_params(cd->m), pl->n_dev, cd->pdtype, err));
+    // ZeRO-3 gathers nothing here: the next forward gathers unit by unit.
+    if (o->zero && o->zero < 3 && P > 1) TRY(tr_all_gather(c, cuda_gpt2_params(cd->m), pl->n_dev, cd->pdtype, err));
+    if (cd->z3) cd->z3->root_valid = 0; // the weights changed
     // The step's one drain.
     TRY(cuda_gpt2_d2h(cd->m, cd->hstat, cd->dscal, nscal(P) * sizeof(float), err));
     *norm = sqrtf(cd->hstat[1]) * inv;
@@ -467,8 +709,9 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
     float wait_ms = 0.0f;
     int ddp_step = o->zero == 0 && P > 1;
     double tp_busy0 = cd->tp_comm ? cd->tp_comm->stats.busy_s : 0;
-    TRY(cuda_gpt2_zero_grad(cd->m, err));
+    TRY(cuda_gpt2_zero_grad(cd->m, err)); // (ZeRO-3: none to zero, every unit's buffer starts at zero)
     if (o->zero == 2) CUDA_CHECK(cudaMemsetAsync(cd->gshard, 0, pl->opt_len * sizeof(float), cd->s));
+    if (cd->z3) CUDA_CHECK(cudaMemsetAsync(cd->z3->gshard, 0, pl->opt_len * sizeof(float), cd->s));
     for (int k = 0; k < K; k++) {
         TRY(b->load(b, k, err));
         float dloss = (float)(loss_scale(cd) / ((double)o->batch * o->seq * K * P));
@@ -476,6 +719,7 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
         int last = k == K - 1, ddp = ddp_step && last; // no_sync on earlier micro-steps
         cd->nreqs = 0;
         TRY(cuda_gpt2_backward(cd->m, ddp ? grad_ready : NULL, cd, err));
+        if (cd->z3) TRY(z3_drain(cd->z3, err)); // each block's reduce-scatter added to the shard
         if (ddp) {
             CUDA_CHECK(cudaEventRecord(cd->ev0, cd->s));
             for (size_t i = 0; i < cd->nreqs; i++) TRY(tr_comm_wait(c, cd->reqs[i], err));
@@ -532,13 +776,36 @@ static int cuda_d2h(struct train_device *d, void *host, const void *dev, size_t 
     return cuda_gpt2_d2h(((struct cuda_device *)d->impl)->m, host, dev, bytes, err);
 }
 
+// Where the run trains, and what a rank holds by kind as the CPU device
+// says it (from the model's memory plan, which its allocations are checked
+// against, and the device's own buffers): the weights in the storage type
+// (ZeRO-3: the shard and the gathered units), the gradients (fp32; ZeRO-2
+// and ZeRO-3: with the accumulated shard), AdamW's master, m and v, and the
+// activations with their gradients (kept, one chunk of logits, the
+// backward's buffers).
 static void cuda_describe(struct train_device *d, char *buf, size_t len)
 {
     struct cuda_device *cd = (struct cuda_device *)d->impl;
-    char tp[48] = "";
-    if (cd->plan->tp > 1) snprintf(tp, sizeof(tp), ", tensor-parallel part %d of %d", cd->plan->tp_rank, cd->plan->tp);
-    snprintf(buf, len, "%s (cuda, %s, %s collectives%s, %.2f GiB)", cd->gpu,
-             cd->o->precision ? cd->o->precision : "bf16", cd->backend, tp, cuda_gpt2_bytes(cd->m) / 1073741824.0);
+    const struct train_opts *o = cd->o;
+    const struct train_plan *pl = cd->plan;
+    struct cuda_mem_plan mp;
+    cuda_gpt2_memory_plan(&o->cfg, o->batch, o->seq, cd->prec, pl->tp, cd->mflags, cd->mpad, pl->opt_len, &mp);
+    double f = 1.0 / (1 << 20), gath = cd->z3 ? (double)z3_gathered(cd->z3) : 0;
+    double params = (double)mp.params + gath * (double)cuda_gpt2_param_elem_bytes(cd->m);
+    double grads =
+        (double)mp.grads + (cd->gshard || cd->z3 ? (double)pl->opt_len * sizeof(float) : 0) + gath * sizeof(float);
+    double acts = (double)(mp.activations + mp.logits + mp.backward);
+    double own = (double)cuda_gpt2_bytes(cd->m) + (params - mp.params) + (grads - mp.grads);
+    char tp[48] = "", z3[96] = "";
+    if (pl->tp > 1) snprintf(tp, sizeof(tp), ", tensor-parallel part %d of %d", pl->tp_rank, pl->tp);
+    if (cd->z3)
+        snprintf(z3, sizeof(z3), ", of which gathered units %.1f MiB + %.1f MiB",
+                 gath * (double)cuda_gpt2_param_elem_bytes(cd->m) * f, gath * sizeof(float) * f);
+    snprintf(buf, len,
+             "%s (cuda, %s, %s collectives%s, %.2f GiB), per rank: params %.1f MiB, gradients %.1f MiB, optimizer "
+             "%.1f MiB, activations %.1f MiB%s%s",
+             cd->gpu, o->precision ? o->precision : "bf16", cd->backend, tp, own / 1073741824.0, params * f, grads * f,
+             (double)mp.optimizer * f, acts * f, cd->mflags & CUDA_GPT2_RECOMPUTE ? " (recomputed per block)" : "", z3);
 }
 
 static int cuda_finish(struct train_device *d, skiff_err *err)

@@ -36,6 +36,20 @@ struct cuda_gpt2 {
     float *tpbuf; // fp32 staging of a bf16/fp16 sum: (B*T, C)
     size_t nparams, n_pad, opt_off, opt_len;
     size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
+    // --recompute: the block's inner activations (ln1 ... fchg and their
+    // statistics) have one slot that every layer's pointers share; the
+    // backward redoes a block's forward into it from res3 of the block below
+    int recompute;
+    // ZeRO-3 (CUDA_GPT2_UNITS): the units' parameters and gradients, where
+    // the caller put them while gathered (uw, ug: per unit, NULL otherwise);
+    // uoff[i]: where tensor i's slice starts in its unit; the optimizer
+    // range in pieces with their weight decay
+    const struct cuda_gpt2_units *units;
+    void *uw[MAX_LAYERS + 1];
+    float *ug[MAX_LAYERS + 1];
+    size_t uoff[GPT2_NUM_PARAM_TENSORS];
+    struct cuda_opt_piece *pieces;
+    int npieces;
     cudaStream_t stream;
     struct mm_ctx mm;
     // cuBLASLt epilogues, each on unless SKIFF_CUDA_EPILOGUES leaves it out:
@@ -196,6 +210,7 @@ extern "C" void cuda_gpt2_destroy(struct cuda_gpt2 *m)
     if (m->bounce) cudaFreeHost(m->bounce);
     if (m->bounce_ev) cudaEventDestroy(m->bounce_ev);
     free(m->h_counts);
+    free(m->pieces);
     free(m);
 }
 
@@ -209,20 +224,21 @@ static size_t scratch_floats(int B, int T, int C, int NH)
     return fs;
 }
 
-extern "C" void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, int tp, size_t n_pad,
-                                      size_t opt_len, struct cuda_mem_plan *p)
+extern "C" void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, int tp, unsigned flags,
+                                      size_t n_pad, size_t opt_len, struct cuda_mem_plan *p)
 {
     size_t e = prec == SKIFF_CUDA_FP32 ? 4 : 2, N = (size_t)B * T, C = cfg->channels, L = cfg->num_layers;
     size_t NC = N * C, f = sizeof(float), NCl = NC / (size_t)tp, NHl = (size_t)cfg->num_heads / (size_t)tp;
+    size_t S = flags & CUDA_GPT2_RECOMPUTE ? 1 : L; // slots of a block's inner activations
     memset(p, 0, sizeof(*p));
     p->workspace = MM_WORKSPACE_BYTES;
     p->params = n_pad * e;
-    p->grads = n_pad * f;
+    p->grads = flags & CUDA_GPT2_UNITS ? 0 : n_pad * f;
     p->optimizer = 3 * opt_len * f; // master, m, v
-    // per layer: ln1, res2, ln2, res3 (C wide), qkv, atty (3C/tp, C/tp),
-    // fch, fchg (4C/tp) + LayerNorm statistics and the attention log-sum-exp
-    // of this rank's heads; then encoded and lnf
-    p->activations = L * ((4 * NC + 12 * NCl) * e + 4 * N * f + N * NHl * f) + 2 * NC * e + 2 * N * f;
+    // per layer res3 (C wide); per slot ln1, res2, ln2 (C wide), qkv, atty
+    // (3C/tp, C/tp), fch, fchg (4C/tp) + LayerNorm statistics and the
+    // attention log-sum-exp of this rank's heads; then encoded and lnf
+    p->activations = L * NC * e + S * ((3 * NC + 12 * NCl) * e + 4 * N * f + N * NHl * f) + 2 * NC * e + 2 * N * f;
     p->logits = (size_t)cuda_classifier_rows((int)N) * cfg->padded_vocab_size * e;
     p->backward = NC * e /* forward scratch */ + 2 * NC * e /* dres, d_c */ + 7 * NCl * e /* d_3c, d_4c */;
     p->scratch = scratch_floats(B, T, (int)C, cfg->num_heads) * f + 4 * C * f /* BGRADB output */ +
@@ -274,7 +290,7 @@ extern "C" int cuda_classifier_rows(int N)
 }
 
 static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int T, int prec, int tp, int tp_rank,
-                  size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err)
+                  unsigned flags, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err)
 {
     m->cfg = *cfg;
     m->B = B, m->T = T, m->prec = prec;
@@ -293,7 +309,19 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
                            "has n_embd %d / n_head %d: use --device cpu or another --model",
                            m->C, m->NH);
     m->nparams = gpt2_param_layout_tp(cfg, tp, m->sizes, m->offs);
-    if (n_pad < m->nparams || opt_off + opt_len > n_pad)
+    int units = (flags & CUDA_GPT2_UNITS) != 0;
+    m->recompute = (flags & CUDA_GPT2_RECOMPUTE) != 0;
+    if (units && tp > 1) return skiff_error(err, 0, "ZeRO-3 units with --tp %d: not composed", tp);
+    if (units) { // where each tensor's slice sits in its unit (the root's, a block's)
+        struct gpt2_slice sl[GPT2_UNIT_MAX_SLICES];
+        size_t total;
+        for (int u = 0; u < 2; u++) {
+            int n = gpt2_unit_slices(cfg, u, sl, &total);
+            size_t at = 0;
+            for (int i = 0; i < n; at += sl[i].len, i++) m->uoff[sl[i].tensor] = at;
+        }
+    }
+    if ((!units && n_pad < m->nparams) || opt_off + opt_len > n_pad)
         return skiff_error(err, 0, "bad parameter padding/shard (%zu/%zu+%zu of %zu)", n_pad, opt_off, opt_len,
                            m->nparams);
     m->n_pad = n_pad, m->opt_off = opt_off, m->opt_len = opt_len;
@@ -309,19 +337,27 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
 
     size_t e = m->elem, N = (size_t)B * T, C = m->C, L = m->L, Cl = m->Cl, F = m->F;
     DALLOC(m->params, n_pad * e);
-    DALLOC(m->grads, n_pad * sizeof(float));
+    if (!units) DALLOC(m->grads, n_pad * sizeof(float));
     DALLOC(m->master, opt_len * sizeof(float));
     DALLOC(m->m, opt_len * sizeof(float));
     DALLOC(m->v, opt_len * sizeof(float));
     // On the model's stream: the legacy-stream cudaMemset would not be ordered
     // before later work on this non-blocking stream.
     CUDA_CHECK(cudaMemsetAsync(m->params, 0, n_pad * e, m->stream));
-    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, n_pad * sizeof(float), m->stream));
+    if (!units) CUDA_CHECK(cudaMemsetAsync(m->grads, 0, n_pad * sizeof(float), m->stream));
     CUDA_CHECK(cudaMemsetAsync(m->m, 0, opt_len * sizeof(float), m->stream));
     CUDA_CHECK(cudaMemsetAsync(m->v, 0, opt_len * sizeof(float), m->stream));
 
     DALLOC(m->encoded, N * C * e);
     for (size_t l = 0; l < L; l++) {
+        DALLOC(m->res3[l], N * C * e);
+        if (m->recompute && l > 0) { // the block's one slot
+            m->ln1[l] = m->ln1[0], m->ln1_mean[l] = m->ln1_mean[0], m->ln1_rstd[l] = m->ln1_rstd[0];
+            m->qkv[l] = m->qkv[0], m->atty[l] = m->atty[0], m->lse[l] = m->lse[0], m->res2[l] = m->res2[0];
+            m->ln2[l] = m->ln2[0], m->ln2_mean[l] = m->ln2_mean[0], m->ln2_rstd[l] = m->ln2_rstd[0];
+            m->fch[l] = m->fch[0], m->fchg[l] = m->fchg[0];
+            continue;
+        }
         DALLOC(m->ln1[l], N * C * e);
         DALLOC(m->ln1_mean[l], N * sizeof(float));
         DALLOC(m->ln1_rstd[l], N * sizeof(float));
@@ -334,7 +370,6 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
         DALLOC(m->ln2_rstd[l], N * sizeof(float));
         DALLOC(m->fch[l], N * F * e);
         DALLOC(m->fchg[l], N * F * e);
-        DALLOC(m->res3[l], N * C * e);
     }
     DALLOC(m->lnf, N * C * e);
     DALLOC(m->lnf_mean, N * sizeof(float));
@@ -366,7 +401,7 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     // The memory plan (what gpu_tool budget reports without a GPU) must be
     // what was allocated.
     struct cuda_mem_plan plan;
-    cuda_gpt2_memory_plan(cfg, B, T, prec, tp, n_pad, opt_len, &plan);
+    cuda_gpt2_memory_plan(cfg, B, T, prec, tp, flags, n_pad, opt_len, &plan);
     if (plan.total != m->bytes)
         return skiff_error(err, 0, "%s:%d: internal: the model allocated %zu bytes, cuda_gpt2_memory_plan says %zu",
                            __FILE__, __LINE__, m->bytes, plan.total);
@@ -374,11 +409,12 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
 }
 
 extern "C" int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec, int tp,
-                                int tp_rank, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err)
+                                int tp_rank, unsigned flags, size_t n_pad, size_t opt_off, size_t opt_len,
+                                skiff_err *err)
 {
     struct cuda_gpt2 *m = (struct cuda_gpt2 *)calloc(1, sizeof(*m));
     if (!m) return skiff_error(err, ENOMEM, "model");
-    if (create(m, cfg, B, T, prec, tp, tp_rank, n_pad, opt_off, opt_len, err) < 0) {
+    if (create(m, cfg, B, T, prec, tp, tp_rank, flags, n_pad, opt_off, opt_len, err) < 0) {
         cuda_gpt2_destroy(m);
         return -1;
     }
@@ -390,6 +426,52 @@ extern "C" void cuda_gpt2_set_tp_allreduce(struct cuda_gpt2 *m, cuda_tp_allreduc
 {
     m->tp_sum_fn = fn;
     m->tp_ctx = ctx;
+}
+
+extern "C" void cuda_gpt2_use_units(struct cuda_gpt2 *m, const struct cuda_gpt2_units *u) { m->units = u; }
+
+extern "C" int cuda_gpt2_set_opt_pieces(struct cuda_gpt2 *m, const struct cuda_opt_piece *p, int n, skiff_err *err)
+{
+    struct cuda_opt_piece *c = (struct cuda_opt_piece *)malloc((n ? n : 1) * sizeof(*c));
+    if (!c) return skiff_error(err, ENOMEM, "optimizer pieces");
+    for (int i = 0; i < n; i++)
+        if (p[i].off + p[i].len > m->opt_len) {
+            free(c);
+            return skiff_error(err, 0, "optimizer piece %zu+%zu beyond the range's %zu", p[i].off, p[i].len,
+                               m->opt_len);
+        }
+    memcpy(c, p, n * sizeof(*c));
+    free(m->pieces);
+    m->pieces = c;
+    m->npieces = n;
+    return 0;
+}
+
+// ZeRO-3: unit u's parameters (the caller's gather) and gradients (its
+// buffer for this backward), remembered for P and G; no-ops without units.
+static int unit_gather(struct cuda_gpt2 *m, int u, int backward, skiff_err *err)
+{
+    if (!m->units) return 0;
+    if (!(m->uw[u] = m->units->gather(m->units->ctx, u, backward, err))) return -1;
+    return 0;
+}
+static int unit_release(struct cuda_gpt2 *m, int u, skiff_err *err)
+{
+    if (!m->units) return 0;
+    m->uw[u] = NULL;
+    return m->units->release(m->units->ctx, u, err);
+}
+static int unit_grad(struct cuda_gpt2 *m, int u, skiff_err *err)
+{
+    if (!m->units) return 0;
+    if (!(m->ug[u] = m->units->grad(m->units->ctx, u, err))) return -1;
+    return 0;
+}
+static int unit_grad_done(struct cuda_gpt2 *m, int u, skiff_err *err)
+{
+    if (!m->units) return 0;
+    m->ug[u] = NULL;
+    return m->units->grad_done(m->units->ctx, u, err);
 }
 
 extern "C" size_t cuda_gpt2_num_params(const struct cuda_gpt2 *m) { return m->nparams; }
@@ -421,6 +503,10 @@ extern "C" int cuda_gpt2_set_params_device(struct cuda_gpt2 *m, const float *dev
 
 extern "C" int cuda_gpt2_set_params(struct cuda_gpt2 *m, const float *host, skiff_err *err)
 {
+    if (m->units) { // the shard: its fp32 master, then the storage copy from it
+        TRY(cuda_gpt2_h2d(m, m->master, host, m->opt_len * sizeof(float), err));
+        return cuda_gpt2_params_from(m, m->master, err);
+    }
     // The gradient buffer (n_pad floats) is free between steps: stage there.
     TRY(cuda_gpt2_h2d(m, m->grads, host, m->n_pad * sizeof(float), err));
     TRY(cuda_gpt2_set_params_device(m, m->grads, err));
@@ -454,14 +540,19 @@ extern "C" int cuda_gpt2_set_opt_state(struct cuda_gpt2 *m, const float *hm, con
 
 // ---------------------------------------------------------------- forward
 // Pointer to layer l's slice of parameter tensor i in the storage buffer.
+// Under ZeRO-3, in unit 1+l's (or the root's) gathered buffer.
 template <typename T> static T *P(struct cuda_gpt2 *m, int i, int l)
 {
-    size_t per = m->sizes[i] / (i >= GPT2_LN1W && i <= GPT2_FCPROJB ? m->L : 1);
+    int block = i >= GPT2_LN1W && i <= GPT2_FCPROJB;
+    if (m->units) return (T *)m->uw[block ? 1 + l : 0] + m->uoff[i];
+    size_t per = m->sizes[i] / (block ? m->L : 1);
     return (T *)m->params + m->offs[i] + (size_t)l * per;
 }
 static float *G(struct cuda_gpt2 *m, int i, int l)
 {
-    size_t per = m->sizes[i] / (i >= GPT2_LN1W && i <= GPT2_FCPROJB ? m->L : 1);
+    int block = i >= GPT2_LN1W && i <= GPT2_FCPROJB;
+    if (m->units) return m->ug[block ? 1 + l : 0] + m->uoff[i];
+    size_t per = m->sizes[i] / (block ? m->L : 1);
     return m->grads + m->offs[i] + (size_t)l * per;
 }
 
@@ -510,67 +601,92 @@ template <typename T> static int classifier_chunk(struct cuda_gpt2 *m, int r0, i
     return 0;
 }
 
-// With tensor parallelism the block runs this rank's heads and hidden units
-// (Cl, NHl, F); the row-parallel outputs (attproj, fcproj) are summed over
-// the ranks before the residual, their replicated bias added by rank 0's
-// GEMM only, so it is in the sum once.
-template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, skiff_err *err)
+// Block l's forward from its first LayerNorm's output (ln1[l], written by
+// the kernel before) to the MLP's hidden activations (fch, fchg): what the
+// backward reads, and all that --recompute redoes. With tensor parallelism
+// the block runs this rank's heads and hidden units (Cl, NHl, F); the
+// row-parallel output (attproj) is summed over the ranks before the
+// residual, its replicated bias added by rank 0's GEMM only, so it is in
+// the sum once.
+template <typename T> static int block_inner(struct cuda_gpt2 *m, int l, skiff_err *err)
 {
-    int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, NH = m->NHl, Cl = m->Cl, F = m->F;
+    int B = m->B, Tn = m->T, C = m->C, N = B * Tn, NH = m->NHl, Cl = m->Cl, F = m->F;
     cudaStream_t s = m->stream;
     int bias_here = m->tp_rank == 0; // the row-parallel layers' bias
-    T *enc = (T *)m->encoded;
+    T *res_in = l == 0 ? (T *)m->encoded : (T *)m->res3[l - 1];
+    T *scr = (T *)m->scratch;
+    PROF(s, "qkv fwd",
+         mm_forward<T>(&m->mm, (T *)m->qkv[l], NULL, (T *)m->ln1[l], P<T>(m, GPT2_QKVW, l), P<T>(m, GPT2_QKVB, l), N, C,
+                       3 * Cl, s, err));
+    TRY(k_attention_forward<T>((T *)m->atty[l], m->lse[l], (T *)m->qkv[l], B, Tn, Cl, NH, s, err));
+    PROF(s, "attproj fwd",
+         mm_forward<T>(&m->mm, scr, NULL, (T *)m->atty[l], P<T>(m, GPT2_ATTPROJW, l),
+                       bias_here ? P<T>(m, GPT2_ATTPROJB, l) : NULL, N, Cl, C, s, err));
+    TRY(tp_sum<T>(m, scr, (size_t)N * C, err));
+    PROF(s, "residual + layernorm fwd",
+         k_residual_layernorm_forward<T>((T *)m->res2[l], (T *)m->ln2[l], m->ln2_mean[l], m->ln2_rstd[l], res_in, scr,
+                                         P<T>(m, GPT2_LN2W, l), P<T>(m, GPT2_LN2B, l), N, C, s, err));
+    if (m->fuse_gelu) {
+        PROF(s, "fc fwd",
+             mm_forward<T>(&m->mm, (T *)m->fchg[l], (T *)m->fch[l], (T *)m->ln2[l], P<T>(m, GPT2_FCW, l),
+                           P<T>(m, GPT2_FCB, l), N, C, F, s, err));
+    } else {
+        PROF(s, "fc fwd",
+             mm_forward<T>(&m->mm, (T *)m->fch[l], NULL, (T *)m->ln2[l], P<T>(m, GPT2_FCW, l), P<T>(m, GPT2_FCB, l), N,
+                           C, F, s, err));
+        PROF(s, "gelu fwd", k_gelu_forward<T>((T *)m->fchg[l], (T *)m->fch[l], (size_t)N * F, s, err));
+    }
+    return 0;
+}
+
+// The forward: the embedding and block 0's first LayerNorm, every block
+// (block_inner, then the MLP's second, row-parallel GEMM summed over the
+// tensor-parallel ranks and the residual add fused with the next LayerNorm:
+// ln1 of l+1, or lnf), the classifier. Under ZeRO-3 each block's unit is
+// gathered before it and released after it, and the next block's is
+// gathered before that last fused kernel, which reads its ln1 weights.
+template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, skiff_err *err)
+{
+    int B = m->B, Tn = m->T, C = m->C, L = m->L, N = B * Tn, F = m->F;
+    cudaStream_t s = m->stream;
+    int bias_here = m->tp_rank == 0; // the row-parallel layers' bias
+    T *enc = (T *)m->encoded, *scr = (T *)m->scratch;
+    TRY(unit_gather(m, 0, 0, err));
+    TRY(unit_gather(m, 1, 0, err)); // its ln1 is the embedding's LayerNorm
     PROF(s, "embedding fwd",
          k_encoder_forward<T>(enc, m->d_tokens, P<T>(m, GPT2_WTE, 0), P<T>(m, GPT2_WPE, 0), B, Tn, C, s, err));
     PROF(s, "layernorm fwd",
          k_residual_layernorm_forward<T>(enc, (T *)m->ln1[0], m->ln1_mean[0], m->ln1_rstd[0], enc, NULL,
                                          P<T>(m, GPT2_LN1W, 0), P<T>(m, GPT2_LN1B, 0), N, C, s, err));
     for (int l = 0; l < L; l++) {
-        T *res_in = l == 0 ? enc : (T *)m->res3[l - 1];
-        T *scr = (T *)m->scratch;
-        PROF(s, "qkv fwd",
-             mm_forward<T>(&m->mm, (T *)m->qkv[l], NULL, (T *)m->ln1[l], P<T>(m, GPT2_QKVW, l), P<T>(m, GPT2_QKVB, l),
-                           N, C, 3 * Cl, s, err));
-        TRY(k_attention_forward<T>((T *)m->atty[l], m->lse[l], (T *)m->qkv[l], B, Tn, Cl, NH, s, err));
-        PROF(s, "attproj fwd",
-             mm_forward<T>(&m->mm, scr, NULL, (T *)m->atty[l], P<T>(m, GPT2_ATTPROJW, l),
-                           bias_here ? P<T>(m, GPT2_ATTPROJB, l) : NULL, N, Cl, C, s, err));
-        TRY(tp_sum<T>(m, scr, (size_t)N * C, err));
-        PROF(s, "residual + layernorm fwd",
-             k_residual_layernorm_forward<T>((T *)m->res2[l], (T *)m->ln2[l], m->ln2_mean[l], m->ln2_rstd[l], res_in,
-                                             scr, P<T>(m, GPT2_LN2W, l), P<T>(m, GPT2_LN2B, l), N, C, s, err));
-        if (m->fuse_gelu) {
-            PROF(s, "fc fwd",
-                 mm_forward<T>(&m->mm, (T *)m->fchg[l], (T *)m->fch[l], (T *)m->ln2[l], P<T>(m, GPT2_FCW, l),
-                               P<T>(m, GPT2_FCB, l), N, C, F, s, err));
-        } else {
-            PROF(s, "fc fwd",
-                 mm_forward<T>(&m->mm, (T *)m->fch[l], NULL, (T *)m->ln2[l], P<T>(m, GPT2_FCW, l), P<T>(m, GPT2_FCB, l),
-                               N, C, F, s, err));
-            PROF(s, "gelu fwd", k_gelu_forward<T>((T *)m->fchg[l], (T *)m->fch[l], (size_t)N * F, s, err));
-        }
+        TRY(unit_gather(m, 1 + l, 0, err)); // (gathered already: ZeRO-3 starts the next one's gather)
+        TRY(block_inner<T>(m, l, err));
         PROF(s, "fcproj fwd",
              mm_forward<T>(&m->mm, scr, NULL, (T *)m->fchg[l], P<T>(m, GPT2_FCPROJW, l),
                            bias_here ? P<T>(m, GPT2_FCPROJB, l) : NULL, N, F, C, s, err));
         TRY(tp_sum<T>(m, scr, (size_t)N * C, err));
         // residual add fused with the next LayerNorm (ln1 of l+1, or lnf)
         int last = l == L - 1;
+        if (!last) TRY(unit_gather(m, 2 + l, 0, err));
         PROF(s, "residual + layernorm fwd",
              k_residual_layernorm_forward<T>((T *)m->res3[l], last ? (T *)m->lnf : (T *)m->ln1[l + 1],
                                              last ? m->lnf_mean : m->ln1_mean[l + 1],
                                              last ? m->lnf_rstd : m->ln1_rstd[l + 1], (T *)m->res2[l], scr,
                                              last ? P<T>(m, GPT2_LNFW, 0) : P<T>(m, GPT2_LN1W, l + 1),
                                              last ? P<T>(m, GPT2_LNFB, 0) : P<T>(m, GPT2_LN1B, l + 1), N, C, s, err));
+        TRY(unit_release(m, 1 + l, err));
     }
     // Without targets there is nothing to compute from the logits here
     // (cuda_gpt2_get_logits computes them when asked).
     m->have_dlnf = 0;
-    if (!m->have_targets) return 0;
-    for (int r0 = 0; r0 < N; r0 += m->crows)
-        TRY(classifier_chunk<T>(m, r0, N - r0 < m->crows ? N - r0 : m->crows, dloss, err));
-    m->have_dlnf = dloss != 0.0f;
-    PROF(s, "loss mean", k_mean(m->loss_acc, m->losses, N, s, err));
-    return 0;
+    if (m->have_targets) {
+        if (dloss != 0.0f) TRY(unit_grad(m, 0, err)); // the classifier adds wte's gradient
+        for (int r0 = 0; r0 < N; r0 += m->crows)
+            TRY(classifier_chunk<T>(m, r0, N - r0 < m->crows ? N - r0 : m->crows, dloss, err));
+        m->have_dlnf = dloss != 0.0f;
+        PROF(s, "loss mean", k_mean(m->loss_acc, m->losses, N, s, err));
+    }
+    return unit_release(m, 0, err);
 }
 
 extern "C" int cuda_gpt2_forward(struct cuda_gpt2 *m, const int *inputs, const int *targets, float dloss,
@@ -637,6 +753,7 @@ template <typename T> static int get_logits_t(struct cuda_gpt2 *m, float *host, 
 // forward keeps none).
 extern "C" int cuda_gpt2_get_logits(struct cuda_gpt2 *m, float *host, skiff_err *err)
 {
+    if (m->units) return skiff_error(err, 0, "the logits of a ZeRO-3 model: wte is not gathered after the forward");
     float *tmp;
     CUDA_CHECK(cudaMallocAsync((void **)&tmp, (size_t)m->crows * m->Vp * sizeof(float), m->stream));
     int rc = m->prec == SKIFF_CUDA_FP32   ? get_logits_t<float>(m, host, tmp, err)
@@ -720,11 +837,24 @@ template <typename T> static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready
     TRY(cuda_prof_begin(s, "zero dresidual"));
     CUDA_CHECK(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(T), s));
     TRY(cuda_prof_end(s));
+    TRY(unit_gather(m, 0, 1, err)); // (its gradient buffer is the forward's)
     PROF(s, "layernorm bwd",
          k_layernorm_backward<T>(dres, G(m, GPT2_LNFW, 0), G(m, GPT2_LNFB, 0), fs, dc, (T *)m->res3[L - 1],
                                  P<T>(m, GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N, C, s, err));
     for (int l = L - 1; l >= 0; l--) {
         T *res_in = l == 0 ? (T *)m->encoded : (T *)m->res3[l - 1];
+        TRY(unit_gather(m, 1 + l, 1, err));
+        TRY(unit_grad(m, 1 + l, err));
+        // --recompute: the slot holds the last block's activations from the
+        // forward; any other block's forward is redone into it from its
+        // input (the first LayerNorm alone, res_in being whole already), the
+        // same kernels on the same inputs: the same bits
+        if (m->recompute && l < L - 1) {
+            PROF(s, "layernorm fwd",
+                 k_residual_layernorm_forward<T>(res_in, (T *)m->ln1[l], m->ln1_mean[l], m->ln1_rstd[l], res_in, NULL,
+                                                 P<T>(m, GPT2_LN1W, l), P<T>(m, GPT2_LN1B, l), N, C, s, err));
+            TRY(block_inner<T>(m, l, err));
+        }
         // MLP: fcproj (+ GELU'), fc, ln2
         TRY(linear_backward<T>(m, &K_FCPROJ, d4, (T *)m->fch[l], GPT2_FCPROJW, GPT2_FCPROJB, l, (T *)m->fchg[l], dres,
                                N, F, C, err));
@@ -742,17 +872,22 @@ template <typename T> static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready
         PROF(s, "layernorm bwd",
              k_layernorm_backward<T>(dres, G(m, GPT2_LN1W, l), G(m, GPT2_LN1B, l), fs, dc, res_in,
                                      P<T>(m, GPT2_LN1W, l), m->ln1_mean[l], m->ln1_rstd[l], N, C, s, err));
+        TRY(unit_release(m, 1 + l, err));
+        TRY(unit_grad_done(m, 1 + l, err));
         if (ready) TRY(ready(ctx, m, l, err));
     }
     PROF(s, "embedding bwd",
          k_encoder_backward<T>(G(m, GPT2_WTE, 0), G(m, GPT2_WPE, 0), fs, dres, m->d_csr, m->nseg, m->nbig, B, Tn, C, s,
                                err));
+    TRY(unit_release(m, 0, err));
+    TRY(unit_grad_done(m, 0, err));
     if (ready) TRY(ready(ctx, m, -1, err));
     return 0;
 }
 
 extern "C" int cuda_gpt2_zero_grad(struct cuda_gpt2 *m, skiff_err *err)
 {
+    if (m->units) return 0; // ZeRO-3: every unit's buffer comes zeroed (cuda_gpt2_units.grad)
     TRY(cuda_prof_begin(m->stream, "zero grads"));
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_pad * sizeof(float), m->stream));
     return cuda_prof_end(m->stream);
@@ -770,6 +905,7 @@ extern "C" int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready,
 
 extern "C" int cuda_gpt2_get_grads(struct cuda_gpt2 *m, float *host, skiff_err *err)
 {
+    if (m->units) return skiff_error(err, 0, "the gradients of a ZeRO-3 model live in its units");
     return cuda_gpt2_d2h(m, host, m->grads, m->n_pad * sizeof(float), err);
 }
 
@@ -801,6 +937,14 @@ static int adamw_t(struct cuda_gpt2 *m, const float *grad, float lr, float b1, f
                    const float *norm2, float clip, int t, int upd, skiff_err *err)
 {
     float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+    for (int i = 0; i < m->npieces; i++) { // ZeRO-3: the shard's pieces (the padding of its units stays zero)
+        const struct cuda_opt_piece *p = &m->pieces[i];
+        size_t k = p->off;
+        PROF(m->stream, "adamw",
+             k_adamw<T>(m->master + k, upd ? (T *)m->params + k : NULL, grad + k, m->m + k, m->v + k, p->len, lr, b1,
+                        b2, eps, p->decay ? wd : 0.0f, gs, norm2, clip, bc1, bc2, m->stream, err));
+    }
+    if (m->pieces) return 0;
     size_t lo = m->opt_off, hi = m->opt_off + m->opt_len;
     // One launch per tensor piece inside the range, each with its own decay.
     for (int i = 0; i <= GPT2_NUM_PARAM_TENSORS; i++) {

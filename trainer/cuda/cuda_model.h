@@ -31,7 +31,17 @@ int cuda_select_device(int local_rank, char *name, size_t name_len, skiff_err *e
 /* Device memory cuda_gpt2_create allocates for these shapes, by what it is
  * for, computed on the host (no GPU needed); create checks that it
  * allocates exactly this. Not included: the CUDA context, NCCL's buffers, the
- * training loop's few scalars and the ZeRO-2 shard (opt_len floats). */
+ * training loop's few scalars, the ZeRO-2 shard (opt_len floats) and
+ * ZeRO-3's gathered units and gradient shard (the device's). With
+ * CUDA_GPT2_UNITS, n_pad = opt_len is the shard: params holds it in the
+ * storage type and there is no whole gradient buffer (grads 0). */
+/* Flags of cuda_gpt2_create and cuda_gpt2_memory_plan. */
+#define CUDA_GPT2_RECOMPUTE                                                                                            \
+    1u /* --recompute: the activations inside a block are kept for one block, and the                                  \
+        * backward redoes each block's forward from its input (kept per block) */
+#define CUDA_GPT2_UNITS                                                                                                \
+    2u /* ZeRO-3: the parameters and their gradients live in units (model.h) that the                                  \
+        * caller gathers (cuda_gpt2_use_units); the model keeps the optimizer's shard */
 struct cuda_mem_plan {
     size_t params;      /* storage copy (n_pad elements of the run's type) */
     size_t grads;       /* fp32, n_pad */
@@ -44,8 +54,8 @@ struct cuda_mem_plan {
     size_t workspace;   /* cuBLASLt */
     size_t total;
 };
-void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, int tp, size_t n_pad, size_t opt_len,
-                           struct cuda_mem_plan *p);
+void cuda_gpt2_memory_plan(const struct gpt2_config *cfg, int B, int T, int prec, int tp, unsigned flags, size_t n_pad,
+                           size_t opt_len, struct cuda_mem_plan *p);
 
 /* Rows of a classifier chunk for N = B*T rows: SKIFF_CUDA_CLASSIFIER_ROWS
  * (default 8192; 0 or more than N: all N). */
@@ -64,7 +74,36 @@ void cuda_attention_smem(int prec, int hs, size_t out[4]);
  * pass calls the all-reduce set by cuda_gpt2_set_tp_allreduce. tp 1,
  * tp_rank 0: the whole model. */
 int cuda_gpt2_create(struct cuda_gpt2 **out, const struct gpt2_config *cfg, int B, int T, int prec, int tp, int tp_rank,
-                     size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err);
+                     unsigned flags, size_t n_pad, size_t opt_off, size_t opt_len, skiff_err *err);
+/* ZeRO-3 (a model created with CUDA_GPT2_UNITS): what the model calls for
+ * the units' parameters and gradients, as the CPU model's gpt2_units does
+ * (model.h). gather(u) returns unit u's parameters (storage type, in the
+ * unit's layout: gpt2_unit_slices), valid until release(u); the forward
+ * gathers block l+1 before the end of block l (its first LayerNorm is fused
+ * with block l's last residual add), the backward gathers every block
+ * again. grad(u) returns a zeroed fp32 buffer of unit u's length, which the
+ * model adds the unit's gradient into, and grad_done(u) says it is final:
+ * block by block in the backward; the root (unit 0) once per micro-step,
+ * asked for in the forward (the classifier adds wte's gradient there) and
+ * done at the end of the backward. Device work is queued on the model's
+ * stream. On a failure gather and grad return NULL, release and grad_done
+ * -1, with err set. */
+struct cuda_gpt2_units {
+    void *ctx;
+    void *(*gather)(void *ctx, int u, int backward, skiff_err *err);
+    int (*release)(void *ctx, int u, skiff_err *err);
+    float *(*grad)(void *ctx, int u, skiff_err *err);
+    int (*grad_done)(void *ctx, int u, skiff_err *err);
+};
+void cuda_gpt2_use_units(struct cuda_gpt2 *m, const struct cuda_gpt2_units *u);
+/* ZeRO-3: the optimizer's range is a shard of units (policy.h), not a range
+ * of the llm.c buffer, so AdamW runs over these pieces of it, each with its
+ * tensor's weight decay (the model keeps a copy). */
+struct cuda_opt_piece {
+    size_t off, len; /* in the optimizer's range */
+    int decay;
+};
+int cuda_gpt2_set_opt_pieces(struct cuda_gpt2 *m, const struct cuda_opt_piece *p, int n, skiff_err *err);
 /* The sum over the tensor-parallel ranks, in place on n fp32 device floats,
  * ordered on the model's stream (queued there, or done before returning):
  * twice per block in the forward, twice in the backward. */
