@@ -277,10 +277,50 @@ static void nccl_destroy(struct tr_comm *c)
     free(c);
 }
 
-/* sendrecv (the last member): not on CUDA yet (issue 29); tr_sendrecv says so */
+// A ring neighbour (rank +- 1) or -1, as the TCP ring's sendrecv allows
+// (comm.h): the pipeline only talks to the next and the previous stage.
+static int check_peer(const struct tr_comm *c, int peer, const char *what, skiff_err *err)
+{
+    int P = c->world, r = c->rank;
+    if (peer < 0) return 0;
+    if (P > 1 && (peer == (r + 1) % P || peer == (r + P - 1) % P)) return 0;
+    return skiff_error(err, EINVAL, "%s rank %d of a group of %d from rank %d: only ring neighbours (rank +-1) %s",
+                       what, peer, P, r, P > 1 ? "exchange directly" : "exist, and a group of 1 has none");
+}
+
+// Point to point (pipeline stages): one ncclSend and one ncclRecv in one
+// group on the side stream, so two neighbours that exchange in both
+// directions at once do not wait for each other; ordered after the compute
+// stream's work and before what it queues next, as the collectives are.
+static int nccl_sendrecv(struct tr_comm *c, const void *sbuf, size_t sbytes, int to, void *rbuf, size_t rbytes,
+                         int from, skiff_err *err)
+{
+    struct nccl_impl *im = (struct nccl_impl *)c->impl;
+    TRY(check_peer(c, to, "send to", err));
+    TRY(check_peer(c, from, "receive from", err));
+    if (to < 0 && from < 0) return 0;
+    TRY(nccl_alive(c, im, err));
+    TRY(handoff(im, err));
+    NCCL_CHECK(ncclGroupStart());
+    ncclResult_t r = ncclSuccess;
+    if (to >= 0) r = ncclSend(sbuf, sbytes, ncclChar, to, im->comm, im->side);
+    if (from >= 0 && (r == ncclSuccess || r == ncclInProgress))
+        r = ncclRecv(rbuf, rbytes, ncclChar, from, im->comm, im->side);
+    ncclResult_t ge = ncclGroupEnd(); // closes the group on failure too
+    if (r == ncclSuccess || r == ncclInProgress) r = ge;
+    r = nccl_settle(im->comm, r, c->timeout_ms);
+    if (r != ncclSuccess)
+        return skiff_error(err, 0, "%s:%d: rank %d: ncclSend/ncclRecv (to %d, from %d): %s", __FILE__, __LINE__,
+                           c->rank, to, from,
+                           r == ncclInProgress ? "not done within --timeout" : ncclGetErrorString(r));
+    if (to >= 0) c->stats.bytes_sent += sbytes;
+    c->stats.ops++;
+    return handback(im, err);
+}
+
 static const struct tr_comm_ops nccl_ops = {
     "nccl",     nccl_allreduce, nccl_reduce_scatter, nccl_all_gather,  nccl_broadcast, nccl_barrier,
-    nccl_start, nccl_wait,      nccl_destroy,        nccl_start_group, NULL,
+    nccl_start, nccl_wait,      nccl_destroy,        nccl_start_group, nccl_sendrecv,
 };
 
 int cuda_comm_nccl_create(struct tr_store *store, int rank, int world, int local_rank, int timeout_ms,
@@ -546,11 +586,32 @@ static void staged_destroy(struct tr_comm *c)
     free(c);
 }
 
-/* sendrecv (the last member): not on CUDA yet (issue 29); tr_sendrecv says so */
+// Point to point through the host: the send half copied device -> pinned,
+// the TCP ring's sendrecv (which checks the peers), the received half
+// pinned -> device. One pinned buffer holds both halves.
+static int staged_sendrecv(struct tr_comm *c, const void *sbuf, size_t sbytes, int to, void *rbuf, size_t rbytes,
+                           int from, skiff_err *err)
+{
+    struct staged_impl *s = (struct staged_impl *)c->impl;
+    size_t sb = to >= 0 ? sbytes : 0, rb = from >= 0 ? rbytes : 0;
+    if (to < 0 && from < 0) return 0;
+    TRY(staged_buf(s, sb + rb, err));
+    if (sb) CUDA_CHECK(cudaMemcpyAsync(s->pinned, sbuf, sb, cudaMemcpyDeviceToHost, s->base.compute));
+    TRY(staged_drain(c, err)); // also: the device work that fills or still reads rbuf is done
+    double t0 = skiff_now_ms();
+    int rc = tr_sendrecv(s->host, sb ? s->pinned : NULL, sb, to, rb ? s->pinned + sb : NULL, rb, from, err);
+    c->stats.busy_s += (skiff_now_ms() - t0) / 1000;
+    if (rc < 0) return rc;
+    c->stats.bytes_sent += sb;
+    c->stats.ops++;
+    if (!rb) return 0;
+    CUDA_CHECK(cudaMemcpyAsync(rbuf, s->pinned + sb, rb, cudaMemcpyHostToDevice, s->base.compute));
+    return staged_drain(c, err); // the pinned buffer is reused by the next call
+}
+
 static const struct tr_comm_ops staged_ops = {
-    "host-staged",  staged_allreduce, staged_reduce_scatter, staged_all_gather, staged_broadcast,
-    staged_barrier, staged_start,     staged_wait,           staged_destroy,    staged_start_group,
-    NULL,
+    "host-staged", staged_allreduce, staged_reduce_scatter, staged_all_gather,  staged_broadcast, staged_barrier,
+    staged_start,  staged_wait,      staged_destroy,        staged_start_group, staged_sendrecv,
 };
 
 int cuda_comm_staged_create(struct tr_comm *host, cudaStream_t compute, struct tr_comm **out, skiff_err *err)
@@ -603,7 +664,8 @@ static void single_destroy(struct tr_comm *c)
     free(c);
 }
 
-/* sendrecv (the last member): not on CUDA yet (issue 29); tr_sendrecv says so */
+/* sendrecv (the last member): a group of one has no neighbour; tr_sendrecv
+ * says so (ENOTSUP) */
 static const struct tr_comm_ops single_ops = {
     "single",     single_op,   single_op,      single_op,          single_bcast, single_barrier,
     single_start, single_wait, single_destroy, single_start_group, NULL,

@@ -83,6 +83,21 @@ struct zero3 {
     struct cuda_gpt2_units units;
 };
 
+// --pp: this rank's pipeline stage (pipeline schedule below).
+struct cuda_pipe {
+    int stages, stage, dp, dp_rank, micro, gpipe, nslots, lo, hi;
+    struct tr_comm *ppc; // the stages of this rank's data-parallel replica
+    size_t bytes;        // one (B,T,C) tensor of the storage type on the wire
+    // A micro-batch in flight, until its backward: its token ids (host),
+    // and on the device its input (stages before the last: the forward is
+    // redone from it before the backward) or the gradient of its input
+    // (the last stage, which runs forward and backward back to back)
+    void **dev;
+    int **in, **tg;
+    int current; // the micro-batch whose activations the model holds, -1 none
+    double loss; // this step's loss on the last stage (its mean-loss accumulator)
+};
+
 struct cuda_device {
     const struct train_opts *o;
     const struct train_plan *plan;
@@ -111,6 +126,7 @@ struct cuda_device {
     struct zero3 *z3;            // --zero 3
     unsigned mflags;             // the model's CUDA_GPT2_* flags
     size_t mpad;                 // its parameter buffer (with --zero 3 the shard)
+    struct cuda_pipe *pp;        // --pp
 };
 
 // The loss scale of the next step: 1 unless fp16.
@@ -400,6 +416,220 @@ static void z3_close(struct zero3 *z)
     free(z);
 }
 
+// ---- --pp: pipeline stages on the GPU ------------------------------------
+// The layout is the CPU's (trainer/pipeline.c, policy.h): process r is
+// stage r / DP of data-parallel replica r % DP; train_stage_blocks splits
+// the blocks. What differs, and why:
+//  - Every rank keeps the whole model's weights, gradient buffer and AdamW
+//    state (a stage computes, and fills the gradient of, only its blocks;
+//    the rest of the buffer stays zero). After the schedule one all-reduce
+//    of the whole gradient over every rank (cd->comm) sums each block's
+//    gradient over its stage's data-parallel ranks and the tied wte's over
+//    the first and the last stage at once (the others add zeros), so the
+//    norm, clipping and AdamW are the data-parallel step's, unchanged, and
+//    rank 0 holds the whole state for a checkpoint: the same file the CPU
+//    --pp run (ZeRO 0) writes. The cost: P/DP times the gradient bytes of
+//    a per-stage reduction, and the memory of the whole model per rank.
+//  - The model keeps one set of activations (cuda_model.cu's buffers are
+//    per layer, not per micro-batch): a stage before the last keeps each
+//    micro-batch's input until its backward and redoes its forward from
+//    it first (GPipe's re-materialisation: one more forward per
+//    micro-batch there, the same kernels on the same input, so the same
+//    bits); the last stage runs each micro-batch's forward and backward
+//    back to back and keeps the gradient of its input until the schedule
+//    sends it.
+//  - Activations and their gradients travel with tr_sendrecv on the
+//    stages' group: ncclSend/ncclRecv in one group (NCCL), or through
+//    pinned host memory and the TCP ring (host-staged), comm_cuda.cu.
+// The schedules (GPipe, 1F1B) are pipeline.c's, message for message.
+
+static void pipe_close(struct cuda_pipe *p)
+{
+    if (!p) return;
+    for (int k = 0; k < p->nslots; k++) {
+        if (p->dev && p->dev[k]) cudaFree(p->dev[k]);
+        if (p->in) free(p->in[k]);
+        if (p->tg) free(p->tg[k]);
+    }
+    free(p->dev);
+    free(p->in);
+    free(p->tg);
+    tr_comm_destroy(p->ppc);
+    free(p);
+}
+
+static int pipe_open(struct cuda_device *cd, skiff_err *err)
+{
+    const struct train_opts *o = cd->o;
+    const struct train_plan *pl = cd->plan;
+    struct cuda_pipe *p = (struct cuda_pipe *)calloc(1, sizeof(*p));
+    if (!p) return skiff_error(err, ENOMEM, "pipeline");
+    cd->pp = p;
+    p->stages = pl->pp, p->stage = pl->pp_rank, p->dp = pl->world, p->dp_rank = pl->rank;
+    p->micro = o->grad_accum, p->gpipe = o->pp_gpipe, p->current = -1;
+    train_stage_blocks(o->cfg.num_layers, p->stages, p->stage, &p->lo, &p->hi);
+    TRY(cuda_gpt2_set_stage(cd->m, p->lo, p->hi, err));
+    int N = p->stages;
+    p->nslots = p->gpipe || N - p->stage > p->micro ? p->micro : N - p->stage;
+    p->bytes = (size_t)o->batch * o->seq * o->cfg.channels * cuda_gpt2_param_elem_bytes(cd->m);
+    size_t BT = (size_t)o->batch * o->seq;
+    p->dev = (void **)calloc((size_t)p->nslots, sizeof(void *));
+    p->in = (int **)calloc((size_t)p->nslots, sizeof(int *));
+    p->tg = (int **)calloc((size_t)p->nslots, sizeof(int *));
+    if (!p->dev || !p->in || !p->tg) return skiff_error(err, ENOMEM, "pipeline slots");
+    for (int k = 0; k < p->nslots; k++) {
+        p->in[k] = (int *)malloc(BT * sizeof(int));
+        p->tg[k] = (int *)malloc(BT * sizeof(int));
+        if (!p->in[k] || !p->tg[k]) return skiff_error(err, ENOMEM, "pipeline token slots");
+        CUDA_CHECK(cudaMalloc(&p->dev[k], p->bytes));
+    }
+    int *mem = (int *)malloc((size_t)N * sizeof(int));
+    if (!mem) return skiff_error(err, ENOMEM, "pipeline group");
+    for (int st = 0; st < N; st++) mem[st] = train_layout_rank(1, p->dp, st, p->dp_rank, 0);
+    char name[64];
+    snprintf(name, sizeof(name), "pp/%d", p->dp_rank);
+    int rc = make_group(cd, name, mem, N, p->stage, &p->ppc, err);
+    free(mem);
+    if (rc < 0)
+        return skiff_err_wrap(err, "pipeline group of data-parallel replica %d (--pp %d, %s)", p->dp_rank, N,
+                              cd->backend);
+    cuda_comm_link(cd->comm, p->ppc); // the stream can be stuck behind either's NCCL work
+    return 0;
+}
+
+static int pipe_p2p(struct cuda_pipe *p, const void *sbuf, int to, void *rbuf, int from, skiff_err *err)
+{
+    if (to < 0 && from < 0) return 0;
+    if (tr_sendrecv(p->ppc, sbuf, p->bytes, to, rbuf, p->bytes, from, err) < 0)
+        return skiff_err_wrap(err, "pipeline stage %d", p->stage);
+    return 0;
+}
+
+static int pipe_prev(const struct cuda_pipe *p) { return p->stage > 0 ? p->stage - 1 : -1; }
+static int pipe_next(const struct cuda_pipe *p) { return p->stage < p->stages - 1 ? p->stage + 1 : -1; }
+static int pipe_last(const struct cuda_pipe *p) { return p->stage == p->stages - 1; }
+static int pipe_slot(const struct cuda_pipe *p, int k) { return k % p->nslots; }
+
+// Where micro-batch k's input arrives: its slot, or on the last stage the
+// model's stage input (its forward follows at once).
+static void *pipe_in(struct cuda_device *cd, int k)
+{
+    struct cuda_pipe *p = cd->pp;
+    return pipe_last(p) ? cuda_gpt2_stage_in(cd->m) : p->dev[pipe_slot(p, k)];
+}
+
+// The gradient of micro-batch k's input, after its backward.
+static void *pipe_din(struct cuda_device *cd, int k)
+{
+    struct cuda_pipe *p = cd->pp;
+    return pipe_last(p) ? p->dev[pipe_slot(p, k)] : cuda_gpt2_stage_grad(cd->m);
+}
+
+static float pipe_dloss(const struct cuda_device *cd)
+{
+    const struct train_opts *o = cd->o;
+    return (float)(loss_scale(cd) / ((double)o->batch * o->seq * o->grad_accum * cd->pp->dp));
+}
+
+// The stage's forward of micro-batch k from its slot (the tokens and, after
+// the first stage, its input).
+static int pipe_run_forward(struct cuda_device *cd, int k, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    int sl = pipe_slot(p, k);
+    if (p->stage > 0 && !pipe_last(p))
+        CUDA_CHECK(cudaMemcpyAsync(cuda_gpt2_stage_in(cd->m), p->dev[sl], p->bytes, cudaMemcpyDeviceToDevice, cd->s));
+    TRY(cuda_gpt2_forward(cd->m, p->in[sl], pipe_last(p) ? p->tg[sl] : NULL, pipe_dloss(cd), err));
+    p->current = k;
+    return 0;
+}
+
+static int pipe_fwd(struct cuda_device *cd, struct train_batches *b, int k, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    int sl = pipe_slot(p, k);
+    size_t BT = (size_t)cd->o->batch * cd->o->seq;
+    TRY(b->load(b, k, err));
+    memcpy(p->in[sl], b->inputs, BT * sizeof(int));
+    memcpy(p->tg[sl], b->targets, BT * sizeof(int));
+    TRY(pipe_run_forward(cd, k, err));
+    if (!pipe_last(p)) return 0;
+    // the last stage: the backward at once, the gradient of the input kept
+    TRY(cuda_gpt2_backward(cd->m, NULL, NULL, err));
+    CUDA_CHECK(cudaMemcpyAsync(p->dev[sl], cuda_gpt2_stage_grad(cd->m), p->bytes, cudaMemcpyDeviceToDevice, cd->s));
+    return 0;
+}
+
+// The stage's backward of micro-batch k from the gradient the next stage
+// sent into the model's stage_grad; the forward redone first unless the
+// model holds k's activations.
+static int pipe_bwd(struct cuda_device *cd, int k, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    if (pipe_last(p)) return 0; // done with the forward
+    if (p->current != k) TRY(pipe_run_forward(cd, k, err));
+    return cuda_gpt2_backward(cd->m, NULL, NULL, err);
+}
+
+static int pipe_gpipe(struct cuda_device *cd, struct train_batches *b, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    int M = p->micro;
+    void *out = cuda_gpt2_stage_out(cd->m), *dout = cuda_gpt2_stage_grad(cd->m);
+    for (int k = 0; k < M; k++)
+        if (pipe_p2p(p, NULL, -1, pipe_in(cd, k), pipe_prev(p), err) < 0 || pipe_fwd(cd, b, k, err) < 0 ||
+            pipe_p2p(p, out, pipe_next(p), NULL, -1, err) < 0)
+            return -1;
+    for (int k = 0; k < M; k++)
+        if (pipe_p2p(p, NULL, -1, dout, pipe_next(p), err) < 0 || pipe_bwd(cd, k, err) < 0 ||
+            pipe_p2p(p, pipe_din(cd, k), pipe_prev(p), NULL, -1, err) < 0)
+            return -1;
+    return 0;
+}
+
+// 1F1B as pipeline.c's one_f_one_b: warm-up forwards, one forward and one
+// backward in turn (each neighbour exchange one sendrecv), the remaining
+// backwards.
+static int pipe_1f1b(struct cuda_device *cd, struct train_batches *b, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    int M = p->micro, warm = p->stages - p->stage - 1;
+    if (warm > M) warm = M;
+    int steady = M - warm, fk = 0, bk = 0;
+    void *out = cuda_gpt2_stage_out(cd->m), *dout = cuda_gpt2_stage_grad(cd->m);
+    for (; fk < warm; fk++)
+        if (pipe_p2p(p, NULL, -1, pipe_in(cd, fk), pipe_prev(p), err) < 0 || pipe_fwd(cd, b, fk, err) < 0 ||
+            pipe_p2p(p, out, pipe_next(p), NULL, -1, err) < 0)
+            return -1;
+    if (steady > 0 && pipe_p2p(p, NULL, -1, pipe_in(cd, fk), pipe_prev(p), err) < 0) return -1;
+    for (int i = 0; i < steady; i++, fk++, bk++) {
+        if (pipe_fwd(cd, b, fk, err) < 0 || pipe_p2p(p, out, pipe_next(p), dout, pipe_next(p), err) < 0 ||
+            pipe_bwd(cd, bk, err) < 0)
+            return -1;
+        // the freed slot of bk takes micro-batch fk+1 (nslots = warm + 1)
+        int more = i < steady - 1;
+        if (pipe_p2p(p, pipe_din(cd, bk), pipe_prev(p), more ? pipe_in(cd, fk + 1) : NULL, more ? pipe_prev(p) : -1,
+                     err) < 0)
+            return -1;
+    }
+    for (; bk < M; bk++)
+        if (pipe_p2p(p, NULL, -1, dout, pipe_next(p), err) < 0 || pipe_bwd(cd, bk, err) < 0 ||
+            pipe_p2p(p, pipe_din(cd, bk), pipe_prev(p), NULL, -1, err) < 0)
+            return -1;
+    return 0;
+}
+
+// Validation: the batch through the stages, forward only; the loss is the
+// last stage's (take_loss reports it as pipeline.c's loss share does).
+static int pipe_forward(struct cuda_device *cd, const int *inputs, const int *targets, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    if (pipe_p2p(p, NULL, -1, cuda_gpt2_stage_in(cd->m), pipe_prev(p), err) < 0) return -1;
+    TRY(cuda_gpt2_forward(cd->m, inputs, pipe_last(p) ? targets : NULL, 0.0f, err));
+    p->current = -1;
+    return pipe_p2p(p, cuda_gpt2_stage_out(cd->m), pipe_next(p), NULL, -1, err);
+}
+
 static int env_int(const char *name, int def)
 {
     const char *v = getenv(name);
@@ -418,6 +648,9 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     TRY(cuda_precision_parse(o->precision, &cd->prec, err));
     cd->pdtype = cd->prec == SKIFF_CUDA_FP32 ? TR_F32 : cd->prec == SKIFF_CUDA_BF16 ? TR_BF16 : TR_F16;
     cd->P = pl->world, cd->rank = pl->rank, cd->wrank = dist->rank;
+    // --pp: the device's collectives span every stage (the gradient
+    // all-reduce above, the loop's broadcast and means)
+    if (pl->pp > 1) cd->P = dist->world, cd->rank = dist->rank;
     TRY(cuda_select_device(dist->local_rank, cd->gpu, sizeof(cd->gpu), err));
     int P = cd->P, rank = cd->rank, z3 = o->zero == 3;
     // --zero 3: the model holds the shard only (opt_len, at 0), the units
@@ -444,6 +677,7 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     }
     d->comm = cd->comm;
     cuda_gpt2_set_waiter(cd->m, comm_wait, cd->comm);
+    if (pl->pp > 1) TRY(pipe_open(cd, err));
     if (cd->tp_comm) {
         cuda_comm_link(cd->comm, cd->tp_comm);
         cuda_gpt2_set_tp_allreduce(cd->m, tp_allreduce, cd);
@@ -483,7 +717,9 @@ static void cuda_close(struct train_device *d)
     skiff_err ignored;
     if (cd->comm) cuda_comm_sync(cd->comm, &ignored);
     if (cd->tp_comm) cuda_comm_sync(cd->tp_comm, &ignored);
+    if (cd->pp && cd->pp->ppc) cuda_comm_sync(cd->pp->ppc, &ignored);
     z3_close(cd->z3);
+    pipe_close(cd->pp);
     cuda_gpt2_destroy(cd->m);
     free(cd->hparams);
     free(cd->hlocal);
@@ -694,6 +930,7 @@ static int finish_step(struct cuda_device *cd, int step, float lr, float *norm, 
     double s = 0;
     for (int i = 0; i < P; i++) s += cd->hstat[3 + 2 * i];
     *loss = s / P / o->grad_accum;
+    if (cd->pp) *loss *= cd->pp->stages; // only the last stage's ranks have one
     return 0;
 }
 
@@ -710,6 +947,17 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
     int ddp_step = o->zero == 0 && P > 1;
     double tp_busy0 = cd->tp_comm ? cd->tp_comm->stats.busy_s : 0;
     TRY(cuda_gpt2_zero_grad(cd->m, err)); // (ZeRO-3: none to zero, every unit's buffer starts at zero)
+    if (cd->pp) {                         // the schedule, then the one all-reduce of the whole gradient
+        double pp_busy0 = cd->pp->ppc->stats.busy_s;
+        TRY(cd->pp->gpipe ? pipe_gpipe(cd, b, err) : pipe_1f1b(cd, b, err));
+        if (P > 1) TRY(tr_allreduce_sum(c, grads, pl->n_dev, TR_F32, err));
+        float norm = 0.0f;
+        TRY(finish_step(cd, step, lr, &norm, &st->loss, err));
+        TRY(scaler_update(&cd->sc, cd->amp, cd, step + 1, norm, err));
+        st->grad_norm = norm;
+        st->group_comm_ms = (cd->pp->ppc->stats.busy_s - pp_busy0) * 1000;
+        return 0;
+    }
     if (o->zero == 2) CUDA_CHECK(cudaMemsetAsync(cd->gshard, 0, pl->opt_len * sizeof(float), cd->s));
     if (cd->z3) CUDA_CHECK(cudaMemsetAsync(cd->z3->gshard, 0, pl->opt_len * sizeof(float), cd->s));
     for (int k = 0; k < K; k++) {
@@ -744,13 +992,16 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
 static int cuda_forward(struct train_device *d, const int *inputs, const int *targets, skiff_err *err)
 {
     struct cuda_device *cd = (struct cuda_device *)d->impl;
+    if (cd->pp) return pipe_forward(cd, inputs, targets, err);
     return cuda_gpt2_forward(cd->m, inputs, targets, 0.0f, err);
 }
 
 static int cuda_take_loss(struct train_device *d, double *sum, skiff_err *err)
 {
     struct cuda_device *cd = (struct cuda_device *)d->impl;
-    return cuda_gpt2_take_loss(cd->m, sum, err);
+    TRY(cuda_gpt2_take_loss(cd->m, sum, err));
+    if (cd->pp) *sum *= cd->pp->stages; // the last stage's, 0 on the others: the mean over every rank is theirs
+    return 0;
 }
 
 static void *cuda_alloc(struct train_device *, size_t bytes, skiff_err *err)
@@ -796,8 +1047,11 @@ static void cuda_describe(struct train_device *d, char *buf, size_t len)
         (double)mp.grads + (cd->gshard || cd->z3 ? (double)pl->opt_len * sizeof(float) : 0) + gath * sizeof(float);
     double acts = (double)(mp.activations + mp.logits + mp.backward);
     double own = (double)cuda_gpt2_bytes(cd->m) + (params - mp.params) + (grads - mp.grads);
-    char tp[48] = "", z3[96] = "";
+    char tp[96] = "", z3[96] = "";
     if (pl->tp > 1) snprintf(tp, sizeof(tp), ", tensor-parallel part %d of %d", pl->tp_rank, pl->tp);
+    if (cd->pp)
+        snprintf(tp, sizeof(tp), ", pipeline stage %d of %d (blocks %d-%d), dp %d, %s", cd->pp->stage, cd->pp->stages,
+                 cd->pp->lo, cd->pp->hi - 1, cd->pp->dp, cd->pp->gpipe ? "gpipe" : "1f1b");
     if (cd->z3)
         snprintf(z3, sizeof(z3), ", of which gathered units %.1f MiB + %.1f MiB",
                  gath * (double)cuda_gpt2_param_elem_bytes(cd->m) * f, gath * sizeof(float) * f);

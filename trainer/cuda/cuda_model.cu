@@ -40,6 +40,8 @@ struct cuda_gpt2 {
     // statistics) have one slot that every layer's pointers share; the
     // backward redoes a block's forward into it from res3 of the block below
     int recompute;
+    // --pp (cuda_gpt2_set_stage): this stage's blocks [lo, hi); 0, L: all
+    int lo, hi;
     // ZeRO-3 (CUDA_GPT2_UNITS): the units' parameters and gradients, where
     // the caller put them while gathered (uw, ug: per unit, NULL otherwise);
     // uoff[i]: where tensor i's slice starts in its unit; the optimizer
@@ -295,6 +297,7 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     m->cfg = *cfg;
     m->B = B, m->T = T, m->prec = prec;
     m->L = cfg->num_layers, m->C = cfg->channels, m->NH = cfg->num_heads;
+    m->lo = 0, m->hi = m->L;
     TRY(gpt2_tp_check(cfg, tp, err));
     if (tp_rank < 0 || tp_rank >= tp) return skiff_error(err, 0, "tensor-parallel rank %d of %d", tp_rank, tp);
     m->tp = tp, m->tp_rank = tp_rank;
@@ -427,6 +430,18 @@ extern "C" void cuda_gpt2_set_tp_allreduce(struct cuda_gpt2 *m, cuda_tp_allreduc
     m->tp_sum_fn = fn;
     m->tp_ctx = ctx;
 }
+
+extern "C" int cuda_gpt2_set_stage(struct cuda_gpt2 *m, int lo, int hi, skiff_err *err)
+{
+    if (lo < 0 || hi <= lo || hi > m->L || ((lo > 0 || hi < m->L) && (m->recompute || m->units)))
+        return skiff_error(err, 0, "pipeline stage: blocks [%d, %d) of %d%s", lo, hi, m->L,
+                           m->recompute || m->units ? " (not with --recompute or ZeRO-3)" : "");
+    m->lo = lo, m->hi = hi;
+    return 0;
+}
+extern "C" void *cuda_gpt2_stage_in(struct cuda_gpt2 *m) { return m->lo > 0 ? m->res3[m->lo - 1] : NULL; }
+extern "C" void *cuda_gpt2_stage_out(struct cuda_gpt2 *m) { return m->res3[m->hi - 1]; }
+extern "C" void *cuda_gpt2_stage_grad(struct cuda_gpt2 *m) { return m->dres; }
 
 extern "C" void cuda_gpt2_use_units(struct cuda_gpt2 *m, const struct cuda_gpt2_units *u) { m->units = u; }
 
@@ -651,14 +666,20 @@ template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, ski
     cudaStream_t s = m->stream;
     int bias_here = m->tp_rank == 0; // the row-parallel layers' bias
     T *enc = (T *)m->encoded, *scr = (T *)m->scratch;
+    int lo = m->lo, hi = m->hi;
     TRY(unit_gather(m, 0, 0, err));
-    TRY(unit_gather(m, 1, 0, err)); // its ln1 is the embedding's LayerNorm
-    PROF(s, "embedding fwd",
-         k_encoder_forward<T>(enc, m->d_tokens, P<T>(m, GPT2_WTE, 0), P<T>(m, GPT2_WPE, 0), B, Tn, C, s, err));
+    TRY(unit_gather(m, 1 + lo, 0, err)); // its ln1 is the embedding's LayerNorm
+    // a later pipeline stage starts from the residual stream the stage
+    // before sent into cuda_gpt2_stage_in (res3 of the block below)
+    if (lo == 0)
+        PROF(s, "embedding fwd",
+             k_encoder_forward<T>(enc, m->d_tokens, P<T>(m, GPT2_WTE, 0), P<T>(m, GPT2_WPE, 0), B, Tn, C, s, err));
+    else
+        enc = (T *)m->res3[lo - 1];
     PROF(s, "layernorm fwd",
-         k_residual_layernorm_forward<T>(enc, (T *)m->ln1[0], m->ln1_mean[0], m->ln1_rstd[0], enc, NULL,
-                                         P<T>(m, GPT2_LN1W, 0), P<T>(m, GPT2_LN1B, 0), N, C, s, err));
-    for (int l = 0; l < L; l++) {
+         k_residual_layernorm_forward<T>(enc, (T *)m->ln1[lo], m->ln1_mean[lo], m->ln1_rstd[lo], enc, NULL,
+                                         P<T>(m, GPT2_LN1W, lo), P<T>(m, GPT2_LN1B, lo), N, C, s, err));
+    for (int l = lo; l < hi; l++) {
         TRY(unit_gather(m, 1 + l, 0, err)); // (gathered already: ZeRO-3 starts the next one's gather)
         TRY(block_inner<T>(m, l, err));
         PROF(s, "fcproj fwd",
@@ -676,6 +697,8 @@ template <typename T> static int forward_t(struct cuda_gpt2 *m, float dloss, ski
                                              last ? P<T>(m, GPT2_LNFB, 0) : P<T>(m, GPT2_LN1B, l + 1), N, C, s, err));
         TRY(unit_release(m, 1 + l, err));
     }
+    m->have_dlnf = 0;
+    if (hi < L) return unit_release(m, 0, err); // an earlier stage: its output is res3[hi-1]
     // Without targets there is nothing to compute from the logits here
     // (cuda_gpt2_get_logits computes them when asked).
     m->have_dlnf = 0;
@@ -834,14 +857,19 @@ template <typename T> static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready
     cudaStream_t s = m->stream;
     T *dres = (T *)m->dres, *dc = (T *)m->d_c, *d3 = (T *)m->d_3c, *d4 = (T *)m->d_4c;
     float *fs = m->fscratch;
-    TRY(cuda_prof_begin(s, "zero dresidual"));
-    CUDA_CHECK(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(T), s));
-    TRY(cuda_prof_end(s));
+    int lo = m->lo, hi = m->hi;
     TRY(unit_gather(m, 0, 1, err)); // (its gradient buffer is the forward's)
-    PROF(s, "layernorm bwd",
-         k_layernorm_backward<T>(dres, G(m, GPT2_LNFW, 0), G(m, GPT2_LNFB, 0), fs, dc, (T *)m->res3[L - 1],
-                                 P<T>(m, GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N, C, s, err));
-    for (int l = L - 1; l >= 0; l--) {
+    // an earlier pipeline stage starts from the gradient of its output that
+    // the next stage sent into dres (cuda_gpt2_stage_grad)
+    if (hi == L) {
+        TRY(cuda_prof_begin(s, "zero dresidual"));
+        CUDA_CHECK(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(T), s));
+        TRY(cuda_prof_end(s));
+        PROF(s, "layernorm bwd",
+             k_layernorm_backward<T>(dres, G(m, GPT2_LNFW, 0), G(m, GPT2_LNFB, 0), fs, dc, (T *)m->res3[L - 1],
+                                     P<T>(m, GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N, C, s, err));
+    }
+    for (int l = hi - 1; l >= lo; l--) {
         T *res_in = l == 0 ? (T *)m->encoded : (T *)m->res3[l - 1];
         TRY(unit_gather(m, 1 + l, 1, err));
         TRY(unit_grad(m, 1 + l, err));
@@ -876,9 +904,11 @@ template <typename T> static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready
         TRY(unit_grad_done(m, 1 + l, err));
         if (ready) TRY(ready(ctx, m, l, err));
     }
-    PROF(s, "embedding bwd",
-         k_encoder_backward<T>(G(m, GPT2_WTE, 0), G(m, GPT2_WPE, 0), fs, dres, m->d_csr, m->nseg, m->nbig, B, Tn, C, s,
-                               err));
+    // a later pipeline stage leaves the gradient of its input in dres
+    if (lo == 0)
+        PROF(s, "embedding bwd",
+             k_encoder_backward<T>(G(m, GPT2_WTE, 0), G(m, GPT2_WPE, 0), fs, dres, m->d_csr, m->nseg, m->nbig, B, Tn, C,
+                                   s, err));
     TRY(unit_release(m, 0, err));
     TRY(unit_grad_done(m, 0, err));
     if (ready) TRY(ready(ctx, m, -1, err));
@@ -895,7 +925,8 @@ extern "C" int cuda_gpt2_zero_grad(struct cuda_gpt2 *m, skiff_err *err)
 
 extern "C" int cuda_gpt2_backward(struct cuda_gpt2 *m, cuda_grad_ready_fn ready, void *ctx, skiff_err *err)
 {
-    if (!m->have_dlnf) return skiff_error(err, 0, "backward needs a forward with targets and dloss != 0");
+    if (!m->have_dlnf && m->hi == m->L)
+        return skiff_error(err, 0, "backward needs a forward with targets and dloss != 0");
     switch (m->prec) {
     case SKIFF_CUDA_FP32: return backward_t<float>(m, ready, ctx, err);
     case SKIFF_CUDA_BF16: return backward_t<bf16>(m, ready, ctx, err);

@@ -96,6 +96,19 @@ struct cuda_gpt2_units {
     int (*grad_done)(void *ctx, int u, skiff_err *err);
 };
 void cuda_gpt2_use_units(struct cuda_gpt2 *m, const struct cuda_gpt2_units *u);
+/* --pp: the model runs only blocks [lo, hi) (the whole model's buffers
+ * stay; a stage reads and writes only its blocks' slices, wte and wpe on
+ * the first stage, lnf and wte on the last). With lo > 0 the forward starts
+ * from the (B,T,C) residual stream in stage_in (storage type, written by
+ * the caller; the token ids still pass through cuda_gpt2_forward), with
+ * hi < L it ends at stage_out (no classifier, no loss) and the backward
+ * starts from the gradient of stage_out that the caller wrote into
+ * stage_grad; with lo > 0 the backward leaves the gradient of stage_in in
+ * stage_grad. Not with --recompute or ZeRO-3. */
+int cuda_gpt2_set_stage(struct cuda_gpt2 *m, int lo, int hi, skiff_err *err);
+void *cuda_gpt2_stage_in(struct cuda_gpt2 *m); /* NULL on the first stage */
+void *cuda_gpt2_stage_out(struct cuda_gpt2 *m);
+void *cuda_gpt2_stage_grad(struct cuda_gpt2 *m);
 /* ZeRO-3: the optimizer's range is a shard of units (policy.h), not a range
  * of the llm.c buffer, so AdamW runs over these pieces of it, each with its
  * tensor's weight decay (the model keeps a copy). */
