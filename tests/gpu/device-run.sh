@@ -20,7 +20,8 @@
 #                 weights (build-llmc/, from `make gpu-llmc`; or LLMC_DIR)
 #   5. budget     the analytic model calibrated with the per-op table
 #   6. tests      tests/gpu/run-tests.sh (CUDA against the CPU reference, ...)
-#      parallel   tests/gpu/parallel.sh: --tp 2 and dp2 x tp2 (ZeRO-1), --zero 3
+#      parallel   tests/gpu/parallel.sh: --tp 2 and dp2 x tp2 (ZeRO-1), --pp 2
+#                 and dp2 x pp2 (a --pp 2 checkpoint resumed), --zero 3
 #                 (fp32 and bf16, its checkpoint resumed by one process) on
 #                 this one card against one process, --recompute (alone,
 #                 with --tp 2, with --zero 3) against keeping the
@@ -208,9 +209,10 @@ fi
 phase gpu-tests 240 env BUILD="$root/build" tests/gpu/run-tests.sh
 grep -c '^PASS' "$out/gpu-tests.log" 2>/dev/null | xargs -I{} echo "   {} passed"
 grep '^FAIL' "$out/gpu-tests.log" 2>/dev/null | sed 's/^/   /'
-# tensor parallelism, ZeRO-3 and recomputation on one card's worth of ranks
-# (TF32 matmuls: a wider fp32 tolerance than the emulation's 2e-5)
-phase parallel 240 env BUILD="$root/build" SKIFF_PARALLEL_TEST_BIN="$ST" SKIFF_PARALLEL_TEST_MODEL=small \
+# tensor and pipeline parallelism, ZeRO-3 and recomputation on one card's
+# worth of ranks (TF32 matmuls: a wider fp32 tolerance than the
+# emulation's 2e-5; --pp's host-staged sendrecv between ranks on one GPU)
+phase parallel 300 env BUILD="$root/build" SKIFF_PARALLEL_TEST_BIN="$ST" SKIFF_PARALLEL_TEST_MODEL=small \
   SKIFF_PARALLEL_TEST_SEQ=128 SKIFF_PARALLEL_TEST_BATCH=2 SKIFF_PARALLEL_TEST_STEPS=5 SKIFF_PARALLEL_TEST_TOL=5e-4 \
   SKIFF_PARALLEL_TEST_BF16_TOL=1e-2 tests/gpu/parallel.sh
 grep -E '^(PASS|FAIL)' "$out/parallel.log" 2>/dev/null | sed 's/^/   /'

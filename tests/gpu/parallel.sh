@@ -1,10 +1,12 @@
 #!/bin/bash
-# Tensor parallelism (--tp), ZeRO-3 (--zero 3) and activation recomputation
-# (--recompute) on skiff-train's CUDA path, on one card's worth of ranks:
+# Tensor parallelism (--tp), ZeRO-3 (--zero 3), pipeline parallelism (--pp)
+# and activation recomputation (--recompute) on skiff-train's CUDA path, on
+# one card's worth of ranks:
 # --tp 2 and dp2 x tp2 with ZeRO-1 against one process on the same global
 # batch, and a --tp 2 checkpoint (the parts gathered into the whole weights)
-# resumed by one process; --zero 3 on 2 ranks against one process (fp32 and
-# bf16), its checkpoint (each rank's shard) resumed by one process;
+# resumed by one process; --pp 2 --micro-batches 4 and dp2 x pp2 against
+# one process, a --pp 2 checkpoint resumed by one process; --zero 3 on 2
+# ranks against one process (fp32 and bf16), its checkpoint (each rank's shard) resumed by one process;
 # --recompute alone, under --tp 2 and under --zero 3 giving the same bits
 # as without. The ranks share the device, so every collective is
 # host-staged (NCCL refuses two ranks on one GPU): this checks the split of
@@ -83,6 +85,41 @@ else
 fi
 # what a rank holds: its part of the weights and activations (the describe line)
 grep -h -m1 'tensor-parallel part' "$tmp"/d2t2.jsonl.r0 2>/dev/null | sed 's/^/  /'
+
+# fp32: --pp 2 --micro-batches 4 (1F1B: activations and their gradients
+# between the stages with tr_sendrecv) gives the losses of one process
+# with --grad-accum 4 within TOL relative; its checkpoint after STEPS-1
+# steps (the whole state on rank 0, as the CPU --pp run writes it) resumed
+# by one process goes on as the one-process run does; dp2 x pp2 (4 ranks,
+# GPipe, 2 micro-batches per data-parallel rank) against the same process
+"$ST" "${F[@]}" --grad-accum 4 --log "$tmp/onea4.jsonl" >"$tmp/onea4.out" 2>&1 &&
+  runp 2 "$tmp/pp2.jsonl" "${F[@]}" --pp 2 --micro-batches 4 --stop-after $((STEPS - 1)) --ckpt-dir "$tmp/ckp" &&
+  "$ST" "${F[@]}" --grad-accum 4 --resume --ckpt-dir "$tmp/ckp" --log "$tmp/ppres.jsonl" >"$tmp/ppres.out" 2>&1
+rc=$?
+one=$(xloss "$tmp/onea4.jsonl") pp2=$(xloss "$tmp/pp2.jsonl") res=$(xloss "$tmp/ppres.jsonl")
+name="CUDA fp32 --pp 2 --micro-batches 4 (2 ranks): one process's losses within $TOL relative, its checkpoint resumed by one process"
+if [ "$rc" -eq 0 ] && grep -q 'world 2 = dp 1 x pp 2, .*host-staged collectives, pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 1, 1f1b' \
+  "$tmp/pp2.jsonl.r0" && awk -v a="$one" -v b="$pp2" -v c="$res" -v t="$TOL" -v n="$STEPS" '
+     function bad(x, y) { return (x - y)^2 > (t * x)^2 }
+     BEGIN { if (split(a, x) != n || split(b, y) != n - 1 || split(c, z) != 1) exit 1
+             for (i = 1; i < n; i++) if (bad(x[i], y[i])) exit 1
+             exit bad(x[n], z[1]) }'; then
+  t_pass "$name ($one| $pp2| $res)"
+else
+  t_fail "$name" "exit $rc; one: $one pp2: $pp2 resumed: $res; $(tail -n 2 "$tmp"/pp2.jsonl.r* "$tmp/ppres.out" | tr '\n' ' ')"
+fi
+runp 4 "$tmp/d2p2.jsonl" "${F[@]}" --pp 2 --micro-batches 2 --pp-schedule gpipe
+rc=$?
+d2p2=$(xloss "$tmp/d2p2.jsonl")
+name="CUDA fp32 dp2 x pp2 (4 ranks, gpipe): one process's losses within $TOL relative"
+if [ "$rc" -eq 0 ] && grep -q 'world 4 = dp 2 x pp 2, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 2, gpipe' \
+  "$tmp/d2p2.jsonl.r0" && awk -v a="$one" -v b="$d2p2" -v t="$TOL" -v n="$STEPS" '
+     BEGIN { if (split(a, x) != n || split(b, y) != n) exit 1
+             for (i = 1; i <= n; i++) if ((x[i] - y[i])^2 > (t * x[i])^2) exit 1 }'; then
+  t_pass "$name ($one| $d2p2)"
+else
+  t_fail "$name" "exit $rc; one: $one dp2xpp2: $d2p2; $(tail -n 2 "$tmp"/d2p2.jsonl.r* | tr '\n' ' ')"
+fi
 
 # same_bits NAME A B: two logs agree on everything but the timings
 same_bits() {
