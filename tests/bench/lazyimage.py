@@ -44,20 +44,21 @@ class Upload:
     def conn(self):
         return http.client.HTTPConnection(self.host, timeout=600)
 
-    def exists(self, digest):
+    def call(self, method, url, want=None, what="", **kw):
+        """One request on a new connection; exits unless the status is WANT."""
         c = self.conn()
-        c.request("HEAD", f"/v2/{self.repo}/blobs/{digest}")
+        c.request(method, url, **kw)
         r = c.getresponse()
         r.read()
-        return r.status == 200
+        if want is not None and r.status != want:
+            sys.exit(f"lazyimage: {what}: HTTP {r.status}")
+        return r
+
+    def exists(self, digest):
+        return self.call("HEAD", f"/v2/{self.repo}/blobs/{digest}").status == 200
 
     def start(self):
-        c = self.conn()
-        c.request("POST", f"/v2/{self.repo}/blobs/uploads/", headers={"Content-Length": "0"})
-        r = c.getresponse()
-        r.read()
-        if r.status != 202:
-            sys.exit(f"lazyimage: upload start: HTTP {r.status}")
+        r = self.call("POST", f"/v2/{self.repo}/blobs/uploads/", 202, "upload start", headers={"Content-Length": "0"})
         return r.getheader("Location")
 
     def send(self, chunks):
@@ -72,22 +73,12 @@ class Upload:
                 n += len(b)
                 yield b
 
-        c = self.conn()
-        c.request("PATCH", loc, body=counted(), encode_chunked=True,
-                  headers={"Content-Type": "application/octet-stream", "Transfer-Encoding": "chunked"})
-        r = c.getresponse()
-        r.read()
-        if r.status != 202:
-            sys.exit(f"lazyimage: upload: HTTP {r.status}")
+        r = self.call("PATCH", loc, 202, "upload", body=counted(), encode_chunked=True,
+                      headers={"Content-Type": "application/octet-stream", "Transfer-Encoding": "chunked"})
         digest = "sha256:" + h.hexdigest()
         loc = r.getheader("Location")
         sep = "&" if "?" in loc else "?"
-        c = self.conn()
-        c.request("PUT", f"{loc}{sep}digest={digest}", headers={"Content-Length": "0"})
-        r = c.getresponse()
-        r.read()
-        if r.status != 201:
-            sys.exit(f"lazyimage: upload end: HTTP {r.status}")
+        self.call("PUT", f"{loc}{sep}digest={digest}", 201, "upload end", headers={"Content-Length": "0"})
         return digest, n
 
     def blob(self, data):
@@ -97,12 +88,7 @@ class Upload:
         return d, len(data)
 
     def manifest(self, tag, data, mtype):
-        c = self.conn()
-        c.request("PUT", f"/v2/{self.repo}/manifests/{tag}", body=data, headers={"Content-Type": mtype})
-        r = c.getresponse()
-        r.read()
-        if r.status != 201:
-            sys.exit(f"lazyimage: manifest: HTTP {r.status}")
+        self.call("PUT", f"/v2/{self.repo}/manifests/{tag}", 201, "manifest", body=data, headers={"Content-Type": mtype})
 
 
 def random_bytes(n):

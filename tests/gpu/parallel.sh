@@ -33,6 +33,19 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 "$TOOL" mkshard --out "$tmp/train_000.bin" --tokens 200000 --vocab 256 --text >/dev/null ||
   { t_fail "tensor parallelism: mkshard"; t_done; }
 xloss() { grep -o '"loss":[0-9.]*' "$1" | cut -d: -f2 | tr '\n' ' '; }
+# follows_bf16 NAME RC ONE.jsonl RUN.jsonl: the run (its ranks' exit RC)
+# gave one process's losses within BTOL at every step
+follows_bf16() {
+  local name="$1 follows one process within $BTOL" rc=$2 one two
+  one=$(xloss "$3") two=$(xloss "$4")
+  if [ "$rc" -eq 0 ] && awk -v a="$one" -v b="$two" -v t="$BTOL" -v n="$STEPS" '
+       BEGIN { if (split(a, x) != n || split(b, y) != n) exit 1
+               for (i = 1; i <= n; i++) if ((x[i] - y[i])^2 > t * t) exit 1 }'; then
+    t_pass "$name ($one| $two)"
+  else
+    t_fail "$name" "exit $rc; one: $one; this: $two; $(tail -2 "$4".r* | tr '\n' ' ')"
+  fi
+}
 runp() { # runp N LOG TRAIN-ARGS...: N ranks of the CUDA loop on this machine
   local n=$1 log=$2 port=$((20000 + RANDOM % 20000)) pids=() rc=0 r
   shift 2
@@ -74,15 +87,7 @@ Bf=("${COMMON[@]}" --precision bf16)
 "$ST" "${Bf[@]}" --batch $((2 * B)) --log "$tmp/one2.jsonl" >"$tmp/one2.out" 2>&1 &&
   runp 4 "$tmp/d2t2.jsonl" "${Bf[@]}" --batch "$B" --tp 2 --zero 1
 rc=$?
-one=$(xloss "$tmp/one2.jsonl") d2t2=$(xloss "$tmp/d2t2.jsonl")
-name="CUDA bf16 dp2 x tp2 with --zero 1 (4 ranks) follows one process within $BTOL"
-if [ "$rc" -eq 0 ] && awk -v a="$one" -v b="$d2t2" -v t="$BTOL" -v n="$STEPS" '
-     BEGIN { if (split(a, x) != n || split(b, y) != n) exit 1
-             for (i = 1; i <= n; i++) if ((x[i] - y[i])^2 > t * t) exit 1 }'; then
-  t_pass "$name ($one| $d2t2)"
-else
-  t_fail "$name" "exit $rc; one: $one dp2xtp2: $d2t2; $(tail -2 "$tmp"/d2t2.jsonl.r* | tr '\n' ' ')"
-fi
+follows_bf16 "CUDA bf16 dp2 x tp2 with --zero 1 (4 ranks)" "$rc" "$tmp/one2.jsonl" "$tmp/d2t2.jsonl"
 # what a rank holds: its part of the weights and activations (the describe line)
 grep -h -m1 'tensor-parallel part' "$tmp"/d2t2.jsonl.r0 2>/dev/null | sed 's/^/  /'
 
@@ -174,15 +179,7 @@ fi
 runp 2 "$tmp/z3b.jsonl" "${Bf[@]}" --batch "$B" --zero 3 &&
   runp 2 "$tmp/z3br.jsonl" "${Bf[@]}" --batch "$B" --zero 3 --recompute
 rc=$?
-one=$(xloss "$tmp/one2.jsonl") z3b=$(xloss "$tmp/z3b.jsonl")
-name="CUDA bf16 --zero 3 (2 ranks) follows one process within $BTOL"
-if [ "$rc" -eq 0 ] && awk -v a="$one" -v b="$z3b" -v t="$BTOL" -v n="$STEPS" '
-     BEGIN { if (split(a, x) != n || split(b, y) != n) exit 1
-             for (i = 1; i <= n; i++) if ((x[i] - y[i])^2 > t * t) exit 1 }'; then
-  t_pass "$name ($one| $z3b)"
-else
-  t_fail "$name" "exit $rc; one: $one zero3: $z3b; $(tail -2 "$tmp"/z3b*.jsonl.r* | tr '\n' ' ')"
-fi
+follows_bf16 "CUDA bf16 --zero 3 (2 ranks)" "$rc" "$tmp/one2.jsonl" "$tmp/z3b.jsonl"
 same_bits "CUDA bf16 --zero 3 --recompute (2 ranks): the losses of --zero 3, bit for bit" "$tmp/z3br.jsonl" "$tmp/z3b.jsonl"
 # what a rank holds under ZeRO-3: its shards and the gathered units
 grep -h -m1 'zero 3' "$tmp"/z3b.jsonl.r0 2>/dev/null | sed 's/^.*per rank:/  per rank (bf16, --zero 3):/'
