@@ -95,7 +95,6 @@ struct cuda_pipe {
     void **dev;
     int **in, **tg;
     int current; // the micro-batch whose activations the model holds, -1 none
-    double loss; // this step's loss on the last stage (its mean-loss accumulator)
 };
 
 struct cuda_device {
@@ -949,6 +948,7 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
     TRY(cuda_gpt2_zero_grad(cd->m, err)); // (ZeRO-3: none to zero, every unit's buffer starts at zero)
     if (cd->pp) {                         // the schedule, then the one all-reduce of the whole gradient
         double pp_busy0 = cd->pp->ppc->stats.busy_s;
+        cd->pp->current = -1; // the weights changed since any activations the model holds
         TRY(cd->pp->gpipe ? pipe_gpipe(cd, b, err) : pipe_1f1b(cd, b, err));
         if (P > 1) TRY(tr_allreduce_sum(c, grads, pl->n_dev, TR_F32, err));
         float norm = 0.0f;
