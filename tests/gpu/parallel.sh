@@ -46,6 +46,24 @@ follows_bf16() {
     t_fail "$name" "exit $rc; one: $one; this: $two; $(tail -2 "$4".r* | tr '\n' ' ')"
   fi
 }
+# split_then_one NAME RC ONE.jsonl SPLIT.jsonl RESUMED.jsonl FIRST-LINE-RE: a
+# split run of STEPS-1 steps (its ranks' exit RC, rank 0's first line
+# matching the RE) gave one process's losses within TOL relative, and its
+# checkpoint resumed by one process gave the last step's (RESUMED.jsonl)
+split_then_one() {
+  local name="$1: one process's losses within $TOL relative, its checkpoint resumed by one process"
+  local rc=$2 one two res
+  one=$(xloss "$3") two=$(xloss "$4") res=$(xloss "$5")
+  if [ "$rc" -eq 0 ] && grep -q "$6" "$4.r0" && awk -v a="$one" -v b="$two" -v c="$res" -v t="$TOL" -v n="$STEPS" '
+       function bad(x, y) { return (x - y)^2 > (t * x)^2 }
+       BEGIN { if (split(a, x) != n || split(b, y) != n - 1 || split(c, z) != 1) exit 1
+               for (i = 1; i < n; i++) if (bad(x[i], y[i])) exit 1
+               exit bad(x[n], z[1]) }'; then
+    t_pass "$name ($one| $two| $res)"
+  else
+    t_fail "$name" "exit $rc; one: $one split: $two resumed: $res; $(tail -n 2 "$4".r* "${5%.jsonl}.out" | tr '\n' ' ')"
+  fi
+}
 runp() { # runp N LOG TRAIN-ARGS...: N ranks of the CUDA loop on this machine
   local n=$1 log=$2 port=$((20000 + RANDOM % 20000)) pids=() rc=0 r
   shift 2
@@ -68,18 +86,8 @@ F=("${COMMON[@]}" --precision fp32 --batch "$B")
   runp 2 "$tmp/tp2.jsonl" "${F[@]}" --tp 2 --stop-after $((STEPS - 1)) --ckpt-dir "$tmp/ck" &&
   "$ST" "${F[@]}" --resume --ckpt-dir "$tmp/ck" --log "$tmp/res.jsonl" >"$tmp/res.out" 2>&1
 rc=$?
-one=$(xloss "$tmp/one.jsonl") tp2=$(xloss "$tmp/tp2.jsonl") res=$(xloss "$tmp/res.jsonl")
-name="CUDA fp32 --tp 2 (2 ranks): one process's losses within $TOL relative, its checkpoint resumed by one process"
-if [ "$rc" -eq 0 ] && grep -q 'world 2 = dp 1 x tp 2, .*host-staged collectives, tensor-parallel part 0 of 2' \
-  "$tmp/tp2.jsonl.r0" && awk -v a="$one" -v b="$tp2" -v c="$res" -v t="$TOL" -v n="$STEPS" '
-     function bad(x, y) { return (x - y)^2 > (t * x)^2 }
-     BEGIN { if (split(a, x) != n || split(b, y) != n - 1 || split(c, z) != 1) exit 1
-             for (i = 1; i < n; i++) if (bad(x[i], y[i])) exit 1
-             exit bad(x[n], z[1]) }'; then
-  t_pass "$name ($one| $tp2| $res)"
-else
-  t_fail "$name" "exit $rc; one: $one tp2: $tp2 resumed: $res; $(tail -2 "$tmp"/tp2.jsonl.r* "$tmp/res.out" | tr '\n' ' ')"
-fi
+split_then_one "CUDA fp32 --tp 2 (2 ranks)" "$rc" "$tmp/one.jsonl" "$tmp/tp2.jsonl" "$tmp/res.jsonl" \
+  'world 2 = dp 1 x tp 2, .*host-staged collectives, tensor-parallel part 0 of 2'
 
 # bf16: dp2 x tp2 with ZeRO-1 (4 ranks: two tensor-parallel and two
 # data-parallel groups) against one process with twice the batch
@@ -101,21 +109,11 @@ grep -h -m1 'tensor-parallel part' "$tmp"/d2t2.jsonl.r0 2>/dev/null | sed 's/^/ 
   runp 2 "$tmp/pp2.jsonl" "${F[@]}" --pp 2 --micro-batches 4 --stop-after $((STEPS - 1)) --ckpt-dir "$tmp/ckp" &&
   "$ST" "${F[@]}" --grad-accum 4 --resume --ckpt-dir "$tmp/ckp" --log "$tmp/ppres.jsonl" >"$tmp/ppres.out" 2>&1
 rc=$?
-one=$(xloss "$tmp/onea4.jsonl") pp2=$(xloss "$tmp/pp2.jsonl") res=$(xloss "$tmp/ppres.jsonl")
-name="CUDA fp32 --pp 2 --micro-batches 4 (2 ranks): one process's losses within $TOL relative, its checkpoint resumed by one process"
-if [ "$rc" -eq 0 ] && grep -q 'world 2 = dp 1 x pp 2, .*host-staged collectives, pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 1, 1f1b' \
-  "$tmp/pp2.jsonl.r0" && awk -v a="$one" -v b="$pp2" -v c="$res" -v t="$TOL" -v n="$STEPS" '
-     function bad(x, y) { return (x - y)^2 > (t * x)^2 }
-     BEGIN { if (split(a, x) != n || split(b, y) != n - 1 || split(c, z) != 1) exit 1
-             for (i = 1; i < n; i++) if (bad(x[i], y[i])) exit 1
-             exit bad(x[n], z[1]) }'; then
-  t_pass "$name ($one| $pp2| $res)"
-else
-  t_fail "$name" "exit $rc; one: $one pp2: $pp2 resumed: $res; $(tail -n 2 "$tmp"/pp2.jsonl.r* "$tmp/ppres.out" | tr '\n' ' ')"
-fi
+split_then_one "CUDA fp32 --pp 2 --micro-batches 4 (2 ranks)" "$rc" "$tmp/onea4.jsonl" "$tmp/pp2.jsonl" \
+  "$tmp/ppres.jsonl" 'world 2 = dp 1 x pp 2, .*host-staged collectives, pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 1, 1f1b'
 runp 4 "$tmp/d2p2.jsonl" "${F[@]}" --pp 2 --micro-batches 2 --pp-schedule gpipe
 rc=$?
-d2p2=$(xloss "$tmp/d2p2.jsonl")
+one=$(xloss "$tmp/onea4.jsonl") d2p2=$(xloss "$tmp/d2p2.jsonl")
 name="CUDA fp32 dp2 x pp2 (4 ranks, gpipe): one process's losses within $TOL relative"
 if [ "$rc" -eq 0 ] && grep -q 'world 4 = dp 2 x pp 2, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 2, gpipe' \
   "$tmp/d2p2.jsonl.r0" && awk -v a="$one" -v b="$d2p2" -v t="$TOL" -v n="$STEPS" '
