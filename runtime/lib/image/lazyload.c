@@ -71,7 +71,9 @@ static bool normalised(const char *p)
 }
 
 /* "sha256:" and 64 lowercase hex digits, as the index pass writes it,
- * into its 32 bytes. */
+ * into its 32 bytes. Here and not beside skiff_digest_text in digest.c:
+ * the lean `skiff` binary serves lazy images through this loader and links
+ * no libcrypto, which digest.o would pull in. */
 static bool digest_bytes(const char *d, unsigned char md[32])
 {
     if (strncmp(d, "sha256:", 7) != 0 || strlen(d) != 7 + 64)
