@@ -6,6 +6,7 @@
 
 #include "clock.h"
 #include "pipeline.h"
+#include "ppsched.h"
 
 /* A micro-batch in flight: its activations and tokens, until its backward. */
 struct slot {
@@ -326,49 +327,20 @@ static float *out_of(struct tr_pipeline *p, int k)
     return gpt2_stage_out(p->model);
 }
 
-static int gpipe(struct sched *sc, skiff_err *err)
+/* The schedule's view of this stage (ppsched.h). */
+static int sc_p2p(void *ctx, const void *sbuf, int to, void *rbuf, int from, skiff_err *err)
 {
-    struct tr_pipeline *p = sc->p;
-    int M = p->micro;
-    for (int k = 0; k < M; k++)
-        if (p2p(p, NULL, -1, in_of(p, k), prev(p), err) < 0 || fwd(sc, k, err) < 0 ||
-            p2p(p, out_of(p, k), next(p), NULL, -1, err) < 0)
-            return -1;
-    for (int k = 0; k < M; k++)
-        if (p2p(p, NULL, -1, p->dout, next(p), err) < 0 || bwd(sc, k, err) < 0 ||
-            p2p(p, gpt2_stage_din(p->model), prev(p), NULL, -1, err) < 0)
-            return -1;
-    return 0;
+    return p2p(((struct sched *)ctx)->p, sbuf, to, rbuf, from, err);
 }
-
-/* 1F1B (PipeDream-Flush, Megatron's non-interleaved schedule): N-1-stage
- * forwards to fill the pipeline, then one forward and one backward in
- * turn, then the remaining backwards. Activations of at most N-stage
- * micro-batches are alive at once, against M for GPipe. */
-static int one_f_one_b(struct sched *sc, skiff_err *err)
+static int sc_fwd(void *ctx, int k, skiff_err *err) { return fwd(ctx, k, err); }
+static int sc_bwd(void *ctx, int k, skiff_err *err) { return bwd(ctx, k, err); }
+static void *sc_in(void *ctx, int k) { return in_of(((struct sched *)ctx)->p, k); }
+static void *sc_out(void *ctx, int k) { return out_of(((struct sched *)ctx)->p, k); }
+static void *sc_dout(void *ctx) { return ((struct sched *)ctx)->p->dout; }
+static void *sc_din(void *ctx, int k)
 {
-    struct tr_pipeline *p = sc->p;
-    int M = p->micro, warm = p->stages - p->stage - 1;
-    if (warm > M) warm = M;
-    int steady = M - warm, fk = 0, bk = 0;
-    for (; fk < warm; fk++)
-        if (p2p(p, NULL, -1, in_of(p, fk), prev(p), err) < 0 || fwd(sc, fk, err) < 0 ||
-            p2p(p, out_of(p, fk), next(p), NULL, -1, err) < 0)
-            return -1;
-    if (steady > 0 && p2p(p, NULL, -1, in_of(p, fk), prev(p), err) < 0) return -1;
-    for (int i = 0; i < steady; i++, fk++, bk++) {
-        if (fwd(sc, fk, err) < 0 || p2p(p, out_of(p, fk), next(p), p->dout, next(p), err) < 0 || bwd(sc, bk, err) < 0)
-            return -1;
-        /* the freed slot of bk takes micro-batch fk+1 (nslots = warm + 1) */
-        int more = i < steady - 1;
-        if (p2p(p, gpt2_stage_din(p->model), prev(p), more ? in_of(p, fk + 1) : NULL, more ? prev(p) : -1, err) < 0)
-            return -1;
-    }
-    for (; bk < M; bk++)
-        if (p2p(p, NULL, -1, p->dout, next(p), err) < 0 || bwd(sc, bk, err) < 0 ||
-            p2p(p, gpt2_stage_din(p->model), prev(p), NULL, -1, err) < 0)
-            return -1;
-    return 0;
+    (void)k;
+    return gpt2_stage_din(((struct sched *)ctx)->p->model);
 }
 
 /* Sums the stage's gradient ranges over its DP group (packed: the ranges
@@ -410,7 +382,18 @@ int tr_pipeline_grads(struct tr_pipeline *p, struct train_batches *b, double *lo
     gpt2_zero_grad(p->model);
     if (p->zero == 2) memset(p->gshard, 0, p->shard_len * sizeof(float));
     double t0 = skiff_now_s();
-    if ((p->gpipe ? gpipe(&sc, err) : one_f_one_b(&sc, err)) < 0) return -1;
+    struct tr_pp_steps st = {.stage = p->stage,
+                             .stages = p->stages,
+                             .micro = p->micro,
+                             .ctx = &sc,
+                             .p2p = sc_p2p,
+                             .fwd = sc_fwd,
+                             .bwd = sc_bwd,
+                             .in = sc_in,
+                             .out = sc_out,
+                             .dout = sc_dout,
+                             .din = sc_din};
+    if ((p->gpipe ? tr_pp_gpipe(&st, err) : tr_pp_1f1b(&st, err)) < 0) return -1;
     double t = skiff_now_s() - t0;
     p->sched_s += t;
     p->idle_s += t - sc.compute_s;

@@ -32,6 +32,7 @@
 extern "C" {
 #include "cuda_model.h"
 #include "device.h"
+#include "ppsched.h"
 }
 
 // fp16 dynamic loss scaling, as PyTorch's GradScaler does it: the scale
@@ -570,52 +571,33 @@ static int pipe_bwd(struct cuda_device *cd, int k, skiff_err *err)
     return cuda_gpt2_backward(cd->m, NULL, NULL, err);
 }
 
-static int pipe_gpipe(struct cuda_device *cd, struct train_batches *b, skiff_err *err)
+// The schedule (trainer/ppsched.c, the CPU pipeline's too) over this
+// stage: the device and the step's batches.
+struct pipe_run {
+    struct cuda_device *cd;
+    struct train_batches *b;
+};
+static int pr_p2p(void *ctx, const void *sbuf, int to, void *rbuf, int from, skiff_err *err)
 {
-    struct cuda_pipe *p = cd->pp;
-    int M = p->micro;
-    void *out = cuda_gpt2_stage_out(cd->m), *dout = cuda_gpt2_stage_grad(cd->m);
-    for (int k = 0; k < M; k++)
-        if (pipe_p2p(p, NULL, -1, pipe_in(cd, k), pipe_prev(p), err) < 0 || pipe_fwd(cd, b, k, err) < 0 ||
-            pipe_p2p(p, out, pipe_next(p), NULL, -1, err) < 0)
-            return -1;
-    for (int k = 0; k < M; k++)
-        if (pipe_p2p(p, NULL, -1, dout, pipe_next(p), err) < 0 || pipe_bwd(cd, k, err) < 0 ||
-            pipe_p2p(p, pipe_din(cd, k), pipe_prev(p), NULL, -1, err) < 0)
-            return -1;
-    return 0;
+    return pipe_p2p(((struct pipe_run *)ctx)->cd->pp, sbuf, to, rbuf, from, err);
 }
+static int pr_fwd(void *ctx, int k, skiff_err *err)
+{
+    struct pipe_run *r = (struct pipe_run *)ctx;
+    return pipe_fwd(r->cd, r->b, k, err);
+}
+static int pr_bwd(void *ctx, int k, skiff_err *err) { return pipe_bwd(((struct pipe_run *)ctx)->cd, k, err); }
+static void *pr_in(void *ctx, int k) { return pipe_in(((struct pipe_run *)ctx)->cd, k); }
+static void *pr_out(void *ctx, int) { return cuda_gpt2_stage_out(((struct pipe_run *)ctx)->cd->m); }
+static void *pr_dout(void *ctx) { return cuda_gpt2_stage_grad(((struct pipe_run *)ctx)->cd->m); }
+static void *pr_din(void *ctx, int k) { return pipe_din(((struct pipe_run *)ctx)->cd, k); }
 
-// 1F1B as pipeline.c's one_f_one_b: warm-up forwards, one forward and one
-// backward in turn (each neighbour exchange one sendrecv), the remaining
-// backwards.
-static int pipe_1f1b(struct cuda_device *cd, struct train_batches *b, skiff_err *err)
+static int pipe_schedule(struct cuda_device *cd, struct train_batches *b, skiff_err *err)
 {
     struct cuda_pipe *p = cd->pp;
-    int M = p->micro, warm = p->stages - p->stage - 1;
-    if (warm > M) warm = M;
-    int steady = M - warm, fk = 0, bk = 0;
-    void *out = cuda_gpt2_stage_out(cd->m), *dout = cuda_gpt2_stage_grad(cd->m);
-    for (; fk < warm; fk++)
-        if (pipe_p2p(p, NULL, -1, pipe_in(cd, fk), pipe_prev(p), err) < 0 || pipe_fwd(cd, b, fk, err) < 0 ||
-            pipe_p2p(p, out, pipe_next(p), NULL, -1, err) < 0)
-            return -1;
-    if (steady > 0 && pipe_p2p(p, NULL, -1, pipe_in(cd, fk), pipe_prev(p), err) < 0) return -1;
-    for (int i = 0; i < steady; i++, fk++, bk++) {
-        if (pipe_fwd(cd, b, fk, err) < 0 || pipe_p2p(p, out, pipe_next(p), dout, pipe_next(p), err) < 0 ||
-            pipe_bwd(cd, bk, err) < 0)
-            return -1;
-        // the freed slot of bk takes micro-batch fk+1 (nslots = warm + 1)
-        int more = i < steady - 1;
-        if (pipe_p2p(p, pipe_din(cd, bk), pipe_prev(p), more ? pipe_in(cd, fk + 1) : NULL, more ? pipe_prev(p) : -1,
-                     err) < 0)
-            return -1;
-    }
-    for (; bk < M; bk++)
-        if (pipe_p2p(p, NULL, -1, dout, pipe_next(p), err) < 0 || pipe_bwd(cd, bk, err) < 0 ||
-            pipe_p2p(p, pipe_din(cd, bk), pipe_prev(p), NULL, -1, err) < 0)
-            return -1;
-    return 0;
+    struct pipe_run r = {cd, b};
+    struct tr_pp_steps st = {p->stage, p->stages, p->micro, &r, pr_p2p, pr_fwd, pr_bwd, pr_in, pr_out, pr_dout, pr_din};
+    return p->gpipe ? tr_pp_gpipe(&st, err) : tr_pp_1f1b(&st, err);
 }
 
 // Validation: the batch through the stages, forward only; the loss is the
@@ -949,7 +931,7 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
     if (cd->pp) {                         // the schedule, then the one all-reduce of the whole gradient
         double pp_busy0 = cd->pp->ppc->stats.busy_s;
         cd->pp->current = -1; // the weights changed since any activations the model holds
-        TRY(cd->pp->gpipe ? pipe_gpipe(cd, b, err) : pipe_1f1b(cd, b, err));
+        TRY(pipe_schedule(cd, b, err));
         if (P > 1) TRY(tr_allreduce_sum(c, grads, pl->n_dev, TR_F32, err));
         float norm = 0.0f;
         TRY(finish_step(cd, step, lr, &norm, &st->loss, err));
