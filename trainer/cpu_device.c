@@ -565,11 +565,12 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     size_t n = c->model.num_params;
     float *p = realloc(c->model.params, pl->n_dev * sizeof(float));
     if (p) c->model.params = p;
-    float *g = p ? realloc(c->model.grads, pl->n_dev * sizeof(float)) : NULL;
+    /* --pp: the stage's gradients only (gpt2_set_stage, in tr_pipeline_open) */
+    float *g = p && o->pp == 1 ? realloc(c->model.grads, pl->n_dev * sizeof(float)) : NULL;
     if (g) c->model.grads = g;
-    if (!p || !g) return skiff_error(err, ENOMEM, "parameters");
+    if (!p || (o->pp == 1 && !g)) return skiff_error(err, ENOMEM, "parameters");
     memset(c->model.params + n, 0, (pl->n_dev - n) * sizeof(float));
-    memset(c->model.grads, 0, pl->n_dev * sizeof(float));
+    if (g) memset(c->model.grads, 0, pl->n_dev * sizeof(float));
     if (pl->tp > 1 && !(c->full = calloc(pl->n_pad, sizeof(float))))
         return skiff_error(err, ENOMEM, "host copy of the parameters");
     c->m = calloc(pl->opt_len, sizeof(float));
@@ -643,9 +644,13 @@ static int pipe_step(struct train_device *d, int step, float lr, struct train_ba
     if (tr_pipeline_grads(pipe, b, &loss_sum, &comm_s, err) < 0 || tp_check(cd, err) < 0) return -1;
     const struct train_range *r = zero ? tr_pipeline_shard_ranges(pipe, &nr) : tr_pipeline_ranges(pipe, &nr);
     float *g = zero ? tr_pipeline_grad_shard(pipe) : model->grads;
+    /* ZeRO 0: range i's gradient in the stage's own gradient layout
+     * (gpt2_set_stage), its weights and AdamW state in the whole buffer */
+    size_t go[TRAIN_STAGE_MAX_RANGES];
+    for (int i = 0; i < nr; i++) go[i] = zero ? r[i].off : model->grad_offsets[r[i].tensor];
     for (int i = 0; i < nr; i++) {
         if (!r[i].norm) continue;
-        double s = sumsq(g + r[i].off, r[i].len);
+        double s = sumsq(g + go[i], r[i].len);
         if (pl->tp > 1 && !gpt2_tp_sharded(r[i].tensor))
             replicated += s;
         else
@@ -663,7 +668,7 @@ static int pipe_step(struct train_device *d, int step, float lr, struct train_ba
         if (tr_pipeline_share_params(pipe, err) < 0) return -1;
     } else {
         for (int i = 0; i < nr; i++)
-            adamw(model->params + r[i].off, g + r[i].off, cd->m + r[i].off, cd->v + r[i].off, cd->decay + r[i].off,
+            adamw(model->params + r[i].off, g + go[i], cd->m + r[i].off, cd->v + r[i].off, cd->decay + r[i].off,
                   r[i].len, lr, cd->o, t, gscale);
     }
     /* only the last stage has the loss */
@@ -856,8 +861,8 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
     const struct train_plan *pl = c->plan;
     int n = omp_get_max_threads();
     double f = (double)sizeof(float) / (1 << 20);
-    double grads = (double)pl->n_dev + (c->gshard ? (double)pl->opt_len : 0) + (c->ddp.stage ? (double)pl->n_dev : 0) +
-                   (c->pipe ? (double)tr_pipeline_num_staging(c->pipe) : 0);
+    double grads = (double)(c->pipe ? c->model.num_grads : pl->n_dev) + (c->gshard ? (double)pl->opt_len : 0) +
+                   (c->ddp.stage ? (double)pl->n_dev : 0) + (c->pipe ? (double)tr_pipeline_num_staging(c->pipe) : 0);
     double acts = c->pipe ? (double)tr_pipeline_num_acts(c->pipe) : 2.0 * (double)c->model.num_acts;
     double params = (double)pl->n_dev, gathered = (double)z3_gathered(&c->z3);
     char host[96] = "", z3[128] = "", stage[160] = "";

@@ -22,8 +22,8 @@ struct tr_pipeline {
     struct tr_comm *dpc, *ppc, *emb; /* emb: first and last stage (ppc itself when N = 2) */
     struct train_range r[TRAIN_STAGE_MAX_RANGES];
     int nr;
-    size_t wte_off, wte_len; /* tied: reduced between the first and the last stage */
-    float *stage_buf;        /* ZeRO 0: the ranges back to back, for the DP all-reduce */
+    size_t wte_off, wte_len;             /* tied: reduced between the first and the last stage */
+    size_t goff[TRAIN_STAGE_MAX_RANGES]; /* range i in the model's gradient (the stage's tensors only) */
     size_t stage_len;
     /* ZeRO 1/2 (policy.h, train_pp_shard_copy): the pieces of the ranges
      * in this rank's shard, every rank's shard packed in turn for the
@@ -104,9 +104,21 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
      * of every block tensor, the embeddings on the first stage, the final
      * LayerNorm and the (tied) wte on the last */
     p->nr = train_stage_ranges(&o->cfg, p->tp, N, p->stage, p->r);
-    p->wte_off = model->param_offsets[GPT2_WTE];
-    p->wte_len = model->param_sizes[GPT2_WTE];
-    for (int i = 0; i < p->nr; i++) p->stage_len += p->r[i].len;
+    /* the model's gradient holds the stage's ranges back to back, so the
+     * DP all-reduce takes it whole (wte's is the tied half, from the end on
+     * the last stage) */
+    p->wte_off = model->grad_offsets[GPT2_WTE];
+    p->wte_len = model->grad_sizes[GPT2_WTE];
+    for (int i = 0; i < p->nr; i++) {
+        p->goff[i] = model->grad_offsets[p->r[i].tensor];
+        if (p->goff[i] != p->stage_len)
+            return skiff_error(err, 0, "pipeline stage %d: the model's gradient layout does not follow its ranges",
+                               p->stage);
+        p->stage_len += p->r[i].len;
+    }
+    if (p->stage_len != model->num_grads)
+        return skiff_error(err, 0, "pipeline stage %d: %zu floats of gradient ranges, %zu in the model", p->stage,
+                           p->stage_len, model->num_grads);
     if (p->zero) {
         size_t at = 0;
         for (int i = 0; i < p->nr; i++) {
@@ -124,8 +136,6 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
         p->packed = malloc(p->shard_len * (size_t)p->dp * sizeof(float));
         p->gshard = calloc(p->shard_len, sizeof(float));
         if (!p->packed || !p->gshard) return skiff_error(err, ENOMEM, "pipeline ZeRO shards");
-    } else if (p->dp > 1 && !(p->stage_buf = malloc(p->stage_len * sizeof(float)))) {
-        return skiff_error(err, ENOMEM, "pipeline gradient staging");
     }
     /* 1F1B keeps at most N - stage micro-batches in flight, GPipe all M */
     p->nslots = p->gpipe || N - p->stage > p->micro ? p->micro : N - p->stage;
@@ -156,7 +166,6 @@ void tr_pipeline_close(struct tr_pipeline *p)
     if (p->slots) p->model->acts = p->slots[0].acts; /* the model frees its own */
     free(p->slots);
     free(p->dout);
-    free(p->stage_buf);
     free(p->packed);
     free(p->gshard);
     if (p->emb != p->ppc) tr_comm_destroy(p->emb);
@@ -183,10 +192,22 @@ const struct train_range *tr_pipeline_shard_ranges(const struct tr_pipeline *p, 
  * each rank the sum of its own and one all-gather gives every rank all of
  * them back. */
 
-static void pack(struct tr_pipeline *p, float *buf)
+/* The stage's gradient (ranges back to back) into `packed`, as
+ * train_pp_shard_copy cuts the ranges of the whole buffer: each range in
+ * dp pieces, the last padded with zeros. */
+static void pack_grads(struct tr_pipeline *p)
 {
-    for (int d = 0; d < p->dp; d++)
-        train_pp_shard_copy(p->cfg, p->tp, p->stages, p->stage, p->dp, d, buf, p->packed + (size_t)d * p->shard_len, 0);
+    const float *g = p->model->grads;
+    for (int d = 0; d < p->dp; d++) {
+        float *shard = p->packed + (size_t)d * p->shard_len;
+        for (int i = 0; i < p->nr; i++) {
+            size_t piece = p->pieces[i].len, a = (size_t)d * piece, len = p->r[i].len;
+            size_t have = a >= len ? 0 : len - a < piece ? len - a : piece;
+            memcpy(shard, g + p->goff[i] + a, have * sizeof(float));
+            memset(shard + have, 0, (piece - have) * sizeof(float));
+            shard += piece;
+        }
+    }
 }
 
 /* The gradient of the stage's ranges reduce-scattered over its DP group:
@@ -194,7 +215,7 @@ static void pack(struct tr_pipeline *p, float *buf)
  * micro-batch). */
 static int shard_reduce(struct tr_pipeline *p, int add, skiff_err *err)
 {
-    pack(p, p->model->grads);
+    pack_grads(p);
     if (p->dp > 1 && tr_reduce_scatter(p->dpc, p->packed, p->shard_len * (size_t)p->dp, TR_F32, err) < 0)
         return skiff_err_wrap(err, "pipeline stage %d: gradient reduce-scatter over its %d data-parallel ranks",
                               p->stage, p->dp);
@@ -355,20 +376,9 @@ static int reduce(struct tr_pipeline *p, skiff_err *err)
     if (p->zero) {
         if (p->emb && tr_allreduce_sum(p->emb, p->gshard + p->wte_piece_off, p->wte_piece_len, TR_F32, err) < 0)
             return skiff_err_wrap(err, "pipeline: the tied embedding's gradient between the first and the last stage");
-    } else if (p->dp > 1) {
-        size_t at = 0;
-        for (int i = 0; i < p->nr; i++) {
-            memcpy(p->stage_buf + at, g + p->r[i].off, p->r[i].len * sizeof(float));
-            at += p->r[i].len;
-        }
-        if (tr_allreduce_sum(p->dpc, p->stage_buf, p->stage_len, TR_F32, err) < 0)
-            return skiff_err_wrap(err, "pipeline stage %d: gradient all-reduce over its %d data-parallel ranks",
-                                  p->stage, p->dp);
-        at = 0;
-        for (int i = 0; i < p->nr; i++) {
-            memcpy(g + p->r[i].off, p->stage_buf + at, p->r[i].len * sizeof(float));
-            at += p->r[i].len;
-        }
+    } else if (p->dp > 1 && tr_allreduce_sum(p->dpc, g, p->stage_len, TR_F32, err) < 0) {
+        return skiff_err_wrap(err, "pipeline stage %d: gradient all-reduce over its %d data-parallel ranks", p->stage,
+                              p->dp);
     }
     if (!p->zero && p->emb && tr_allreduce_sum(p->emb, g + p->wte_off, p->wte_len, TR_F32, err) < 0)
         return skiff_err_wrap(err, "pipeline: the tied embedding's gradient between the first and the last stage");
@@ -477,9 +487,6 @@ void tr_pipeline_describe(const struct tr_pipeline *p, char *buf, size_t len)
              p->nslots == 1 ? "" : "es");
 }
 
-size_t tr_pipeline_num_staging(const struct tr_pipeline *p)
-{
-    return p->zero ? p->shard_len * (size_t)(p->dp + 1) : p->stage_buf ? p->stage_len : 0;
-}
+size_t tr_pipeline_num_staging(const struct tr_pipeline *p) { return p->zero ? p->shard_len * (size_t)(p->dp + 1) : 0; }
 
 size_t tr_pipeline_num_acts(const struct tr_pipeline *p) { return (size_t)(p->nslots + 1) * p->model->num_acts; }
