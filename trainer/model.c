@@ -349,9 +349,9 @@ int gpt2_create_tp(struct gpt2 *m, const struct gpt2_config *cfg, int tp, int B,
     m->T = T;
     m->tp = tp;
     m->num_params = gpt2_param_layout_tp(cfg, tp, m->param_sizes, m->param_offsets);
-    m->num_grads = m->num_params;
-    memcpy(m->grad_sizes, m->param_sizes, sizeof m->grad_sizes);
-    memcpy(m->grad_offsets, m->param_offsets, sizeof m->grad_offsets);
+    m->num_held = m->num_params;
+    memcpy(m->held_sizes, m->param_sizes, sizeof m->held_sizes);
+    memcpy(m->held_offsets, m->param_offsets, sizeof m->held_offsets);
     m->layer_lo = 0;
     m->layer_hi = cfg->num_layers;
     m->num_acts = gpt2_num_acts_tp(cfg, tp, B, T, 0);
@@ -405,8 +405,10 @@ int gpt2_set_stage(struct gpt2 *m, int lo, int hi, skiff_err *err)
     if (lo < 0 || hi <= lo || hi > m->cfg.num_layers)
         return skiff_error(err, 0, "pipeline stage: blocks [%d, %d) of %d", lo, hi, m->cfg.num_layers);
     int L = m->cfg.num_layers;
-    /* the stage's gradients only, in pipeline.c's range order (policy.h,
-     * train_stage_ranges), so they are reduced as one buffer */
+    if (m->units || m->num_held != m->num_params)
+        return skiff_error(err, 0, "pipeline stage: the model already holds only part of its parameters");
+    /* the stage's tensors only, in pipeline.c's range order (policy.h,
+     * train_stage_ranges), so its gradient is reduced as one buffer */
     size_t sizes[GPT2_NUM_PARAM_TENSORS] = {0}, offs[GPT2_NUM_PARAM_TENSORS] = {0}, n = 0;
     int order[GPT2_NUM_PARAM_TENSORS + 1], no = 0;
     if (lo == 0) {
@@ -426,13 +428,25 @@ int gpt2_set_stage(struct gpt2 *m, int lo, int hi, skiff_err *err)
         offs[i] = n;
         n += sizes[i];
     }
-    float *g = calloc(n, sizeof(float));
-    if (!g) return skiff_error(err, ENOMEM, "pipeline stage gradients (%zu floats)", n);
+    float *p = malloc(n * sizeof(float)), *g = calloc(n, sizeof(float));
+    if (!p || !g) {
+        free(p);
+        free(g);
+        return skiff_error(err, ENOMEM, "pipeline stage parameters and gradients (%zu floats each)", n);
+    }
+    for (int k = 0; k < no; k++) { /* the values, from the whole buffer */
+        int i = order[k];
+        size_t from = m->param_offsets[i];
+        if (i >= GPT2_LN1W && i <= GPT2_FCPROJB) from += (size_t)lo * (m->param_sizes[i] / (size_t)L);
+        memcpy(p + offs[i], m->params + from, sizes[i] * sizeof(float));
+    }
+    free(m->params);
     free(m->grads);
+    m->params = p;
     m->grads = g;
-    m->num_grads = n;
-    memcpy(m->grad_sizes, sizes, sizeof sizes);
-    memcpy(m->grad_offsets, offs, sizeof offs);
+    m->num_held = n;
+    memcpy(m->held_sizes, sizes, sizeof sizes);
+    memcpy(m->held_offsets, offs, sizeof offs);
     m->layer_lo = lo;
     m->layer_hi = hi;
     return realloc_acts(m, m->recompute, err);
@@ -487,11 +501,10 @@ void gpt2_use_units(struct gpt2 *m, const struct gpt2_units *u)
 }
 
 /* Where unit u's tensors are (t[i] for its tensors i; a block's: layer
- * u-1's slice): in the one buffer flat, or back to back in unit. grads:
- * flat is m->grads, in the gradient layout (a stage's tensors only; the
- * ones it does not hold are NULL). */
-static void unit_view(const struct gpt2 *m, int u, float *flat, float *unit, int grads,
-                      float *t[GPT2_NUM_PARAM_TENSORS])
+ * u-1's slice): in flat (m->params or m->grads, in the held layout: a
+ * pipeline stage's tensors only, the others NULL), or back to back in
+ * unit. */
+static void unit_view(const struct gpt2 *m, int u, float *flat, float *unit, float *t[GPT2_NUM_PARAM_TENSORS])
 {
     struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
     size_t total, L = (size_t)m->cfg.num_layers;
@@ -501,12 +514,10 @@ static void unit_view(const struct gpt2 *m, int u, float *flat, float *unit, int
         if (unit) {
             t[k] = unit;
             unit += s[i].len;
-        } else if (grads) { /* from layer layer_lo on */
-            t[k] = m->grad_sizes[k]
-                       ? flat + m->grad_offsets[k] + (u ? (size_t)(u - 1 - m->layer_lo) * (m->param_sizes[k] / L) : 0)
+        } else { /* the held layout, which says where layer u-1's slice is (from layer_lo on) */
+            t[k] = m->held_sizes[k]
+                       ? flat + m->held_offsets[k] + (u ? (size_t)(u - 1 - m->layer_lo) * (m->param_sizes[k] / L) : 0)
                        : NULL;
-        } else { /* the model's own layout, which says where layer u-1's slice is */
-            t[k] = flat + m->param_offsets[k] + (u ? (size_t)(u - 1) * (m->param_sizes[k] / L) : 0);
         }
     }
 }
@@ -515,7 +526,7 @@ static void unit_view(const struct gpt2 *m, int u, float *flat, float *unit, int
 static void params_of(struct gpt2 *m, int u, int backward, float *t[GPT2_NUM_PARAM_TENSORS])
 {
     float *unit = m->units ? m->units->gather(m->units->ctx, u, backward) : NULL;
-    unit_view(m, u, m->params, unit, 0, t);
+    unit_view(m, u, m->params, unit, t);
 }
 
 static void release(struct gpt2 *m, int u)
@@ -528,7 +539,7 @@ static void release(struct gpt2 *m, int u)
 static void grads_of(struct gpt2 *m, int u, float *t[GPT2_NUM_PARAM_TENSORS])
 {
     float *unit = m->units ? m->units->grad(m->units->ctx, u) : NULL;
-    unit_view(m, u, m->grads, unit, 1, t);
+    unit_view(m, u, m->grads, unit, t);
     if (!unit) return;
     static const int added[] = {GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_LN2W, GPT2_LN2B, GPT2_LNFW, GPT2_LNFB};
     struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
@@ -645,7 +656,7 @@ static void ready(struct gpt2 *m, int i, int l)
 {
     if (!m->grad_ready) return;
     size_t per = m->param_sizes[i];
-    size_t lo = m->grad_offsets[i];
+    size_t lo = m->held_offsets[i];
     if (l >= 0) {
         per /= (size_t)m->cfg.num_layers;
         lo += (size_t)(l - m->layer_lo) * per;
@@ -673,9 +684,9 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
     if (ow && !m->units) {
         static const int added[] = {GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_LN2W, GPT2_LN2B, GPT2_LNFW, GPT2_LNFB};
         for (size_t i = 0; i < sizeof added / sizeof added[0]; i++)
-            memset(m->grads + m->grad_offsets[added[i]], 0, m->grad_sizes[added[i]] * sizeof(float));
+            memset(m->grads + m->held_offsets[added[i]], 0, m->held_sizes[added[i]] * sizeof(float));
         /* without the head the embedding's gradient is only added to */
-        if (m->layer_hi < L) memset(m->grads + m->grad_offsets[GPT2_WTE], 0, m->grad_sizes[GPT2_WTE] * sizeof(float));
+        if (m->layer_hi < L) memset(m->grads + m->held_offsets[GPT2_WTE], 0, m->held_sizes[GPT2_WTE] * sizeof(float));
     }
     float *w0[GPT2_NUM_PARAM_TENSORS] = {0}, *g0[GPT2_NUM_PARAM_TENSORS] = {0};
     float *w[GPT2_NUM_PARAM_TENSORS] = {0}, *g[GPT2_NUM_PARAM_TENSORS] = {0};

@@ -107,18 +107,18 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
     /* the model's gradient holds the stage's ranges back to back, so the
      * DP all-reduce takes it whole (wte's is the tied half, from the end on
      * the last stage) */
-    p->wte_off = model->grad_offsets[GPT2_WTE];
-    p->wte_len = model->grad_sizes[GPT2_WTE];
+    p->wte_off = model->held_offsets[GPT2_WTE];
+    p->wte_len = model->held_sizes[GPT2_WTE];
     for (int i = 0; i < p->nr; i++) {
-        p->goff[i] = model->grad_offsets[p->r[i].tensor];
+        p->goff[i] = model->held_offsets[p->r[i].tensor];
         if (p->goff[i] != p->stage_len)
             return skiff_error(err, 0, "pipeline stage %d: the model's gradient layout does not follow its ranges",
                                p->stage);
         p->stage_len += p->r[i].len;
     }
-    if (p->stage_len != model->num_grads)
+    if (p->stage_len != model->num_held)
         return skiff_error(err, 0, "pipeline stage %d: %zu floats of gradient ranges, %zu in the model", p->stage,
-                           p->stage_len, model->num_grads);
+                           p->stage_len, model->num_held);
     if (p->zero) {
         size_t at = 0;
         for (int i = 0; i < p->nr; i++) {
@@ -192,22 +192,29 @@ const struct train_range *tr_pipeline_shard_ranges(const struct tr_pipeline *p, 
  * each rank the sum of its own and one all-gather gives every rank all of
  * them back. */
 
-/* The stage's gradient (ranges back to back) into `packed`, as
- * train_pp_shard_copy cuts the ranges of the whole buffer: each range in
- * dp pieces, the last padded with zeros. */
+/* Data-parallel rank d's shard of a buffer in the stage's held layout
+ * (the ranges back to back), as train_pp_shard_copy cuts the ranges of the
+ * whole buffer: each range in dp pieces, the last padded with zeros; or
+ * with to_held the shard back into it. */
+static void shard_copy(const struct tr_pipeline *p, int d, float *held, float *shard, int to_held)
+{
+    for (int i = 0; i < p->nr; i++) {
+        size_t piece = p->pieces[i].len, a = (size_t)d * piece, len = p->r[i].len;
+        size_t have = a >= len ? 0 : len - a < piece ? len - a : piece;
+        float *h = held + p->goff[i] + a;
+        if (to_held) {
+            memcpy(h, shard, have * sizeof(float));
+        } else {
+            memcpy(shard, h, have * sizeof(float));
+            memset(shard + have, 0, (piece - have) * sizeof(float));
+        }
+        shard += piece;
+    }
+}
+
 static void pack_grads(struct tr_pipeline *p)
 {
-    const float *g = p->model->grads;
-    for (int d = 0; d < p->dp; d++) {
-        float *shard = p->packed + (size_t)d * p->shard_len;
-        for (int i = 0; i < p->nr; i++) {
-            size_t piece = p->pieces[i].len, a = (size_t)d * piece, len = p->r[i].len;
-            size_t have = a >= len ? 0 : len - a < piece ? len - a : piece;
-            memcpy(shard, g + p->goff[i] + a, have * sizeof(float));
-            memset(shard + have, 0, (piece - have) * sizeof(float));
-            shard += piece;
-        }
-    }
+    for (int d = 0; d < p->dp; d++) shard_copy(p, d, p->model->grads, p->packed + (size_t)d * p->shard_len, 0);
 }
 
 /* The gradient of the stage's ranges reduce-scattered over its DP group:
@@ -232,7 +239,7 @@ float *tr_pipeline_grad_shard(struct tr_pipeline *p) { return p->gshard; }
 float *tr_pipeline_param_shard(struct tr_pipeline *p)
 {
     float *mine = p->packed + (size_t)p->dp_rank * p->shard_len;
-    train_pp_shard_copy(p->cfg, p->tp, p->stages, p->stage, p->dp, p->dp_rank, p->model->params, mine, 0);
+    shard_copy(p, p->dp_rank, p->model->params, mine, 0);
     return mine;
 }
 
@@ -241,9 +248,7 @@ int tr_pipeline_share_params(struct tr_pipeline *p, skiff_err *err)
     if (p->dp > 1 && tr_all_gather(p->dpc, p->packed, p->shard_len * (size_t)p->dp, TR_F32, err) < 0)
         return skiff_err_wrap(err, "pipeline stage %d: parameter all-gather over its %d data-parallel ranks", p->stage,
                               p->dp);
-    for (int d = 0; d < p->dp; d++)
-        train_pp_shard_copy(p->cfg, p->tp, p->stages, p->stage, p->dp, d, p->model->params,
-                            p->packed + (size_t)d * p->shard_len, 1);
+    for (int d = 0; d < p->dp; d++) shard_copy(p, d, p->model->params, p->packed + (size_t)d * p->shard_len, 1);
     return 0;
 }
 
@@ -443,27 +448,29 @@ int tr_pipeline_forward(struct tr_pipeline *p, const int *inputs, const int *tar
 }
 
 int tr_pipeline_gather(struct tr_pipeline *p, struct tr_comm *comm, float *params, float *m, float *v, size_t n,
-                       skiff_err *err)
+                       const float *held_m, const float *held_v, skiff_err *err)
 {
     /* each range from the DP rank 0 of the stage that owns it, zeros from
      * everyone else: the group's sum is every stage's values, exactly */
     float *bufs[3] = {params, m, v};
-    float *tmp = calloc(n, sizeof(float));
-    if (!tmp) return skiff_error(err, ENOMEM, "pipeline checkpoint gather");
+    const float *from[3] = {p->model->params, held_m, held_v};
     for (int b = 0; b < 3; b++) {
         if (!bufs[b]) continue;
-        memset(tmp, 0, n * sizeof(float));
+        memset(bufs[b], 0, n * sizeof(float));
         for (int i = 0; i < p->nr && p->dp_rank == 0; i++)
-            if (p->r[i].owner) memcpy(tmp + p->r[i].off, bufs[b] + p->r[i].off, p->r[i].len * sizeof(float));
-        if (tr_allreduce_sum(comm, tmp, n, TR_F32, err) < 0) {
-            free(tmp);
+            if (p->r[i].owner) memcpy(bufs[b] + p->r[i].off, from[b] + p->goff[i], p->r[i].len * sizeof(float));
+        if (tr_allreduce_sum(comm, bufs[b], n, TR_F32, err) < 0)
             return skiff_err_wrap(err, "pipeline: gathering the stages for a checkpoint");
-        }
-        memcpy(bufs[b], tmp, n * sizeof(float));
     }
-    free(tmp);
     return 0;
 }
+
+void tr_pipeline_take(const struct tr_pipeline *p, const float *whole, float *held)
+{
+    for (int i = 0; i < p->nr; i++) memcpy(held + p->goff[i], whole + p->r[i].off, p->r[i].len * sizeof(float));
+}
+
+size_t tr_pipeline_num_held(const struct tr_pipeline *p) { return p->stage_len; }
 
 double tr_pipeline_busy(const struct tr_pipeline *p)
 {
