@@ -4,6 +4,7 @@
  * accumulation, clipping and AdamW, over the TCP ring (comm.c). OpenMP
  * threads inside each operation. */
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -554,6 +555,13 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     c->o = o;
     c->plan = pl;
     if (o->threads > 0) omp_set_num_threads(o->threads);
+    /* Large buffers from mmap, always: glibc raises its mmap threshold to
+     * the size of any mmapped block freed (a pipeline stage frees the whole
+     * model's parameters and gradients for its own), after which buffers
+     * below it come from the heap, where calloc clears them page by page:
+     * AdamW's state and the loop's host copies would then be resident from
+     * the start instead of when first written. */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     if (pl->tp == 1) { /* every rank (with --pp: every stage, every data-parallel rank) */
         if (tr_comm_tcp_create(dist->store, dist->rank, dist->world, dist->local_rank, o->timeout_ms, &d->comm, err) <
             0)
