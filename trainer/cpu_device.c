@@ -288,7 +288,7 @@ static void z3_drain(struct zero3 *z)
     }
 }
 
-static int z3_open(struct zero3 *z, struct tr_comm *c, const struct gpt2_config *cfg, size_t opt_len, int nbuf,
+static int z3_open(struct zero3 *z, struct tr_comm *c, const struct gpt2_config *cfg, int tp, size_t opt_len, int nbuf,
                    skiff_err *err)
 {
     z->comm = c;
@@ -302,7 +302,7 @@ static int z3_open(struct zero3 *z, struct tr_comm *c, const struct gpt2_config 
     z->shard = calloc(opt_len, sizeof(float));
     z->gshard = calloc(opt_len, sizeof(float));
     if (!z->len || !z->off || !z->shard || !z->gshard) return skiff_error(err, ENOMEM, "ZeRO-3 shards");
-    for (int u = 0; u < U; u++) z->len[u] = train_zero3_unit(cfg, z->world, z->rank, u, &z->off[u]);
+    for (int u = 0; u < U; u++) z->len[u] = train_zero3_unit(cfg, tp, z->world, z->rank, u, &z->off[u]);
     struct z3_slot *all[] = {&z->root, &z->root_grad, &z->p[0], &z->p[1], &z->g[0], &z->g[1]};
     for (int i = 0; i < 6; i++) {
         all[i]->unit = -1;
@@ -385,30 +385,73 @@ struct cpu_device {
     struct ddp ddp;
     struct tr_pipeline *pipe; /* --pp: this rank's stage */
     struct zero3 z3;
-    double loss_sum; /* forward: losses since take_loss */
+    float *z3_tp_sharded; /* ZeRO-3 --tp: 1 where the shard's float is of a split tensor, 0 replicated */
+    double loss_sum;      /* forward: losses since take_loss */
 };
 
 static int cpu_open_zero3(struct train_device *d, struct cpu_device *c, skiff_err *err)
 {
     const struct train_plan *pl = c->plan;
     const struct gpt2_config *cfg = &c->o->cfg;
-    if (z3_open(&c->z3, d->comm, cfg, pl->opt_len, c->o->zero3_buffers, err) < 0) return -1;
+    if (z3_open(&c->z3, d->comm, cfg, pl->tp, pl->opt_len, c->o->zero3_buffers, err) < 0) return -1;
     gpt2_use_units(&c->model, &c->z3.units);
     c->m = calloc(pl->opt_len, sizeof(float));
     c->v = calloc(pl->opt_len, sizeof(float));
     c->decay = calloc(pl->opt_len, sizeof(float));
-    float *mask = calloc(gpt2_param_layout(cfg, NULL, NULL), sizeof(float));
-    if (!c->m || !c->v || !c->decay || !mask) {
+    if (pl->tp > 1) c->z3_tp_sharded = calloc(pl->opt_len, sizeof(float));
+    float *mask = calloc(gpt2_param_layout_tp(cfg, pl->tp, NULL, NULL), sizeof(float));
+    if (!c->m || !c->v || !c->decay || !mask || (pl->tp > 1 && !c->z3_tp_sharded)) {
         free(mask);
         return skiff_error(err, ENOMEM, "optimizer state");
     }
-    gpt2_decay_mask(cfg, mask);
-    train_zero3_copy(cfg, pl->world, pl->rank, mask, c->decay, 0);
+    gpt2_decay_mask_tp(cfg, pl->tp, mask);
+    train_zero3_copy(cfg, pl->tp, pl->world, pl->rank, mask, c->decay, 0);
+    if (pl->tp > 1) { /* which floats of the shard are of tensors split over the tensor-parallel ranks */
+        size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
+        gpt2_param_layout_tp(cfg, pl->tp, sizes, offs);
+        for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++)
+            for (size_t j = 0; j < sizes[i]; j++) mask[offs[i] + j] = gpt2_tp_sharded(i) ? 1.0f : 0.0f;
+        train_zero3_copy(cfg, pl->tp, pl->world, pl->rank, mask, c->z3_tp_sharded, 0);
+    }
     free(mask);
     d->params = c->z3.shard;
     d->m = c->m;
     d->v = c->v;
     return 0;
+}
+
+static int tp_check(struct cpu_device *c, skiff_err *err);
+static int tp_total(struct cpu_device *c, double *v, skiff_err *err);
+
+/* Sum of squares of the ZeRO-3 gradient shard g (n floats). With --tp, the
+ * replicated tensors' floats count 1/tp, as tp_sumsq counts them, so the
+ * sum over the tensor-parallel group is the part's once. */
+static double z3_sumsq(const struct cpu_device *c, const float *g, size_t n)
+{
+    const float *split = c->z3_tp_sharded;
+    if (!split) return sumsq(g, n);
+    enum { NB = 64 };
+    double sh[NB], rep[NB];
+#pragma omp parallel for
+    for (int b = 0; b < NB; b++) {
+        size_t lo = n * (size_t)b / NB, hi = n * (size_t)(b + 1) / NB;
+        double s = 0, r = 0;
+        for (size_t i = lo; i < hi; i++) {
+            double x = (double)g[i] * g[i];
+            if (split[i] != 0.0f)
+                s += x;
+            else
+                r += x;
+        }
+        sh[b] = s;
+        rep[b] = r;
+    }
+    double s = 0, r = 0;
+    for (int b = 0; b < NB; b++) {
+        s += sh[b];
+        r += rep[b];
+    }
+    return s + r / c->model.tp;
 }
 
 /* ZeRO-3's step: forward and backward gather and reduce-scatter unit by
@@ -422,8 +465,9 @@ static int cpu_step_zero3(struct train_device *d, int step, float lr, struct tra
     struct zero3 *z = &cd->z3;
     struct tr_comm *c = d->comm;
     int P = c->world, K = b->count;
-    double loss_sum = 0, busy0 = c->stats.busy_s;
+    double loss_sum = 0, busy0 = c->stats.busy_s, tp_busy0 = cd->tp_comm ? cd->tp_comm->stats.busy_s : 0;
     z->wait_s = 0;
+    cd->tp_wait_s = 0;
     memset(z->gshard, 0, pl->opt_len * sizeof(float));
     for (int k = 0; k < K; k++) {
         if (b->load(b, k, err) < 0) return -1;
@@ -435,9 +479,11 @@ static int cpu_step_zero3(struct train_device *d, int step, float lr, struct tra
             return skiff_err_wrap(err, "ZeRO-3 gather/reduce-scatter");
         }
     }
+    if (tp_check(cd, err) < 0) return -1;
     /* communication not waited for ran behind the forward and backward */
     double overlap_s = c->stats.busy_s - busy0 - z->wait_s, wait_s = z->wait_s;
-    double mean, ss = sumsq(z->gshard, pl->opt_len), w0 = skiff_now_s();
+    double mean, ss = z3_sumsq(cd, z->gshard, pl->opt_len), w0 = skiff_now_s();
+    if (pl->tp > 1 && tp_total(cd, &ss, err) < 0) return -1;
     if (train_device_mean(d, ss, &mean, err) < 0) return -1;
     float norm = (float)sqrt(mean * P);
     adamw(z->shard, z->gshard, cd->m, cd->v, cd->decay, pl->opt_len, lr, o, step + 1 - (int)d->amp.skipped,
@@ -446,8 +492,9 @@ static int cpu_step_zero3(struct train_device *d, int step, float lr, struct tra
     if (train_device_mean(d, loss_sum / K, &st->loss, err) < 0) return -1;
     wait_s += skiff_now_s() - w0;
     st->grad_norm = norm;
-    st->wait_ms = wait_s * 1000;
+    st->wait_ms = (wait_s + cd->tp_wait_s) * 1000;
     st->overlap_ms = overlap_s > 0 ? overlap_s * 1000 : 0;
+    if (cd->tp_comm) st->group_comm_ms = (cd->tp_comm->stats.busy_s - tp_busy0) * 1000;
     return 0;
 }
 
@@ -618,6 +665,7 @@ static void cpu_close(struct train_device *d)
         free(c->ddp.reqs);
         z3_close(&c->z3);
         free(c->full);
+        free(c->z3_tp_sharded);
         tr_comm_destroy(c->tp_comm);
         free(c);
     }
@@ -799,7 +847,7 @@ static int cpu_upload(struct train_device *d, int with_opt, skiff_err *err)
     (void)with_opt; /* m and v are the device's own memory, in its layout */
     struct cpu_device *c = d->impl;
     const struct train_plan *pl = c->plan;
-    if (pl->tp == 1) return 0;
+    if (pl->tp == 1 || c->o->zero == 3) return 0; /* ZeRO-3: each rank made its shard of its part (train.c) */
     if (tr_broadcast(c->tp_comm, c->full, pl->n_pad * sizeof(float), 0, err) < 0)
         return skiff_err_wrap(err, "broadcasting parameters over the tensor-parallel group");
     gpt2_tp_copy(&c->o->cfg, pl->tp, pl->tp_rank, c->full, c->model.params, 1);
@@ -816,6 +864,7 @@ static int cpu_download(struct train_device *d, skiff_err *err)
     struct cpu_device *c = d->impl;
     const struct train_plan *pl = c->plan;
     int z = c->o->zero;
+    if (z == 3) return 0; /* each rank saves its shard (of its tensor-parallel part) */
     if (c->pipe &&
         tr_pipeline_gather(c->pipe, d->comm, c->model.params, z ? NULL : d->m, z ? NULL : d->v, pl->n_dev, err) < 0)
         return -1;
@@ -863,6 +912,8 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
     char host[96] = "", z3[128] = "", stage[160] = "";
     if (c->full)
         snprintf(host, sizeof host, " (its tensor-parallel part; whole on the host %.1f MiB)", (double)pl->n_pad * f);
+    else if (pl->tp > 1)
+        snprintf(host, sizeof host, " (of its tensor-parallel part)");
     if (c->pipe) {
         stage[0] = ',';
         stage[1] = ' ';

@@ -360,7 +360,7 @@ static int z3_opt_pieces(struct zero3 *z, const struct gpt2_config *cfg, skiff_e
     struct gpt2_slice sl[GPT2_UNIT_MAX_SLICES];
     for (int u = 0; u < U; u++) {
         size_t total, uo = 0, plen = z->len[u] / (size_t)z->world, a = (size_t)z->rank * plen, b = a + plen;
-        int k = gpt2_unit_slices(cfg, u, sl, &total);
+        int k = gpt2_unit_slices_tp(cfg, z->cd->plan->tp, u, sl, &total);
         for (int i = 0; i < k; uo += sl[i].len, i++) {
             size_t lo = uo > a ? uo : a, hi = uo + sl[i].len < b ? uo + sl[i].len : b;
             if (lo < hi)
@@ -386,7 +386,7 @@ static int z3_open(struct cuda_device *cd, skiff_err *err)
     z->len = (size_t *)calloc((size_t)U, sizeof(size_t));
     z->off = (size_t *)calloc((size_t)U, sizeof(size_t));
     if (!z->len || !z->off) return skiff_error(err, ENOMEM, "ZeRO-3 units");
-    for (int u = 0; u < U; u++) z->len[u] = train_zero3_unit(cfg, z->world, z->rank, u, &z->off[u]);
+    for (int u = 0; u < U; u++) z->len[u] = train_zero3_unit(cfg, cd->plan->tp, z->world, z->rank, u, &z->off[u]);
     CUDA_CHECK(cudaMalloc((void **)&z->gshard, cd->plan->opt_len * sizeof(float)));
     struct z3_slot *w[] = {&z->root, &z->p[0], &z->p[1]}, *g[] = {&z->root_grad, &z->g[0], &z->g[1]};
     for (int i = 0; i < 3; i++) {
