@@ -2,8 +2,8 @@
 # Checkpoints: --stop-after then --resume continues bit for bit (params,
 # AdamW state, step, data position), alone and with ZeRO on 2 ranks, under
 # --tp 2, dp2 x tp2, tp2 x pp2, dp2 x pp2 with ZeRO and tp2 / dp2 x tp2
-# with ZeRO-3 (every rank's file); a checkpoint resumes under another layout (world size, --tp, --pp,
-# ZeRO stage) on the same global batch (dp2 x tp2 -> 1 process and back,
+# with ZeRO-3 (every rank's file); a checkpoint resumes under another
+# layout (world size, --tp, --pp, ZeRO stage) on the same global batch (dp2 x tp2 -> 1 process and back,
 # tp2 x pp2 -> 1 process and back, dp2 x pp2 with ZeRO-1 -> 1 process, DDP
 # -> pp2 on as many ranks; --zero 3's shards put together and taken apart,
 # under --tp 2 and dp2 x tp2 too);
