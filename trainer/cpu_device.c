@@ -152,6 +152,11 @@ struct z3_slot {
     struct tr_comm_req *req; /* the gather or reduce-scatter in flight */
 };
 
+struct z3_seg {
+    size_t off, len; /* in the shard */
+    int split;       /* of a tensor split over the tensor-parallel ranks */
+};
+
 struct zero3 {
     struct tr_comm *comm;
     int world, rank, L;
@@ -385,9 +390,34 @@ struct cpu_device {
     struct ddp ddp;
     struct tr_pipeline *pipe; /* --pp: this rank's stage */
     struct zero3 z3;
-    float *z3_tp_sharded; /* ZeRO-3 --tp: 1 where the shard's float is of a split tensor, 0 replicated */
-    double loss_sum;      /* forward: losses since take_loss */
+    struct z3_seg *z3_segs; /* ZeRO-3 --tp: the shard cut where split and replicated tensors meet */
+    int z3_nsegs;
+    double loss_sum; /* forward: losses since take_loss */
 };
+
+/* ZeRO-3 under --tp: this rank's piece of every unit of its part, cut where
+ * its tensors meet, each piece marked split (over the tensor-parallel
+ * ranks) or replicated, for the gradient norm. */
+static int z3_tp_segments(struct cpu_device *c, skiff_err *err)
+{
+    const struct train_plan *pl = c->plan;
+    const struct gpt2_config *cfg = &c->o->cfg;
+    int U = gpt2_num_units(cfg), n = 0;
+    c->z3_segs = calloc((size_t)U * GPT2_UNIT_MAX_SLICES, sizeof *c->z3_segs);
+    if (!c->z3_segs) return skiff_error(err, ENOMEM, "ZeRO-3 shard pieces");
+    struct gpt2_slice sl[GPT2_UNIT_MAX_SLICES];
+    for (int u = 0; u < U; u++) {
+        size_t total, uo = 0, plen = c->z3.len[u] / (size_t)pl->world, a = (size_t)pl->rank * plen, b = a + plen;
+        int k = gpt2_unit_slices_tp(cfg, pl->tp, u, sl, &total);
+        for (int i = 0; i < k; uo += sl[i].len, i++) {
+            size_t lo = uo > a ? uo : a, hi = uo + sl[i].len < b ? uo + sl[i].len : b;
+            if (lo < hi)
+                c->z3_segs[n++] = (struct z3_seg){c->z3.off[u] + (lo - a), hi - lo, gpt2_tp_sharded(sl[i].tensor)};
+        }
+    }
+    c->z3_nsegs = n;
+    return 0;
+}
 
 static int cpu_open_zero3(struct train_device *d, struct cpu_device *c, skiff_err *err)
 {
@@ -398,22 +428,15 @@ static int cpu_open_zero3(struct train_device *d, struct cpu_device *c, skiff_er
     c->m = calloc(pl->opt_len, sizeof(float));
     c->v = calloc(pl->opt_len, sizeof(float));
     c->decay = calloc(pl->opt_len, sizeof(float));
-    if (pl->tp > 1) c->z3_tp_sharded = calloc(pl->opt_len, sizeof(float));
     float *mask = calloc(gpt2_param_layout_tp(cfg, pl->tp, NULL, NULL), sizeof(float));
-    if (!c->m || !c->v || !c->decay || !mask || (pl->tp > 1 && !c->z3_tp_sharded)) {
+    if (!c->m || !c->v || !c->decay || !mask) {
         free(mask);
         return skiff_error(err, ENOMEM, "optimizer state");
     }
     gpt2_decay_mask_tp(cfg, pl->tp, mask);
     train_zero3_copy(cfg, pl->tp, pl->world, pl->rank, mask, c->decay, 0);
-    if (pl->tp > 1) { /* which floats of the shard are of tensors split over the tensor-parallel ranks */
-        size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
-        gpt2_param_layout_tp(cfg, pl->tp, sizes, offs);
-        for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++)
-            for (size_t j = 0; j < sizes[i]; j++) mask[offs[i] + j] = gpt2_tp_sharded(i) ? 1.0f : 0.0f;
-        train_zero3_copy(cfg, pl->tp, pl->world, pl->rank, mask, c->z3_tp_sharded, 0);
-    }
     free(mask);
+    if (pl->tp > 1 && z3_tp_segments(c, err) < 0) return -1;
     d->params = c->z3.shard;
     d->m = c->m;
     d->v = c->v;
@@ -425,33 +448,20 @@ static int tp_total(struct cpu_device *c, double *v, skiff_err *err);
 
 /* Sum of squares of the ZeRO-3 gradient shard g (n floats). With --tp, the
  * replicated tensors' floats count 1/tp, as tp_sumsq counts them, so the
- * sum over the tensor-parallel group is the part's once. */
+ * sum over the tensor-parallel group is the part's once (the shard's
+ * padding is zero). */
 static double z3_sumsq(const struct cpu_device *c, const float *g, size_t n)
 {
-    const float *split = c->z3_tp_sharded;
-    if (!split) return sumsq(g, n);
-    enum { NB = 64 };
-    double sh[NB], rep[NB];
-#pragma omp parallel for
-    for (int b = 0; b < NB; b++) {
-        size_t lo = n * (size_t)b / NB, hi = n * (size_t)(b + 1) / NB;
-        double s = 0, r = 0;
-        for (size_t i = lo; i < hi; i++) {
-            double x = (double)g[i] * g[i];
-            if (split[i] != 0.0f)
-                s += x;
-            else
-                r += x;
-        }
-        sh[b] = s;
-        rep[b] = r;
+    if (!c->z3_segs) return sumsq(g, n);
+    double sharded = 0, replicated = 0;
+    for (int i = 0; i < c->z3_nsegs; i++) {
+        double x = sumsq(g + c->z3_segs[i].off, c->z3_segs[i].len);
+        if (c->z3_segs[i].split)
+            sharded += x;
+        else
+            replicated += x;
     }
-    double s = 0, r = 0;
-    for (int b = 0; b < NB; b++) {
-        s += sh[b];
-        r += rep[b];
-    }
-    return s + r / c->model.tp;
+    return sharded + replicated / c->model.tp;
 }
 
 /* ZeRO-3's step: forward and backward gather and reduce-scatter unit by
@@ -665,7 +675,7 @@ static void cpu_close(struct train_device *d)
         free(c->ddp.reqs);
         z3_close(&c->z3);
         free(c->full);
-        free(c->z3_tp_sharded);
+        free(c->z3_segs);
         tr_comm_destroy(c->tp_comm);
         free(c);
     }
