@@ -16,7 +16,6 @@ struct slot {
 
 struct tr_pipeline {
     struct gpt2 *model;
-    const struct gpt2_config *cfg;
     int stages, stage, dp, dp_rank, tp, tp_rank, zero, micro, gpipe;
     float loss_scale;                /* 1 / (M * DP): the mean over the global batch */
     struct tr_comm *dpc, *ppc, *emb; /* emb: first and last stage (ppc itself when N = 2) */
@@ -86,7 +85,6 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
     if (!p) return skiff_error(err, ENOMEM, "pipeline");
     *out = p;
     p->model = model;
-    p->cfg = &o->cfg;
     p->stages = N;
     p->dp = pl->world; /* the plan's world and rank are the data-parallel ones */
     p->dp_rank = pl->rank;
@@ -104,9 +102,9 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
      * of every block tensor, the embeddings on the first stage, the final
      * LayerNorm and the (tied) wte on the last */
     p->nr = train_stage_ranges(&o->cfg, p->tp, N, p->stage, p->r);
-    /* the model's gradient holds the stage's ranges back to back, so the
-     * DP all-reduce takes it whole (wte's is the tied half, from the end on
-     * the last stage) */
+    /* the model holds the stage's ranges back to back (gpt2_set_stage), so
+     * the DP all-reduce takes its gradient whole; wte is held at the start
+     * on the first stage and at the end on the last */
     p->wte_off = model->held_offsets[GPT2_WTE];
     p->wte_len = model->held_sizes[GPT2_WTE];
     for (int i = 0; i < p->nr; i++) {
