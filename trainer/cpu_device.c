@@ -630,7 +630,7 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     c->model.tp_allreduce = tp_allreduce;
     c->model.tp_ctx = c;
     if (o->recompute && gpt2_recompute(&c->model, err) < 0) return -1;
-    if (o->zero == 3) return cpu_open_zero3(d, c, err);
+    if (o->zero == 3 && o->pp == 1) return cpu_open_zero3(d, c, err);
     /* --pp: the model holds the stage's ranges (gpt2_set_stage), and
      * AdamW's state follows it with ZeRO 0 */
     if (o->pp > 1 && tr_pipeline_open(&c->pipe, &c->model, o, pl, dist, err) < 0) return -1;
@@ -645,7 +645,8 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
         memset(c->model.params + n, 0, (pl->n_dev - n) * sizeof(float));
         memset(c->model.grads, 0, pl->n_dev * sizeof(float));
     }
-    if ((pl->tp > 1 || c->pipe) && !(c->full = calloc(pl->n_pad, sizeof(float))))
+    /* (ZeRO-3 under --pp: no whole copy; the weights are the shards) */
+    if ((pl->tp > 1 || c->pipe) && o->zero != 3 && !(c->full = calloc(pl->n_pad, sizeof(float))))
         return skiff_error(err, ENOMEM, "host copy of the parameters");
     if (held &&
         (!(c->host_m = calloc(pl->opt_len, sizeof(float))) || !(c->host_v = calloc(pl->opt_len, sizeof(float)))))
@@ -676,7 +677,7 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
         c->ddp.stage = malloc(pl->n_dev * sizeof(float));
         if (!c->ddp.stage) return skiff_error(err, ENOMEM, "bucket staging");
     }
-    d->params = c->full ? c->full : c->model.params;
+    d->params = o->zero == 3 ? tr_pipeline_param_shard(c->pipe) : c->full ? c->full : c->model.params;
     d->m = held ? c->host_m : c->m;
     d->v = held ? c->host_v : c->v;
     return 0;
@@ -712,7 +713,7 @@ static void cpu_close(struct train_device *d)
 static void drop_host(struct train_device *d)
 {
     struct cpu_device *c = d->impl;
-    if (!c->pipe) return;
+    if (!c->pipe || c->o->zero == 3) return; /* (ZeRO-3: d->params is the shard, the only copy) */
     free(c->full);
     free(c->host_m);
     free(c->host_v);
@@ -1012,7 +1013,15 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
         stage[1] = ' ';
         tr_pipeline_describe(c->pipe, stage + 2, sizeof stage - 2);
     }
-    if (c->o->zero == 3) { /* shards, and the root's and --zero3-buffers blocks' buffers of each kind */
+    if (c->o->zero == 3 && c->pipe) {
+        /* the shard between steps; the stage's weights and gradient (and
+         * the reductions' packing, counted in the staging above) gathered
+         * for each step's whole schedule only (pipeline.c, hold) */
+        double held = (double)c->model.num_held, packed = (double)tr_pipeline_num_staging(c->pipe) - pl->opt_len;
+        params = (double)pl->opt_len + held;
+        snprintf(z3, sizeof z3, ", of which held for the step only %.1f MiB + %.1f MiB", held * f,
+                 (held + packed) * f);
+    } else if (c->o->zero == 3) { /* shards, and the root's and --zero3-buffers blocks' buffers of each kind */
         params = grads = (double)pl->opt_len + gathered;
         snprintf(z3, sizeof z3, ", of which gathered units %.1f MiB + %.1f MiB", gathered * f, gathered * f);
     }

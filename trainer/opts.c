@@ -154,12 +154,6 @@ static int check_pipeline(struct train_opts *o, int micro, int accum_set, skiff_
                            o->tp > 1 ? "--tp"
                            : o->zero ? "--zero"
                                      : "--recompute");
-    if (o->zero == 3) /* see doc/trainer-parallelism.md, section 6 */
-        return skiff_error(err, 0,
-                           "--pp %d with --zero 3: ZeRO-3 and pipeline stages are not composed; use --zero 1 or 2 "
-                           "with --pp (the optimizer state and gradients of each stage sharded over its "
-                           "data-parallel ranks), or --zero 3 without --pp",
-                           o->pp);
     if (o->pp > o->cfg.num_layers)
         return skiff_error(err, 0, "--pp %d: model %s has only %d layers, and every stage needs at least one", o->pp,
                            o->model, o->cfg.num_layers);
