@@ -1019,8 +1019,7 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
          * for each step's whole schedule only (pipeline.c, hold) */
         double held = (double)c->model.num_held, packed = (double)tr_pipeline_num_staging(c->pipe) - pl->opt_len;
         params = (double)pl->opt_len + held;
-        snprintf(z3, sizeof z3, ", of which held for the step only %.1f MiB + %.1f MiB", held * f,
-                 (held + packed) * f);
+        snprintf(z3, sizeof z3, ", of which held for the step only %.1f MiB + %.1f MiB", held * f, (held + packed) * f);
     } else if (c->o->zero == 3) { /* shards, and the root's and --zero3-buffers blocks' buffers of each kind */
         params = grads = (double)pl->opt_len + gathered;
         snprintf(z3, sizeof z3, ", of which gathered units %.1f MiB + %.1f MiB", gathered * f, gathered * f);
