@@ -1003,7 +1003,7 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
                    (c->ddp.stage ? (double)pl->n_dev : 0) + (c->pipe ? (double)tr_pipeline_num_staging(c->pipe) : 0);
     double acts = c->pipe ? (double)tr_pipeline_num_acts(c->pipe) : 2.0 * (double)c->model.num_acts;
     double params = (double)(c->pipe ? c->model.num_held : pl->n_dev), gathered = (double)z3_gathered(&c->z3);
-    char host[96] = "", z3[128] = "", stage[160] = "";
+    char host[96] = "", z3[192] = "", stage[160] = "";
     if (c->full)
         snprintf(host, sizeof host, " (its tensor-parallel part; whole on the host %.1f MiB)", (double)pl->n_pad * f);
     else if (pl->tp > 1)
@@ -1014,12 +1014,16 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
         tr_pipeline_describe(c->pipe, stage + 2, sizeof stage - 2);
     }
     if (c->o->zero == 3 && c->pipe) {
-        /* the shard between steps; the stage's weights and gradient (and
-         * the reductions' packing, counted in the staging above) gathered
-         * for each step's whole schedule only (pipeline.c, hold) */
+        /* the shards between steps; the stage's weights and gradient for
+         * each step's schedule, the reductions' packing in place of the
+         * weights while it gathers and reduces (pipeline.c, hold) */
         double held = (double)c->model.num_held, packed = (double)tr_pipeline_num_staging(c->pipe) - pl->opt_len;
         params = (double)pl->opt_len + held;
-        snprintf(z3, sizeof z3, ", of which held for the step only %.1f MiB + %.1f MiB", held * f, (held + packed) * f);
+        grads = (double)pl->opt_len + held;
+        snprintf(z3, sizeof z3,
+                 ", of which held for the step only %.1f MiB + %.1f MiB (the packing, %.1f MiB, in place of the "
+                 "weights while gathering and reducing)",
+                 held * f, held * f, packed * f);
     } else if (c->o->zero == 3) { /* shards, and the root's and --zero3-buffers blocks' buffers of each kind */
         params = grads = (double)pl->opt_len + gathered;
         snprintf(z3, sizeof z3, ", of which gathered units %.1f MiB + %.1f MiB", gathered * f, gathered * f);

@@ -33,8 +33,8 @@ struct tr_pipeline {
     float *packed, *gshard;
     /* ZeRO-3: this rank's shard of the stage's weights (the same pieces),
      * the only copy between steps; the model's held parameters, gradient
-     * and `packed` exist from hold() (the step's start, or a validation
-     * pass) to unhold() (after the step's reductions). held: the model's
+     * and `packed` exist only within a step, or the parameters from a
+     * validation pass to the next step's end (hold). held: the model's
      * parameters are the shards' current values. */
     float *pshard;
     int held;
@@ -233,6 +233,9 @@ static void pack_grads(struct tr_pipeline *p)
  * micro-batch). */
 static int shard_reduce(struct tr_pipeline *p, int add, skiff_err *err)
 {
+    if (!p->packed && !(p->packed = malloc(p->shard_len * (size_t)p->dp * sizeof(float)))) /* ZeRO-3: made here */
+        return skiff_error(err, ENOMEM, "pipeline stage %d: packing its gradient (%zu floats)", p->stage,
+                           p->shard_len * (size_t)p->dp);
     pack_grads(p);
     if (p->dp > 1 && tr_reduce_scatter(p->dpc, p->packed, p->shard_len * (size_t)p->dp, TR_F32, err) < 0)
         return skiff_err_wrap(err, "pipeline stage %d: gradient reduce-scatter over its %d data-parallel ranks",
@@ -270,40 +273,50 @@ int tr_pipeline_share_params(struct tr_pipeline *p, skiff_err *err)
 
 /* ZeRO-3: the stage's weights gathered from the data-parallel ranks'
  * shards into the model's held layout, once per step for the whole
- * schedule (every micro-batch's forward and backward uses them), with the
- * gradient buffer and the packing buffer of the reductions beside them;
- * unhold() frees the three after the step's reductions. Between steps a
- * rank holds its shards only (see doc/trainer-parallelism.md, "ZeRO-3 and
- * the pipeline", for what this costs against ZeRO-2). */
+ * schedule (every micro-batch's forward and backward uses them). Of the
+ * three stage-sized buffers a step needs, the weights, their gradient and
+ * the packing of the gather and the reduce-scatter (`packed`), a rank
+ * holds two at most: the packing while it gathers (then freed, before the
+ * gradient is made), the weights and the gradient during the schedule, the
+ * gradient and the packing while it reduces (the weights freed first).
+ * Between steps it holds its shards only (doc/trainer-parallelism.md,
+ * "ZeRO-3 and the pipeline", compares this with ZeRO-2). */
 static int hold(struct tr_pipeline *p, skiff_err *err)
 {
     struct gpt2 *m = p->model;
     if (p->zero != 3 || p->held) return 0;
     if (!m->params) m->params = malloc(p->stage_len * sizeof(float));
-    if (!m->grads) m->grads = malloc(p->stage_len * sizeof(float));
-    if (!p->packed) p->packed = malloc(p->shard_len * (size_t)p->dp * sizeof(float));
-    if (!m->params || !m->grads || !p->packed) {
-        unhold(p);
+    float *packed = m->params ? malloc(p->shard_len * (size_t)p->dp * sizeof(float)) : NULL;
+    if (!packed)
         return skiff_error(err, ENOMEM, "pipeline stage %d: gathering its weights (%zu floats)", p->stage,
                            p->stage_len);
-    }
-    memcpy(p->packed + (size_t)p->dp_rank * p->shard_len, p->pshard, p->shard_len * sizeof(float));
-    if (p->dp > 1 && tr_all_gather(p->dpc, p->packed, p->shard_len * (size_t)p->dp, TR_F32, err) < 0)
+    memcpy(packed + (size_t)p->dp_rank * p->shard_len, p->pshard, p->shard_len * sizeof(float));
+    int rc = p->dp > 1 ? tr_all_gather(p->dpc, packed, p->shard_len * (size_t)p->dp, TR_F32, err) : 0;
+    if (rc == 0)
+        for (int d = 0; d < p->dp; d++) shard_copy(p, d, m->params, packed + (size_t)d * p->shard_len, 1);
+    free(packed);
+    if (rc < 0)
         return skiff_err_wrap(err, "pipeline stage %d: ZeRO-3 parameter all-gather over its %d data-parallel ranks",
                               p->stage, p->dp);
-    for (int d = 0; d < p->dp; d++) shard_copy(p, d, m->params, p->packed + (size_t)d * p->shard_len, 1);
     p->held = 1;
     return 0;
 }
 
+/* ZeRO-3: the weights go once the schedule is done (before the
+ * reductions make `packed`), the gradient and `packed` after them. */
+static void drop_weights(struct tr_pipeline *p)
+{
+    free(p->model->params);
+    p->model->params = NULL;
+    p->held = 0;
+}
+
 static void unhold(struct tr_pipeline *p)
 {
-    struct gpt2 *m = p->model;
-    free(m->params);
-    free(m->grads);
+    drop_weights(p);
+    free(p->model->grads);
     free(p->packed);
-    m->params = m->grads = p->packed = NULL;
-    p->held = 0;
+    p->model->grads = p->packed = NULL;
 }
 
 int tr_pipeline_dp_sum(struct tr_pipeline *p, double *v, skiff_err *err)
@@ -451,6 +464,8 @@ int tr_pipeline_grads(struct tr_pipeline *p, struct train_batches *b, double *lo
     double h0 = skiff_now_s();
     if (hold(p, err) < 0) return -1;
     p->comm_s += skiff_now_s() - h0;
+    if (!p->model->grads && !(p->model->grads = malloc(p->stage_len * sizeof(float)))) /* ZeRO-3: made here */
+        return skiff_error(err, ENOMEM, "pipeline stage %d: its gradient (%zu floats)", p->stage, p->stage_len);
     gpt2_zero_grad(p->model);
     if (p->zero == 2) memset(p->gshard, 0, p->shard_len * sizeof(float));
     double t0 = skiff_now_s();
@@ -470,6 +485,7 @@ int tr_pipeline_grads(struct tr_pipeline *p, struct train_batches *b, double *lo
     p->sched_s += t;
     p->idle_s += t - sc.compute_s;
     double r0 = skiff_now_s();
+    if (p->zero == 3) drop_weights(p); /* AdamW steps the shard */
     if (reduce(p, err) < 0) return -1;
     if (p->zero == 3) unhold(p); /* the gradient is in gshard, the weights in pshard */
     *loss_sum = sc.loss_sum;
