@@ -250,9 +250,10 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
  * buffer, gpt2_param_layout_tp) on data-parallel rank 0 (z 0; with --pp
  * gathered from every stage before the save) or in shards over the
  * data-parallel ranks (z 1, 2; with --pp each stage's ranges sharded
- * piece by piece, train_pp_shard_copy); with ZeRO-3 (pp 1) every file
- * holds its shard of every unit (policy.h) of the weights, m and v: of the
- * whole model, or with --tp of its tensor-parallel rank's part.
+ * piece by piece, train_pp_shard_copy); with ZeRO-3 every file holds its
+ * shard of every unit (policy.h) of the weights, m and v: of the whole
+ * model, or with --tp of its tensor-parallel rank's part; with --pp its
+ * shard of its stage's ranges instead, cut as ZeRO-1/2's.
  * They are put back together into the whole model's, and this rank takes
  * its part of them as this run lays it out: the same state in another
  * layout. */

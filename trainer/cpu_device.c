@@ -630,6 +630,7 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     c->model.tp_allreduce = tp_allreduce;
     c->model.tp_ctx = c;
     if (o->recompute && gpt2_recompute(&c->model, err) < 0) return -1;
+    /* (ZeRO-3 under --pp: the pipeline keeps the stage's shards, pipeline.c) */
     if (o->zero == 3 && o->pp == 1) return cpu_open_zero3(d, c, err);
     /* --pp: the model holds the stage's ranges (gpt2_set_stage), and
      * AdamW's state follows it with ZeRO 0 */
