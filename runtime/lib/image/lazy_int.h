@@ -217,6 +217,11 @@ struct sqfs_super_t;
 struct sqfs_frag_table_t;
 struct sqfs_inode_generic_t;
 
+/* path, an empty file just made (skiff_atomic_begin), opened for libsquashfs
+ * to write, without truncating it (sqfs_open_file truncates an existing
+ * file: why that costs, lazyskel.c). NULL with errno set on failure. */
+struct sqfs_file_t *lz_sqfs_open_new(const char *path);
+
 /* The tree's metadata after the data already in file (super written at its
  * start, the data blocks after it): inode and directory tables, the
  * fragment table (when frags is not NULL), the id table, the superblock
