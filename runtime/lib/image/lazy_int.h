@@ -217,10 +217,12 @@ struct sqfs_super_t;
 struct sqfs_frag_table_t;
 struct sqfs_inode_generic_t;
 
-/* path, an empty file just made (skiff_atomic_begin), opened for libsquashfs
- * to write, without truncating it (sqfs_open_file truncates an existing
- * file: why that costs, lazyskel.c). NULL with errno set on failure. */
-struct sqfs_file_t *lz_sqfs_open_new(const char *path);
+/* path opened for libsquashfs to write, created (0644, less the umask) or
+ * emptied, as sqfs_open_file(SQFS_FILE_OPEN_OVERWRITE) does, but without
+ * truncating a file that is already empty, such as the one
+ * skiff_atomic_begin made (why that matters: lazyskel.c). NULL with errno
+ * set on failure. */
+struct sqfs_file_t *lz_sqfs_open_write(const char *path);
 
 /* The tree's metadata after the data already in file (super written at its
  * start, the data blocks after it): inode and directory tables, the

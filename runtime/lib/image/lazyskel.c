@@ -295,8 +295,8 @@ int lz_skel_finish(struct lz_tree *t, sqfs_file_t *file, sqfs_compressor_t *cmp,
  * exists. On ext4 a truncation to size 0 marks the file for writeback at its
  * close (auto_da_alloc, for editors that rewrite a file in place): the
  * close of a 900 MB image then queued all its pages itself, 0.22 s at the
- * end of every import (strace -T). This file is opened without O_TRUNC;
- * the rest is the four calls libsquashfs makes. */
+ * end of every import (strace -T). This file truncates only a file that
+ * has bytes; the rest is the four calls libsquashfs makes. */
 struct fd_file {
     sqfs_file_t base;
     int fd;
@@ -359,15 +359,15 @@ static int fd_file_truncate(sqfs_file_t *f, sqfs_u64 size)
     return 0;
 }
 
-sqfs_file_t *lz_sqfs_open_new(const char *path)
+sqfs_file_t *lz_sqfs_open_write(const char *path)
 {
     struct fd_file *ff = calloc(1, sizeof(*ff));
     if (!ff)
         return NULL;
     struct stat st;
-    ff->fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-    int e = ff->fd < 0 || fstat(ff->fd, &st) < 0 ? errno : !S_ISREG(st.st_mode) || st.st_size ? EEXIST : 0;
-    if (e) {
+    ff->fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (ff->fd < 0 || fstat(ff->fd, &st) < 0 || (st.st_size && ftruncate(ff->fd, 0) < 0)) {
+        int e = errno;
         if (ff->fd >= 0)
             close(ff->fd);
         free(ff);
@@ -392,7 +392,7 @@ int lz_skel_write(struct lz_tree *t, const uint64_t *base, uint32_t nlayers, con
         return -1;
     close(out.fd);
     out.fd = -1;
-    sqfs_file_t *file = lz_sqfs_open_new(out.tmp);
+    sqfs_file_t *file = lz_sqfs_open_write(out.tmp);
     sqfs_compressor_config_t cc;
     sqfs_compressor_t *cmp = NULL;
     sqfs_super_t super;

@@ -241,7 +241,7 @@ int skiff_pack_open(const struct skiff_config *cfg, const char *path, struct ski
         skiff_error(err, ENOMEM, "squashfs writer");
         goto fail;
     }
-    k->file = lz_sqfs_open_new(path);
+    k->file = lz_sqfs_open_write(path);
     if (!k->file) {
         skiff_error(err, errno ? errno : EIO, "open %s", path);
         goto fail;
