@@ -217,13 +217,6 @@ struct sqfs_super_t;
 struct sqfs_frag_table_t;
 struct sqfs_inode_generic_t;
 
-/* path opened for libsquashfs to write, created (0644, less the umask) or
- * emptied, as sqfs_open_file(SQFS_FILE_OPEN_OVERWRITE) does, but without
- * truncating a file that is already empty, such as the one
- * skiff_atomic_begin made (why that matters: lazyskel.c). NULL with errno
- * set on failure. */
-struct sqfs_file_t *lz_sqfs_open_write(const char *path);
-
 /* The tree's metadata after the data already in file (super written at its
  * start, the data blocks after it): inode and directory tables, the
  * fragment table (when frags is not NULL), the id table, the superblock

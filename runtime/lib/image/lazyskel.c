@@ -35,6 +35,7 @@
 #include <sqfs/super.h>
 
 #include "atomicfile.h"
+#include "sqfsout.h"
 
 #define SKEL_BLOCK SQFS_DEFAULT_BLOCK_SIZE
 #define NO_TABLE 0xFFFFFFFFFFFFFFFFull
@@ -290,99 +291,6 @@ int lz_skel_finish(struct lz_tree *t, sqfs_file_t *file, sqfs_compressor_t *cmp,
     return emit(&s, t, file, cmp, super, frags, err);
 }
 
-/* libsquashfs's own file (sqfs_open_file) opens by name and, for a file that
- * exists, with O_TRUNC, and the temporary file skiff_atomic_begin made
- * exists. On ext4 a truncation to size 0 marks the file for writeback at its
- * close (auto_da_alloc, for editors that rewrite a file in place): the
- * close of a 900 MB image then queued all its pages itself, 0.22 s at the
- * end of every import (strace -T). This file truncates only a file that
- * has bytes; the rest is the four calls libsquashfs makes. */
-struct fd_file {
-    sqfs_file_t base;
-    int fd;
-    sqfs_u64 size;
-};
-
-static void fd_file_destroy(sqfs_object_t *o)
-{
-    close(((struct fd_file *)o)->fd);
-    free(o);
-}
-
-static int fd_file_read_at(sqfs_file_t *f, sqfs_u64 off, void *buf, size_t n)
-{
-    struct fd_file *ff = (struct fd_file *)f;
-    if (off > ff->size || n > ff->size - off)
-        return SQFS_ERROR_OUT_OF_BOUNDS;
-    while (n) {
-        ssize_t r = pread(ff->fd, buf, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return SQFS_ERROR_IO;
-        buf = (char *)buf + r;
-        off += (sqfs_u64)r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-static int fd_file_write_at(sqfs_file_t *f, sqfs_u64 off, const void *buf, size_t n)
-{
-    struct fd_file *ff = (struct fd_file *)f;
-    while (n) {
-        ssize_t r = pwrite(ff->fd, buf, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return SQFS_ERROR_IO;
-        buf = (const char *)buf + r;
-        off += (sqfs_u64)r;
-        n -= (size_t)r;
-    }
-    if (off > ff->size)
-        ff->size = off;
-    return 0;
-}
-
-static sqfs_u64 fd_file_get_size(const sqfs_file_t *f)
-{
-    return ((const struct fd_file *)f)->size;
-}
-
-static int fd_file_truncate(sqfs_file_t *f, sqfs_u64 size)
-{
-    struct fd_file *ff = (struct fd_file *)f;
-    if (ftruncate(ff->fd, (off_t)size) < 0)
-        return SQFS_ERROR_IO;
-    ff->size = size;
-    return 0;
-}
-
-sqfs_file_t *lz_sqfs_open_write(const char *path)
-{
-    struct fd_file *ff = calloc(1, sizeof(*ff));
-    if (!ff)
-        return NULL;
-    struct stat st;
-    ff->fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (ff->fd < 0 || fstat(ff->fd, &st) < 0 || (st.st_size && ftruncate(ff->fd, 0) < 0)) {
-        int e = errno;
-        if (ff->fd >= 0)
-            close(ff->fd);
-        free(ff);
-        errno = e;
-        return NULL;
-    }
-    ff->base.base.destroy = fd_file_destroy;
-    ff->base.base.copy = NULL; /* a file open for writing is never copied (sqfs/io.h) */
-    ff->base.read_at = fd_file_read_at;
-    ff->base.write_at = fd_file_write_at;
-    ff->base.get_size = fd_file_get_size;
-    ff->base.truncate = fd_file_truncate;
-    return &ff->base;
-}
-
 int lz_skel_write(struct lz_tree *t, const uint64_t *base, uint32_t nlayers, const char *path, skiff_err *err)
 {
     struct skel s = {.base = base, .nlayers = nlayers};
@@ -392,7 +300,7 @@ int lz_skel_write(struct lz_tree *t, const uint64_t *base, uint32_t nlayers, con
         return -1;
     close(out.fd);
     out.fd = -1;
-    sqfs_file_t *file = lz_sqfs_open_write(out.tmp);
+    sqfs_file_t *file = skiff_sqfs_out_open(out.tmp, false);
     sqfs_compressor_config_t cc;
     sqfs_compressor_t *cmp = NULL;
     sqfs_super_t super;
