@@ -15,6 +15,8 @@
 #include <sqfs/error.h>
 #include <sqfs/io.h>
 
+#include "fdio.h"
+
 #define OUT_CHUNK (2u << 20)
 #define OUT_CHUNKS 4
 
@@ -41,19 +43,10 @@ struct out_file {
     int error; /* errno of the first write that failed */
 };
 
-static int write_all(int fd, const char *buf, size_t n, sqfs_u64 off)
+/* errno of a failed write, or 0 */
+static int write_all(int fd, const void *buf, size_t n, sqfs_u64 off)
 {
-    while (n) {
-        ssize_t r = pwrite(fd, buf, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return r < 0 ? errno : EIO;
-        buf += r;
-        off += (sqfs_u64)r;
-        n -= (size_t)r;
-    }
-    return 0;
+    return skiff_write_all_at(fd, buf, n, off) < 0 ? (errno ? errno : EIO) : 0;
 }
 
 static void *writer(void *arg)
@@ -145,17 +138,7 @@ static int out_read_at(sqfs_file_t *f, sqfs_u64 off, void *buf, size_t n)
         return SQFS_ERROR_OUT_OF_BOUNDS;
     if (drain(o))
         return SQFS_ERROR_IO;
-    while (n) {
-        ssize_t r = pread(o->fd, buf, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return SQFS_ERROR_IO;
-        buf = (char *)buf + r;
-        off += (sqfs_u64)r;
-        n -= (size_t)r;
-    }
-    return 0;
+    return skiff_read_all_at(o->fd, buf, n, off) < 0 ? SQFS_ERROR_IO : 0;
 }
 
 static int out_write_at(sqfs_file_t *f, sqfs_u64 off, const void *buf, size_t n)
