@@ -433,9 +433,9 @@ extern "C" void cuda_gpt2_set_tp_allreduce(struct cuda_gpt2 *m, cuda_tp_allreduc
 
 extern "C" int cuda_gpt2_set_stage(struct cuda_gpt2 *m, int lo, int hi, skiff_err *err)
 {
-    if (lo < 0 || hi <= lo || hi > m->L || ((lo > 0 || hi < m->L) && (m->recompute || m->units)))
+    if (lo < 0 || hi <= lo || hi > m->L || ((lo > 0 || hi < m->L) && m->units))
         return skiff_error(err, 0, "pipeline stage: blocks [%d, %d) of %d%s", lo, hi, m->L,
-                           m->recompute || m->units ? " (not with --recompute or ZeRO-3)" : "");
+                           m->units ? " (not with ZeRO-3)" : "");
     m->lo = lo, m->hi = hi;
     return 0;
 }
@@ -507,6 +507,20 @@ extern "C" int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skif
     case SKIFF_CUDA_BF16: return params_from_t<bf16>(m, dev, err);
     default: return params_from_t<fp16>(m, dev, err);
     }
+}
+
+extern "C" int cuda_gpt2_to_storage(struct cuda_gpt2 *m, void *dst, const float *src, size_t n, skiff_err *err)
+{
+    switch (m->prec) {
+    case SKIFF_CUDA_FP32: return k_cast_from_f32<float>((float *)dst, src, n, m->stream, err);
+    case SKIFF_CUDA_BF16: return k_cast_from_f32<bf16>((bf16 *)dst, src, n, m->stream, err);
+    default: return k_cast_from_f32<fp16>((fp16 *)dst, src, n, m->stream, err);
+    }
+}
+
+extern "C" float *cuda_gpt2_opt_buf(struct cuda_gpt2 *m, int which)
+{
+    return which == 0 ? m->master : which == 1 ? m->m : m->v;
 }
 
 extern "C" int cuda_gpt2_set_params_device(struct cuda_gpt2 *m, const float *dev, skiff_err *err)
@@ -874,10 +888,11 @@ template <typename T> static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready
         TRY(unit_gather(m, 1 + l, 1, err));
         TRY(unit_grad(m, 1 + l, err));
         // --recompute: the slot holds the last block's activations from the
-        // forward; any other block's forward is redone into it from its
-        // input (the first LayerNorm alone, res_in being whole already), the
-        // same kernels on the same inputs: the same bits
-        if (m->recompute && l < L - 1) {
+        // forward (the stage's last, hi - 1, under --pp); any other block's
+        // forward is redone into it from its input (the first LayerNorm
+        // alone, res_in being whole already), the same kernels on the same
+        // inputs: the same bits
+        if (m->recompute && l < hi - 1) {
             PROF(s, "layernorm fwd",
                  k_residual_layernorm_forward<T>(res_in, (T *)m->ln1[l], m->ln1_mean[l], m->ln1_rstd[l], res_in, NULL,
                                                  P<T>(m, GPT2_LN1W, l), P<T>(m, GPT2_LN1B, l), N, C, s, err));

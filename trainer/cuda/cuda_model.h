@@ -104,7 +104,9 @@ void cuda_gpt2_use_units(struct cuda_gpt2 *m, const struct cuda_gpt2_units *u);
  * hi < L it ends at stage_out (no classifier, no loss) and the backward
  * starts from the gradient of stage_out that the caller wrote into
  * stage_grad; with lo > 0 the backward leaves the gradient of stage_in in
- * stage_grad. Not with --recompute or ZeRO-3. */
+ * stage_grad. With --recompute the backward redoes every block of the
+ * stage but its last (whose activations the slot holds after the forward)
+ * from the block's input, stage_in for block lo. Not with ZeRO-3. */
 int cuda_gpt2_set_stage(struct cuda_gpt2 *m, int lo, int hi, skiff_err *err);
 void *cuda_gpt2_stage_in(struct cuda_gpt2 *m); /* NULL on the first stage */
 void *cuda_gpt2_stage_out(struct cuda_gpt2 *m);
@@ -207,6 +209,12 @@ int cuda_gpt2_fill(struct cuda_gpt2 *m, float *dev, float v, size_t n, skiff_err
 int cuda_gpt2_accumulate(struct cuda_gpt2 *m, float *dst, const float *src, size_t n, skiff_err *err);
 /* Storage copy of all parameters from an fp32 device buffer of n_pad floats. */
 int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skiff_err *err);
+/* dst[0..n) (device, the storage type) = src[0..n) (device fp32) rounded, queued. */
+int cuda_gpt2_to_storage(struct cuda_gpt2 *m, void *dst, const float *src, size_t n, skiff_err *err);
+/* The optimizer's device buffers (opt_len floats each): which 0 the fp32
+ * master weights, 1 AdamW's m, 2 its v. For a device that lays the range
+ * out itself (--pp with ZeRO: a shard of the stage's ranges). */
+float *cuda_gpt2_opt_buf(struct cuda_gpt2 *m, int which);
 
 /* bf16 cuBLASLt GEMM (m x n x k) timed over iters runs: TFLOP/s. */
 int cuda_gemm_bench(int m, int n, int k, int iters, double *tflops, skiff_err *err);
