@@ -888,11 +888,12 @@ template <typename T> static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready
         TRY(unit_gather(m, 1 + l, 1, err));
         TRY(unit_grad(m, 1 + l, err));
         // --recompute: the slot holds the last block's activations from the
-        // forward (the stage's last, hi - 1, under --pp); any other block's
-        // forward is redone into it from its input (the first LayerNorm
-        // alone, res_in being whole already), the same kernels on the same
-        // inputs: the same bits
-        if (m->recompute && l < hi - 1) {
+        // forward; any other block's forward is redone into it from its
+        // input (the first LayerNorm alone, res_in being whole already), the
+        // same kernels on the same inputs: the same bits. A pipeline stage
+        // before the last redoes all its blocks: its forward ended writing
+        // the next block's first LayerNorm into the slot.
+        if (m->recompute && l < L - 1) {
             PROF(s, "layernorm fwd",
                  k_residual_layernorm_forward<T>(res_in, (T *)m->ln1[l], m->ln1_mean[l], m->ln1_rstd[l], res_in, NULL,
                                                  P<T>(m, GPT2_LN1W, l), P<T>(m, GPT2_LN1B, l), N, C, s, err));

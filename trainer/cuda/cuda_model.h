@@ -104,9 +104,10 @@ void cuda_gpt2_use_units(struct cuda_gpt2 *m, const struct cuda_gpt2_units *u);
  * hi < L it ends at stage_out (no classifier, no loss) and the backward
  * starts from the gradient of stage_out that the caller wrote into
  * stage_grad; with lo > 0 the backward leaves the gradient of stage_in in
- * stage_grad. With --recompute the backward redoes every block of the
- * stage but its last (whose activations the slot holds after the forward)
- * from the block's input, stage_in for block lo. Not with ZeRO-3. */
+ * stage_grad. With --recompute the backward redoes each block of the
+ * stage from its input (stage_in for block lo), but for the model's last
+ * block, whose activations the slot holds after the forward. Not with
+ * ZeRO-3. */
 int cuda_gpt2_set_stage(struct cuda_gpt2 *m, int lo, int hi, skiff_err *err);
 void *cuda_gpt2_stage_in(struct cuda_gpt2 *m); /* NULL on the first stage */
 void *cuda_gpt2_stage_out(struct cuda_gpt2 *m);
