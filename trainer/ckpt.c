@@ -140,9 +140,15 @@ static int read_header(int fd, const char *path, struct ckpt_header *h, skiff_er
         return skiff_err_wrap(err, "%s", path);
     struct stat st;
     if (fstat(fd, &st) < 0) return skiff_error(err, errno, "stat %s", path);
+    if (h->zero == 3 && cfg.num_heads % h->tp)
+        return skiff_error(err, 0, "%s: corrupt checkpoint: --tp %d of a model of %d heads", path, h->tp,
+                           cfg.num_heads);
     uint64_t layout = gpt2_param_layout(&cfg, NULL, NULL), np = h->num_params, off = h->opt_off, len = h->opt_len;
-    /* ZeRO-3 pads every unit (train_zero3_len) */
-    uint64_t pads = (uint64_t)h->world * (h->zero == 3 ? (uint64_t)gpt2_num_units(&cfg) : 1);
+    uint64_t pads = (uint64_t)h->world;
+    if (h->zero == 3) { /* the units of a tensor-parallel rank's part, each padded to the data-parallel ranks */
+        layout = gpt2_param_layout_tp(&cfg, h->tp, NULL, NULL);
+        pads = (uint64_t)(h->world / (h->tp * h->pp)) * (uint64_t)gpt2_num_units(&cfg);
+    }
     if (np < layout || np - layout >= pads || off > np || len > np - off ||
         sizeof *h + (h->has_params ? ckpt_params_len(h->zero, np, len) * 4 : 0) + len * 8 != (uint64_t)st.st_size)
         return skiff_error(err, 0,
@@ -244,8 +250,9 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
  * buffer, gpt2_param_layout_tp) on data-parallel rank 0 (z 0; with --pp
  * gathered from every stage before the save) or in shards over the
  * data-parallel ranks (z 1, 2; with --pp each stage's ranges sharded
- * piece by piece, train_pp_shard_copy); with ZeRO-3 (tp 1, pp 1) every
- * file holds its shard of every unit (policy.h) of the weights, m and v.
+ * piece by piece, train_pp_shard_copy); with ZeRO-3 (pp 1) every file
+ * holds its shard of every unit (policy.h) of the weights, m and v: of the
+ * whole model, or with --tp of its tensor-parallel rank's part.
  * They are put back together into the whole model's, and this rank takes
  * its part of them as this run lays it out: the same state in another
  * layout. */
@@ -326,23 +333,52 @@ static int read_tp_part(const char *dir, const struct train_ckpt *s, int t, floa
     return rc;
 }
 
-/* A ZeRO-3 checkpoint (tp 1, pp 1): every rank's shard of m and v, and of
- * the weights when fp is not NULL, put together into the whole model's. */
+/* A ZeRO-3 checkpoint (pp 1): every rank's shard of m and v, and of the
+ * weights when fp is not NULL, put together into each tensor-parallel
+ * rank's part (its data-parallel ranks' shards) and the parts into the
+ * whole model's. */
 static int read_zero3(const char *dir, const struct train_ckpt *s, float *fp, float *fm, float *fv, skiff_err *err)
 {
-    size_t n = s->num_params, sh = n / (size_t)s->world; /* train_zero3_len: every rank's shard back to back */
+    int stp = s->tp, sdp = s->world / stp;
+    size_t n = s->num_params, sh = n / (size_t)sdp; /* train_zero3_len: every data-parallel rank's shard back to back */
+    size_t nl = stp > 1 ? gpt2_param_layout_tp(&s->cfg, stp, NULL, NULL) : 0;
     float *lp = fp ? calloc(n, sizeof(float)) : NULL, *lm = calloc(n, sizeof(float)), *lv = calloc(n, sizeof(float));
-    int rc = lm && lv && (lp || !fp) ? 0 : skiff_error(err, ENOMEM, "--resume: the shards of a --zero 3 checkpoint");
-    for (int d = 0; rc == 0 && d < s->world; d++) {
-        if ((rc = read_piece(dir, d, s, lp, lm, lv, n, 0, err)) < 0) break;
-        train_zero3_copy(&s->cfg, s->world, d, fm, lm + (size_t)d * sh, 1);
-        train_zero3_copy(&s->cfg, s->world, d, fv, lv + (size_t)d * sh, 1);
-        if (fp) train_zero3_copy(&s->cfg, s->world, d, fp, lp + (size_t)d * sh, 1);
+    float *tp = fp && nl ? calloc(nl, sizeof(float)) : NULL, *tm = nl ? calloc(nl, sizeof(float)) : fm,
+          *tv = nl ? calloc(nl, sizeof(float)) : fv;
+    int rc = lm && lv && (lp || !fp) && tm && tv && (tp || !fp || !nl)
+                 ? 0
+                 : skiff_error(err, ENOMEM, "--resume: the shards of a --zero 3 checkpoint");
+    for (int t = 0; rc == 0 && t < stp; t++) {
+        for (int d = 0; rc == 0 && d < sdp; d++) {
+            if ((rc = read_piece(dir, train_layout_rank(stp, sdp, 0, d, t), s, lp, lm, lv, n, 0, err)) < 0) break;
+            train_zero3_copy(&s->cfg, stp, sdp, d, tm, lm + (size_t)d * sh, 1);
+            train_zero3_copy(&s->cfg, stp, sdp, d, tv, lv + (size_t)d * sh, 1);
+            if (fp) train_zero3_copy(&s->cfg, stp, sdp, d, nl ? tp : fp, lp + (size_t)d * sh, 1);
+        }
+        if (rc == 0 && nl) { /* tensor-parallel rank t's part into its place in the whole */
+            gpt2_tp_copy(&s->cfg, stp, t, fm, tm, 0);
+            gpt2_tp_copy(&s->cfg, stp, t, fv, tv, 0);
+            if (fp) gpt2_tp_copy(&s->cfg, stp, t, fp, tp, 0);
+        }
     }
     free(lp);
     free(lm);
     free(lv);
+    if (nl) {
+        free(tp);
+        free(tm);
+        free(tv);
+    }
     return rc;
+}
+
+/* The whole model's x (m, v or the weights) into this rank's ZeRO-3 shard
+ * of its tensor-parallel part (local: scratch for the part). */
+static void shard_zero3(const struct gpt2_config *cfg, int tp, int dp, int t, int d, float *full, float *local,
+                        float *shard)
+{
+    if (tp > 1) gpt2_tp_copy(cfg, tp, t, full, local, 1);
+    train_zero3_copy(cfg, tp, dp, d, tp > 1 ? local : full, shard, 0);
 }
 
 int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct train_ckpt *saved, skiff_err *err)
@@ -350,7 +386,7 @@ int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct
     const struct gpt2_config *cfg = &w->cfg;
     int stp = saved->tp, sdp = saved->world / (saved->tp * saved->pp);
     int wtp = w->tp > 1 ? w->tp : 1, wpp = w->pp > 1 ? w->pp : 1, wdp = w->world / (wtp * wpp), ws, wd, wt;
-    int sz3 = saved->zero == 3, wz3 = w->zero == 3; /* (ZeRO-3 runs have tp 1 and pp 1) */
+    int sz3 = saved->zero == 3, wz3 = w->zero == 3; /* (ZeRO-3 runs have pp 1) */
     train_layout_place(w->rank, wtp, wdp, &ws, &wd, &wt);
     size_t n = gpt2_param_layout(cfg, NULL, NULL);
     size_t sn = gpt2_param_layout_tp(cfg, stp, NULL, NULL), wn = gpt2_param_layout_tp(cfg, wtp, NULL, NULL);
@@ -369,9 +405,9 @@ int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct
         gpt2_tp_copy(cfg, stp, t, fm, lm, 0);
         gpt2_tp_copy(cfg, stp, t, fv, lv, 0);
     }
-    if (rc == 0 && w->opt_len && wz3) { /* this rank's shard of every unit */
-        train_zero3_copy(cfg, wdp, wd, fm, w->m, 0);
-        train_zero3_copy(cfg, wdp, wd, fv, w->v, 0);
+    if (rc == 0 && w->opt_len && wz3) { /* this rank's shard of every unit (of its tensor-parallel part) */
+        shard_zero3(cfg, wtp, wdp, wt, wd, fm, lm, w->m);
+        shard_zero3(cfg, wtp, wdp, wt, wd, fv, lv, w->v);
     } else if (rc == 0 && w->opt_len) { /* this rank's part, in this run's layout */
         memset(lm, 0, wn * sizeof(float));
         memset(lv, 0, wn * sizeof(float));
@@ -397,7 +433,7 @@ int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct
     }
     if (rc == 0 && w->params) { /* ZeRO-3: this rank's shard of them */
         if (wz3)
-            train_zero3_copy(cfg, wdp, wd, fp, w->params, 0);
+            shard_zero3(cfg, wtp, wdp, wt, wd, fp, lm, w->params);
         else
             memcpy(w->params, fp, n * sizeof(float));
     }

@@ -152,6 +152,11 @@ struct z3_slot {
     struct tr_comm_req *req; /* the gather or reduce-scatter in flight */
 };
 
+struct z3_seg {
+    size_t off, len; /* in the shard */
+    int split;       /* of a tensor split over the tensor-parallel ranks */
+};
+
 struct zero3 {
     struct tr_comm *comm;
     int world, rank, L;
@@ -288,7 +293,7 @@ static void z3_drain(struct zero3 *z)
     }
 }
 
-static int z3_open(struct zero3 *z, struct tr_comm *c, const struct gpt2_config *cfg, size_t opt_len, int nbuf,
+static int z3_open(struct zero3 *z, struct tr_comm *c, const struct gpt2_config *cfg, int tp, size_t opt_len, int nbuf,
                    skiff_err *err)
 {
     z->comm = c;
@@ -302,7 +307,7 @@ static int z3_open(struct zero3 *z, struct tr_comm *c, const struct gpt2_config 
     z->shard = calloc(opt_len, sizeof(float));
     z->gshard = calloc(opt_len, sizeof(float));
     if (!z->len || !z->off || !z->shard || !z->gshard) return skiff_error(err, ENOMEM, "ZeRO-3 shards");
-    for (int u = 0; u < U; u++) z->len[u] = train_zero3_unit(cfg, z->world, z->rank, u, &z->off[u]);
+    for (int u = 0; u < U; u++) z->len[u] = train_zero3_unit(cfg, tp, z->world, z->rank, u, &z->off[u]);
     struct z3_slot *all[] = {&z->root, &z->root_grad, &z->p[0], &z->p[1], &z->g[0], &z->g[1]};
     for (int i = 0; i < 6; i++) {
         all[i]->unit = -1;
@@ -385,30 +390,78 @@ struct cpu_device {
     struct ddp ddp;
     struct tr_pipeline *pipe; /* --pp: this rank's stage */
     struct zero3 z3;
+    struct z3_seg *z3_segs; /* ZeRO-3 --tp: the shard cut where split and replicated tensors meet */
+    int z3_nsegs;
     double loss_sum; /* forward: losses since take_loss */
 };
+
+/* ZeRO-3 under --tp: this rank's piece of every unit of its part, cut where
+ * its tensors meet, each piece marked split (over the tensor-parallel
+ * ranks) or replicated, for the gradient norm. */
+static int z3_tp_segments(struct cpu_device *c, skiff_err *err)
+{
+    const struct train_plan *pl = c->plan;
+    const struct gpt2_config *cfg = &c->o->cfg;
+    int U = gpt2_num_units(cfg), n = 0;
+    c->z3_segs = calloc((size_t)U * GPT2_UNIT_MAX_SLICES, sizeof *c->z3_segs);
+    if (!c->z3_segs) return skiff_error(err, ENOMEM, "ZeRO-3 shard pieces");
+    struct gpt2_slice sl[GPT2_UNIT_MAX_SLICES];
+    for (int u = 0; u < U; u++) {
+        size_t total, uo = 0, plen = c->z3.len[u] / (size_t)pl->world, a = (size_t)pl->rank * plen, b = a + plen;
+        int k = gpt2_unit_slices_tp(cfg, pl->tp, u, sl, &total);
+        for (int i = 0; i < k; uo += sl[i].len, i++) {
+            size_t lo = uo > a ? uo : a, hi = uo + sl[i].len < b ? uo + sl[i].len : b;
+            if (lo < hi)
+                c->z3_segs[n++] = (struct z3_seg){c->z3.off[u] + (lo - a), hi - lo, gpt2_tp_sharded(sl[i].tensor)};
+        }
+    }
+    c->z3_nsegs = n;
+    return 0;
+}
 
 static int cpu_open_zero3(struct train_device *d, struct cpu_device *c, skiff_err *err)
 {
     const struct train_plan *pl = c->plan;
     const struct gpt2_config *cfg = &c->o->cfg;
-    if (z3_open(&c->z3, d->comm, cfg, pl->opt_len, c->o->zero3_buffers, err) < 0) return -1;
+    if (z3_open(&c->z3, d->comm, cfg, pl->tp, pl->opt_len, c->o->zero3_buffers, err) < 0) return -1;
     gpt2_use_units(&c->model, &c->z3.units);
     c->m = calloc(pl->opt_len, sizeof(float));
     c->v = calloc(pl->opt_len, sizeof(float));
     c->decay = calloc(pl->opt_len, sizeof(float));
-    float *mask = calloc(gpt2_param_layout(cfg, NULL, NULL), sizeof(float));
+    float *mask = calloc(gpt2_param_layout_tp(cfg, pl->tp, NULL, NULL), sizeof(float));
     if (!c->m || !c->v || !c->decay || !mask) {
         free(mask);
         return skiff_error(err, ENOMEM, "optimizer state");
     }
-    gpt2_decay_mask(cfg, mask);
-    train_zero3_copy(cfg, pl->world, pl->rank, mask, c->decay, 0);
+    gpt2_decay_mask_tp(cfg, pl->tp, mask);
+    train_zero3_copy(cfg, pl->tp, pl->world, pl->rank, mask, c->decay, 0);
     free(mask);
+    if (pl->tp > 1 && z3_tp_segments(c, err) < 0) return -1;
     d->params = c->z3.shard;
     d->m = c->m;
     d->v = c->v;
     return 0;
+}
+
+static int tp_check(struct cpu_device *c, skiff_err *err);
+static int tp_total(struct cpu_device *c, double *v, skiff_err *err);
+
+/* Sum of squares of the ZeRO-3 gradient shard g (n floats). With --tp, the
+ * replicated tensors' floats count 1/tp, as tp_sumsq counts them, so the
+ * sum over the tensor-parallel group is the part's once (the shard's
+ * padding is zero). */
+static double z3_sumsq(const struct cpu_device *c, const float *g, size_t n)
+{
+    if (!c->z3_segs) return sumsq(g, n);
+    double sharded = 0, replicated = 0;
+    for (int i = 0; i < c->z3_nsegs; i++) {
+        double x = sumsq(g + c->z3_segs[i].off, c->z3_segs[i].len);
+        if (c->z3_segs[i].split)
+            sharded += x;
+        else
+            replicated += x;
+    }
+    return sharded + replicated / c->model.tp;
 }
 
 /* ZeRO-3's step: forward and backward gather and reduce-scatter unit by
@@ -422,8 +475,9 @@ static int cpu_step_zero3(struct train_device *d, int step, float lr, struct tra
     struct zero3 *z = &cd->z3;
     struct tr_comm *c = d->comm;
     int P = c->world, K = b->count;
-    double loss_sum = 0, busy0 = c->stats.busy_s;
+    double loss_sum = 0, busy0 = c->stats.busy_s, tp_busy0 = cd->tp_comm ? cd->tp_comm->stats.busy_s : 0;
     z->wait_s = 0;
+    cd->tp_wait_s = 0;
     memset(z->gshard, 0, pl->opt_len * sizeof(float));
     for (int k = 0; k < K; k++) {
         if (b->load(b, k, err) < 0) return -1;
@@ -435,9 +489,11 @@ static int cpu_step_zero3(struct train_device *d, int step, float lr, struct tra
             return skiff_err_wrap(err, "ZeRO-3 gather/reduce-scatter");
         }
     }
+    if (tp_check(cd, err) < 0) return -1;
     /* communication not waited for ran behind the forward and backward */
     double overlap_s = c->stats.busy_s - busy0 - z->wait_s, wait_s = z->wait_s;
-    double mean, ss = sumsq(z->gshard, pl->opt_len), w0 = skiff_now_s();
+    double mean, ss = z3_sumsq(cd, z->gshard, pl->opt_len), w0 = skiff_now_s();
+    if (pl->tp > 1 && tp_total(cd, &ss, err) < 0) return -1;
     if (train_device_mean(d, ss, &mean, err) < 0) return -1;
     float norm = (float)sqrt(mean * P);
     adamw(z->shard, z->gshard, cd->m, cd->v, cd->decay, pl->opt_len, lr, o, step + 1 - (int)d->amp.skipped,
@@ -446,8 +502,9 @@ static int cpu_step_zero3(struct train_device *d, int step, float lr, struct tra
     if (train_device_mean(d, loss_sum / K, &st->loss, err) < 0) return -1;
     wait_s += skiff_now_s() - w0;
     st->grad_norm = norm;
-    st->wait_ms = wait_s * 1000;
+    st->wait_ms = (wait_s + cd->tp_wait_s) * 1000;
     st->overlap_ms = overlap_s > 0 ? overlap_s * 1000 : 0;
+    if (cd->tp_comm) st->group_comm_ms = (cd->tp_comm->stats.busy_s - tp_busy0) * 1000;
     return 0;
 }
 
@@ -618,6 +675,7 @@ static void cpu_close(struct train_device *d)
         free(c->ddp.reqs);
         z3_close(&c->z3);
         free(c->full);
+        free(c->z3_segs);
         tr_comm_destroy(c->tp_comm);
         free(c);
     }
@@ -799,7 +857,7 @@ static int cpu_upload(struct train_device *d, int with_opt, skiff_err *err)
     (void)with_opt; /* m and v are the device's own memory, in its layout */
     struct cpu_device *c = d->impl;
     const struct train_plan *pl = c->plan;
-    if (pl->tp == 1) return 0;
+    if (pl->tp == 1 || c->o->zero == 3) return 0; /* ZeRO-3: each rank made its shard of its part (train.c) */
     if (tr_broadcast(c->tp_comm, c->full, pl->n_pad * sizeof(float), 0, err) < 0)
         return skiff_err_wrap(err, "broadcasting parameters over the tensor-parallel group");
     gpt2_tp_copy(&c->o->cfg, pl->tp, pl->tp_rank, c->full, c->model.params, 1);
@@ -816,6 +874,7 @@ static int cpu_download(struct train_device *d, skiff_err *err)
     struct cpu_device *c = d->impl;
     const struct train_plan *pl = c->plan;
     int z = c->o->zero;
+    if (z == 3) return 0; /* each rank saves its shard (of its tensor-parallel part) */
     if (c->pipe &&
         tr_pipeline_gather(c->pipe, d->comm, c->model.params, z ? NULL : d->m, z ? NULL : d->v, pl->n_dev, err) < 0)
         return -1;
@@ -863,6 +922,8 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
     char host[96] = "", z3[128] = "", stage[160] = "";
     if (c->full)
         snprintf(host, sizeof host, " (its tensor-parallel part; whole on the host %.1f MiB)", (double)pl->n_pad * f);
+    else if (pl->tp > 1)
+        snprintf(host, sizeof host, " (of its tensor-parallel part)");
     if (c->pipe) {
         stage[0] = ',';
         stage[1] = ' ';

@@ -28,8 +28,9 @@
  * the mean over the last stage's ranks. What the loop needs to stay the same is that a
  * step is all micro-batches of one optimizer step and that the host copies
  * hold the full fp32 weights on rank 0 at a checkpoint; under ZeRO-3
- * (--zero 3) d->params is instead this rank's shard of the weights
- * (policy.h: train_zero3_copy), what the loop fills and checkpoints. */
+ * (--zero 3) d->params is instead this rank's shard of the weights (with
+ * --tp, of its tensor-parallel part; policy.h: train_zero3_copy), what the
+ * loop fills and checkpoints. */
 #ifndef SKIFF_TRAINER_DEVICE_H
 #define SKIFF_TRAINER_DEVICE_H
 

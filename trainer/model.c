@@ -162,9 +162,15 @@ int gpt2_num_units(const struct gpt2_config *cfg) { return cfg->num_layers + 1; 
 
 int gpt2_unit_slices(const struct gpt2_config *cfg, int u, struct gpt2_slice s[GPT2_UNIT_MAX_SLICES], size_t *total)
 {
+    return gpt2_unit_slices_tp(cfg, 1, u, s, total);
+}
+
+int gpt2_unit_slices_tp(const struct gpt2_config *cfg, int tp, int u, struct gpt2_slice s[GPT2_UNIT_MAX_SLICES],
+                        size_t *total)
+{
     static const int outer[] = {GPT2_WTE, GPT2_WPE, GPT2_LNFW, GPT2_LNFB};
     size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS], L = (size_t)cfg->num_layers;
-    gpt2_param_layout(cfg, sizes, offs);
+    gpt2_param_layout_tp(cfg, tp, sizes, offs);
     int n = 0;
     *total = 0;
     if (u == 0) {
@@ -460,7 +466,7 @@ static void unit_view(const struct gpt2 *m, int u, float *flat, float *unit, flo
 {
     struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
     size_t total, L = (size_t)m->cfg.num_layers;
-    int n = gpt2_unit_slices(&m->cfg, u, s, &total);
+    int n = gpt2_unit_slices_tp(&m->cfg, m->tp, u, s, &total);
     for (int i = 0; i < n; i++) {
         int k = s[i].tensor;
         if (unit) {
@@ -494,7 +500,7 @@ static void grads_of(struct gpt2 *m, int u, float *t[GPT2_NUM_PARAM_TENSORS])
     static const int added[] = {GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_LN2W, GPT2_LN2B, GPT2_LNFW, GPT2_LNFB};
     struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
     size_t total;
-    int n = gpt2_unit_slices(&m->cfg, u, s, &total);
+    int n = gpt2_unit_slices_tp(&m->cfg, m->tp, u, s, &total);
     for (int i = 0; i < n; i++)
         for (size_t k = 0; k < sizeof added / sizeof added[0]; k++)
             if (s[i].tensor == added[k]) memset(t[s[i].tensor], 0, s[i].len * sizeof(float));

@@ -174,6 +174,13 @@ int gpt2_num_units(const struct gpt2_config *cfg);
 /* Unit u's slices in buffer order; returns their count and sets *total to
  * their floats. */
 int gpt2_unit_slices(const struct gpt2_config *cfg, int u, struct gpt2_slice s[GPT2_UNIT_MAX_SLICES], size_t *total);
+/* The same over one of tp tensor-parallel ranks' local buffer
+ * (gpt2_param_layout_tp): a block's unit is the rank's part of the block
+ * (its heads and hidden units, the replicated tensors whole), so ZeRO-3
+ * under --tp shards and gathers each rank's part over its data-parallel
+ * group. tp 1: gpt2_unit_slices. */
+int gpt2_unit_slices_tp(const struct gpt2_config *cfg, int tp, int u, struct gpt2_slice s[GPT2_UNIT_MAX_SLICES],
+                        size_t *total);
 /* Copies unit u's slices from the one buffer into unit (its layout) or,
  * with to_flat, back. */
 void gpt2_unit_copy(const struct gpt2_config *cfg, int u, float *flat, float *unit, int to_flat);

@@ -325,11 +325,6 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o, skiff_err *err
     if (o->device == TRAIN_DEVICE_CPU && strcmp(o->precision, "fp32"))
         return skiff_error(err, 0, "--precision %s: the CPU path trains in fp32 only", o->precision);
     if (gpt2_tp_check(&o->cfg, o->tp, err) < 0) return -1;
-    if (o->zero == 3 && o->tp > 1)
-        return skiff_error(err, 0,
-                           "--zero 3 --tp %d: ZeRO-3 and tensor parallelism are not composed yet; use --zero 1 or "
-                           "2 with --tp, or --zero 3 without it",
-                           o->tp);
     if (o->warmup < 0) o->warmup = o->steps / 10;
     return check_pipeline(o, micro, accum_set, err);
 }

@@ -31,8 +31,9 @@ void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t nu
     p->n_pad = (num_params + (size_t)world - 1) / (size_t)world * (size_t)world;
     size_t local = gpt2_param_layout_tp(&o->cfg, o->tp, NULL, NULL);
     p->n_dev = o->tp == 1 ? p->n_pad : (local + (size_t)world - 1) / (size_t)world * (size_t)world;
-    if (o->zero == 3) p->n_pad = p->n_dev = train_zero3_len(&o->cfg, world); /* (--tp 1 only: opts.c) */
-    if (o->zero && o->pp > 1) {                                              /* the stage's ranges, piece by piece */
+    if (o->zero == 3) /* the units of this tensor-parallel rank's part (the whole model without --tp) */
+        p->n_pad = p->n_dev = train_zero3_len(&o->cfg, o->tp, world);
+    if (o->zero && o->pp > 1) { /* the stage's ranges, piece by piece */
         p->opt_len = train_pp_shard_len(&o->cfg, o->tp, o->pp, p->pp_rank, world);
         p->opt_off = (size_t)rank * p->opt_len;
     } else if (o->zero) {
@@ -49,23 +50,23 @@ void train_plan_init(struct train_plan *p, const struct train_opts *o, size_t nu
 
 static size_t pad_to(size_t n, int world) { return (n + (size_t)world - 1) / (size_t)world * (size_t)world; }
 
-size_t train_zero3_len(const struct gpt2_config *cfg, int world)
+size_t train_zero3_len(const struct gpt2_config *cfg, int tp, int world)
 {
     size_t n = 0, total;
     struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
     for (int u = 0; u < gpt2_num_units(cfg); u++) {
-        gpt2_unit_slices(cfg, u, s, &total);
+        gpt2_unit_slices_tp(cfg, tp, u, s, &total);
         n += pad_to(total, world);
     }
     return n;
 }
 
-size_t train_zero3_unit(const struct gpt2_config *cfg, int world, int rank, int u, size_t *piece_off)
+size_t train_zero3_unit(const struct gpt2_config *cfg, int tp, int world, int rank, int u, size_t *piece_off)
 {
     size_t off = 0, total, len = 0;
     struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
     for (int i = 0; i <= u; i++) {
-        gpt2_unit_slices(cfg, i, s, &total);
+        gpt2_unit_slices_tp(cfg, tp, i, s, &total);
         len = pad_to(total, world);
         if (i < u) off += len / (size_t)world;
     }
@@ -74,13 +75,14 @@ size_t train_zero3_unit(const struct gpt2_config *cfg, int world, int rank, int 
     return len;
 }
 
-void train_zero3_copy(const struct gpt2_config *cfg, int world, int rank, float *flat, float *shard, int to_flat)
+void train_zero3_copy(const struct gpt2_config *cfg, int tp, int world, int rank, float *flat, float *shard,
+                      int to_flat)
 {
     struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
     for (int u = 0; u < gpt2_num_units(cfg); u++) {
-        size_t total, piece_off, len = train_zero3_unit(cfg, world, rank, u, &piece_off);
+        size_t total, piece_off, len = train_zero3_unit(cfg, tp, world, rank, u, &piece_off);
         size_t plen = len / (size_t)world, a = (size_t)rank * plen, b = a + plen, uo = 0;
-        int n = gpt2_unit_slices(cfg, u, s, &total);
+        int n = gpt2_unit_slices_tp(cfg, tp, u, s, &total);
         if (!to_flat) memset(shard + piece_off, 0, plen * sizeof(float)); /* the padding */
         for (int i = 0; i < n; uo += s[i].len, i++) {
             size_t lo = uo > a ? uo : a, hi = uo + s[i].len < b ? uo + s[i].len : b;

@@ -61,12 +61,18 @@ int train_plan_check(const struct train_opts *o, int world, skiff_err *err);
  * and rank r holds the r-th piece of every unit, back to back, as its
  * shard of train_zero3_len / world floats (the plan's opt_len; opt_off =
  * rank * opt_len counts in that concatenation, not in the llm.c buffer).
+ * With --tp the units are those of a tensor-parallel rank's part of the
+ * model (gpt2_unit_slices_tp over its local buffer), sharded over its
+ * data-parallel group: world and rank are the data-parallel ones, flat is
+ * the rank's local buffer (gpt2_param_layout_tp); tp 1 is the whole model.
  * train_zero3_len: the padded units' floats. train_zero3_unit: unit u's
  * padded length and where rank's piece of it starts in its shard. */
-size_t train_zero3_len(const struct gpt2_config *cfg, int world);
-size_t train_zero3_unit(const struct gpt2_config *cfg, int world, int rank, int u, size_t *piece_off);
-/* Rank's shard from the llm.c buffer flat, or with to_flat back into it. */
-void train_zero3_copy(const struct gpt2_config *cfg, int world, int rank, float *flat, float *shard, int to_flat);
+size_t train_zero3_len(const struct gpt2_config *cfg, int tp, int world);
+size_t train_zero3_unit(const struct gpt2_config *cfg, int tp, int world, int rank, int u, size_t *piece_off);
+/* Rank's shard from the (local) llm.c buffer flat, or with to_flat back
+ * into it. */
+void train_zero3_copy(const struct gpt2_config *cfg, int tp, int world, int rank, float *flat, float *shard,
+                      int to_flat);
 
 /* ---- pipeline stages (--pp) -----------------------------------------------
  * Stage s of n runs blocks [lo, hi) of L: the first L % n stages take one

@@ -43,19 +43,23 @@ static void run_free(struct run *r)
 
 /* ZeRO-3: d->params is this rank's shard (policy.h), and no rank keeps all
  * the weights: a fresh run builds them once, takes its shard and frees
- * them; --resume reads each rank's shard from its own file. */
+ * them; --resume reads each rank's shard from its own file. With --tp the
+ * shard is of the tensor-parallel rank's part, which every data-parallel
+ * group (d->comm) takes from its rank 0's whole weights. */
 static int init_shard(struct run *r, skiff_err *err)
 {
     const struct train_opts *o = r->o;
     struct train_plan *pl = &r->plan;
     struct train_device *d = &r->dev;
-    size_t n = gpt2_param_layout(&o->cfg, NULL, NULL);
-    float *full = malloc(n * sizeof(float));
-    if (!full) return skiff_error(err, ENOMEM, "initial weights");
-    int rc = train_init_params(o, pl->rank, full, err);
+    size_t n = gpt2_param_layout(&o->cfg, NULL, NULL), nl = gpt2_param_layout_tp(&o->cfg, pl->tp, NULL, NULL);
+    float *full = malloc(n * sizeof(float)), *local = pl->tp > 1 ? malloc(nl * sizeof(float)) : full;
+    int rc = full && local ? 0 : skiff_error(err, ENOMEM, "initial weights");
+    if (rc == 0) rc = train_init_params(o, pl->rank, full, err);
     if (rc == 0 && (rc = train_device_broadcast(d, full, n, err)) < 0)
         skiff_err_wrap(err, "broadcasting parameters from rank 0");
-    if (rc == 0) train_zero3_copy(&o->cfg, pl->world, pl->rank, full, d->params, 0);
+    if (rc == 0 && pl->tp > 1) gpt2_tp_copy(&o->cfg, pl->tp, pl->tp_rank, full, local, 1);
+    if (rc == 0) train_zero3_copy(&o->cfg, pl->tp, pl->world, pl->rank, local, d->params, 0);
+    if (local != full) free(local);
     free(full);
     return rc;
 }

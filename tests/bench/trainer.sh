@@ -26,7 +26,8 @@
 #              block (weights and gradient)
 # Tensor parallelism in the same table: --tp 2 on 2 ranks (one replica, each
 # rank half the heads and half the MLP, the whole global batch) and dp2 x tp2
-# on 4; their comm ms adds the tensor-parallel all-reduces (synchronous, so
+# on 4 (and with ZeRO-3: each rank's part sharded over its data-parallel
+# pair); their comm ms adds the tensor-parallel all-reduces (synchronous, so
 # also in the exposed wait). The three composed, same global batch: dp2 x
 # pp2 with ZeRO-1, tp2 x pp2 (4 ranks) and dp2 x tp2 x pp2 with ZeRO-1 (8).
 # Prints a markdown table. Env: STEPS (default 12), MODEL (mini), SEQ (128).
@@ -96,6 +97,7 @@ run p2z 2 25 --zero 1 && row p2z 2 "ZeRO-1 (no overlap)"
 run p2z2 2 25 --zero 2 && row p2z2 2 "ZeRO-2 (no overlap)"
 TP=2 run t2 2 25 --tp 2 && TP=2 row t2 2 "--tp 2 (no DP)"
 TP=2 run d2t2 4 0.5 --tp 2 && TP=2 row d2t2 4 "dp2 x tp2, 0.5 MiB"
+TP=2 run d2t2z3 4 25 --tp 2 --zero 3 && TP=2 row d2t2z3 4 "dp2 x tp2, ZeRO-3 (prefetch + overlap)"
 run p2z3 2 25 --zero 3 && row p2z3 2 "ZeRO-3 (prefetch + overlap)"
 run p2z3b 2 25 --zero 3 --zero3-buffers 1 && row p2z3b 2 "ZeRO-3, --zero3-buffers 1"
 run p4z3 4 25 --zero 3 && row p4z3 4 "ZeRO-3 (prefetch + overlap)"

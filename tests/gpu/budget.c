@@ -605,8 +605,9 @@ int cmd_budget(int argc, char **argv, skiff_err *err)
      * the gathered units (the root and two blocks: weights and gradients) */
     if (!quiet) {
         int P = 8;
-        size_t zl = train_zero3_len(&cfg, P), sh = zl / (size_t)P, off, r0 = train_zero3_unit(&cfg, P, 0, 0, &off);
-        size_t gath = r0 + 2 * train_zero3_unit(&cfg, P, 0, 1, &off);
+        size_t zl = train_zero3_len(&cfg, 1, P), sh = zl / (size_t)P, off,
+               r0 = train_zero3_unit(&cfg, 1, P, 0, 0, &off);
+        size_t gath = r0 + 2 * train_zero3_unit(&cfg, 1, P, 0, 1, &off);
         struct cuda_mem_plan mz;
         cuda_gpt2_memory_plan(&cfg, B, T, b.prec, 1, CUDA_GPT2_UNITS, sh, sh, &mz);
         double gw = (double)gath * b.e, gg = (double)gath * 4 + (double)sh * 4, G = 1073741824.0;

@@ -9,6 +9,8 @@
 # ZeRO-1 checkpoint resumed by one process, --pp 2 --recompute the bits of
 # --pp 2; --zero 3 on 2
 # ranks against one process (fp32 and bf16), its checkpoint (each rank's shard) resumed by one process;
+# --zero 3 under --tp 2 and dp2 x tp2 (fp32) against one process, each
+# checkpoint (every rank's shard of its tensor-parallel part) resumed by one;
 # --recompute alone, under --tp 2 and under --zero 3 giving the same bits
 # as without. The ranks share the device, so every collective is
 # host-staged (NCCL refuses two ranks on one GPU): this checks the split of
@@ -197,18 +199,42 @@ K=$((STEPS > 2 ? STEPS - 2 : 1))
   runp 2 "$tmp/z3.jsonl" "${F[@]}" --zero 3 --stop-after "$K" --ckpt-dir "$tmp/ck3" &&
   "$ST" "${F2[@]}" --resume --ckpt-dir "$tmp/ck3" --log "$tmp/z3res.jsonl" >"$tmp/z3res.out" 2>&1
 rc=$?
-one=$(xloss "$tmp/one2f.jsonl") z3=$(xloss "$tmp/z3.jsonl") res=$(xloss "$tmp/z3res.jsonl")
-name="CUDA fp32 --zero 3 (2 ranks): one process's losses within $TOL relative, its checkpoint resumed by one process"
-if [ "$rc" -eq 0 ] && grep -q 'zero 3, .*host-staged collectives, .*of which gathered units' "$tmp/z3.jsonl.r0" &&
-  awk -v a="$one" -v b="$z3" -v c="$res" -v t="$TOL" -v n="$STEPS" -v k="$K" '
-     function bad(x, y) { return (x - y)^2 > (t * x)^2 }
-     BEGIN { if (split(a, x) != n || split(b, y) != k || split(c, z) != n - k) exit 1
-             for (i = 1; i <= k; i++) if (bad(x[i], y[i])) exit 1
-             for (i = k + 1; i <= n; i++) if (bad(x[i], z[i - k])) exit 1 }'; then
-  t_pass "$name ($one| $z3| $res)"
-else
-  t_fail "$name" "exit $rc; one: $one zero3: $z3 resumed: $res; $(tail -2 "$tmp"/z3.jsonl.r* "$tmp/z3res.out" | tr '\n' ' ')"
-fi
+# z3_then_one NAME RC ONE.jsonl SPLIT.jsonl RESUMED.jsonl FIRST-LINE-RE: the
+# split run's K steps and the one process's resumed STEPS-K gave one
+# process's losses within TOL relative
+z3_then_one() {
+  local name="$1: one process's losses within $TOL relative, its checkpoint resumed by one process"
+  local rc=$2 one two res
+  one=$(xloss "$3") two=$(xloss "$4") res=$(xloss "$5")
+  if [ "$rc" -eq 0 ] && grep -q "$6" "$4.r0" &&
+    awk -v a="$one" -v b="$two" -v c="$res" -v t="$TOL" -v n="$STEPS" -v k="$K" '
+       function bad(x, y) { return (x - y)^2 > (t * x)^2 }
+       BEGIN { if (split(a, x) != n || split(b, y) != k || split(c, z) != n - k) exit 1
+               for (i = 1; i <= k; i++) if (bad(x[i], y[i])) exit 1
+               for (i = k + 1; i <= n; i++) if (bad(x[i], z[i - k])) exit 1 }'; then
+    t_pass "$name ($one| $two| $res)"
+  else
+    t_fail "$name" "exit $rc; one: $one split: $two resumed: $res; $(tail -n 2 "$4".r* "${5%.jsonl}.out" | tr '\n' ' ')"
+  fi
+}
+z3_then_one "CUDA fp32 --zero 3 (2 ranks)" "$rc" "$tmp/one2f.jsonl" "$tmp/z3.jsonl" "$tmp/z3res.jsonl" \
+  'zero 3, .*host-staged collectives, .*of which gathered units'
+
+# fp32: --zero 3 under --tp: each tensor-parallel rank's part cut into
+# units and sharded over its data-parallel ranks. --tp 2 (2 ranks, a
+# data-parallel group of one) against one process on the batch of one,
+# dp2 x tp2 (4 ranks) against one process on twice the batch; each one's
+# checkpoint (every rank's shard of its part) resumed by one process
+runp 2 "$tmp/t2z3.jsonl" "${F[@]}" --tp 2 --zero 3 --stop-after $((STEPS - 1)) --ckpt-dir "$tmp/ckt3" &&
+  "$ST" "${F[@]}" --resume --ckpt-dir "$tmp/ckt3" --log "$tmp/t2z3res.jsonl" >"$tmp/t2z3res.out" 2>&1
+rc=$?
+split_then_one "CUDA fp32 --tp 2 --zero 3 (2 ranks)" "$rc" "$tmp/one.jsonl" "$tmp/t2z3.jsonl" "$tmp/t2z3res.jsonl" \
+  'world 2 = dp 1 x tp 2, .*zero 3, .*tensor-parallel part 0 of 2, .*of which gathered units'
+runp 4 "$tmp/d2t2z3.jsonl" "${F[@]}" --tp 2 --zero 3 --stop-after "$K" --ckpt-dir "$tmp/ckd3" &&
+  "$ST" "${F2[@]}" --resume --ckpt-dir "$tmp/ckd3" --log "$tmp/d2t2z3res.jsonl" >"$tmp/d2t2z3res.out" 2>&1
+rc=$?
+z3_then_one "CUDA fp32 dp2 x tp2 --zero 3 (4 ranks)" "$rc" "$tmp/one2f.jsonl" "$tmp/d2t2z3.jsonl" \
+  "$tmp/d2t2z3res.jsonl" 'world 4 = dp 2 x tp 2, .*zero 3, .*tensor-parallel part 0 of 2, .*of which gathered units'
 
 # bf16: --zero 3 on 2 ranks (the weights gathered in bf16) against one
 # process with twice the batch; with --recompute (the gathered block's

@@ -40,7 +40,7 @@ for s in "${subs[@]}"; do usage_error "$s" --no-such-option; done
 usage_error train --batch
 usage_error train --model tiny --data x --batch 0 --seq 8 --steps 1
 usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --zero 4
-usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --zero 3 --tp 2 --device cuda
+usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --zero 3 --pp 2
 usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --zero 3 --zero3-buffers 3
 usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --device tpu
 usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --precision fp8
@@ -75,11 +75,6 @@ else
 fi
 t_fails_with "no subcommand: usage, exit 2" "usage: skiff-train" "$TRAIN"
 t_fails_with "unknown subcommand: exit 2" "unknown subcommand 'fly'" "$TRAIN" fly
-
-# ZeRO-3 with tensor parallelism is refused where it does not exist yet (on
-# either device), with a way out
-t_fails_with "--zero 3 --tp 2 is refused with a way out" "use --zero 1 or 2 with --tp, or --zero 3 without it" \
-  "$TRAIN" train --model tiny --data x --batch 1 --seq 8 --steps 1 --device cuda --zero 3 --tp 2
 
 # ---- tokenize: one 3 MB file, an output directory that does not exist ------------
 for i in $(seq 1 65); do cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0; done >"$TDIR/one.txt"

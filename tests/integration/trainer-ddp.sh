@@ -2,7 +2,8 @@
 # Data-parallel equivalence on localhost: P ranks with the same global batch
 # reach the same parameters and losses as one process; ZeRO-1/2 equal plain
 # DDP; gradient accumulation K=4 equals a 4x batch; tensor parallelism (--tp 2,
-# and dp2 x tp2 with and without ZeRO) equals one process over 20 steps.
+# and dp2 x tp2 with and without ZeRO, ZeRO-3 included) equals one process
+# over 20 steps.
 #
 # Tolerance: 5e-5 on every parameter and every logged loss after 10 steps
 # (lr 1e-3: each step moves a weight by up to ~1e-3, so a dropped bucket or a
@@ -164,6 +165,12 @@ tp_case tp2 2 12 "--tp 2" --tp 2
 tp_case d2t2 4 6 "dp2 x tp2" --tp 2 --bucket-mb 0.05
 tp_case d2t2z1 4 6 "dp2 x tp2 --zero 1" --tp 2 --zero 1
 tp_case d2t2z2k 4 3 "dp2 x tp2 --zero 2 --grad-accum 2" --tp 2 --zero 2 --grad-accum 2
+# ZeRO-3 under --tp: each tensor-parallel rank's part cut into units, each
+# unit sharded over the part's data-parallel ranks (alone on 2 ranks the
+# data-parallel group is one rank: its shard is the whole part)
+tp_case tp2z3 2 12 "--tp 2 --zero 3" --tp 2 --zero 3
+tp_case d2t2z3 4 6 "dp2 x tp2 --zero 3" --tp 2 --zero 3
+tp_case d2t2z3k 4 3 "dp2 x tp2 --zero 3 --grad-accum 2 --recompute" --tp 2 --zero 3 --grad-accum 2 --recompute
 if run tp2r 2 12 --steps 20 --tp 2 --recompute; then same "--tp 2 --recompute equals --tp 2 bit for bit" tp2 tp2r 0
 else t_fail "--tp 2 --recompute runs"; fi
 if grep -q '"comm_ms":0.000' "$TDIR/tp2.jsonl"; then t_fail "--tp logs its communication time"; else t_pass "--tp logs its communication time"; fi
@@ -174,6 +181,17 @@ pm() { sed -n 's/.*params \([0-9.]*\) MiB.*/\1/p' <<<"$1"; }
 if [ -n "$(pm "$par")" ] && awk -v a="$(pm "$p0")" -v b="$(pm "$par")" 'BEGIN { exit !(b < a * 0.7) }'; then
   t_pass "--tp 2: each rank holds its part ($par; one process: $p0)"
 else t_fail "--tp 2 reports the memory of its part" "'$par' vs '$p0'"; fi
+# ZeRO-3 under dp2 x tp2 against the target for its part: at most 1/dp of
+# --tp 2's parameters + gradients + optimizer state per rank, plus one
+# gathered block of the part (weights and gradient; mini's block at tp 2:
+# 6 C^2 + 9.5 C floats), with --zero3-buffers 1
+m0=$(t_ddp 4 "$TRAIN" train --model mini --data "$D" --seq 32 --batch 2 --steps 1 --tp 2 | grep -o 'per rank: .*')
+m3=$(t_ddp 4 "$TRAIN" train --model mini --data "$D" --seq 32 --batch 2 --steps 1 --tp 2 --zero 3 --zero3-buffers 1 |
+  grep -o 'per rank: .*')
+blk=$(awk 'BEGIN { printf "%.2f", 2 * (6 * 128 * 128 + 9.5 * 128) * 4 / 1048576 }')
+if [ -n "$(gath "$m3")" ] && awk -v a="$(tot "$m0")" -v b="$(tot "$m3")" -v l="$blk" 'BEGIN { exit !(b > 0 && b <= a / 2 + l) }'; then
+  t_pass "dp2 x tp2 --zero 3: state per rank $(tot "$m3") MiB <= $(tot "$m0")/2 + $blk MiB (--zero 0: $m0; --zero 3: $m3)"
+else t_fail "dp2 x tp2 --zero 3: state per rank within 1/dp of its part + one block" "zero 0: '$m0'; zero 3: '$m3'"; fi
 t_fails_with "--tp that does not divide the heads is refused" "--tp 3: must divide the model's heads" \
   "$TRAIN" train "${COMMON[@]}" --batch 2 --tp 3
 t_fails_with "--tp that does not divide WORLD_SIZE is refused" "--tp 2 must divide WORLD_SIZE=3" \

@@ -106,6 +106,19 @@ else
   t_fail "a silent rank under --tp 2" "rc ${rcs[*]} after ${took}s: $(cat "$TDIR"/tpstop[023].log)"
 fi
 
+# 4c. And under dp2 x tp2 with --zero 3: rank 1 stops inside the model's
+# all-reduces (rank 0, its tensor-parallel peer) and the per-block gathers
+# and reduce-scatters of its part (rank 3, its data-parallel peer); every
+# other rank fails within the timeout naming a rank.
+silent tpz3stop 4 --tp 2 --zero 3 --timeout 3
+if failed_not_killed "${rcs[0]}" "${rcs[2]}" "${rcs[3]}" &&
+  grep -Eq "rank [123] (sent nothing for 3.0 s|closed the connection)" "$TDIR/tpz3stop0.log" &&
+  grep -Eq "rank [0-2] (sent nothing for 3.0 s|closed the connection)" "$TDIR/tpz3stop3.log"; then
+  t_pass "a silent rank under dp2 x tp2 --zero 3: the others fail in ${took}s ($(grep -Eho 'rank 3: .*' "$TDIR/tpz3stop3.log" | head -1))"
+else
+  t_fail "a silent rank under dp2 x tp2 --zero 3" "rc ${rcs[*]} after ${took}s: $(cat "$TDIR"/tpz3stop[023].log)"
+fi
+
 # 5. Command-line errors: exit 2 and a message.
 t_fails_with "unknown model lists the presets" "unknown model 'huge' \(known: tiny" \
   "$TRAIN" train --model huge --data "$D" --batch 1 --seq 8 --steps 1

@@ -1,11 +1,12 @@
 #!/bin/bash
 # Checkpoints: --stop-after then --resume continues bit for bit (params,
 # AdamW state, step, data position), alone and with ZeRO on 2 ranks, under
-# --tp 2, dp2 x tp2, tp2 x pp2 and dp2 x pp2 with ZeRO (every rank's
-# file); a checkpoint resumes under another layout (world size, --tp, --pp,
-# ZeRO stage) on the same global batch (dp2 x tp2 -> 1 process and back,
+# --tp 2, dp2 x tp2, tp2 x pp2, dp2 x pp2 with ZeRO and tp2 / dp2 x tp2
+# with ZeRO-3 (every rank's file); a checkpoint resumes under another
+# layout (world size, --tp, --pp, ZeRO stage) on the same global batch (dp2 x tp2 -> 1 process and back,
 # tp2 x pp2 -> 1 process and back, dp2 x pp2 with ZeRO-1 -> 1 process, DDP
-# -> pp2 on as many ranks; --zero 3's shards put together and taken apart);
+# -> pp2 on as many ranks; --zero 3's shards put together and taken apart,
+# under --tp 2 and dp2 x tp2 too);
 # another global batch under another layout, or another model, is refused;
 # nothing temporary is left behind.
 source "$(dirname "$0")/../lib.sh"
@@ -46,6 +47,8 @@ resume_case dp2xtp2-zero2 4 --batch 2 --tp 2 --zero 2
 resume_case tp2xpp2 4 --batch 2 --tp 2 --pp 2 --micro-batches 2
 resume_case tp2xpp2-zero1 4 --batch 2 --tp 2 --pp 2 --micro-batches 2 --zero 1
 resume_case dp2xpp2-zero2 4 --batch 2 --pp 2 --micro-batches 2 --zero 2
+resume_case tp2-zero3 2 --batch 4 --tp 2 --zero 3
+resume_case dp2xtp2-zero3 4 --batch 2 --tp 2 --zero 3 --grad-accum 2
 
 # relayout NAME P1 ARGS1... -- P2 ARGS2...: --stop-after 5 under one layout,
 # --resume under another on the same global batch: AdamW's state is put back
@@ -86,6 +89,11 @@ relayout ddp-to-pp2 2 --batch 2 --grad-accum 2 -- 2 --batch 2 --pp 2 --micro-bat
 relayout zero3-to-1 2 --batch 2 --zero 3 -- 1 --batch 4
 relayout dp2xtp2-to-zero3 4 --batch 2 --tp 2 --zero 1 -- 2 --batch 2 --zero 3
 relayout zero3-2-to-4 2 --batch 2 --zero 3 -- 4 --batch 1 --zero 3 --zero3-buffers 1
+# under --tp each file holds its shard of its tensor-parallel rank's part:
+# the shards make the parts, the parts the model, and back
+relayout tp2-zero3-to-1 2 --batch 4 --tp 2 --zero 3 -- 1 --batch 4
+relayout 1-to-dp2xtp2-zero3 1 --batch 4 -- 4 --batch 2 --tp 2 --zero 3
+relayout dp2xtp2-zero3-to-zero3 4 --batch 2 --tp 2 --zero 3 -- 2 --batch 2 --zero 3
 
 out=$("$TRAIN" train "${COMMON[@]}" --batch 4 --grad-accum 2 --ckpt-dir "$TDIR/single-part" --resume 2>&1) &&
   grep -q "nothing left to do" <<<"$out" && cmp -s "$TDIR/single-full/rank-0.ckpt" "$TDIR/single-part/rank-0.ckpt" &&

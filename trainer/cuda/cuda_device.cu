@@ -388,11 +388,12 @@ static int z3_opt_pieces(struct zero3 *z, const struct gpt2_config *cfg, skiff_e
     struct gpt2_slice sl[GPT2_UNIT_MAX_SLICES];
     for (int u = 0; u < U; u++) {
         size_t total, uo = 0, plen = z->len[u] / (size_t)z->world, a = (size_t)z->rank * plen, b = a + plen;
-        int k = gpt2_unit_slices(cfg, u, sl, &total);
+        int k = gpt2_unit_slices_tp(cfg, z->cd->plan->tp, u, sl, &total);
         for (int i = 0; i < k; uo += sl[i].len, i++) {
             size_t lo = uo > a ? uo : a, hi = uo + sl[i].len < b ? uo + sl[i].len : b;
             if (lo < hi)
-                pc[n++] = (struct cuda_opt_piece){z->off[u] + (lo - a), hi - lo, gpt2_param_decays(sl[i].tensor)};
+                pc[n++] = (struct cuda_opt_piece){z->off[u] + (lo - a), hi - lo, gpt2_param_decays(sl[i].tensor),
+                                                  gpt2_tp_sharded(sl[i].tensor)};
         }
     }
     int rc = cuda_gpt2_set_opt_pieces(z->cd->m, pc, n, err);
@@ -414,7 +415,7 @@ static int z3_open(struct cuda_device *cd, skiff_err *err)
     z->len = (size_t *)calloc((size_t)U, sizeof(size_t));
     z->off = (size_t *)calloc((size_t)U, sizeof(size_t));
     if (!z->len || !z->off) return skiff_error(err, ENOMEM, "ZeRO-3 units");
-    for (int u = 0; u < U; u++) z->len[u] = train_zero3_unit(cfg, z->world, z->rank, u, &z->off[u]);
+    for (int u = 0; u < U; u++) z->len[u] = train_zero3_unit(cfg, cd->plan->tp, z->world, z->rank, u, &z->off[u]);
     CUDA_CHECK(cudaMalloc((void **)&z->gshard, cd->plan->opt_len * sizeof(float)));
     struct z3_slot *w[] = {&z->root, &z->p[0], &z->p[1]}, *g[] = {&z->root_grad, &z->g[0], &z->g[1]};
     for (int i = 0; i < 3; i++) {
@@ -534,13 +535,13 @@ static int pipe_opt_pieces(struct cuda_device *cd, skiff_err *err)
     struct cuda_opt_piece pc[TRAIN_STAGE_MAX_RANGES];
     int n = 0;
     for (int i = 0; i < p->nr; i++) {
-        int decay = gpt2_param_decays(p->r[i].tensor);
+        int t = p->r[i].tensor, decay = gpt2_param_decays(t), split = gpt2_tp_sharded(t);
         if (!p->zero) {
-            pc[n++] = (struct cuda_opt_piece){p->r[i].off, p->r[i].len, decay};
+            pc[n++] = (struct cuda_opt_piece){p->r[i].off, p->r[i].len, decay, split};
             continue;
         }
         const struct pp_piece *q = &p->piece[(size_t)p->dp_rank * p->nr + i];
-        if (q->have) pc[n++] = (struct cuda_opt_piece){q->shard, q->have, decay};
+        if (q->have) pc[n++] = (struct cuda_opt_piece){q->shard, q->have, decay, split};
     }
     return cuda_gpt2_set_opt_pieces(cd->m, pc, n, err);
 }
@@ -1062,8 +1063,9 @@ static int cuda_upload(struct train_device *d, int with_opt, skiff_err *err)
     if (with_opt) TRY(cuda_gpt2_set_opt_state(cd->m, cd->hm, cd->hv, err));
     const struct train_plan *pl = cd->plan;
     if (cd->z3) cd->z3->root_valid = 0; // the next forward gathers the new weights
-    const float *w = cd->hparams;       // ZeRO-3: the shard
-    if (pl->tp > 1) {
+    // ZeRO-3: this rank's shard (of its tensor-parallel part), made by the loop
+    const float *w = cd->hparams;
+    if (pl->tp > 1 && !cd->z3) {
         // --tp: the loop's whole weights (broadcast over the data-parallel
         // group from rank 0) from tensor-parallel rank 0 to the others, each
         // keeping its part (m and v are already in the part's layout)

@@ -314,12 +314,11 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
     m->nparams = gpt2_param_layout_tp(cfg, tp, m->sizes, m->offs);
     int units = (flags & CUDA_GPT2_UNITS) != 0;
     m->recompute = (flags & CUDA_GPT2_RECOMPUTE) != 0;
-    if (units && tp > 1) return skiff_error(err, 0, "ZeRO-3 units with --tp %d: not composed", tp);
-    if (units) { // where each tensor's slice sits in its unit (the root's, a block's)
+    if (units) { // where each tensor's slice sits in its unit (the root's, a block's; with --tp, of the rank's part)
         struct gpt2_slice sl[GPT2_UNIT_MAX_SLICES];
         size_t total;
         for (int u = 0; u < 2; u++) {
-            int n = gpt2_unit_slices(cfg, u, sl, &total);
+            int n = gpt2_unit_slices_tp(cfg, tp, u, sl, &total);
             size_t at = 0;
             for (int i = 0; i < n; at += sl[i].len, i++) m->uoff[sl[i].tensor] = at;
         }
@@ -968,7 +967,11 @@ extern "C" int cuda_gpt2_sumsq_tp(struct cuda_gpt2 *m, float *dev_out, const flo
 {
     if (m->tp == 1 || m->tp_rank == 0) return cuda_gpt2_sumsq(m, dev_out, grad, n, err);
     // the tensor-parallel tensors' pieces inside [lo, lo+n) only (the
-    // padding after the last tensor is zero on every rank)
+    // padding after the last tensor is zero on every rank); ZeRO-3: the
+    // shard's pieces of those tensors
+    for (int i = 0; i < m->npieces; i++)
+        if (m->pieces[i].split) TRY(cuda_gpt2_sumsq(m, dev_out, grad + m->pieces[i].off, m->pieces[i].len, err));
+    if (m->pieces) return 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
         size_t a = m->offs[i], b = a + m->sizes[i];
         if (!gpt2_tp_sharded(i)) continue;

@@ -118,6 +118,7 @@ void *cuda_gpt2_stage_grad(struct cuda_gpt2 *m);
 struct cuda_opt_piece {
     size_t off, len; /* in the optimizer's range */
     int decay;
+    int split; /* --tp: of a tensor split over the tensor-parallel ranks (gpt2_tp_sharded) */
 };
 int cuda_gpt2_set_opt_pieces(struct cuda_gpt2 *m, const struct cuda_opt_piece *p, int n, skiff_err *err);
 /* The sum over the tensor-parallel ranks, in place on n fp32 device floats,

@@ -52,37 +52,65 @@ Test(policy, zero_layout_pads_and_shards)
     cr_assert_eq(p.end, 4, "--stop-after ends this run early");
 }
 
-/* ZeRO-3: every unit padded to a multiple of the world, each rank a piece
- * of each; the shards of all ranks hold every weight once and give the
- * llm.c buffer back. */
-Test(policy, zero3_shards_hold_every_weight_once)
+/* ZeRO-3: every unit padded to a multiple of the data-parallel world,
+ * each rank a piece of each; the shards of all ranks hold every weight
+ * once and give the llm.c buffer back. With --tp the units are those of
+ * each tensor-parallel rank's part (gpt2_unit_slices_tp), sharded over the
+ * WORLD_SIZE / tp data-parallel ranks of that part, and the parts put
+ * together are the whole model. */
+static void zero3_shards(int TP)
 {
     struct train_opts o = opts(3, 10);
-    enum { W = 3 };
-    size_t n = gpt2_param_layout(&o.cfg, NULL, NULL), total = train_zero3_len(&o.cfg, W);
+    o.tp = TP;
+    enum { W = 3 }; /* data-parallel ranks */
+    size_t n = gpt2_param_layout(&o.cfg, NULL, NULL), nl = gpt2_param_layout_tp(&o.cfg, TP, NULL, NULL);
+    size_t total = train_zero3_len(&o.cfg, TP, W);
     float *flat = malloc(n * sizeof(float)), *back = calloc(n, sizeof(float));
+    float *local = malloc(nl * sizeof(float)), *lback = malloc(nl * sizeof(float));
     for (size_t i = 0; i < n; i++)
         flat[i] = (float)i;
     struct train_plan p;
-    for (int r = 0; r < W; r++) {
-        train_plan_init(&p, &o, n, W, r);
-        cr_assert_eq(p.n_pad, total);
-        cr_assert_eq(p.opt_len * W, total, "equal shards");
-        cr_assert_eq(p.opt_off, (size_t)r * p.opt_len);
-        for (int u = 0; u < gpt2_num_units(&o.cfg); u++) {
-            size_t off, len = train_zero3_unit(&o.cfg, W, r, u, &off);
-            cr_assert_eq(len % W, 0u, "unit %d padded to the world", u);
-            cr_assert_leq(off + len / W, p.opt_len);
+    for (int t = 0; t < TP; t++) {
+        gpt2_tp_copy(&o.cfg, TP, t, flat, local, 1);
+        memset(lback, 0, nl * sizeof(float));
+        for (int r = 0; r < W; r++) {
+            train_plan_init(&p, &o, n, W * TP, train_layout_rank(TP, W, 0, r, t));
+            cr_assert_eq(p.rank, r);
+            cr_assert_eq(p.tp_rank, t);
+            cr_assert_eq(p.n_pad, total);
+            cr_assert_eq(p.opt_len * W, total, "equal shards");
+            cr_assert_eq(p.opt_off, (size_t)r * p.opt_len);
+            for (int u = 0; u < gpt2_num_units(&o.cfg); u++) {
+                size_t off, len = train_zero3_unit(&o.cfg, TP, W, r, u, &off);
+                cr_assert_eq(len % W, 0u, "unit %d padded to the world", u);
+                cr_assert_leq(off + len / W, p.opt_len);
+            }
+            float *shard = malloc(p.opt_len * sizeof(float));
+            train_zero3_copy(&o.cfg, TP, W, r, local, shard, 0);
+            train_zero3_copy(&o.cfg, TP, W, r, lback, shard, 1);
+            free(shard);
         }
-        float *shard = malloc(p.opt_len * sizeof(float));
-        train_zero3_copy(&o.cfg, W, r, flat, shard, 0);
-        train_zero3_copy(&o.cfg, W, r, back, shard, 1);
-        free(shard);
+        cr_assert(memcmp(local, lback, nl * sizeof(float)) == 0, "tp %d rank %d: the shards are its part", TP, t);
+        gpt2_tp_copy(&o.cfg, TP, t, back, lback, 0);
     }
     cr_assert(memcmp(flat, back, n * sizeof(float)) == 0, "the shards put together are the weights");
-    cr_assert_lt(total - n, (size_t)W * gpt2_num_units(&o.cfg), "padding under world per unit");
+    cr_assert_lt(total - nl, (size_t)W * gpt2_num_units(&o.cfg), "padding under world per unit");
+    if (TP > 1)
+        cr_assert_lt(total, train_zero3_len(&o.cfg, 1, W), "a part's units are smaller than the model's");
     free(flat);
     free(back);
+    free(local);
+    free(lback);
+}
+
+Test(policy, zero3_shards_hold_every_weight_once)
+{
+    zero3_shards(1);
+}
+
+Test(policy, zero3_shards_of_tensor_parallel_parts)
+{
+    zero3_shards(2);
 }
 
 Test(policy, windows_are_disjoint_across_ranks_and_micro_steps)
