@@ -86,10 +86,11 @@ struct zero3 {
 
 // --pp, ZeRO-1/2: one range's piece of a data-parallel rank's shard
 // (policy.h, train_pp_shard_copy): `have` floats at `local` in the
-// (tensor-parallel rank's) parameter buffer, at `shard` in the shard; the
+// stage's parameter buffer, at `shard` in the shard; the
 // rest of the piece, up to the range's padded piece length, is padding.
 struct pp_piece {
     size_t local, shard, have;
+    size_t whole; // `local` in the whole buffer (llm.c's layout, of the tensor-parallel part)
 };
 
 // --pp: this rank's pipeline stage (pipeline schedule below).
@@ -99,9 +100,14 @@ struct cuda_pipe {
     // rank); the stage's data-parallel ranks; the first and the last stage
     // (the tied wte: ppc itself with 2 stages, NULL on a middle stage)
     struct tr_comm *ppc, *dpc, *emb;
-    struct train_range r[TRAIN_STAGE_MAX_RANGES]; // the stage's ranges of the parameter buffer
+    // the stage's ranges of the whole (tensor-parallel part's) parameter
+    // buffer, and where each sits in the model's buffers, which hold only
+    // these, back to back (CUDA_GPT2_STAGE): coff[i], stage_len in all
+    struct train_range r[TRAIN_STAGE_MAX_RANGES];
     int nr;
-    size_t wte_off, wte_len;
+    size_t coff[TRAIN_STAGE_MAX_RANGES], stage_len;
+    size_t wte_off, wte_len; // (wte_off: in the stage's buffers)
+    float *hstage;           // host, stage_len: the loop's whole buffers cut to the stage's
     // ZeRO-1/2: piece[d * nr + i] is data-parallel rank d's piece of range
     // i; packed (device, dp x shard_len floats) every rank's shard in turn
     // for the reduce-scatter, and in the storage type for the all-gather of
@@ -147,7 +153,8 @@ struct cuda_device {
     struct train_amp_state *amp; // the loop's train_device.amp
     struct zero3 *z3;            // --zero 3
     unsigned mflags;             // the model's CUDA_GPT2_* flags
-    size_t mpad;                 // its parameter buffer (with --zero 3 the shard)
+    size_t mpad;                 // its parameter buffer (with --zero 3 the shard; with --pp the stage's ranges)
+    size_t mopt;                 // its optimizer range (with --pp and ZeRO 0 the stage's ranges)
     struct cuda_pipe *pp;        // --pp
 };
 
@@ -462,13 +469,13 @@ static void z3_close(struct zero3 *z)
 // stage's ranges back together. The gradient norm is summed over the
 // data-parallel group (ZeRO), the tensor-parallel group and the stages.
 // What differs from the CPU pipeline, and why:
-//  - Every rank keeps the whole (tensor-parallel rank's) parameter and
-//    gradient buffers, as the CPU pipeline does (the model addresses its
-//    tensors in llm.c's layout); a stage touches only its ranges. With
-//    ZeRO 0 the optimizer's master, m and v are the whole buffer too (the
-//    checkpoint keeps the whole m and v on each stage's data-parallel rank
-//    0, as the CPU's), stepped only in the stage's ranges; with ZeRO they
-//    are this rank's shard.
+//  - The model's weights and gradient hold the stage's ranges only, back
+//    to back (CUDA_GPT2_STAGE, cuda_gpt2_set_stage_layout), and so do the
+//    master, m and v with ZeRO 0 (with ZeRO: this rank's shard of them);
+//    the CPU pipeline keeps whole buffers. The host copies stay whole
+//    (the loop's and the checkpoint's layout): pipe_cut cuts them to the
+//    stage at upload, and a checkpoint puts every stage's ranges together
+//    in a whole-sized device buffer made for the save (pipe_download).
 //  - The model keeps one set of activations (cuda_model.cu's buffers are
 //    per layer, not per micro-batch): a stage before the last keeps each
 //    micro-batch's input until its backward and redoes its forward from
@@ -496,6 +503,7 @@ static void pipe_close(struct cuda_pipe *p)
     free(p->in);
     free(p->tg);
     free(p->piece);
+    free(p->hstage);
     if (p->packed) cudaFree(p->packed);
     if (p->gshard) cudaFree(p->gshard);
     if (p->emb != p->ppc) tr_comm_destroy(p->emb);
@@ -517,7 +525,7 @@ static int pipe_pieces(struct cuda_pipe *p, skiff_err *err)
         if (p->r[i].tensor == GPT2_WTE) p->wte_piece_off = at, p->wte_piece_len = piece;
         for (size_t d = 0; d < D; d++) {
             size_t a = d * piece, have = a >= len ? 0 : len - a < piece ? len - a : piece;
-            p->piece[d * p->nr + i] = (struct pp_piece){p->r[i].off + a, at, have};
+            p->piece[d * p->nr + i] = (struct pp_piece){p->coff[i] + a, at, have, p->r[i].off + a};
         }
         at += piece;
     }
@@ -537,7 +545,7 @@ static int pipe_opt_pieces(struct cuda_device *cd, skiff_err *err)
     for (int i = 0; i < p->nr; i++) {
         int t = p->r[i].tensor, decay = gpt2_param_decays(t), split = gpt2_tp_sharded(t);
         if (!p->zero) {
-            pc[n++] = (struct cuda_opt_piece){p->r[i].off, p->r[i].len, decay, split};
+            pc[n++] = (struct cuda_opt_piece){p->coff[i], p->r[i].len, decay, split};
             continue;
         }
         const struct pp_piece *q = &p->piece[(size_t)p->dp_rank * p->nr + i];
@@ -594,9 +602,24 @@ static int pipe_open(struct cuda_device *cd, skiff_err *err)
     train_stage_blocks(o->cfg.num_layers, p->stages, p->stage, &p->lo, &p->hi);
     TRY(cuda_gpt2_set_stage(cd->m, p->lo, p->hi, err));
     p->nr = train_stage_ranges(&o->cfg, p->tp, p->stages, p->stage, p->r);
-    size_t sz[GPT2_NUM_PARAM_TENSORS], off[GPT2_NUM_PARAM_TENSORS];
-    gpt2_param_layout_tp(&o->cfg, p->tp, sz, off);
-    p->wte_off = off[GPT2_WTE], p->wte_len = sz[GPT2_WTE];
+    // the model's stage layout: the ranges back to back (lnf's one range
+    // holds lnfw, then lnfb)
+    size_t sz[GPT2_NUM_PARAM_TENSORS], off[GPT2_NUM_PARAM_TENSORS] = {0};
+    gpt2_param_layout_tp(&o->cfg, p->tp, sz, NULL);
+    for (int i = 0; i < p->nr; i++) {
+        int t = p->r[i].tensor;
+        p->coff[i] = p->stage_len;
+        off[t] = p->stage_len;
+        if (t == GPT2_LNFW) off[GPT2_LNFB] = p->stage_len + sz[GPT2_LNFW];
+        if (t == GPT2_WTE) p->wte_off = p->stage_len, p->wte_len = p->r[i].len;
+        p->stage_len += p->r[i].len;
+    }
+    if (p->stage_len != cd->mpad)
+        return skiff_error(err, 0, "%s:%d: internal: the stage's ranges have %zu floats, the model %zu", __FILE__,
+                           __LINE__, p->stage_len, cd->mpad);
+    TRY(cuda_gpt2_set_stage_layout(cd->m, off, err));
+    if (!(p->hstage = (float *)malloc(p->stage_len * sizeof(float))))
+        return skiff_error(err, ENOMEM, "host copy of the stage's parameters");
     if (p->zero) {
         TRY(pipe_pieces(p, err));
         if (p->shard_len != pl->opt_len)
@@ -670,7 +693,7 @@ static int pipe_reduce(struct cuda_device *cd, skiff_err *err)
     if (!p->zero && p->dp > 1) {
         void *bufs[TRAIN_STAGE_MAX_RANGES];
         size_t ns[TRAIN_STAGE_MAX_RANGES];
-        for (int i = 0; i < p->nr; i++) bufs[i] = g + p->r[i].off, ns[i] = p->r[i].len;
+        for (int i = 0; i < p->nr; i++) bufs[i] = g + p->coff[i], ns[i] = p->r[i].len;
         struct tr_comm_req *req = NULL;
         if (tr_comm_start_group(p->dpc, TR_COMM_ALLREDUCE, bufs, ns, p->nr, TR_F32, &req, err) < 0 ||
             tr_comm_wait(p->dpc, req, err) < 0)
@@ -696,7 +719,7 @@ static int pipe_norm2(struct cuda_device *cd, const float *gopt, float *ss, skif
     for (int i = 0; i < p->nr; i++) {
         if (!p->r[i].norm || (p->tp > 1 && p->tp_rank != 0 && !gpt2_tp_sharded(p->r[i].tensor))) continue;
         const struct pp_piece *q = p->zero ? &p->piece[(size_t)p->dp_rank * p->nr + i] : NULL;
-        const float *g = q ? gopt + q->shard : gopt + p->r[i].off;
+        const float *g = q ? gopt + q->shard : gopt + p->coff[i];
         size_t n = q ? q->have : p->r[i].len;
         if (n) TRY(cuda_gpt2_sumsq(cd->m, ss, g, n, err));
     }
@@ -726,23 +749,32 @@ static int pipe_share_params(struct cuda_device *cd, skiff_err *err)
     return 0;
 }
 
+// The stage's ranges of a whole (tensor-parallel part's) host buffer, back
+// to back into hstage: the model's stage layout.
+static float *pipe_cut(struct cuda_pipe *p, const float *whole)
+{
+    for (int i = 0; i < p->nr; i++) memcpy(p->hstage + p->coff[i], whole + p->r[i].off, p->r[i].len * sizeof(float));
+    return p->hstage;
+}
+
 // ZeRO-1/2, at upload: this rank's shard of the master weights from the
-// (tensor-parallel rank's) whole weights on the host, staged through the
-// gradient buffer (free between steps).
+// stage's weights on the host (stage layout), staged through the gradient
+// buffer (free between steps).
 static int pipe_upload_master(struct cuda_device *cd, const float *host, skiff_err *err)
 {
     struct cuda_pipe *p = cd->pp;
     float *g = cuda_gpt2_grads(cd->m), *master = cuda_gpt2_opt_buf(cd->m, 0);
-    TRY(cuda_gpt2_h2d(cd->m, g, host, cd->plan->n_dev * sizeof(float), err));
+    TRY(cuda_gpt2_h2d(cd->m, g, host, p->stage_len * sizeof(float), err));
     CUDA_CHECK(cudaMemsetAsync(master, 0, p->shard_len * sizeof(float), cd->s));
     TRY(pipe_shard_move(cd, p->dp_rank, g, master, 4, 0, err));
-    CUDA_CHECK(cudaMemsetAsync(g, 0, cd->plan->n_dev * sizeof(float), cd->s));
+    CUDA_CHECK(cudaMemsetAsync(g, 0, p->stage_len * sizeof(float), cd->s));
     return 0;
 }
 
-// Before a checkpoint, into dev (n_dev floats, the gradient buffer):
-// every stage's values of src (the master weights, m or v; ZeRO: this
-// rank's shard, all-gathered over the stage's data-parallel group first)
+// Before a checkpoint, into dev (n_dev floats: the whole buffer of the
+// tensor-parallel part): every stage's values of src (the master weights,
+// m or v, in the stage layout; ZeRO: this rank's shard, all-gathered over
+// the stage's data-parallel group first)
 // from the data-parallel rank 0 of the stage that owns each range, zeros
 // from every other rank, summed over the device's comm (the ranks of every
 // stage with this tensor-parallel rank): each holds the whole buffer,
@@ -763,11 +795,11 @@ static int pipe_gather(struct cuda_device *cd, const float *src, float *dev, ski
         for (int d = 0; p->zero && d < p->dp; d++) {
             const struct pp_piece *q = &p->piece[(size_t)d * p->nr + i];
             if (q->have)
-                CUDA_CHECK(cudaMemcpyAsync(dev + q->local, p->packed + (size_t)d * p->shard_len + q->shard,
+                CUDA_CHECK(cudaMemcpyAsync(dev + q->whole, p->packed + (size_t)d * p->shard_len + q->shard,
                                            q->have * sizeof(float), cudaMemcpyDeviceToDevice, cd->s));
         }
         if (!p->zero)
-            CUDA_CHECK(cudaMemcpyAsync(dev + p->r[i].off, src + p->r[i].off, p->r[i].len * sizeof(float),
+            CUDA_CHECK(cudaMemcpyAsync(dev + p->r[i].off, src + p->coff[i], p->r[i].len * sizeof(float),
                                        cudaMemcpyDeviceToDevice, cd->s));
     }
     if (tr_allreduce_sum(cd->comm, dev, n, TR_F32, err) < 0)
@@ -944,15 +976,26 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     // gather); the stages reduce over groups of their own (pipe_groups)
     if (pl->pp > 1) cd->P = pl->world * pl->pp, cd->rank = pl->pp_rank * pl->world + pl->rank;
     TRY(cuda_select_device(dist->local_rank, cd->gpu, sizeof(cd->gpu), err));
-    int P = cd->P, rank = cd->rank, z3 = o->zero == 3, ppz = pl->pp > 1 && o->zero;
+    int P = cd->P, rank = cd->rank, z3 = o->zero == 3;
     // --zero 3: the model holds the shard only (opt_len, at 0), the units
     // come from z3_open's buffers
     cd->mflags = (o->recompute ? CUDA_GPT2_RECOMPUTE : 0u) | (z3 ? CUDA_GPT2_UNITS : 0u);
     cd->mpad = z3 ? pl->opt_len : pl->n_dev;
-    // --pp with ZeRO: the optimizer's range is this rank's shard of the
-    // stage's ranges (pipe_opt_pieces), laid out by the device
+    cd->mopt = pl->opt_len;
+    // --pp: the model's weights and gradients are the stage's ranges only,
+    // and so are the master, m and v with ZeRO 0; with ZeRO the optimizer's
+    // range is this rank's shard of them (pipe_opt_pieces), laid out by the
+    // device
+    if (pl->pp > 1) {
+        struct train_range r[TRAIN_STAGE_MAX_RANGES];
+        int nr = train_stage_ranges(&o->cfg, pl->tp, pl->pp, pl->pp_rank, r);
+        cd->mpad = 0;
+        for (int i = 0; i < nr; i++) cd->mpad += r[i].len;
+        cd->mflags |= CUDA_GPT2_STAGE;
+        if (!o->zero) cd->mopt = cd->mpad;
+    }
     TRY(cuda_gpt2_create(&cd->m, &o->cfg, o->batch, o->seq, cd->prec, pl->tp, pl->tp_rank, cd->mflags, cd->mpad,
-                         z3 || ppz ? 0 : pl->opt_off, pl->opt_len, err));
+                         z3 || pl->pp > 1 ? 0 : pl->opt_off, cd->mopt, err));
     cd->s = (cudaStream_t)cuda_gpt2_stream(cd->m);
     cd->backend = "single";
     if (dist->world == 1) {
@@ -1031,12 +1074,12 @@ static void cuda_close(struct train_device *d)
 }
 
 // --tp: rank `root`'s n host floats to every rank of the tensor-parallel
-// group, staged through the gradient buffer (n_dev floats, free between
+// group, staged through the gradient buffer (the model's mpad floats, free between
 // steps) in pieces.
 static int tp_broadcast_host(struct cuda_device *cd, float *host, size_t n, int root, skiff_err *err)
 {
     float *g = cuda_gpt2_grads(cd->m);
-    size_t piece = cd->plan->n_dev;
+    size_t piece = cd->mpad; // (--pp: the stage's ranges)
     for (size_t off = 0; off < n; off += piece) {
         size_t len = n - off < piece ? n - off : piece;
         if (cd->plan->tp_rank == root) TRY(cuda_gpt2_h2d(cd->m, g, host + off, len * sizeof(float), err));
@@ -1060,8 +1103,14 @@ static int cuda_upload(struct train_device *d, int with_opt, skiff_err *err)
         d->amp.loss_scale = 0;
         d->amp.scale_good = d->amp.skipped_run = 0;
     }
-    if (with_opt) TRY(cuda_gpt2_set_opt_state(cd->m, cd->hm, cd->hv, err));
     const struct train_plan *pl = cd->plan;
+    struct cuda_pipe *p = cd->pp;
+    if (with_opt && p && !p->zero) { // --pp, ZeRO 0: the stage's ranges of the whole m and v
+        TRY(cuda_gpt2_h2d(cd->m, cuda_gpt2_opt_buf(cd->m, 1), pipe_cut(p, cd->hm), p->stage_len * sizeof(float), err));
+        TRY(cuda_gpt2_h2d(cd->m, cuda_gpt2_opt_buf(cd->m, 2), pipe_cut(p, cd->hv), p->stage_len * sizeof(float), err));
+    } else if (with_opt) {
+        TRY(cuda_gpt2_set_opt_state(cd->m, cd->hm, cd->hv, err));
+    }
     if (cd->z3) cd->z3->root_valid = 0; // the next forward gathers the new weights
     // ZeRO-3: this rank's shard (of its tensor-parallel part), made by the loop
     const float *w = cd->hparams;
@@ -1074,9 +1123,11 @@ static int cuda_upload(struct train_device *d, int with_opt, skiff_err *err)
         gpt2_tp_copy(&cd->o->cfg, pl->tp, pl->tp_rank, cd->hparams, cd->hlocal, 1);
         w = cd->hlocal;
     }
-    TRY(cuda_gpt2_set_params(cd->m, w, err));
-    // --pp with ZeRO: the master weights are this rank's shard of the stage
-    return cd->pp && cd->pp->zero ? pipe_upload_master(cd, w, err) : 0;
+    if (!p) return cuda_gpt2_set_params(cd->m, w, err);
+    // --pp: the stage's ranges; with ZeRO the master weights are this
+    // rank's shard of them
+    TRY(cuda_gpt2_set_params(cd->m, pipe_cut(p, w), err));
+    return p->zero ? pipe_upload_master(cd, p->hstage, err) : 0;
 }
 
 // --tp, before a checkpoint: data-parallel rank 0's tensor-parallel group
@@ -1099,6 +1150,31 @@ static int tp_gather_params(struct cuda_device *cd, float *dev, skiff_err *err)
     return rc < 0 ? skiff_err_wrap(err, "gathering the tensor-parallel parameters") : 0;
 }
 
+// --pp, before a checkpoint: every stage's weights put together
+// (pipe_gather) in a buffer of the whole (tensor-parallel part's) size, for
+// the checkpoint only, of which rank 0 (stage 0) writes them; with ZeRO
+// each rank's shard of m and v, with ZeRO 0 every stage's m and v
+// likewise, so each stage's data-parallel rank 0 writes the whole, as the
+// CPU pipeline does.
+static int pipe_download(struct cuda_device *cd, skiff_err *err)
+{
+    const struct train_plan *pl = cd->plan;
+    float *w = NULL;
+    CUDA_CHECK(cudaMallocAsync((void **)&w, pl->n_dev * sizeof(float), cd->s));
+    int rc = pipe_gather(cd, cuda_gpt2_opt_buf(cd->m, 0), w, err);
+    if (rc == 0 && cd->rank == 0)
+        rc = pl->tp > 1 ? tp_gather_params(cd, w, err)
+                        : cuda_gpt2_d2h(cd->m, cd->hparams, w, pl->n_pad * sizeof(float), err);
+    if (rc == 0 && cd->o->zero) rc = cuda_gpt2_get_opt_state(cd->m, cd->hm, cd->hv, err);
+    float *host[2] = {cd->hm, cd->hv};
+    for (int k = 0; k < 2 && rc == 0 && !cd->o->zero; k++) {
+        rc = pipe_gather(cd, cuda_gpt2_opt_buf(cd->m, 1 + k), w, err);
+        if (rc == 0) rc = cuda_gpt2_d2h(cd->m, host[k], w, pl->opt_len * sizeof(float), err);
+    }
+    cudaFreeAsync(w, cd->s);
+    return rc;
+}
+
 // Full fp32 weights for rank 0: every rank's master range into the (now
 // free) gradient buffer, gathered when sharded; and this rank's m and v.
 static int cuda_download(struct train_device *d, skiff_err *err)
@@ -1109,24 +1185,15 @@ static int cuda_download(struct train_device *d, skiff_err *err)
         TRY(cuda_gpt2_get_master(cd->m, cd->hparams, err));
         return cuda_gpt2_get_opt_state(cd->m, cd->hm, cd->hv, err);
     }
+    if (cd->pp) return pipe_download(cd, err);
     float *g = cuda_gpt2_grads(cd->m);
-    if (cd->pp) { // every stage's weights (pipe_gather); rank 0 (stage 0) writes them
-        TRY(pipe_gather(cd, cuda_gpt2_opt_buf(cd->m, 0), g, err));
-    } else {
-        TRY(cuda_gpt2_master_to(cd->m, g, err));
-        if (cd->o->zero && cd->P > 1) TRY(tr_all_gather(cd->comm, g, pl->n_dev, TR_F32, err));
-    }
+    TRY(cuda_gpt2_master_to(cd->m, g, err));
+    if (cd->o->zero && cd->P > 1) TRY(tr_all_gather(cd->comm, g, pl->n_dev, TR_F32, err));
     if (cd->rank == 0 && pl->tp > 1)
         TRY(tp_gather_params(cd, g, err));
     else if (cd->rank == 0)
         TRY(cuda_gpt2_d2h(cd->m, cd->hparams, g, pl->n_pad * sizeof(float), err));
-    if (!cd->pp || cd->o->zero) return cuda_gpt2_get_opt_state(cd->m, cd->hm, cd->hv, err);
-    // --pp, ZeRO 0: every stage's m and v, so each stage's data-parallel
-    // rank 0 writes the whole (of its tensor-parallel part), as the CPU does
-    TRY(pipe_gather(cd, cuda_gpt2_opt_buf(cd->m, 1), g, err));
-    TRY(cuda_gpt2_d2h(cd->m, cd->hm, g, pl->opt_len * sizeof(float), err));
-    TRY(pipe_gather(cd, cuda_gpt2_opt_buf(cd->m, 2), g, err));
-    return cuda_gpt2_d2h(cd->m, cd->hv, g, pl->opt_len * sizeof(float), err);
+    return cuda_gpt2_get_opt_state(cd->m, cd->hm, cd->hv, err);
 }
 
 // DDP: each layer's gradient slices start their all-reduce as one group as
@@ -1366,7 +1433,7 @@ static void cuda_describe(struct train_device *d, char *buf, size_t len)
     const struct train_opts *o = cd->o;
     const struct train_plan *pl = cd->plan;
     struct cuda_mem_plan mp;
-    cuda_gpt2_memory_plan(&o->cfg, o->batch, o->seq, cd->prec, pl->tp, cd->mflags, cd->mpad, pl->opt_len, &mp);
+    cuda_gpt2_memory_plan(&o->cfg, o->batch, o->seq, cd->prec, pl->tp, cd->mflags, cd->mpad, cd->mopt, &mp);
     double f = 1.0 / (1 << 20), gath = cd->z3 ? (double)z3_gathered(cd->z3) : 0;
     double params = (double)mp.params + gath * (double)cuda_gpt2_param_elem_bytes(cd->m);
     double grads =

@@ -42,6 +42,9 @@ int cuda_select_device(int local_rank, char *name, size_t name_len, skiff_err *e
 #define CUDA_GPT2_UNITS                                                                                                \
     2u /* ZeRO-3: the parameters and their gradients live in units (model.h) that the                                  \
         * caller gathers (cuda_gpt2_use_units); the model keeps the optimizer's shard */
+#define CUDA_GPT2_STAGE                                                                                                \
+    4u /* --pp: the parameter and gradient buffers (n_pad) hold only a pipeline stage's                                \
+        * tensors, where cuda_gpt2_set_stage_layout puts them */
 struct cuda_mem_plan {
     size_t params;      /* storage copy (n_pad elements of the run's type) */
     size_t grads;       /* fp32, n_pad */
@@ -96,9 +99,10 @@ struct cuda_gpt2_units {
     int (*grad_done)(void *ctx, int u, skiff_err *err);
 };
 void cuda_gpt2_use_units(struct cuda_gpt2 *m, const struct cuda_gpt2_units *u);
-/* --pp: the model runs only blocks [lo, hi) (the whole model's buffers
- * stay; a stage reads and writes only its blocks' slices, wte and wpe on
- * the first stage, lnf and wte on the last). With lo > 0 the forward starts
+/* --pp: the model runs only blocks [lo, hi) (a stage reads and writes only
+ * its blocks' slices, wte and wpe on the first stage, lnf and wte on the
+ * last; the parameter and gradient buffers hold the whole model's unless
+ * created with CUDA_GPT2_STAGE). With lo > 0 the forward starts
  * from the (B,T,C) residual stream in stage_in (storage type, written by
  * the caller; the token ids still pass through cuda_gpt2_forward), with
  * hi < L it ends at stage_out (no classifier, no loss) and the backward
@@ -109,6 +113,11 @@ void cuda_gpt2_use_units(struct cuda_gpt2 *m, const struct cuda_gpt2_units *u);
  * block, whose activations the slot holds after the forward. Not with
  * ZeRO-3. */
 int cuda_gpt2_set_stage(struct cuda_gpt2 *m, int lo, int hi, skiff_err *err);
+/* A model created with CUDA_GPT2_STAGE, after cuda_gpt2_set_stage: where
+ * each tensor the stage uses starts in the parameter and gradient buffers,
+ * off[i] (a block tensor: its slice of block lo, blocks lo+1 .. hi-1
+ * following; the tensors the stage does not use are never addressed). */
+int cuda_gpt2_set_stage_layout(struct cuda_gpt2 *m, const size_t off[GPT2_NUM_PARAM_TENSORS], skiff_err *err);
 void *cuda_gpt2_stage_in(struct cuda_gpt2 *m); /* NULL on the first stage */
 void *cuda_gpt2_stage_out(struct cuda_gpt2 *m);
 void *cuda_gpt2_stage_grad(struct cuda_gpt2 *m);
