@@ -4,6 +4,7 @@
  * accumulation, clipping and AdamW, over the TCP ring (comm.c). OpenMP
  * threads inside each operation. */
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -382,6 +383,10 @@ struct cpu_device {
      * and the first failure of an all-reduce inside a pass */
     struct tr_comm *tp_comm;
     float *full;
+    /* --pp: a stage holds its ranges only (pipeline.h); the loop's whole
+     * host copies (full, and with ZeRO 0 host_m, host_v: opt_len floats)
+     * exist from open to upload and from download to the next step */
+    float *host_m, *host_v;
     double tp_wait_s;
     int tp_failed;
     skiff_err tp_err;
@@ -607,6 +612,13 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     c->o = o;
     c->plan = pl;
     if (o->threads > 0) omp_set_num_threads(o->threads);
+    /* Large buffers from mmap, always: glibc raises its mmap threshold to
+     * the size of any mmapped block freed (a pipeline stage frees the whole
+     * model's parameters and gradients for its own), after which buffers
+     * below it come from the heap, where calloc clears them page by page:
+     * AdamW's state and the loop's host copies would then be resident from
+     * the start instead of when first written. */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     if (pl->tp == 1) { /* every rank (with --pp: every stage, every data-parallel rank) */
         if (tr_comm_tcp_create(dist->store, dist->rank, dist->world, dist->local_rank, o->timeout_ms, &d->comm, err) <
             0)
@@ -619,19 +631,28 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     c->model.tp_ctx = c;
     if (o->recompute && gpt2_recompute(&c->model, err) < 0) return -1;
     if (o->zero == 3) return cpu_open_zero3(d, c, err);
-    size_t n = c->model.num_params;
-    float *p = realloc(c->model.params, pl->n_dev * sizeof(float));
-    if (p) c->model.params = p;
-    float *g = p ? realloc(c->model.grads, pl->n_dev * sizeof(float)) : NULL;
-    if (g) c->model.grads = g;
-    if (!p || !g) return skiff_error(err, ENOMEM, "parameters");
-    memset(c->model.params + n, 0, (pl->n_dev - n) * sizeof(float));
-    memset(c->model.grads, 0, pl->n_dev * sizeof(float));
-    if (pl->tp > 1 && !(c->full = calloc(pl->n_pad, sizeof(float))))
+    /* --pp: the model holds the stage's ranges (gpt2_set_stage), and
+     * AdamW's state follows it with ZeRO 0 */
+    if (o->pp > 1 && tr_pipeline_open(&c->pipe, &c->model, o, pl, dist, err) < 0) return -1;
+    int held = c->pipe && !o->zero;
+    size_t n = c->model.num_params, nopt = held ? tr_pipeline_num_held(c->pipe) : pl->opt_len;
+    if (!c->pipe) {
+        float *p = realloc(c->model.params, pl->n_dev * sizeof(float));
+        if (p) c->model.params = p;
+        float *g = p ? realloc(c->model.grads, pl->n_dev * sizeof(float)) : NULL;
+        if (g) c->model.grads = g;
+        if (!p || !g) return skiff_error(err, ENOMEM, "parameters");
+        memset(c->model.params + n, 0, (pl->n_dev - n) * sizeof(float));
+        memset(c->model.grads, 0, pl->n_dev * sizeof(float));
+    }
+    if ((pl->tp > 1 || c->pipe) && !(c->full = calloc(pl->n_pad, sizeof(float))))
         return skiff_error(err, ENOMEM, "host copy of the parameters");
-    c->m = calloc(pl->opt_len, sizeof(float));
-    c->v = calloc(pl->opt_len, sizeof(float));
-    c->decay = calloc(pl->opt_len, sizeof(float));
+    if (held &&
+        (!(c->host_m = calloc(pl->opt_len, sizeof(float))) || !(c->host_v = calloc(pl->opt_len, sizeof(float)))))
+        return skiff_error(err, ENOMEM, "host copy of the optimizer state");
+    c->m = calloc(nopt, sizeof(float));
+    c->v = calloc(nopt, sizeof(float));
+    c->decay = calloc(nopt, sizeof(float));
     int z2 = o->zero == 2 && o->pp == 1; /* (the pipeline keeps its own) */
     if (z2) c->gshard = calloc(pl->opt_len, sizeof(float));
     if (!c->m || !c->v || !c->decay || (z2 && !c->gshard)) return skiff_error(err, ENOMEM, "optimizer state");
@@ -642,10 +663,11 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     gpt2_decay_mask_tp(&o->cfg, pl->tp, mask);
     if (o->zero && o->pp > 1)
         train_pp_shard_copy(&o->cfg, pl->tp, pl->pp, pl->pp_rank, pl->world, pl->rank, mask, c->decay, 0);
+    else if (held)
+        tr_pipeline_take(c->pipe, mask, c->decay);
     else
         memcpy(c->decay, mask + pl->opt_off, pl->opt_len * sizeof(float));
     free(mask);
-    if (o->pp > 1 && tr_pipeline_open(&c->pipe, &c->model, o, pl, dist, err) < 0) return -1;
     if (o->zero == 0 && pl->world > 1 && !c->pipe) {
         c->ddp.comm = d->comm;
         c->ddp.grads = c->model.grads;
@@ -654,9 +676,9 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
         c->ddp.stage = malloc(pl->n_dev * sizeof(float));
         if (!c->ddp.stage) return skiff_error(err, ENOMEM, "bucket staging");
     }
-    d->params = pl->tp > 1 ? c->full : c->model.params;
-    d->m = c->m;
-    d->v = c->v;
+    d->params = c->full ? c->full : c->model.params;
+    d->m = held ? c->host_m : c->m;
+    d->v = held ? c->host_v : c->v;
     return 0;
 }
 
@@ -675,11 +697,28 @@ static void cpu_close(struct train_device *d)
         free(c->ddp.reqs);
         z3_close(&c->z3);
         free(c->full);
+        free(c->host_m);
+        free(c->host_v);
         free(c->z3_segs);
         tr_comm_destroy(c->tp_comm);
         free(c);
     }
     tr_comm_destroy(d->comm);
+}
+
+/* --pp: the loop's whole host copies go once the stage has taken its
+ * ranges (upload), and after a checkpoint (the next step), so a stage
+ * holds the whole model only around those two. */
+static void drop_host(struct train_device *d)
+{
+    struct cpu_device *c = d->impl;
+    if (!c->pipe) return;
+    free(c->full);
+    free(c->host_m);
+    free(c->host_v);
+    c->full = c->host_m = c->host_v = NULL;
+    d->params = NULL;
+    if (!c->o->zero) d->m = d->v = NULL; /* (ZeRO: m and v are the shards themselves) */
 }
 
 /* --pp: the stage's share of one step: the schedule and the reductions
@@ -698,12 +737,17 @@ static int pipe_step(struct train_device *d, int step, float lr, struct train_ba
     double loss_sum, comm_s, sharded = 0, replicated = 0, norm2, busy0 = tr_pipeline_busy(pipe);
     double tp_busy0 = cd->tp_comm ? cd->tp_comm->stats.busy_s : 0;
     cd->tp_wait_s = 0;
+    drop_host(d); /* a checkpoint's whole copies, if one was saved */
     if (tr_pipeline_grads(pipe, b, &loss_sum, &comm_s, err) < 0 || tp_check(cd, err) < 0) return -1;
     const struct train_range *r = zero ? tr_pipeline_shard_ranges(pipe, &nr) : tr_pipeline_ranges(pipe, &nr);
     float *g = zero ? tr_pipeline_grad_shard(pipe) : model->grads;
+    /* ZeRO 0: range i in the stage's held layout (gpt2_set_stage), for its
+     * weights, gradient and AdamW state alike */
+    size_t go[TRAIN_STAGE_MAX_RANGES];
+    for (int i = 0; i < nr; i++) go[i] = zero ? r[i].off : model->held_offsets[r[i].tensor];
     for (int i = 0; i < nr; i++) {
         if (!r[i].norm) continue;
-        double s = sumsq(g + r[i].off, r[i].len);
+        double s = sumsq(g + go[i], r[i].len);
         if (pl->tp > 1 && !gpt2_tp_sharded(r[i].tensor))
             replicated += s;
         else
@@ -721,8 +765,8 @@ static int pipe_step(struct train_device *d, int step, float lr, struct train_ba
         if (tr_pipeline_share_params(pipe, err) < 0) return -1;
     } else {
         for (int i = 0; i < nr; i++)
-            adamw(model->params + r[i].off, g + r[i].off, cd->m + r[i].off, cd->v + r[i].off, cd->decay + r[i].off,
-                  r[i].len, lr, cd->o, t, gscale);
+            adamw(model->params + go[i], g + go[i], cd->m + go[i], cd->v + go[i], cd->decay + go[i], r[i].len, lr,
+                  cd->o, t, gscale);
     }
     /* only the last stage has the loss */
     if (train_device_mean(d, tr_pipeline_loss_share(pipe, loss_sum / b->count), &st->loss, err) < 0) return -1;
@@ -851,43 +895,82 @@ static int cpu_take_loss(struct train_device *d, double *sum, skiff_err *err)
 
 /* --tp: the loop's whole weights (rank 0's, from the seed, --init-from or a
  * checkpoint, broadcast over the data-parallel group) to every
- * tensor-parallel rank, which keeps its part. */
+ * tensor-parallel rank, which keeps its part. --pp: the stage takes its
+ * ranges of the weights (of its tensor-parallel part) and, resuming with
+ * ZeRO 0, of AdamW's m and v. */
 static int cpu_upload(struct train_device *d, int with_opt, skiff_err *err)
 {
-    (void)with_opt; /* m and v are the device's own memory, in its layout */
     struct cpu_device *c = d->impl;
     const struct train_plan *pl = c->plan;
-    if (pl->tp == 1 || c->o->zero == 3) return 0; /* ZeRO-3: each rank made its shard of its part (train.c) */
-    if (tr_broadcast(c->tp_comm, c->full, pl->n_pad * sizeof(float), 0, err) < 0)
+    if (c->o->zero == 3) return 0; /* ZeRO-3: each rank made its shard of its part (train.c) */
+    if (pl->tp > 1 && tr_broadcast(c->tp_comm, c->full, pl->n_pad * sizeof(float), 0, err) < 0)
         return skiff_err_wrap(err, "broadcasting parameters over the tensor-parallel group");
-    gpt2_tp_copy(&c->o->cfg, pl->tp, pl->tp_rank, c->full, c->model.params, 1);
+    if (!c->pipe) {
+        if (pl->tp > 1) gpt2_tp_copy(&c->o->cfg, pl->tp, pl->tp_rank, c->full, c->model.params, 1);
+        return 0; /* m and v are the device's own memory, in its layout */
+    }
+    float *local = c->full;
+    if (pl->tp > 1) {
+        if (!(local = calloc(pl->n_dev, sizeof(float))))
+            return skiff_error(err, ENOMEM, "the tensor-parallel part of the parameters");
+        gpt2_tp_copy(&c->o->cfg, pl->tp, pl->tp_rank, c->full, local, 1);
+    }
+    tr_pipeline_take(c->pipe, local, c->model.params);
+    if (local != c->full) free(local);
+    if (with_opt && !c->o->zero) {
+        tr_pipeline_take(c->pipe, c->host_m, c->m);
+        tr_pipeline_take(c->pipe, c->host_v, c->v);
+    }
+    drop_host(d);
     return 0;
 }
 
 /* Before a checkpoint. --pp: every stage's parameters (and with ZeRO 0
- * its optimizer state) onto every rank of d->comm, the ranks with this
- * tensor-parallel rank, so each holds its whole part of the model. --tp:
- * then rank 0's tensor-parallel group (data-parallel rank 0, stage 0)
- * gathers its parts into the whole weights, which rank 0 writes. */
+ * its optimizer state) gathered into whole host copies on every rank of
+ * d->comm, the ranks with this tensor-parallel rank, so each holds its
+ * whole part of the model. --tp: then rank 0's tensor-parallel group
+ * (data-parallel rank 0, stage 0) gathers its parts into the whole
+ * weights, which rank 0 writes. */
 static int cpu_download(struct train_device *d, skiff_err *err)
 {
     struct cpu_device *c = d->impl;
     const struct train_plan *pl = c->plan;
-    int z = c->o->zero;
+    int z = c->o->zero, rc = 0;
     if (z == 3) return 0; /* each rank saves its shard (of its tensor-parallel part) */
-    if (c->pipe &&
-        tr_pipeline_gather(c->pipe, d->comm, c->model.params, z ? NULL : d->m, z ? NULL : d->v, pl->n_dev, err) < 0)
-        return -1;
-    if (pl->tp == 1 || pl->rank != 0 || pl->pp_rank != 0) return 0;
     size_t n = pl->n_dev;
-    float *all = malloc((size_t)pl->tp * n * sizeof(float));
-    if (!all) return skiff_error(err, ENOMEM, "gathering the tensor-parallel parameters");
-    memcpy(all + (size_t)pl->tp_rank * n, c->model.params, n * sizeof(float));
-    int rc = tr_all_gather(c->tp_comm, all, (size_t)pl->tp * n, TR_F32, err);
-    if (rc == 0)
-        for (int r = 0; r < pl->tp; r++) gpt2_tp_copy(&c->o->cfg, pl->tp, r, c->full, all + (size_t)r * n, 0);
-    free(all);
-    return rc < 0 ? skiff_err_wrap(err, "gathering the tensor-parallel parameters") : 0;
+    float *local = c->model.params; /* this tensor-parallel rank's whole part */
+    if (c->pipe) {
+        if (!c->full && !(c->full = calloc(pl->n_pad, sizeof(float))))
+            return skiff_error(err, ENOMEM, "host copy of the parameters");
+        if (!z && ((!c->host_m && !(c->host_m = calloc(pl->opt_len, sizeof(float)))) ||
+                   (!c->host_v && !(c->host_v = calloc(pl->opt_len, sizeof(float))))))
+            return skiff_error(err, ENOMEM, "host copy of the optimizer state");
+        d->params = c->full;
+        if (!z) {
+            d->m = c->host_m;
+            d->v = c->host_v;
+        }
+        local = pl->tp > 1 ? malloc(n * sizeof(float)) : c->full;
+        if (!local) return skiff_error(err, ENOMEM, "the tensor-parallel part of the parameters");
+        rc =
+            tr_pipeline_gather(c->pipe, d->comm, local, z ? NULL : c->host_m, z ? NULL : c->host_v, n, c->m, c->v, err);
+    }
+    if (rc == 0 && pl->tp > 1 && pl->rank == 0 && pl->pp_rank == 0) {
+        float *all = malloc((size_t)pl->tp * n * sizeof(float));
+        if (!all) {
+            rc = skiff_error(err, ENOMEM, "gathering the tensor-parallel parameters");
+        } else {
+            memcpy(all + (size_t)pl->tp_rank * n, local, n * sizeof(float));
+            rc = tr_all_gather(c->tp_comm, all, (size_t)pl->tp * n, TR_F32, err);
+            if (rc == 0)
+                for (int r = 0; r < pl->tp; r++) gpt2_tp_copy(&c->o->cfg, pl->tp, r, c->full, all + (size_t)r * n, 0);
+            else
+                skiff_err_wrap(err, "gathering the tensor-parallel parameters");
+            free(all);
+        }
+    }
+    if (local != c->model.params && local != c->full) free(local);
+    return rc;
 }
 
 /* What this rank holds, by kind (ZeRO shards what it shards; the rest is on
@@ -915,10 +998,10 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
     const struct train_plan *pl = c->plan;
     int n = omp_get_max_threads();
     double f = (double)sizeof(float) / (1 << 20);
-    double grads = (double)pl->n_dev + (c->gshard ? (double)pl->opt_len : 0) + (c->ddp.stage ? (double)pl->n_dev : 0) +
-                   (c->pipe ? (double)tr_pipeline_num_staging(c->pipe) : 0);
+    double grads = (double)(c->pipe ? c->model.num_held : pl->n_dev) + (c->gshard ? (double)pl->opt_len : 0) +
+                   (c->ddp.stage ? (double)pl->n_dev : 0) + (c->pipe ? (double)tr_pipeline_num_staging(c->pipe) : 0);
     double acts = c->pipe ? (double)tr_pipeline_num_acts(c->pipe) : 2.0 * (double)c->model.num_acts;
-    double params = (double)pl->n_dev, gathered = (double)z3_gathered(&c->z3);
+    double params = (double)(c->pipe ? c->model.num_held : pl->n_dev), gathered = (double)z3_gathered(&c->z3);
     char host[96] = "", z3[128] = "", stage[160] = "";
     if (c->full)
         snprintf(host, sizeof host, " (its tensor-parallel part; whole on the host %.1f MiB)", (double)pl->n_pad * f);
@@ -936,7 +1019,8 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
     snprintf(buf, len,
              "cpu (%d thread%s), per rank: params %.1f MiB%s, gradients %.1f MiB, optimizer %.1f MiB, "
              "activations %.1f MiB%s%s%s",
-             n, n == 1 ? "" : "s", params * f, host, grads * f, 3.0 * (double)pl->opt_len * f, acts * f,
+             n, n == 1 ? "" : "s", params * f, host, grads * f,
+             3.0 * (double)(c->pipe && !c->o->zero ? c->model.num_held : pl->opt_len) * f, acts * f,
              c->model.recompute ? " (recomputed per block)" : "", z3, stage);
 }
 

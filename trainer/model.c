@@ -355,6 +355,9 @@ int gpt2_create_tp(struct gpt2 *m, const struct gpt2_config *cfg, int tp, int B,
     m->T = T;
     m->tp = tp;
     m->num_params = gpt2_param_layout_tp(cfg, tp, m->param_sizes, m->param_offsets);
+    m->num_held = m->num_params;
+    memcpy(m->held_sizes, m->param_sizes, sizeof m->held_sizes);
+    memcpy(m->held_offsets, m->param_offsets, sizeof m->held_offsets);
     m->layer_lo = 0;
     m->layer_hi = cfg->num_layers;
     m->num_acts = gpt2_num_acts_tp(cfg, tp, B, T, 0);
@@ -407,6 +410,49 @@ int gpt2_set_stage(struct gpt2 *m, int lo, int hi, skiff_err *err)
 {
     if (lo < 0 || hi <= lo || hi > m->cfg.num_layers)
         return skiff_error(err, 0, "pipeline stage: blocks [%d, %d) of %d", lo, hi, m->cfg.num_layers);
+    int L = m->cfg.num_layers;
+    if (m->units || m->num_held != m->num_params)
+        return skiff_error(err, 0, "pipeline stage: the model already holds only part of its parameters");
+    /* the stage's tensors only, in pipeline.c's range order (policy.h,
+     * train_stage_ranges), so its gradient is reduced as one buffer */
+    size_t sizes[GPT2_NUM_PARAM_TENSORS] = {0}, offs[GPT2_NUM_PARAM_TENSORS] = {0}, n = 0;
+    int order[GPT2_NUM_PARAM_TENSORS + 1], no = 0;
+    if (lo == 0) {
+        order[no++] = GPT2_WTE;
+        order[no++] = GPT2_WPE;
+    }
+    for (int i = GPT2_LN1W; i <= GPT2_FCPROJB; i++) order[no++] = i;
+    if (hi == L) {
+        order[no++] = GPT2_LNFW;
+        order[no++] = GPT2_LNFB;
+        if (lo > 0) order[no++] = GPT2_WTE;
+    }
+    for (int k = 0; k < no; k++) {
+        int i = order[k];
+        int blk = i >= GPT2_LN1W && i <= GPT2_FCPROJB;
+        sizes[i] = blk ? m->param_sizes[i] / (size_t)L * (size_t)(hi - lo) : m->param_sizes[i];
+        offs[i] = n;
+        n += sizes[i];
+    }
+    float *p = malloc(n * sizeof(float)), *g = calloc(n, sizeof(float));
+    if (!p || !g) {
+        free(p);
+        free(g);
+        return skiff_error(err, ENOMEM, "pipeline stage parameters and gradients (%zu floats each)", n);
+    }
+    for (int k = 0; k < no; k++) { /* the values, from the whole buffer */
+        int i = order[k];
+        size_t from = m->param_offsets[i];
+        if (i >= GPT2_LN1W && i <= GPT2_FCPROJB) from += (size_t)lo * (m->param_sizes[i] / (size_t)L);
+        memcpy(p + offs[i], m->params + from, sizes[i] * sizeof(float));
+    }
+    free(m->params);
+    free(m->grads);
+    m->params = p;
+    m->grads = g;
+    m->num_held = n;
+    memcpy(m->held_sizes, sizes, sizeof sizes);
+    memcpy(m->held_offsets, offs, sizeof offs);
     m->layer_lo = lo;
     m->layer_hi = hi;
     return realloc_acts(m, m->recompute, err);
@@ -461,7 +507,9 @@ void gpt2_use_units(struct gpt2 *m, const struct gpt2_units *u)
 }
 
 /* Where unit u's tensors are (t[i] for its tensors i; a block's: layer
- * u-1's slice): in the one buffer flat, or back to back in unit. */
+ * u-1's slice): in flat (m->params or m->grads, in the held layout: a
+ * pipeline stage's tensors only, the others NULL), or back to back in
+ * unit. */
 static void unit_view(const struct gpt2 *m, int u, float *flat, float *unit, float *t[GPT2_NUM_PARAM_TENSORS])
 {
     struct gpt2_slice s[GPT2_UNIT_MAX_SLICES];
@@ -472,8 +520,10 @@ static void unit_view(const struct gpt2 *m, int u, float *flat, float *unit, flo
         if (unit) {
             t[k] = unit;
             unit += s[i].len;
-        } else { /* the model's own layout, which says where layer u-1's slice is */
-            t[k] = flat + m->param_offsets[k] + (u ? (size_t)(u - 1) * (m->param_sizes[k] / L) : 0);
+        } else { /* the held layout, which says where layer u-1's slice is (from layer_lo on) */
+            t[k] = m->held_sizes[k]
+                       ? flat + m->held_offsets[k] + (u ? (size_t)(u - 1 - m->layer_lo) * (m->param_sizes[k] / L) : 0)
+                       : NULL;
         }
     }
 }
@@ -612,10 +662,10 @@ static void ready(struct gpt2 *m, int i, int l)
 {
     if (!m->grad_ready) return;
     size_t per = m->param_sizes[i];
-    size_t lo = m->param_offsets[i];
+    size_t lo = m->held_offsets[i];
     if (l >= 0) {
         per /= (size_t)m->cfg.num_layers;
-        lo += (size_t)l * per;
+        lo += (size_t)(l - m->layer_lo) * per;
     }
     m->grad_ready(m->grad_ready_ctx, lo, lo + per);
 }
@@ -640,9 +690,9 @@ void gpt2_backward(struct gpt2 *m, float loss_scale)
     if (ow && !m->units) {
         static const int added[] = {GPT2_WPE, GPT2_LN1W, GPT2_LN1B, GPT2_LN2W, GPT2_LN2B, GPT2_LNFW, GPT2_LNFB};
         for (size_t i = 0; i < sizeof added / sizeof added[0]; i++)
-            memset(m->grads + m->param_offsets[added[i]], 0, m->param_sizes[added[i]] * sizeof(float));
+            memset(m->grads + m->held_offsets[added[i]], 0, m->held_sizes[added[i]] * sizeof(float));
         /* without the head the embedding's gradient is only added to */
-        if (m->layer_hi < L) memset(m->grads + m->param_offsets[GPT2_WTE], 0, m->param_sizes[GPT2_WTE] * sizeof(float));
+        if (m->layer_hi < L) memset(m->grads + m->held_offsets[GPT2_WTE], 0, m->held_sizes[GPT2_WTE] * sizeof(float));
     }
     float *w0[GPT2_NUM_PARAM_TENSORS] = {0}, *g0[GPT2_NUM_PARAM_TENSORS] = {0};
     float *w[GPT2_NUM_PARAM_TENSORS] = {0}, *g[GPT2_NUM_PARAM_TENSORS] = {0};

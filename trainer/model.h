@@ -121,8 +121,16 @@ struct gpt2 {
     size_t num_params;
     size_t param_sizes[GPT2_NUM_PARAM_TENSORS];
     size_t param_offsets[GPT2_NUM_PARAM_TENSORS];
-    float *params;     /* num_params floats (owned unless params_borrowed) */
-    float *grads;      /* num_params floats, accumulated by gpt2_backward */
+    float *params; /* num_held floats */
+    float *grads;  /* num_held floats, accumulated by gpt2_backward */
+    /* Where each tensor is in params and grads: the whole model's layout
+     * (param_offsets, num_held = num_params), or for a pipeline stage
+     * (gpt2_set_stage) only the tensors it computes, its blocks' slices
+     * back to back (held_sizes[i] floats from held_offsets[i], starting at
+     * layer layer_lo; 0: not held). */
+    size_t num_held;
+    size_t held_sizes[GPT2_NUM_PARAM_TENSORS];
+    size_t held_offsets[GPT2_NUM_PARAM_TENSORS];
     int grads_cleared; /* gpt2_zero_grad was called: the next backward writes
                         * grads instead of adding to them (see gpt2_zero_grad) */
     int recompute;     /* gpt2_recompute: one block's activations, redone in backward */
@@ -234,9 +242,15 @@ int gpt2_recompute(struct gpt2 *m, skiff_err *err);
  * after block hi-1, whose output is gpt2_stage_out, and the backward starts
  * from m->stage_dout (the next stage's gradient, loss scale included)
  * and, with lo > 0, leaves the gradient of the input in gpt2_stage_din.
- * Parameters stay in the one buffer of the whole model; the stage reads and
- * writes only its blocks' slices (and wte, wpe on the first stage; lnf and
- * wte, tied, on the last). The pointers are into m->acts / m->dacts, which
+ * The stage uses only its blocks' slices of the parameters (and wte, wpe
+ * on the first stage; lnf and wte, tied, on the last), and its parameter
+ * and gradient buffers are reallocated to hold those only, in that order:
+ * wte and wpe (lo = 0), each block tensor's slices of blocks [lo, hi) in
+ * llm.c's order, lnfw and lnfb (hi = L), wte (hi = L, lo > 0);
+ * held_offsets and held_sizes say where. The parameters keep their values
+ * (taken from the whole buffer); the gradient starts at zero. Once only:
+ * a model that holds part of its parameters is refused. The pointers are
+ * into m->acts / m->dacts, which
  * a caller may swap for buffers of m->num_acts floats (one per micro-batch
  * in flight). */
 int gpt2_set_stage(struct gpt2 *m, int lo, int hi, skiff_err *err);

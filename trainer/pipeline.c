@@ -16,14 +16,13 @@ struct slot {
 
 struct tr_pipeline {
     struct gpt2 *model;
-    const struct gpt2_config *cfg;
     int stages, stage, dp, dp_rank, tp, tp_rank, zero, micro, gpipe;
     float loss_scale;                /* 1 / (M * DP): the mean over the global batch */
     struct tr_comm *dpc, *ppc, *emb; /* emb: first and last stage (ppc itself when N = 2) */
     struct train_range r[TRAIN_STAGE_MAX_RANGES];
     int nr;
-    size_t wte_off, wte_len; /* tied: reduced between the first and the last stage */
-    float *stage_buf;        /* ZeRO 0: the ranges back to back, for the DP all-reduce */
+    size_t wte_off, wte_len;             /* tied: reduced between the first and the last stage */
+    size_t goff[TRAIN_STAGE_MAX_RANGES]; /* range i in the model's gradient (the stage's tensors only) */
     size_t stage_len;
     /* ZeRO 1/2 (policy.h, train_pp_shard_copy): the pieces of the ranges
      * in this rank's shard, every rank's shard packed in turn for the
@@ -86,7 +85,6 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
     if (!p) return skiff_error(err, ENOMEM, "pipeline");
     *out = p;
     p->model = model;
-    p->cfg = &o->cfg;
     p->stages = N;
     p->dp = pl->world; /* the plan's world and rank are the data-parallel ones */
     p->dp_rank = pl->rank;
@@ -104,9 +102,21 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
      * of every block tensor, the embeddings on the first stage, the final
      * LayerNorm and the (tied) wte on the last */
     p->nr = train_stage_ranges(&o->cfg, p->tp, N, p->stage, p->r);
-    p->wte_off = model->param_offsets[GPT2_WTE];
-    p->wte_len = model->param_sizes[GPT2_WTE];
-    for (int i = 0; i < p->nr; i++) p->stage_len += p->r[i].len;
+    /* the model holds the stage's ranges back to back (gpt2_set_stage), so
+     * the DP all-reduce takes its gradient whole; wte is held at the start
+     * on the first stage and at the end on the last */
+    p->wte_off = model->held_offsets[GPT2_WTE];
+    p->wte_len = model->held_sizes[GPT2_WTE];
+    for (int i = 0; i < p->nr; i++) {
+        p->goff[i] = model->held_offsets[p->r[i].tensor];
+        if (p->goff[i] != p->stage_len)
+            return skiff_error(err, 0, "pipeline stage %d: the model's gradient layout does not follow its ranges",
+                               p->stage);
+        p->stage_len += p->r[i].len;
+    }
+    if (p->stage_len != model->num_held)
+        return skiff_error(err, 0, "pipeline stage %d: %zu floats of gradient ranges, %zu in the model", p->stage,
+                           p->stage_len, model->num_held);
     if (p->zero) {
         size_t at = 0;
         for (int i = 0; i < p->nr; i++) {
@@ -124,8 +134,6 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
         p->packed = malloc(p->shard_len * (size_t)p->dp * sizeof(float));
         p->gshard = calloc(p->shard_len, sizeof(float));
         if (!p->packed || !p->gshard) return skiff_error(err, ENOMEM, "pipeline ZeRO shards");
-    } else if (p->dp > 1 && !(p->stage_buf = malloc(p->stage_len * sizeof(float)))) {
-        return skiff_error(err, ENOMEM, "pipeline gradient staging");
     }
     /* 1F1B keeps at most N - stage micro-batches in flight, GPipe all M */
     p->nslots = p->gpipe || N - p->stage > p->micro ? p->micro : N - p->stage;
@@ -156,7 +164,6 @@ void tr_pipeline_close(struct tr_pipeline *p)
     if (p->slots) p->model->acts = p->slots[0].acts; /* the model frees its own */
     free(p->slots);
     free(p->dout);
-    free(p->stage_buf);
     free(p->packed);
     free(p->gshard);
     if (p->emb != p->ppc) tr_comm_destroy(p->emb);
@@ -183,10 +190,29 @@ const struct train_range *tr_pipeline_shard_ranges(const struct tr_pipeline *p, 
  * each rank the sum of its own and one all-gather gives every rank all of
  * them back. */
 
-static void pack(struct tr_pipeline *p, float *buf)
+/* Data-parallel rank d's shard of a buffer in the stage's held layout
+ * (the ranges back to back), as train_pp_shard_copy cuts the ranges of the
+ * whole buffer: each range in dp pieces, the last padded with zeros; or
+ * with to_held the shard back into it. */
+static void shard_copy(const struct tr_pipeline *p, int d, float *held, float *shard, int to_held)
 {
-    for (int d = 0; d < p->dp; d++)
-        train_pp_shard_copy(p->cfg, p->tp, p->stages, p->stage, p->dp, d, buf, p->packed + (size_t)d * p->shard_len, 0);
+    for (int i = 0; i < p->nr; i++) {
+        size_t piece = p->pieces[i].len, a = (size_t)d * piece, len = p->r[i].len;
+        size_t have = a >= len ? 0 : len - a < piece ? len - a : piece;
+        float *h = held + p->goff[i] + a;
+        if (to_held) {
+            memcpy(h, shard, have * sizeof(float));
+        } else {
+            memcpy(shard, h, have * sizeof(float));
+            memset(shard + have, 0, (piece - have) * sizeof(float));
+        }
+        shard += piece;
+    }
+}
+
+static void pack_grads(struct tr_pipeline *p)
+{
+    for (int d = 0; d < p->dp; d++) shard_copy(p, d, p->model->grads, p->packed + (size_t)d * p->shard_len, 0);
 }
 
 /* The gradient of the stage's ranges reduce-scattered over its DP group:
@@ -194,7 +220,7 @@ static void pack(struct tr_pipeline *p, float *buf)
  * micro-batch). */
 static int shard_reduce(struct tr_pipeline *p, int add, skiff_err *err)
 {
-    pack(p, p->model->grads);
+    pack_grads(p);
     if (p->dp > 1 && tr_reduce_scatter(p->dpc, p->packed, p->shard_len * (size_t)p->dp, TR_F32, err) < 0)
         return skiff_err_wrap(err, "pipeline stage %d: gradient reduce-scatter over its %d data-parallel ranks",
                               p->stage, p->dp);
@@ -211,7 +237,7 @@ float *tr_pipeline_grad_shard(struct tr_pipeline *p) { return p->gshard; }
 float *tr_pipeline_param_shard(struct tr_pipeline *p)
 {
     float *mine = p->packed + (size_t)p->dp_rank * p->shard_len;
-    train_pp_shard_copy(p->cfg, p->tp, p->stages, p->stage, p->dp, p->dp_rank, p->model->params, mine, 0);
+    shard_copy(p, p->dp_rank, p->model->params, mine, 0);
     return mine;
 }
 
@@ -220,9 +246,7 @@ int tr_pipeline_share_params(struct tr_pipeline *p, skiff_err *err)
     if (p->dp > 1 && tr_all_gather(p->dpc, p->packed, p->shard_len * (size_t)p->dp, TR_F32, err) < 0)
         return skiff_err_wrap(err, "pipeline stage %d: parameter all-gather over its %d data-parallel ranks", p->stage,
                               p->dp);
-    for (int d = 0; d < p->dp; d++)
-        train_pp_shard_copy(p->cfg, p->tp, p->stages, p->stage, p->dp, d, p->model->params,
-                            p->packed + (size_t)d * p->shard_len, 1);
+    for (int d = 0; d < p->dp; d++) shard_copy(p, d, p->model->params, p->packed + (size_t)d * p->shard_len, 1);
     return 0;
 }
 
@@ -355,20 +379,9 @@ static int reduce(struct tr_pipeline *p, skiff_err *err)
     if (p->zero) {
         if (p->emb && tr_allreduce_sum(p->emb, p->gshard + p->wte_piece_off, p->wte_piece_len, TR_F32, err) < 0)
             return skiff_err_wrap(err, "pipeline: the tied embedding's gradient between the first and the last stage");
-    } else if (p->dp > 1) {
-        size_t at = 0;
-        for (int i = 0; i < p->nr; i++) {
-            memcpy(p->stage_buf + at, g + p->r[i].off, p->r[i].len * sizeof(float));
-            at += p->r[i].len;
-        }
-        if (tr_allreduce_sum(p->dpc, p->stage_buf, p->stage_len, TR_F32, err) < 0)
-            return skiff_err_wrap(err, "pipeline stage %d: gradient all-reduce over its %d data-parallel ranks",
-                                  p->stage, p->dp);
-        at = 0;
-        for (int i = 0; i < p->nr; i++) {
-            memcpy(g + p->r[i].off, p->stage_buf + at, p->r[i].len * sizeof(float));
-            at += p->r[i].len;
-        }
+    } else if (p->dp > 1 && tr_allreduce_sum(p->dpc, g, p->stage_len, TR_F32, err) < 0) {
+        return skiff_err_wrap(err, "pipeline stage %d: gradient all-reduce over its %d data-parallel ranks", p->stage,
+                              p->dp);
     }
     if (!p->zero && p->emb && tr_allreduce_sum(p->emb, g + p->wte_off, p->wte_len, TR_F32, err) < 0)
         return skiff_err_wrap(err, "pipeline: the tied embedding's gradient between the first and the last stage");
@@ -433,27 +446,29 @@ int tr_pipeline_forward(struct tr_pipeline *p, const int *inputs, const int *tar
 }
 
 int tr_pipeline_gather(struct tr_pipeline *p, struct tr_comm *comm, float *params, float *m, float *v, size_t n,
-                       skiff_err *err)
+                       const float *held_m, const float *held_v, skiff_err *err)
 {
     /* each range from the DP rank 0 of the stage that owns it, zeros from
      * everyone else: the group's sum is every stage's values, exactly */
     float *bufs[3] = {params, m, v};
-    float *tmp = calloc(n, sizeof(float));
-    if (!tmp) return skiff_error(err, ENOMEM, "pipeline checkpoint gather");
+    const float *from[3] = {p->model->params, held_m, held_v};
     for (int b = 0; b < 3; b++) {
         if (!bufs[b]) continue;
-        memset(tmp, 0, n * sizeof(float));
+        memset(bufs[b], 0, n * sizeof(float));
         for (int i = 0; i < p->nr && p->dp_rank == 0; i++)
-            if (p->r[i].owner) memcpy(tmp + p->r[i].off, bufs[b] + p->r[i].off, p->r[i].len * sizeof(float));
-        if (tr_allreduce_sum(comm, tmp, n, TR_F32, err) < 0) {
-            free(tmp);
+            if (p->r[i].owner) memcpy(bufs[b] + p->r[i].off, from[b] + p->goff[i], p->r[i].len * sizeof(float));
+        if (tr_allreduce_sum(comm, bufs[b], n, TR_F32, err) < 0)
             return skiff_err_wrap(err, "pipeline: gathering the stages for a checkpoint");
-        }
-        memcpy(bufs[b], tmp, n * sizeof(float));
     }
-    free(tmp);
     return 0;
 }
+
+void tr_pipeline_take(const struct tr_pipeline *p, const float *whole, float *held)
+{
+    for (int i = 0; i < p->nr; i++) memcpy(held + p->goff[i], whole + p->r[i].off, p->r[i].len * sizeof(float));
+}
+
+size_t tr_pipeline_num_held(const struct tr_pipeline *p) { return p->stage_len; }
 
 double tr_pipeline_busy(const struct tr_pipeline *p)
 {
@@ -477,9 +492,6 @@ void tr_pipeline_describe(const struct tr_pipeline *p, char *buf, size_t len)
              p->nslots == 1 ? "" : "es");
 }
 
-size_t tr_pipeline_num_staging(const struct tr_pipeline *p)
-{
-    return p->zero ? p->shard_len * (size_t)(p->dp + 1) : p->stage_buf ? p->stage_len : 0;
-}
+size_t tr_pipeline_num_staging(const struct tr_pipeline *p) { return p->zero ? p->shard_len * (size_t)(p->dp + 1) : 0; }
 
 size_t tr_pipeline_num_acts(const struct tr_pipeline *p) { return (size_t)(p->nslots + 1) * p->model->num_acts; }

@@ -12,10 +12,13 @@
  * its DP group, or with ZeRO-1/2 reduce-scattered there (each rank steps a
  * shard of the stage's ranges: train_pp_shard_copy).
  *
- * The parameter buffer stays the whole model's (llm.c's layout, or the
- * tensor-parallel rank's part of it, every rank); a stage computes,
- * reduces and steps only its ranges of it (train_stage_ranges). A
- * checkpoint gathers every stage's ranges (tr_pipeline_gather), so rank
+ * A stage holds only its ranges (train_stage_ranges) of the parameters,
+ * their gradients and, with ZeRO 0, AdamW's m and v: the model's held
+ * layout (gpt2_set_stage), the ranges back to back. The whole buffer
+ * (llm.c's layout, or the tensor-parallel rank's part of it) exists only
+ * where the loop needs it: tr_pipeline_take takes a stage's ranges from
+ * it, and before a checkpoint tr_pipeline_gather puts every stage's
+ * ranges together in it, so rank
  * 0's file holds the whole model as a DDP run's does. */
 #ifndef SKIFF_TRAINER_PIPELINE_H
 #define SKIFF_TRAINER_PIPELINE_H
@@ -78,12 +81,18 @@ double tr_pipeline_loss_share(const struct tr_pipeline *p, double v);
  * stage, -1 elsewhere. */
 int tr_pipeline_forward(struct tr_pipeline *p, const int *inputs, const int *targets, double *loss, skiff_err *err);
 
-/* Every stage's parameters and AdamW m, v (n floats each, the whole
- * buffer; m and v may be NULL: ZeRO keeps its shards) onto every rank of
- * comm, the ranks of every stage with this tensor-parallel rank, before a
- * checkpoint. */
+/* Every stage's parameters and AdamW m, v into whole buffers (n floats
+ * each: params, m, v; m and v may be NULL: ZeRO keeps its shards) on every
+ * rank of comm, the ranks of every stage with this tensor-parallel rank,
+ * before a checkpoint; the stage's own come from the model's parameters
+ * and held_m, held_v (the held layout). */
 int tr_pipeline_gather(struct tr_pipeline *p, struct tr_comm *comm, float *params, float *m, float *v, size_t n,
-                       skiff_err *err);
+                       const float *held_m, const float *held_v, skiff_err *err);
+/* The stage's ranges of a whole buffer (the tensor-parallel rank's part
+ * of the model) into held, a buffer in the held layout. */
+void tr_pipeline_take(const struct tr_pipeline *p, const float *whole, float *held);
+/* Floats of the held layout: parameters (and gradients, m, v) per rank. */
+size_t tr_pipeline_num_held(const struct tr_pipeline *p);
 
 /* The measured bubble: the fraction of the schedule's time this rank did
  * no forward or backward, over the steps so far. */
@@ -96,8 +105,8 @@ void tr_pipeline_describe(const struct tr_pipeline *p, char *buf, size_t len);
 /* Floats of activations this rank holds (the slots in flight, and one set
  * of their gradients). */
 size_t tr_pipeline_num_acts(const struct tr_pipeline *p);
-/* Floats of gradient staging (ZeRO 0: the stage's ranges packed for the
- * all-reduce; ZeRO: every rank's shard packed, and the gradient shard). */
+/* Floats of gradient staging (ZeRO: every rank's shard packed, and the
+ * gradient shard; ZeRO 0 reduces the held gradient in place: none). */
 size_t tr_pipeline_num_staging(const struct tr_pipeline *p);
 
 #endif

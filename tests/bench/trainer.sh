@@ -102,14 +102,40 @@ run p2z3 2 25 --zero 3 && row p2z3 2 "ZeRO-3 (prefetch + overlap)"
 run p2z3b 2 25 --zero 3 --zero3-buffers 1 && row p2z3b 2 "ZeRO-3, --zero3-buffers 1"
 run p4z3 4 25 --zero 3 && row p4z3 4 "ZeRO-3 (prefetch + overlap)"
 run p4z3b 4 25 --zero 3 --zero3-buffers 1 && row p4z3b 4 "ZeRO-3, --zero3-buffers 1"
-run pp2 2 25 --pp 2 --batch 2 --micro-batches 4 && row pp2 2 "--pp 2, 1f1b" "2 x $SEQ x M 4"
-run pp2g 2 25 --pp 2 --batch 2 --micro-batches 4 --pp-schedule gpipe && row pp2g 2 "--pp 2, gpipe" "2 x $SEQ x M 4"
+# the two schedules paired: PP_ROUNDS (3) rounds, each running both, which
+# goes first alternating, and the round with the median tokens/s of each in
+# the table, so a burst of other work on the machine lands on neither side
+# alone (one run of each in turn once gave 1f1b 0.65x of gpipe for the same
+# CPU time; doc/trainer-parallelism.md, section 6)
+PPR=${PP_ROUNDS:-3} ppok=1
+for ((i = 0; i < PPR; i++)); do
+  for s in $( ((i % 2)) && echo "gpipe 1f1b" || echo "1f1b gpipe"); do
+    run "pp2$s.$i" 2 25 --pp 2 --batch 2 --micro-batches 4 --pp-schedule "$s" || ppok=0
+  done
+done
+median_round() { # median_round NAME: the round whose tokens/s is the median of NAME.0..
+  for ((i = 0; i < PPR; i++)); do echo "$(field "$1.$i" tokens_per_s) $i"; done | sort -n |
+    awk -v n="$PPR" 'NR == int((n + 1) / 2) { print $2 }'
+}
+if [ $ppok = 1 ]; then
+  for s in 1f1b gpipe; do
+    m=$(median_round "pp2$s")
+    for f in "$W/pp2$s.$m".*; do cp "$f" "$W/pp2$s${f#"$W/pp2$s.$m"}"; done
+    row "pp2$s" 2 "--pp 2, $s (median of $PPR)" "2 x $SEQ x M 4"
+  done
+fi
 run dp2pp2 4 25 --pp 2 --batch 2 --micro-batches 2 && row dp2pp2 4 "dp2 x pp2, 1f1b" "2 x $SEQ x M 2"
 run dp2pp2z1 4 25 --pp 2 --batch 2 --micro-batches 2 --zero 1 && row dp2pp2z1 4 "dp2 x pp2, ZeRO-1" "2 x $SEQ x M 2"
 TP=2 run t2pp2 4 25 --tp 2 --pp 2 --batch 4 --micro-batches 2 && TP=2 row t2pp2 4 "tp2 x pp2" "4 x $SEQ x M 2"
 TP=2 run d2t2p2 8 25 --tp 2 --pp 2 --batch 2 --micro-batches 2 --zero 1 &&
   TP=2 row d2t2p2 8 "dp2 x tp2 x pp2, ZeRO-1" "2 x $SEQ x M 2"
 echo
+if [ $ppok = 1 ]; then
+  echo "--pp 2, 1f1b / gpipe tokens/s, round by round (paired): $(for ((i = 0; i < PPR; i++)); do
+    awk -v a="$(field "pp21f1b.$i" tokens_per_s)" -v b="$(field "pp2gpipe.$i" tokens_per_s)" 'BEGIN { printf "%.2f ", a / b }'
+  done)"
+  echo
+fi
 # one block of the model, weights and gradient: 2 (12 C^2 + 13 C) floats
 C=$(grep -o ' C[0-9]*' "$W/p1.out" | head -1 | tr -d ' C')
 blk=$(awk -v c="$C" 'BEGIN { printf "%.2f", 2 * (12 * c * c + 13 * c) * 4 / 1048576 }')

@@ -136,6 +136,15 @@ else t_fail "bubble reported" "$out"; fi
 if grep -q 'pipeline stage 0 of 2 (blocks 0-0), dp 1, 1f1b, 2 micro-batches in flight' <<<"$out"; then
   t_pass "the first line names the stage, its blocks and the micro-batches in flight"
 else t_fail "stage described" "$out"; fi
+# a stage holds its own ranges only: stage 0 of 4 on mini (wte, wpe and one
+# of 4 blocks) keeps under a third of the whole model's parameters, gradients
+# and AdamW state (m, v and the decay mask), by the first line's figures
+out=$(t_ddp 4 "$TRAIN" train --model mini --data "$D" --seq 32 --batch 2 --steps 1 --pp 4 --micro-batches 4 2>&1)
+pgo=$(sed -n 's/.*(\([0-9]*\) params.*per rank: params \([0-9.]*\) MiB, gradients \([0-9.]*\) MiB, optimizer \([0-9.]*\) MiB.*/\1 \2 \3 \4/p' <<<"$out")
+if [ -n "$pgo" ] && awk -v s="$pgo" 'BEGIN { split(s, a, " "); w = a[1] * 4 / 1048576
+    exit !(a[2] > 0 && a[2] * 3 < w && a[3] > 0 && a[3] * 3 < w && a[4] > 0 && a[4] < w) }'; then
+  t_pass "stage 0 of 4 holds its own ranges only: $(grep -o 'per rank: params [0-9.]* MiB, gradients [0-9.]* MiB, optimizer [0-9.]* MiB' <<<"$out") (the whole model: $(awk -v n="${pgo%% *}" 'BEGIN { printf "%.1f", n * 4 / 1048576 }') MiB each, optimizer 3x)"
+else t_fail "a stage's memory is below the whole model's" "$out"; fi
 out=$(t_ddp 8 "$TRAIN" train --model tiny --data "$D" --seq 32 --batch 2 --steps 1 --tp 2 --pp 2 --zero 1 2>&1)
 if grep -q 'world 8 = dp 2 x tp 2 x pp 2, .*zero 1, .*stage 0 of 2 (blocks 0-0), dp 2, tp 2, 1f1b' <<<"$out"; then
   t_pass "the first line names the three factors and the stage's place"

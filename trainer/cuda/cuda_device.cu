@@ -468,14 +468,15 @@ static void z3_close(struct zero3 *z)
 // and an all-gather of the stepped weights (in the storage type) puts the
 // stage's ranges back together. The gradient norm is summed over the
 // data-parallel group (ZeRO), the tensor-parallel group and the stages.
-// What differs from the CPU pipeline, and why:
-//  - The model's weights and gradient hold the stage's ranges only, back
-//    to back (CUDA_GPT2_STAGE, cuda_gpt2_set_stage_layout), and so do the
-//    master, m and v with ZeRO 0 (with ZeRO: this rank's shard of them);
-//    the CPU pipeline keeps whole buffers. The host copies stay whole
-//    (the loop's and the checkpoint's layout): pipe_cut cuts them to the
-//    stage at upload, and a checkpoint puts every stage's ranges together
-//    in a whole-sized device buffer made for the save (pipe_download).
+// As the CPU's stage, the model's weights and gradient hold the stage's
+// ranges only, back to back (CUDA_GPT2_STAGE, cuda_gpt2_set_stage_layout),
+// and so do the master, m and v with ZeRO 0 (with ZeRO: this rank's shard
+// of them). What differs from the CPU pipeline, and why:
+//  - The host copies stay whole for the run (the loop's and the
+//    checkpoint's layout; the CPU's exist only around the upload and a
+//    save): pipe_cut cuts them to the stage at upload, and a checkpoint
+//    puts every stage's ranges together in a whole-sized device buffer
+//    made for the save (pipe_download).
 //  - The model keeps one set of activations (cuda_model.cu's buffers are
 //    per layer, not per micro-batch): a stage before the last keeps each
 //    micro-batch's input until its backward and redoes its forward from

@@ -2,7 +2,8 @@
  * the blocks split into contiguous stages, and a model run as two stages
  * (the first's output copied into the second's input, the second's input
  * gradient back into the first) gives the loss and the gradients of the
- * whole model; the plan's data-parallel windows under --pp. */
+ * whole model, each stage holding only its own tensors; the plan's
+ * data-parallel windows under --pp. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -53,12 +54,18 @@ static void two_stages(int recompute)
         cr_assert_eq(gpt2_recompute(&s0, &err), 0);
         cr_assert_eq(gpt2_recompute(&s1, &err), 0);
     }
-    cr_assert_eq(gpt2_set_stage(&s0, 0, 3, &err), 0);
-    cr_assert_eq(gpt2_set_stage(&s1, 3, 4, &err), 0);
-    cr_assert_lt(s1.num_acts, whole.num_acts, "a stage keeps only its blocks' activations");
     gpt2_init_params(&cfg, whole.params, 7);
     memcpy(s0.params, whole.params, whole.num_params * sizeof(float));
     memcpy(s1.params, whole.params, whole.num_params * sizeof(float));
+    /* a stage keeps its tensors' values and holds those only */
+    cr_assert_eq(gpt2_set_stage(&s0, 0, 3, &err), 0);
+    cr_assert_eq(gpt2_set_stage(&s1, 3, 4, &err), 0);
+    cr_assert_neq(gpt2_set_stage(&s1, 3, 4, &err), 0, "a stage is made once");
+    cr_assert_lt(s1.num_acts, whole.num_acts, "a stage keeps only its blocks' activations");
+    size_t C = (size_t)cfg.channels, Vp = (size_t)cfg.padded_vocab_size, blk = 12 * C * C + 13 * C;
+    cr_assert_eq(s0.num_held, Vp * C + (size_t)cfg.max_seq_len * C + 3 * blk, "stage 0: wte, wpe, 3 blocks");
+    cr_assert_eq(s1.num_held, blk + 2 * C + Vp * C, "stage 1: 1 block, lnf, wte");
+    cr_assert_eq(s1.held_sizes[GPT2_WPE], 0, "the last stage holds no wpe");
     int *in = malloc(BT * sizeof(int)), *tg = malloc(BT * sizeof(int));
     fill_tokens(in, tg, BT, cfg.vocab_size);
 
@@ -82,18 +89,22 @@ static void two_stages(int recompute)
     for (int i = GPT2_LN1W; i <= GPT2_FCPROJB; i++) {
         size_t per = whole.param_sizes[i] / L, off = whole.param_offsets[i];
         for (size_t l = 0; l < L; l++) {
-            const float *g = (l < 3 ? s0.grads : s1.grads) + off + l * per;
+            const struct gpt2 *s = l < 3 ? &s0 : &s1;
+            const float *g = s->grads + s->held_offsets[i] + (l - (size_t)s->layer_lo) * per;
             cr_assert_eq(memcmp(g, whole.grads + off + l * per, per * sizeof(float)), 0, "%s layer %zu",
                          gpt2_param_names[i], l);
         }
     }
     size_t wpe = whole.param_offsets[GPT2_WPE], lnf = whole.param_offsets[GPT2_LNFW];
-    cr_assert_eq(memcmp(s0.grads + wpe, whole.grads + wpe, whole.param_sizes[GPT2_WPE] * sizeof(float)), 0);
-    cr_assert_eq(memcmp(s1.grads + lnf, whole.grads + lnf, 2 * (size_t)cfg.channels * sizeof(float)), 0);
+    cr_assert_eq(
+        memcmp(s0.grads + s0.held_offsets[GPT2_WPE], whole.grads + wpe, whole.param_sizes[GPT2_WPE] * sizeof(float)),
+        0);
+    cr_assert_eq(memcmp(s1.grads + s1.held_offsets[GPT2_LNFW], whole.grads + lnf, 2 * C * sizeof(float)), 0);
     size_t wte = whole.param_offsets[GPT2_WTE];
+    const float *g0 = s0.grads + s0.held_offsets[GPT2_WTE], *g1 = s1.grads + s1.held_offsets[GPT2_WTE];
     double worst = 0;
     for (size_t j = 0; j < whole.param_sizes[GPT2_WTE]; j++) {
-        double d = fabs((double)s0.grads[wte + j] + s1.grads[wte + j] - whole.grads[wte + j]);
+        double d = fabs((double)g0[j] + g1[j] - whole.grads[wte + j]);
         if (d > worst)
             worst = d;
     }
