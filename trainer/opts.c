@@ -141,19 +141,6 @@ static int check_pipeline(struct train_opts *o, int micro, int accum_set, skiff_
                            micro, o->grad_accum);
     if (micro) o->grad_accum = micro;
     if (o->pp == 1) return 0;
-    /* CUDA: --pp with data parallelism (DDP) only so far; see
-     * doc/trainer-parallelism.md, section 6 */
-    if (o->device == TRAIN_DEVICE_CUDA && (o->tp > 1 || o->zero || o->recompute))
-        return skiff_error(err, 0,
-                           "--pp %d with %s on --device cuda: the CUDA pipeline composes with data parallelism "
-                           "(DDP) only so far; drop %s, or use --device cpu",
-                           o->pp,
-                           o->tp > 1 ? "--tp"
-                           : o->zero ? "--zero"
-                                     : "--recompute",
-                           o->tp > 1 ? "--tp"
-                           : o->zero ? "--zero"
-                                     : "--recompute");
     if (o->zero == 3) /* see doc/trainer-parallelism.md, section 6 */
         return skiff_error(err, 0,
                            "--pp %d with --zero 3: ZeRO-3 and pipeline stages are not composed; use --zero 1 or 2 "
