@@ -20,11 +20,12 @@
 #                 weights (build-llmc/, from `make gpu-llmc`; or LLMC_DIR)
 #   5. budget     the analytic model calibrated with the per-op table
 #   6. tests      tests/gpu/run-tests.sh (CUDA against the CPU reference, ...)
-#      parallel   tests/gpu/parallel.sh: --tp 2 and dp2 x tp2 (ZeRO-1), --pp 2
-#                 and dp2 x pp2 (a --pp 2 checkpoint resumed), --zero 3
+#      parallel   tests/gpu/parallel.sh: --tp 2 and dp2 x tp2 (ZeRO-1), --pp 2,
+#                 dp2 x pp2 (also ZeRO-1) and tp2 x pp2 (a --pp 2 and a
+#                 ZeRO-1 pipeline checkpoint resumed), --zero 3
 #                 (fp32 and bf16, its checkpoint resumed by one process) on
 #                 this one card against one process, --recompute (alone,
-#                 with --tp 2, with --zero 3) against keeping the
+#                 with --tp 2, --pp 2, --zero 3) against keeping the
 #                 activations (ranks sharing the card: host-staged
 #                 collectives, so correctness, not speed; NCCL's group
 #                 communicators and its ZeRO-3 gathers need one GPU per rank)

@@ -4,8 +4,10 @@
 # one card's worth of ranks:
 # --tp 2 and dp2 x tp2 with ZeRO-1 against one process on the same global
 # batch, and a --tp 2 checkpoint (the parts gathered into the whole weights)
-# resumed by one process; --pp 2 --micro-batches 4 and dp2 x pp2 against
-# one process, a --pp 2 checkpoint resumed by one process; --zero 3 on 2
+# resumed by one process; --pp 2 --micro-batches 4, dp2 x pp2, dp2 x pp2
+# with ZeRO-1 and tp2 x pp2 against one process, a --pp 2 and a dp2 x pp2
+# ZeRO-1 checkpoint resumed by one process, --pp 2 --recompute the bits of
+# --pp 2; --zero 3 on 2
 # ranks against one process (fp32 and bf16), its checkpoint (each rank's shard) resumed by one process;
 # --zero 3 under --tp 2 and dp2 x tp2 (fp32) against one process, each
 # checkpoint (every rank's shard of its tensor-parallel part) resumed by one;
@@ -115,15 +117,47 @@ split_then_one "CUDA fp32 --pp 2 --micro-batches 4 (2 ranks)" "$rc" "$tmp/onea4.
   "$tmp/ppres.jsonl" 'world 2 = dp 1 x pp 2, .*host-staged collectives, pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 1, 1f1b'
 runp 4 "$tmp/d2p2.jsonl" "${F[@]}" --pp 2 --micro-batches 2 --pp-schedule gpipe
 rc=$?
-one=$(xloss "$tmp/onea4.jsonl") d2p2=$(xloss "$tmp/d2p2.jsonl")
-name="CUDA fp32 dp2 x pp2 (4 ranks, gpipe): one process's losses within $TOL relative"
-if [ "$rc" -eq 0 ] && grep -q 'world 4 = dp 2 x pp 2, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 2, gpipe' \
-  "$tmp/d2p2.jsonl.r0" && awk -v a="$one" -v b="$d2p2" -v t="$TOL" -v n="$STEPS" '
+# within RC ONE.jsonl RUN.jsonl: the run (its ranks' exit RC) gave one
+# process's losses within TOL relative at every step
+within() {
+  local one two
+  one=$(xloss "$2") two=$(xloss "$3")
+  [ "$1" -eq 0 ] && awk -v a="$one" -v b="$two" -v t="$TOL" -v n="$STEPS" '
      BEGIN { if (split(a, x) != n || split(b, y) != n) exit 1
-             for (i = 1; i <= n; i++) if ((x[i] - y[i])^2 > (t * x[i])^2) exit 1 }'; then
-  t_pass "$name ($one| $d2p2)"
+             for (i = 1; i <= n; i++) if ((x[i] - y[i])^2 > (t * x[i])^2) exit 1 }'
+}
+name="CUDA fp32 dp2 x pp2 (4 ranks, gpipe): one process's losses within $TOL relative"
+if within "$rc" "$tmp/onea4.jsonl" "$tmp/d2p2.jsonl" &&
+  grep -q 'world 4 = dp 2 x pp 2, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 2, gpipe' "$tmp/d2p2.jsonl.r0"; then
+  t_pass "$name ($(xloss "$tmp/onea4.jsonl")| $(xloss "$tmp/d2p2.jsonl"))"
 else
-  t_fail "$name" "exit $rc; one: $one dp2xpp2: $d2p2; $(tail -n 2 "$tmp"/d2p2.jsonl.r* | tr '\n' ' ')"
+  t_fail "$name" "exit $rc; $(xloss "$tmp/onea4.jsonl")| $(xloss "$tmp/d2p2.jsonl"); $(tail -n 2 "$tmp"/d2p2.jsonl.r* | tr '\n' ' ')"
+fi
+
+# dp2 x pp2 with ZeRO-1: each stage's ranges sharded over its two
+# data-parallel ranks (reduce-scatter, AdamW on the shard, all-gather of the
+# weights), the tied wte's piece summed between the stages; its checkpoint
+# (each rank's shard of its stage's m and v, the whole weights on rank 0)
+# resumed by one process
+runp 4 "$tmp/d2p2z1.jsonl" "${F[@]}" --pp 2 --micro-batches 2 --zero 1 --stop-after $((STEPS - 1)) \
+  --ckpt-dir "$tmp/ckz1" &&
+  "$ST" "${F[@]}" --grad-accum 4 --resume --ckpt-dir "$tmp/ckz1" --log "$tmp/z1res.jsonl" >"$tmp/z1res.out" 2>&1
+rc=$?
+split_then_one "CUDA fp32 dp2 x pp2 with --zero 1 (4 ranks)" "$rc" "$tmp/onea4.jsonl" "$tmp/d2p2z1.jsonl" \
+  "$tmp/z1res.jsonl" 'world 4 = dp 2 x pp 2, .*zero 1, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 2, 1f1b'
+
+# tp2 x pp2: each stage's blocks split over two tensor-parallel ranks, each
+# tensor-parallel rank its own pipeline (2 micro-batches of 2 sequences:
+# the global batch of onea4)
+runp 4 "$tmp/t2p2.jsonl" "${COMMON[@]}" --precision fp32 --batch $((2 * B)) --tp 2 --pp 2 --micro-batches 2
+rc=$?
+name="CUDA fp32 tp2 x pp2 (4 ranks): one process's losses within $TOL relative"
+if within "$rc" "$tmp/onea4.jsonl" "$tmp/t2p2.jsonl" &&
+  grep -q 'world 4 = dp 1 x tp 2 x pp 2, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 1, tp 2, 1f1b' \
+    "$tmp/t2p2.jsonl.r0"; then
+  t_pass "$name ($(xloss "$tmp/onea4.jsonl")| $(xloss "$tmp/t2p2.jsonl"))"
+else
+  t_fail "$name" "exit $rc; $(xloss "$tmp/onea4.jsonl")| $(xloss "$tmp/t2p2.jsonl"); $(tail -n 2 "$tmp"/t2p2.jsonl.r* | tr '\n' ' ')"
 fi
 
 # same_bits NAME A B: two logs agree on everything but the timings
@@ -147,6 +181,11 @@ same_bits "CUDA fp32 --recompute: the losses of keeping the activations, bit for
 runp 2 "$tmp/rtp2.jsonl" "${F[@]}" --tp 2 --recompute --stop-after $((STEPS - 1)) --ckpt-dir "$tmp/ckr" ||
   t_fail "CUDA fp32 --tp 2 --recompute runs" "$(tail -2 "$tmp"/rtp2.jsonl.r* | tr '\n' ' ')"
 same_bits "CUDA fp32 --tp 2 --recompute: the losses of --tp 2, bit for bit" "$tmp/rtp2.jsonl" "$tmp/tp2.jsonl"
+# --pp 2 --recompute: each stage redoes its blocks' forward in the
+# backward; the bits of --pp 2 (whose losses follow one process, above)
+runp 2 "$tmp/rpp2.jsonl" "${F[@]}" --pp 2 --micro-batches 4 --recompute --stop-after $((STEPS - 1)) \
+  --ckpt-dir "$tmp/ckpr" || t_fail "CUDA fp32 --pp 2 --recompute runs" "$(tail -2 "$tmp"/rpp2.jsonl.r* | tr '\n' ' ')"
+same_bits "CUDA fp32 --pp 2 --recompute: the losses of --pp 2, bit for bit" "$tmp/rpp2.jsonl" "$tmp/pp2.jsonl"
 
 # fp32: --zero 3 on 2 ranks (weights, gradients and AdamW's state sharded
 # by unit, each block gathered before its forward and its backward) gives

@@ -699,12 +699,26 @@ void cuda_comm_link(struct tr_comm *c, struct tr_comm *other) { ((struct dev_bas
 static int is_nccl(const struct tr_comm *c) { return c && c->ops == &nccl_ops; }
 static struct tr_comm *linked(const struct tr_comm *c) { return ((const struct dev_base *)c->impl)->linked; }
 
-// c's and its linked group's NCCL communicators aborted, so the stuck
-// kernels of either return (the process exits after this).
+// c and the groups linked from it (cuda_comm_link: a chain or a ring of
+// the groups on one compute stream), at most CHAIN_MAX, each once.
+#define CHAIN_MAX 8
+static int chain(struct tr_comm *c, struct tr_comm *g[CHAIN_MAX])
+{
+    int n = 0;
+    for (struct tr_comm *x = c; x && n < CHAIN_MAX; x = linked(x)) {
+        if (n > 0 && x == c) break;
+        g[n++] = x;
+    }
+    return n;
+}
+
+// c's and its linked groups' NCCL communicators aborted, so the stuck
+// kernels of any return (the process exits after this).
 static void nccl_abort_all(struct tr_comm *c)
 {
-    struct tr_comm *g[2] = {c, linked(c)};
-    for (int i = 0; i < 2; i++)
+    struct tr_comm *g[CHAIN_MAX];
+    int n = chain(c, g);
+    for (int i = 0; i < n; i++)
         if (is_nccl(g[i])) {
             struct nccl_impl *im = (struct nccl_impl *)g[i]->impl;
             if (im->comm) ncclCommAbort(im->comm);
@@ -713,11 +727,12 @@ static void nccl_abort_all(struct tr_comm *c)
 }
 
 // Between polls: an asynchronous NCCL error (a peer's connection broke) on
-// c or its linked group fails the wait at once.
+// c or a linked group fails the wait at once.
 static int nccl_health(void *ctx, skiff_err *err)
 {
-    struct tr_comm *c = (struct tr_comm *)ctx, *g[2] = {c, linked(c)};
-    for (int i = 0; i < 2; i++) {
+    struct tr_comm *c = (struct tr_comm *)ctx, *g[CHAIN_MAX];
+    int n = chain(c, g);
+    for (int i = 0; i < n; i++) {
         if (!is_nccl(g[i])) continue;
         struct nccl_impl *im = (struct nccl_impl *)g[i]->impl;
         if (!im->comm) continue;
@@ -726,14 +741,16 @@ static int nccl_health(void *ctx, skiff_err *err)
         if (a == ncclSuccess || a == ncclInProgress) continue;
         nccl_abort_all(c);
         return skiff_error(err, 0, "rank %d: NCCL failed%s: %s; communicator aborted", g[i]->rank,
-                           i ? " (tensor-parallel group)" : "", ncclGetErrorString(a));
+                           i ? " (a linked process group)" : "", ncclGetErrorString(a));
     }
     return 0;
 }
 
 int cuda_comm_wait_event(struct tr_comm *c, cudaEvent_t e, const char *what, skiff_err *err)
 {
-    int nccl = is_nccl(c) || is_nccl(linked(c));
+    struct tr_comm *g[CHAIN_MAX];
+    int nccl = 0, n = chain(c, g);
+    for (int i = 0; i < n; i++) nccl |= is_nccl(g[i]);
     if (cuda_poll_event(e, c->timeout_ms, nccl ? nccl_health : NULL, c, what, err) == 0) return 0;
     if (nccl && err->code == ETIMEDOUT) {
         nccl_abort_all(c);

@@ -45,10 +45,12 @@ int cuda_comm_wait_event(struct tr_comm *c, cudaEvent_t e, const char *what, ski
 // Waits until everything queued on the compute stream so far is done, the
 // same way.
 int cuda_comm_sync(struct tr_comm *c, skiff_err *err);
-// Two groups on one compute stream (--tp: the data-parallel group c and the
-// tensor-parallel group other): c's waits also watch other's NCCL
-// communicator and abort both on a failure or timeout, as the stream can be
-// stuck behind either's collective. other must outlive c's waits.
+// Groups on one compute stream (--tp: the data-parallel and the
+// tensor-parallel group; --pp: the stages' groups too): c's waits also
+// watch other's NCCL communicator, and the groups linked from other in
+// turn (a chain, or a ring back to c, at most 8), and abort them all on a
+// failure or timeout, as the stream can be stuck behind any one's
+// collective. other must outlive c's waits.
 void cuda_comm_link(struct tr_comm *c, struct tr_comm *other);
 
 #endif

@@ -84,11 +84,39 @@ struct zero3 {
     struct cuda_gpt2_units units;
 };
 
+// --pp, ZeRO-1/2: one range's piece of a data-parallel rank's shard
+// (policy.h, train_pp_shard_copy): `have` floats at `local` in the
+// stage's parameter buffer, at `shard` in the shard; the
+// rest of the piece, up to the range's padded piece length, is padding.
+struct pp_piece {
+    size_t local, shard, have;
+    size_t whole; // `local` in the whole buffer (llm.c's layout, of the tensor-parallel part)
+};
+
 // --pp: this rank's pipeline stage (pipeline schedule below).
 struct cuda_pipe {
-    int stages, stage, dp, dp_rank, micro, gpipe, nslots, lo, hi;
-    struct tr_comm *ppc; // the stages of this rank's data-parallel replica
-    size_t bytes;        // one (B,T,C) tensor of the storage type on the wire
+    int stages, stage, dp, dp_rank, tp, tp_rank, zero, micro, gpipe, nslots, lo, hi;
+    // the stages of this rank's data-parallel replica (and tensor-parallel
+    // rank); the stage's data-parallel ranks; the first and the last stage
+    // (the tied wte: ppc itself with 2 stages, NULL on a middle stage)
+    struct tr_comm *ppc, *dpc, *emb;
+    // the stage's ranges of the whole (tensor-parallel part's) parameter
+    // buffer, and where each sits in the model's buffers, which hold only
+    // these, back to back (CUDA_GPT2_STAGE): coff[i], stage_len in all
+    struct train_range r[TRAIN_STAGE_MAX_RANGES];
+    int nr;
+    size_t coff[TRAIN_STAGE_MAX_RANGES], stage_len;
+    size_t wte_off, wte_len; // (wte_off: in the stage's buffers)
+    float *hstage;           // host, stage_len: the loop's whole buffers cut to the stage's
+    // ZeRO-1/2: piece[d * nr + i] is data-parallel rank d's piece of range
+    // i; packed (device, dp x shard_len floats) every rank's shard in turn
+    // for the reduce-scatter, and in the storage type for the all-gather of
+    // the stepped weights; gshard this rank's gradient shard (ZeRO-2:
+    // accumulated over the micro-batches)
+    struct pp_piece *piece;
+    size_t shard_len, wte_piece_off, wte_piece_len;
+    float *packed, *gshard;
+    size_t bytes; // one (B,T,C) tensor of the storage type on the wire
     // A micro-batch in flight, until its backward: its token ids (host),
     // and on the device its input (stages before the last: the forward is
     // redone from it before the backward) or the gradient of its input
@@ -125,7 +153,8 @@ struct cuda_device {
     struct train_amp_state *amp; // the loop's train_device.amp
     struct zero3 *z3;            // --zero 3
     unsigned mflags;             // the model's CUDA_GPT2_* flags
-    size_t mpad;                 // its parameter buffer (with --zero 3 the shard)
+    size_t mpad;                 // its parameter buffer (with --zero 3 the shard; with --pp the stage's ranges)
+    size_t mopt;                 // its optimizer range (with --pp and ZeRO 0 the stage's ranges)
     struct cuda_pipe *pp;        // --pp
 };
 
@@ -194,25 +223,31 @@ static int make_group(struct cuda_device *cd, const char *name, const int *membe
     return cuda_comm_staged_create(host, cd->s, out, err);
 }
 
-// Megatron's layout over WORLD_SIZE = dp x tp processes, as on the CPU:
-// process r is tensor-parallel rank r % tp of data-parallel rank r / tp; its
-// tensor-parallel group is {dp*tp + i} (the model's all-reduces, four per
-// block per micro-step: neighbours, so one node's GPUs where they can), its
-// data-parallel group {i*tp + tp_rank} (the gradients, the loss mean, ZeRO),
-// which is cd->comm. Every rank creates the two in the same order.
+// Megatron's layout over WORLD_SIZE = dp x tp x pp processes, as on the
+// CPU (policy.h, train_layout_rank): process r is tensor-parallel rank
+// r % tp of data-parallel rank r / tp % dp of stage r / (tp*dp); its
+// tensor-parallel group is the tp neighbours of its stage and data-parallel
+// rank (the model's all-reduces, four per block per micro-step: one node's
+// GPUs where they can), cd->comm the ranks of every stage with its
+// tensor-parallel rank (without --pp its data-parallel group: the
+// gradients, the loss mean, ZeRO; with --pp the loop's broadcast and means,
+// the pipeline making its own groups). Every rank creates the two in the
+// same order.
 static int tp_groups(struct cuda_device *cd, skiff_err *err)
 {
     const struct train_plan *pl = cd->plan;
-    int tp = pl->tp, dp = pl->world, *mem = (int *)malloc((size_t)(tp > dp ? tp : dp) * sizeof(int));
+    int tp = pl->tp, dp = pl->world, pp = pl->pp;
+    int *mem = (int *)malloc((size_t)(tp > dp * pp ? tp : dp * pp) * sizeof(int));
     if (!mem) return skiff_error(err, ENOMEM, "process groups");
     char name[64];
-    for (int i = 0; i < tp; i++) mem[i] = pl->rank * tp + i;
-    snprintf(name, sizeof(name), "tp/%d", pl->rank);
+    for (int i = 0; i < tp; i++) mem[i] = train_layout_rank(tp, dp, pl->pp_rank, pl->rank, i);
+    snprintf(name, sizeof(name), "tp/%d", pl->pp_rank * dp + pl->rank);
     int rc = make_group(cd, name, mem, tp, pl->tp_rank, &cd->tp_comm, err);
     if (rc == 0) {
-        for (int i = 0; i < dp; i++) mem[i] = i * tp + pl->tp_rank;
+        for (int st = 0; st < pp; st++)
+            for (int i = 0; i < dp; i++) mem[st * dp + i] = train_layout_rank(tp, dp, st, i, pl->tp_rank);
         snprintf(name, sizeof(name), "dp/%d", pl->tp_rank);
-        rc = make_group(cd, name, mem, dp, pl->rank, &cd->comm, err);
+        rc = make_group(cd, name, mem, dp * pp, pl->pp_rank * dp + pl->rank, &cd->comm, err);
     }
     free(mem);
     return rc < 0 ? skiff_err_wrap(err, "tensor-parallel process groups (--tp %d, %s)", tp, cd->backend) : 0;
@@ -419,18 +454,29 @@ static void z3_close(struct zero3 *z)
 
 // ---- --pp: pipeline stages on the GPU ------------------------------------
 // The layout is the CPU's (trainer/pipeline.c, policy.h): process r is
-// stage r / DP of data-parallel replica r % DP; train_stage_blocks splits
-// the blocks. What differs, and why:
-//  - Every rank keeps the whole model's weights, gradient buffer and AdamW
-//    state (a stage computes, and fills the gradient of, only its blocks;
-//    the rest of the buffer stays zero). After the schedule one all-reduce
-//    of the whole gradient over every rank (cd->comm) sums each block's
-//    gradient over its stage's data-parallel ranks and the tied wte's over
-//    the first and the last stage at once (the others add zeros), so the
-//    norm, clipping and AdamW are the data-parallel step's, unchanged, and
-//    rank 0 holds the whole state for a checkpoint: the same file the CPU
-//    --pp run (ZeRO 0) writes. The cost: P/DP times the gradient bytes of
-//    a per-stage reduction, and the memory of the whole model per rank.
+// stage r / (DP x TP) of data-parallel replica r / TP % DP, tensor-parallel
+// rank r % TP; train_stage_blocks splits the blocks. Each tensor-parallel
+// rank has its own pipeline, as on the CPU: the residual stream between
+// blocks is whole and the same on every tensor-parallel rank, so stage s's
+// rank t sends to stage s+1's rank t alone. A stage computes, reduces and
+// steps only its ranges of the parameter buffer (train_stage_ranges): the
+// gradient is all-reduced over the stage's data-parallel group, the tied
+// wte's between the first and the last stage; with ZeRO-1/2 the ranges are
+// sharded over the stage's data-parallel ranks range by range
+// (train_pp_shard_copy), reduce-scattered after the schedule (ZeRO-1) or
+// after every micro-batch's backward (ZeRO-2), each rank steps its shard
+// and an all-gather of the stepped weights (in the storage type) puts the
+// stage's ranges back together. The gradient norm is summed over the
+// data-parallel group (ZeRO), the tensor-parallel group and the stages.
+// As the CPU's stage, the model's weights and gradient hold the stage's
+// ranges only, back to back (CUDA_GPT2_STAGE, cuda_gpt2_set_stage_layout),
+// and so do the master, m and v with ZeRO 0 (with ZeRO: this rank's shard
+// of them). What differs from the CPU pipeline, and why:
+//  - The host copies stay whole for the run (the loop's and the
+//    checkpoint's layout; the CPU's exist only around the upload and a
+//    save): pipe_cut cuts them to the stage at upload, and a checkpoint
+//    puts every stage's ranges together in a whole-sized device buffer
+//    made for the save (pipe_download).
 //  - The model keeps one set of activations (cuda_model.cu's buffers are
 //    per layer, not per micro-batch): a stage before the last keeps each
 //    micro-batch's input until its backward and redoes its forward from
@@ -438,11 +484,13 @@ static void z3_close(struct zero3 *z)
 //    micro-batch there, the same kernels on the same input, so the same
 //    bits); the last stage runs each micro-batch's forward and backward
 //    back to back and keeps the gradient of its input until the schedule
-//    sends it.
+//    sends it. --recompute composes: the model keeps one block's inner
+//    activations and redoes the others in the backward.
 //  - Activations and their gradients travel with tr_sendrecv on the
 //    stages' group: ncclSend/ncclRecv in one group (NCCL), or through
 //    pinned host memory and the TCP ring (host-staged), comm_cuda.cu.
-// The schedules (GPipe, 1F1B) are pipeline.c's, message for message.
+//  - No bubble measured (the kernels run asynchronously).
+// The schedules (GPipe, 1F1B) are ppsched.c's, the CPU pipeline's too.
 
 static void pipe_close(struct cuda_pipe *p)
 {
@@ -455,8 +503,91 @@ static void pipe_close(struct cuda_pipe *p)
     free(p->dev);
     free(p->in);
     free(p->tg);
+    free(p->piece);
+    free(p->hstage);
+    if (p->packed) cudaFree(p->packed);
+    if (p->gshard) cudaFree(p->gshard);
+    if (p->emb != p->ppc) tr_comm_destroy(p->emb);
     tr_comm_destroy(p->ppc);
+    tr_comm_destroy(p->dpc);
     free(p);
+}
+
+// The pieces of every data-parallel rank's shard of the stage's ranges,
+// laid out as train_pp_shard_copy does (the checkpoints are the CPU's).
+static int pipe_pieces(struct cuda_pipe *p, skiff_err *err)
+{
+    size_t D = (size_t)p->dp;
+    p->piece = (struct pp_piece *)calloc(D * (size_t)p->nr, sizeof(*p->piece));
+    if (!p->piece) return skiff_error(err, ENOMEM, "pipeline shard pieces");
+    size_t at = 0;
+    for (int i = 0; i < p->nr; i++) {
+        size_t len = p->r[i].len, piece = (len + D - 1) / D;
+        if (p->r[i].tensor == GPT2_WTE) p->wte_piece_off = at, p->wte_piece_len = piece;
+        for (size_t d = 0; d < D; d++) {
+            size_t a = d * piece, have = a >= len ? 0 : len - a < piece ? len - a : piece;
+            p->piece[d * p->nr + i] = (struct pp_piece){p->coff[i] + a, at, have, p->r[i].off + a};
+        }
+        at += piece;
+    }
+    p->shard_len = at;
+    return 0;
+}
+
+// AdamW's pieces: the stage's ranges (ZeRO 0: the optimizer's range is
+// the whole buffer) or this rank's pieces of them (ZeRO: the shard), each
+// with its tensor's weight decay (lnf, one range of two 1-D tensors, has
+// none); the padding is never stepped.
+static int pipe_opt_pieces(struct cuda_device *cd, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    struct cuda_opt_piece pc[TRAIN_STAGE_MAX_RANGES];
+    int n = 0;
+    for (int i = 0; i < p->nr; i++) {
+        int t = p->r[i].tensor, decay = gpt2_param_decays(t), split = gpt2_tp_sharded(t);
+        if (!p->zero) {
+            pc[n++] = (struct cuda_opt_piece){p->coff[i], p->r[i].len, decay, split};
+            continue;
+        }
+        const struct pp_piece *q = &p->piece[(size_t)p->dp_rank * p->nr + i];
+        if (q->have) pc[n++] = (struct cuda_opt_piece){q->shard, q->have, decay, split};
+    }
+    return cuda_gpt2_set_opt_pieces(cd->m, pc, n, err);
+}
+
+static int rank_at(const struct cuda_pipe *p, int stage, int dp_rank)
+{
+    return train_layout_rank(p->tp, p->dp, stage, dp_rank, p->tp_rank);
+}
+
+// The stage's groups, every rank in the same order as pipeline.c: its
+// data-parallel group, its pipeline, the embedding pair (first and last
+// stage, with more than 2 stages).
+static int pipe_groups(struct cuda_device *cd, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    int N = p->stages, D = p->dp, t = p->tp_rank;
+    int *mem = (int *)malloc((size_t)(N > D ? N : D) * sizeof(int));
+    if (!mem) return skiff_error(err, ENOMEM, "pipeline groups");
+    char name[64];
+    for (int i = 0; i < D; i++) mem[i] = rank_at(p, p->stage, i);
+    snprintf(name, sizeof(name), "pp-dp/%d/%d", p->stage, t);
+    int rc = make_group(cd, name, mem, D, p->dp_rank, &p->dpc, err);
+    for (int st = 0; rc == 0 && st < N; st++) mem[st] = rank_at(p, st, p->dp_rank);
+    snprintf(name, sizeof(name), "pp/%d/%d", p->dp_rank, t);
+    if (rc == 0) rc = make_group(cd, name, mem, N, p->stage, &p->ppc, err);
+    if (rc == 0 && N > 2 && (p->stage == 0 || p->stage == N - 1)) {
+        int pair[2] = {rank_at(p, 0, p->dp_rank), rank_at(p, N - 1, p->dp_rank)};
+        snprintf(name, sizeof(name), "pp-emb/%d/%d", p->dp_rank, t);
+        rc = make_group(cd, name, pair, 2, p->stage == 0 ? 0 : 1, &p->emb, err);
+    } else if (rc == 0 && N == 2) {
+        p->emb = p->ppc;
+    }
+    free(mem);
+    if (rc < 0)
+        return skiff_err_wrap(err, "pipeline groups of stage %d, data-parallel replica %d (--pp %d, %s)", p->stage,
+                              p->dp_rank, N, cd->backend);
+    return 0;
 }
 
 static int pipe_open(struct cuda_device *cd, skiff_err *err)
@@ -467,9 +598,38 @@ static int pipe_open(struct cuda_device *cd, skiff_err *err)
     if (!p) return skiff_error(err, ENOMEM, "pipeline");
     cd->pp = p;
     p->stages = pl->pp, p->stage = pl->pp_rank, p->dp = pl->world, p->dp_rank = pl->rank;
+    p->tp = pl->tp, p->tp_rank = pl->tp_rank, p->zero = o->zero;
     p->micro = o->grad_accum, p->gpipe = o->pp_gpipe, p->current = -1;
     train_stage_blocks(o->cfg.num_layers, p->stages, p->stage, &p->lo, &p->hi);
     TRY(cuda_gpt2_set_stage(cd->m, p->lo, p->hi, err));
+    p->nr = train_stage_ranges(&o->cfg, p->tp, p->stages, p->stage, p->r);
+    // the model's stage layout: the ranges back to back (lnf's one range
+    // holds lnfw, then lnfb)
+    size_t sz[GPT2_NUM_PARAM_TENSORS], off[GPT2_NUM_PARAM_TENSORS] = {0};
+    gpt2_param_layout_tp(&o->cfg, p->tp, sz, NULL);
+    for (int i = 0; i < p->nr; i++) {
+        int t = p->r[i].tensor;
+        p->coff[i] = p->stage_len;
+        off[t] = p->stage_len;
+        if (t == GPT2_LNFW) off[GPT2_LNFB] = p->stage_len + sz[GPT2_LNFW];
+        if (t == GPT2_WTE) p->wte_off = p->stage_len, p->wte_len = p->r[i].len;
+        p->stage_len += p->r[i].len;
+    }
+    if (p->stage_len != cd->mpad)
+        return skiff_error(err, 0, "%s:%d: internal: the stage's ranges have %zu floats, the model %zu", __FILE__,
+                           __LINE__, p->stage_len, cd->mpad);
+    TRY(cuda_gpt2_set_stage_layout(cd->m, off, err));
+    if (!(p->hstage = (float *)malloc(p->stage_len * sizeof(float))))
+        return skiff_error(err, ENOMEM, "host copy of the stage's parameters");
+    if (p->zero) {
+        TRY(pipe_pieces(p, err));
+        if (p->shard_len != pl->opt_len)
+            return skiff_error(err, 0, "%s:%d: internal: the stage's shard has %zu floats, the plan %zu", __FILE__,
+                               __LINE__, p->shard_len, pl->opt_len);
+        CUDA_CHECK(cudaMalloc((void **)&p->packed, p->shard_len * (size_t)p->dp * sizeof(float)));
+        CUDA_CHECK(cudaMalloc((void **)&p->gshard, p->shard_len * sizeof(float)));
+    }
+    TRY(pipe_opt_pieces(cd, err));
     int N = p->stages;
     p->nslots = p->gpipe || N - p->stage > p->micro ? p->micro : N - p->stage;
     p->bytes = (size_t)o->batch * o->seq * o->cfg.channels * cuda_gpt2_param_elem_bytes(cd->m);
@@ -484,17 +644,167 @@ static int pipe_open(struct cuda_device *cd, skiff_err *err)
         if (!p->in[k] || !p->tg[k]) return skiff_error(err, ENOMEM, "pipeline token slots");
         CUDA_CHECK(cudaMalloc(&p->dev[k], p->bytes));
     }
-    int *mem = (int *)malloc((size_t)N * sizeof(int));
-    if (!mem) return skiff_error(err, ENOMEM, "pipeline group");
-    for (int st = 0; st < N; st++) mem[st] = train_layout_rank(1, p->dp, st, p->dp_rank, 0);
-    char name[64];
-    snprintf(name, sizeof(name), "pp/%d", p->dp_rank);
-    int rc = make_group(cd, name, mem, N, p->stage, &p->ppc, err);
-    free(mem);
-    if (rc < 0)
-        return skiff_err_wrap(err, "pipeline group of data-parallel replica %d (--pp %d, %s)", p->dp_rank, N,
-                              cd->backend);
-    cuda_comm_link(cd->comm, p->ppc); // the stream can be stuck behind either's NCCL work
+    return pipe_groups(cd, err);
+}
+
+// Moves data-parallel rank d's shard (elem bytes a value) between the
+// parameter-sized buffer `local` and `shard`, piece by piece, queued.
+static int pipe_shard_move(struct cuda_device *cd, int d, void *local, void *shard, size_t elem, int to_local,
+                           skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    for (int i = 0; i < p->nr; i++) {
+        const struct pp_piece *q = &p->piece[(size_t)d * p->nr + i];
+        char *l = (char *)local + q->local * elem, *x = (char *)shard + q->shard * elem;
+        if (q->have)
+            CUDA_CHECK(
+                cudaMemcpyAsync(to_local ? l : x, to_local ? x : l, q->have * elem, cudaMemcpyDeviceToDevice, cd->s));
+    }
+    return 0;
+}
+
+// ZeRO-1/2: the gradient of the stage's ranges reduce-scattered over its
+// data-parallel group: this rank's shard of the sum into gshard, or added
+// to it (ZeRO-2, every micro-batch).
+static int pipe_shard_reduce(struct cuda_device *cd, int add, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    size_t n = p->shard_len * (size_t)p->dp;
+    float *g = cuda_gpt2_grads(cd->m), *mine = p->packed + (size_t)p->dp_rank * p->shard_len;
+    CUDA_CHECK(cudaMemsetAsync(p->packed, 0, n * sizeof(float), cd->s)); // the padding
+    for (int d = 0; d < p->dp; d++) TRY(pipe_shard_move(cd, d, g, p->packed + (size_t)d * p->shard_len, 4, 0, err));
+    if (p->dp > 1 && tr_reduce_scatter(p->dpc, p->packed, n, TR_F32, err) < 0)
+        return skiff_err_wrap(err, "pipeline stage %d: gradient reduce-scatter over its %d data-parallel ranks",
+                              p->stage, p->dp);
+    if (add) return cuda_gpt2_accumulate(cd->m, p->gshard, mine, p->shard_len, err);
+    CUDA_CHECK(cudaMemcpyAsync(p->gshard, mine, p->shard_len * sizeof(float), cudaMemcpyDeviceToDevice, cd->s));
+    return 0;
+}
+
+// After the schedule: the stage's gradient summed over its data-parallel
+// group (ZeRO: reduce-scattered; ZeRO-2 did it during the schedule), then
+// the tied wte's (ZeRO: its piece of the shard, the same piece on
+// data-parallel rank d of the first and of the last stage) between the
+// first and the last stage.
+static int pipe_reduce(struct cuda_device *cd, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    float *g = cuda_gpt2_grads(cd->m);
+    if (p->zero == 1) TRY(pipe_shard_reduce(cd, 0, err));
+    if (!p->zero && p->dp > 1) {
+        void *bufs[TRAIN_STAGE_MAX_RANGES];
+        size_t ns[TRAIN_STAGE_MAX_RANGES];
+        for (int i = 0; i < p->nr; i++) bufs[i] = g + p->coff[i], ns[i] = p->r[i].len;
+        struct tr_comm_req *req = NULL;
+        if (tr_comm_start_group(p->dpc, TR_COMM_ALLREDUCE, bufs, ns, p->nr, TR_F32, &req, err) < 0 ||
+            tr_comm_wait(p->dpc, req, err) < 0)
+            return skiff_err_wrap(err, "pipeline stage %d: gradient all-reduce over its %d data-parallel ranks",
+                                  p->stage, p->dp);
+    }
+    if (!p->emb) return 0;
+    float *w = p->zero ? p->gshard + p->wte_piece_off : g + p->wte_off;
+    if (tr_allreduce_sum(p->emb, w, p->zero ? p->wte_piece_len : p->wte_len, TR_F32, err) < 0)
+        return skiff_err_wrap(err, "pipeline: the tied embedding's gradient between the first and the last stage");
+    return 0;
+}
+
+// The squared gradient norm into ss (device), the same bits on every
+// rank: each range once (the tied wte on the first stage only), with --tp
+// the replicated tensors on tensor-parallel rank 0 only, summed over the
+// stage's data-parallel group (ZeRO: each rank has its shard), the
+// tensor-parallel group and the stages.
+static int pipe_norm2(struct cuda_device *cd, const float *gopt, float *ss, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    CUDA_CHECK(cudaMemsetAsync(ss, 0, sizeof(float), cd->s));
+    for (int i = 0; i < p->nr; i++) {
+        if (!p->r[i].norm || (p->tp > 1 && p->tp_rank != 0 && !gpt2_tp_sharded(p->r[i].tensor))) continue;
+        const struct pp_piece *q = p->zero ? &p->piece[(size_t)p->dp_rank * p->nr + i] : NULL;
+        const float *g = q ? gopt + q->shard : gopt + p->coff[i];
+        size_t n = q ? q->have : p->r[i].len;
+        if (n) TRY(cuda_gpt2_sumsq(cd->m, ss, g, n, err));
+    }
+    if (p->zero && p->dp > 1) TRY(tr_allreduce_sum(p->dpc, ss, 1, TR_F32, err));
+    if (cd->tp_comm) TRY(tr_allreduce_sum(cd->tp_comm, ss, 1, TR_F32, err));
+    if (tr_allreduce_sum(p->ppc, ss, 1, TR_F32, err) < 0)
+        return skiff_err_wrap(err, "pipeline: summing the gradient norm over the stages");
+    return 0;
+}
+
+// ZeRO-1/2, after AdamW stepped this rank's shard of the master weights:
+// the shard in the storage type all-gathered over the stage's
+// data-parallel group (packed is free: half its bytes in bf16) and every
+// rank's pieces put into the stage's ranges of the weights.
+static int pipe_share_params(struct cuda_device *cd, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    size_t e = cuda_gpt2_param_elem_bytes(cd->m);
+    char *pk = (char *)p->packed;
+    TRY(cuda_gpt2_to_storage(cd->m, pk + (size_t)p->dp_rank * p->shard_len * e, cuda_gpt2_opt_buf(cd->m, 0),
+                             p->shard_len, err));
+    if (p->dp > 1 && tr_all_gather(p->dpc, pk, p->shard_len * (size_t)p->dp, cd->pdtype, err) < 0)
+        return skiff_err_wrap(err, "pipeline stage %d: parameter all-gather over its %d data-parallel ranks", p->stage,
+                              p->dp);
+    for (int d = 0; d < p->dp; d++)
+        TRY(pipe_shard_move(cd, d, cuda_gpt2_params(cd->m), pk + (size_t)d * p->shard_len * e, e, 1, err));
+    return 0;
+}
+
+// The stage's ranges of a whole (tensor-parallel part's) host buffer, back
+// to back into hstage: the model's stage layout.
+static float *pipe_cut(struct cuda_pipe *p, const float *whole)
+{
+    for (int i = 0; i < p->nr; i++) memcpy(p->hstage + p->coff[i], whole + p->r[i].off, p->r[i].len * sizeof(float));
+    return p->hstage;
+}
+
+// ZeRO-1/2, at upload: this rank's shard of the master weights from the
+// stage's weights on the host (stage layout), staged through the gradient
+// buffer (free between steps).
+static int pipe_upload_master(struct cuda_device *cd, const float *host, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    float *g = cuda_gpt2_grads(cd->m), *master = cuda_gpt2_opt_buf(cd->m, 0);
+    TRY(cuda_gpt2_h2d(cd->m, g, host, p->stage_len * sizeof(float), err));
+    CUDA_CHECK(cudaMemsetAsync(master, 0, p->shard_len * sizeof(float), cd->s));
+    TRY(pipe_shard_move(cd, p->dp_rank, g, master, 4, 0, err));
+    CUDA_CHECK(cudaMemsetAsync(g, 0, p->stage_len * sizeof(float), cd->s));
+    return 0;
+}
+
+// Before a checkpoint, into dev (n_dev floats: the whole buffer of the
+// tensor-parallel part): every stage's values of src (the master weights,
+// m or v, in the stage layout; ZeRO: this rank's shard, all-gathered over
+// the stage's data-parallel group first)
+// from the data-parallel rank 0 of the stage that owns each range, zeros
+// from every other rank, summed over the device's comm (the ranks of every
+// stage with this tensor-parallel rank): each holds the whole buffer,
+// exactly (pipeline.c's tr_pipeline_gather).
+static int pipe_gather(struct cuda_device *cd, const float *src, float *dev, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    size_t n = cd->plan->n_dev;
+    if (p->zero) {
+        float *mine = p->packed + (size_t)p->dp_rank * p->shard_len;
+        CUDA_CHECK(cudaMemcpyAsync(mine, src, p->shard_len * sizeof(float), cudaMemcpyDeviceToDevice, cd->s));
+        if (p->dp > 1 && tr_all_gather(p->dpc, p->packed, p->shard_len * (size_t)p->dp, TR_F32, err) < 0)
+            return skiff_err_wrap(err, "pipeline stage %d: gathering its shards for a checkpoint", p->stage);
+    }
+    CUDA_CHECK(cudaMemsetAsync(dev, 0, n * sizeof(float), cd->s));
+    for (int i = 0; i < p->nr && p->dp_rank == 0; i++) {
+        if (!p->r[i].owner) continue;
+        for (int d = 0; p->zero && d < p->dp; d++) {
+            const struct pp_piece *q = &p->piece[(size_t)d * p->nr + i];
+            if (q->have)
+                CUDA_CHECK(cudaMemcpyAsync(dev + q->whole, p->packed + (size_t)d * p->shard_len + q->shard,
+                                           q->have * sizeof(float), cudaMemcpyDeviceToDevice, cd->s));
+        }
+        if (!p->zero)
+            CUDA_CHECK(cudaMemcpyAsync(dev + p->r[i].off, src + p->coff[i], p->r[i].len * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, cd->s));
+    }
+    if (tr_allreduce_sum(cd->comm, dev, n, TR_F32, err) < 0)
+        return skiff_err_wrap(err, "pipeline: gathering the stages for a checkpoint");
     return 0;
 }
 
@@ -532,6 +842,22 @@ static float pipe_dloss(const struct cuda_device *cd)
     return (float)(loss_scale(cd) / ((double)o->batch * o->seq * o->grad_accum * cd->pp->dp));
 }
 
+// ZeRO-2, after each micro-batch's backward: its gradient to the shards
+// at once, so no rank adds up the stage's whole gradient.
+static int pipe_zero2(struct cuda_device *cd, skiff_err *err)
+{
+    if (cd->pp->zero != 2) return 0;
+    TRY(pipe_shard_reduce(cd, 1, err));
+    return cuda_gpt2_zero_grad(cd->m, err);
+}
+
+// Seconds the pipeline's groups have spent communicating, all steps.
+static double pipe_busy(const struct cuda_pipe *p)
+{
+    double b = p->ppc->stats.busy_s + p->dpc->stats.busy_s;
+    return p->emb && p->emb != p->ppc ? b + p->emb->stats.busy_s : b;
+}
+
 // The stage's forward of micro-batch k from its slot (the tokens and, after
 // the first stage, its input).
 static int pipe_run_forward(struct cuda_device *cd, int k, skiff_err *err)
@@ -558,7 +884,7 @@ static int pipe_fwd(struct cuda_device *cd, struct train_batches *b, int k, skif
     // the last stage: the backward at once, the gradient of the input kept
     TRY(cuda_gpt2_backward(cd->m, NULL, NULL, err));
     CUDA_CHECK(cudaMemcpyAsync(p->dev[sl], cuda_gpt2_stage_grad(cd->m), p->bytes, cudaMemcpyDeviceToDevice, cd->s));
-    return 0;
+    return pipe_zero2(cd, err);
 }
 
 // The stage's backward of micro-batch k from the gradient the next stage
@@ -569,7 +895,8 @@ static int pipe_bwd(struct cuda_device *cd, int k, skiff_err *err)
     struct cuda_pipe *p = cd->pp;
     if (pipe_last(p)) return 0; // done with the forward
     if (p->current != k) TRY(pipe_run_forward(cd, k, err));
-    return cuda_gpt2_backward(cd->m, NULL, NULL, err);
+    TRY(cuda_gpt2_backward(cd->m, NULL, NULL, err));
+    return pipe_zero2(cd, err);
 }
 
 // The schedule (trainer/ppsched.c, the CPU pipeline's too) over this
@@ -612,6 +939,21 @@ static int pipe_forward(struct cuda_device *cd, const int *inputs, const int *ta
     return pipe_p2p(p, cuda_gpt2_stage_out(cd->m), pipe_next(p), NULL, -1, err);
 }
 
+// One compute stream, several groups: each linked to the next in a ring,
+// so a wait on any of them watches every one's NCCL communicator
+// (comm_cuda.cu, cuda_comm_link).
+static void link_groups(struct cuda_device *cd)
+{
+    struct cuda_pipe *p = cd->pp;
+    struct tr_comm *g[5];
+    int n = 0;
+    struct tr_comm *all[5] = {cd->comm, cd->tp_comm, p ? p->ppc : NULL, p ? p->dpc : NULL,
+                              p && p->emb != p->ppc ? p->emb : NULL};
+    for (int i = 0; i < 5; i++)
+        if (all[i]) g[n++] = all[i];
+    for (int i = 0; n > 1 && i < n; i++) cuda_comm_link(g[i], g[(i + 1) % n]);
+}
+
 static int env_int(const char *name, int def)
 {
     const char *v = getenv(name);
@@ -630,17 +972,31 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     TRY(cuda_precision_parse(o->precision, &cd->prec, err));
     cd->pdtype = cd->prec == SKIFF_CUDA_FP32 ? TR_F32 : cd->prec == SKIFF_CUDA_BF16 ? TR_BF16 : TR_F16;
     cd->P = pl->world, cd->rank = pl->rank, cd->wrank = dist->rank;
-    // --pp: the device's collectives span every stage (the gradient
-    // all-reduce above, the loop's broadcast and means)
-    if (pl->pp > 1) cd->P = dist->world, cd->rank = dist->rank;
+    // --pp: the device's comm spans the ranks of every stage with this
+    // tensor-parallel rank (the loop's broadcast and means, the checkpoint's
+    // gather); the stages reduce over groups of their own (pipe_groups)
+    if (pl->pp > 1) cd->P = pl->world * pl->pp, cd->rank = pl->pp_rank * pl->world + pl->rank;
     TRY(cuda_select_device(dist->local_rank, cd->gpu, sizeof(cd->gpu), err));
     int P = cd->P, rank = cd->rank, z3 = o->zero == 3;
     // --zero 3: the model holds the shard only (opt_len, at 0), the units
     // come from z3_open's buffers
     cd->mflags = (o->recompute ? CUDA_GPT2_RECOMPUTE : 0u) | (z3 ? CUDA_GPT2_UNITS : 0u);
     cd->mpad = z3 ? pl->opt_len : pl->n_dev;
+    cd->mopt = pl->opt_len;
+    // --pp: the model's weights and gradients are the stage's ranges only,
+    // and so are the master, m and v with ZeRO 0; with ZeRO the optimizer's
+    // range is this rank's shard of them (pipe_opt_pieces), laid out by the
+    // device
+    if (pl->pp > 1) {
+        struct train_range r[TRAIN_STAGE_MAX_RANGES];
+        int nr = train_stage_ranges(&o->cfg, pl->tp, pl->pp, pl->pp_rank, r);
+        cd->mpad = 0;
+        for (int i = 0; i < nr; i++) cd->mpad += r[i].len;
+        cd->mflags |= CUDA_GPT2_STAGE;
+        if (!o->zero) cd->mopt = cd->mpad;
+    }
     TRY(cuda_gpt2_create(&cd->m, &o->cfg, o->batch, o->seq, cd->prec, pl->tp, pl->tp_rank, cd->mflags, cd->mpad,
-                         z3 ? 0 : pl->opt_off, pl->opt_len, err));
+                         z3 || pl->pp > 1 ? 0 : pl->opt_off, cd->mopt, err));
     cd->s = (cudaStream_t)cuda_gpt2_stream(cd->m);
     cd->backend = "single";
     if (dist->world == 1) {
@@ -660,8 +1016,8 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     d->comm = cd->comm;
     cuda_gpt2_set_waiter(cd->m, comm_wait, cd->comm);
     if (pl->pp > 1) TRY(pipe_open(cd, err));
+    link_groups(cd);
     if (cd->tp_comm) {
-        cuda_comm_link(cd->comm, cd->tp_comm);
         cuda_gpt2_set_tp_allreduce(cd->m, tp_allreduce, cd);
         if (!(cd->hlocal = (float *)calloc(pl->n_dev, sizeof(float))))
             return skiff_error(err, ENOMEM, "host copy of this rank's parameters");
@@ -670,7 +1026,7 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     CUDA_CHECK(cudaEventCreate(&cd->ev1));
     CUDA_CHECK(cudaMalloc((void **)&cd->dscal, nscal(P) * sizeof(float)));
     CUDA_CHECK(cudaMemsetAsync(cd->dscal, 0, nscal(P) * sizeof(float), cd->s));
-    if (o->zero == 2) CUDA_CHECK(cudaMalloc((void **)&cd->gshard, pl->opt_len * sizeof(float)));
+    if (o->zero == 2 && !cd->pp) CUDA_CHECK(cudaMalloc((void **)&cd->gshard, pl->opt_len * sizeof(float)));
     if (z3) TRY(z3_open(cd, err));
     cd->hparams = (float *)calloc(z3 ? pl->opt_len : pl->n_pad, sizeof(float)); // ZeRO-3: the loop's shard
     cd->hm = (float *)calloc(pl->opt_len, sizeof(float));
@@ -719,12 +1075,12 @@ static void cuda_close(struct train_device *d)
 }
 
 // --tp: rank `root`'s n host floats to every rank of the tensor-parallel
-// group, staged through the gradient buffer (n_dev floats, free between
+// group, staged through the gradient buffer (the model's mpad floats, free between
 // steps) in pieces.
 static int tp_broadcast_host(struct cuda_device *cd, float *host, size_t n, int root, skiff_err *err)
 {
     float *g = cuda_gpt2_grads(cd->m);
-    size_t piece = cd->plan->n_dev;
+    size_t piece = cd->mpad; // (--pp: the stage's ranges)
     for (size_t off = 0; off < n; off += piece) {
         size_t len = n - off < piece ? n - off : piece;
         if (cd->plan->tp_rank == root) TRY(cuda_gpt2_h2d(cd->m, g, host + off, len * sizeof(float), err));
@@ -748,18 +1104,31 @@ static int cuda_upload(struct train_device *d, int with_opt, skiff_err *err)
         d->amp.loss_scale = 0;
         d->amp.scale_good = d->amp.skipped_run = 0;
     }
-    if (with_opt) TRY(cuda_gpt2_set_opt_state(cd->m, cd->hm, cd->hv, err));
     const struct train_plan *pl = cd->plan;
+    struct cuda_pipe *p = cd->pp;
+    if (with_opt && p && !p->zero) { // --pp, ZeRO 0: the stage's ranges of the whole m and v
+        TRY(cuda_gpt2_h2d(cd->m, cuda_gpt2_opt_buf(cd->m, 1), pipe_cut(p, cd->hm), p->stage_len * sizeof(float), err));
+        TRY(cuda_gpt2_h2d(cd->m, cuda_gpt2_opt_buf(cd->m, 2), pipe_cut(p, cd->hv), p->stage_len * sizeof(float), err));
+    } else if (with_opt) {
+        TRY(cuda_gpt2_set_opt_state(cd->m, cd->hm, cd->hv, err));
+    }
     if (cd->z3) cd->z3->root_valid = 0; // the next forward gathers the new weights
     // ZeRO-3: this rank's shard (of its tensor-parallel part), made by the loop
-    if (pl->tp == 1 || cd->z3) return cuda_gpt2_set_params(cd->m, cd->hparams, err);
-    // --tp: the loop's whole weights (broadcast over the data-parallel group
-    // from rank 0) from tensor-parallel rank 0 to the others, each keeping
-    // its part (m and v are already in the part's layout)
-    if (tp_broadcast_host(cd, cd->hparams, pl->n_pad, 0, err) < 0)
-        return skiff_err_wrap(err, "broadcasting parameters over the tensor-parallel group");
-    gpt2_tp_copy(&cd->o->cfg, pl->tp, pl->tp_rank, cd->hparams, cd->hlocal, 1);
-    return cuda_gpt2_set_params(cd->m, cd->hlocal, err);
+    const float *w = cd->hparams;
+    if (pl->tp > 1 && !cd->z3) {
+        // --tp: the loop's whole weights (broadcast over the data-parallel
+        // group from rank 0) from tensor-parallel rank 0 to the others, each
+        // keeping its part (m and v are already in the part's layout)
+        if (tp_broadcast_host(cd, cd->hparams, pl->n_pad, 0, err) < 0)
+            return skiff_err_wrap(err, "broadcasting parameters over the tensor-parallel group");
+        gpt2_tp_copy(&cd->o->cfg, pl->tp, pl->tp_rank, cd->hparams, cd->hlocal, 1);
+        w = cd->hlocal;
+    }
+    if (!p) return cuda_gpt2_set_params(cd->m, w, err);
+    // --pp: the stage's ranges; with ZeRO the master weights are this
+    // rank's shard of them
+    TRY(cuda_gpt2_set_params(cd->m, pipe_cut(p, w), err));
+    return p->zero ? pipe_upload_master(cd, p->hstage, err) : 0;
 }
 
 // --tp, before a checkpoint: data-parallel rank 0's tensor-parallel group
@@ -782,6 +1151,31 @@ static int tp_gather_params(struct cuda_device *cd, float *dev, skiff_err *err)
     return rc < 0 ? skiff_err_wrap(err, "gathering the tensor-parallel parameters") : 0;
 }
 
+// --pp, before a checkpoint: every stage's weights put together
+// (pipe_gather) in a buffer of the whole (tensor-parallel part's) size, for
+// the checkpoint only, of which rank 0 (stage 0) writes them; with ZeRO
+// each rank's shard of m and v, with ZeRO 0 every stage's m and v
+// likewise, so each stage's data-parallel rank 0 writes the whole, as the
+// CPU pipeline does.
+static int pipe_download(struct cuda_device *cd, skiff_err *err)
+{
+    const struct train_plan *pl = cd->plan;
+    float *w = NULL;
+    CUDA_CHECK(cudaMallocAsync((void **)&w, pl->n_dev * sizeof(float), cd->s));
+    int rc = pipe_gather(cd, cuda_gpt2_opt_buf(cd->m, 0), w, err);
+    if (rc == 0 && cd->rank == 0)
+        rc = pl->tp > 1 ? tp_gather_params(cd, w, err)
+                        : cuda_gpt2_d2h(cd->m, cd->hparams, w, pl->n_pad * sizeof(float), err);
+    if (rc == 0 && cd->o->zero) rc = cuda_gpt2_get_opt_state(cd->m, cd->hm, cd->hv, err);
+    float *host[2] = {cd->hm, cd->hv};
+    for (int k = 0; k < 2 && rc == 0 && !cd->o->zero; k++) {
+        rc = pipe_gather(cd, cuda_gpt2_opt_buf(cd->m, 1 + k), w, err);
+        if (rc == 0) rc = cuda_gpt2_d2h(cd->m, host[k], w, pl->opt_len * sizeof(float), err);
+    }
+    cudaFreeAsync(w, cd->s);
+    return rc;
+}
+
 // Full fp32 weights for rank 0: every rank's master range into the (now
 // free) gradient buffer, gathered when sharded; and this rank's m and v.
 static int cuda_download(struct train_device *d, skiff_err *err)
@@ -792,6 +1186,7 @@ static int cuda_download(struct train_device *d, skiff_err *err)
         TRY(cuda_gpt2_get_master(cd->m, cd->hparams, err));
         return cuda_gpt2_get_opt_state(cd->m, cd->hm, cd->hv, err);
     }
+    if (cd->pp) return pipe_download(cd, err);
     float *g = cuda_gpt2_grads(cd->m);
     TRY(cuda_gpt2_master_to(cd->m, g, err));
     if (cd->o->zero && cd->P > 1) TRY(tr_all_gather(cd->comm, g, pl->n_dev, TR_F32, err));
@@ -877,22 +1272,28 @@ static int finish_step(struct cuda_device *cd, int step, float lr, float *norm, 
     struct tr_comm *c = cd->comm;
     float *grads = cuda_gpt2_grads(cd->m);
     int P = cd->P;
-    if (o->zero == 1) TRY(tr_reduce_scatter(c, grads, pl->n_dev, TR_F32, err));
+    struct cuda_pipe *pp = cd->pp;
+    if (o->zero == 1 && !pp) TRY(tr_reduce_scatter(c, grads, pl->n_dev, TR_F32, err));
     const float *gopt = o->zero == 0   ? grads
+                        : pp           ? pp->gshard
                         : o->zero == 1 ? grads + pl->opt_off
                         : o->zero == 2 ? cd->gshard
                                        : cd->z3->gshard;
     if (inject_overflow(step + 1)) TRY(cuda_gpt2_fill(cd->m, (float *)gopt, INFINITY, 1, err));
     float *ss = cd->dscal, *norm2 = cd->dscal + 1, *slots = cd->dscal + 2;
-    CUDA_CHECK(cudaMemsetAsync(ss, 0, sizeof(float), cd->s));
-    TRY(cuda_gpt2_sumsq_tp(cd->m, ss, gopt, pl->opt_off, pl->opt_len, err));
-    // --tp: this rank's share summed over its group (the same bits on each)
-    if (cd->tp_comm) TRY(tr_allreduce_sum(cd->tp_comm, ss, 1, TR_F32, err));
+    if (pp) { // the whole norm^2 already, summed over the stages
+        TRY(pipe_norm2(cd, gopt, ss, err));
+    } else {
+        CUDA_CHECK(cudaMemsetAsync(ss, 0, sizeof(float), cd->s));
+        TRY(cuda_gpt2_sumsq_tp(cd->m, ss, gopt, pl->opt_off, pl->opt_len, err));
+        // --tp: this rank's share summed over its group (the same bits on each)
+        if (cd->tp_comm) TRY(tr_allreduce_sum(cd->tp_comm, ss, 1, TR_F32, err));
+    }
     // Each rank's [norm^2 of its range, loss] into its slot pair; one gather.
     CUDA_CHECK(cudaMemcpyAsync(slots + 2 * cd->rank, ss, sizeof(float), cudaMemcpyDeviceToDevice, cd->s));
     TRY(cuda_gpt2_take_loss_dev(cd->m, slots + 2 * cd->rank + 1, err));
     if (P > 1) TRY(tr_all_gather(c, slots, 2 * (size_t)P, TR_F32, err));
-    if (o->zero) // norm^2 = sum over ranks of each shard's, in rank order
+    if (o->zero && !pp) // norm^2 = sum over ranks of each shard's, in rank order
         TRY(cuda_gpt2_sum_strided(cd->m, norm2, slots, P, 2, err));
     else
         CUDA_CHECK(cudaMemcpyAsync(norm2, ss, sizeof(float), cudaMemcpyDeviceToDevice, cd->s));
@@ -900,12 +1301,18 @@ static int finish_step(struct cuda_device *cd, int step, float lr, float *norm, 
     // AdamW's step counter: the steps that updated (a skipped fp16 step does
     // not count; if this one overflows the device skips it whatever t is).
     int t = step + 1 - (int)cd->amp->skipped;
-    TRY(cuda_gpt2_adamw(cd->m, gopt, lr, o->beta1, o->beta2, o->eps, o->weight_decay, inv, norm2, o->grad_clip, t, 1,
+    // (--pp with ZeRO: the shard is not a range of the stored weights;
+    // pipe_share_params writes them)
+    int ppz = pp && o->zero;
+    TRY(cuda_gpt2_adamw(cd->m, gopt, lr, o->beta1, o->beta2, o->eps, o->weight_decay, inv, norm2, o->grad_clip, t, !ppz,
                         err));
     // ZeRO: each rank updated its shard of the fp32 master and of the stored
     // weights; gather the stored (bf16/fp16) weights, half the bytes of fp32.
     // ZeRO-3 gathers nothing here: the next forward gathers unit by unit.
-    if (o->zero && o->zero < 3 && P > 1) TRY(tr_all_gather(c, cuda_gpt2_params(cd->m), pl->n_dev, cd->pdtype, err));
+    if (ppz)
+        TRY(pipe_share_params(cd, err));
+    else if (o->zero && o->zero < 3 && P > 1)
+        TRY(tr_all_gather(c, cuda_gpt2_params(cd->m), pl->n_dev, cd->pdtype, err));
     if (cd->z3) cd->z3->root_valid = 0; // the weights changed
     // The step's one drain.
     TRY(cuda_gpt2_d2h(cd->m, cd->hstat, cd->dscal, nscal(P) * sizeof(float), err));
@@ -930,16 +1337,19 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
     int ddp_step = o->zero == 0 && P > 1;
     double tp_busy0 = cd->tp_comm ? cd->tp_comm->stats.busy_s : 0;
     TRY(cuda_gpt2_zero_grad(cd->m, err)); // (ZeRO-3: none to zero, every unit's buffer starts at zero)
-    if (cd->pp) {                         // the schedule, then the one all-reduce of the whole gradient
-        double pp_busy0 = cd->pp->ppc->stats.busy_s;
-        cd->pp->current = -1; // the weights changed since any activations the model holds
+    if (cd->pp) {                         // the schedule, then the stage's reductions (pipe_reduce)
+        struct cuda_pipe *p = cd->pp;
+        double pp_busy0 = pipe_busy(p);
+        p->current = -1; // the weights changed since any activations the model holds
+        if (p->zero == 2) CUDA_CHECK(cudaMemsetAsync(p->gshard, 0, p->shard_len * sizeof(float), cd->s));
         TRY(pipe_schedule(cd, b, err));
-        if (P > 1) TRY(tr_allreduce_sum(c, grads, pl->n_dev, TR_F32, err));
+        TRY(pipe_reduce(cd, err));
         float norm = 0.0f;
         TRY(finish_step(cd, step, lr, &norm, &st->loss, err));
         TRY(scaler_update(&cd->sc, cd->amp, cd, step + 1, norm, err));
         st->grad_norm = norm;
-        st->group_comm_ms = (cd->pp->ppc->stats.busy_s - pp_busy0) * 1000;
+        st->group_comm_ms = (pipe_busy(p) - pp_busy0) * 1000;
+        if (cd->tp_comm) st->group_comm_ms += (cd->tp_comm->stats.busy_s - tp_busy0) * 1000;
         return 0;
     }
     if (o->zero == 2) CUDA_CHECK(cudaMemsetAsync(cd->gshard, 0, pl->opt_len * sizeof(float), cd->s));
@@ -1024,18 +1434,27 @@ static void cuda_describe(struct train_device *d, char *buf, size_t len)
     const struct train_opts *o = cd->o;
     const struct train_plan *pl = cd->plan;
     struct cuda_mem_plan mp;
-    cuda_gpt2_memory_plan(&o->cfg, o->batch, o->seq, cd->prec, pl->tp, cd->mflags, cd->mpad, pl->opt_len, &mp);
+    cuda_gpt2_memory_plan(&o->cfg, o->batch, o->seq, cd->prec, pl->tp, cd->mflags, cd->mpad, cd->mopt, &mp);
     double f = 1.0 / (1 << 20), gath = cd->z3 ? (double)z3_gathered(cd->z3) : 0;
     double params = (double)mp.params + gath * (double)cuda_gpt2_param_elem_bytes(cd->m);
     double grads =
         (double)mp.grads + (cd->gshard || cd->z3 ? (double)pl->opt_len * sizeof(float) : 0) + gath * sizeof(float);
     double acts = (double)(mp.activations + mp.logits + mp.backward);
     double own = (double)cuda_gpt2_bytes(cd->m) + (params - mp.params) + (grads - mp.grads);
-    char tp[96] = "", z3[96] = "";
+    char tp[160] = "", z3[96] = "";
     if (pl->tp > 1) snprintf(tp, sizeof(tp), ", tensor-parallel part %d of %d", pl->tp_rank, pl->tp);
-    if (cd->pp)
-        snprintf(tp, sizeof(tp), ", pipeline stage %d of %d (blocks %d-%d), dp %d, %s", cd->pp->stage, cd->pp->stages,
-                 cd->pp->lo, cd->pp->hi - 1, cd->pp->dp, cd->pp->gpipe ? "gpipe" : "1f1b");
+    if (cd->pp) {
+        struct cuda_pipe *p = cd->pp;
+        char t[32] = "";
+        if (p->tp > 1) snprintf(t, sizeof(t), ", tp %d", p->tp);
+        snprintf(tp, sizeof(tp), ", pipeline stage %d of %d (blocks %d-%d), dp %d%s, %s", p->stage, p->stages, p->lo,
+                 p->hi - 1, p->dp, t, p->gpipe ? "gpipe" : "1f1b");
+        // the micro-batches' inputs (or input gradients) in flight, and
+        // with ZeRO the shard staging and the gradient shard
+        acts += (double)p->nslots * (double)p->bytes;
+        grads += (double)(p->zero ? p->shard_len * ((size_t)p->dp + 1) : 0) * sizeof(float);
+        own += (double)p->nslots * (double)p->bytes + (double)(p->zero ? p->shard_len * ((size_t)p->dp + 1) : 0) * 4;
+    }
     if (cd->z3)
         snprintf(z3, sizeof(z3), ", of which gathered units %.1f MiB + %.1f MiB",
                  gath * (double)cuda_gpt2_param_elem_bytes(cd->m) * f, gath * sizeof(float) * f);

@@ -36,6 +36,10 @@ struct cuda_gpt2 {
     float *tpbuf; // fp32 staging of a bf16/fp16 sum: (B*T, C)
     size_t nparams, n_pad, opt_off, opt_len;
     size_t sizes[GPT2_NUM_PARAM_TENSORS], offs[GPT2_NUM_PARAM_TENSORS];
+    // where tensor i's block 0 (would) start in params and grads: offs, or
+    // under a stage layout (CUDA_GPT2_STAGE) the stage's place less lo blocks
+    ptrdiff_t base[GPT2_NUM_PARAM_TENSORS];
+    int stage_layout; // CUDA_GPT2_STAGE: set_stage_layout must come before use
     // --recompute: the block's inner activations (ln1 ... fchg and their
     // statistics) have one slot that every layer's pointers share; the
     // backward redoes a block's forward into it from res3 of the block below
@@ -312,6 +316,8 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
                            "has n_embd %d / n_head %d: use --device cpu or another --model",
                            m->C, m->NH);
     m->nparams = gpt2_param_layout_tp(cfg, tp, m->sizes, m->offs);
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) m->base[i] = (ptrdiff_t)m->offs[i];
+    m->stage_layout = (flags & CUDA_GPT2_STAGE) != 0;
     int units = (flags & CUDA_GPT2_UNITS) != 0;
     m->recompute = (flags & CUDA_GPT2_RECOMPUTE) != 0;
     if (units) { // where each tensor's slice sits in its unit (the root's, a block's; with --tp, of the rank's part)
@@ -323,7 +329,7 @@ static int create(struct cuda_gpt2 *m, const struct gpt2_config *cfg, int B, int
             for (int i = 0; i < n; at += sl[i].len, i++) m->uoff[sl[i].tensor] = at;
         }
     }
-    if ((!units && n_pad < m->nparams) || opt_off + opt_len > n_pad)
+    if ((!units && !m->stage_layout && n_pad < m->nparams) || opt_off + opt_len > n_pad)
         return skiff_error(err, 0, "bad parameter padding/shard (%zu/%zu+%zu of %zu)", n_pad, opt_off, opt_len,
                            m->nparams);
     m->n_pad = n_pad, m->opt_off = opt_off, m->opt_len = opt_len;
@@ -432,10 +438,20 @@ extern "C" void cuda_gpt2_set_tp_allreduce(struct cuda_gpt2 *m, cuda_tp_allreduc
 
 extern "C" int cuda_gpt2_set_stage(struct cuda_gpt2 *m, int lo, int hi, skiff_err *err)
 {
-    if (lo < 0 || hi <= lo || hi > m->L || ((lo > 0 || hi < m->L) && (m->recompute || m->units)))
+    if (lo < 0 || hi <= lo || hi > m->L || ((lo > 0 || hi < m->L) && m->units))
         return skiff_error(err, 0, "pipeline stage: blocks [%d, %d) of %d%s", lo, hi, m->L,
-                           m->recompute || m->units ? " (not with --recompute or ZeRO-3)" : "");
+                           m->units ? " (not with ZeRO-3)" : "");
     m->lo = lo, m->hi = hi;
+    return 0;
+}
+extern "C" int cuda_gpt2_set_stage_layout(struct cuda_gpt2 *m, const size_t off[GPT2_NUM_PARAM_TENSORS], skiff_err *err)
+{
+    if (!m->stage_layout) return skiff_error(err, 0, "stage layout of a model created without CUDA_GPT2_STAGE");
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        int block = i >= GPT2_LN1W && i <= GPT2_FCPROJB;
+        ptrdiff_t per = (ptrdiff_t)(m->sizes[i] / (block ? m->L : 1));
+        m->base[i] = (ptrdiff_t)off[i] - (block ? (ptrdiff_t)m->lo * per : 0);
+    }
     return 0;
 }
 extern "C" void *cuda_gpt2_stage_in(struct cuda_gpt2 *m) { return m->lo > 0 ? m->res3[m->lo - 1] : NULL; }
@@ -508,6 +524,20 @@ extern "C" int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skif
     }
 }
 
+extern "C" int cuda_gpt2_to_storage(struct cuda_gpt2 *m, void *dst, const float *src, size_t n, skiff_err *err)
+{
+    switch (m->prec) {
+    case SKIFF_CUDA_FP32: return k_cast_from_f32<float>((float *)dst, src, n, m->stream, err);
+    case SKIFF_CUDA_BF16: return k_cast_from_f32<bf16>((bf16 *)dst, src, n, m->stream, err);
+    default: return k_cast_from_f32<fp16>((fp16 *)dst, src, n, m->stream, err);
+    }
+}
+
+extern "C" float *cuda_gpt2_opt_buf(struct cuda_gpt2 *m, int which)
+{
+    return which == 0 ? m->master : which == 1 ? m->m : m->v;
+}
+
 extern "C" int cuda_gpt2_set_params_device(struct cuda_gpt2 *m, const float *dev, skiff_err *err)
 {
     CUDA_CHECK(
@@ -559,15 +589,15 @@ template <typename T> static T *P(struct cuda_gpt2 *m, int i, int l)
 {
     int block = i >= GPT2_LN1W && i <= GPT2_FCPROJB;
     if (m->units) return (T *)m->uw[block ? 1 + l : 0] + m->uoff[i];
-    size_t per = m->sizes[i] / (block ? m->L : 1);
-    return (T *)m->params + m->offs[i] + (size_t)l * per;
+    ptrdiff_t per = (ptrdiff_t)(m->sizes[i] / (block ? m->L : 1));
+    return (T *)m->params + (m->base[i] + (ptrdiff_t)l * per);
 }
 static float *G(struct cuda_gpt2 *m, int i, int l)
 {
     int block = i >= GPT2_LN1W && i <= GPT2_FCPROJB;
     if (m->units) return m->ug[block ? 1 + l : 0] + m->uoff[i];
-    size_t per = m->sizes[i] / (block ? m->L : 1);
-    return m->grads + m->offs[i] + (size_t)l * per;
+    ptrdiff_t per = (ptrdiff_t)(m->sizes[i] / (block ? m->L : 1));
+    return m->grads + (m->base[i] + (ptrdiff_t)l * per);
 }
 
 // Megatron's sum over the tensor-parallel ranks (a no-op with one), in
@@ -875,7 +905,9 @@ template <typename T> static int backward_t(struct cuda_gpt2 *m, cuda_grad_ready
         // --recompute: the slot holds the last block's activations from the
         // forward; any other block's forward is redone into it from its
         // input (the first LayerNorm alone, res_in being whole already), the
-        // same kernels on the same inputs: the same bits
+        // same kernels on the same inputs: the same bits. A pipeline stage
+        // before the last redoes all its blocks: its forward ended writing
+        // the next block's first LayerNorm into the slot.
         if (m->recompute && l < L - 1) {
             PROF(s, "layernorm fwd",
                  k_residual_layernorm_forward<T>(res_in, (T *)m->ln1[l], m->ln1_mean[l], m->ln1_rstd[l], res_in, NULL,

@@ -42,6 +42,9 @@ int cuda_select_device(int local_rank, char *name, size_t name_len, skiff_err *e
 #define CUDA_GPT2_UNITS                                                                                                \
     2u /* ZeRO-3: the parameters and their gradients live in units (model.h) that the                                  \
         * caller gathers (cuda_gpt2_use_units); the model keeps the optimizer's shard */
+#define CUDA_GPT2_STAGE                                                                                                \
+    4u /* --pp: the parameter and gradient buffers (n_pad) hold only a pipeline stage's                                \
+        * tensors, where cuda_gpt2_set_stage_layout puts them */
 struct cuda_mem_plan {
     size_t params;      /* storage copy (n_pad elements of the run's type) */
     size_t grads;       /* fp32, n_pad */
@@ -96,16 +99,25 @@ struct cuda_gpt2_units {
     int (*grad_done)(void *ctx, int u, skiff_err *err);
 };
 void cuda_gpt2_use_units(struct cuda_gpt2 *m, const struct cuda_gpt2_units *u);
-/* --pp: the model runs only blocks [lo, hi) (the whole model's buffers
- * stay; a stage reads and writes only its blocks' slices, wte and wpe on
- * the first stage, lnf and wte on the last). With lo > 0 the forward starts
+/* --pp: the model runs only blocks [lo, hi) (a stage reads and writes only
+ * its blocks' slices, wte and wpe on the first stage, lnf and wte on the
+ * last; the parameter and gradient buffers hold the whole model's unless
+ * created with CUDA_GPT2_STAGE). With lo > 0 the forward starts
  * from the (B,T,C) residual stream in stage_in (storage type, written by
  * the caller; the token ids still pass through cuda_gpt2_forward), with
  * hi < L it ends at stage_out (no classifier, no loss) and the backward
  * starts from the gradient of stage_out that the caller wrote into
  * stage_grad; with lo > 0 the backward leaves the gradient of stage_in in
- * stage_grad. Not with --recompute or ZeRO-3. */
+ * stage_grad. With --recompute the backward redoes each block of the
+ * stage from its input (stage_in for block lo), but for the model's last
+ * block, whose activations the slot holds after the forward. Not with
+ * ZeRO-3. */
 int cuda_gpt2_set_stage(struct cuda_gpt2 *m, int lo, int hi, skiff_err *err);
+/* A model created with CUDA_GPT2_STAGE, after cuda_gpt2_set_stage: where
+ * each tensor the stage uses starts in the parameter and gradient buffers,
+ * off[i] (a block tensor: its slice of block lo, blocks lo+1 .. hi-1
+ * following; the tensors the stage does not use are never addressed). */
+int cuda_gpt2_set_stage_layout(struct cuda_gpt2 *m, const size_t off[GPT2_NUM_PARAM_TENSORS], skiff_err *err);
 void *cuda_gpt2_stage_in(struct cuda_gpt2 *m); /* NULL on the first stage */
 void *cuda_gpt2_stage_out(struct cuda_gpt2 *m);
 void *cuda_gpt2_stage_grad(struct cuda_gpt2 *m);
@@ -208,6 +220,12 @@ int cuda_gpt2_fill(struct cuda_gpt2 *m, float *dev, float v, size_t n, skiff_err
 int cuda_gpt2_accumulate(struct cuda_gpt2 *m, float *dst, const float *src, size_t n, skiff_err *err);
 /* Storage copy of all parameters from an fp32 device buffer of n_pad floats. */
 int cuda_gpt2_params_from(struct cuda_gpt2 *m, const float *dev, skiff_err *err);
+/* dst[0..n) (device, the storage type) = src[0..n) (device fp32) rounded, queued. */
+int cuda_gpt2_to_storage(struct cuda_gpt2 *m, void *dst, const float *src, size_t n, skiff_err *err);
+/* The optimizer's device buffers (opt_len floats each): which 0 the fp32
+ * master weights, 1 AdamW's m, 2 its v. For a device that lays the range
+ * out itself (--pp with ZeRO: a shard of the stage's ranges). */
+float *cuda_gpt2_opt_buf(struct cuda_gpt2 *m, int which);
 
 /* bf16 cuBLASLt GEMM (m x n x k) timed over iters runs: TFLOP/s. */
 int cuda_gemm_bench(int m, int n, int k, int iters, double *tflops, skiff_err *err);

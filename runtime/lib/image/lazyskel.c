@@ -35,6 +35,7 @@
 #include <sqfs/super.h>
 
 #include "atomicfile.h"
+#include "sqfsout.h"
 
 #define SKEL_BLOCK SQFS_DEFAULT_BLOCK_SIZE
 #define NO_TABLE 0xFFFFFFFFFFFFFFFFull
@@ -294,12 +295,12 @@ int lz_skel_write(struct lz_tree *t, const uint64_t *base, uint32_t nlayers, con
 {
     struct skel s = {.base = base, .nlayers = nlayers};
     struct skiff_atomic out;
-    /* libsquashfs writes the file by its name */
+    /* libsquashfs writes the file through a descriptor of its own */
     if (skiff_atomic_begin(&out, path, NULL, 0600, SKIFF_ATOMIC_NOSYNC, err) < 0)
         return -1;
     close(out.fd);
     out.fd = -1;
-    sqfs_file_t *file = sqfs_open_file(out.tmp, SQFS_FILE_OPEN_OVERWRITE);
+    sqfs_file_t *file = skiff_sqfs_out_open(out.tmp, false);
     sqfs_compressor_config_t cc;
     sqfs_compressor_t *cmp = NULL;
     sqfs_super_t super;

@@ -31,6 +31,7 @@
 #include "imgconfig.h"
 #include "layer_int.h"
 #include "lazy_int.h"
+#include "sqfsout.h"
 #include "squash.h"
 
 #define PACK_BLOCK SQFS_DEFAULT_BLOCK_SIZE
@@ -241,7 +242,7 @@ int skiff_pack_open(const struct skiff_config *cfg, const char *path, struct ski
         skiff_error(err, ENOMEM, "squashfs writer");
         goto fail;
     }
-    k->file = sqfs_open_file(path, SQFS_FILE_OPEN_OVERWRITE);
+    k->file = skiff_sqfs_out_open(path, true);
     if (!k->file) {
         skiff_error(err, errno ? errno : EIO, "open %s", path);
         goto fail;
@@ -331,6 +332,8 @@ int skiff_pack_finish(struct skiff_pack *k, struct json_t *image_config, void (*
     sqfs_u64 size = k->file->get_size(k->file);
     if (size % 4096 && k->file->truncate(k->file, (size + 4095) / 4096 * 4096))
         rv = skiff_error(err, EIO, "squashfs: pad the image");
+    else if (skiff_sqfs_out_flush(k->file, err) < 0) /* the writer thread's last chunks */
+        rv = -1;
 out:
     free(cfg_text);
     free(env_text);

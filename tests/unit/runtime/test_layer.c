@@ -25,6 +25,10 @@
 #include "config.h"
 #include "layer.h"
 #include "pack.h"
+#include <sqfs/error.h>
+#include <sqfs/io.h>
+
+#include "sqfsout.h"
 #include "squash.h"
 
 static char dir[256], root[300], tarpath[300];
@@ -327,4 +331,85 @@ Test(layer, packed_whiteouts_links, .init = setup, .fini = teardown)
     cr_assert_eq(read(yfd, y, sizeof(y)), 2);
     close(yfd);
     cr_assert_str_eq(y, "y1");
+}
+
+/* The image file pack.c writes through (sqfsout.h): writes handed to the
+ * writer thread land where they were aimed, in any order and across its
+ * chunks; reads and truncations see every write before them. */
+Test(layer, sqfsout_writer_orders_writes, .init = setup, .fini = teardown)
+{
+    char out[400];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    size_t len = 9u << 20; /* more than the writer's chunks hold at once */
+    unsigned char *want = malloc(len), *got = malloc(len);
+    cr_assert(want && got);
+    for (size_t i = 0; i < len; i++)
+        want[i] = (unsigned char)(i * 7 + i / 4099);
+    sqfs_file_t *f = skiff_sqfs_out_open(out, true);
+    cr_assert(f);
+    /* the second half first, then the first in uneven pieces, one rewritten */
+    cr_assert_eq(f->write_at(f, len / 2, want + len / 2, len - len / 2), 0);
+    for (size_t at = 0; at < len / 2;) {
+        size_t n = at % 3 ? 70001 : 1234567;
+        n = n > len / 2 - at ? len / 2 - at : n;
+        cr_assert_eq(f->write_at(f, at, want + at, n), 0);
+        at += n;
+    }
+    cr_assert_eq(f->write_at(f, 100, "xyz", 3), 0);
+    memcpy(want + 100, "xyz", 3);
+    cr_assert_eq(f->get_size(f), len);
+    cr_assert_eq(f->read_at(f, 0, got, len), 0);
+    cr_assert_eq(memcmp(got, want, len), 0);
+    cr_assert_eq(f->read_at(f, len - 1, got, 2), SQFS_ERROR_OUT_OF_BOUNDS);
+    cr_assert_eq(f->write_at(f, len, "tail", 4), 0);
+    cr_assert_eq(f->truncate(f, len + 4096), 0); /* pads as pack.c does */
+    skiff_err err;
+    cr_assert_eq(skiff_sqfs_out_flush(f, &err), 0, "%s", err.msg);
+    sqfs_destroy(f);
+    int fd = open(out, O_RDONLY);
+    struct stat st;
+    cr_assert(fd >= 0 && fstat(fd, &st) == 0);
+    cr_assert_eq(st.st_size, (off_t)len + 4096);
+    cr_assert_eq(pread(fd, got, len, 0), (ssize_t)len);
+    cr_assert_eq(memcmp(got, want, len), 0);
+    cr_assert_eq(pread(fd, got, 4, (off_t)len), 4);
+    cr_assert_eq(memcmp(got, "tail", 4), 0);
+    close(fd);
+    free(want);
+    free(got);
+}
+
+/* A write the writer thread cannot make (/dev/full: ENOSPC, as a full disk)
+ * is reported by the next write or by the flush, never lost. */
+Test(layer, sqfsout_write_error_reported, .init = setup, .fini = teardown)
+{
+    sqfs_file_t *f = skiff_sqfs_out_open("/dev/full", true);
+    cr_assert(f);
+    static char buf[1 << 20];
+    int r = 0;
+    for (int i = 0; i < 16 && !r; i++)
+        r = f->write_at(f, (sqfs_u64)i << 20, buf, sizeof(buf));
+    skiff_err err;
+    cr_assert_eq(skiff_sqfs_out_flush(f, &err), -1);
+    cr_assert_eq(err.code, ENOSPC, "%d %s", err.code, err.msg);
+    cr_assert(strstr(err.msg, "write the squashfs image"), "%s", err.msg);
+    sqfs_destroy(f);
+}
+
+/* An existing file is emptied first, as sqfs_open_file(OVERWRITE) did. */
+Test(layer, sqfsout_empties_existing, .init = setup, .fini = teardown)
+{
+    char out[400];
+    snprintf(out, sizeof(out), "%s/old", dir);
+    int fd = open(out, O_WRONLY | O_CREAT, 0600);
+    cr_assert(fd >= 0 && write(fd, "old contents", 12) == 12);
+    close(fd);
+    sqfs_file_t *f = skiff_sqfs_out_open(out, false);
+    cr_assert(f);
+    cr_assert_eq(f->get_size(f), 0);
+    cr_assert_eq(f->write_at(f, 0, "new", 3), 0);
+    sqfs_destroy(f);
+    struct stat st;
+    cr_assert_eq(stat(out, &st), 0);
+    cr_assert_eq(st.st_size, 3);
 }
