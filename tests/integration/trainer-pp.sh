@@ -140,13 +140,17 @@ else t_fail "tp2 x pp3 with ZeRO-2 runs"; fi
 # validation runs through the pipeline too: the same validation losses
 V=(--val "$TDIR/lic_val_*.bin" --val-every 5 --steps 20)
 run p1v 1 --batch 2 --grad-accum 4 "${V[@]}" || t_fail "one process validates"
-if run pp2v 2 --batch 2 --pp 2 --micro-batches 4 "${V[@]}"; then
-  vl() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
-  if [ "$(vl "$TDIR/p1v.jsonl" | wc -l)" = 4 ] && paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/pp2v.jsonl") |
-    awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (NF != 2 || d > 1e-5) bad = 1 } END { exit bad }'; then
-    t_pass "--pp 2 validation losses equal 1 process ($(vl "$TDIR/pp2v.jsonl" | paste -sd' '))"
-  else t_fail "--pp 2 validation losses" "$(paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/pp2v.jsonl") | tr '\n' ';')"; fi
-else t_fail "--pp 2 validates"; fi
+vl() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
+# (ZeRO-3: a validation pass gathers the stage's weights from the shards)
+for z in 0 3; do
+  n=pp2v; [ $z = 3 ] && n=pp2v-zero3
+  if run $n 2 --batch 2 --pp 2 --micro-batches 4 --zero $z "${V[@]}"; then
+    if [ "$(vl "$TDIR/p1v.jsonl" | wc -l)" = 4 ] && paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/$n.jsonl") |
+      awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (NF != 2 || d > 1e-5) bad = 1 } END { exit bad }'; then
+      t_pass "--pp 2 --zero $z validation losses equal 1 process ($(vl "$TDIR/$n.jsonl" | paste -sd' '))"
+    else t_fail "--pp 2 --zero $z validation losses" "$(paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/$n.jsonl") | tr '\n' ';')"; fi
+  else t_fail "--pp 2 --zero $z validates"; fi
+done
 
 # a stage that dies is named by its rank, never a hang
 port=$(t_port)
