@@ -137,6 +137,12 @@ if run tp2pp3-zero2 6 --model mini --batch 2 --tp 2 --pp 3 --micro-batches 3 --z
   same "tp2 x pp3 with ZeRO-2 (mini) equals 1 process" p1m tp2pp3-zero2 $TOL $RTOL
 else t_fail "tp2 x pp3 with ZeRO-2 runs"; fi
 
+# ZeRO-3 over three stages: a middle stage holds blocks only, the first and
+# the last stage a piece each of the tied wte, summed in their own group
+if run pp3-zero3 3 --model mini --batch 2 --pp 3 --micro-batches 3 --zero 3 --steps 20; then
+  same "--pp 3 with ZeRO-3 (mini) equals 1 process" p1m pp3-zero3 $TOL $RTOL
+else t_fail "--pp 3 with ZeRO-3 runs"; fi
+
 # validation runs through the pipeline too: the same validation losses
 V=(--val "$TDIR/lic_val_*.bin" --val-every 5 --steps 20)
 run p1v 1 --batch 2 --grad-accum 4 "${V[@]}" || t_fail "one process validates"
