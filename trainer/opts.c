@@ -141,12 +141,6 @@ static int check_pipeline(struct train_opts *o, int micro, int accum_set, skiff_
                            micro, o->grad_accum);
     if (micro) o->grad_accum = micro;
     if (o->pp == 1) return 0;
-    if (o->zero == 3 && o->device == TRAIN_DEVICE_CUDA) /* doc/trainer-parallelism.md, "ZeRO-3 and the pipeline" */
-        return skiff_error(err, 0,
-                           "--pp %d with --zero 3 on --device cuda: ZeRO-3 and pipeline stages are composed on the "
-                           "CPU only so far; use --zero 1 or 2 with --pp (each stage's optimizer state and gradient "
-                           "sharded over its data-parallel ranks), --zero 3 without --pp, or --device cpu",
-                           o->pp);
     if (o->pp > o->cfg.num_layers)
         return skiff_error(err, 0, "--pp %d: model %s has only %d layers, and every stage needs at least one", o->pp,
                            o->model, o->cfg.num_layers);

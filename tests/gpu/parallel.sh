@@ -6,7 +6,9 @@
 # batch, and a --tp 2 checkpoint (the parts gathered into the whole weights)
 # resumed by one process; --pp 2 --micro-batches 4, dp2 x pp2, dp2 x pp2
 # with ZeRO-1 and tp2 x pp2 against one process, a --pp 2 and a dp2 x pp2
-# ZeRO-1 checkpoint resumed by one process, --pp 2 --recompute the bits of
+# ZeRO-1 checkpoint resumed by one process, dp2 x pp2 with ZeRO-3 against
+# one process, its checkpoint (each rank's stage shard) resumed by one
+# process and its losses ZeRO-1's bits, --pp 2 --recompute the bits of
 # --pp 2; --zero 3 on 2
 # ranks against one process (fp32 and bf16), its checkpoint (each rank's shard) resumed by one process;
 # --zero 3 under --tp 2 and dp2 x tp2 (fp32) against one process, each
@@ -68,6 +70,16 @@ split_then_one() {
     t_fail "$name" "exit $rc; one: $one split: $two resumed: $res; $(tail -n 2 "$4".r* "${5%.jsonl}.out" | tr '\n' ' ')"
   fi
 }
+# same_bits NAME A B: two logs agree on everything but the timings
+same_bits() {
+  local strip='s/"tokens_per_s".*//'
+  if [ -s "$2" ] && cmp -s <(sed "$strip" "$2") <(sed "$strip" "$3"); then
+    t_pass "$1 ($(xloss "$2"))"
+  else
+    t_fail "$1" "$(xloss "$2")| $(xloss "$3")"
+  fi
+}
+
 runp() { # runp N LOG TRAIN-ARGS...: N ranks of the CUDA loop on this machine
   local n=$1 log=$2 port=$((20000 + RANDOM % 20000)) pids=() rc=0 r
   shift 2
@@ -146,6 +158,19 @@ rc=$?
 split_then_one "CUDA fp32 dp2 x pp2 with --zero 1 (4 ranks)" "$rc" "$tmp/onea4.jsonl" "$tmp/d2p2z1.jsonl" \
   "$tmp/z1res.jsonl" 'world 4 = dp 2 x pp 2, .*zero 1, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 2, 1f1b'
 
+# dp2 x pp2 with ZeRO-3: the same pieces, but the stepped weights stay in
+# the shards until the next step gathers the stage's from them; its
+# checkpoint (each rank's shard of its stage's weights, m and v, the CPU
+# pipeline's files) resumed by one process, and the losses ZeRO-1's bit for
+# bit (the same sums and steps, only when the gather happens differs)
+runp 4 "$tmp/d2p2z3.jsonl" "${F[@]}" --pp 2 --micro-batches 2 --zero 3 --stop-after $((STEPS - 1)) \
+  --ckpt-dir "$tmp/ckpz3" &&
+  "$ST" "${F[@]}" --grad-accum 4 --resume --ckpt-dir "$tmp/ckpz3" --log "$tmp/pz3res.jsonl" >"$tmp/pz3res.out" 2>&1
+rc=$?
+split_then_one "CUDA fp32 dp2 x pp2 with --zero 3 (4 ranks)" "$rc" "$tmp/onea4.jsonl" "$tmp/d2p2z3.jsonl" \
+  "$tmp/pz3res.jsonl" 'world 4 = dp 2 x pp 2, .*zero 3, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 2, 1f1b.*ZeRO-3: the stage'
+same_bits "CUDA fp32 dp2 x pp2 --zero 3: the losses of --zero 1, bit for bit" "$tmp/d2p2z3.jsonl" "$tmp/d2p2z1.jsonl"
+
 # tp2 x pp2: each stage's blocks split over two tensor-parallel ranks, each
 # tensor-parallel rank its own pipeline (2 micro-batches of 2 sequences:
 # the global batch of onea4)
@@ -159,16 +184,6 @@ if within "$rc" "$tmp/onea4.jsonl" "$tmp/t2p2.jsonl" &&
 else
   t_fail "$name" "exit $rc; $(xloss "$tmp/onea4.jsonl")| $(xloss "$tmp/t2p2.jsonl"); $(tail -n 2 "$tmp"/t2p2.jsonl.r* | tr '\n' ' ')"
 fi
-
-# same_bits NAME A B: two logs agree on everything but the timings
-same_bits() {
-  local strip='s/"tokens_per_s".*//'
-  if [ -s "$2" ] && cmp -s <(sed "$strip" "$2") <(sed "$strip" "$3"); then
-    t_pass "$1 ($(xloss "$2"))"
-  else
-    t_fail "$1" "$(xloss "$2")| $(xloss "$3")"
-  fi
-}
 
 # --recompute: each block's forward redone in the backward, the same bits
 # as keeping the activations (one process, fp32, against one.jsonl; --tp 2,

@@ -116,6 +116,11 @@ struct cuda_pipe {
     struct pp_piece *piece;
     size_t shard_len, wte_piece_off, wte_piece_len;
     float *packed, *gshard;
+    // ZeRO-3: this rank's shard of the master weights (the model's opt
+    // buffer 0) is the only copy that persists, the one a checkpoint saves;
+    // stale says the stage's weights in the model are not yet gathered from
+    // the shards' current values (pipe_hold gathers them before their use)
+    int stale;
     size_t bytes; // one (B,T,C) tensor of the storage type on the wire
     // A micro-batch in flight, until its backward: its token ids (host),
     // and on the device its input (stages before the last: the forward is
@@ -466,8 +471,16 @@ static void z3_close(struct zero3 *z)
 // (train_pp_shard_copy), reduce-scattered after the schedule (ZeRO-1) or
 // after every micro-batch's backward (ZeRO-2), each rank steps its shard
 // and an all-gather of the stepped weights (in the storage type) puts the
-// stage's ranges back together. The gradient norm is summed over the
-// data-parallel group (ZeRO), the tensor-parallel group and the stages.
+// stage's ranges back together. ZeRO-3 is ZeRO-1's pieces with the
+// stepped weights left in the shards: each step gathers the stage's weights
+// from them before its schedule (pipe_hold), the gradient is
+// reduce-scattered after it as ZeRO-1's, and a checkpoint saves each
+// rank's shard (the CPU pipeline's files); the stage-sized weight and
+// gradient buffers stay allocated, so the device's memory for them is
+// ZeRO-2's and only what persists between steps is the shard (see
+// doc/trainer-parallelism.md, "ZeRO-3 and the pipeline"). The gradient
+// norm is summed over the data-parallel group (ZeRO), the tensor-parallel
+// group and the stages.
 // As the CPU's stage, the model's weights and gradient hold the stage's
 // ranges only, back to back (CUDA_GPT2_STAGE, cuda_gpt2_set_stage_layout),
 // and so do the master, m and v with ZeRO 0 (with ZeRO: this rank's shard
@@ -690,7 +703,7 @@ static int pipe_reduce(struct cuda_device *cd, skiff_err *err)
 {
     struct cuda_pipe *p = cd->pp;
     float *g = cuda_gpt2_grads(cd->m);
-    if (p->zero == 1) TRY(pipe_shard_reduce(cd, 0, err));
+    if (p->zero == 1 || p->zero == 3) TRY(pipe_shard_reduce(cd, 0, err));
     if (!p->zero && p->dp > 1) {
         void *bufs[TRAIN_STAGE_MAX_RANGES];
         size_t ns[TRAIN_STAGE_MAX_RANGES];
@@ -731,10 +744,11 @@ static int pipe_norm2(struct cuda_device *cd, const float *gopt, float *ss, skif
     return 0;
 }
 
-// ZeRO-1/2, after AdamW stepped this rank's shard of the master weights:
-// the shard in the storage type all-gathered over the stage's
-// data-parallel group (packed is free: half its bytes in bf16) and every
-// rank's pieces put into the stage's ranges of the weights.
+// ZeRO-1/2, after AdamW stepped this rank's shard of the master weights
+// (ZeRO-3: before the weights' next use, pipe_hold): the shard in the
+// storage type all-gathered over the stage's data-parallel group (packed
+// is free: half its bytes in bf16) and every rank's pieces put into the
+// stage's ranges of the weights.
 static int pipe_share_params(struct cuda_device *cd, skiff_err *err)
 {
     struct cuda_pipe *p = cd->pp;
@@ -747,6 +761,19 @@ static int pipe_share_params(struct cuda_device *cd, skiff_err *err)
                               p->dp);
     for (int d = 0; d < p->dp; d++)
         TRY(pipe_shard_move(cd, d, cuda_gpt2_params(cd->m), pk + (size_t)d * p->shard_len * e, e, 1, err));
+    return 0;
+}
+
+// ZeRO-3: the stage's weights gathered from the shards if they changed
+// since the last gather (a step, an upload), before a step's schedule or a
+// validation pass; every rank of the stage's data-parallel group sees the
+// same changes, so they gather together.
+static int pipe_hold(struct cuda_device *cd, skiff_err *err)
+{
+    struct cuda_pipe *p = cd->pp;
+    if (p->zero != 3 || !p->stale) return 0;
+    TRY(pipe_share_params(cd, err));
+    p->stale = 0;
     return 0;
 }
 
@@ -933,6 +960,7 @@ static int pipe_schedule(struct cuda_device *cd, struct train_batches *b, skiff_
 static int pipe_forward(struct cuda_device *cd, const int *inputs, const int *targets, skiff_err *err)
 {
     struct cuda_pipe *p = cd->pp;
+    TRY(pipe_hold(cd, err));
     if (pipe_p2p(p, NULL, -1, cuda_gpt2_stage_in(cd->m), pipe_prev(p), err) < 0) return -1;
     TRY(cuda_gpt2_forward(cd->m, inputs, pipe_last(p) ? targets : NULL, 0.0f, err));
     p->current = -1;
@@ -977,9 +1005,9 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     // gather); the stages reduce over groups of their own (pipe_groups)
     if (pl->pp > 1) cd->P = pl->world * pl->pp, cd->rank = pl->pp_rank * pl->world + pl->rank;
     TRY(cuda_select_device(dist->local_rank, cd->gpu, sizeof(cd->gpu), err));
-    int P = cd->P, rank = cd->rank, z3 = o->zero == 3;
+    int P = cd->P, rank = cd->rank, z3 = o->zero == 3 && pl->pp == 1;
     // --zero 3: the model holds the shard only (opt_len, at 0), the units
-    // come from z3_open's buffers
+    // come from z3_open's buffers (under --pp: the pipeline's shards)
     cd->mflags = (o->recompute ? CUDA_GPT2_RECOMPUTE : 0u) | (z3 ? CUDA_GPT2_UNITS : 0u);
     cd->mpad = z3 ? pl->opt_len : pl->n_dev;
     cd->mopt = pl->opt_len;
@@ -1028,7 +1056,7 @@ static int cuda_open(struct train_device *d, const struct train_opts *o, const s
     CUDA_CHECK(cudaMemsetAsync(cd->dscal, 0, nscal(P) * sizeof(float), cd->s));
     if (o->zero == 2 && !cd->pp) CUDA_CHECK(cudaMalloc((void **)&cd->gshard, pl->opt_len * sizeof(float)));
     if (z3) TRY(z3_open(cd, err));
-    cd->hparams = (float *)calloc(z3 ? pl->opt_len : pl->n_pad, sizeof(float)); // ZeRO-3: the loop's shard
+    cd->hparams = (float *)calloc(o->zero == 3 ? pl->opt_len : pl->n_pad, sizeof(float)); // ZeRO-3: the loop's shard
     cd->hm = (float *)calloc(pl->opt_len, sizeof(float));
     cd->hv = (float *)calloc(pl->opt_len, sizeof(float));
     cd->hstat = (float *)calloc(nscal(P), sizeof(float));
@@ -1115,7 +1143,7 @@ static int cuda_upload(struct train_device *d, int with_opt, skiff_err *err)
     if (cd->z3) cd->z3->root_valid = 0; // the next forward gathers the new weights
     // ZeRO-3: this rank's shard (of its tensor-parallel part), made by the loop
     const float *w = cd->hparams;
-    if (pl->tp > 1 && !cd->z3) {
+    if (pl->tp > 1 && cd->o->zero != 3) {
         // --tp: the loop's whole weights (broadcast over the data-parallel
         // group from rank 0) from tensor-parallel rank 0 to the others, each
         // keeping its part (m and v are already in the part's layout)
@@ -1125,6 +1153,11 @@ static int cuda_upload(struct train_device *d, int with_opt, skiff_err *err)
         w = cd->hlocal;
     }
     if (!p) return cuda_gpt2_set_params(cd->m, w, err);
+    if (p->zero == 3) { // the loop's shard is the master's; the first use gathers the weights
+        TRY(cuda_gpt2_h2d(cd->m, cuda_gpt2_opt_buf(cd->m, 0), w, p->shard_len * sizeof(float), err));
+        p->stale = 1;
+        return 0;
+    }
     // --pp: the stage's ranges; with ZeRO the master weights are this
     // rank's shard of them
     TRY(cuda_gpt2_set_params(cd->m, pipe_cut(p, w), err));
@@ -1182,7 +1215,7 @@ static int cuda_download(struct train_device *d, skiff_err *err)
 {
     struct cuda_device *cd = (struct cuda_device *)d->impl;
     const struct train_plan *pl = cd->plan;
-    if (cd->z3) { // each rank its shard, as the CPU's ZeRO-3 saves it
+    if (cd->o->zero == 3) { // each rank its shard, as the CPU's ZeRO-3 saves it (--pp: of its stage's ranges)
         TRY(cuda_gpt2_get_master(cd->m, cd->hparams, err));
         return cuda_gpt2_get_opt_state(cd->m, cd->hm, cd->hv, err);
     }
@@ -1309,7 +1342,9 @@ static int finish_step(struct cuda_device *cd, int step, float lr, float *norm, 
     // ZeRO: each rank updated its shard of the fp32 master and of the stored
     // weights; gather the stored (bf16/fp16) weights, half the bytes of fp32.
     // ZeRO-3 gathers nothing here: the next forward gathers unit by unit.
-    if (ppz)
+    if (ppz && o->zero == 3)
+        pp->stale = 1; // the next step or validation gathers them (pipe_hold)
+    else if (ppz)
         TRY(pipe_share_params(cd, err));
     else if (o->zero && o->zero < 3 && P > 1)
         TRY(tr_all_gather(c, cuda_gpt2_params(cd->m), pl->n_dev, cd->pdtype, err));
@@ -1341,6 +1376,7 @@ static int cuda_step(struct train_device *d, int step, float lr, struct train_ba
         struct cuda_pipe *p = cd->pp;
         double pp_busy0 = pipe_busy(p);
         p->current = -1; // the weights changed since any activations the model holds
+        TRY(pipe_hold(cd, err));
         if (p->zero == 2) CUDA_CHECK(cudaMemsetAsync(p->gshard, 0, p->shard_len * sizeof(float), cd->s));
         TRY(pipe_schedule(cd, b, err));
         TRY(pipe_reduce(cd, err));
@@ -1441,7 +1477,7 @@ static void cuda_describe(struct train_device *d, char *buf, size_t len)
         (double)mp.grads + (cd->gshard || cd->z3 ? (double)pl->opt_len * sizeof(float) : 0) + gath * sizeof(float);
     double acts = (double)(mp.activations + mp.logits + mp.backward);
     double own = (double)cuda_gpt2_bytes(cd->m) + (params - mp.params) + (grads - mp.grads);
-    char tp[160] = "", z3[96] = "";
+    char tp[160] = "", z3[128] = "";
     if (pl->tp > 1) snprintf(tp, sizeof(tp), ", tensor-parallel part %d of %d", pl->tp_rank, pl->tp);
     if (cd->pp) {
         struct cuda_pipe *p = cd->pp;
@@ -1455,7 +1491,9 @@ static void cuda_describe(struct train_device *d, char *buf, size_t len)
         grads += (double)(p->zero ? p->shard_len * ((size_t)p->dp + 1) : 0) * sizeof(float);
         own += (double)p->nslots * (double)p->bytes + (double)(p->zero ? p->shard_len * ((size_t)p->dp + 1) : 0) * 4;
     }
-    if (cd->z3)
+    if (cd->pp && o->zero == 3) // (the shard is the optimizer's master; the stage's buffers are ZeRO-2's)
+        snprintf(z3, sizeof(z3), ", ZeRO-3: the stage's weights gathered from the shards each step");
+    else if (cd->z3)
         snprintf(z3, sizeof(z3), ", of which gathered units %.1f MiB + %.1f MiB",
                  gath * (double)cuda_gpt2_param_elem_bytes(cd->m) * f, gath * sizeof(float) * f);
     snprintf(buf, len,
