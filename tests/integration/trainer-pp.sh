@@ -221,8 +221,9 @@ err "--pp that does not divide WORLD_SIZE is refused" "--pp 2 does not divide WO
 err "--tp x --pp that does not divide WORLD_SIZE is refused" "--tp 2 x --pp 2 = 4 does not divide WORLD_SIZE 6" 6 \
   --tp 2 --pp 2
 err "--pp beyond the layers is refused" "--pp 3: model tiny has only 2 layers" 1 --pp 3
-err "--pp with --zero 3 on CUDA is refused (the CPU composes them)" \
-  "--pp 2 with --zero 3 on --device cuda: ZeRO-3 and pipeline stages are composed on the CPU only" 1 --pp 2 \
+# (--pp with --zero 3 composes on CUDA too: tests/gpu/parallel.sh runs it;
+# the option checks still apply there)
+err "--pp beyond the layers is refused with --zero 3 on CUDA too" "--pp 3: model tiny has only 2 layers" 1 --pp 3 \
   --zero 3 --device cuda
 err "--micro-batches and a different --grad-accum are refused" "--micro-batches 4 and --grad-accum 2" 1 \
   --micro-batches 4 --grad-accum 2
