@@ -12,7 +12,8 @@
 // model's all-reduces over the tensor-parallel group's communicator and the
 // gradients' over the data-parallel group's (the device's comm), each NCCL
 // or host-staged like the world's. With --zero 3 the weights are sharded
-// too and gathered block by block (z3_* below); --recompute is the model's
+// too and gathered block by block (z3_* below; under --pp a stage's at
+// once, before its schedule: pipe_hold); --recompute is the model's
 // (CUDA_GPT2_RECOMPUTE).
 //
 // The host waits for the GPU once per step: after the whole step (backward,
@@ -477,7 +478,7 @@ static void z3_close(struct zero3 *z)
 // reduce-scattered after it as ZeRO-1's, and a checkpoint saves each
 // rank's shard (the CPU pipeline's files); the stage-sized weight and
 // gradient buffers stay allocated, so the device's memory for them is
-// ZeRO-2's and only what persists between steps is the shard (see
+// ZeRO-1/2's and only what persists between steps is the shard (see
 // doc/trainer-parallelism.md, "ZeRO-3 and the pipeline"). The gradient
 // norm is summed over the data-parallel group (ZeRO), the tensor-parallel
 // group and the stages.
@@ -1341,7 +1342,8 @@ static int finish_step(struct cuda_device *cd, int step, float lr, float *norm, 
                         err));
     // ZeRO: each rank updated its shard of the fp32 master and of the stored
     // weights; gather the stored (bf16/fp16) weights, half the bytes of fp32.
-    // ZeRO-3 gathers nothing here: the next forward gathers unit by unit.
+    // ZeRO-3 gathers nothing here: the next forward gathers unit by unit
+    // (--pp: the next step's schedule or validation gathers the stage's).
     if (ppz && o->zero == 3)
         pp->stale = 1; // the next step or validation gathers them (pipe_hold)
     else if (ppz)
