@@ -36,7 +36,8 @@ if [ ! -x "$ST" ] || [ ! -x "$TOOL" ]; then
   t_done
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-"$TOOL" mkshard --out "$tmp/train_000.bin" --tokens 200000 --vocab 256 --text >/dev/null ||
+{ "$TOOL" mkshard --out "$tmp/train_000.bin" --tokens 200000 --vocab 256 --text &&
+  "$TOOL" mkshard --out "$tmp/val_000.bin" --tokens 20000 --vocab 256 --text; } >/dev/null ||
   { t_fail "tensor parallelism: mkshard"; t_done; }
 xloss() { grep -o '"loss":[0-9.]*' "$1" | cut -d: -f2 | tr '\n' ' '; }
 # follows_bf16 NAME RC ONE.jsonl RUN.jsonl: the run (its ranks' exit RC)
@@ -150,9 +151,11 @@ fi
 # data-parallel ranks (reduce-scatter, AdamW on the shard, all-gather of the
 # weights), the tied wte's piece summed between the stages; its checkpoint
 # (each rank's shard of its stage's m and v, the whole weights on rank 0)
-# resumed by one process
+# resumed by one process (a validation pass after every step, for ZeRO-3's
+# below)
+VAL=(--val "$tmp/val_*.bin" --val-every 1)
 runp 4 "$tmp/d2p2z1.jsonl" "${F[@]}" --pp 2 --micro-batches 2 --zero 1 --stop-after $((STEPS - 1)) \
-  --ckpt-dir "$tmp/ckz1" &&
+  --ckpt-dir "$tmp/ckz1" "${VAL[@]}" &&
   "$ST" "${F[@]}" --grad-accum 4 --resume --ckpt-dir "$tmp/ckz1" --log "$tmp/z1res.jsonl" >"$tmp/z1res.out" 2>&1
 rc=$?
 split_then_one "CUDA fp32 dp2 x pp2 with --zero 1 (4 ranks)" "$rc" "$tmp/onea4.jsonl" "$tmp/d2p2z1.jsonl" \
@@ -162,14 +165,22 @@ split_then_one "CUDA fp32 dp2 x pp2 with --zero 1 (4 ranks)" "$rc" "$tmp/onea4.j
 # the shards until the next step gathers the stage's from them; its
 # checkpoint (each rank's shard of its stage's weights, m and v, the CPU
 # pipeline's files) resumed by one process, and the losses ZeRO-1's bit for
-# bit (the same sums and steps, only when the gather happens differs)
+# bit (the same sums and steps, only when the gather happens differs), the
+# validation losses too (each pass gathers the stepped weights first)
 runp 4 "$tmp/d2p2z3.jsonl" "${F[@]}" --pp 2 --micro-batches 2 --zero 3 --stop-after $((STEPS - 1)) \
-  --ckpt-dir "$tmp/ckpz3" &&
+  --ckpt-dir "$tmp/ckpz3" "${VAL[@]}" &&
   "$ST" "${F[@]}" --grad-accum 4 --resume --ckpt-dir "$tmp/ckpz3" --log "$tmp/pz3res.jsonl" >"$tmp/pz3res.out" 2>&1
 rc=$?
 split_then_one "CUDA fp32 dp2 x pp2 with --zero 3 (4 ranks)" "$rc" "$tmp/onea4.jsonl" "$tmp/d2p2z3.jsonl" \
   "$tmp/pz3res.jsonl" 'world 4 = dp 2 x pp 2, .*zero 3, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 2, 1f1b.*ZeRO-3: the stage'
 same_bits "CUDA fp32 dp2 x pp2 --zero 3: the losses of --zero 1, bit for bit" "$tmp/d2p2z3.jsonl" "$tmp/d2p2z1.jsonl"
+vloss() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2 | tr '\n' ' '; }
+name="CUDA fp32 dp2 x pp2 --zero 3: the validation losses of --zero 1 after every step, bit for bit"
+if [ "$(vloss "$tmp/d2p2z3.jsonl" | wc -w)" -eq $((STEPS - 1)) ] && [ "$(vloss "$tmp/d2p2z3.jsonl")" = "$(vloss "$tmp/d2p2z1.jsonl")" ]; then
+  t_pass "$name ($(vloss "$tmp/d2p2z3.jsonl"))"
+else
+  t_fail "$name" "$(vloss "$tmp/d2p2z3.jsonl")| $(vloss "$tmp/d2p2z1.jsonl")"
+fi
 
 # tp2 x pp2: each stage's blocks split over two tensor-parallel ranks, each
 # tensor-parallel rank its own pipeline (2 micro-batches of 2 sequences:
