@@ -250,9 +250,10 @@ int train_ckpt_load(const char *dir, struct train_ckpt *w, skiff_err *err)
  * buffer, gpt2_param_layout_tp) on data-parallel rank 0 (z 0; with --pp
  * gathered from every stage before the save) or in shards over the
  * data-parallel ranks (z 1, 2; with --pp each stage's ranges sharded
- * piece by piece, train_pp_shard_copy); with ZeRO-3 (pp 1) every file
- * holds its shard of every unit (policy.h) of the weights, m and v: of the
- * whole model, or with --tp of its tensor-parallel rank's part.
+ * piece by piece, train_pp_shard_copy); with ZeRO-3 every file holds its
+ * shard of every unit (policy.h) of the weights, m and v: of the whole
+ * model, or with --tp of its tensor-parallel rank's part; with --pp its
+ * shard of its stage's ranges instead, cut as ZeRO-1/2's.
  * They are put back together into the whole model's, and this rank takes
  * its part of them as this run lays it out: the same state in another
  * layout. */
@@ -306,8 +307,10 @@ static int read_piece(const char *dir, int r, const struct train_ckpt *saved, fl
 /* Tensor-parallel rank t's part of m and v (its local buffers lm, lv of n
  * floats) from the saved layout's files: data-parallel rank 0's (ZeRO 0:
  * whole, with --pp gathered from every stage), or every data-parallel
- * rank's shard (ZeRO 1/2), with --pp of every stage. */
-static int read_tp_part(const char *dir, const struct train_ckpt *s, int t, float *lm, float *lv, size_t n,
+ * rank's shard (ZeRO 1/2/3), with --pp of every stage; of a ZeRO-3 --pp
+ * checkpoint the weights too (its stages' shards, cut as m and v's), into
+ * lp when it is not NULL. */
+static int read_tp_part(const char *dir, const struct train_ckpt *s, int t, float *lp, float *lm, float *lv, size_t n,
                         skiff_err *err)
 {
     int stp = s->tp, spp = s->pp, sdp = s->world / (stp * spp);
@@ -316,24 +319,26 @@ static int read_tp_part(const char *dir, const struct train_ckpt *s, int t, floa
             if (read_piece(dir, train_layout_rank(stp, sdp, 0, d, t), s, NULL, lm, lv, n, 0, err) < 0) return -1;
         return 0;
     }
-    float *pm = malloc(n * sizeof(float)), *pv = malloc(n * sizeof(float));
-    int rc = pm && pv ? 0 : skiff_error(err, ENOMEM, "--resume: a stage's optimizer shard");
+    float *pm = malloc(n * sizeof(float)), *pv = malloc(n * sizeof(float)), *pp = lp ? malloc(n * sizeof(float)) : NULL;
+    int rc = pm && pv && (pp || !lp) ? 0 : skiff_error(err, ENOMEM, "--resume: a stage's optimizer shard");
     for (int st = 0; rc == 0 && st < spp; st++) {
         size_t len = train_pp_shard_len(&s->cfg, stp, spp, st, sdp);
         for (int d = 0; rc == 0 && d < sdp; d++) {
-            rc = read_piece(dir, train_layout_rank(stp, sdp, st, d, t), s, NULL, pm, pv, n, len, err);
+            rc = read_piece(dir, train_layout_rank(stp, sdp, st, d, t), s, pp, pm, pv, n, len, err);
             if (rc == 0) {
                 train_pp_shard_copy(&s->cfg, stp, spp, st, sdp, d, lm, pm, 1);
                 train_pp_shard_copy(&s->cfg, stp, spp, st, sdp, d, lv, pv, 1);
+                if (lp) train_pp_shard_copy(&s->cfg, stp, spp, st, sdp, d, lp, pp, 1);
             }
         }
     }
     free(pm);
     free(pv);
+    free(pp);
     return rc;
 }
 
-/* A ZeRO-3 checkpoint (pp 1): every rank's shard of m and v, and of the
+/* A ZeRO-3 checkpoint without --pp: every rank's shard of m and v, and of the
  * weights when fp is not NULL, put together into each tensor-parallel
  * rank's part (its data-parallel ranks' shards) and the parts into the
  * whole model's. */
@@ -373,12 +378,17 @@ static int read_zero3(const char *dir, const struct train_ckpt *s, float *fp, fl
 }
 
 /* The whole model's x (m, v or the weights) into this rank's ZeRO-3 shard
- * of its tensor-parallel part (local: scratch for the part). */
-static void shard_zero3(const struct gpt2_config *cfg, int tp, int dp, int t, int d, float *full, float *local,
-                        float *shard)
+ * of its tensor-parallel part (local: scratch for the part), or with --pp
+ * (pp > 1) into its shard of its stage's ranges (stage s), as ZeRO-1/2
+ * cut them. */
+static void shard_zero3(const struct gpt2_config *cfg, int tp, int pp, int s, int dp, int t, int d, float *full,
+                        float *local, float *shard)
 {
     if (tp > 1) gpt2_tp_copy(cfg, tp, t, full, local, 1);
-    train_zero3_copy(cfg, tp, dp, d, tp > 1 ? local : full, shard, 0);
+    if (pp > 1)
+        train_pp_shard_copy(cfg, tp, pp, s, dp, d, tp > 1 ? local : full, shard, 0);
+    else
+        train_zero3_copy(cfg, tp, dp, d, tp > 1 ? local : full, shard, 0);
 }
 
 int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct train_ckpt *saved, skiff_err *err)
@@ -386,7 +396,7 @@ int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct
     const struct gpt2_config *cfg = &w->cfg;
     int stp = saved->tp, sdp = saved->world / (saved->tp * saved->pp);
     int wtp = w->tp > 1 ? w->tp : 1, wpp = w->pp > 1 ? w->pp : 1, wdp = w->world / (wtp * wpp), ws, wd, wt;
-    int sz3 = saved->zero == 3, wz3 = w->zero == 3; /* (ZeRO-3 runs have pp 1) */
+    int sz3 = saved->zero == 3, wz3 = w->zero == 3, spp = saved->pp;
     train_layout_place(w->rank, wtp, wdp, &ws, &wd, &wt);
     size_t n = gpt2_param_layout(cfg, NULL, NULL);
     size_t sn = gpt2_param_layout_tp(cfg, stp, NULL, NULL), wn = gpt2_param_layout_tp(cfg, wtp, NULL, NULL);
@@ -399,15 +409,21 @@ int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct
                  ? 0
                  : skiff_error(err, ENOMEM, "--resume: optimizer state of another layout");
     /* the whole model's m and v (ZeRO-3: and weights), from every piece of the saved layout */
-    if (rc == 0 && sz3 && (w->opt_len || fp)) rc = read_zero3(dir, saved, fp, fm, fv, err);
-    for (int t = 0; rc == 0 && !sz3 && w->opt_len && t < stp; t++) {
-        rc = read_tp_part(dir, saved, t, lm, lv, sn, err);
+    if (rc == 0 && sz3 && spp == 1 && (w->opt_len || fp)) rc = read_zero3(dir, saved, fp, fm, fv, err);
+    /* ZeRO-3 under --pp: the weights are in every file's stage shard, as m and v */
+    int z3pp = sz3 && spp > 1;
+    float *lp = z3pp && fp ? calloc(sn, sizeof(float)) : NULL;
+    if (rc == 0 && z3pp && fp && !lp) rc = skiff_error(err, ENOMEM, "--resume: the weights of a --zero 3 checkpoint");
+    for (int t = 0; rc == 0 && (!sz3 || z3pp) && (w->opt_len || (z3pp && fp)) && t < stp; t++) {
+        if ((rc = read_tp_part(dir, saved, t, lp, lm, lv, sn, err)) < 0) break;
         gpt2_tp_copy(cfg, stp, t, fm, lm, 0);
         gpt2_tp_copy(cfg, stp, t, fv, lv, 0);
+        if (lp) gpt2_tp_copy(cfg, stp, t, fp, lp, 0);
     }
-    if (rc == 0 && w->opt_len && wz3) { /* this rank's shard of every unit (of its tensor-parallel part) */
-        shard_zero3(cfg, wtp, wdp, wt, wd, fm, lm, w->m);
-        shard_zero3(cfg, wtp, wdp, wt, wd, fv, lv, w->v);
+    free(lp);
+    if (rc == 0 && w->opt_len && wz3) { /* this rank's shard (of its tensor-parallel part) */
+        shard_zero3(cfg, wtp, wpp, ws, wdp, wt, wd, fm, lm, w->m);
+        shard_zero3(cfg, wtp, wpp, ws, wdp, wt, wd, fv, lv, w->v);
     } else if (rc == 0 && w->opt_len) { /* this rank's part, in this run's layout */
         memset(lm, 0, wn * sizeof(float));
         memset(lv, 0, wn * sizeof(float));
@@ -433,7 +449,7 @@ int train_ckpt_load_relayout(const char *dir, struct train_ckpt *w, const struct
     }
     if (rc == 0 && w->params) { /* ZeRO-3: this rank's shard of them */
         if (wz3)
-            shard_zero3(cfg, wtp, wdp, wt, wd, fp, lm, w->params);
+            shard_zero3(cfg, wtp, wpp, ws, wdp, wt, wd, fp, lm, w->params);
         else
             memcpy(w->params, fp, n * sizeof(float));
     }

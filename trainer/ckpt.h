@@ -21,7 +21,9 @@
  * model's, gathered from the tensor-parallel ranks. With --pp, rank 0's
  * parameters are gathered from every stage too; with ZeRO-1/2 a file's
  * optimizer range is its shard of its stage (policy.h,
- * train_pp_shard_copy), opt_off counting in the shards' concatenation. */
+ * train_pp_shard_copy), opt_off counting in the shards' concatenation;
+ * with ZeRO-3 and --pp every file's weights are its shard of its stage, in
+ * the same pieces. */
 /* Mixed-precision state a resume needs to continue bit for bit: fp16's
  * dynamic loss scaling (the CUDA device's). All zero when a run never
  * scaled its loss (bf16, fp32, the CPU) or in a file of an older build:

@@ -630,7 +630,8 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
     c->model.tp_allreduce = tp_allreduce;
     c->model.tp_ctx = c;
     if (o->recompute && gpt2_recompute(&c->model, err) < 0) return -1;
-    if (o->zero == 3) return cpu_open_zero3(d, c, err);
+    /* (ZeRO-3 under --pp: the pipeline keeps the stage's shards, pipeline.c) */
+    if (o->zero == 3 && o->pp == 1) return cpu_open_zero3(d, c, err);
     /* --pp: the model holds the stage's ranges (gpt2_set_stage), and
      * AdamW's state follows it with ZeRO 0 */
     if (o->pp > 1 && tr_pipeline_open(&c->pipe, &c->model, o, pl, dist, err) < 0) return -1;
@@ -645,7 +646,8 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
         memset(c->model.params + n, 0, (pl->n_dev - n) * sizeof(float));
         memset(c->model.grads, 0, pl->n_dev * sizeof(float));
     }
-    if ((pl->tp > 1 || c->pipe) && !(c->full = calloc(pl->n_pad, sizeof(float))))
+    /* (ZeRO-3 under --pp: no whole copy; the weights are the shards) */
+    if ((pl->tp > 1 || c->pipe) && o->zero != 3 && !(c->full = calloc(pl->n_pad, sizeof(float))))
         return skiff_error(err, ENOMEM, "host copy of the parameters");
     if (held &&
         (!(c->host_m = calloc(pl->opt_len, sizeof(float))) || !(c->host_v = calloc(pl->opt_len, sizeof(float)))))
@@ -676,7 +678,7 @@ static int cpu_open(struct train_device *d, const struct train_opts *o, const st
         c->ddp.stage = malloc(pl->n_dev * sizeof(float));
         if (!c->ddp.stage) return skiff_error(err, ENOMEM, "bucket staging");
     }
-    d->params = c->full ? c->full : c->model.params;
+    d->params = o->zero == 3 ? tr_pipeline_param_shard(c->pipe) : c->full ? c->full : c->model.params;
     d->m = held ? c->host_m : c->m;
     d->v = held ? c->host_v : c->v;
     return 0;
@@ -712,7 +714,7 @@ static void cpu_close(struct train_device *d)
 static void drop_host(struct train_device *d)
 {
     struct cpu_device *c = d->impl;
-    if (!c->pipe) return;
+    if (!c->pipe || c->o->zero == 3) return; /* (ZeRO-3: d->params is the shard, the only copy) */
     free(c->full);
     free(c->host_m);
     free(c->host_v);
@@ -1002,7 +1004,7 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
                    (c->ddp.stage ? (double)pl->n_dev : 0) + (c->pipe ? (double)tr_pipeline_num_staging(c->pipe) : 0);
     double acts = c->pipe ? (double)tr_pipeline_num_acts(c->pipe) : 2.0 * (double)c->model.num_acts;
     double params = (double)(c->pipe ? c->model.num_held : pl->n_dev), gathered = (double)z3_gathered(&c->z3);
-    char host[96] = "", z3[128] = "", stage[160] = "";
+    char host[96] = "", z3[192] = "", stage[160] = "";
     if (c->full)
         snprintf(host, sizeof host, " (its tensor-parallel part; whole on the host %.1f MiB)", (double)pl->n_pad * f);
     else if (pl->tp > 1)
@@ -1012,7 +1014,18 @@ static void cpu_describe(struct train_device *d, char *buf, size_t len)
         stage[1] = ' ';
         tr_pipeline_describe(c->pipe, stage + 2, sizeof stage - 2);
     }
-    if (c->o->zero == 3) { /* shards, and the root's and --zero3-buffers blocks' buffers of each kind */
+    if (c->o->zero == 3 && c->pipe) {
+        /* the shards between steps; the stage's weights and gradient for
+         * each step's schedule, the reductions' packing in place of the
+         * weights while it gathers and reduces (pipeline.c, hold) */
+        double held = (double)c->model.num_held, packed = (double)tr_pipeline_num_staging(c->pipe) - pl->opt_len;
+        params = (double)pl->opt_len + held;
+        grads = (double)pl->opt_len + held;
+        snprintf(z3, sizeof z3,
+                 ", of which held for the step only %.1f MiB + %.1f MiB (the packing, %.1f MiB, in place of the "
+                 "weights while gathering and reducing)",
+                 held * f, held * f, packed * f);
+    } else if (c->o->zero == 3) { /* shards, and the root's and --zero3-buffers blocks' buffers of each kind */
         params = grads = (double)pl->opt_len + gathered;
         snprintf(z3, sizeof z3, ", of which gathered units %.1f MiB + %.1f MiB", gathered * f, gathered * f);
     }

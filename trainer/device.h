@@ -29,9 +29,10 @@
  * step is all micro-batches of one optimizer step and that the host copies
  * hold the full fp32 weights on rank 0 at a checkpoint; under ZeRO-3
  * (--zero 3) d->params is instead this rank's shard of the weights (with
- * --tp, of its tensor-parallel part; policy.h: train_zero3_copy), what the
- * loop fills and checkpoints. The CPU pipeline (--pp), whose stages hold
- * their own ranges only, keeps the whole host copies (d->params, and with
+ * --tp, of its tensor-parallel part; policy.h: train_zero3_copy; with --pp
+ * of its stage's ranges, train_pp_shard_copy), what the loop fills and
+ * checkpoints. The CPU pipeline (--pp), whose stages hold
+ * their own ranges only, keeps (but under ZeRO-3) the whole host copies (d->params, and with
  * ZeRO 0 d->m and d->v) from open to upload and from download to the next
  * step, when the loop uses them, and NULL in between. */
 #ifndef SKIFF_TRAINER_DEVICE_H

@@ -68,7 +68,7 @@ static const struct verb {
      "                        backward: less memory, ~1/3 more compute, the same losses\n"
      "  --pp N                pipeline parallel: the blocks in N stages, rank = stage*DP*TP +\n"
      "                        dp_rank*TP + tp_rank, DP = WORLD_SIZE/(TP*N); with --tp,\n"
-     "                        --zero 0|1|2 and --recompute, on CPU and CUDA\n"
+     "                        --zero 0|1|2 and --recompute on CPU and CUDA (--zero 3: CPU)\n"
      "  --micro-batches M     micro-batches per step through the pipeline (= --grad-accum)\n"
      "  --pp-schedule S       1f1b (default) or gpipe (all forwards, then all backwards)\n"
      "  --device cpu|cuda     where to train (cpu)\n"

@@ -141,11 +141,11 @@ static int check_pipeline(struct train_opts *o, int micro, int accum_set, skiff_
                            micro, o->grad_accum);
     if (micro) o->grad_accum = micro;
     if (o->pp == 1) return 0;
-    if (o->zero == 3) /* see doc/trainer-parallelism.md, section 6 */
+    if (o->zero == 3 && o->device == TRAIN_DEVICE_CUDA) /* doc/trainer-parallelism.md, "ZeRO-3 and the pipeline" */
         return skiff_error(err, 0,
-                           "--pp %d with --zero 3: ZeRO-3 and pipeline stages are not composed; use --zero 1 or 2 "
-                           "with --pp (the optimizer state and gradients of each stage sharded over its "
-                           "data-parallel ranks), or --zero 3 without --pp",
+                           "--pp %d with --zero 3 on --device cuda: ZeRO-3 and pipeline stages are composed on the "
+                           "CPU only so far; use --zero 1 or 2 with --pp (each stage's optimizer state and gradient "
+                           "sharded over its data-parallel ranks), --zero 3 without --pp, or --device cpu",
                            o->pp);
     if (o->pp > o->cfg.num_layers)
         return skiff_error(err, 0, "--pp %d: model %s has only %d layers, and every stage needs at least one", o->pp,

@@ -31,6 +31,13 @@ struct tr_pipeline {
     struct train_range pieces[TRAIN_STAGE_MAX_RANGES];
     size_t shard_len, wte_piece_off, wte_piece_len;
     float *packed, *gshard;
+    /* ZeRO-3: this rank's shard of the stage's weights (the same pieces),
+     * the only copy between steps; the model's held parameters, gradient
+     * and `packed` exist only within a step, or the parameters from a
+     * validation pass to the next step's end (hold). held: the model's
+     * parameters are the shards' current values. */
+    float *pshard;
+    int held;
     struct slot *slots;
     int nslots;
     float *dout; /* (B,T,C): the gradient from the next stage */
@@ -76,6 +83,8 @@ static int open_groups(struct tr_pipeline *p, struct train_dist *dist, int timeo
     free(m);
     return rc;
 }
+
+static void unhold(struct tr_pipeline *p);
 
 int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct train_opts *o,
                      const struct train_plan *pl, struct train_dist *dist, skiff_err *err)
@@ -131,9 +140,12 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
             at += piece;
         }
         p->shard_len = at; /* train_pp_shard_len, the plan's opt_len */
-        p->packed = malloc(p->shard_len * (size_t)p->dp * sizeof(float));
+        if (p->zero != 3) p->packed = malloc(p->shard_len * (size_t)p->dp * sizeof(float));
         p->gshard = calloc(p->shard_len, sizeof(float));
-        if (!p->packed || !p->gshard) return skiff_error(err, ENOMEM, "pipeline ZeRO shards");
+        if (p->zero == 3) p->pshard = calloc(p->shard_len, sizeof(float));
+        if ((!p->packed && p->zero != 3) || !p->gshard || (!p->pshard && p->zero == 3))
+            return skiff_error(err, ENOMEM, "pipeline ZeRO shards");
+        if (p->zero == 3) unhold(p); /* the loop fills pshard (train.c); the step gathers it */
     }
     /* 1F1B keeps at most N - stage micro-batches in flight, GPipe all M */
     p->nslots = p->gpipe || N - p->stage > p->micro ? p->micro : N - p->stage;
@@ -166,6 +178,7 @@ void tr_pipeline_close(struct tr_pipeline *p)
     free(p->dout);
     free(p->packed);
     free(p->gshard);
+    free(p->pshard);
     if (p->emb != p->ppc) tr_comm_destroy(p->emb);
     tr_comm_destroy(p->ppc);
     tr_comm_destroy(p->dpc);
@@ -220,6 +233,9 @@ static void pack_grads(struct tr_pipeline *p)
  * micro-batch). */
 static int shard_reduce(struct tr_pipeline *p, int add, skiff_err *err)
 {
+    if (!p->packed && !(p->packed = malloc(p->shard_len * (size_t)p->dp * sizeof(float)))) /* ZeRO-3: made here */
+        return skiff_error(err, ENOMEM, "pipeline stage %d: packing its gradient (%zu floats)", p->stage,
+                           p->shard_len * (size_t)p->dp);
     pack_grads(p);
     if (p->dp > 1 && tr_reduce_scatter(p->dpc, p->packed, p->shard_len * (size_t)p->dp, TR_F32, err) < 0)
         return skiff_err_wrap(err, "pipeline stage %d: gradient reduce-scatter over its %d data-parallel ranks",
@@ -236,6 +252,7 @@ float *tr_pipeline_grad_shard(struct tr_pipeline *p) { return p->gshard; }
 
 float *tr_pipeline_param_shard(struct tr_pipeline *p)
 {
+    if (p->zero == 3) return p->pshard; /* the weights themselves */
     float *mine = p->packed + (size_t)p->dp_rank * p->shard_len;
     shard_copy(p, p->dp_rank, p->model->params, mine, 0);
     return mine;
@@ -243,11 +260,63 @@ float *tr_pipeline_param_shard(struct tr_pipeline *p)
 
 int tr_pipeline_share_params(struct tr_pipeline *p, skiff_err *err)
 {
+    if (p->zero == 3) { /* gathered where next used: the next step, or a validation pass */
+        p->held = 0;
+        return 0;
+    }
     if (p->dp > 1 && tr_all_gather(p->dpc, p->packed, p->shard_len * (size_t)p->dp, TR_F32, err) < 0)
         return skiff_err_wrap(err, "pipeline stage %d: parameter all-gather over its %d data-parallel ranks", p->stage,
                               p->dp);
     for (int d = 0; d < p->dp; d++) shard_copy(p, d, p->model->params, p->packed + (size_t)d * p->shard_len, 1);
     return 0;
+}
+
+/* ZeRO-3: the stage's weights gathered from the data-parallel ranks'
+ * shards into the model's held layout, once per step for the whole
+ * schedule (every micro-batch's forward and backward uses them). Of the
+ * three stage-sized buffers a step needs, the weights, their gradient and
+ * the packing of the gather and the reduce-scatter (`packed`), a rank
+ * holds two at most: the packing while it gathers (then freed, before the
+ * gradient is made), the weights and the gradient during the schedule, the
+ * gradient and the packing while it reduces (the weights freed first).
+ * Between steps it holds its shards only (doc/trainer-parallelism.md,
+ * "ZeRO-3 and the pipeline", compares this with ZeRO-2). */
+static int hold(struct tr_pipeline *p, skiff_err *err)
+{
+    struct gpt2 *m = p->model;
+    if (p->zero != 3 || p->held) return 0;
+    if (!m->params) m->params = malloc(p->stage_len * sizeof(float));
+    float *packed = m->params ? malloc(p->shard_len * (size_t)p->dp * sizeof(float)) : NULL;
+    if (!packed)
+        return skiff_error(err, ENOMEM, "pipeline stage %d: gathering its weights (%zu floats)", p->stage,
+                           p->stage_len);
+    memcpy(packed + (size_t)p->dp_rank * p->shard_len, p->pshard, p->shard_len * sizeof(float));
+    int rc = p->dp > 1 ? tr_all_gather(p->dpc, packed, p->shard_len * (size_t)p->dp, TR_F32, err) : 0;
+    if (rc == 0)
+        for (int d = 0; d < p->dp; d++) shard_copy(p, d, m->params, packed + (size_t)d * p->shard_len, 1);
+    free(packed);
+    if (rc < 0)
+        return skiff_err_wrap(err, "pipeline stage %d: ZeRO-3 parameter all-gather over its %d data-parallel ranks",
+                              p->stage, p->dp);
+    p->held = 1;
+    return 0;
+}
+
+/* ZeRO-3: the weights go once the schedule is done (before the
+ * reductions make `packed`), the gradient and `packed` after them. */
+static void drop_weights(struct tr_pipeline *p)
+{
+    free(p->model->params);
+    p->model->params = NULL;
+    p->held = 0;
+}
+
+static void unhold(struct tr_pipeline *p)
+{
+    drop_weights(p);
+    free(p->model->grads);
+    free(p->packed);
+    p->model->grads = p->packed = NULL;
 }
 
 int tr_pipeline_dp_sum(struct tr_pipeline *p, double *v, skiff_err *err)
@@ -375,7 +444,7 @@ static void *sc_din(void *ctx, int k)
 static int reduce(struct tr_pipeline *p, skiff_err *err)
 {
     float *g = p->model->grads;
-    if (p->zero == 1 && shard_reduce(p, 0, err) < 0) return -1;
+    if (p->zero != 2 && shard_reduce(p, 0, err) < 0) return -1; /* ZeRO-1, and ZeRO-3 (held for the step) */
     if (p->zero) {
         if (p->emb && tr_allreduce_sum(p->emb, p->gshard + p->wte_piece_off, p->wte_piece_len, TR_F32, err) < 0)
             return skiff_err_wrap(err, "pipeline: the tied embedding's gradient between the first and the last stage");
@@ -392,6 +461,11 @@ int tr_pipeline_grads(struct tr_pipeline *p, struct train_batches *b, double *lo
 {
     struct sched sc = {.p = p, .b = b};
     p->comm_s = 0;
+    double h0 = skiff_now_s();
+    if (hold(p, err) < 0) return -1;
+    p->comm_s += skiff_now_s() - h0;
+    if (!p->model->grads && !(p->model->grads = malloc(p->stage_len * sizeof(float)))) /* ZeRO-3: made here */
+        return skiff_error(err, ENOMEM, "pipeline stage %d: its gradient (%zu floats)", p->stage, p->stage_len);
     gpt2_zero_grad(p->model);
     if (p->zero == 2) memset(p->gshard, 0, p->shard_len * sizeof(float));
     double t0 = skiff_now_s();
@@ -411,7 +485,9 @@ int tr_pipeline_grads(struct tr_pipeline *p, struct train_batches *b, double *lo
     p->sched_s += t;
     p->idle_s += t - sc.compute_s;
     double r0 = skiff_now_s();
+    if (p->zero == 3) drop_weights(p); /* AdamW steps the shard */
     if (reduce(p, err) < 0) return -1;
+    if (p->zero == 3) unhold(p); /* the gradient is in gshard, the weights in pshard */
     *loss_sum = sc.loss_sum;
     *comm_s = p->comm_s + (skiff_now_s() - r0);
     return 0;
@@ -440,6 +516,7 @@ double tr_pipeline_loss_share(const struct tr_pipeline *p, double v)
 int tr_pipeline_forward(struct tr_pipeline *p, const int *inputs, const int *targets, double *loss, skiff_err *err)
 {
     struct gpt2 *m = p->model;
+    if (hold(p, err) < 0) return -1; /* ZeRO-3: kept until the next step's end */
     if (p2p(p, NULL, -1, in_of(p, 0), prev(p), err) < 0) return -1;
     *loss = gpt2_forward(m, inputs, targets);
     return p2p(p, gpt2_stage_out(m), next(p), NULL, -1, err);

@@ -10,7 +10,8 @@
  * and the same on every tensor-parallel rank, so stage s's rank t sends to
  * stage s+1's rank t alone. Each stage's gradients are all-reduced within
  * its DP group, or with ZeRO-1/2 reduce-scattered there (each rank steps a
- * shard of the stage's ranges: train_pp_shard_copy).
+ * shard of the stage's ranges: train_pp_shard_copy). With ZeRO-3 the
+ * stage's weights are sharded the same way and gathered once per step.
  *
  * A stage holds only its ranges (train_stage_ranges) of the parameters,
  * their gradients and, with ZeRO 0, AdamW's m and v: the model's held
@@ -56,7 +57,12 @@ int tr_pipeline_grads(struct tr_pipeline *p, struct train_batches *b, double *lo
  * tensor and norm flag; len includes the padding, which is zero), the
  * gradient shard after tr_pipeline_grads, this rank's shard of the weights
  * (taken from the model, to step in place), and the all-gather that puts
- * every rank's stepped shard back into the model. */
+ * every rank's stepped shard back into the model. ZeRO-3: the same pieces;
+ * the weight shard is the only copy of the stage's weights between steps
+ * (the loop fills it, a checkpoint saves it), tr_pipeline_grads and
+ * tr_pipeline_forward gather the stage's weights from the shards first,
+ * the step's reductions free them again, and tr_pipeline_share_params
+ * only marks them stale. */
 const struct train_range *tr_pipeline_shard_ranges(const struct tr_pipeline *p, int *count);
 float *tr_pipeline_grad_shard(struct tr_pipeline *p);
 float *tr_pipeline_param_shard(struct tr_pipeline *p);

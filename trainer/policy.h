@@ -46,7 +46,7 @@ struct train_plan {
 
 /* ZeRO 0: every rank steps the whole (padded) buffer; ZeRO 1/2: rank r owns
  * the r-th of world equal shards (with --pp: of its stage's ranges,
- * train_pp_shard_copy). ZeRO-3: see train_zero3_copy; n_pad is
+ * train_pp_shard_copy, ZeRO-3 too). ZeRO-3: see train_zero3_copy; n_pad is
  * train_zero3_len. start = 0 until train_resume_load. world and rank are
  * the process's (WORLD_SIZE, RANK); o->tp must divide world
  * (train_plan_check). */

@@ -26,33 +26,39 @@ static uint64_t srng(uint64_t *s)
 }
 
 /* A ZeRO-3 checkpoint: every rank's file holds its shard of the weights
- * (with --tp, of its tensor-parallel rank's part); put them together into
- * the llm.c buffer p. */
+ * (with --tp, of its tensor-parallel rank's part; with --pp, of its
+ * stage's ranges); put them together into the llm.c buffer p. */
 static int load_sharded(const char *dir, const struct train_ckpt *ck, float *p, skiff_err *err)
 {
     /* the shards are laid out as this build lays them out, or not read */
-    int tp = ck->tp, dp = ck->world / tp;
+    int tp = ck->tp, pp = ck->pp, dp = ck->world / (tp * pp);
     size_t n = train_zero3_len(&ck->cfg, tp, dp);
-    if (ck->pp != 1 || ck->num_params != n || ck->opt_len * (size_t)dp != n)
+    size_t first = pp > 1 ? train_pp_shard_len(&ck->cfg, tp, pp, 0, dp) : n / (size_t)dp; /* rank 0's shard */
+    if (ck->num_params != n || ck->opt_len != first)
         return skiff_error(err, 0,
-                           "%s: --zero 3 shards that do not match this build's layout (%zu parameters in shards of "
-                           "%zu on %d ranks, --tp %d, --pp %d; expected %zu in shards of %zu)",
-                           dir, ck->num_params, ck->opt_len, ck->world, tp, ck->pp, n, n / (size_t)dp);
+                           "%s: --zero 3 shards that do not match this build's layout (%zu parameters, rank 0's shard "
+                           "%zu, on %d ranks, --tp %d, --pp %d; expected %zu, rank 0's shard %zu)",
+                           dir, ck->num_params, ck->opt_len, ck->world, tp, ck->pp, n, first);
     size_t nl = tp > 1 ? gpt2_param_layout_tp(&ck->cfg, tp, NULL, NULL) : 0;
-    float *shard = malloc(ck->opt_len * sizeof(float)), *local = nl ? calloc(nl, sizeof(float)) : p;
+    float *shard = malloc(n * sizeof(float)), *local = nl ? calloc(nl, sizeof(float)) : p;
     int rc = shard && local ? 0 : skiff_error(err, ENOMEM, "parameters of %s", dir);
     for (int t = 0; t < tp && rc == 0; t++) {
-        for (int d = 0; d < dp && rc == 0; d++) {
+        for (int i = 0; i < dp * pp && rc == 0; i++) {
+            int s = i / dp, d = i % dp; /* stage s's data-parallel rank d */
             struct train_ckpt want = *ck;
-            want.rank = train_layout_rank(tp, dp, 0, d, t);
-            want.opt_off = (size_t)d * ck->opt_len;
+            want.rank = train_layout_rank(tp, dp, s, d, t);
+            want.opt_len = pp > 1 ? train_pp_shard_len(&ck->cfg, tp, pp, s, dp) : ck->opt_len;
+            want.opt_off = (size_t)d * want.opt_len;
             want.params = shard;
             want.m = want.v = NULL;
             rc = train_ckpt_load(dir, &want, err);
             if (rc == 0 && want.step != ck->step)
                 rc = skiff_error(err, 0, "%s: rank %d's file is at step %d, rank 0's at %d (an interrupted save)", dir,
                                  want.rank, want.step, ck->step);
-            if (rc == 0) train_zero3_copy(&ck->cfg, tp, dp, d, local, shard, 1);
+            if (rc == 0 && pp > 1)
+                train_pp_shard_copy(&ck->cfg, tp, pp, s, dp, d, local, shard, 1);
+            else if (rc == 0)
+                train_zero3_copy(&ck->cfg, tp, dp, d, local, shard, 1);
         }
         if (rc == 0 && nl) gpt2_tp_copy(&ck->cfg, tp, t, p, local, 0); /* the part into its place */
     }

@@ -45,7 +45,8 @@ static void run_free(struct run *r)
  * the weights: a fresh run builds them once, takes its shard and frees
  * them; --resume reads each rank's shard from its own file. With --tp the
  * shard is of the tensor-parallel rank's part, which every data-parallel
- * group (d->comm) takes from its rank 0's whole weights. */
+ * group (d->comm) takes from its rank 0's whole weights; with --pp of its
+ * stage's ranges. */
 static int init_shard(struct run *r, skiff_err *err)
 {
     const struct train_opts *o = r->o;
@@ -58,7 +59,10 @@ static int init_shard(struct run *r, skiff_err *err)
     if (rc == 0 && (rc = train_device_broadcast(d, full, n, err)) < 0)
         skiff_err_wrap(err, "broadcasting parameters from rank 0");
     if (rc == 0 && pl->tp > 1) gpt2_tp_copy(&o->cfg, pl->tp, pl->tp_rank, full, local, 1);
-    if (rc == 0) train_zero3_copy(&o->cfg, pl->tp, pl->world, pl->rank, local, d->params, 0);
+    if (rc == 0 && pl->pp > 1) /* its shard of its stage's ranges (policy.h), as ZeRO-1/2 cut them */
+        train_pp_shard_copy(&o->cfg, pl->tp, pl->pp, pl->pp_rank, pl->world, pl->rank, local, d->params, 0);
+    else if (rc == 0)
+        train_zero3_copy(&o->cfg, pl->tp, pl->world, pl->rank, local, d->params, 0);
     if (local != full) free(local);
     free(full);
     return rc;

@@ -40,7 +40,7 @@ for s in "${subs[@]}"; do usage_error "$s" --no-such-option; done
 usage_error train --batch
 usage_error train --model tiny --data x --batch 0 --seq 8 --steps 1
 usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --zero 4
-usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --zero 3 --pp 2
+usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --zero 3 --pp 2 --device cuda
 usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --zero 3 --zero3-buffers 3
 usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --device tpu
 usage_error train --model tiny --data x --batch 1 --seq 8 --steps 1 --precision fp8

@@ -8,8 +8,10 @@
 # bit for bit. Composed: tp2 x pp2 and dp2 x tp2 x pp2 (Megatron's order,
 # rank = stage*DP*TP + dp_rank*TP + tp_rank), and ZeRO-1/2 within each
 # stage's data-parallel group (dp2 x pp2, tp2 x pp2, dp2 x tp2 x pp2), the
-# same losses as one process; --recompute and the GPipe schedule change no
-# bit of tp2 x pp2.
+# same losses as one process; ZeRO-3 (pp2, dp2 x pp2, tp2 x pp2: each
+# stage's weights sharded too, gathered once per step) the same, resumed
+# bit for bit and put back together by one process; --recompute and the
+# GPipe schedule change no bit of tp2 x pp2.
 #
 # Tolerance: 1e-5 relative on every logged loss over 20 steps, 5e-5 on every
 # parameter (as trainer-ddp.sh, whose header says why the runs are close but
@@ -67,6 +69,12 @@ compose dp2pp2-zero1 4 p1x --pp 2 --zero 1
 compose dp2pp2-zero2 4 p1x --pp 2 --zero 2
 compose dp2tp2pp2 8 p1x --tp 2 --pp 2
 compose dp2tp2pp2-zero2 8 p1x --tp 2 --pp 2 --zero 2
+# ZeRO-3 inside the stages: each rank keeps its shard of its stage's
+# weights (cut as ZeRO-1/2 cut the stage's ranges), gathered over the
+# stage's data-parallel ranks once per step for the whole schedule
+compose pp2-zero3 2 p1 --pp 2 --zero 3
+compose dp2pp2-zero3 4 p1x --pp 2 --zero 3
+compose tp2pp2-zero3 4 p1 --tp 2 --pp 2 --zero 3
 run tp2pp2-gpipe 4 --batch 2 --micro-batches 4 --tp 2 --pp 2 --pp-schedule gpipe &&
   run tp2pp2-rc 4 --batch 2 --micro-batches 4 --tp 2 --pp 2 --recompute || t_fail "tp2 x pp2 with gpipe, --recompute run"
 same "1f1b and gpipe give the same bits (tp2 x pp2)" tp2pp2 tp2pp2-gpipe 0 0
@@ -81,6 +89,16 @@ if t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --ck
   same "dp2 x pp2: --stop-after 10 then --resume equals 20 steps bit for bit" dp2pp2-1f1b res 0 0
 else t_fail "dp2 x pp2 stops and resumes"; fi
 
+# the same with ZeRO-3: every rank's file holds its shard of its stage's
+# weights, m and v, read back as they were
+rm -rf "$TDIR/res3"
+if t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --zero 3 --ckpt-dir "$TDIR/res3" \
+  --log "$TDIR/res3.jsonl" --stop-after 10 &&
+  t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --zero 3 --ckpt-dir "$TDIR/res3" \
+    --log "$TDIR/res3.jsonl" --resume; then
+  same "dp2 x pp2 ZeRO-3: --stop-after 10 then --resume equals 20 steps bit for bit" dp2pp2-zero3 res3 0 0
+else t_fail "dp2 x pp2 ZeRO-3 stops and resumes"; fi
+
 # a checkpoint of dp2 x pp2 holds the whole model on rank 0 (the stages are
 # gathered there), so another layout resumes it: one process on the same
 # global batch continues as if it had run all 20 steps
@@ -90,6 +108,22 @@ if t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --ck
   "$TRAIN" train "${COMMON[@]}" --batch 2 --grad-accum 8 --ckpt-dir "$TDIR/lay" --log "$TDIR/lay.jsonl" --resume; then
   same "dp2 x pp2 saved at step 10, resumed by 1 process, equals 1 process" p1x lay $TOL $RTOL
 else t_fail "dp2 x pp2's checkpoint resumes under 1 process"; fi
+
+# dp2 x pp2 ZeRO-3's stage shards put back together: one process resumes them
+rm -rf "$TDIR/lay3"
+if t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --zero 3 --ckpt-dir "$TDIR/lay3" \
+  --log "$TDIR/lay3.jsonl" --stop-after 10 &&
+  "$TRAIN" train "${COMMON[@]}" --batch 2 --grad-accum 8 --ckpt-dir "$TDIR/lay3" --log "$TDIR/lay3.jsonl" --resume; then
+  same "dp2 x pp2 ZeRO-3 saved at step 10, resumed by 1 process, equals 1 process" p1x lay3 $TOL $RTOL
+else t_fail "dp2 x pp2 ZeRO-3's checkpoint resumes under 1 process"; fi
+# and the other way: one process's checkpoint cut into dp2 x pp2 ZeRO-3's shards
+rm -rf "$TDIR/lay3b"
+if "$TRAIN" train "${COMMON[@]}" --batch 2 --grad-accum 8 --ckpt-dir "$TDIR/lay3b" --log "$TDIR/lay3b.jsonl" \
+  --stop-after 10 &&
+  t_ddp 4 "$TRAIN" train "${COMMON[@]}" --batch 2 --pp 2 --micro-batches 4 --zero 3 --ckpt-dir "$TDIR/lay3b" \
+    --log "$TDIR/lay3b.jsonl" --resume; then
+  same "1 process saved at step 10, resumed by dp2 x pp2 ZeRO-3, equals 1 process" p1x lay3b $TOL $RTOL
+else t_fail "1 process's checkpoint resumes under dp2 x pp2 ZeRO-3"; fi
 
 # three stages of an uneven split (mini: 4 blocks as 2+1+1), a middle stage
 # and the embedding pair of the first and the last
@@ -103,16 +137,26 @@ if run tp2pp3-zero2 6 --model mini --batch 2 --tp 2 --pp 3 --micro-batches 3 --z
   same "tp2 x pp3 with ZeRO-2 (mini) equals 1 process" p1m tp2pp3-zero2 $TOL $RTOL
 else t_fail "tp2 x pp3 with ZeRO-2 runs"; fi
 
+# ZeRO-3 over three stages: a middle stage holds blocks only, the first and
+# the last stage a piece each of the tied wte, summed in their own group
+if run pp3-zero3 3 --model mini --batch 2 --pp 3 --micro-batches 3 --zero 3 --steps 20; then
+  same "--pp 3 with ZeRO-3 (mini) equals 1 process" p1m pp3-zero3 $TOL $RTOL
+else t_fail "--pp 3 with ZeRO-3 runs"; fi
+
 # validation runs through the pipeline too: the same validation losses
 V=(--val "$TDIR/lic_val_*.bin" --val-every 5 --steps 20)
 run p1v 1 --batch 2 --grad-accum 4 "${V[@]}" || t_fail "one process validates"
-if run pp2v 2 --batch 2 --pp 2 --micro-batches 4 "${V[@]}"; then
-  vl() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
-  if [ "$(vl "$TDIR/p1v.jsonl" | wc -l)" = 4 ] && paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/pp2v.jsonl") |
-    awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (NF != 2 || d > 1e-5) bad = 1 } END { exit bad }'; then
-    t_pass "--pp 2 validation losses equal 1 process ($(vl "$TDIR/pp2v.jsonl" | paste -sd' '))"
-  else t_fail "--pp 2 validation losses" "$(paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/pp2v.jsonl") | tr '\n' ';')"; fi
-else t_fail "--pp 2 validates"; fi
+vl() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2; }
+# (ZeRO-3: a validation pass gathers the stage's weights from the shards)
+for z in 0 3; do
+  n=pp2v; [ $z = 3 ] && n=pp2v-zero3
+  if run $n 2 --batch 2 --pp 2 --micro-batches 4 --zero $z "${V[@]}"; then
+    if [ "$(vl "$TDIR/p1v.jsonl" | wc -l)" = 4 ] && paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/$n.jsonl") |
+      awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (NF != 2 || d > 1e-5) bad = 1 } END { exit bad }'; then
+      t_pass "--pp 2 --zero $z validation losses equal 1 process ($(vl "$TDIR/$n.jsonl" | paste -sd' '))"
+    else t_fail "--pp 2 --zero $z validation losses" "$(paste -d' ' <(vl "$TDIR/p1v.jsonl") <(vl "$TDIR/$n.jsonl") | tr '\n' ';')"; fi
+  else t_fail "--pp 2 --zero $z validates"; fi
+done
 
 # a stage that dies is named by its rank, never a hang
 port=$(t_port)
@@ -150,6 +194,21 @@ if grep -q 'world 8 = dp 2 x tp 2 x pp 2, .*zero 1, .*stage 0 of 2 (blocks 0-0),
   t_pass "the first line names the three factors and the stage's place"
 else t_fail "dp x tp x pp described" "$out"; fi
 
+# ZeRO-3's memory line: a rank of dp2 x pp2 keeps its shard of its stage's
+# weights between steps, and holds two of the stage's weights, gradient and
+# the reductions' packing at a time for a step, where ZeRO-2 holds all three
+# all the time: by the first lines' figures (mini), params + gradients +
+# optimizer under ZeRO-3 stay below ZeRO-2's
+mem() { t_ddp 4 "$TRAIN" train --model mini --data "$D" --seq 32 --batch 2 --steps 1 --pp 2 "$@" 2>&1; }
+sum3() { sed -n 's/.*per rank: params \([0-9.]*\) MiB, gradients \([0-9.]*\) MiB, optimizer \([0-9.]*\) MiB.*/\1 \2 \3/p' <<<"$1" |
+  awk '{ print $1 + $2 + $3 }'; }
+o2=$(mem --zero 2) o3=$(mem --zero 3)
+s2=$(sum3 "$o2") s3=$(sum3 "$o3")
+if grep -q 'zero 3, .*of which held for the step only [0-9.]* MiB + [0-9.]* MiB (the packing' <<<"$o3" &&
+  [ -n "$s2" ] && [ -n "$s3" ] && awk -v a="$s3" -v b="$s2" 'BEGIN { exit !(a < b) }'; then
+  t_pass "dp2 x pp2 ZeRO-3 holds less than ZeRO-2 ($s3 MiB against $s2 MiB): $(grep -o 'per rank: .*reducing)' <<<"$o3")"
+else t_fail "dp2 x pp2 ZeRO-3 memory line" "$o2 ;; $o3"; fi
+
 # usage errors name the flag
 err() { # err NAME EXPECT P ARGS...
   local name=$1 expect=$2 P=$3 out; shift 3
@@ -159,13 +218,12 @@ err() { # err NAME EXPECT P ARGS...
   if [ $rc -ne 0 ] && grep -q -- "$expect" <<<"$out"; then t_pass "$name"; else t_fail "$name" "rc $rc: $out"; fi
 }
 err "--pp that does not divide WORLD_SIZE is refused" "--pp 2 does not divide WORLD_SIZE 3" 3 --pp 2
-err "--pp with --zero 3 is refused" "--pp 2 with --zero 3: ZeRO-3 and pipeline stages are not composed" 1 --pp 2 \
-  --zero 3
 err "--tp x --pp that does not divide WORLD_SIZE is refused" "--tp 2 x --pp 2 = 4 does not divide WORLD_SIZE 6" 6 \
   --tp 2 --pp 2
 err "--pp beyond the layers is refused" "--pp 3: model tiny has only 2 layers" 1 --pp 3
-err "--pp with --zero 3 on CUDA is refused as on the CPU" \
-  "--pp 2 with --zero 3: ZeRO-3 and pipeline stages are not composed" 1 --pp 2 --zero 3 --device cuda
+err "--pp with --zero 3 on CUDA is refused (the CPU composes them)" \
+  "--pp 2 with --zero 3 on --device cuda: ZeRO-3 and pipeline stages are composed on the CPU only" 1 --pp 2 \
+  --zero 3 --device cuda
 err "--micro-batches and a different --grad-accum are refused" "--micro-batches 4 and --grad-accum 2" 1 \
   --micro-batches 4 --grad-accum 2
 err "--pp-schedule takes 1f1b or gpipe" "--pp-schedule 'zb': use 1f1b or gpipe" 1 --pp-schedule zb
