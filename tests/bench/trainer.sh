@@ -29,7 +29,8 @@
 # on 4 (and with ZeRO-3: each rank's part sharded over its data-parallel
 # pair); their comm ms adds the tensor-parallel all-reduces (synchronous, so
 # also in the exposed wait). The three composed, same global batch: dp2 x
-# pp2 with ZeRO-1, tp2 x pp2 (4 ranks) and dp2 x tp2 x pp2 with ZeRO-1 (8).
+# pp2 with ZeRO-1 and with ZeRO-3, tp2 x pp2 (4 ranks) and dp2 x tp2 x pp2
+# with ZeRO-1 (8).
 # Prints a markdown table. Env: STEPS (default 12), MODEL (mini), SEQ (128).
 # A second table: activation recomputation (--recompute) against keeping the
 # activations, one rank, the same run otherwise (mini, 8 x 256 tokens, where
@@ -126,6 +127,7 @@ if [ $ppok = 1 ]; then
 fi
 run dp2pp2 4 25 --pp 2 --batch 2 --micro-batches 2 && row dp2pp2 4 "dp2 x pp2, 1f1b" "2 x $SEQ x M 2"
 run dp2pp2z1 4 25 --pp 2 --batch 2 --micro-batches 2 --zero 1 && row dp2pp2z1 4 "dp2 x pp2, ZeRO-1" "2 x $SEQ x M 2"
+run dp2pp2z3 4 25 --pp 2 --batch 2 --micro-batches 2 --zero 3 && row dp2pp2z3 4 "dp2 x pp2, ZeRO-3 (one gather a step)" "2 x $SEQ x M 2"
 TP=2 run t2pp2 4 25 --tp 2 --pp 2 --batch 4 --micro-batches 2 && TP=2 row t2pp2 4 "tp2 x pp2" "4 x $SEQ x M 2"
 TP=2 run d2t2p2 8 25 --tp 2 --pp 2 --batch 2 --micro-batches 2 --zero 1 &&
   TP=2 row d2t2p2 8 "dp2 x tp2 x pp2, ZeRO-1" "2 x $SEQ x M 2"
