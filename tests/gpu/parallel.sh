@@ -154,12 +154,14 @@ fi
 # resumed by one process (a validation pass after every step, for ZeRO-3's
 # below)
 VAL=(--val "$tmp/val_*.bin" --val-every 1)
-runp 4 "$tmp/d2p2z1.jsonl" "${F[@]}" --pp 2 --micro-batches 2 --zero 1 --stop-after $((STEPS - 1)) \
-  --ckpt-dir "$tmp/ckz1" "${VAL[@]}" &&
-  "$ST" "${F[@]}" --grad-accum 4 --resume --ckpt-dir "$tmp/ckz1" --log "$tmp/z1res.jsonl" >"$tmp/z1res.out" 2>&1
-rc=$?
-split_then_one "CUDA fp32 dp2 x pp2 with --zero 1 (4 ranks)" "$rc" "$tmp/onea4.jsonl" "$tmp/d2p2z1.jsonl" \
-  "$tmp/z1res.jsonl" 'world 4 = dp 2 x pp 2, .*zero 1, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 2, 1f1b'
+pp_zero() {  # Z EXTRA-PATTERN: dp2 x pp2 at --zero Z, stopped a step early, resumed by one process
+  runp 4 "$tmp/d2p2z$1.jsonl" "${F[@]}" --pp 2 --micro-batches 2 --zero "$1" --stop-after $((STEPS - 1)) \
+    --ckpt-dir "$tmp/ckpz$1" "${VAL[@]}" &&
+    "$ST" "${F[@]}" --grad-accum 4 --resume --ckpt-dir "$tmp/ckpz$1" --log "$tmp/pz$1res.jsonl" >"$tmp/pz$1res.out" 2>&1
+  split_then_one "CUDA fp32 dp2 x pp2 with --zero $1 (4 ranks)" "$?" "$tmp/onea4.jsonl" "$tmp/d2p2z$1.jsonl" \
+    "$tmp/pz$1res.jsonl" "world 4 = dp 2 x pp 2, .*zero $1, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 2, 1f1b$2"
+}
+pp_zero 1 ""
 
 # dp2 x pp2 with ZeRO-3: the same pieces, but the stepped weights stay in
 # the shards until the next step gathers the stage's from them; its
@@ -167,12 +169,7 @@ split_then_one "CUDA fp32 dp2 x pp2 with --zero 1 (4 ranks)" "$rc" "$tmp/onea4.j
 # pipeline's files) resumed by one process, and the losses ZeRO-1's bit for
 # bit (the same sums and steps, only when the gather happens differs), the
 # validation losses too (each pass gathers the stepped weights first)
-runp 4 "$tmp/d2p2z3.jsonl" "${F[@]}" --pp 2 --micro-batches 2 --zero 3 --stop-after $((STEPS - 1)) \
-  --ckpt-dir "$tmp/ckpz3" "${VAL[@]}" &&
-  "$ST" "${F[@]}" --grad-accum 4 --resume --ckpt-dir "$tmp/ckpz3" --log "$tmp/pz3res.jsonl" >"$tmp/pz3res.out" 2>&1
-rc=$?
-split_then_one "CUDA fp32 dp2 x pp2 with --zero 3 (4 ranks)" "$rc" "$tmp/onea4.jsonl" "$tmp/d2p2z3.jsonl" \
-  "$tmp/pz3res.jsonl" 'world 4 = dp 2 x pp 2, .*zero 3, .*pipeline stage 0 of 2 (blocks 0-[0-9]*), dp 2, 1f1b.*ZeRO-3: the stage'
+pp_zero 3 ".*ZeRO-3: the stage"
 same_bits "CUDA fp32 dp2 x pp2 --zero 3: the losses of --zero 1, bit for bit" "$tmp/d2p2z3.jsonl" "$tmp/d2p2z1.jsonl"
 vloss() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2 | tr '\n' ' '; }
 name="CUDA fp32 dp2 x pp2 --zero 3: the validation losses of --zero 1 after every step, bit for bit"
