@@ -87,6 +87,14 @@ int skiff_write_all_at(int fd, const void *buf, size_t n, uint64_t off)
     return 0;
 }
 
+int skiff_fd_empty(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -1;
+    return st.st_size ? ftruncate(fd, 0) : 0;
+}
+
 int skiff_open_regular(const char *path, int extra, skiff_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | extra);

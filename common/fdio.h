@@ -26,6 +26,14 @@ int skiff_read_all(int fd, void *buf, size_t n);
 int skiff_read_all_at(int fd, void *buf, size_t n, uint64_t off);
 int skiff_write_all_at(int fd, const void *buf, size_t n, uint64_t off);
 
+/* fd, a regular file open for writing, emptied; one that is already empty
+ * is left alone. On ext4 a truncation to size 0 arms auto_da_alloc (for
+ * editors that rewrite a file in place): the file's last close() then queues
+ * the writeback of every page written since, itself. For a new 900 MB
+ * squashfs that close took 0.22 s (strace -T), and each downloaded blob's
+ * the same in its thread. 0, or -1 with errno set. */
+int skiff_fd_empty(int fd);
+
 /* Reads the whole of fd, a regular file of at most max bytes (named path in
  * errors), into a new NUL-terminated buffer; its length in *len if len. NULL
  * with err set on failure. For small metadata files (JSON, config). */

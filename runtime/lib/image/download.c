@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "clock.h"
+#include "fdio.h"
 
 #define BACKOFF_MAX_MS 30000.0
 #define RETRY_AFTER_MAX_S 600.0
@@ -336,11 +336,7 @@ int skiff_registry_blob_fetch(struct skiff_registry *r, const char *digest, unsi
                               int (*progress)(void *ctx, unsigned long long bytes), void *ctx,
                               const struct skiff_fetch_opts *o, skiff_err *err)
 {
-    /* an empty file is left as it is: on ext4 a truncation to size 0 makes
-     * the file's close queue its writeback itself (auto_da_alloc), ~0.1 s
-     * of a 256 MB blob's download thread (lazyskel.c says more) */
-    struct stat st;
-    if (fstat(fd, &st) < 0 || (st.st_size && ftruncate(fd, 0) < 0) || lseek(fd, 0, SEEK_SET) < 0)
+    if (skiff_fd_empty(fd) < 0 || lseek(fd, 0, SEEK_SET) < 0)
         return skiff_error(err, errno, "truncate blob file");
     struct skiff_sha256 h;
     if (skiff_sha256_init(&h, err) < 0)

@@ -182,16 +182,6 @@ static int write_extras(struct lz_image *im, skiff_err *err)
         return plan_bad(err, im->dir, "the image's files changed");
     return 0;
 }
-/* fd emptied, then size bytes of holes. A file that is already empty is
- * not truncated: on ext4 a truncation to size 0 makes the file's last close
- * write back all its dirty pages itself (auto_da_alloc; lazyskel.c). */
-static int refill(int fd, off_t size)
-{
-    struct stat st;
-    if (fstat(fd, &st) < 0 || (st.st_size && ftruncate(fd, 0) < 0))
-        return -1;
-    return ftruncate(fd, size);
-}
 
 static int open_data(struct lz_image *im, const struct skiff_config *cfg, skiff_err *err)
 {
@@ -229,7 +219,8 @@ static int open_data(struct lz_image *im, const struct skiff_config *cfg, skiff_
                  memcmp(h.boot_id, boot, sizeof(boot)) != 0;
     if (fresh) {
         /* a new map, or one that cannot be trusted: nothing is there */
-        if (refill(im->mapfd, (off_t)im->maplen) < 0 || refill(im->datafd, (off_t)im->data_size) < 0) {
+        if (skiff_fd_empty(im->mapfd) < 0 || ftruncate(im->mapfd, (off_t)im->maplen) < 0 ||
+            skiff_fd_empty(im->datafd) < 0 || ftruncate(im->datafd, (off_t)im->data_size) < 0) {
             skiff_error(err, errno, "size the lazy data file %s (lazy_path: is the disk full?)", p);
             goto out;
         }

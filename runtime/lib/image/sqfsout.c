@@ -9,7 +9,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sqfs/error.h>
@@ -188,9 +187,8 @@ sqfs_file_t *skiff_sqfs_out_open(const char *path, bool threaded)
     struct out_file *o = calloc(1, sizeof(*o));
     if (!o)
         return NULL;
-    struct stat st;
     o->fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (o->fd < 0 || fstat(o->fd, &st) < 0 || (st.st_size && ftruncate(o->fd, 0) < 0))
+    if (o->fd < 0 || skiff_fd_empty(o->fd) < 0)
         goto fail;
     for (unsigned i = 0; threaded && i < OUT_CHUNKS; i++)
         if (!(o->ch[i].buf = malloc(OUT_CHUNK)))

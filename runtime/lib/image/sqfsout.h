@@ -2,11 +2,9 @@
  * sqfs_file_t of skiff's own, for two reasons that sqfs_open_file cannot
  * serve.
  * - It opens by name and truncates a file that exists, and the temporary
- *   file skiff_atomic_begin made exists. On ext4 a truncation to size 0
- *   marks the file for writeback at its close (auto_da_alloc, for editors
- *   that rewrite a file in place): the close of a 900 MB image then queued
- *   all its pages itself, 0.22 s at the end of every import (strace -T).
- *   This one truncates only a file that has bytes.
+ *   file skiff_atomic_begin made exists: on ext4 that made the image's
+ *   close write it back (skiff_fd_empty, fdio.h). This one truncates only
+ *   a file that has bytes.
  * - libsquashfs's block processor writes each compressed block from the
  *   thread that appends the data, which is also the thread that parses the
  *   layers' tar streams: the write()'s copy into the page cache and ext4's

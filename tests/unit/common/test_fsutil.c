@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "atomicfile.h"
+#include "fdio.h"
 #include "fsutil.h"
 
 static char dir[64];
@@ -149,4 +150,26 @@ Test(fsutil, atomic_abort_and_a_fixed_temporary_name)
     cr_assert_eq(skiff_atomic_commit(&a, &e), 0, "%s", e.msg);
     cr_assert_eq(access(p, F_OK), 0);
     cr_assert_neq(access(tmp, F_OK), 0);
+}
+
+/* skiff_fd_empty: a file with bytes is emptied; an empty one is not
+ * truncated at all (ext4's auto_da_alloc, fdio.h), which its mtime shows:
+ * ftruncate sets it even when the size stays 0. */
+Test(fsutil, fd_empty_truncates_only_a_file_with_bytes)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s/f", dir);
+    int fd = open(p, O_RDWR | O_CREAT, 0600);
+    cr_assert(fd >= 0);
+    struct timespec old[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
+    struct stat st;
+    cr_assert_eq(futimens(fd, old), 0);
+    cr_assert_eq(skiff_fd_empty(fd), 0);
+    cr_assert_eq(fstat(fd, &st), 0);
+    cr_assert_eq(st.st_mtime, 1000000000, "an empty file was truncated");
+    cr_assert_eq(write(fd, "bytes", 5), 5);
+    cr_assert_eq(skiff_fd_empty(fd), 0);
+    cr_assert_eq(fstat(fd, &st), 0);
+    cr_assert_eq(st.st_size, 0);
+    close(fd);
 }
