@@ -178,10 +178,15 @@ reset_data
   || t_fail "span store: a planted span is fetched again from the source" "$(cat "$H/read.err")"
 sed -i '/lazy_span_store/d' "$H/skiff.conf"
 
+# the span fetcher of the serving process (up to 2 s for it to exec: until
+# then its comm is still the parent's), for the sh -c scripts below: $f
+FETCHER='f=""; for _ in $(seq 100); do for p in $(ps -o pid= --ppid $PPID); do
+  [ "$(cat /proc/$p/comm 2>/dev/null)" = skiff-import ] && f=$p; done; [ -n "$f" ] && break; sleep 0.02; done;'
+
 # the fetcher killed: EIO, with a message, at once
 reset_data
-out=$("$SERVE" "$L" "$H/mnt" sh -c '
-  for p in $(ps -o pid= --ppid $PPID); do [ "$(cat /proc/$p/comm)" = skiff-import ] && kill -9 $p; done
+out=$("$SERVE" "$L" "$H/mnt" sh -c "$FETCHER"'
+  kill -9 $f
   sleep 0.2; t0=$(date +%s%N); cat '"$H/mnt"'/random-10m >/dev/null; rc=$?
   echo "rc=$rc ms=$(( ($(date +%s%N) - t0) / 1000000 ))"' 2>&1)
 grep -q "rc=1" <<<"$out" && grep -q "span fetcher is gone" <<<"$out" && [ "$(sed -n 's/.*ms=//p' <<<"$out")" -lt 2000 ] \
@@ -191,8 +196,8 @@ grep -q "rc=1" <<<"$out" && grep -q "span fetcher is gone" <<<"$out" && [ "$(sed
 # at once (its read is interrupted), nothing stays in D state
 sed -i 's/^lazy_timeout.*/lazy_timeout = 3/' "$H/skiff.conf"
 reset_data
-out=$("$SERVE" "$L" "$H/mnt" sh -c '
-  for p in $(ps -o pid= --ppid $PPID); do [ "$(cat /proc/$p/comm)" = skiff-import ] && kill -STOP $p && echo stopped=$p; done
+out=$("$SERVE" "$L" "$H/mnt" sh -c "$FETCHER"'
+  kill -STOP $f && echo stopped=$f
   t0=$(date +%s%N); cat '"$H/mnt"'/random-10m >/dev/null; rc=$?
   echo "rc=$rc ms=$(( ($(date +%s%N) - t0) / 1000000 ))"
   cat '"$H/mnt"'/text-70m >/dev/null & r=$!; sleep 0.5; t0=$(date +%s%N); kill -9 $r; wait $r
