@@ -129,7 +129,8 @@ int tr_pipeline_open(struct tr_pipeline **out, struct gpt2 *model, const struct 
     if (p->zero) {
         size_t at = 0;
         for (int i = 0; i < p->nr; i++) {
-            size_t piece = (p->r[i].len + (size_t)p->dp - 1) / (size_t)p->dp;
+            size_t piece;
+            train_pp_piece(p->r[i].len, p->dp, 0, &piece);
             p->pieces[i] = p->r[i];
             p->pieces[i].off = at;
             p->pieces[i].len = piece;
@@ -209,18 +210,7 @@ const struct train_range *tr_pipeline_shard_ranges(const struct tr_pipeline *p, 
  * with to_held the shard back into it. */
 static void shard_copy(const struct tr_pipeline *p, int d, float *held, float *shard, int to_held)
 {
-    for (int i = 0; i < p->nr; i++) {
-        size_t piece = p->pieces[i].len, a = (size_t)d * piece, len = p->r[i].len;
-        size_t have = a >= len ? 0 : len - a < piece ? len - a : piece;
-        float *h = held + p->goff[i] + a;
-        if (to_held) {
-            memcpy(h, shard, have * sizeof(float));
-        } else {
-            memcpy(shard, h, have * sizeof(float));
-            memset(shard + have, 0, (piece - have) * sizeof(float));
-        }
-        shard += piece;
-    }
+    train_pp_pieces_copy(p->r, p->goff, p->nr, p->dp, d, held, shard, to_held);
 }
 
 static void pack_grads(struct tr_pipeline *p)
@@ -444,7 +434,7 @@ static void *sc_din(void *ctx, int k)
 static int reduce(struct tr_pipeline *p, skiff_err *err)
 {
     float *g = p->model->grads;
-    if (p->zero != 2 && shard_reduce(p, 0, err) < 0) return -1; /* ZeRO-1, and ZeRO-3 (held for the step) */
+    if ((p->zero == 1 || p->zero == 3) && shard_reduce(p, 0, err) < 0) return -1; /* ZeRO-2 did during the schedule */
     if (p->zero) {
         if (p->emb && tr_allreduce_sum(p->emb, p->gshard + p->wte_piece_off, p->wte_piece_len, TR_F32, err) < 0)
             return skiff_err_wrap(err, "pipeline: the tied embedding's gradient between the first and the last stage");

@@ -138,14 +138,26 @@ void train_pp_shard_copy(const struct gpt2_config *cfg, int tp, int pp, int stag
 {
     struct train_range r[TRAIN_STAGE_MAX_RANGES];
     int n = train_stage_ranges(cfg, tp, pp, stage, r);
+    train_pp_pieces_copy(r, NULL, n, dp, dp_rank, local, shard, to_local);
+}
+
+size_t train_pp_piece(size_t len, int dp, int d, size_t *piece)
+{
+    *piece = pad_to(len, dp) / (size_t)dp;
+    size_t a = (size_t)d * *piece;
+    return a >= len ? 0 : len - a < *piece ? len - a : *piece;
+}
+
+void train_pp_pieces_copy(const struct train_range *r, const size_t *offs, int n, int dp, int d, float *buf,
+                          float *shard, int to_buf)
+{
     for (int i = 0; i < n; i++) {
-        size_t piece = pad_to(r[i].len, dp) / (size_t)dp, a = (size_t)dp_rank * piece;
-        size_t have = a >= r[i].len ? 0 : r[i].len - a < piece ? r[i].len - a : piece;
-        float *l = local + r[i].off + a;
-        if (to_local) {
-            memcpy(l, shard, have * sizeof(float));
+        size_t piece, have = train_pp_piece(r[i].len, dp, d, &piece);
+        float *b = buf + (offs ? offs[i] : r[i].off) + (size_t)d * piece;
+        if (to_buf) {
+            memcpy(b, shard, have * sizeof(float));
         } else {
-            memcpy(shard, l, have * sizeof(float));
+            memcpy(shard, b, have * sizeof(float));
             memset(shard + have, 0, (piece - have) * sizeof(float)); /* the padding */
         }
         shard += piece;

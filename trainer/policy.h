@@ -104,6 +104,14 @@ int train_stage_ranges(const struct gpt2_config *cfg, int tp, int pp, int stage,
  * out of the (tensor-parallel rank's) buffer `local`, zeros in the
  * padding, or with to_local back into it. */
 size_t train_pp_shard_len(const struct gpt2_config *cfg, int tp, int pp, int stage, int dp);
+/* The cut itself. A range of len floats in dp pieces of *piece floats
+ * each: rank d's piece is the range's floats from d * *piece on, of which
+ * the returned count are the range's (the rest of the piece is padding). */
+size_t train_pp_piece(size_t len, int dp, int d, size_t *piece);
+/* Rank d's shard of n ranges r of buf, range i at offs[i] (NULL: at
+ * r[i].off), zeros in the padding; or with to_buf the shard back. */
+void train_pp_pieces_copy(const struct train_range *r, const size_t *offs, int n, int dp, int d, float *buf,
+                          float *shard, int to_buf);
 void train_pp_shard_copy(const struct gpt2_config *cfg, int tp, int pp, int stage, int dp, int dp_rank, float *local,
                          float *shard, int to_local);
 

@@ -536,10 +536,11 @@ static int pipe_pieces(struct cuda_pipe *p, skiff_err *err)
     if (!p->piece) return skiff_error(err, ENOMEM, "pipeline shard pieces");
     size_t at = 0;
     for (int i = 0; i < p->nr; i++) {
-        size_t len = p->r[i].len, piece = (len + D - 1) / D;
+        size_t piece;
+        train_pp_piece(p->r[i].len, p->dp, 0, &piece);
         if (p->r[i].tensor == GPT2_WTE) p->wte_piece_off = at, p->wte_piece_len = piece;
         for (size_t d = 0; d < D; d++) {
-            size_t a = d * piece, have = a >= len ? 0 : len - a < piece ? len - a : piece;
+            size_t a = d * piece, have = train_pp_piece(p->r[i].len, p->dp, (int)d, &piece);
             p->piece[d * p->nr + i] = (struct pp_piece){p->coff[i] + a, at, have, p->r[i].off + a};
         }
         at += piece;
