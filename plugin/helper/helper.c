@@ -65,12 +65,12 @@ int skiff_helper_answer(int rc, const char *phase, const skiff_err *e)
 
 /* ---- start ---- */
 
-/* The shared lock on a cached image that this step uses, held until the
- * helper exits with the step: pruning the cache never removes it. */
+/* The image this step uses, held until the helper exits with the step
+ * (skiff_cache_hold_image): pruning the user's cache never removes it. */
 static int image_hold = -1;
 
 /* An image reference resolved through the caches, then held; resolved
- * again if a prune removed it before the hold (skiff_cache_hold). */
+ * again if a prune removed it before the hold (skiff_cache_hold_image). */
 static int resolve_held(const struct skiff_helper_program *program, const struct skiff_config *cfg,
                         const struct skiff_start_request *q, char *out, size_t n, skiff_err *err)
 {
@@ -81,7 +81,7 @@ static int resolve_held(const struct skiff_helper_program *program, const struct
             return 0; /* pyxis's importer contract: its file, not the cache's */
         if (skiff_lazy_is_image(out))
             return 0; /* a lazy image (a directory): the cache's pruning leaves those alone */
-        int fd = skiff_cache_hold(out, err);
+        int fd = skiff_cache_hold_image(cfg, out, err);
         if (fd >= 0) {
             image_hold = fd;
             return 0;

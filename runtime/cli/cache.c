@@ -84,7 +84,7 @@ static int cache_list(int argc, char **argv)
     skiff_err_clear(&err);
     struct skiff_cache_listing l;
     char lazy[SKIFF_PATH_MAX];
-    if (skiff_cache_list(root_of(&cfg, system), lazy_path_of(&cfg, system, lazy, sizeof(lazy)), &l, &err) < 0)
+    if (skiff_cache_list(root_of(&cfg, system), lazy_path_of(&cfg, system, lazy, sizeof(lazy)), system, &l, &err) < 0)
         return cli_fail("cache", &err);
     printf("%-12s  %8s  %-16s  %-6s  %s\n", "IMAGE", "SIZE", "LAST USED", "IN USE", "REFERENCES");
     for (size_t i = 0; i < l.nimages; i++) {
@@ -169,6 +169,7 @@ static int cache_prune(int argc, char **argv)
     o.ctx = &o.dry_run;
     char lazy[SKIFF_PATH_MAX];
     o.lazy_path = lazy_path_of(&cfg, system, lazy, sizeof(lazy));
+    o.store = system;
     if (!system) {
         o.keep = skiff_named_keeps_image;
         o.keep_ctx = &cfg;

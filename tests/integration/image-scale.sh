@@ -25,6 +25,7 @@ FAKEPIDS=""
 cleanup() {
   exec 9>&- 2>/dev/null
   [ -n "${HOLDERS:-}" ] && kill $HOLDERS 2>/dev/null
+  [ -n "${LOCKER:-}" ] && kill "$LOCKER" 2>/dev/null
   local p; for p in $FAKEPIDS; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   registry_stop
   rm -rf "$W"
@@ -246,5 +247,33 @@ t_fails_with "a store others may write to is refused" "writable by others than i
   as_user "$SKIFF" resolve docker://$R#multilayer:1
 chmod 755 "$W/store/images"
 t_check "the store, repaired, serves again" as_user "$SKIFF" resolve docker://$R#multilayer:1
+# its tag records are checked as its images are (issue 38)
+tag=$(ls "$W"/store/tags/* | head -1)
+chown 65534 "$tag"
+t_fails_with "a tag record in the store that is another user's is refused" "tags/.* belongs to uid 65534, not to the store's owner" \
+  as_user "$SKIFF" resolve docker://$R#multilayer:1
+chown 0 "$tag"; chmod 664 "$tag"
+t_fails_with "a tag record in the store others may write to is refused" "tags/.* is writable by others than its owner" \
+  as_user "$SKIFF" resolve docker://$R#multilayer:1
+chmod 644 "$tag"
+# nobody locks the store's images: another user's exclusive flock on one
+# (flock(2) allows it on a read-only fd) holds back neither a reader nor
+# the store's owner (issue 38)
+: >"$W/lock.held"; chmod 666 "$W/lock.held"
+setpriv --reuid=65533 --regid=65533 --clear-groups \
+  bash -c 'exec 8<"$1" && flock -x 8 && echo held >"$2" && exec sleep 100000' _ "$sys" "$W/lock.held" &
+LOCKER=$!
+if t_wait "another user's exclusive lock on $sys (or its end)" 20 bash -c "test -s '$W/lock.held' || ! kill -0 $LOCKER" &&
+   test -s "$W/lock.held"; then
+  t_check "a user's resolve from the store while another user locks the image" as_user timeout 60 "$SKIFF" resolve docker://$R#multilayer:1
+  t_check "the owner's import --system of the locked image" timeout 60 "$SKIFF" import --system docker://$R#multilayer:1
+  out=$(timeout 60 "$SKIFF" cache list --system 2>&1)
+  [ "$(awk '/multilayer:1/ { print $5 }' <<<"$out")" = no ] &&
+    t_pass "the store's listing: another user's lock does not make an image in use" || t_fail "store listing" "$out"
+  out=$(timeout 60 "$SKIFF" cache prune --system --all 2>&1)
+  [ ! -e "$sys" ] && grep -q "removed 1 image(s)" <<<"$out" && t_pass "the owner's prune removes the locked image" ||
+    t_fail "prune of a locked store image" "$out"
+else t_fail "another user's lock" "not taken"; fi
+kill "$LOCKER" 2>/dev/null; wait "$LOCKER" 2>/dev/null
 
 t_done

@@ -16,8 +16,10 @@
 #include "atomicfile.h"
 #include "clock.h"
 #include "conf.h"
+#include "fdio.h"
 #include "fsutil.h"
 #include "ref.h"
+#include "store.h"
 
 int skiff_cache_dir(const struct skiff_config *cfg, const char *sub, char *out, size_t n, skiff_err *err)
 {
@@ -48,19 +50,6 @@ static int lock_fd(int fd, int op)
     return 0;
 }
 
-int skiff_cache_lock(const char *path, skiff_err *err)
-{
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return skiff_error(err, errno, "open lock %s", path);
-    if (lock_fd(fd, LOCK_EX) < 0) {
-        int e = errno;
-        close(fd);
-        return skiff_error(err, e, "lock %s", path);
-    }
-    return fd;
-}
-
 int skiff_cache_paths(const char *root, const char *key, struct skiff_cache_paths *p, skiff_err *err)
 {
     if (skiff_fmt_path(p->sqsh, sizeof(p->sqsh), err, "%s/images/%s.sqsh", root, key) < 0 ||
@@ -70,21 +59,43 @@ int skiff_cache_paths(const char *root, const char *key, struct skiff_cache_path
     return 0;
 }
 
-int skiff_cache_hold(const char *sqsh, skiff_err *err)
+int skiff_cache_hold(const char *sqsh, enum skiff_hold how, skiff_err *err)
 {
     int fd = open(sqsh, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return skiff_error(err, errno, "open %s", sqsh);
     struct stat a, b;
-    if (lock_fd(fd, LOCK_SH) < 0 || fstat(fd, &a) < 0) {
+    /* (a lock on a file other users can open would let any of them hold
+     * every reader back: the store's images are not locked) */
+    if ((how == SKIFF_HOLD_LOCKED && lock_fd(fd, LOCK_SH) < 0) || fstat(fd, &a) < 0) {
         int e = errno;
         close(fd);
         return skiff_error(err, e, "lock %s", sqsh);
     }
-    /* a prune may have removed it between the open and the lock */
+    /* a prune may have removed it between the lookup and the hold */
     if (!S_ISREG(a.st_mode) || a.st_nlink == 0 || stat(sqsh, &b) < 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
         close(fd);
         return skiff_error(err, ENOENT, "%s was removed", sqsh);
+    }
+    return fd;
+}
+
+int skiff_cache_hold_image(const struct skiff_config *cfg, const char *sqsh, skiff_err *err)
+{
+    char images[SKIFF_PATH_MAX + 16];
+    size_t n = 0;
+    if (cfg->system_cache_path[0] &&
+        skiff_fmt_path(images, sizeof(images), err, "%s/images/", cfg->system_cache_path) == 0)
+        n = strlen(images);
+    if (!n || strncmp(sqsh, images, n) != 0 || strchr(sqsh + n, '/'))
+        return skiff_cache_hold(sqsh, SKIFF_HOLD_LOCKED, err);
+    uid_t owner;
+    if (skiff_store_check_root(cfg->system_cache_path, &owner, err) < 0)
+        return -1;
+    int fd = skiff_cache_hold(sqsh, SKIFF_HOLD_OPEN, err);
+    if (fd >= 0 && skiff_store_check_image(fd, sqsh, owner, err) < 0) {
+        close(fd);
+        return -1;
     }
     return fd;
 }
@@ -193,14 +204,53 @@ bool skiff_cache_valid_key(const char *k)
     return true;
 }
 
-int skiff_cache_tag_read(const char *root, const char *refkey, struct skiff_cache_tag *t)
+/* The records are small: anything larger is not one of skiff's. */
+#define TAG_MAX 8192
+
+/* fd (path) is owned by owner and writable by nobody else, or -1 with err
+ * saying so and what the store's owner should do. */
+static int owned_by(int fd, const char *path, uid_t owner, bool dir, skiff_err *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return skiff_error(err, errno, "%s", path);
+    if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
+        return skiff_error(err, 0, "system store: %s is not a %s; refused", path, dir ? "directory" : "regular file");
+    if (st.st_uid != owner)
+        return skiff_error(err, 0,
+                           "system store: %s belongs to uid %u, not to the store's owner (uid %u); refused (the "
+                           "store's owner should remove it and run skiff import --system again)",
+                           path, (unsigned)st.st_uid, (unsigned)owner);
+    if (st.st_mode & 022)
+        return skiff_error(err, 0,
+                           "system store: %s is writable by others than its owner (mode %03o); refused (chmod go-w %s)",
+                           path, (unsigned)(st.st_mode & 0777), path);
+    return 0;
+}
+
+int skiff_cache_tag_read(const char *root, const char *refkey, const uid_t *owner, struct skiff_cache_tag *t,
+                         skiff_err *err)
 {
     memset(t, 0, sizeof(*t));
-    char path[SKIFF_PATH_MAX + 96];
-    skiff_err err;
-    if (skiff_fmt_path(path, sizeof(path), &err, "%s/tags/%s", root, refkey) < 0)
-        return 0;
-    if (skiff_conf_read(path, NULL, true, tag_set, t, &err) < 0)
+    char dir[SKIFF_PATH_MAX + 16], path[SKIFF_PATH_MAX + 96];
+    if (skiff_fmt_path(dir, sizeof(dir), err, "%s/tags", root) < 0 ||
+        skiff_fmt_path(path, sizeof(path), err, "%s/%s", dir, refkey) < 0)
+        return -1;
+    /* through the fds checked: nothing swapped in between counts */
+    cleanup_close int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : skiff_error(err, errno, "open %s", dir);
+    if (owner && owned_by(dfd, dir, *owner, true, err) < 0)
+        return -1;
+    cleanup_close int fd = openat(dfd, refkey, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : skiff_error(err, errno, "open %s", path);
+    if (owner && owned_by(fd, path, *owner, false, err) < 0)
+        return -1;
+    skiff_err e;
+    cleanup_free char *text = skiff_read_fd_small(fd, path, TAG_MAX, NULL, &e);
+    /* one that does not parse is none: the next resolution writes it anew */
+    if (!text || skiff_conf_parse(text, path, tag_set, t, &e) < 0)
         return 0;
     return skiff_cache_valid_key(t->key) && skiff_ref_valid_digest(t->digest) ? 1 : 0;
 }

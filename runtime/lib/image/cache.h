@@ -2,9 +2,11 @@
  * read-only store under cfg->system_cache_path (store.h), both laid out
  * alike:
  *   blobs/sha256/<hex>   compressed layer blobs from registries, by digest
- *   images/<key>.sqsh    an image, published by rename; readers hold a
+ *   images/<key>.sqsh    an image, published by rename and never changed
+ *                        after; in the user's cache its readers hold a
  *                        shared flock(2) on it while they use it, pruning
- *                        takes an exclusive one (never waiting) to remove it
+ *                        takes an exclusive one (never waiting) to remove
+ *                        it; in the store nobody locks it (below)
  *   images/<key>.lock    flock serialising imports of one key; while an
  *                        import runs it names the importer (HOST pid PID
  *                        since EPOCH), for those who wait
@@ -14,7 +16,17 @@
  *   tags/<refkey>        key = value: a reference's last resolution (its
  *                        manifest digest, the image key, when): tag_ttl and
  *                        the offline fallback read it
- * The user's directories are created 0700 (private); the store's 0755. */
+ * The user's directories are created 0700 (private); the store's 0755.
+ *
+ * Locks (doc/SECURITY.md, "Locks"): every lock skiff takes is on a file
+ * only its taker's uid can open, or is taken without waiting. The user's
+ * cache is private, so its locks are the user's own. The store's images
+ * are readable by every user, and flock(2) lets a reader take even an
+ * exclusive lock on a read-only fd: so nobody locks them at all. Its
+ * readers open them and go (an image is immutable once renamed into
+ * place); its owner's prune removes by age and unlinks, which leaves an
+ * open image readable by those who have it open. The store's import locks
+ * (KEY.lock) are 0600 files of its owner's. */
 #ifndef SKIFF_CACHE_H
 #define SKIFF_CACHE_H
 
@@ -33,10 +45,6 @@ int skiff_cache_dir(const struct skiff_config *cfg, const char *sub, char *out, 
 /* Path of blob digest in the cache (whether it exists or not). */
 int skiff_cache_blob_path(const struct skiff_config *cfg, const char *digest, char *out, size_t n, skiff_err *err);
 
-/* Takes an exclusive flock on path (created 0600); returns the fd, which
- * releases the lock when closed. */
-int skiff_cache_lock(const char *path, skiff_err *err);
-
 /* Whether k is an image key (64 lower-case hex digits). */
 bool skiff_cache_valid_key(const char *k);
 
@@ -46,11 +54,27 @@ struct skiff_cache_paths {
 };
 int skiff_cache_paths(const char *root, const char *key, struct skiff_cache_paths *p, skiff_err *err);
 
-/* Opens the image at sqsh and takes a shared lock on it for as long as
- * the fd is open (pruning leaves it alone), checking that it is still the
- * file at sqsh once locked (a prune may have removed it meanwhile):
- * the fd, or -1 with err->code ENOENT when it is not there. */
-int skiff_cache_hold(const char *sqsh, skiff_err *err);
+/* How an image is held while it is used. */
+enum skiff_hold {
+    SKIFF_HOLD_LOCKED, /* the user's own cache: a shared lock, which pruning respects */
+    SKIFF_HOLD_OPEN,   /* the site's store: open only, nothing another user can block */
+};
+
+/* Opens the image at sqsh for as long as the fd is open, checking that it
+ * is still the file at sqsh once held (a prune may have removed it
+ * meanwhile): the fd, or -1 with err->code ENOENT when it is not there.
+ * SKIFF_HOLD_LOCKED also takes a shared lock on it (pruning leaves it
+ * alone), waiting for the user's own prune to let go of it if one is
+ * looking at it right then. */
+int skiff_cache_hold(const char *sqsh, enum skiff_hold how, skiff_err *err);
+
+/* Holds the image at sqsh (a path skiff_image_resolve gave) while it is
+ * in use, as skiff_cache_hold says: an image of the user's cache
+ * with a shared lock that the user's pruning honours; one of the site's
+ * store open only (its other readers are other users: none may be able to
+ * hold this one back), after the store's checks (store.h). The fd, or -1
+ * with err->code ENOENT when a prune removed it meanwhile (resolve again). */
+int skiff_cache_hold_image(const struct skiff_config *cfg, const char *sqsh, skiff_err *err);
 
 /* Waiting for another process's import of the same image. */
 struct skiff_cache_wait {
@@ -74,8 +98,12 @@ struct skiff_cache_tag {
     time_t resolved;               /* when the registry said so */
 };
 
-/* 1 with *t filled, 0 when there is none (or it does not parse). */
-int skiff_cache_tag_read(const char *root, const char *refkey, struct skiff_cache_tag *t);
+/* 1 with *t filled, 0 when there is none (or it does not parse). With
+ * owner (the site's store: its readers are other users), tags/ and the
+ * record must belong to *owner and be writable by nobody else, as the
+ * store's images (store.h): -1 with err naming the file otherwise. */
+int skiff_cache_tag_read(const char *root, const char *refkey, const uid_t *owner, struct skiff_cache_tag *t,
+                         skiff_err *err);
 int skiff_cache_tag_write(const char *root, const char *refkey, const struct skiff_cache_tag *t, mode_t mode,
                           skiff_err *err);
 
@@ -119,8 +147,10 @@ struct skiff_cache_listing {
 
 /* The images under root, most recently used first: squashfs images and
  * lazy images (images/KEY.lazy), whose size counts their data files under
- * lazy_path (NULL: none) on every node. */
-int skiff_cache_list(const char *root, const char *lazy_path, struct skiff_cache_listing *out, skiff_err *err);
+ * lazy_path (NULL: none) on every node. store: root is the site's store,
+ * whose images only an import running marks in use (nobody locks them). */
+int skiff_cache_list(const char *root, const char *lazy_path, bool store, struct skiff_cache_listing *out,
+                     skiff_err *err);
 void skiff_cache_listing_free(struct skiff_cache_listing *l);
 
 struct skiff_prune_opts {
@@ -138,6 +168,11 @@ struct skiff_prune_opts {
     void (*removed)(void *ctx, const char *what, unsigned long long bytes, const char *why);
     void *ctx;
     const char *lazy_path; /* where lazy images' data files are (NULL: none) */
+    /* root is the site's store: its readers hold no lock (store.h), so an
+     * image there is in use only while an import of it runs; one a job
+     * has open stays readable to it after the unlink (not on NFS: prune
+     * the store by age, doc/admin-guide.md) */
+    bool store;
 };
 
 struct skiff_prune_result {
@@ -146,7 +181,8 @@ struct skiff_prune_result {
 };
 
 /* Removes from the cache at root what o asks, never an image in use (a
- * shared lock held by a running container, or an import running). Blobs
+ * shared lock held by a running container, or an import running; in the
+ * store, o->store, an import running only). It never waits for a lock. Blobs
  * are only a download cache (a container needs its image, not them): the
  * blobs no image names go first, then, when the size is still over, those
  * of the least recently used images, before any image. With no option,

@@ -77,8 +77,8 @@ struct skiff_resolve_opts {
     /* skiff_now_ms() by which an import (or the wait for another's) gives
      * up; 0: none */
     double deadline_ms;
-    /* when not NULL: an fd holding a shared lock on the image, which
-     * cache pruning honours; keep it open while the image is in use */
+    /* when not NULL: an fd holding the image (cache.h: skiff_cache_hold_image); keep it
+     * open while the image is in use */
     int *hold_fd;
     /* images cache_max_size must not remove although nobody holds them
      * now (a named container's image); NULL: none */

@@ -266,7 +266,7 @@ static struct lz_image *image_open(const struct skiff_config *cfg, const char *d
         return NULL;
     }
     /* held as an imported image is (cache.h): a prune leaves it alone */
-    im->holdfd = skiff_cache_hold(plan, err);
+    im->holdfd = skiff_cache_hold(plan, SKIFF_HOLD_LOCKED, err);
     if (im->holdfd < 0) {
         if (err->code == ENOENT)
             skiff_error(err, ENOENT, "lazy image %s was removed (skiff cache prune?): resolve the image again", dir);

@@ -67,7 +67,7 @@ static void each_tag(const char *root,
     struct dirent *de;
     while ((de = readdir(d))) {
         struct skiff_cache_tag t;
-        if (skiff_cache_valid_key(de->d_name) && skiff_cache_tag_read(root, de->d_name, &t) == 1 &&
+        if (skiff_cache_valid_key(de->d_name) && skiff_cache_tag_read(root, de->d_name, NULL, &t, &err) == 1 &&
             !fn(ctx, dirfd(d), de->d_name, &t))
             break;
     }
@@ -161,7 +161,8 @@ static unsigned long long lazy_data(const char *lazy_path, const char *key, bool
     return sum;
 }
 
-int skiff_cache_list(const char *root, const char *lazy_path, struct skiff_cache_listing *out, skiff_err *err)
+int skiff_cache_list(const char *root, const char *lazy_path, bool store, struct skiff_cache_listing *out,
+                     skiff_err *err)
 {
     memset(out, 0, sizeof(*out));
     char dir[SKIFF_PATH_MAX + 32];
@@ -210,7 +211,8 @@ int skiff_cache_list(const char *root, const char *lazy_path, struct skiff_cache
         struct stat is;
         if (skiff_cache_info_read(p.info, &e->info) == 1 && stat(p.info, &is) == 0)
             e->last_used = is.st_mtime;
-        e->in_use = locked(p.sqsh) || locked(p.lock);
+        /* (nobody locks the store's images: store.h) */
+        e->in_use = (!store && locked(p.sqsh)) || locked(p.lock);
         if (lazy) {
             char plan[SKIFF_PATH_MAX + 128];
             if (snprintf(e->path, sizeof(e->path), "%s/%s", dir, de->d_name) >= (int)sizeof(e->path)) {
@@ -360,7 +362,8 @@ static void remove_lazy_files(struct pruner *p, size_t i)
 /* Removes image i unless it is in use: under an exclusive lock taken
  * without waiting, which no reader holds then (readers hold shared ones and
  * check, once locked, that the file is still there; a lazy image's readers
- * lock its plan). */
+ * lock its plan). The store's images are not locked by their readers
+ * (store.h): there only an import running keeps one. */
 static void remove_image(struct pruner *p, size_t i, const char *why)
 {
     struct skiff_cache_entry *e = &p->l.images[i];
@@ -381,7 +384,7 @@ static void remove_image(struct pruner *p, size_t i, const char *why)
     if (fd < 0)
         return;
     int lk = open(ps.lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    bool busy = flock(fd, LOCK_EX | LOCK_NB) < 0 || (lk >= 0 && flock(lk, LOCK_EX | LOCK_NB) < 0);
+    bool busy = (!p->o->store && flock(fd, LOCK_EX | LOCK_NB) < 0) || (lk >= 0 && flock(lk, LOCK_EX | LOCK_NB) < 0);
     if (busy) {
         e->in_use = true;
         p->res->in_use++;
@@ -538,7 +541,7 @@ int skiff_cache_prune(const char *root, const struct skiff_prune_opts *o, struct
 {
     memset(res, 0, sizeof(*res));
     struct pruner p = {.root = root, .o = o, .res = res};
-    if (skiff_cache_list(root, o->lazy_path, &p.l, err) < 0)
+    if (skiff_cache_list(root, o->lazy_path, o->store, &p.l, err) < 0)
         return -1;
     int rv = -1;
     p.gone = calloc(p.l.nimages + 1, sizeof(*p.gone));

@@ -79,15 +79,19 @@ static int find_image(struct resolver *r, const char *key, struct skiff_cache_pa
 /* ---- tags ----------------------------------------------------------------- */
 
 /* The freshest last resolution of the reference, from the user's cache or
- * the store, whose image is still there: 1, or 0 when none is. */
-static int last_resolution(struct resolver *r, struct skiff_cache_tag *t)
+ * the store, whose image is still there: 1, or 0 when none is; -1 when
+ * the store's record fails the store's checks. */
+static int last_resolution(struct resolver *r, struct skiff_cache_tag *t, skiff_err *err)
 {
     struct skiff_cache_tag c[2];
-    int n = 0;
-    if (!r->to_store && skiff_cache_tag_read(r->cfg->cache_path, r->refkey, &c[n]) == 1)
+    int n = 0, got;
+    if (!r->to_store && skiff_cache_tag_read(r->cfg->cache_path, r->refkey, NULL, &c[n], err) == 1)
         n++;
-    if (r->store && skiff_cache_tag_read(r->store, r->refkey, &c[n]) == 1)
+    if (r->store && (got = skiff_cache_tag_read(r->store, r->refkey, &r->store_owner, &c[n], err)) != 0) {
+        if (got < 0)
+            return -1;
         n++;
+    }
     int best = -1;
     for (int i = 0; i < n; i++) {
         struct skiff_cache_paths p;
@@ -111,7 +115,10 @@ static int last_resolution(struct resolver *r, struct skiff_cache_tag *t)
 static int resolve_tag(struct resolver *r, skiff_err *err)
 {
     struct skiff_cache_tag last;
-    bool have_last = last_resolution(r, &last) == 1;
+    int had = last_resolution(r, &last, err);
+    if (had < 0)
+        return -1;
+    bool have_last = had == 1;
     time_t now = time(NULL);
     if (have_last && !r->to_store && r->cfg->tag_ttl_s > 0 && now >= last.resolved &&
         now - last.resolved < r->cfg->tag_ttl_s) {
@@ -157,10 +164,10 @@ static void note_tag(struct resolver *r)
     snprintf(t.key, sizeof(t.key), "%s", r->key);
     t.resolved = time(NULL);
     const char *root = r->to_store ? r->store : r->cfg->cache_path;
-    if (!r->to_store && r->cfg->tag_ttl_s == 0 && skiff_cache_tag_read(root, r->refkey, &old) == 1 &&
+    skiff_err e;
+    if (!r->to_store && r->cfg->tag_ttl_s == 0 && skiff_cache_tag_read(root, r->refkey, NULL, &old, &e) == 1 &&
         !strcmp(old.digest, t.digest) && !strcmp(old.key, t.key))
         return; /* nothing new: no write on the shared filesystem at every step */
-    skiff_err e;
     if (skiff_cache_tag_write(root, r->refkey, &t, r->to_store ? 0644 : 0600, &e) < 0) {
         /* best effort: only tag_ttl and the offline fallback lose it */
     }
@@ -286,7 +293,8 @@ static int find_or_import(struct resolver *r, struct skiff_cache_paths *p, skiff
         if (where < 0)
             return -1;
         if (where > 0) {
-            int fd = skiff_cache_hold(p->sqsh, err);
+            /* the store's images are other users' too: never locked */
+            int fd = skiff_cache_hold(p->sqsh, where == 2 || r->to_store ? SKIFF_HOLD_OPEN : SKIFF_HOLD_LOCKED, err);
             if (fd < 0 && err->code == ENOENT)
                 continue;
             if (fd < 0)
@@ -307,7 +315,7 @@ static int find_or_import(struct resolver *r, struct skiff_cache_paths *p, skiff
         /* another process may have imported it while this one waited */
         if (!skiff_squash_is_image(p->sqsh))
             rv = import_into(r, p, err);
-        int fd = rv < 0 ? -1 : skiff_cache_hold(p->sqsh, err);
+        int fd = rv < 0 ? -1 : skiff_cache_hold(p->sqsh, r->to_store ? SKIFF_HOLD_OPEN : SKIFF_HOLD_LOCKED, err);
         if (rv < 0)
             unlink(p->lock); /* nothing left behind (one waiting on it imports anew) */
         skiff_cache_import_unlock(lock);
