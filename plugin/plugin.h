@@ -26,6 +26,10 @@ __attribute__((format(printf, 1, 2))) void skiff_log_step(const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) void skiff_log_task(const char *fmt, ...);
 /* Sends userproc.c's reports (plugin/userproc.h) to skiff_log_error. */
 void skiff_log_init(void);
+/* The lines above are bounded per process (a step): once the budget is
+ * spent they are dropped, and this says, in one line, how many (at the
+ * step's end; nothing when none was). */
+void skiff_log_dropped(void);
 
 /* spank_opts.c: registers the --container-* flags; Slurm's callbacks fill
  * opts. */

@@ -115,6 +115,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
     (void)av;
     int rv = spank_context() == S_CTX_REMOTE ? skiff_step_exit(&step, sp) : 0;
     skiff_opts_free(&opts);
+    skiff_log_dropped();
     return rv;
 }
 

@@ -2,6 +2,7 @@
  * slurmstepd. init_post_opt makes the step's start request (the options'
  * request, with who and where it runs) and execs the starter; user_init
  * reads its answer and checks the container process it names. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -396,16 +397,23 @@ struct progress_seen {
     const struct step *s;
     int shown;           /* lines shown */
     double last_dl_ms;   /* when a download line was last shown */
-    double *deadline_ms; /* root's deadline for the answer, moved by an import */
+    double *deadline_ms; /* root's deadline for the answer, set by an import */
+    double bound_ms;     /* what no record moves it past: user_init's start + timeout= + import_timeout= */
     bool importing;      /* an import (or the wait for another's) began */
+    bool imported;       /* and ended */
 };
 
 /* Progress of an import, live in srun (skiff_log_step: at every Slurm
  * version and level, as pyxis's import lines). Bounded: a helper that
  * floods records gets a download line every 10 s at most and a few hundred
- * lines in all. An import (or the wait for another node's) sets root's
- * deadline to import_timeout from its start, once, be it longer or shorter
- * than timeout=; its end gives the rest of the start timeout= again. */
+ * lines in all (and plugin/log.c bounds the step's lines). The first
+ * record of an import (or of the wait for another node's) gives it
+ * import_timeout= from then, be it longer or shorter than timeout=; the
+ * first of its end gives the rest of the start timeout= again. Records
+ * only inform: the helper is the user's (its records can be forged, and
+ * any number of them written), so no record after those two changes the
+ * deadline, and none moves it past bound_ms, which user_init fixed when
+ * it began. */
 static void show_progress(char tag, const char *text, void *ctx)
 {
     struct progress_seen *ps = ctx;
@@ -413,9 +421,12 @@ static void show_progress(char tag, const char *text, void *ctx)
     if ((tag == SKIFF_REPLY_IMPORTING || tag == SKIFF_REPLY_WAITING) && !ps->importing) {
         ps->importing = true;
         *ps->deadline_ms = now + ps->s->args->import_timeout_s * 1000.0;
-    } else if (tag == SKIFF_REPLY_IMPORTED && ps->importing) {
+    } else if (tag == SKIFF_REPLY_IMPORTED && ps->importing && !ps->imported) {
+        ps->imported = true;
         *ps->deadline_ms = now + ps->s->args->timeout_s * 1000.0;
     }
+    if (*ps->deadline_ms > ps->bound_ms)
+        *ps->deadline_ms = ps->bound_ms;
     if (tag == SKIFF_REPLY_DOWNLOAD && ps->last_dl_ms > 0 && now - ps->last_dl_ms < 10000)
         return;
     char line[400];
@@ -425,6 +436,80 @@ static void show_progress(char tag, const char *text, void *ctx)
             ps->last_dl_ms = now;
         skiff_log_step("skiff: %s", line);
     }
+}
+
+/* Whether Slurm's controller says the job no longer runs (scancel, its
+ * time limit, a failed node): READY_JOB_STATE gone from
+ * slurm_job_node_ready's answer, or the job unknown. Slurm does not signal
+ * a step before it is RUNNING, so a step cancelled in user_init would
+ * otherwise hold the node for as long as user_init waits. The function is
+ * libslurmfull's, which slurmstepd has loaded: found at run time (the
+ * plugin links no Slurm library), and without it nothing is asked. An
+ * unanswered question (READY_JOB_ERROR) counts as "still running"; each is
+ * bounded by Slurm's MessageTimeout, the admin's. */
+static bool job_ended(uint32_t jobid)
+{
+#if defined(SLURM_VERSION_NUMBER) && SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0)
+    slurm_step_id_t id = {.job_id = jobid, .step_het_comp = NO_VAL, .step_id = NO_VAL};
+#else
+    uint32_t id = jobid;
+#endif
+    static int (*ready)(__typeof__(id));
+    static bool looked;
+    if (!looked) {
+        looked = true;
+        *(void **)&ready = dlsym(RTLD_DEFAULT, "slurm_job_node_ready");
+    }
+    if (!ready)
+        return false;
+    int rc = ready(id);
+    return rc == READY_JOB_FATAL || (rc >= 0 && !(rc & READY_JOB_STATE));
+}
+
+/* How often user_init asks whether the job still runs while it waits: not
+ * in its first seconds (most steps have their answer by then), then every
+ * few, so that a cancelled job leaves within seconds while a thousand
+ * nodes waiting for one import ask slurmctld a few hundred cheap
+ * questions a second at most. */
+#define JOB_ASK_AFTER_MS 2000
+#define JOB_ASK_EVERY_MS 3000
+
+struct job_watch {
+    uint32_t jobid;
+    double next_ms; /* when to ask next */
+};
+
+static bool stop_if_ended(void *ctx, skiff_err *err)
+{
+    struct job_watch *jw = ctx;
+    double now = skiff_now_ms();
+    if (now < jw->next_ms)
+        return false;
+    jw->next_ms = now + JOB_ASK_EVERY_MS;
+    if (!job_ended(jw->jobid))
+        return false;
+    skiff_error(err, ECANCELED,
+                "job %u was cancelled (or ended) while its container started: not waiting for the "
+                "user-side helper any longer",
+                (unsigned)jw->jobid);
+    return true;
+}
+
+/* The records' two listeners: progress (which may set the deadline) and
+ * the job's end (which stops the wait). */
+struct reply_watch {
+    struct progress_seen seen;
+    struct job_watch job;
+};
+
+static void watch_seen(char tag, const char *text, void *ctx)
+{
+    show_progress(tag, text, &((struct reply_watch *)ctx)->seen);
+}
+
+static bool watch_stop(void *ctx, skiff_err *err)
+{
+    return stop_if_ended(&((struct reply_watch *)ctx)->job, err);
 }
 
 int skiff_step_user_init(struct step *s, spank_t sp)
@@ -446,15 +531,18 @@ int skiff_step_user_init(struct step *s, spank_t sp)
         return skiff_step_fail(s, "mount", &err);
     }
     /* one deadline for all of user_init, a second helper included; an
-     * import moves it (show_progress) */
+     * import sets it (show_progress), never past the bound fixed here */
     double deadline = t0 + s->args->timeout_s * 1000.0;
+    const double bound = deadline + s->args->import_timeout_s * 1000.0;
+    struct reply_watch rw = {.seen = {.s = s, .deadline_ms = &deadline, .bound_ms = bound},
+                             .job = {.jobid = s->jobid, .next_ms = t0 + JOB_ASK_AFTER_MS}};
+    const struct skiff_rec_watch w = {.seen = watch_seen, .stop = watch_stop, .tick_ms = 500, .ctx = &rw};
     int mnt;
     for (;;) {
         struct skiff_reply r;
-        struct progress_seen seen = {.s = s, .deadline_ms = &deadline};
-        int rc = skiff_helper_reply(&s->starter, &deadline, s->args->timeout_s, show_progress, &seen, &r, &err);
+        int rc = skiff_helper_reply(&s->starter, &deadline, s->args->timeout_s, &w, &r, &err);
         s->t_wait_ms = skiff_now_ms() - t0;
-        if (rc < 0 && err.code == ETIMEDOUT && seen.importing)
+        if (rc < 0 && err.code == ETIMEDOUT && rw.seen.importing && !rw.seen.imported)
             skiff_error(&err, ETIMEDOUT,
                         "the image's import did not end within import_timeout=%d s (plugstack.conf; the rest of "
                         "the start has timeout=%d s)",

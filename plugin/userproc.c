@@ -188,8 +188,8 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
     return 0;
 }
 
-int skiff_helper_reply(struct skiff_helper_proc *hp, const double *deadline_ms, int timeout_s, skiff_rec_seen_fn seen,
-                       void *ctx, struct skiff_reply *r, skiff_err *err)
+int skiff_helper_reply(struct skiff_helper_proc *hp, const double *deadline_ms, int timeout_s,
+                       const struct skiff_rec_watch *w, struct skiff_reply *r, skiff_err *err)
 {
     memset(r, 0, sizeof(*r));
     char *data = NULL;
@@ -200,8 +200,7 @@ int skiff_helper_reply(struct skiff_helper_proc *hp, const double *deadline_ms, 
     const double *dl = until > now ? deadline_ms : &(double){now + 1};
     /* (rep stays open until skiff_helper_finish: a start helper's word
      * after its answer, skiff_helper_joined) */
-    int rc =
-        skiff_rec_read_fd_until(hp->rep, SKIFF_REPLY_MAX, dl, SKIFF_REPLY_END, seen, ctx, &data, &len, &timed_out, err);
+    int rc = skiff_rec_read_fd_until(hp->rep, SKIFF_REPLY_MAX, dl, SKIFF_REPLY_END, w, &data, &len, &timed_out, err);
     if (rc < 0) {
         if (timed_out)
             return skiff_error(err, ETIMEDOUT,
@@ -453,7 +452,7 @@ int skiff_helper_call(const char *program, const char *verb, const struct skiff_
         return -1;
     struct skiff_reply r;
     double deadline = skiff_now_ms() + timeout_s * 1000.0;
-    int rc = skiff_helper_reply(&hp, &deadline, timeout_s, NULL, NULL, &r, err);
+    int rc = skiff_helper_reply(&hp, &deadline, timeout_s, NULL, &r, err);
     if (rc == 0 && r.status < 0) {
         *err = r.err;
         rc = -1;

@@ -74,12 +74,13 @@ int skiff_helper_spawn(const char *program, const char *verb, const struct skiff
                        struct skiff_helper_proc *hp, skiff_err *err);
 
 /* Reads and parses the helper's answer, until *deadline_ms (skiff_now_ms's
- * clock; seen may move it; timeout_s is the plugstack setting the error
- * names); seen (or NULL) gets each record as it arrives (progress,
- * proto.h). On a timeout (err->code ETIMEDOUT) or a malformed answer err
- * says so. Free r with skiff_reply_free in every case. */
-int skiff_helper_reply(struct skiff_helper_proc *hp, const double *deadline_ms, int timeout_s, skiff_rec_seen_fn seen,
-                       void *ctx, struct skiff_reply *r, skiff_err *err);
+ * clock; w->seen may move it, within a bound the caller keeps; timeout_s
+ * is the plugstack setting the error names); w (or NULL) gets each record
+ * as it arrives (progress, proto.h) and may stop the wait (records.h). On
+ * a timeout (err->code ETIMEDOUT), a stop (w's error) or a malformed
+ * answer err says so. Free r with skiff_reply_free in every case. */
+int skiff_helper_reply(struct skiff_helper_proc *hp, const double *deadline_ms, int timeout_s,
+                       const struct skiff_rec_watch *w, struct skiff_reply *r, skiff_err *err);
 
 /* After the control pipe of a start helper closed: whether it says that
  * steps joined its container (SKIFF_REPLY_WAIT on the reply pipe, within timeout_ms; it

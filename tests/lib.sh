@@ -118,6 +118,30 @@ t_hook_run() {
     SKIFF_ENV_FILE="$t/env" SKIFF_MOUNTS_FILE="$t/fstab" SKIFF_UID="$(id -u "$user")" "$@" "$hook"
 }
 
+# t_load_scale: how much longer than on a quiet machine a wait may take
+# now: 1, plus one for each multiple of the machine's cores that its load
+# average (1 min) is over them, at most 4. Deadlines are multiplied by it.
+t_load_scale() {
+  awk -v n="$(nproc)" '{ s = 1 + int($1 / n); if (s > 4) s = 4; print s }' /proc/loadavg
+}
+
+# t_wait DESC SECS CMD...: an event wait. Runs CMD until it succeeds, at
+# most SECS seconds (times t_load_scale); 0 then, else 1 after saying on
+# stderr what it waited for and how long. CMD is asked every 0.1 s: the
+# poll's pace, never a wait for something to happen.
+t_wait() {
+  local desc=$1 secs=$2 end; shift 2
+  secs=$((secs * $(t_load_scale)))
+  end=$(($(date +%s%N) + secs * 1000000000))
+  until "$@"; do
+    if [ "$(date +%s%N)" -ge "$end" ]; then
+      echo "timed out after $secs s waiting for $desc" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
 # t_wait_job ID: waits (up to 2 minutes) until Slurm job ID has left the queue.
 t_wait_job() {
   for _ in $(seq 600); do

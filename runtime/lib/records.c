@@ -89,12 +89,15 @@ int skiff_rec_read_fd_cb(int fd, size_t max, int timeout_ms, char end, skiff_rec
                          size_t *len, bool *timed_out, skiff_err *err)
 {
     double deadline = timeout_ms > 0 ? skiff_now_ms() + timeout_ms : 0;
-    return skiff_rec_read_fd_until(fd, max, &deadline, end, seen, ctx, out, len, timed_out, err);
+    const struct skiff_rec_watch w = {.seen = seen, .ctx = ctx};
+    return skiff_rec_read_fd_until(fd, max, &deadline, end, &w, out, len, timed_out, err);
 }
 
-int skiff_rec_read_fd_until(int fd, size_t max, const double *deadline_ms, char end, skiff_rec_seen_fn seen, void *ctx,
+int skiff_rec_read_fd_until(int fd, size_t max, const double *deadline_ms, char end, const struct skiff_rec_watch *w,
                             char **out, size_t *len, bool *timed_out, skiff_err *err)
 {
+    skiff_rec_seen_fn seen = w ? w->seen : NULL;
+    int tick = w && w->stop && w->tick_ms > 0 ? w->tick_ms : -1;
     size_t scanned = 0; /* records before this offset were passed to seen */
     *out = NULL;
     *len = 0;
@@ -104,7 +107,11 @@ int skiff_rec_read_fd_until(int fd, size_t max, const double *deadline_ms, char 
     char *data = NULL;
     double t0 = skiff_now_ms();
     for (;;) {
-        int wait = -1;
+        if (tick > 0 && w->stop(w->ctx, err)) {
+            free(data);
+            return -1;
+        }
+        int wait = tick;
         double deadline = *deadline_ms;
         if (deadline) {
             double left = deadline - skiff_now_ms();
@@ -114,7 +121,8 @@ int skiff_rec_read_fd_until(int fd, size_t max, const double *deadline_ms, char 
                     *timed_out = true;
                 return skiff_error(err, ETIMEDOUT, "no complete answer within %.0f s", (deadline - t0) / 1000);
             }
-            wait = left > INT_MAX ? INT_MAX : (int)left + 1;
+            int until = left > INT_MAX ? INT_MAX : (int)left + 1;
+            wait = tick > 0 && tick < until ? tick : until;
         }
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         int pr = poll(&pfd, 1, wait);
@@ -158,7 +166,7 @@ int skiff_rec_read_fd_until(int fd, size_t max, const double *deadline_ms, char 
             char tag;
             const char *str;
             while (skiff_rec_next(data, n, &scanned, &tag, &str) == 1)
-                seen(tag, str, ctx);
+                seen(tag, str, w->ctx);
         }
         if (end && memchr(data + n - (size_t)r, end, (size_t)r) && has_end(data, n, end))
             break;

@@ -44,10 +44,20 @@ typedef void (*skiff_rec_seen_fn)(char tag, const char *s, void *ctx);
 int skiff_rec_read_fd_cb(int fd, size_t max, int timeout_ms, char end, skiff_rec_seen_fn seen, void *ctx, char **out,
                          size_t *len, bool *timed_out, skiff_err *err);
 
+/* What a reader tells and asks its caller while it waits (all optional). */
+struct skiff_rec_watch {
+    skiff_rec_seen_fn seen; /* each record as soon as it has arrived in full */
+    /* asked at least every tick_ms (> 0) while the reader waits: true ends
+     * the read, with err (which it fills) as the reader's error */
+    bool (*stop)(void *ctx, skiff_err *err);
+    int tick_ms;
+    void *ctx;
+};
+
 /* skiff_rec_read_fd_cb until *deadline_ms (skiff_now_ms's clock; 0: none),
- * which seen may move while it reads (an answer that says it imports an
- * image gets longer). */
-int skiff_rec_read_fd_until(int fd, size_t max, const double *deadline_ms, char end, skiff_rec_seen_fn seen, void *ctx,
+ * which w->seen may move while it reads (the plugin's user_init: within a
+ * bound it fixed itself), telling and asking w (or NULL) as it says. */
+int skiff_rec_read_fd_until(int fd, size_t max, const double *deadline_ms, char end, const struct skiff_rec_watch *w,
                             char **out, size_t *len, bool *timed_out, skiff_err *err);
 
 /* Parses a decimal pid ("123"): > 0, or -1 for anything else. */

