@@ -9,6 +9,8 @@ TEST_PROGRAMS += $(LLMC_RANDOM)
 # Real MPI across the test cluster's nodes, in and out of containers (it
 # builds the cached MPI image with scripts/make-mpi-image on first use).
 INTEGRATION_TESTS += tests/integration/mpi-cluster.sh
+# The suites' own rules (tests/README.md, tests/check-suites).
+INTEGRATION_TESTS += tests/integration/suite-rules.sh
 # Whole-system tests: the demo path at a smaller size (last: it uses every part).
 INTEGRATION_TESTS += tests/integration/e2e-demo.sh
 # The suites that drive Slurm itself (srun/sbatch/salloc, the plugin in every
