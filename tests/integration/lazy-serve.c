@@ -7,7 +7,8 @@
  * tests/ (BUILD/bin/skiff-import). In a private mount namespace (as root),
  * or a user namespace that maps the caller to itself (as a user: files
  * owned by root show as the caller's, as in a container). The mount goes
- * with the namespace when CMD exits. */
+ * with the namespace when CMD exits. CMD finds the span fetcher's pid in
+ * LAZY_SERVE_FETCHER (a lazy image's). */
 #include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
@@ -108,6 +109,11 @@ int main(int argc, char **argv)
     }
     pid_t pid = fork();
     if (pid == 0) {
+        /* the span fetcher's pid, for the cases that kill or stop it */
+        char fp[16];
+        snprintf(fp, sizeof(fp), "%d", (int)run.fetcher);
+        if (run.fetcher > 0)
+            setenv("LAZY_SERVE_FETCHER", fp, 1);
         execvp(argv[3], argv + 3);
         perror("lazy-serve: exec");
         _exit(127);
