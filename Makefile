@@ -122,6 +122,11 @@ test: deps
 	$(MAKE) all $(UNIT_TESTS) $(TEST_DATA) $(TEST_PROGRAMS)
 	tests/run-all --unit $(UNIT_TESTS) --integration $(INTEGRATION_TESTS) --slurm-tree $(SLURM_TREE_TESTS)
 
+# make test N times in a row (STRESS_RUNS, default 5) under two CPU burners
+# and an I/O burner: the suite must be green on every run (tests/README.md).
+stress: deps
+	tests/stress-suite -n $(or $(STRESS_RUNS),5) $(MAKE) test
+
 # Only the cluster suites, against this host's Slurm and Debian 13's.
 test-slurm: deps
 	$(MAKE) all $(TEST_DATA) $(TEST_PROGRAMS)
@@ -157,4 +162,4 @@ format-check:
 clean:
 	rm -rf $(BUILD) $(BUILD)-trixie build-asan
 
-.PHONY: all node deps demo unit-test test test-slurm bench fuzz asan format format-check clean
+.PHONY: all node deps demo unit-test test stress test-slurm bench fuzz asan format format-check clean
