@@ -44,13 +44,19 @@ c_ns() { echo "$C_NS_PREFIX$1"; }              # netns name of node K
 c_veth() { echo "sk${C_IDX}n$1h"; }             # host side of node K's veth
 c_addr() { echo "$C_NET.$((10 + $1))"; }        # node K's address
 
-# c_wait SECONDS WHAT CMD...: polls CMD every 50 ms until it succeeds.
+# c_wait SECONDS WHAT CMD...: an event wait: polls CMD every 50 ms until it
+# succeeds, at most SECONDS (times the load's scale, as tests/lib.sh's
+# t_load_scale: 1-4); 1 then, after saying on stderr what it waited for.
 c_wait() {
   local limit=$1 what=$2; shift 2
+  limit=$((limit * $(awk -v n="$(nproc)" '{ s = 1 + int($1 / n); if (s > 4) s = 4; print s }' /proc/loadavg)))
   local end=$(( $(date +%s%N) / 1000000 + limit * 1000 ))
   until "$@" >/dev/null 2>&1; do
-    [ $(( $(date +%s%N) / 1000000 )) -lt "$end" ] || return 1
-    sleep 0.05
+    if [ $(( $(date +%s%N) / 1000000 )) -ge "$end" ]; then
+      echo "cluster: timed out after $limit s waiting for $what" >&2
+      return 1
+    fi
+    sleep 0.05 # sleep-ok: the poll's pace
   done
   return 0
 }
