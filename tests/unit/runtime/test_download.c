@@ -355,16 +355,48 @@ Test(download, gives_up_after_the_retries)
     cr_assert(strstr(err.msg, "HTTP 503") && strstr(err.msg, "gave up after 4 tries"), "%s", err.msg);
 }
 
+/* The pauses a fetch announced (skiff_fetch_opts.retrying): how many, and
+ * how long they were to last in all. */
+struct pauses {
+    int n;
+    double total_ms;
+};
+
+static void count_pause(void *ctx, const char *what, int attempt, double wait_s, const char *why)
+{
+    (void)what, (void)attempt, (void)why;
+    struct pauses *p = ctx;
+    p->n++;
+    p->total_ms += wait_s * 1000.0;
+}
+
+/* A deadline's bounds without a window of the clock: the pauses taken all
+ * ended before the deadline, so together they fit between the start and
+ * it (the policy's own rule: no pause that would end past it); each was
+ * waited in full (the lower bound); and the run ended long before an
+ * unbounded one would (the generous ceiling, FAR_MS: a deadline ignored
+ * means the backoff's doubling pauses, over 15 s for the cases here). */
+#define FAR_MS 10000.0
+static void deadline_held(const struct pauses *ps, double window_ms, double took_ms, const skiff_err *err)
+{
+    cr_assert(strstr(err->msg, "deadline"), "%s", err->msg);
+    cr_assert_leq(ps->total_ms, window_ms, "%d pauses of %.0f ms in all: some ended past the deadline", ps->n,
+                  ps->total_ms);
+    cr_assert_geq(took_ms, ps->total_ms, "%.0f ms, less than the %d pauses' %.0f ms", took_ms, ps->n, ps->total_ms);
+    cr_assert_lt(took_ms, FAR_MS, "ran far past the deadline: %.0f ms", took_ms);
+}
+
 Test(download, the_deadline_bounds_the_pauses)
 {
     start(F_503, 1000, 0);
     static unsigned char out[BLOB_SIZE + 1];
     skiff_err err;
-    struct skiff_fetch_opts o = {.backoff_ms = 400, .retries = 50, .deadline_ms = skiff_now_ms() + 1500};
+    struct pauses ps = {0};
     double t0 = skiff_now_ms();
+    struct skiff_fetch_opts o = {
+        .backoff_ms = 400, .retries = 50, .deadline_ms = t0 + 1500, .retrying = count_pause, .retry_ctx = &ps};
     cr_assert_eq(fetch_file(&o, &err, out), -1);
-    cr_assert_lt(skiff_now_ms() - t0, 1600, "ran past the deadline");
-    cr_assert(strstr(err.msg, "deadline"), "%s", err.msg);
+    deadline_held(&ps, 1500, skiff_now_ms() - t0, &err);
 }
 
 Test(download, the_handles_defaults_bound_a_request_without_options)
@@ -372,17 +404,19 @@ Test(download, the_handles_defaults_bound_a_request_without_options)
     /* an import's manifest and image config take no options of their own:
      * its deadline reaches them through the handle */
     start(F_503, 1000, 0);
-    skiff_registry_set_defaults(reg, &(struct skiff_fetch_opts){.retries = 50, .deadline_ms = skiff_now_ms() + 1500});
     char p[] = "/tmp/skiff-test-dl.XXXXXX";
     int fd = mkstemp(p);
     cr_assert(fd >= 0);
     unlink(p);
     skiff_err err;
+    struct pauses ps = {0};
     double t0 = skiff_now_ms();
+    /* (without them: the configuration's 5 retries, 1 s backoff, no deadline) */
+    skiff_registry_set_defaults(reg, &(struct skiff_fetch_opts){
+                                         .retries = 50, .deadline_ms = t0 + 1500, .retrying = count_pause, .retry_ctx = &ps});
     cr_assert_eq(skiff_registry_blob(reg, srv.digest, fd, &err), -1);
     close(fd);
-    cr_assert_lt(skiff_now_ms() - t0, 1600, "ran past the deadline");
-    cr_assert(strstr(err.msg, "deadline"), "%s", err.msg);
+    deadline_held(&ps, 1500, skiff_now_ms() - t0, &err);
 }
 
 Test(download, wrong_bytes_are_a_digest_mismatch)
@@ -421,7 +455,9 @@ Test(download, a_caller_that_stops)
 {
     start(F_503, 1000, 0);
     atomic_int flag = 0;
-    struct skiff_fetch_opts o = {.backoff_ms = 5000,
+    /* a pause of 15-30 s (the backoff's cap): cut short, the run ends far
+     * sooner; waited out, it would take at least 15 s */
+    struct skiff_fetch_opts o = {.backoff_ms = 30000,
                                  .retries = 5,
                                  .stop = stop_now,
                                  .stop_ctx = &flag,
@@ -431,8 +467,10 @@ Test(download, a_caller_that_stops)
     skiff_err err;
     double t0 = skiff_now_ms();
     cr_assert_eq(fetch_file(&o, &err, out), -1);
+    double took = skiff_now_ms() - t0;
     cr_assert_eq(err.code, ECANCELED, "%s", err.msg);
-    cr_assert_lt(skiff_now_ms() - t0, 1500, "the pause did not see the stop");
+    cr_assert_eq(atomic_load(&flag), 1, "no pause began");
+    cr_assert_lt(took, FAR_MS, "the pause did not see the stop: %.0f ms", took);
 }
 
 Test(download, head_gives_the_digest)
