@@ -63,7 +63,27 @@ Test(clock, monotonic_in_both_units)
     cr_assert_geq(m1 - m0, 9.0, "%f", m1 - m0);
     cr_assert_lt(m1 - m0, 10000.0);
     cr_assert_geq((s1 - s0) * 1e3, 9.0);
-    /* one clock: the two units agree */
-    cr_assert_lt(m0 - s0 * 1e3, 5.0);
-    cr_assert_geq(m0 - s0 * 1e3, 0.0);
+}
+
+static double monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* One clock, CLOCK_MONOTONIC, in both units: each reading lies between
+ * the readings taken around it, however long the thread was descheduled
+ * in between (no window of milliseconds; EPS only absorbs the rounding of
+ * the two conversions). */
+Test(clock, one_clock_in_both_units)
+{
+    const double EPS = 1e-3;
+    double a = monotonic_ms();
+    double m = skiff_now_ms();
+    double s = skiff_now_s();
+    double b = monotonic_ms();
+    cr_assert_geq(m, a - EPS, "skiff_now_ms %f before CLOCK_MONOTONIC's %f", m, a);
+    cr_assert_geq(s * 1e3, m - EPS, "skiff_now_s %f before skiff_now_ms %f", s * 1e3, m);
+    cr_assert_leq(s * 1e3, b + EPS, "skiff_now_s %f after CLOCK_MONOTONIC's %f", s * 1e3, b);
 }
