@@ -458,7 +458,14 @@ static bool job_ended(uint32_t jobid)
     static bool looked;
     if (!looked) {
         looked = true;
-        *(void **)&ready = dlsym(RTLD_DEFAULT, "slurm_job_node_ready");
+        /* A Slurm with auth_setuid_lock (24.11 has it, 22.05 not) holds
+         * the auth plugins' lock for writing while slurmstepd runs
+         * user_init with the user's euid: a question to slurmctld from
+         * here then kills slurmstepd ("auth_g_create:
+         * pthread_rwlock_rdlock(): Resource deadlock avoided", seen with
+         * 24.11.5). Where that lock exists, nothing is asked. */
+        if (!dlsym(RTLD_DEFAULT, "auth_setuid_lock"))
+            *(void **)&ready = dlsym(RTLD_DEFAULT, "slurm_job_node_ready");
     }
     if (!ready)
         return false;
