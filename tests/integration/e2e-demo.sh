@@ -7,7 +7,7 @@ source "$(dirname "$0")/../lib.sh"
 [ "$(id -u)" -eq 0 ] || { t_skip "e2e demo" "needs root for the local cluster"; t_done; }
 W=/var/tmp/skiff-e2e-$$
 out=$W.log
-trap 'rm -rf "$W" "$out"' EXIT
+t_at_exit "rm -rf '$W' '$out'"
 if DEMO_DIR=$W "$T_ROOT/scripts/demo" >"$out" 2>&1; then
   t_pass "demo script exits 0"
 else

@@ -12,8 +12,7 @@ make -s "BUILD=$BUILD" "$BUILD/bin/skiff" "$BUILD/bin/skiff-import" "$BUILD/bin/
   { t_fail "build the CLIs"; t_done; }
 SKIFF=$BUILD/bin/skiff
 DDP=$BUILD/bin/skiff-ddp-env
-W=$(mktemp -d /tmp/skiff-cli.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+t_scratch W cli
 ALL=$W/all-errors # every error output, for the grep at the end
 : >"$ALL"
 

@@ -21,18 +21,18 @@ make -s -j2 BUILD="$cpu_build" NVCC= "$cpu_build/bin/skiff-train" >/dev/null ||
   { t_fail "build a CPU-only skiff-train"; t_done; }
 t_cluster 2 || t_done
 W=$(mktemp -d /var/tmp/skiff-trainer-cluster.XXXXXX)
-trap 'rm -rf "$W"; t_cluster_done' EXIT
+t_at_exit "rm -rf '$W'"
+T_AS_USER_DIR=$W
 mkdir -p "$W/home"
 chown -R "$SKIFF_TEST_USER:" "$W"
 chmod 755 "$W"
-as_user() { (cd "$W" && runuser -u "$SKIFF_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" HOME="$W/home" "$@"); }
 "$T_ROOT/scripts/make-trainer-rootfs" "$W/rootfs" "$T_ROOT/$cpu_build/bin/skiff-train" &&
-  as_user "$BUILD/bin/skiff" import -o "$W/trainer.sqsh" "dir:$W/rootfs" >/dev/null 2>&1 &&
-  as_user "$BUILD/bin/skiff-train" tokenize --out "$W/data/lic" --val-frac 0 \
+  t_as_user HOME="$W/home" "$BUILD/bin/skiff" import -o "$W/trainer.sqsh" "dir:$W/rootfs" >/dev/null 2>&1 &&
+  t_as_user HOME="$W/home" "$BUILD/bin/skiff-train" tokenize --out "$W/data/lic" --val-frac 0 \
     /usr/share/common-licenses/{GPL-3,Apache-2.0} >/dev/null ||
   { t_fail "trainer image and corpus"; t_done; }
 
-S() { as_user srun -Q --kill-on-bad-exit=1 --container-image="$W/trainer.sqsh" --container-mounts="$W:/demo" \
+S() { t_as_user HOME="$W/home" srun -Q --kill-on-bad-exit=1 --container-image="$W/trainer.sqsh" --container-mounts="$W:/demo" \
   --container-workdir=/demo "$@"; }
 A=(skiff-train train --model tiny --data '/demo/data/lic_train_*.bin' --seq 64 --steps 12 --lr 1e-3 --threads 1
   --quiet --timeout 60)
