@@ -412,8 +412,9 @@ Test(download, the_handles_defaults_bound_a_request_without_options)
     struct pauses ps = {0};
     double t0 = skiff_now_ms();
     /* (without them: the configuration's 5 retries, 1 s backoff, no deadline) */
-    skiff_registry_set_defaults(reg, &(struct skiff_fetch_opts){
-                                         .retries = 50, .deadline_ms = t0 + 1500, .retrying = count_pause, .retry_ctx = &ps});
+    skiff_registry_set_defaults(
+        reg,
+        &(struct skiff_fetch_opts){.retries = 50, .deadline_ms = t0 + 1500, .retrying = count_pause, .retry_ctx = &ps});
     cr_assert_eq(skiff_registry_blob(reg, srv.digest, fd, &err), -1);
     close(fd);
     deadline_held(&ps, 1500, skiff_now_ms() - t0, &err);
